@@ -1,0 +1,88 @@
+"""subagent-control: the control plane for continuable background subagents.
+
+Start with `SubagentControl` (the facade). The contract (types, errors, protocols) is
+importable on its own: `persistence` and `actors` import it without pulling in the facade,
+which is loaded on first use of `SubagentControl`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from controlplane._agents import AgentHandle, AgentRegistry
+from controlplane._content import ContentBlock, MessageSource, ModelSelector, TextBlock
+from controlplane._descriptor import Descriptor
+from controlplane._errors import ErrorCode, SubagentControlError
+from controlplane._provider import (
+    ProviderRegistry,
+    ResumeRequest,
+    StartRequest,
+    StopReason,
+    SubagentProvider,
+    SubagentResult,
+    SubagentRun,
+    TranscriptWriter,
+)
+from controlplane._session import ChildMeta, EventKind, LoadedSession, NewEvent, SessionEvent
+from controlplane._signal import CancelSignal
+from controlplane._spec import ContinuableStart, ContinuableStartSpec, SendResult
+from controlplane._task_types import TaskOutcome, TaskSnapshot, TaskStatus
+from controlplane._tree import ActivationNode, ActorTree, SupervisorNode
+
+if TYPE_CHECKING:
+    from controlplane._facade import SubagentControl
+
+__all__ = [
+    "ActivationNode",
+    "ActorTree",
+    "AgentHandle",
+    "AgentRegistry",
+    "CancelSignal",
+    "ChildMeta",
+    "ContentBlock",
+    "ContinuableStart",
+    "ContinuableStartSpec",
+    "Descriptor",
+    "ErrorCode",
+    "EventKind",
+    "LoadedSession",
+    "MessageSource",
+    "ModelSelector",
+    "NewEvent",
+    "ProviderRegistry",
+    "ResumeRequest",
+    "SendResult",
+    "SessionEvent",
+    "StartRequest",
+    "StopReason",
+    "SubagentControl",
+    "SubagentControlError",
+    "SubagentProvider",
+    "SubagentResult",
+    "SubagentRun",
+    "SupervisorNode",
+    "TaskOutcome",
+    "TaskSnapshot",
+    "TaskStatus",
+    "TextBlock",
+    "TranscriptWriter",
+]
+
+_LAZY = {"SubagentControl": "controlplane._facade"}
+
+
+def __getattr__(name: str) -> Any:
+    # The facade wires actors and persistence, which import this package's contract:
+    # loading it lazily keeps `import persistence` / `import actors` free of cycles.
+    module_name = _LAZY.get(name)
+    if module_name is None:
+        raise AttributeError(f"module 'controlplane' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module_name), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

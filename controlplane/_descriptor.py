@@ -1,0 +1,77 @@
+"""The versioned, JSON-only record of how to re-create a child."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from controlplane._errors import ErrorCode, SubagentControlError
+from controlplane._json import JsonValue, plain_json
+from controlplane._session import EventKind, SessionEvent
+
+__all__ = ["DESCRIPTOR_VERSION", "Descriptor", "fold_descriptor"]
+
+DESCRIPTOR_VERSION: Literal[1] = 1
+
+
+class Descriptor(BaseModel):
+    """How to re-create a child: provider, model selectors, persona, tool filter, inputs.
+
+    Unset fields are omitted from the stored event (`to_event_data`), never written as null.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    version: Literal[1] = DESCRIPTOR_VERSION
+    provider: str = Field(min_length=1)
+    agent_provider: str | None = None
+    agent_model: str | None = None
+    persona: str | None = None
+    tool_filter: dict[str, JsonValue] | None = None
+    inputs: dict[str, JsonValue] | None = None
+
+    @classmethod
+    def build(cls, **fields: Any) -> Descriptor:
+        """Build a descriptor from plain values, detaching and checking every JSON field.
+
+        Raises:
+            SubagentControlError: ``INVALID_DESCRIPTOR`` for a value that is not plain JSON.
+        """
+        for name in ("tool_filter", "inputs"):
+            if fields.get(name) is not None:
+                fields[name] = plain_json(
+                    fields[name], code=ErrorCode.INVALID_DESCRIPTOR, what=f"descriptor {name}"
+                )
+        try:
+            return cls(**fields)
+        except ValidationError as exc:
+            raise SubagentControlError(
+                ErrorCode.INVALID_DESCRIPTOR, f"invalid descriptor: {_first_error(exc)}"
+            ) from exc
+
+    def to_event_data(self) -> dict[str, JsonValue]:
+        """The JSON stored in the ``subagent/descriptor`` event."""
+        return self.model_dump(mode="json", exclude_none=True)
+
+
+def fold_descriptor(events: Iterable[SessionEvent]) -> Descriptor | None:
+    """The newest supported descriptor among ``events``, or None when there is none."""
+    newest: Descriptor | None = None
+    for event in events:
+        if event.kind != EventKind.DESCRIPTOR or not isinstance(event.data, dict):
+            continue
+        if event.data.get("version") != DESCRIPTOR_VERSION:
+            continue
+        try:
+            newest = Descriptor.model_validate(event.data)
+        except ValidationError:
+            continue
+    return newest
+
+
+def _first_error(exc: ValidationError) -> str:
+    error = exc.errors()[0]
+    where = ".".join(str(part) for part in error["loc"]) or "value"
+    return f"{where}: {error['msg']}"

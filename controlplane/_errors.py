@@ -1,0 +1,69 @@
+"""The one error type of the control plane and its stable codes."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+__all__ = ["ErrorCode", "SubagentControlError"]
+
+
+class ErrorCode(StrEnum):
+    """Stable error codes; each value equals its name."""
+
+    UNKNOWN_PROVIDER = "UNKNOWN_PROVIDER"
+    PERSISTENCE_UNAVAILABLE = "PERSISTENCE_UNAVAILABLE"
+    INVALID_DESCRIPTOR = "INVALID_DESCRIPTOR"
+    NO_CONTROL_SURFACE = "NO_CONTROL_SURFACE"
+    UNAUTHORIZED = "UNAUTHORIZED"
+    OWNERSHIP_CONFLICT = "OWNERSHIP_CONFLICT"
+    NOT_DELIVERED = "NOT_DELIVERED"
+    NOT_RESUMABLE = "NOT_RESUMABLE"
+    TASK_NOT_FOUND = "TASK_NOT_FOUND"
+    CANCELLED = "CANCELLED"
+    DURABILITY_FAILED = "DURABILITY_FAILED"
+    INVALID_INPUT = "INVALID_INPUT"
+    STORE_UNAVAILABLE = "STORE_UNAVAILABLE"
+    CLOSED = "CLOSED"
+    CHILD_NOT_FOUND = "CHILD_NOT_FOUND"
+    CHILD_EXISTS = "CHILD_EXISTS"
+    TIMEOUT = "TIMEOUT"
+
+
+class SubagentControlError(Exception):
+    """Raised for every failure the control plane reports.
+
+    Attributes:
+        code: The stable `ErrorCode`; branch on it, never on the message.
+        message: What happened and what the caller can do about it.
+        child_id: The child concerned, when there is one.
+        task_id: The Task concerned, when there is one.
+    """
+
+    def __init__(
+        self,
+        code: ErrorCode,
+        message: str,
+        *,
+        child_id: str | None = None,
+        task_id: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.child_id = child_id
+        self.task_id = task_id
+
+    def __str__(self) -> str:
+        return f"[{self.code.value}] {self.message}"
+
+    def __repr__(self) -> str:
+        return f"SubagentControlError({self.code.value!r}, {self.message!r})"
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuild, (self.code, self.message, self.child_id, self.task_id))
+
+
+def _rebuild(
+    code: ErrorCode, message: str, child_id: str | None, task_id: str | None
+) -> SubagentControlError:
+    return SubagentControlError(code, message, child_id=child_id, task_id=task_id)

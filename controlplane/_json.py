@@ -1,0 +1,60 @@
+"""Plain-JSON checking: the one gate every stored or descriptor value passes."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from controlplane._errors import ErrorCode, SubagentControlError
+
+__all__ = ["JsonValue", "dumps", "plain_json"]
+
+JsonValue = Any
+"""A value made only of dict (str keys), list, str, int, finite float, bool and None."""
+
+MAX_DEPTH = 200
+
+
+def plain_json(value: object, *, code: ErrorCode, what: str) -> JsonValue:
+    """Return a detached deep copy of ``value`` if it is plain JSON, else raise.
+
+    Tuples are accepted as lists. Sets, bytes, arbitrary objects, non-string keys,
+    NaN and Infinity are refused with ``code``, naming the offending path.
+    """
+    return _copy(value, code, what, "$", 0)
+
+
+def _copy(value: object, code: ErrorCode, what: str, path: str, depth: int) -> JsonValue:
+    if depth > MAX_DEPTH:
+        raise SubagentControlError(code, f"{what} is nested deeper than {MAX_DEPTH} levels")
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise SubagentControlError(
+                code, f"{what} holds {value!r} at {path}; JSON has no NaN or Infinity"
+            )
+        return float(value)
+    if isinstance(value, Mapping):
+        out: dict[str, JsonValue] = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise SubagentControlError(
+                    code, f"{what} has a non-string key {key!r} at {path}; JSON keys are strings"
+                )
+            out[key] = _copy(item, code, what, f"{path}.{key}", depth + 1)
+        return out
+    if isinstance(value, (list, tuple)):
+        return [_copy(item, code, what, f"{path}[{i}]", depth + 1) for i, item in enumerate(value)]
+    raise SubagentControlError(
+        code, f"{what} holds a {type(value).__name__} at {path}, which is not plain JSON"
+    )
+
+
+def dumps(value: JsonValue) -> str:
+    """Serialise a value already checked by `plain_json`, compactly and strictly."""
+    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))

@@ -1,0 +1,53 @@
+"""Inputs and results of the two entry points, `start_continuable` and `send_message`."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from controlplane._agents import AgentHandle
+from controlplane._content import TextBlock
+from controlplane._session import NewEvent
+
+__all__ = ["ContinuableStart", "ContinuableStartSpec", "SendResult"]
+
+
+class ContinuableStartSpec(BaseModel):
+    """What to start: a provider, a label, a prompt and the parent that owns the child.
+
+    ``agent_provider``/``agent_model`` default to the parent's `ModelSelector`; a selector
+    neither declares is omitted from the descriptor. ``seed_events`` (for the ``fork``
+    provider) are copied into the child once, as its seed.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+
+    provider: str
+    label: str
+    prompt: list[TextBlock]
+    parent: AgentHandle
+    persona: str | None = None
+    tool_filter: dict[str, Any] | None = None
+    agent_provider: str | None = None
+    agent_model: str | None = None
+    inputs: dict[str, Any] | None = None
+    seed_events: list[NewEvent] | None = None
+
+
+class ContinuableStart(BaseModel):
+    """The ids `start_continuable` returns at once."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    child_id: str
+    task_id: str
+
+
+class SendResult(BaseModel):
+    """How `send_message` delivered: into the running turn, or by starting a new one."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    route: Literal["steered", "started"]
+    task_id: str = Field(min_length=1)

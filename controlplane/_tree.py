@@ -1,0 +1,78 @@
+"""The actor-tree dump: what the runtime is doing right now."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+__all__ = ["ActivationNode", "ActorTree", "SupervisorNode", "SupervisorState"]
+
+_FROZEN = ConfigDict(frozen=True, extra="forbid")
+
+SupervisorState = Literal["idle", "starting", "running", "settling", "busy"]
+
+
+class ActivationNode(BaseModel):
+    """One activation actor, named by its Task id."""
+
+    model_config = _FROZEN
+
+    task_id: str
+    kind: Literal["initial", "resumed"]
+    published: bool
+    task_status: str
+    cancel_reason: str | None = None
+    age_s: float
+
+
+class SupervisorNode(BaseModel):
+    """One supervisor actor, named by its child id.
+
+    ``state`` is ``busy`` when the supervisor did not answer within the dump's bound; the
+    other fields are then the last values known without asking it.
+    """
+
+    model_config = _FROZEN
+
+    child_id: str
+    parent_session: str | None
+    state: SupervisorState
+    task_id: str | None = None
+    task_status: str | None = None
+    held_messages: int = 0
+    mailbox_depth: int = 0
+    last_activity: datetime
+    activation: ActivationNode | None = None
+
+
+class ActorTree(BaseModel):
+    """The root actor and the supervisors under it."""
+
+    model_config = _FROZEN
+
+    taken_at: datetime
+    closed: bool
+    supervisors: list[SupervisorNode]
+
+    def render(self) -> str:
+        """A readable, indented text tree."""
+        lines = [f"root ({len(self.supervisors)} supervisors{', closed' if self.closed else ''})"]
+        for i, sup in enumerate(self.supervisors):
+            last = i == len(self.supervisors) - 1
+            lines.append(
+                f"{'└─' if last else '├─'} supervisor {sup.child_id} [{sup.state}]"
+                f" parent={sup.parent_session or '?'} held={sup.held_messages}"
+                f" mailbox={sup.mailbox_depth}"
+            )
+            act = sup.activation
+            if act is not None:
+                pad = "   " if last else "│  "
+                cancel = f" cancel={act.cancel_reason!r}" if act.cancel_reason else ""
+                lines.append(
+                    f"{pad}└─ activation {act.task_id} ({act.kind},"
+                    f" {'published' if act.published else 'unpublished'},"
+                    f" {act.task_status}, {act.age_s:.1f}s){cancel}"
+                )
+        return "\n".join(lines)
