@@ -31,6 +31,10 @@ from controlplane._tree import ActivationNode, ActorTree, SupervisorNode
 
 if TYPE_CHECKING:
     from controlplane._facade import SubagentControl
+    from controlplane._fork import ForkProvider
+    from controlplane._inprocess import InProcessProvider
+    from controlplane._model import ChatMessage, ModelAdapter, ModelReply, ModelRequest
+    from controlplane._scripted import ScriptedModel
 
 __all__ = [
     "ActivationNode",
@@ -38,6 +42,7 @@ __all__ = [
     "AgentHandle",
     "AgentRegistry",
     "CancelSignal",
+    "ChatMessage",
     "ChildMeta",
     "ContentBlock",
     "ContinuableStart",
@@ -45,12 +50,18 @@ __all__ = [
     "Descriptor",
     "ErrorCode",
     "EventKind",
+    "ForkProvider",
+    "InProcessProvider",
     "LoadedSession",
     "MessageSource",
+    "ModelAdapter",
+    "ModelReply",
+    "ModelRequest",
     "ModelSelector",
     "NewEvent",
     "ProviderRegistry",
     "ResumeRequest",
+    "ScriptedModel",
     "SendResult",
     "SessionEvent",
     "StartRequest",
@@ -68,7 +79,16 @@ __all__ = [
     "TranscriptWriter",
 ]
 
-_LAZY = {"SubagentControl": "controlplane._facade"}
+_LAZY = {
+    "ChatMessage": "controlplane._model",
+    "ForkProvider": "controlplane._fork",
+    "InProcessProvider": "controlplane._inprocess",
+    "ModelAdapter": "controlplane._model",
+    "ModelReply": "controlplane._model",
+    "ModelRequest": "controlplane._model",
+    "ScriptedModel": "controlplane._scripted",
+    "SubagentControl": "controlplane._facade",
+}
 
 
 def __getattr__(name: str) -> Any:
