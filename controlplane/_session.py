@@ -47,6 +47,8 @@ class ChildMeta(BaseModel):
     depth: int = Field(ge=1)
     seed_length: int = Field(default=0, ge=0)
     created_at: datetime = Field(default_factory=utcnow)
+    label: str | None = Field(default=None, max_length=1000)
+    """The label the child was started with (what `list_agents` shows)."""
 
 
 class NewEvent(BaseModel):
