@@ -15,6 +15,7 @@ __all__ = ["AgentHandle", "AgentRegistry"]
 log = logging.getLogger(__name__)
 
 _serials = itertools.count(1)
+_last_serial = 0
 
 
 class AgentHandle:
@@ -37,7 +38,8 @@ class AgentHandle:
         self.session_id = session_id
         self.model = model
         self.depth = depth
-        self.serial = next(_serials)
+        global _last_serial
+        self.serial = _last_serial = next(_serials)
         self._live = True
 
     @property
@@ -102,6 +104,11 @@ class AgentRegistry:
         """Every live agent, in registration order."""
         with self._lock:
             return list(self._agents.values())
+
+    @staticmethod
+    def last_serial() -> int:
+        """The serial of the newest handle created so far (handles are numbered in order)."""
+        return _last_serial
 
     def on_dispose(self, hook: Callable[[AgentHandle], object]) -> None:
         """Call ``hook(handle)`` after an agent is disposed (used to kill its Tasks)."""

@@ -28,10 +28,12 @@ class ContinuableStartSpec(BaseModel):
     prompt: list[TextBlock]
     parent: AgentHandle
     persona: str | None = None
-    tool_filter: dict[str, Any] | None = None
+    # Checked (plain JSON, detached copy) by `start_continuable`, which refuses anything
+    # else with INVALID_DESCRIPTOR; typed loosely here so a bad value reaches that check.
+    tool_filter: Any = None
     agent_provider: str | None = None
     agent_model: str | None = None
-    inputs: dict[str, Any] | None = None
+    inputs: Any = None
     seed_events: list[NewEvent] | None = None
 
 

@@ -1,0 +1,21 @@
+"""The actor tree: a root, one supervisor per child session, one actor per activation."""
+
+from actors.activation import ActivationActor
+from actors.context import ActorContext
+from actors.messages import ActivationPlan, SpawnChild
+from actors.root import RootActor, RootActorProxy, Route, RoutingTable
+from actors.supervisor import ChildSupervisor, ChildSupervisorProxy, follow_up_label
+
+__all__ = [
+    "ActivationActor",
+    "ActivationPlan",
+    "ActorContext",
+    "ChildSupervisor",
+    "ChildSupervisorProxy",
+    "RootActor",
+    "RootActorProxy",
+    "Route",
+    "RoutingTable",
+    "SpawnChild",
+    "follow_up_label",
+]

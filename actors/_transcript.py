@@ -1,0 +1,166 @@
+"""One activation's transcript writer: ordered, held until publication, closed at turn end."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Literal
+
+from controlplane._content import MessageSource, TextBlock, text_of
+from controlplane._errors import ErrorCode, SubagentControlError
+from controlplane._json import plain_json
+from controlplane._session import ChildMeta, EventKind, NewEvent
+
+if TYPE_CHECKING:
+    from persistence import SqlStore
+
+__all__ = ["ActivationTranscript", "message_data"]
+
+
+def message_data(message: Sequence[TextBlock]) -> dict[str, Any]:
+    """The stored ``data`` of an inbound message (prompt or steering)."""
+    return {"text": text_of(message)}
+
+
+class ActivationTranscript:
+    """Writes one activation's turn to the child's transcript, in order.
+
+    One lock orders every write of the turn: the frame, the provider's events, steering
+    messages and the turn end. Provider writes before publication are held and written right
+    after the frame; a steer runs ``run.steer`` and records its ``steering/message`` under
+    the same lock, so the message is always in the transcript before any reply it causes.
+    """
+
+    def __init__(self, store: SqlStore, child_id: str, turn: int) -> None:
+        self._store = store
+        self._child_id = child_id
+        self._turn = turn
+        self._lock = threading.Lock()
+        self._state: Literal["held", "open", "closed"] = "held"
+        self._held: list[NewEvent] = []
+
+    @property
+    def turn(self) -> int:
+        """The turn number of this activation."""
+        return self._turn
+
+    # -- the provider's side (TranscriptWriter) --------------------------------------
+
+    def append(self, kind: str, data: Any, *, source: MessageSource | None = None) -> None:
+        """Append one event of the child's own production (``assistant/message``, …)."""
+        if not isinstance(kind, str) or not kind:
+            raise SubagentControlError(ErrorCode.INVALID_INPUT, "an event kind must be a string")
+        event = NewEvent(
+            kind=kind,
+            turn=self._turn,
+            data=plain_json(data, code=ErrorCode.INVALID_INPUT, what=f"{kind} event data"),
+            source=source,
+        )
+        with self._lock:
+            if self._state == "held":
+                self._held.append(event)
+            elif self._state == "open":
+                self._write([event])
+            else:
+                raise SubagentControlError(
+                    ErrorCode.CLOSED,
+                    f"turn {self._turn} of child {self._child_id} has ended; nothing was written",
+                    child_id=self._child_id,
+                )
+
+    # -- the control plane's side ----------------------------------------------------
+
+    def frame(
+        self, prompt: Sequence[TextBlock], source: MessageSource, **start: Any
+    ) -> list[NewEvent]:
+        """The events that open the turn: ``turn/start`` then the prompt as ``user/message``."""
+        return [
+            NewEvent(kind=EventKind.TURN_START, turn=self._turn, data=start),
+            NewEvent(
+                kind=EventKind.USER_MESSAGE,
+                turn=self._turn,
+                data=message_data(prompt),
+                source=source,
+            ),
+        ]
+
+    def publish(self, frame: Sequence[NewEvent], *, header: ChildMeta | None = None) -> None:
+        """Write the frame (with the header for a new child), then the held events, at once.
+
+        Raises:
+            SubagentControlError: ``DURABILITY_FAILED`` if the store keeps failing.
+        """
+        with self._lock:
+            events = [*frame, *self._held]
+            try:
+                if header is not None:
+                    self._store.create_child(header, events)
+                else:
+                    self._store.append(self._child_id, events)
+            except SubagentControlError as exc:
+                self._state = "closed"
+                raise _durability(self._child_id, "publish the turn", exc) from exc
+            self._held = []
+            self._state = "open"
+
+    def steer(
+        self, deliver: Callable[[], object], message: Sequence[TextBlock], source: MessageSource
+    ) -> None:
+        """Hand ``message`` to the run (``deliver``) and record it as ``steering/message``.
+
+        Raises:
+            SubagentControlError: ``NOT_DELIVERED`` if the run refuses it (nothing written);
+                ``DURABILITY_FAILED`` if the run took it but the store keeps failing.
+        """
+        event = NewEvent(
+            kind=EventKind.STEERING_MESSAGE,
+            turn=self._turn,
+            data=message_data(message),
+            source=source,
+        )
+        with self._lock:
+            if self._state != "open":
+                raise _not_delivered(self._child_id, "its turn has ended")
+            try:
+                deliver()
+            except Exception as exc:
+                raise _not_delivered(self._child_id, f"the turn settled first ({exc})") from exc
+            try:
+                self._write([event])
+            except SubagentControlError as exc:
+                raise _durability(self._child_id, "record the steered message", exc) from exc
+
+    def close(self, end: dict[str, Any] | None) -> None:
+        """End the turn: write ``turn/end`` (when published) and refuse later writes.
+
+        Raises:
+            SubagentControlError: ``DURABILITY_FAILED`` if ``turn/end`` cannot be written.
+        """
+        with self._lock:
+            was_open, self._state = self._state == "open", "closed"
+            self._held = []
+            if not was_open or end is None:
+                return
+            try:
+                self._write([NewEvent(kind=EventKind.TURN_END, turn=self._turn, data=end)])
+            except SubagentControlError as exc:
+                raise _durability(self._child_id, "record the end of the turn", exc) from exc
+
+    def _write(self, events: list[NewEvent]) -> None:
+        self._store.append(self._child_id, events)
+
+
+def _not_delivered(child_id: str, why: str) -> SubagentControlError:
+    return SubagentControlError(
+        ErrorCode.NOT_DELIVERED,
+        f"child {child_id}: {why}; the message was not delivered; retry after it settles",
+        child_id=child_id,
+    )
+
+
+def _durability(child_id: str, what: str, exc: SubagentControlError) -> SubagentControlError:
+    return SubagentControlError(
+        ErrorCode.DURABILITY_FAILED,
+        f"durability failed: could not {what} for child {child_id}: {exc.message}",
+        child_id=child_id,
+    )

@@ -1,0 +1,305 @@
+"""The activation actor: one run of a child, bound to one Task and one result.
+
+It owns the Task's producer: begin (load, authorize, fold the descriptor, call the
+provider), publish the run to its supervisor, await the result, dispose the run, and only
+then record the Task outcome. Its mailbox is blocked for the whole turn on purpose: nothing
+is ever sent to it; cancellation reaches it out-of-band through its `CancelSignal`.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import pykka
+
+from actors._transcript import ActivationTranscript, message_data
+from actors.context import ActorContext
+from actors.messages import ActivationEnded, ActivationPlan, Published
+from controlplane._content import text_of
+from controlplane._descriptor import Descriptor, fold_descriptor
+from controlplane._errors import ErrorCode, SubagentControlError
+from controlplane._provider import (
+    ResumeRequest,
+    StartRequest,
+    StopReason,
+    SubagentProvider,
+    SubagentRun,
+)
+from controlplane._session import ChildMeta, EventKind, NewEvent, SessionEvent, utcnow
+from controlplane._task_types import TaskOutcome, TaskStatus
+
+__all__ = ["ActivationActor"]
+
+log = logging.getLogger(__name__)
+
+
+class _Settle(Exception):
+    """Ends the activation early with ``outcome`` (internal control flow)."""
+
+    def __init__(self, outcome: TaskOutcome) -> None:
+        super().__init__(outcome.detail)
+        self.outcome = outcome
+
+
+@dataclass(frozen=True, slots=True)
+class _Begin:
+    """Sent by the activation to itself so the turn runs as its first message."""
+
+
+@dataclass(slots=True)
+class _Prepared:
+    provider: SubagentProvider
+    request: StartRequest | ResumeRequest
+    transcript: ActivationTranscript
+    frame: list[NewEvent]
+    header: ChildMeta | None
+
+
+class ActivationActor(pykka.ThreadingActor):
+    """Runs one activation from begin to recorded outcome, then stops itself."""
+
+    # A provider that ignores its signal must not keep the process alive after close()
+    # gave up waiting for it; every other actor is non-daemon and always stopped.
+    use_daemon_thread = True
+
+    def __init__(
+        self, context: ActorContext, plan: ActivationPlan, supervisor: pykka.ActorRef[Any]
+    ) -> None:
+        super().__init__()
+        self._ctx = context
+        self._plan = plan
+        self._supervisor = supervisor
+
+    def on_start(self) -> None:
+        self.actor_ref.tell(_Begin())
+
+    def on_receive(self, message: Any) -> Any:
+        if isinstance(message, _Begin):
+            try:
+                self._execute()
+            finally:
+                self.stop()
+        return None
+
+    # -- the turn ---------------------------------------------------------------------
+
+    def _execute(self) -> None:
+        plan = self._plan
+        run: SubagentRun | None = None
+        prepared: _Prepared | None = None
+        published = False
+        try:
+            prepared = self._prepare()
+            run = self._call_provider(prepared)
+            if plan.signal.aborted:
+                # Killed while the provider was starting: never publish a run we must drop.
+                raise _Settle(_killed(plan.signal.reason))
+            try:
+                prepared.transcript.publish(prepared.frame, header=prepared.header)
+            except SubagentControlError as exc:
+                raise _Settle(_failed(exc.message, exc.code)) from exc
+            published = True
+            self._tell(Published(task_id=plan.task_id, run=run, transcript=prepared.transcript))
+            outcome = self._await_result(run)
+        except _Settle as settle:
+            outcome = settle.outcome
+        except Exception as exc:
+            # A bug here must still settle the Task, or its owner would wait forever.
+            log.exception("activation %s crashed", plan.task_id)
+            outcome = _failed(f"internal error: {exc}")
+        if run is not None:
+            outcome = self._dispose(run, outcome)
+        if prepared is not None:
+            outcome = self._end_turn(prepared.transcript, outcome, published)
+        self._ctx.tasks.settle(plan.task_id, outcome)
+        self._tell(ActivationEnded(task_id=plan.task_id))
+
+    def _prepare(self) -> _Prepared:
+        plan = self._plan
+        if plan.kind == "initial":
+            return self._prepare_initial()
+        return self._prepare_resumed()
+
+    def _prepare_initial(self) -> _Prepared:
+        plan = self._plan
+        assert plan.descriptor is not None
+        assert plan.depth is not None
+        squatter = self._ctx.agents.get(plan.child_id)
+        if squatter is not None:
+            raise _Settle(_failed(_conflict(plan.child_id), ErrorCode.OWNERSHIP_CONFLICT))
+        provider = self._provider(plan.descriptor)
+        transcript = ActivationTranscript(self._ctx.store, plan.child_id, turn=1)
+        now = utcnow()
+        seed = [
+            SessionEvent(seq=i, turn=0, kind=e.kind, data=e.data, source=e.source, created_at=now)
+            for i, e in enumerate(plan.seed, start=1)
+        ]
+        frame = [
+            *(NewEvent(kind=e.kind, turn=0, data=e.data, source=e.source) for e in plan.seed),
+            *self._frame(transcript),
+            NewEvent(kind=EventKind.DESCRIPTOR, turn=1, data=plan.descriptor.to_event_data()),
+        ]
+        header = ChildMeta(
+            child_id=plan.child_id,
+            parent_session=plan.parent.session_id,
+            depth=plan.depth,
+            seed_length=len(seed),
+            label=plan.label,
+        )
+        request = StartRequest(
+            child_id=plan.child_id,
+            prompt=list(plan.prompt),
+            source=plan.source,
+            parent=plan.parent,
+            descriptor=plan.descriptor,
+            depth=plan.depth,
+            transcript=transcript,
+            seed=seed,
+        )
+        return _Prepared(provider, request, transcript, frame, header)
+
+    def _prepare_resumed(self) -> _Prepared:
+        plan = self._plan
+        child = plan.child_id
+        try:
+            loaded = self._ctx.store.load(child)
+        except SubagentControlError as exc:
+            raise _Settle(
+                _failed(f"child {child} is unavailable: {exc.message}", ErrorCode.NOT_RESUMABLE)
+            ) from exc
+        # The load may have taken long: a kill that arrived meanwhile wins over the provider.
+        if plan.signal.aborted:
+            raise _Settle(_killed(plan.signal.reason))
+        if loaded.meta.parent_session != plan.parent.session_id:
+            raise _Settle(
+                _failed(
+                    f"child {child} belongs to another parent session; only its direct parent "
+                    "can continue it",
+                    ErrorCode.UNAUTHORIZED,
+                )
+            )
+        descriptor = fold_descriptor(loaded.own_events)
+        if descriptor is None:
+            raise _Settle(
+                _failed(
+                    f"child {child} has no supported descriptor, so it cannot be re-created; "
+                    "do not retry",
+                    ErrorCode.NOT_RESUMABLE,
+                )
+            )
+        provider = self._provider(descriptor)
+        transcript = ActivationTranscript(self._ctx.store, child, turn=loaded.last_turn + 1)
+        request = ResumeRequest(
+            child_id=child,
+            prompt=list(plan.prompt),
+            source=plan.source,
+            parent=plan.parent,
+            descriptor=descriptor,
+            depth=loaded.meta.depth,
+            transcript=transcript,
+            seed=loaded.seed,
+            events=loaded.own_events,
+        )
+        return _Prepared(provider, request, transcript, self._frame(transcript), None)
+
+    def _frame(self, transcript: ActivationTranscript) -> list[NewEvent]:
+        plan = self._plan
+        return [
+            NewEvent(
+                kind=EventKind.TURN_START,
+                turn=transcript.turn,
+                data={"task_id": plan.task_id, "activation": plan.kind, "label": plan.label},
+            ),
+            NewEvent(
+                kind=EventKind.USER_MESSAGE,
+                turn=transcript.turn,
+                data=message_data(plan.prompt),
+                source=plan.source,
+            ),
+        ]
+
+    def _provider(self, descriptor: Descriptor) -> SubagentProvider:
+        try:
+            return self._ctx.providers.get(descriptor.provider)
+        except SubagentControlError as exc:
+            raise _Settle(_failed(exc.message, exc.code)) from exc
+
+    def _call_provider(self, prepared: _Prepared) -> SubagentRun:
+        signal = self._plan.signal
+        try:
+            if isinstance(prepared.request, ResumeRequest):
+                return prepared.provider.resume(prepared.request, signal)
+            return prepared.provider.start(prepared.request, signal)
+        except Exception as exc:
+            if signal.aborted:
+                raise _Settle(_killed(signal.reason)) from exc
+            code = exc.code if isinstance(exc, SubagentControlError) else None
+            raise _Settle(_failed(_error_text(exc), code)) from exc
+
+    def _await_result(self, run: SubagentRun) -> TaskOutcome:
+        try:
+            result = run.result()
+        except Exception as exc:
+            return _failed(_error_text(exc))
+        reason = str(result.stop_reason)
+        if reason == StopReason.COMPLETED:
+            return TaskOutcome(status=TaskStatus.COMPLETED, output=text_of(result.output))
+        if reason == StopReason.ABORTED:
+            return _killed(self._plan.signal.reason)
+        return _failed(reason)
+
+    def _dispose(self, run: SubagentRun, outcome: TaskOutcome) -> TaskOutcome:
+        try:
+            run.dispose()
+        except Exception as exc:
+            earlier = outcome.detail or outcome.status.value
+            outcome = _failed(f"{earlier}; dispose failed: {_error_text(exc)}")
+        # A terminal Task leaves the durable child but no live child agent.
+        agent = getattr(run, "local_agent", None)
+        if agent is not None and agent.is_live:
+            agent.dispose()
+        return outcome
+
+    def _end_turn(
+        self, transcript: ActivationTranscript, outcome: TaskOutcome, published: bool
+    ) -> TaskOutcome:
+        end = {"task_id": self._plan.task_id, "status": outcome.status.value}
+        try:
+            transcript.close(end if published else None)
+        except SubagentControlError as exc:
+            earlier = outcome.detail or outcome.status.value
+            return _failed(f"{earlier}; {exc.message}", ErrorCode.DURABILITY_FAILED)
+        return outcome
+
+    def _tell(self, message: Published | ActivationEnded) -> None:
+        try:
+            self._supervisor.tell(message)
+        except pykka.ActorDeadError:
+            # The supervisor is gone (close gave up waiting): nobody will release the Task.
+            if isinstance(message, ActivationEnded):
+                self._ctx.tasks.release(message.task_id)
+
+
+def _failed(detail: str, code: ErrorCode | None = None) -> TaskOutcome:
+    return TaskOutcome(status=TaskStatus.FAILED, detail=detail, code=code)
+
+
+def _killed(reason: str | None) -> TaskOutcome:
+    return TaskOutcome(
+        status=TaskStatus.KILLED, detail=reason or "killed", code=ErrorCode.CANCELLED
+    )
+
+
+def _conflict(child_id: str) -> str:
+    return (
+        f"a live agent already uses the id of child {child_id}; it is never adopted, so the "
+        "child cannot run while it lives"
+    )
+
+
+def _error_text(exc: BaseException) -> str:
+    if isinstance(exc, SubagentControlError):
+        return exc.message
+    return str(exc) or type(exc).__name__

@@ -1,0 +1,25 @@
+"""What every actor of one control plane shares: the store and the thread-safe services."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from controlplane._agents import AgentRegistry
+from controlplane._provider import ProviderRegistry
+from controlplane._tasks import TaskService
+
+if TYPE_CHECKING:
+    from persistence import SqlStore
+
+__all__ = ["ActorContext"]
+
+
+@dataclass(frozen=True, slots=True)
+class ActorContext:
+    """The shared, thread-safe collaborators of the root, supervisor and activation actors."""
+
+    store: SqlStore
+    tasks: TaskService
+    agents: AgentRegistry
+    providers: ProviderRegistry

@@ -1,0 +1,136 @@
+"""Messages that cross actor boundaries. All frozen; none carries ORM rows or sessions."""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from datetime import datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from actors._transcript import ActivationTranscript
+from controlplane._agents import AgentHandle
+from controlplane._content import MessageSource, TextBlock
+from controlplane._descriptor import Descriptor
+from controlplane._errors import SubagentControlError
+from controlplane._provider import SubagentRun
+from controlplane._session import NewEvent
+from controlplane._signal import CancelSignal
+from controlplane._spec import SendResult
+from controlplane._tree import SupervisorNode
+
+__all__ = [
+    "ActivationEnded",
+    "ActivationPlan",
+    "Describe",
+    "DescribeAll",
+    "EnsureSupervisor",
+    "Published",
+    "SendMessage",
+    "SendReply",
+    "Shutdown",
+    "SpawnChild",
+    "StopAccepting",
+]
+
+_MESSAGE = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+
+SendReply = SendResult | SubagentControlError | Future[SendResult]
+"""A supervisor's answer to `SendMessage`: a result, a refusal, or — for a message held
+until publication — a future resolved at delivery."""
+
+
+class ActivationPlan(BaseModel):
+    """Everything an activation actor needs to run one turn of a child."""
+
+    model_config = _MESSAGE
+
+    kind: Literal["initial", "resumed"]
+    task_id: str
+    child_id: str
+    parent: AgentHandle
+    prompt: tuple[TextBlock, ...]
+    source: MessageSource
+    signal: CancelSignal
+    label: str
+    # Initial activations only: the snapshot taken by start_continuable.
+    descriptor: Descriptor | None = None
+    depth: int | None = None
+    seed: tuple[NewEvent, ...] = ()
+
+
+class SpawnChild(BaseModel):
+    """Root: create the supervisor of a new child with its initial activation."""
+
+    model_config = _MESSAGE
+
+    plan: ActivationPlan
+
+
+class EnsureSupervisor(BaseModel):
+    """Root: the supervisor of ``child_id``, created idle if this process has none."""
+
+    model_config = _MESSAGE
+
+    child_id: str
+
+
+class StopAccepting(BaseModel):
+    """Root: refuse to create supervisors from now on (close has begun)."""
+
+    model_config = _MESSAGE
+
+
+class Shutdown(BaseModel):
+    """Root: stop every supervisor (close, after settlement)."""
+
+    model_config = _MESSAGE
+
+    timeout_s: float
+
+
+class DescribeAll(BaseModel):
+    """Root: describe every supervisor, not waiting past ``timeout_s`` for any."""
+
+    model_config = _MESSAGE
+
+    timeout_s: float
+
+
+class SendMessage(BaseModel):
+    """Supervisor: steer the running activation or resume the child. Replies `SendReply`."""
+
+    model_config = _MESSAGE
+
+    parent: AgentHandle
+    message: tuple[TextBlock, ...]
+    source: MessageSource
+
+
+class Published(BaseModel):
+    """Supervisor (from the activation): the run is durable and live; deliver held messages."""
+
+    model_config = _MESSAGE
+
+    task_id: str
+    run: SubagentRun
+    transcript: ActivationTranscript
+
+
+class ActivationEnded(BaseModel):
+    """Supervisor (from the activation): the Task has its outcome; drop the association."""
+
+    model_config = _MESSAGE
+
+    task_id: str
+
+
+class Describe(BaseModel):
+    """Supervisor: reply with its `SupervisorNode`."""
+
+    model_config = _MESSAGE
+
+    now: datetime
+
+
+DescribeReply = SupervisorNode

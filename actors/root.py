@@ -1,0 +1,197 @@
+"""The root actor: owns the supervisors' lifecycle (creation, shutdown, tree dump).
+
+The routing table ``child_id → supervisor`` is written only by the root but readable from
+any thread without a hand-off, so the steer path costs two hops (caller → supervisor →
+caller). pykka's `ActorRegistry` lookups are linear scans; this table is a dict.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import pykka
+
+from actors.context import ActorContext
+from actors.messages import (
+    Describe,
+    DescribeAll,
+    EnsureSupervisor,
+    Shutdown,
+    SpawnChild,
+    StopAccepting,
+)
+from actors.supervisor import ChildSupervisor, ChildSupervisorProxy
+from controlplane._errors import ErrorCode, SubagentControlError
+from controlplane._session import utcnow
+from controlplane._tree import SupervisorNode
+
+__all__ = ["RootActor", "RootActorProxy", "Route", "RoutingTable"]
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """A routing-table entry."""
+
+    child_id: str
+    supervisor: ChildSupervisorProxy
+    parent_session: str | None
+    created_at: datetime = field(default_factory=utcnow)
+
+
+class RoutingTable:
+    """``child_id → Route``; written by the root, read lock-free by any thread."""
+
+    def __init__(self) -> None:
+        self._routes: dict[str, Route] = {}
+        self._lock = threading.Lock()
+
+    def get(self, child_id: str) -> Route | None:
+        """The route of a child, if its supervisor exists (a plain dict read)."""
+        return self._routes.get(child_id)
+
+    def routes(self) -> list[Route]:
+        """Every route, in creation order."""
+        with self._lock:
+            return list(self._routes.values())
+
+    def __len__(self) -> int:
+        return len(self._routes)
+
+    def _put(self, route: Route) -> None:
+        with self._lock:
+            self._routes[route.child_id] = route
+
+    def _clear(self) -> None:
+        with self._lock:
+            self._routes.clear()
+
+
+class RootActor(pykka.ThreadingActor):
+    """Creates supervisors on demand, dumps them, and stops them on shutdown."""
+
+    def __init__(self, context: ActorContext, table: RoutingTable) -> None:
+        super().__init__()
+        self._ctx = context
+        self._table = table
+        self._accepting = True
+
+    def on_receive(self, message: Any) -> Any:
+        if isinstance(message, SpawnChild):
+            return self._spawn(message)
+        if isinstance(message, EnsureSupervisor):
+            return self._ensure(message.child_id)
+        if isinstance(message, DescribeAll):
+            return self._describe_all(message.timeout_s)
+        if isinstance(message, StopAccepting):
+            self._accepting = False
+            return None
+        if isinstance(message, Shutdown):
+            return self._shutdown(message.timeout_s)
+        raise TypeError(f"root actor got an unknown message {message!r}")
+
+    def _check_accepting(self) -> None:
+        if not self._accepting:
+            raise SubagentControlError(
+                ErrorCode.CLOSED, "the control plane is closing; nothing was started"
+            )
+
+    def _spawn(self, spawn: SpawnChild) -> Route:
+        self._check_accepting()
+        plan = spawn.plan
+        if self._table.get(plan.child_id) is not None:
+            raise SubagentControlError(
+                ErrorCode.OWNERSHIP_CONFLICT,
+                f"child {plan.child_id} already has a supervisor",
+                child_id=plan.child_id,
+            )
+        ref = ChildSupervisor.start(
+            self._ctx, plan.child_id, parent_session=plan.parent.session_id, initial=plan
+        )
+        route = Route(plan.child_id, ChildSupervisorProxy(ref), plan.parent.session_id)
+        self._table._put(route)
+        return route
+
+    def _ensure(self, child_id: str) -> Route:
+        route = self._table.get(child_id)
+        if route is not None:
+            return route
+        self._check_accepting()
+        ref = ChildSupervisor.start(self._ctx, child_id)
+        route = Route(child_id, ChildSupervisorProxy(ref), None)
+        self._table._put(route)
+        return route
+
+    def _describe_all(self, timeout_s: float) -> list[SupervisorNode]:
+        now = utcnow()
+        routes = self._table.routes()
+        # Ask every supervisor at once, then collect within one shared deadline: a busy
+        # supervisor is shown as busy, never waited for.
+        asks = [(r, r.supervisor.ref.ask(Describe(now=now), block=False)) for r in routes]
+        deadline = time.monotonic() + timeout_s
+        nodes = []
+        for route, future in asks:
+            try:
+                node = future.get(timeout=max(0.0, deadline - time.monotonic()))
+            except (pykka.Timeout, pykka.ActorDeadError):
+                node = SupervisorNode(
+                    child_id=route.child_id,
+                    parent_session=route.parent_session,
+                    state="busy",
+                    mailbox_depth=route.supervisor.ref.actor_inbox.qsize(),
+                    last_activity=route.created_at,
+                )
+            nodes.append(node)
+        return nodes
+
+    def _shutdown(self, timeout_s: float) -> None:
+        self._accepting = False
+        routes = self._table.routes()
+        futures = [r.supervisor.ref.stop(block=False) for r in routes]
+        deadline = time.monotonic() + timeout_s
+        for future in futures:
+            try:
+                future.get(timeout=max(0.0, deadline - time.monotonic()))
+            except pykka.Timeout:
+                continue
+        self._table._clear()
+
+
+class RootActorProxy:
+    """Typed access to the root actor from outside its thread."""
+
+    __slots__ = ("ref",)
+
+    def __init__(self, ref: pykka.ActorRef[Any]) -> None:
+        self.ref = ref
+
+    def spawn_child(self, spawn: SpawnChild, timeout_s: float) -> Route:
+        """Create a child's supervisor with its initial activation."""
+        route: Route = self.ref.ask(spawn, timeout=timeout_s)
+        return route
+
+    def ensure_supervisor(self, child_id: str, timeout_s: float) -> Route:
+        """The child's supervisor, created idle when this process has none."""
+        route: Route = self.ref.ask(EnsureSupervisor(child_id=child_id), timeout=timeout_s)
+        return route
+
+    def describe_all(self, timeout_s: float) -> list[SupervisorNode]:
+        """Every supervisor's node; busy ones are not waited for past ``timeout_s``."""
+        nodes: list[SupervisorNode] = self.ref.ask(
+            DescribeAll(timeout_s=timeout_s), timeout=timeout_s + 5.0
+        )
+        return nodes
+
+    def stop_accepting(self, timeout_s: float) -> None:
+        """Refuse new supervisors from now on."""
+        self.ref.ask(StopAccepting(), timeout=timeout_s)
+
+    def shutdown(self, timeout_s: float) -> None:
+        """Stop every supervisor, then the root itself."""
+        try:
+            self.ref.ask(Shutdown(timeout_s=timeout_s), timeout=timeout_s + 5.0)
+        finally:
+            self.ref.stop(block=True, timeout=timeout_s)

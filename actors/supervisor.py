@@ -1,0 +1,329 @@
+"""The supervisor actor: one per child session; every steer-or-resume decision is a message.
+
+Routing races are resolved by mailbox order, not locks: the supervisor alone decides whether
+a message steers the current activation, waits for its publication, or starts the next
+activation. It never blocks on another actor; the activation tells it when the run is
+published and when the Task has its outcome.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import pykka
+
+from actors._transcript import ActivationTranscript
+from actors.activation import ActivationActor
+from actors.context import ActorContext
+from actors.messages import (
+    ActivationEnded,
+    ActivationPlan,
+    Describe,
+    Published,
+    SendMessage,
+    SendReply,
+)
+from controlplane._content import MessageSource, TextBlock, text_of
+from controlplane._errors import ErrorCode, SubagentControlError
+from controlplane._provider import SubagentRun
+from controlplane._session import utcnow
+from controlplane._signal import CancelSignal
+from controlplane._spec import SendResult
+from controlplane._task_types import TaskStatus
+from controlplane._tree import ActivationNode, SupervisorNode, SupervisorState
+
+__all__ = ["ChildSupervisor", "ChildSupervisorProxy", "follow_up_label"]
+
+log = logging.getLogger(__name__)
+
+_LABEL_LIMIT = 80
+
+
+def follow_up_label(message: tuple[TextBlock, ...]) -> str:
+    """The label of a resumed activation's Task, derived from the follow-up message."""
+    label = " ".join(text_of(message).split())
+    if not label:
+        return "subagent follow-up"
+    if len(label) > _LABEL_LIMIT:
+        return label[: _LABEL_LIMIT - 1] + "…"
+    return label
+
+
+@dataclass(slots=True)
+class _Held:
+    message: tuple[TextBlock, ...]
+    source: MessageSource
+    reply: Future[SendResult]
+
+
+@dataclass(slots=True)
+class _Current:
+    """The association: this child's one activation in this process."""
+
+    plan: ActivationPlan
+    ref: pykka.ActorRef[Any]
+    # Agents registered after this mark may be the provider's child agent being created.
+    agent_mark: int
+    started: float = field(default_factory=time.monotonic)
+    run: SubagentRun | None = None
+    transcript: ActivationTranscript | None = None
+    held: list[_Held] = field(default_factory=list)
+
+    @property
+    def task_id(self) -> str:
+        return self.plan.task_id
+
+    @property
+    def signal(self) -> CancelSignal:
+        return self.plan.signal
+
+
+class ChildSupervisor(pykka.ThreadingActor):
+    """Owns one child's association and decides, in arrival order, where messages go."""
+
+    def __init__(
+        self,
+        context: ActorContext,
+        child_id: str,
+        *,
+        parent_session: str | None = None,
+        initial: ActivationPlan | None = None,
+    ) -> None:
+        super().__init__()
+        self._ctx = context
+        self._child_id = child_id
+        self._parent_session = parent_session
+        self._current: _Current | None = None
+        self._last_activity = utcnow()
+        if initial is not None:
+            # Installed before the actor starts, so the first send already finds it.
+            self._current = self._spawn(initial)
+
+    # -- pykka hooks ----------------------------------------------------------------
+
+    def on_receive(self, message: Any) -> Any:
+        self._last_activity = utcnow()
+        if isinstance(message, SendMessage):
+            return self._on_send(message)
+        if isinstance(message, Published):
+            return self._on_published(message)
+        if isinstance(message, ActivationEnded):
+            return self._on_ended(message)
+        if isinstance(message, Describe):
+            return self._describe(message.now)
+        raise TypeError(f"supervisor {self._child_id} got an unknown message {message!r}")
+
+    def on_stop(self) -> None:
+        current, self._current = self._current, None
+        if current is None:
+            return
+        current.signal.abort("control plane stopped")
+        self._fail_held(current, "the control plane stopped", ErrorCode.CLOSED)
+        self._ctx.tasks.release(current.task_id)
+
+    # -- decisions -------------------------------------------------------------------
+
+    def _on_send(self, send: SendMessage) -> SendReply:
+        current = self._current
+        agent = self._ctx.agents.get(self._child_id)
+        if agent is not None and not self._is_run_agent(agent.serial, agent, current):
+            return SubagentControlError(
+                ErrorCode.OWNERSHIP_CONFLICT,
+                f"a live agent that is not this child's run already uses id {self._child_id}; "
+                "it is never adopted: dispose it, then retry",
+                child_id=self._child_id,
+            )
+        if current is None:
+            return self._resume(send)
+        if self._ctx.tasks.owner_of(current.task_id) != send.parent.session_id:
+            return SubagentControlError(
+                ErrorCode.TASK_NOT_FOUND,
+                f"child {self._child_id} has no task for this session",
+                child_id=self._child_id,
+            )
+        status = self._ctx.tasks.status_of(current.task_id)
+        if status is not TaskStatus.RUNNING or current.signal.aborted:
+            what = status.value if status is not TaskStatus.RUNNING else "being killed"
+            return _not_delivered(
+                self._child_id, current.task_id, f"task {current.task_id} is {what}"
+            )
+        if current.run is None:
+            held = _Held(send.message, send.source, Future())
+            current.held.append(held)
+            return held.reply
+        return self._steer(current, current.run, send.message, send.source)
+
+    def _steer(
+        self,
+        current: _Current,
+        run: SubagentRun,
+        message: tuple[TextBlock, ...],
+        source: MessageSource,
+    ) -> SendResult | SubagentControlError:
+        steer = run.steer
+        if steer is None:
+            return _not_delivered(
+                self._child_id,
+                current.task_id,
+                "its provider has no live delivery into a running turn",
+            )
+        assert current.transcript is not None
+        try:
+            current.transcript.steer(lambda: steer(message, source), message, source)
+        except SubagentControlError as exc:
+            exc.task_id = current.task_id
+            return exc
+        return SendResult(route="steered", task_id=current.task_id)
+
+    def _resume(self, send: SendMessage) -> SendReply:
+        signal = CancelSignal()  # created before the Task, so a kill can never miss it
+        try:
+            task = self._ctx.tasks.start(
+                label=follow_up_label(send.message),
+                owner=send.parent.session_id,
+                child_id=self._child_id,
+                signal=signal,
+            )
+        except SubagentControlError as exc:
+            return exc
+        plan = ActivationPlan(
+            kind="resumed",
+            task_id=task.id,
+            child_id=self._child_id,
+            parent=send.parent,
+            prompt=send.message,
+            source=send.source,
+            signal=signal,
+            label=task.label,
+        )
+        self._current = self._spawn(plan)
+        return SendResult(route="started", task_id=task.id)
+
+    def _on_published(self, published: Published) -> None:
+        current = self._current
+        if current is None or current.task_id != published.task_id:
+            return
+        current.run = published.run
+        current.transcript = published.transcript
+        held, current.held = current.held, []
+        for item in held:
+            if current.signal.aborted:
+                outcome: SendResult | SubagentControlError = _not_delivered(
+                    self._child_id, current.task_id, "its task was killed before delivery"
+                )
+            else:
+                outcome = self._steer(current, published.run, item.message, item.source)
+            _resolve(item.reply, outcome)
+
+    def _on_ended(self, ended: ActivationEnded) -> None:
+        current = self._current
+        if current is not None and current.task_id == ended.task_id:
+            self._fail_held(
+                current,
+                "the activation ended before it could take the message",
+                ErrorCode.NOT_DELIVERED,
+            )
+            self._current = None
+        # Only now, with the association gone, may `tasks.wait()` return.
+        self._ctx.tasks.release(ended.task_id)
+
+    # -- helpers ---------------------------------------------------------------------
+
+    def _spawn(self, plan: ActivationPlan) -> _Current:
+        mark = self._ctx.agents.last_serial()
+        ref = ActivationActor.start(self._ctx, plan, self.actor_ref)
+        return _Current(plan=plan, ref=ref, agent_mark=mark)
+
+    @staticmethod
+    def _is_run_agent(serial: int, agent: object, current: _Current | None) -> bool:
+        if current is None:
+            return False
+        if current.run is not None:
+            return current.run.local_agent is agent
+        # Not yet published: an agent registered since the activation began is the one its
+        # provider is creating; an older one is a squatter.
+        return serial > current.agent_mark
+
+    def _fail_held(self, current: _Current, why: str, code: ErrorCode) -> None:
+        held, current.held = current.held, []
+        for item in held:
+            _resolve(
+                item.reply,
+                SubagentControlError(
+                    code,
+                    f"child {self._child_id}: {why}; the message was not delivered",
+                    child_id=self._child_id,
+                    task_id=current.task_id,
+                ),
+            )
+
+    def _state(self) -> SupervisorState:
+        current = self._current
+        if current is None:
+            return "idle"
+        status = self._ctx.tasks.status_of(current.task_id)
+        if status is not TaskStatus.RUNNING or current.signal.aborted:
+            return "settling"
+        return "starting" if current.run is None else "running"
+
+    def _describe(self, now: datetime) -> SupervisorNode:
+        current = self._current
+        activation = None
+        status = None
+        if current is not None:
+            status = self._ctx.tasks.status_of(current.task_id)
+            activation = ActivationNode(
+                task_id=current.task_id,
+                kind=current.plan.kind,
+                published=current.run is not None,
+                task_status=(status or TaskStatus.RUNNING).value,
+                cancel_reason=current.signal.reason,
+                age_s=time.monotonic() - current.started,
+            )
+        return SupervisorNode(
+            child_id=self._child_id,
+            parent_session=self._parent_session
+            or (current.plan.parent.session_id if current else None),
+            state=self._state(),
+            task_id=current.task_id if current else None,
+            task_status=status.value if status else None,
+            held_messages=len(current.held) if current else 0,
+            mailbox_depth=self.actor_inbox.qsize(),
+            last_activity=self._last_activity,
+            activation=activation,
+        )
+
+
+def _not_delivered(child_id: str, task_id: str, why: str) -> SubagentControlError:
+    return SubagentControlError(
+        ErrorCode.NOT_DELIVERED,
+        f"child {child_id}: {why}; the message was not delivered; retry after it settles",
+        child_id=child_id,
+        task_id=task_id,
+    )
+
+
+def _resolve(reply: Future[SendResult], outcome: SendResult | SubagentControlError) -> None:
+    if isinstance(outcome, SubagentControlError):
+        reply.set_exception(outcome)
+    else:
+        reply.set_result(outcome)
+
+
+class ChildSupervisorProxy:
+    """Typed access to a supervisor from outside its thread."""
+
+    __slots__ = ("ref",)
+
+    def __init__(self, ref: pykka.ActorRef[Any]) -> None:
+        self.ref = ref
+
+    def send(self, parent: Any, message: tuple[TextBlock, ...], source: MessageSource) -> SendReply:
+        """Ask the supervisor to route a message (one hop there, one back)."""
+        reply: SendReply = self.ref.ask(SendMessage(parent=parent, message=message, source=source))
+        return reply

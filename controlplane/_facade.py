@@ -1,0 +1,422 @@
+"""`SubagentControl`: the facade that wires the registries, the store and the actor tree."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+import uuid
+from collections.abc import Iterable, Sequence
+from concurrent.futures import Future
+from datetime import datetime
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Self
+
+import pykka
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from actors import (
+    ActivationPlan,
+    ActorContext,
+    RootActor,
+    RootActorProxy,
+    Route,
+    RoutingTable,
+    SpawnChild,
+)
+from controlplane._agents import AgentHandle, AgentRegistry
+from controlplane._content import MessageSource, TextBlock
+from controlplane._descriptor import Descriptor
+from controlplane._errors import ErrorCode, SubagentControlError
+from controlplane._json import plain_json
+from controlplane._provider import ProviderRegistry
+from controlplane._session import NewEvent, utcnow
+from controlplane._signal import CancelSignal
+from controlplane._spec import ContinuableStart, ContinuableStartSpec, SendResult
+from controlplane._task_types import TaskStatus
+from controlplane._tasks import TaskService
+from controlplane._tree import ActorTree
+from persistence import SqlStore
+
+if TYPE_CHECKING:
+    from controlplane._admin import AdminServer
+
+__all__ = ["TASK_TOOLS_SURFACE", "ChildView", "SubagentControl"]
+
+TASK_TOOLS_SURFACE = "task-tools"
+_ROOT_TIMEOUT_S = 30.0
+_LIVENESS_POLL_S = 1.0
+
+
+class ChildView(BaseModel):
+    """One child of a parent, as `list_agents` shows it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    child_id: str
+    label: str
+    running: bool
+    task_id: str | None
+    created_at: datetime
+
+
+class SubagentControl:
+    """The control plane: start continuable children, steer or resume them, watch their Tasks.
+
+    Example:
+        >>> control = SubagentControl.open("sqlite:///state.db")  # doctest: +SKIP
+
+    Args:
+        store: Where durable children live; without one, starts and sends are refused
+            with ``PERSISTENCE_UNAVAILABLE``.
+        task_tools: Attach the built-in task tools as the Task control surface (default).
+            Without a surface, starting a background Task is refused.
+        close_timeout_s: How long `close` waits for activations to settle.
+    """
+
+    def __init__(
+        self,
+        store: SqlStore | None = None,
+        *,
+        task_tools: bool = True,
+        close_timeout_s: float = 30.0,
+    ) -> None:
+        self._store = store
+        self._close_timeout_s = close_timeout_s
+        self.providers = ProviderRegistry()
+        self.agents = AgentRegistry()
+        self.tasks = TaskService()
+        if task_tools:
+            self.tasks.attach_surface(TASK_TOOLS_SURFACE)
+        self.agents.on_dispose(self._kill_tasks_of)
+        self._routes = RoutingTable()
+        self._root: RootActorProxy | None = None
+        if store is not None:
+            context = ActorContext(store, self.tasks, self.agents, self.providers)
+            self._root = RootActorProxy(RootActor.start(context, self._routes))
+        self._lock = threading.Lock()
+        self._closed = False
+        self._pending_children: dict[str, tuple[str, str, datetime]] = {}
+        self._admin_servers: list[AdminServer] = []
+
+    @classmethod
+    def open(cls, url: str, **options: Any) -> SubagentControl:
+        """Build the store from ``url`` (``sqlite:///…`` or ``postgresql+psycopg://…``) and
+        pass every option (``task_tools=``, …) to the constructor."""
+        store = SqlStore(url)
+        try:
+            return cls(store, **options)
+        except BaseException:
+            store.close()
+            raise
+
+    # -- properties ------------------------------------------------------------------
+
+    @property
+    def store(self) -> SqlStore | None:
+        """The durable store (``None`` when the control plane was built without one)."""
+        return self._store
+
+    @property
+    def closed(self) -> bool:
+        """Whether `close` has been called."""
+        return self._closed
+
+    # -- starting --------------------------------------------------------------------
+
+    def start_continuable(self, spec: ContinuableStartSpec) -> ContinuableStart:
+        """Start a durable child in the background and return its ids at once.
+
+        The child becomes durable when its run is published; a start that fails before
+        that leaves no resumable child, and its Task settles ``failed`` (or ``killed``).
+
+        Raises:
+            SubagentControlError: ``CLOSED``, ``UNKNOWN_PROVIDER``,
+                ``PERSISTENCE_UNAVAILABLE``, ``INVALID_DESCRIPTOR``, ``NO_CONTROL_SURFACE``,
+                ``UNAUTHORIZED`` (checked in that order); nothing is left behind.
+        """
+        self._check_open()
+        if not isinstance(spec, ContinuableStartSpec):
+            raise SubagentControlError(
+                ErrorCode.INVALID_INPUT, "start_continuable takes a ContinuableStartSpec"
+            )
+        self.providers.get(spec.provider)
+        root = self._require_store()
+        parent = spec.parent
+        descriptor = _snapshot_descriptor(spec)
+        seed = tuple(
+            NewEvent(
+                kind=event.kind,
+                turn=0,
+                data=plain_json(event.data, code=ErrorCode.INVALID_DESCRIPTOR, what="seed data"),
+                source=event.source,
+            )
+            for event in spec.seed_events or ()
+        )
+        if not self.tasks.has_surface:
+            self.tasks.start(
+                label=spec.label, owner=parent.session_id, child_id=None, signal=CancelSignal()
+            )  # raises NO_CONTROL_SURFACE
+        self._check_parent(parent)
+        child_id = str(uuid.uuid4())
+        signal = CancelSignal()
+        task = self.tasks.start(
+            label=spec.label, owner=parent.session_id, child_id=child_id, signal=signal
+        )
+        plan = ActivationPlan(
+            kind="initial",
+            task_id=task.id,
+            child_id=child_id,
+            parent=parent,
+            prompt=tuple(spec.prompt),
+            source=MessageSource(kind="user"),
+            signal=signal,
+            label=spec.label,
+            descriptor=descriptor,
+            depth=parent.depth + 1,
+            seed=seed,
+        )
+        with self._lock:
+            self._pending_children[child_id] = (parent.session_id, spec.label, task.created_at)
+        try:
+            root.spawn_child(SpawnChild(plan=plan), _ROOT_TIMEOUT_S)
+        except BaseException as exc:
+            with self._lock:
+                self._pending_children.pop(child_id, None)
+            self.tasks.discard(task.id)
+            raise _translate(exc) from exc
+        return ContinuableStart(child_id=child_id, task_id=task.id)
+
+    # -- messaging -------------------------------------------------------------------
+
+    def send_message(
+        self,
+        parent: AgentHandle,
+        child_id: str,
+        message: Sequence[TextBlock],
+        source: MessageSource | None = None,
+    ) -> SendResult:
+        """Deliver a follow-up: steer the running activation, or resume the idle child.
+
+        Returns ``steered`` (with the running Task's id) only once the message is in the
+        child's transcript, or ``started`` (with a new Task's id) at once.
+
+        Raises:
+            SubagentControlError: the message was not delivered (``NOT_DELIVERED``,
+                ``TASK_NOT_FOUND``, ``OWNERSHIP_CONFLICT``, ``UNAUTHORIZED``,
+                ``INVALID_INPUT``, ``CLOSED``, ``PERSISTENCE_UNAVAILABLE``), except
+                ``DURABILITY_FAILED``: the running turn has it, the transcript may not.
+        """
+        self._check_open()
+        root = self._require_store()
+        self._check_parent(parent)
+        if not isinstance(child_id, str) or not child_id or len(child_id) > 200:
+            raise SubagentControlError(
+                ErrorCode.INVALID_INPUT, f"{child_id!r} is not a child id; use the id you started"
+            )
+        blocks = _message_blocks(message)
+        source = source or MessageSource(kind="coordinator", sender_session_id=parent.session_id)
+        if not isinstance(source, MessageSource):
+            raise SubagentControlError(ErrorCode.INVALID_INPUT, "source must be a MessageSource")
+        route = self._routes.get(child_id) or self._ensure_route(root, child_id)
+        reply = self._ask(route, root, parent, blocks, source)
+        if isinstance(reply, Future):
+            reply = reply.result()
+        if isinstance(reply, SubagentControlError):
+            raise reply
+        return reply
+
+    def _ask(
+        self,
+        route: Route,
+        root: RootActorProxy,
+        parent: AgentHandle,
+        blocks: tuple[TextBlock, ...],
+        source: MessageSource,
+    ) -> SendResult | SubagentControlError | Future[SendResult]:
+        from actors.messages import SendMessage
+
+        message = SendMessage(parent=parent, message=blocks, source=source)
+        future = route.supervisor.ref.ask(message, block=False)
+        while True:
+            try:
+                reply: SendResult | SubagentControlError | Future[SendResult] = future.get(
+                    timeout=_LIVENESS_POLL_S
+                )
+                return reply
+            except pykka.Timeout:
+                # A message that raced the supervisor's stop is dropped silently; only a
+                # dead supervisor ends the wait, never a deadline on a slow turn.
+                if not route.supervisor.ref.is_alive():
+                    return _closed("the child's supervisor stopped before taking the message")
+            except pykka.ActorDeadError:
+                return _closed("the child's supervisor stopped before taking the message")
+
+    def _ensure_route(self, root: RootActorProxy, child_id: str) -> Route:
+        try:
+            return root.ensure_supervisor(child_id, _ROOT_TIMEOUT_S)
+        except BaseException as exc:
+            raise _translate(exc) from exc
+
+    # -- inspection ------------------------------------------------------------------
+
+    def children(self, parent: AgentHandle | str) -> list[ChildView]:
+        """Every child of ``parent``: durable ones from the store, plus those still starting.
+
+        Oldest first; ``running`` when the child's newest Task in this process is running.
+        """
+        session = parent.session_id if isinstance(parent, AgentHandle) else parent
+        found: dict[str, tuple[str, datetime]] = {}
+        if self._store is not None:
+            for meta in self._store.list_children(session):
+                found[meta.child_id] = (meta.label or "", meta.created_at)
+        with self._lock:
+            pending = list(self._pending_children.items())
+        views = []
+        for child_id, (owner, label, created) in pending:
+            if owner == session and child_id not in found:
+                latest = self.tasks.latest_for_child(child_id)
+                if latest is not None and latest.status is TaskStatus.RUNNING:
+                    found[child_id] = (label, created)
+        for child_id, (label, created) in found.items():
+            latest = self.tasks.latest_for_child(child_id)
+            views.append(
+                ChildView(
+                    child_id=child_id,
+                    label=label,
+                    running=latest is not None and latest.status is TaskStatus.RUNNING,
+                    task_id=latest.id if latest else None,
+                    created_at=created,
+                )
+            )
+        return sorted(views, key=lambda view: view.created_at)
+
+    def dump_tree(self, *, timeout_s: float = 0.25) -> ActorTree:
+        """The actor tree right now; a supervisor busier than ``timeout_s`` shows as busy."""
+        nodes = []
+        if self._root is not None and not self._closed:
+            try:
+                nodes = self._root.describe_all(timeout_s)
+            except (pykka.ActorDeadError, pykka.Timeout):
+                nodes = []
+        return ActorTree(taken_at=utcnow(), closed=self._closed, supervisors=nodes)
+
+    def serve_admin(self, path: str) -> AdminServer:
+        """Serve the read-only admin socket (mode 0600) at ``path`` until `close`."""
+        from controlplane._admin import AdminServer
+
+        self._check_open()
+        server = AdminServer(path, dump=self.dump_tree).start()
+        with self._lock:
+            self._admin_servers.append(server)
+        return server
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    def close(self, *, timeout_s: float | None = None) -> None:
+        """Cancel every activation, wait for their settlement, then stop actors and store.
+
+        Idempotent. Activations that do not settle within the timeout are abandoned (their
+        daemon threads cannot keep the process alive).
+        """
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            servers, self._admin_servers = self._admin_servers, []
+        budget = self._close_timeout_s if timeout_s is None else timeout_s
+        deadline = time.monotonic() + budget
+        for server in servers:
+            server.close()
+        if self._root is not None:
+            with contextlib.suppress(pykka.ActorDeadError, pykka.Timeout):
+                self._root.stop_accepting(_ROOT_TIMEOUT_S)
+        for task_id in self.tasks.close("control plane closed"):
+            self.tasks.wait_released(task_id, max(0.0, deadline - time.monotonic()))
+        if self._root is not None:
+            with contextlib.suppress(pykka.ActorDeadError, pykka.Timeout):
+                self._root.shutdown(max(1.0, deadline - time.monotonic()))
+        if self._store is not None:
+            self._store.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- helpers ---------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SubagentControlError(
+                ErrorCode.CLOSED, "the control plane is closed; open a new one to continue"
+            )
+
+    def _require_store(self) -> RootActorProxy:
+        if self._root is None:
+            raise SubagentControlError(
+                ErrorCode.PERSISTENCE_UNAVAILABLE,
+                "no store is configured, so children could not be made durable; "
+                "build the control plane with a store (SubagentControl.open(url))",
+            )
+        return self._root
+
+    def _check_parent(self, parent: object) -> None:
+        if not isinstance(parent, AgentHandle):
+            raise SubagentControlError(
+                ErrorCode.UNAUTHORIZED, "the parent must be a live AgentHandle from agents.register"
+            )
+        if not parent.is_live or self.agents.get(parent.session_id) is not parent:
+            raise SubagentControlError(
+                ErrorCode.UNAUTHORIZED,
+                f"parent session {parent.session_id!r} is not live in this control plane",
+            )
+
+    def _kill_tasks_of(self, agent: AgentHandle) -> None:
+        self.tasks.kill_owned_by(agent.session_id, f"owner session {agent.session_id} disposed")
+
+
+def _snapshot_descriptor(spec: ContinuableStartSpec) -> Descriptor:
+    model = spec.parent.model if isinstance(spec.parent, AgentHandle) else None
+    return Descriptor.build(
+        provider=spec.provider,
+        agent_provider=spec.agent_provider or (model.provider if model else None),
+        agent_model=spec.agent_model or (model.model if model else None),
+        persona=spec.persona,
+        tool_filter=spec.tool_filter,
+        inputs=spec.inputs,
+    )
+
+
+def _message_blocks(message: object) -> tuple[TextBlock, ...]:
+    if isinstance(message, (str, bytes)) or not isinstance(message, Iterable):
+        raise SubagentControlError(
+            ErrorCode.INVALID_INPUT, "a message is a list of TextBlock, e.g. [TextBlock(text=…)]"
+        )
+    try:
+        return tuple(
+            item if isinstance(item, TextBlock) else TextBlock.model_validate(item)
+            for item in message
+        )
+    except ValidationError as exc:
+        raise SubagentControlError(
+            ErrorCode.INVALID_INPUT, f"a message block is not a TextBlock: {exc.errors()[0]['msg']}"
+        ) from exc
+
+
+def _closed(why: str) -> SubagentControlError:
+    return SubagentControlError(ErrorCode.CLOSED, f"{why}; the message was not delivered")
+
+
+def _translate(exc: BaseException) -> SubagentControlError | BaseException:
+    if isinstance(exc, (pykka.ActorDeadError, pykka.Timeout)):
+        return SubagentControlError(
+            ErrorCode.CLOSED, "the control plane is closing; nothing was started"
+        )
+    return exc
