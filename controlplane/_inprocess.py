@@ -1,0 +1,30 @@
+"""`InProcessProvider`: a child agent loop in a thread of this process."""
+
+from __future__ import annotations
+
+from controlplane._agent_loop import AgentLoopProvider
+from controlplane._model import ModelAdapter
+
+__all__ = ["InProcessProvider"]
+
+
+class InProcessProvider(AgentLoopProvider):
+    """Runs each child as an agent loop in its own thread, driven by a `ModelAdapter`.
+
+    A child opens with a fresh conversation: its persona (as the system prompt), its own
+    earlier turns (on resume) and the prompt. Steered messages are queued and taken before
+    the next model call; the turn ends when the model answers with nothing queued, and
+    after that `steer` raises ``NOT_DELIVERED``. The run writes the child's replies
+    (``assistant/message``) through the activation's transcript writer; inbound messages are
+    written by the control plane, and the loop only reads them.
+
+    Args:
+        model: The model every child of this provider talks to.
+        name: The provider's key in the registry.
+        stop_timeout_s: How long ``dispose`` waits for an aborted loop to stop.
+    """
+
+    def __init__(
+        self, model: ModelAdapter, *, name: str = "inprocess", stop_timeout_s: float = 30.0
+    ) -> None:
+        super().__init__(model, name=name, stop_timeout_s=stop_timeout_s)
