@@ -1,0 +1,94 @@
+"""Helpers shared by the CLI tests: hand-built trees and raw socket exchanges."""
+
+from __future__ import annotations
+
+import json
+import socket
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from controlplane import ActivationNode, ActorTree, SupervisorNode
+
+
+def sample_tree() -> ActorTree:
+    """One idle supervisor and one with a running, published activation."""
+    now = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+    return ActorTree(
+        taken_at=now,
+        closed=False,
+        supervisors=[
+            SupervisorNode(
+                child_id="child-idle",
+                parent_session="parent-1",
+                state="idle",
+                last_activity=now,
+            ),
+            SupervisorNode(
+                child_id="child-busy",
+                parent_session="parent-1",
+                state="running",
+                task_id="task-7",
+                task_status="running",
+                held_messages=1,
+                mailbox_depth=2,
+                last_activity=now,
+                activation=ActivationNode(
+                    task_id="task-7",
+                    kind="resumed",
+                    published=True,
+                    task_status="running",
+                    cancel_reason=None,
+                    age_s=1.5,
+                ),
+            ),
+        ],
+    )
+
+
+def exchange(path: Path | str, payload: bytes, *, half_close: bool = False) -> bytes:
+    """Send ``payload`` and return everything the server sends back until it closes."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.settimeout(10.0)
+        conn.connect(str(path))
+        try:
+            conn.sendall(payload)
+            if half_close:
+                conn.shutdown(socket.SHUT_WR)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the server may answer and close before the whole payload is sent
+        return read_until_close(conn)
+
+
+def read_until_close(conn: socket.socket) -> bytes:
+    data = bytearray()
+    while True:
+        try:
+            chunk = conn.recv(65536)
+        except ConnectionResetError:
+            break
+        if not chunk:
+            break
+        data += chunk
+    return bytes(data)
+
+
+def read_line(conn: socket.socket) -> dict[str, Any]:
+    """Read exactly one reply line."""
+    data = bytearray()
+    while not data.endswith(b"\n"):
+        chunk = conn.recv(1)
+        assert chunk, f"connection closed after {bytes(data)!r}"
+        data += chunk
+    reply = json.loads(data)
+    assert isinstance(reply, dict)
+    return reply
+
+
+def ask_tree(path: Path | str) -> dict[str, Any]:
+    """One well-formed tree request on a fresh connection."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.settimeout(10.0)
+        conn.connect(str(path))
+        conn.sendall(b'{"op": "tree"}\n')
+        return read_line(conn)
