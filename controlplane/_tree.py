@@ -57,14 +57,25 @@ class ActorTree(BaseModel):
     supervisors: list[SupervisorNode]
 
     def render(self) -> str:
-        """A readable, indented text tree."""
-        lines = [f"root ({len(self.supervisors)} supervisors{', closed' if self.closed else ''})"]
+        """A readable, indented text tree, one line per actor.
+
+        Ages (``idle 3.0s``, the activation's age) are relative to ``taken_at``, so the text
+        reads the same whenever it is printed.
+        """
+        count = len(self.supervisors)
+        noun = "supervisor" if count == 1 else "supervisors"
+        closed = ", closed" if self.closed else ""
+        lines = [f"root ({count} {noun}{closed}) at {self.taken_at.isoformat(timespec='seconds')}"]
         for i, sup in enumerate(self.supervisors):
-            last = i == len(self.supervisors) - 1
+            last = i == count - 1
+            quiet_s = max(0.0, (self.taken_at - sup.last_activity).total_seconds())
+            task = ""
+            if sup.task_id is not None and sup.activation is None:
+                task = f" task={sup.task_id} ({sup.task_status or '?'})"
             lines.append(
                 f"{'└─' if last else '├─'} supervisor {sup.child_id} [{sup.state}]"
-                f" parent={sup.parent_session or '?'} held={sup.held_messages}"
-                f" mailbox={sup.mailbox_depth}"
+                f" parent={sup.parent_session or '?'}{task} held={sup.held_messages}"
+                f" mailbox={sup.mailbox_depth} quiet={quiet_s:.1f}s"
             )
             act = sup.activation
             if act is not None:
@@ -73,6 +84,6 @@ class ActorTree(BaseModel):
                 lines.append(
                     f"{pad}└─ activation {act.task_id} ({act.kind},"
                     f" {'published' if act.published else 'unpublished'},"
-                    f" {act.task_status}, {act.age_s:.1f}s){cancel}"
+                    f" {act.task_status}, age {act.age_s:.1f}s){cancel}"
                 )
         return "\n".join(lines)

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import socket
+import subprocess
+import sys
+import threading
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -92,3 +96,45 @@ def ask_tree(path: Path | str) -> dict[str, Any]:
         conn.connect(str(path))
         conn.sendall(b'{"op": "tree"}\n')
         return read_line(conn)
+
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def start_ready_process(args: list[str], *, timeout_s: float = 60.0) -> subprocess.Popen[str]:
+    """Start ``python ARGS`` in the repo root and return once it printed ``ready``."""
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    proc = subprocess.Popen(
+        [sys.executable, *args],
+        cwd=REPO_ROOT,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    first_line: list[str] = []
+    seen = threading.Event()
+
+    def read_first_line() -> None:
+        assert proc.stdout is not None
+        first_line.append(proc.stdout.readline())
+        seen.set()
+
+    threading.Thread(target=read_first_line, daemon=True).start()
+    if not seen.wait(timeout_s) or first_line[0].strip() != "ready":
+        stop_process(proc)
+        _, err = proc.communicate(timeout=30)
+        raise AssertionError(f"{args} did not print ready: {first_line!r}\n{err}")
+    return proc
+
+
+def stop_process(proc: subprocess.Popen[str]) -> int:
+    """SIGTERM, then wait for the exit status (kill if it does not stop)."""
+    if proc.poll() is None:
+        proc.terminate()
+    try:
+        return proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.wait(timeout=30)

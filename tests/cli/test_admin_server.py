@@ -11,10 +11,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from cli_support import ask_tree, exchange, read_line, sample_tree
 
 from controlplane import ActorTree, ErrorCode, SubagentControlError
 from controlplane._admin import AdminServer
+from tests.cli.cli_support import ask_tree, exchange, read_line, sample_tree
 
 
 @pytest.fixture

@@ -1,0 +1,188 @@
+"""`subagent-control tree`: the live tree over the admin socket, and every way it can fail."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from controlplane import ActorTree
+from controlplane._admin import AdminServer
+from controlplane._cli import (
+    EXIT_ERROR_REPLY,
+    EXIT_OK,
+    EXIT_UNREACHABLE,
+    EXIT_USAGE,
+    main,
+)
+from tests.cli.cli_support import REPO_ROOT, sample_tree, start_ready_process, stop_process
+
+
+@pytest.fixture
+def server(sock_dir: Path) -> Iterator[AdminServer]:
+    with AdminServer(sock_dir / "admin.sock", dump=sample_tree) as srv:
+        yield srv
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    status = main(list(argv))
+    out, err = capsys.readouterr()
+    return status, out, err
+
+
+def test_tree_prints_the_rendered_tree(
+    server: AdminServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status, out, err = run(capsys, "tree", "--socket", server.path)
+    assert (status, err) == (EXIT_OK, "")
+    assert out == sample_tree().render() + "\n"
+    assert "supervisor child-busy [running]" in out
+    assert "activation task-7 (resumed, published, running" in out
+
+
+def test_tree_json_parses_back_into_the_same_actor_tree(
+    server: AdminServer, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status, out, _ = run(capsys, "tree", "--socket", server.path, "--json")
+    assert status == EXIT_OK
+    assert ActorTree.model_validate_json(out) == sample_tree()
+
+
+def test_tree_reads_a_real_process_started_by_the_test(
+    sock_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = str(sock_dir / "admin.sock")
+    proc = start_ready_process(["-m", "tests.cli.serve_fake_tree", path])
+    try:
+        status, out, _ = run(capsys, "tree", "--socket", path, "--json")
+        assert status == EXIT_OK
+        assert ActorTree.model_validate_json(out) == sample_tree()
+        # The module entry point too, as an operator's shell would run it.
+        cli = subprocess.run(
+            [sys.executable, "-m", "controlplane._cli", "tree", "--socket", path],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert (cli.returncode, cli.stderr) == (EXIT_OK, "")
+        assert cli.stdout == sample_tree().render() + "\n"
+    finally:
+        assert stop_process(proc) == 0
+    assert not os.path.exists(path)  # the process removed its socket on the way out
+
+
+def test_tree_on_a_missing_socket_exits_unreachable_with_a_clear_message(
+    sock_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status, out, err = run(capsys, "tree", "--socket", str(sock_dir / "nope.sock"))
+    assert (status, out) == (EXIT_UNREACHABLE, "")
+    assert "no admin socket at" in err
+    assert "Traceback" not in err
+
+
+def test_tree_on_a_refused_connection_exits_unreachable_with_a_clear_message(
+    sock_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    stale.bind(str(sock_dir / "stale.sock"))
+    stale.close()  # the file stays; nobody accepts on it
+    status, _, err = run(capsys, "tree", "--socket", str(sock_dir / "stale.sock"))
+    assert status == EXIT_UNREACHABLE
+    assert "connection refused" in err
+
+
+def test_tree_on_a_file_that_is_not_a_socket_exits_unreachable(
+    sock_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (sock_dir / "plain").write_text("hello")
+    status, _, err = run(capsys, "tree", "--socket", str(sock_dir / "plain"))
+    assert status == EXIT_UNREACHABLE
+    assert "is not a socket" in err
+
+
+def test_tree_gives_up_on_a_socket_that_never_answers(
+    sock_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as mute:
+        mute.bind(str(sock_dir / "mute.sock"))
+        mute.listen(1)  # connects succeed through the backlog; nothing ever replies
+        status, _, err = run(
+            capsys, "tree", "--socket", str(sock_dir / "mute.sock"), "--timeout", "0.2"
+        )
+    assert status == EXIT_UNREACHABLE
+    assert "no reply" in err
+
+
+def test_tree_exits_with_the_error_reply_code_when_the_dump_fails(
+    sock_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def dump() -> ActorTree:
+        raise RuntimeError("the root actor is gone")
+
+    with AdminServer(sock_dir / "a.sock", dump=dump) as srv:
+        status, out, err = run(capsys, "tree", "--socket", srv.path)
+    assert (status, out) == (EXIT_ERROR_REPLY, "")
+    assert "[DUMP_FAILED]" in err
+    assert "the root actor is gone" in err
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        pytest.param(b"hello\n", id="not-json"),
+        pytest.param(b'{"ok": true, "tree": {"closed": "maybe"}}\n', id="not-a-tree"),
+        pytest.param(b"", id="closed-without-reply"),
+    ],
+)
+def test_tree_exits_with_the_error_reply_code_when_the_answer_is_not_a_tree(
+    sock_dir: Path, capsys: pytest.CaptureFixture[str], reply: bytes
+) -> None:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as impostor:
+        impostor.bind(str(sock_dir / "i.sock"))
+        impostor.listen(1)
+
+        def answer() -> None:
+            conn, _ = impostor.accept()
+            with conn:
+                conn.recv(4096)
+                conn.sendall(reply)
+
+        responder = threading.Thread(target=answer, daemon=True)
+        responder.start()
+        status, _, err = run(capsys, "tree", "--socket", str(sock_dir / "i.sock"))
+        responder.join(timeout=10)
+    assert status == EXIT_ERROR_REPLY
+    assert err.startswith("subagent-control: ")
+    assert "Traceback" not in err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["--help"], ["tree", "--help"], ["children", "--help"], ["transcript", "--help"]],
+)
+def test_help_is_available_everywhere_and_documents_the_exit_codes(
+    capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    status, out, _ = run(capsys, *argv)
+    assert status == EXIT_OK
+    assert "exit status:" in out
+    assert "4  unreachable" in out
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [[], ["tree"], ["frobnicate"], ["tree", "--socket", "x", "--timeout", "-1"]],
+)
+def test_usage_errors_exit_with_the_usage_code(
+    capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    status, out, err = run(capsys, *argv)
+    assert (status, out) == (EXIT_USAGE, "")
+    assert "usage:" in err
