@@ -1,0 +1,139 @@
+"""Small helpers the control-plane tests share (public API only)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+import pytest
+
+from controlplane import (
+    AgentHandle,
+    ContinuableStart,
+    ContinuableStartSpec,
+    ErrorCode,
+    SessionEvent,
+    SubagentControl,
+    SubagentControlError,
+    TaskSnapshot,
+    TextBlock,
+)
+
+T = TypeVar("T")
+
+WAIT_S = 5.0
+"""How long a test waits for something that should happen promptly."""
+
+
+def text(*parts: str) -> list[TextBlock]:
+    """Content blocks from strings."""
+    return [TextBlock(text=part) for part in parts]
+
+
+def start_child(
+    control: SubagentControl,
+    parent: AgentHandle,
+    *,
+    provider: str = "fake",
+    label: str = "research X",
+    prompt: str = "go",
+    **fields: Any,
+) -> ContinuableStart:
+    """Start a continuable child with a one-block prompt."""
+    spec = ContinuableStartSpec(
+        provider=provider, label=label, prompt=text(prompt), parent=parent, **fields
+    )
+    return control.start_continuable(spec)
+
+
+def settle(control: SubagentControl, task_id: str, requester: AgentHandle | str) -> TaskSnapshot:
+    """Wait for a Task to be terminal (bounded)."""
+    snapshot = control.tasks.wait(task_id, timeout=WAIT_S, requester=requester)
+    assert snapshot.status.is_terminal, snapshot
+    return snapshot
+
+
+def events(control: SubagentControl, child_id: str) -> list[SessionEvent]:
+    """The child's stored transcript."""
+    assert control.store is not None
+    return control.store.load(child_id).events
+
+
+def kinds(stored: Sequence[SessionEvent]) -> list[str]:
+    """The kinds of ``stored``, in order."""
+    return [event.kind for event in stored]
+
+
+def mentions(event: SessionEvent, needle: str) -> bool:
+    """Whether an event's JSON data contains ``needle``."""
+    return needle in json.dumps(event.data, ensure_ascii=False)
+
+
+def carrying(stored: Sequence[SessionEvent], needle: str) -> list[SessionEvent]:
+    """The events whose data mention ``needle``."""
+    return [event for event in stored if mentions(event, needle)]
+
+
+def is_durable(control: SubagentControl, child_id: str) -> bool:
+    """Whether the store has the child (a header) at all."""
+    assert control.store is not None
+    try:
+        control.store.load(child_id)
+    except SubagentControlError:
+        return False
+    return True
+
+
+@contextmanager
+def raises(code: ErrorCode, *, match: str | None = None) -> Iterator[Any]:
+    """Expect a `SubagentControlError` with ``code`` (and ``match`` in its message)."""
+    with pytest.raises(SubagentControlError) as info:
+        yield info
+    assert info.value.code == code, f"expected {code}, got {info.value!r}"
+    if match is not None:
+        assert match in info.value.message, f"{match!r} not in {info.value.message!r}"
+
+
+def in_thread(fn: Callable[[], T]) -> Future[T]:
+    """Run ``fn`` in a fresh thread; its result or exception lands in the future."""
+    future: Future[T] = Future()
+
+    def body() -> None:
+        try:
+            future.set_result(fn())
+        except BaseException as exc:
+            future.set_exception(exc)
+
+    threading.Thread(target=body, daemon=True).start()
+    return future
+
+
+def eventually(predicate: Callable[[], bool], what: str, timeout: float = WAIT_S) -> None:
+    """Wait until ``predicate()`` holds, for state the public API exposes no event for."""
+    deadline = time.monotonic() + timeout
+    pause = threading.Event()
+    while not predicate():
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting until {what}")
+        pause.wait(0.001)
+
+
+def held_messages(control: SubagentControl, child_id: str) -> int:
+    """How many messages the child's supervisor holds for publication (from the tree dump)."""
+    tree = control.dump_tree(timeout_s=1.0)
+    return sum(s.held_messages for s in tree.supervisors if s.child_id == child_id)
+
+
+def supervised(control: SubagentControl) -> set[str]:
+    """The child ids that have a supervisor (an association) right now."""
+    return {s.child_id for s in control.dump_tree(timeout_s=1.0).supervisors}
+
+
+def task_ids(control: SubagentControl, requester: AgentHandle | str) -> list[str]:
+    """The requester's Task ids, oldest first."""
+    return [snapshot.id for snapshot in control.tasks.list(requester)]

@@ -1,0 +1,243 @@
+"""SPEC §5 start_continuable 2-5: ids, descriptor snapshot, depth, publication, failures."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+
+import pytest
+
+from controlplane import (
+    AgentHandle,
+    Descriptor,
+    ErrorCode,
+    EventKind,
+    MessageSource,
+    SubagentControl,
+    SubagentControlError,
+    TaskStatus,
+)
+from tests.controlplane.conftest import PARENT_MODEL
+from tests.controlplane.helpers import (
+    WAIT_S,
+    carrying,
+    events,
+    is_durable,
+    kinds,
+    settle,
+    start_child,
+    text,
+)
+from tests.fakes import FakeProvider, completed
+
+
+@pytest.fixture
+def url(store_url: str) -> str:
+    return store_url
+
+
+def test_start_returns_ids_before_the_provider_is_called(
+    control: SubagentControl, parent: AgentHandle, provider: FakeProvider
+) -> None:
+    gate = threading.Event()
+    plan = provider.plan(start_gate=gate)
+
+    started = start_child(control, parent, label="research X")
+
+    # The provider cannot have returned: its start is gated until after we look.
+    assert not plan.returned.is_set()
+    assert uuid.UUID(started.child_id).version == 4
+    snapshot = control.tasks.get(started.task_id, requester=parent)
+    assert snapshot.status is TaskStatus.RUNNING
+    assert (snapshot.kind, snapshot.label, snapshot.owner_session) == (
+        "subagent",
+        "research X",
+        parent.session_id,
+    )
+    assert snapshot.child_id == started.child_id
+    gate.set()
+    assert settle(control, started.task_id, parent).status is TaskStatus.COMPLETED
+    assert [request.child_id for request in provider.starts] == [started.child_id]
+
+
+def test_descriptor_omits_undeclared_selectors_and_falls_back_to_parent_model(
+    control: SubagentControl, provider: FakeProvider
+) -> None:
+    modelled = control.agents.register("with-model", model=PARENT_MODEL)
+    bare = control.agents.register("without-model")
+
+    inherited = start_child(control, modelled)
+    overridden = start_child(control, modelled, agent_model="m2")
+    omitted = start_child(control, bare)
+    for parent, started in ((modelled, inherited), (modelled, overridden), (bare, omitted)):
+        settle(control, started.task_id, parent)
+
+    def stored(child_id: str) -> dict[str, object]:
+        (event,) = [e for e in events(control, child_id) if e.kind == EventKind.DESCRIPTOR]
+        assert isinstance(event.data, dict)
+        return event.data
+
+    assert stored(inherited.child_id) == {
+        "version": 1,
+        "provider": "fake",
+        "agent_provider": "acme",
+        "agent_model": "m1",
+    }
+    assert stored(overridden.child_id) == {
+        "version": 1,
+        "provider": "fake",
+        "agent_provider": "acme",
+        "agent_model": "m2",
+    }
+    assert stored(omitted.child_id) == {"version": 1, "provider": "fake"}
+    by_child = {request.child_id: request.descriptor for request in provider.starts}
+    assert by_child[omitted.child_id] == Descriptor(provider="fake")
+
+
+def test_descriptor_is_a_detached_snapshot_of_the_spec(
+    control: SubagentControl, parent: AgentHandle, provider: FakeProvider
+) -> None:
+    gate = threading.Event()
+    provider.plan(start_gate=gate)
+    inputs = {"topics": ["a"], "limits": {"n": 1}}
+    tool_filter = {"allow": ["read"], "deny": []}
+
+    started = start_child(control, parent, inputs=inputs, tool_filter=tool_filter, persona="P")
+    inputs["topics"].append("mutated")  # type: ignore[attr-defined]
+    inputs["limits"]["n"] = 2  # type: ignore[index]
+    tool_filter["deny"].append("write")
+    gate.set()
+    settle(control, started.task_id, parent)
+
+    expected = {
+        "version": 1,
+        "provider": "fake",
+        "agent_provider": "acme",
+        "agent_model": "m1",
+        "persona": "P",
+        "tool_filter": {"allow": ["read"], "deny": []},
+        "inputs": {"topics": ["a"], "limits": {"n": 1}},
+    }
+    (event,) = [e for e in events(control, started.child_id) if e.kind == EventKind.DESCRIPTOR]
+    assert event.data == expected
+    assert provider.starts[0].descriptor.to_event_data() == expected
+
+
+def test_depth_is_parent_depth_plus_one(
+    control: SubagentControl, parent: AgentHandle, provider: FakeProvider
+) -> None:
+    release = threading.Event()
+    plan = provider.plan(local_agent=True, result_gate=release)
+    child = start_child(control, parent)
+    assert plan.returned.wait(WAIT_S)
+    assert plan.run is not None
+    assert plan.run.local_agent is not None
+
+    # The running child's own agent starts a grandchild.
+    grandchild = start_child(control, plan.run.local_agent, label="grandchild")
+    settle(control, grandchild.task_id, plan.run.local_agent)
+    release.set()
+    settle(control, child.task_id, parent)
+
+    assert control.agents.register("deep", depth=4) is not None
+    deep_child = start_child(control, control.agents.get("deep"))  # type: ignore[arg-type]
+    settle(control, deep_child.task_id, "deep")
+
+    assert control.store is not None
+    depths = {request.child_id: request.depth for request in provider.starts}
+    assert depths == {child.child_id: 1, grandchild.child_id: 2, deep_child.child_id: 5}
+    grand_meta = control.store.load(grandchild.child_id).meta
+    assert (grand_meta.depth, grand_meta.parent_session) == (2, child.child_id)
+    assert control.store.load(deep_child.child_id).meta.depth == 5
+
+
+def test_publication_writes_header_and_exactly_one_descriptor_in_turn_1(
+    control: SubagentControl, parent: AgentHandle, provider: FakeProvider
+) -> None:
+    provider.plan(
+        writes=[(EventKind.ASSISTANT_MESSAGE, {"content": [{"type": "text", "text": "answer"}]})],
+        result=completed("answer"),
+    )
+
+    started = start_child(control, parent, prompt="the prompt")
+    settle(control, started.task_id, parent)
+
+    assert control.store is not None
+    loaded = control.store.load(started.child_id)
+    meta = loaded.meta
+    assert (meta.child_id, meta.parent_session, meta.depth, meta.seed_length) == (
+        started.child_id,
+        parent.session_id,
+        1,
+        0,
+    )
+    assert meta.created_at is not None
+    stored = loaded.events
+    assert [event.seq for event in stored] == list(range(1, len(stored) + 1))
+    assert {event.turn for event in stored} == {1}
+    assert kinds(stored)[0] == EventKind.TURN_START
+    assert kinds(stored)[-1] == EventKind.TURN_END
+    descriptors = [event for event in stored if event.kind == EventKind.DESCRIPTOR]
+    assert len(descriptors) == 1
+    assert descriptors[0].data["version"] == 1
+    (prompt,) = carrying(stored, "the prompt")
+    assert prompt.kind == EventKind.USER_MESSAGE
+    assert prompt.source == MessageSource(kind="user")
+    # The provider's write is stored once; the control plane does not write it again.
+    assert kinds(carrying(stored, "answer")) == [EventKind.ASSISTANT_MESSAGE]
+    assert [m.child_id for m in control.store.list_children(parent.session_id)] == [
+        started.child_id
+    ]
+
+
+def test_start_failing_before_publication_leaves_no_resumable_child(
+    control: SubagentControl, parent: AgentHandle, provider: FakeProvider
+) -> None:
+    provider.plan(
+        writes=[(EventKind.ASSISTANT_MESSAGE, {"text": "half-way"})],
+        fail_start=RuntimeError("quota exhausted"),
+    )
+
+    started = start_child(control, parent)
+    snapshot = settle(control, started.task_id, parent)
+
+    assert snapshot.status is TaskStatus.FAILED
+    assert snapshot.outcome is not None
+    assert "quota exhausted" in (snapshot.outcome.detail or "")
+    assert not is_durable(control, started.child_id)
+    assert control.store is not None
+    assert control.store.list_children(parent.session_id) == []
+    # A follow-up cannot bring it back: refused, or a Task that fails without a provider call.
+    try:
+        result = control.send_message(parent, started.child_id, text("are you there?"))
+    except SubagentControlError as exc:
+        refused: ErrorCode | None = exc.code
+    else:
+        refused = None
+        follow_up = settle(control, result.task_id, parent)
+        assert follow_up.status is TaskStatus.FAILED
+        assert follow_up.outcome is not None
+        assert follow_up.outcome.code is ErrorCode.NOT_RESUMABLE
+    assert refused is not ErrorCode.DURABILITY_FAILED
+    assert provider.resumes == []
+    assert not is_durable(control, started.child_id)
+
+
+def test_async_start_failure_settles_failed_with_the_providers_error_text(
+    control: SubagentControl, parent: AgentHandle, provider: FakeProvider
+) -> None:
+    gate = threading.Event()
+    provider.plan(start_gate=gate, fail_start=RuntimeError("model endpoint refused: 403"))
+    done: list[TaskStatus] = []
+    control.tasks.on_done(lambda snapshot: done.append(snapshot.status))
+
+    started = start_child(control, parent)
+    assert control.tasks.get(started.task_id, requester=parent).status is TaskStatus.RUNNING
+    gate.set()
+    snapshot = settle(control, started.task_id, parent)
+
+    assert snapshot.status is TaskStatus.FAILED
+    assert snapshot.outcome is not None
+    assert "model endpoint refused: 403" in (snapshot.outcome.detail or "")
+    assert done == [TaskStatus.FAILED]
+    assert provider.total_live() == 0
