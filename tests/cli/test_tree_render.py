@@ -1,0 +1,62 @@
+"""`ActorTree.render()`: the text operators read from `subagent-control tree`."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from controlplane import ActivationNode, ActorTree, SupervisorNode
+from tests.cli.cli_support import sample_tree
+
+TAKEN = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+
+
+def test_render_names_supervisors_by_child_id_and_activations_by_task_id() -> None:
+    lines = sample_tree().render().splitlines()
+    assert lines == [
+        "root (2 supervisors) at 2026-01-02T03:04:05+00:00",
+        "├─ supervisor child-idle [idle] parent=parent-1 held=0 mailbox=0 quiet=0.0s",
+        "└─ supervisor child-busy [running] parent=parent-1 held=1 mailbox=2 quiet=0.0s",
+        "   └─ activation task-7 (resumed, published, running, age 1.5s)",
+    ]
+
+
+def test_render_shows_cancel_reasons_quiet_time_and_a_task_without_its_activation() -> None:
+    tree = ActorTree(
+        taken_at=TAKEN,
+        closed=True,
+        supervisors=[
+            SupervisorNode(
+                child_id="c1",
+                parent_session="p",
+                state="running",
+                last_activity=TAKEN - timedelta(seconds=12.5),
+                activation=ActivationNode(
+                    task_id="t1",
+                    kind="initial",
+                    published=False,
+                    task_status="running",
+                    cancel_reason="killed by owner",
+                    age_s=2.0,
+                ),
+            ),
+            SupervisorNode(
+                child_id="c2",
+                parent_session=None,
+                state="busy",
+                task_id="t2",
+                task_status="running",
+                last_activity=TAKEN,
+            ),
+        ],
+    )
+    assert tree.render().splitlines() == [
+        "root (2 supervisors, closed) at 2026-01-02T03:04:05+00:00",
+        "├─ supervisor c1 [running] parent=p held=0 mailbox=0 quiet=12.5s",
+        "│  └─ activation t1 (initial, unpublished, running, age 2.0s) cancel='killed by owner'",
+        "└─ supervisor c2 [busy] parent=? task=t2 (running) held=0 mailbox=0 quiet=0.0s",
+    ]
+
+
+def test_render_of_an_empty_tree_is_one_line() -> None:
+    tree = ActorTree(taken_at=TAKEN, closed=False, supervisors=[])
+    assert tree.render() == "root (0 supervisors) at 2026-01-02T03:04:05+00:00"
