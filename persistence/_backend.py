@@ -1,0 +1,222 @@
+"""Opening an engine for a store URL, and what differs between SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Final
+
+from sqlalchemy import URL, Connection, Engine, create_engine, event, make_url
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.pool import ConnectionPoolEntry, StaticPool
+
+from controlplane._errors import ErrorCode, SubagentControlError
+from persistence._schema import CHILDREN, EVENTS
+
+__all__ = ["WRITE_OPTION", "Backend", "Statements", "open_engine"]
+
+WRITE_OPTION: Final = "subagent_write"
+"""Execution option marking an engine whose transactions write (SQLite: BEGIN IMMEDIATE)."""
+
+SQLITE_BUSY_TIMEOUT_S: Final = 5.0
+PG_CONNECT_TIMEOUT_S: Final = 10
+
+_EVENT_COLUMNS: Final = "seq, turn, kind, data, source, created_at"
+
+
+@dataclass(frozen=True, slots=True)
+class Statements:
+    """The hand-written SQL of the hot paths, with the driver's own placeholders.
+
+    `append` and `load` run these on the pooled DBAPI connection: at a few microseconds
+    per statement, SQLAlchemy's per-execution overhead would be most of the cost.
+    """
+
+    header: str
+    events: str
+    exists: str
+    reserve: str
+    insert: str
+    landed: str
+
+    @classmethod
+    def build(cls, p: str) -> Statements:
+        """The statements with placeholder ``p`` (``?`` for sqlite3, ``%s`` for psycopg)."""
+        return cls(
+            header=(
+                f"SELECT parent_session, depth, seed_length, label, created_at "
+                f"FROM {CHILDREN} WHERE child_id = {p}"
+            ),
+            events=(f"SELECT {_EVENT_COLUMNS} FROM {EVENTS} WHERE child_id = {p} ORDER BY seq"),
+            exists=f"SELECT 1 FROM {CHILDREN} WHERE child_id = {p}",
+            reserve=(
+                f"UPDATE {CHILDREN} SET last_seq = last_seq + {p} "
+                f"WHERE child_id = {p} RETURNING last_seq"
+            ),
+            insert=(
+                f"INSERT INTO {EVENTS} "
+                f"(child_id, seq, turn, kind, data, source, batch_id, created_at) "
+                f"VALUES ({p}, {p}, {p}, {p}, {p}, {p}, {p}, {p})"
+            ),
+            landed=(
+                f"SELECT {_EVENT_COLUMNS} FROM {EVENTS} "
+                f"WHERE child_id = {p} AND batch_id = {p} ORDER BY seq"
+            ),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Backend:
+    """What the store must know about its database.
+
+    Attributes:
+        name: ``sqlite`` or ``postgresql``.
+        begin_write: The statement that opens a write transaction.
+        serialize_writes: Whether this process should let one writer at a time in
+            (SQLite: one file lock; queueing on a Lock beats the busy handler's sleeps).
+        single_connection: Whether every operation shares one connection (in-memory SQLite).
+        text_times: Whether timestamps are stored as text (SQLite).
+        sql: The hot-path statements.
+    """
+
+    name: str
+    begin_write: str
+    serialize_writes: bool
+    single_connection: bool
+    text_times: bool
+    sql: Statements
+
+
+def open_engine(url: str) -> tuple[Engine, Backend]:
+    """An engine and its backend description for a store URL.
+
+    ``sqlite:///path`` (file, WAL), ``sqlite://`` or ``sqlite:///:memory:`` (one shared
+    in-memory connection), ``postgresql+psycopg://…`` (``postgresql://`` means psycopg too).
+
+    Raises:
+        SubagentControlError: ``INVALID_INPUT`` for a URL that is not a string, cannot be
+            parsed or names an unsupported database; ``STORE_UNAVAILABLE`` when the
+            database driver is not installed.
+    """
+    parsed = _parse(url)
+    backend_name = parsed.get_backend_name()
+    try:
+        if backend_name == "sqlite":
+            return _sqlite(parsed)
+        if backend_name == "postgresql":
+            return _postgresql(parsed)
+    except ImportError as exc:
+        raise SubagentControlError(
+            ErrorCode.STORE_UNAVAILABLE,
+            f"the driver for {parsed.drivername!r} is not installed ({exc}); "
+            "for PostgreSQL install subagent-control[postgres]",
+        ) from exc
+    except (sa_exc.ArgumentError, sa_exc.NoSuchModuleError) as exc:
+        raise _bad_url(parsed, str(exc)) from exc
+    raise _bad_url(parsed, "only sqlite:// and postgresql+psycopg:// stores are supported")
+
+
+def _parse(url: object) -> URL:
+    if not isinstance(url, str):
+        raise SubagentControlError(
+            ErrorCode.INVALID_INPUT, f"the store URL must be a string, not {type(url).__name__}"
+        )
+    try:
+        return make_url(url)
+    except (sa_exc.ArgumentError, ValueError) as exc:
+        raise SubagentControlError(
+            ErrorCode.INVALID_INPUT,
+            f"cannot parse the store URL {url!r}; use sqlite:///path/to/state.db or "
+            "postgresql+psycopg://user@host/db",
+        ) from exc
+
+
+def _bad_url(url: URL, why: str) -> SubagentControlError:
+    shown = url.render_as_string(hide_password=True)
+    return SubagentControlError(ErrorCode.INVALID_INPUT, f"unusable store URL {shown!r}: {why}")
+
+
+def _sqlite(url: URL) -> tuple[Engine, Backend]:
+    if url.get_driver_name() != "pysqlite":
+        raise _bad_url(url, "the SQLite store uses the standard sqlite3 driver (sqlite://)")
+    in_memory = url.database in (None, "", ":memory:")
+    connect_args: dict[str, Any] = {}
+    options: dict[str, Any] = {}
+    if "timeout" not in url.query:  # sqlite3's busy timeout, in seconds
+        connect_args["timeout"] = SQLITE_BUSY_TIMEOUT_S
+    if in_memory:
+        # One connection, so every thread sees the same database; the store serializes
+        # every operation on it (see Backend.single_connection).
+        connect_args["check_same_thread"] = False
+        options["poolclass"] = StaticPool
+    engine = create_engine(url, connect_args=connect_args, **options)
+
+    @event.listens_for(engine, "connect")
+    def configure(dbapi_connection: Any, _record: ConnectionPoolEntry) -> None:
+        # The sqlite3 module's own transaction handling would BEGIN lazily and DEFERRED;
+        # the store emits BEGIN itself (the SQLAlchemy pysqlite recipe), IMMEDIATE for
+        # writes, so a writer takes the lock up front instead of failing to upgrade later.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        try:
+            if not in_memory:
+                cursor.execute("PRAGMA journal_mode=WAL")
+            # NORMAL in WAL mode: a commit survives a crash of the process; only a power
+            # loss can drop the last commits. FULL would fsync on every append.
+            cursor.execute("PRAGMA synchronous=NORMAL")
+            cursor.execute("PRAGMA foreign_keys=ON")
+        finally:
+            cursor.close()
+
+    _install_begin(engine, write_begin="BEGIN IMMEDIATE")
+    return engine, Backend(
+        name="sqlite",
+        begin_write="BEGIN IMMEDIATE",
+        serialize_writes=True,
+        single_connection=in_memory,
+        text_times=True,
+        sql=Statements.build("?"),
+    )
+
+
+def _postgresql(url: URL) -> tuple[Engine, Backend]:
+    if url.drivername == "postgresql":
+        url = url.set(drivername="postgresql+psycopg")
+    elif url.drivername != "postgresql+psycopg":
+        raise _bad_url(url, "the PostgreSQL store uses psycopg 3 (postgresql+psycopg://)")
+    connect_args: dict[str, Any] = {}
+    if "connect_timeout" not in url.query:
+        connect_args["connect_timeout"] = PG_CONNECT_TIMEOUT_S
+    # Driver-level autocommit: reads of append-only rows need no transaction (saving the
+    # BEGIN and COMMIT round trips), and every write transaction is opened explicitly.
+    engine = create_engine(url, isolation_level="AUTOCOMMIT", connect_args=connect_args)
+
+    @event.listens_for(engine, "connect")
+    def configure(dbapi_connection: Any, _record: ConnectionPoolEntry) -> None:
+        # timestamptz values then arrive in UTC, with no conversion per row.
+        autocommit = dbapi_connection.autocommit
+        dbapi_connection.autocommit = True
+        dbapi_connection.execute("SET TIME ZONE 'UTC'")
+        dbapi_connection.autocommit = autocommit
+
+    _install_begin(engine, write_begin="BEGIN")
+    return engine, Backend(
+        name="postgresql",
+        begin_write="BEGIN",
+        serialize_writes=False,
+        single_connection=False,
+        text_times=False,
+        sql=Statements.build("%s"),
+    )
+
+
+def _install_begin(engine: Engine, *, write_begin: str) -> None:
+    """Let SQLAlchemy-managed transactions (sessions, schema setup) BEGIN explicitly.
+
+    The driver runs in autocommit mode on both backends, so without this hook a Session
+    would run each statement in its own transaction.
+    """
+
+    @event.listens_for(engine, "begin")
+    def begin(conn: Connection) -> None:
+        write = bool(conn.get_execution_options().get(WRITE_OPTION, False))
+        conn.exec_driver_sql(write_begin if write else "BEGIN")

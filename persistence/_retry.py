@@ -1,0 +1,154 @@
+"""The one retry policy of the store: which failures are transient, and how to wait."""
+
+from __future__ import annotations
+
+import logging
+import math
+import sqlite3
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import tenacity
+from sqlalchemy import exc as sa_exc
+
+from controlplane._errors import ErrorCode, SubagentControlError
+
+__all__ = ["RetryPolicy", "is_transient", "retrying_for"]
+
+_log = logging.getLogger("persistence")
+
+# SQLite primary result codes: another connection holds the lock we need.
+_SQLITE_BUSY = 5
+_SQLITE_LOCKED = 6
+
+# PostgreSQL SQLSTATEs worth another attempt: serialization failure, deadlock, lock not
+# available (lock_timeout), and the server shutting down or refusing connections for now.
+_PG_TRANSIENT_SQLSTATES = frozenset({"40001", "40P01", "55P03", "57P01", "57P02", "57P03"})
+_PG_CONNECTION_CLASS = "08"  # connection_exception and its subclasses
+
+RetryHook = Callable[[int, BaseException], None]
+"""Called before each retry with the number of the attempt that failed and its error."""
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RetryPolicy:
+    """How the store retries transient failures (busy/locked SQLite, dropped connections,
+    serialization failures, deadlocks).
+
+    Attempts are bounded by count *and* by time: no new attempt starts once the next wait
+    would end after ``max_total_s``. Waits grow exponentially from ``initial_backoff_s``
+    up to ``max_backoff_s``, with full jitter so that competing writers spread out.
+
+    Attributes:
+        max_attempts: Attempts in all, the first one included.
+        max_total_s: Time budget in seconds for all attempts and waits.
+        initial_backoff_s: Upper bound of the first (jittered) wait.
+        max_backoff_s: Upper bound of any single wait.
+        wait: ``False`` retries at once (for tests); the bounds still apply.
+        on_retry: Called before each retry as ``on_retry(failed_attempt, error)``; it must
+            not raise. Tests use it to observe a retry without sleeping.
+    """
+
+    max_attempts: int = 8
+    max_total_s: float = 20.0
+    initial_backoff_s: float = 0.01
+    max_backoff_s: float = 1.0
+    wait: bool = True
+    on_retry: RetryHook | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.max_attempts, bool) or not isinstance(self.max_attempts, int):
+            raise _invalid("max_attempts must be an int")
+        if self.max_attempts < 1:
+            raise _invalid("max_attempts must be at least 1")
+        for name in ("max_total_s", "initial_backoff_s", "max_backoff_s"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise _invalid(f"{name} must be a number of seconds")
+            if not math.isfinite(value) or value <= 0:
+                raise _invalid(f"{name} must be a positive, finite number of seconds")
+
+    @classmethod
+    def immediate(cls, **options: Any) -> RetryPolicy:
+        """A policy that retries without waiting (tests); other options as the constructor."""
+        return cls(**options, wait=False)
+
+
+def retrying_for(policy: RetryPolicy) -> tenacity.Retrying:
+    """The tenacity controller for ``policy``.
+
+    One controller can serve every thread of a store: tenacity keeps each call's state in
+    thread-local storage. Calls must not nest within one thread.
+    """
+    wait: tenacity.wait.wait_base = (
+        tenacity.wait_random_exponential(
+            multiplier=policy.initial_backoff_s, max=policy.max_backoff_s
+        )
+        if policy.wait
+        else tenacity.wait_none()
+    )
+    hook = policy.on_retry
+
+    def before_sleep(state: tenacity.RetryCallState) -> None:
+        error = state.outcome.exception() if state.outcome is not None else None
+        if error is None:  # pragma: no cover - tenacity only sleeps after a failure
+            return
+        _log.warning(
+            "store attempt %d failed transiently (%s); retrying",
+            state.attempt_number,
+            describe(error),
+        )
+        if hook is not None:
+            hook(state.attempt_number, error)
+
+    return tenacity.Retrying(
+        stop=tenacity.stop_after_attempt(policy.max_attempts)
+        | tenacity.stop_before_delay(policy.max_total_s),
+        wait=wait,
+        retry=tenacity.retry_if_exception(is_transient),
+        before_sleep=before_sleep,
+        reraise=True,
+    )
+
+
+def is_transient(error: BaseException) -> bool:
+    """Whether another attempt of the same operation may succeed.
+
+    Only failures of the database itself qualify: a busy or locked SQLite file, a dropped
+    or refused PostgreSQL connection, a serialization failure, a deadlock, a lock timeout.
+    Bad input, missing tables, constraint violations and our own errors never do.
+    """
+    if isinstance(error, sa_exc.DBAPIError):
+        if error.connection_invalidated:
+            return True
+        return error.orig is not None and is_transient(error.orig)
+    if isinstance(error, sqlite3.OperationalError):
+        code = getattr(error, "sqlite_errorcode", None)
+        if isinstance(code, int):
+            return code & 0xFF in (_SQLITE_BUSY, _SQLITE_LOCKED)
+        text = str(error).lower()  # an error raised without a result code
+        return "database is locked" in text or "database is busy" in text
+    psycopg = sys.modules.get("psycopg")
+    if psycopg is not None and isinstance(error, psycopg.Error):
+        sqlstate = getattr(error, "sqlstate", None)
+        if sqlstate:
+            return sqlstate in _PG_TRANSIENT_SQLSTATES or sqlstate.startswith(_PG_CONNECTION_CLASS)
+        # No SQLSTATE: the failure happened on the client side of the connection
+        # (refused, reset, closed by the server).
+        return isinstance(error, psycopg.OperationalError)
+    return False
+
+
+def describe(error: BaseException) -> str:
+    """A one-line description of a database error, without SQL text or parameters."""
+    cause: BaseException = error
+    if isinstance(error, sa_exc.DBAPIError) and error.orig is not None:
+        cause = error.orig
+    first_line = (str(cause).strip().splitlines() or [""])[0]
+    return f"{type(cause).__name__}: {first_line}" if first_line else type(cause).__name__
+
+
+def _invalid(message: str) -> SubagentControlError:
+    return SubagentControlError(ErrorCode.INVALID_INPUT, f"invalid RetryPolicy: {message}")

@@ -1,0 +1,230 @@
+"""The store's tables in SQLAlchemy's typed declarative style, and their schema version."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Annotated, Any, Final
+
+from sqlalchemy import (
+    DateTime,
+    Dialect,
+    ForeignKey,
+    Integer,
+    String,
+    Text,
+    TypeDecorator,
+    insert,
+    inspect,
+    select,
+    text,
+    update,
+)
+from sqlalchemy.engine import Connection
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeEngine
+
+from controlplane._content import MessageSource
+from controlplane._errors import ErrorCode, SubagentControlError
+from controlplane._session import ChildMeta, SessionEvent
+
+__all__ = [
+    "CHILDREN",
+    "EVENTS",
+    "SCHEMA_VERSION",
+    "Base",
+    "ChildRow",
+    "EventRow",
+    "SchemaVersionRow",
+    "UtcDateTime",
+    "ensure_schema",
+    "sqlite_time",
+    "utc_time",
+]
+
+SCHEMA_VERSION: Final = 1
+"""The version this code writes. Bump it with a migration in `_MIGRATIONS`."""
+
+CHILDREN: Final = "subagent_children"
+EVENTS: Final = "subagent_events"
+_VERSION_TABLE: Final = "subagent_schema"
+
+# Any constant works; it only has to be the same in every process that opens the store.
+_PG_SCHEMA_LOCK_KEY: Final = 0x5AB_A6E7
+
+
+def utc_time(value: object) -> datetime:
+    """A database timestamp as a timezone-aware UTC datetime.
+
+    SQLite returns our fixed-width ISO text; PostgreSQL returns ``timestamptz`` values
+    already in UTC (the connection's time zone), which pass through untouched.
+    """
+    if isinstance(value, str):
+        return datetime.fromisoformat(value)
+    if isinstance(value, datetime):
+        return value if value.tzinfo is UTC else value.astimezone(UTC)
+    raise TypeError(f"not a stored timestamp: {value!r}")
+
+
+def sqlite_time(value: datetime) -> str:
+    """Fixed-width ISO-8601 text in UTC, so that text order is time order."""
+    return value.astimezone(UTC).isoformat(timespec="microseconds")
+
+
+class UtcDateTime(TypeDecorator[datetime]):
+    """A timezone-aware UTC timestamp on both backends.
+
+    PostgreSQL keeps ``timestamptz``. SQLite has no time type: it stores fixed-width
+    ISO-8601 text (``2024-05-01T12:00:00.000000+00:00``) that sorts chronologically.
+    Naive datetimes are refused: their time zone is a guess.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        if dialect.name == "sqlite":
+            return dialect.type_descriptor(String(32))
+        return dialect.type_descriptor(DateTime(timezone=True))
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> Any:
+        if value is None:
+            return None
+        if value.utcoffset() is None:
+            raise SubagentControlError(
+                ErrorCode.INVALID_INPUT, f"timestamp {value!r} has no time zone; pass UTC"
+            )
+        return sqlite_time(value) if dialect.name == "sqlite" else value.astimezone(UTC)
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        return None if value is None else utc_time(value)
+
+
+Identifier = Annotated[str, mapped_column(String(200))]
+BatchId = Annotated[str, mapped_column(String(32))]
+JsonText = Annotated[str, mapped_column(Text)]
+UtcTime = Annotated[datetime, mapped_column(UtcDateTime())]
+
+
+class Base(DeclarativeBase):
+    """The declarative base of the store's tables."""
+
+
+class SchemaVersionRow(Base):
+    """One row: the schema version the store was last written with."""
+
+    __tablename__ = _VERSION_TABLE
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    version: Mapped[int]
+
+
+class ChildRow(Base):
+    """A child's durable header.
+
+    ``last_seq`` is the highest ``seq`` handed out for the child: an append bumps it in
+    the same transaction as its inserts, which serializes appends per child and keeps
+    ``seq`` gapless. ``created_batch`` identifies the `create_child` call that wrote the
+    header, so a retry of that call can recognise its own earlier, ambiguous commit.
+    """
+
+    __tablename__ = CHILDREN
+
+    child_id: Mapped[Identifier] = mapped_column(primary_key=True)
+    parent_session: Mapped[Identifier] = mapped_column(index=True)
+    depth: Mapped[int]
+    seed_length: Mapped[int]
+    label: Mapped[str | None] = mapped_column(String(1000))
+    last_seq: Mapped[int]
+    created_batch: Mapped[BatchId]
+    created_at: Mapped[UtcTime]
+
+    def to_meta(self) -> ChildMeta:
+        """The header as the frozen model callers see."""
+        return ChildMeta(
+            child_id=self.child_id,
+            parent_session=self.parent_session,
+            depth=self.depth,
+            seed_length=self.seed_length,
+            created_at=self.created_at,
+            label=self.label,
+        )
+
+
+class EventRow(Base):
+    """One append-only transcript event, keyed by (child, seq).
+
+    ``data`` and ``source`` are JSON text. ``batch_id`` is the idempotency key of the
+    append that wrote the row: a retry after an ambiguous commit looks for it before
+    writing again. It has no index of its own: that lookup runs only on retries and stays
+    within the child's rows through the primary key.
+    """
+
+    __tablename__ = EVENTS
+
+    child_id: Mapped[Identifier] = mapped_column(
+        ForeignKey(f"{CHILDREN}.child_id"), primary_key=True
+    )
+    seq: Mapped[int] = mapped_column(primary_key=True)
+    turn: Mapped[int]
+    kind: Mapped[Identifier]
+    data: Mapped[JsonText]
+    source: Mapped[JsonText | None]
+    batch_id: Mapped[BatchId]
+    created_at: Mapped[UtcTime]
+
+    def to_event(self) -> SessionEvent:
+        """The event as the frozen model callers see."""
+        return SessionEvent(
+            seq=self.seq,
+            turn=self.turn,
+            kind=self.kind,
+            data=json.loads(self.data),
+            source=None if self.source is None else MessageSource.model_validate_json(self.source),
+            created_at=self.created_at,
+        )
+
+
+Migration = Callable[[Connection], None]
+
+_MIGRATIONS: dict[int, Migration] = {}
+"""``_MIGRATIONS[n]`` upgrades a version-``n`` store to version ``n + 1``."""
+
+
+def ensure_schema(conn: Connection) -> None:
+    """Create the tables of a new store, or check and migrate an existing one.
+
+    Runs inside the caller's write transaction, so concurrent openers queue up (SQLite's
+    write lock; a transaction-scoped advisory lock on PostgreSQL).
+
+    Raises:
+        SubagentControlError: ``STORE_UNAVAILABLE`` for a store written by a newer version
+            of this code, or with a version this code cannot migrate.
+    """
+    if conn.dialect.name == "postgresql":
+        conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_SCHEMA_LOCK_KEY})
+    found = None
+    if inspect(conn).has_table(_VERSION_TABLE):
+        found = conn.execute(select(SchemaVersionRow.version)).scalar_one_or_none()
+    if found is None:
+        Base.metadata.create_all(conn)
+        conn.execute(insert(SchemaVersionRow).values(id=1, version=SCHEMA_VERSION))
+        return
+    if found > SCHEMA_VERSION:
+        raise SubagentControlError(
+            ErrorCode.STORE_UNAVAILABLE,
+            f"the store has schema version {found}, newer than this code reads "
+            f"({SCHEMA_VERSION}); upgrade subagent-control to open it",
+        )
+    while found < SCHEMA_VERSION:
+        migrate = _MIGRATIONS.get(found)
+        if migrate is None:
+            raise SubagentControlError(
+                ErrorCode.STORE_UNAVAILABLE,
+                f"the store has schema version {found}, which this code cannot migrate "
+                f"to {SCHEMA_VERSION}",
+            )
+        migrate(conn)
+        found += 1
+        conn.execute(update(SchemaVersionRow).values(version=found))

@@ -1,0 +1,414 @@
+"""`SqlStore`: child headers and append-only transcripts in SQLite or PostgreSQL."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from datetime import datetime
+from types import TracebackType
+from typing import Any, TypeVar, cast
+
+from sqlalchemy import exc as sa_exc
+from sqlalchemy import insert, select
+from sqlalchemy.engine.interfaces import DBAPICursor, DBAPIModule
+from sqlalchemy.orm import sessionmaker
+from sqlalchemy.pool import PoolProxiedConnection
+
+from controlplane._errors import ErrorCode, SubagentControlError
+from controlplane._session import ChildMeta, LoadedSession, NewEvent, SessionEvent, utcnow
+from persistence._backend import WRITE_OPTION, open_engine
+from persistence._codec import (
+    PendingEvent,
+    check_child_id,
+    decode_events,
+    prepare_events,
+    prepare_meta,
+    stored_events,
+)
+from persistence._retry import RetryPolicy, describe, retrying_for
+from persistence._schema import ChildRow, EventRow, ensure_schema, sqlite_time, utc_time
+
+__all__ = ["SqlStore"]
+
+T = TypeVar("T")
+
+
+class SqlStore:
+    """The durable store of child sessions: headers and append-only transcripts.
+
+    SQLite is the embedded default (``sqlite:///state.db``: WAL, busy timeout, foreign
+    keys); ``postgresql+psycopg://…`` serves shared deployments with no code change. The
+    schema is created on open and carries a version. Each operation is one short
+    transaction, retried on transient failures by one `RetryPolicy`; a retried write is
+    never applied twice. One store may be shared by many threads.
+
+    Errors are always `SubagentControlError`: ``INVALID_INPUT`` (nothing written),
+    ``CHILD_NOT_FOUND``, ``CHILD_EXISTS``, ``STORE_UNAVAILABLE`` (the database failed, or
+    kept failing after the retries), ``CLOSED``.
+
+    Test seam: ``_after_commit`` is None, or a callable run right after each `append` or
+    `create_child` commits, inside the retried attempt. A test makes it raise a transient
+    database error to act out a commit whose acknowledgement was lost.
+
+    Args:
+        url: A SQLAlchemy URL: ``sqlite:///path``, ``sqlite://`` (in memory, one
+            connection) or ``postgresql+psycopg://user@host/db``.
+        retry: How to retry transient failures; `RetryPolicy()` by default.
+    """
+
+    def __init__(self, url: str, *, retry: RetryPolicy | None = None) -> None:
+        if retry is not None and not isinstance(retry, RetryPolicy):
+            raise SubagentControlError(
+                ErrorCode.INVALID_INPUT, f"retry must be a RetryPolicy, not {type(retry).__name__}"
+            )
+        self._retrying = retrying_for(retry or RetryPolicy())
+        self._engine, self._backend = open_engine(url)
+        self._sql = self._backend.sql
+        self._db_errors: tuple[type[Exception], ...] = (
+            sa_exc.SQLAlchemyError,
+            self._engine.dialect.loaded_dbapi.Error,
+        )
+        self._write_engine = self._engine.execution_options(**{WRITE_OPTION: True})
+        self._sessions = sessionmaker(self._engine, expire_on_commit=False)
+        self._write_sessions = sessionmaker(self._write_engine, expire_on_commit=False)
+        self._lock = threading.Lock()
+        self._closed = False
+        self._after_commit: Callable[[], None] | None = None
+        try:
+            self._run("open the store", self._open)
+        except BaseException:
+            self._engine.dispose()
+            raise
+
+    @property
+    def url(self) -> str:
+        """The store's URL, password hidden (safe to log)."""
+        return self._engine.url.render_as_string(hide_password=True)
+
+    def create_child(
+        self, meta: ChildMeta, events: Iterable[NewEvent | Mapping[str, Any]] = ()
+    ) -> list[SessionEvent]:
+        """Write a child's header and its first events in one transaction.
+
+        The control plane publishes a child this way (header, seed, turn-1 frame), so a
+        child is never durable without them. ``meta.seed_length`` counts the leading
+        ``events`` that are the seed.
+
+        Returns:
+            The stored events, ``seq`` from 1.
+
+        Raises:
+            SubagentControlError: ``CHILD_EXISTS`` when the child id is taken;
+                ``INVALID_INPUT`` for a bad header or event (nothing written).
+        """
+        meta = prepare_meta(meta)
+        pending = prepare_events(events)
+        if meta.seed_length > len(pending):
+            raise SubagentControlError(
+                ErrorCode.INVALID_INPUT,
+                f"seed_length is {meta.seed_length} but only {len(pending)} events were "
+                "given; pass the seed events with the header",
+                child_id=meta.child_id,
+            )
+        batch, created_at = uuid.uuid4().hex, utcnow()
+        return self._run(
+            f"create child {meta.child_id}",
+            lambda attempt: self._create(meta, pending, batch, created_at, attempt),
+        )
+
+    def append(
+        self, child_id: str, events: Iterable[NewEvent | Mapping[str, Any]]
+    ) -> list[SessionEvent]:
+        """Append a batch of events to a child's transcript, all or nothing.
+
+        ``events`` are `NewEvent` values or mappings with ``kind``, ``turn``, ``data``
+        and optional ``source``. Concurrent appends to one child are serialized: ``seq``
+        stays gapless and each batch stays contiguous.
+
+        Returns:
+            The stored events, with their ``seq`` and ``created_at``.
+
+        Raises:
+            SubagentControlError: ``CHILD_NOT_FOUND``; ``INVALID_INPUT`` for a bad event
+                (nothing written); ``STORE_UNAVAILABLE`` after the retries.
+        """
+        child_id = check_child_id(child_id)
+        pending = prepare_events(events)
+        if not pending:
+            self._run(f"find child {child_id}", lambda _attempt: self._require(child_id))
+            return []
+        batch, created_at = uuid.uuid4().hex, utcnow()
+        return self._run(
+            f"append to child {child_id}",
+            lambda attempt: self._append(child_id, pending, batch, created_at, attempt),
+        )
+
+    def load(self, child_id: str) -> LoadedSession:
+        """A child's header and whole transcript, oldest event first.
+
+        Raises:
+            SubagentControlError: ``CHILD_NOT_FOUND``; ``STORE_UNAVAILABLE``.
+        """
+        child_id = check_child_id(child_id)
+        return self._run(f"load child {child_id}", lambda _attempt: self._load(child_id))
+
+    def list_children(self, parent_session: str | None = None) -> list[ChildMeta]:
+        """The headers of ``parent_session``'s children (all children for None), oldest
+        first."""
+        if parent_session is not None and not isinstance(parent_session, str):
+            raise SubagentControlError(
+                ErrorCode.INVALID_INPUT,
+                f"parent_session must be a string or None, not {type(parent_session).__name__}",
+            )
+        query = select(ChildRow).order_by(ChildRow.created_at, ChildRow.child_id)
+        if parent_session is not None:
+            query = query.where(ChildRow.parent_session == parent_session)
+        return self._run("list children", lambda _attempt: self._list(query))
+
+    def close(self) -> None:
+        """Close every pooled connection; later calls raise ``CLOSED``. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._engine.dispose()
+
+    def __enter__(self) -> SqlStore:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"SqlStore({self.url!r})"
+
+    # -- one attempt of each operation ----------------------------------------------------
+
+    def _open(self, _attempt: int) -> None:
+        with self._guard(write=True), self._write_engine.begin() as conn:
+            ensure_schema(conn)
+
+    def _create(
+        self,
+        meta: ChildMeta,
+        pending: list[PendingEvent],
+        batch: str,
+        created_at: datetime,
+        attempt: int,
+    ) -> list[SessionEvent]:
+        try:
+            with self._guard(write=True), self._write_sessions.begin() as session:
+                session.add(
+                    ChildRow(
+                        child_id=meta.child_id,
+                        parent_session=meta.parent_session,
+                        depth=meta.depth,
+                        seed_length=meta.seed_length,
+                        label=meta.label,
+                        last_seq=len(pending),
+                        created_batch=batch,
+                        created_at=meta.created_at,
+                    )
+                )
+                if pending:
+                    session.flush()  # the header first: the events' foreign key needs it
+                    session.execute(
+                        insert(EventRow),
+                        [
+                            {
+                                "child_id": meta.child_id,
+                                "seq": seq,
+                                "turn": p.turn,
+                                "kind": p.kind,
+                                "data": p.data_json,
+                                "source": p.source_json,
+                                "batch_id": batch,
+                                "created_at": created_at,
+                            }
+                            for seq, p in enumerate(pending, start=1)
+                        ],
+                    )
+        except sa_exc.IntegrityError as exc:
+            if attempt > 1:  # perhaps our own earlier attempt, whose commit went unheard
+                landed = self._created_by(meta.child_id, batch)
+                if landed is not None:
+                    return landed
+            raise SubagentControlError(
+                ErrorCode.CHILD_EXISTS,
+                f"child {meta.child_id} already exists; a child id is used once",
+                child_id=meta.child_id,
+            ) from exc
+        self._committed()
+        return stored_events(pending, 1, created_at)
+
+    def _created_by(self, child_id: str, batch: str) -> list[SessionEvent] | None:
+        """The events ``create_child`` call ``batch`` wrote, or None if it wrote nothing."""
+        with self._guard(write=False), self._sessions.begin() as session:
+            header = session.get(ChildRow, child_id)
+            if header is None or header.created_batch != batch:
+                return None
+            rows = session.scalars(
+                select(EventRow)
+                .where(EventRow.child_id == child_id, EventRow.batch_id == batch)
+                .order_by(EventRow.seq)
+            )
+            return [row.to_event() for row in rows]
+
+    def _append(
+        self,
+        child_id: str,
+        pending: list[PendingEvent],
+        batch: str,
+        created_at: datetime,
+        attempt: int,
+    ) -> list[SessionEvent]:
+        sql, count = self._sql, len(pending)
+        with self._transaction(write=True) as cursor:
+            if attempt > 1:
+                # Take the child's row lock before looking: an earlier attempt whose commit
+                # is still in flight then finishes first, and its rows are visible.
+                self._reserve(cursor, child_id, 0)
+                cursor.execute(sql.landed, (child_id, batch))
+                landed = cursor.fetchall()
+                if landed:
+                    return decode_events(landed)
+            first = self._reserve(cursor, child_id, count) - count + 1
+            stamp = sqlite_time(created_at) if self._backend.text_times else created_at
+            cursor.executemany(
+                sql.insert,
+                [
+                    (child_id, seq, p.turn, p.kind, p.data_json, p.source_json, batch, stamp)
+                    for seq, p in enumerate(pending, start=first)
+                ],
+            )
+        self._committed()
+        return stored_events(pending, first, created_at)
+
+    def _reserve(self, cursor: DBAPICursor, child_id: str, count: int) -> int:
+        """Bump the child's ``last_seq`` by ``count`` (locking its row); the new value."""
+        cursor.execute(self._sql.reserve, (count, child_id))
+        row = cursor.fetchone()
+        if row is None:
+            raise _not_found(child_id)
+        last_seq: int = row[0]
+        return last_seq
+
+    def _require(self, child_id: str) -> None:
+        with self._transaction(write=False) as cursor:
+            cursor.execute(self._sql.exists, (child_id,))
+            if cursor.fetchone() is None:
+                raise _not_found(child_id)
+
+    def _load(self, child_id: str) -> LoadedSession:
+        # Two statements, no transaction: the header never changes and events are only
+        # appended, so the second read can only see more events, never different ones.
+        sql = self._sql
+        with self._transaction(write=False) as cursor:
+            cursor.execute(sql.header, (child_id,))
+            header = cursor.fetchone()
+            if header is None:
+                raise _not_found(child_id)
+            cursor.execute(sql.events, (child_id,))
+            events = decode_events(cursor.fetchall())
+            parent_session, depth, seed_length, label, created_at = header
+            meta = ChildMeta(
+                child_id=child_id,
+                parent_session=parent_session,
+                depth=depth,
+                seed_length=seed_length,
+                created_at=utc_time(created_at),
+                label=label,
+            )
+        return LoadedSession.model_construct(meta=meta, events=events)
+
+    def _list(self, query: Any) -> list[ChildMeta]:
+        with self._guard(write=False), self._sessions.begin() as session:
+            return [row.to_meta() for row in session.scalars(query)]
+
+    # -- transactions, retries, errors ----------------------------------------------------
+
+    def _run(self, action: str, operation: Callable[[int], T]) -> T:
+        """Run ``operation(attempt_number)`` under the retry policy, translating errors."""
+        if self._closed:
+            raise SubagentControlError(
+                ErrorCode.CLOSED, f"cannot {action}: the store is closed; open a new SqlStore"
+            )
+        try:
+            for attempt in self._retrying:
+                with attempt:
+                    return operation(attempt.retry_state.attempt_number)
+        except SubagentControlError:
+            raise
+        except self._db_errors as exc:
+            raise SubagentControlError(
+                ErrorCode.STORE_UNAVAILABLE,
+                f"could not {action}: {describe(exc)}; check that the database is "
+                "reachable and writable, then retry",
+            ) from exc
+        raise AssertionError("tenacity neither returned nor raised")  # pragma: no cover
+
+    def _guard(self, *, write: bool) -> AbstractContextManager[object]:
+        """This process's share of the database: SQLite lets one writer in at a time,
+        and an in-memory database has a single connection for everything."""
+        if self._backend.single_connection or (write and self._backend.serialize_writes):
+            return self._lock
+        return nullcontext()
+
+    @contextmanager
+    def _transaction(self, *, write: bool) -> Iterator[DBAPICursor]:
+        """A cursor on a pooled DBAPI connection, inside a transaction when ``write``.
+
+        The hot paths bypass SQLAlchemy's execution layer: its fixed cost per statement is
+        larger than the statements themselves.
+        """
+        with self._guard(write=write):
+            conn = self._engine.raw_connection()
+            try:
+                cursor = conn.cursor()
+                if write:
+                    cursor.execute(self._backend.begin_write)
+                try:
+                    yield cursor
+                except BaseException:
+                    if write:
+                        self._rollback(conn)
+                    raise
+                if write:
+                    conn.commit()
+            except self._db_errors as exc:
+                if self._is_disconnect(exc, conn):
+                    conn.invalidate(exc)  # the pool must not hand this connection out again
+                raise
+            finally:
+                conn.close()
+
+    def _is_disconnect(self, exc: Exception, conn: PoolProxiedConnection) -> bool:
+        if isinstance(exc, sa_exc.SQLAlchemyError):
+            return False  # raised by SQLAlchemy itself, which handled its connection
+        return self._engine.dialect.is_disconnect(
+            cast("DBAPIModule.Error", exc), conn.dbapi_connection, None
+        )
+
+    def _rollback(self, conn: PoolProxiedConnection) -> None:
+        try:
+            conn.rollback()
+        except self._db_errors as exc:
+            conn.invalidate(exc)  # a connection that cannot roll back is not reusable
+
+    def _committed(self) -> None:
+        if self._after_commit is not None:
+            self._after_commit()
+
+
+def _not_found(child_id: str) -> SubagentControlError:
+    return SubagentControlError(
+        ErrorCode.CHILD_NOT_FOUND,
+        f"child {child_id} is not in the store; check the id",
+        child_id=child_id,
+    )
