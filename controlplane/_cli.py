@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import socket
 import stat
@@ -81,6 +82,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse exits on --help (0) and on usage errors (2)
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    _configure_logging(verbose=getattr(args, "verbose", False))
     try:
         args.run(args, sys.stdout)
     except _Exit as exc:
@@ -98,12 +100,22 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     formatter = argparse.RawDescriptionHelpFormatter
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        # SUPPRESS: a subcommand's default must not undo a -v given before the subcommand.
+        default=argparse.SUPPRESS,
+        help="also log what the store and the socket client do (retries, …) on stderr",
+    )
     parser = argparse.ArgumentParser(
         prog="subagent-control",
         description="Inspect a subagent-control runtime (tree) or its store (children, "
         "transcript).",
         epilog=_EPILOG,
         formatter_class=formatter,
+        parents=[common],
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -114,6 +126,7 @@ def _parser() -> argparse.ArgumentParser:
         "serves (control.serve_admin(PATH)).",
         epilog=_EPILOG,
         formatter_class=formatter,
+        parents=[common],
     )
     tree.add_argument("--socket", required=True, metavar="PATH", help="the admin socket")
     tree.add_argument("--json", action="store_true", help="print the ActorTree as JSON")
@@ -133,6 +146,7 @@ def _parser() -> argparse.ArgumentParser:
         "only; starts nothing.",
         epilog=_EPILOG,
         formatter_class=formatter,
+        parents=[common],
     )
     _add_db(children)
     children.add_argument("--parent", metavar="ID", help="only the children of this session")
@@ -146,6 +160,7 @@ def _parser() -> argparse.ArgumentParser:
         "starts nothing.",
         epilog=_EPILOG,
         formatter_class=formatter,
+        parents=[common],
     )
     transcript.add_argument("child", metavar="CHILD", help="the child id")
     _add_db(transcript)
@@ -171,6 +186,16 @@ def _positive_float(text: str) -> float:
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
     return value
+
+
+def _configure_logging(*, verbose: bool) -> None:
+    root = logging.getLogger()
+    if verbose:
+        logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
+    elif not root.handlers:
+        # Without a handler, Python prints every library warning (each store retry) on
+        # stderr; the outcome is reported once, as the command's own message.
+        root.addHandler(logging.NullHandler())
 
 
 def _complain(message: str) -> None:

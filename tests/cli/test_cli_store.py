@@ -21,6 +21,9 @@ from controlplane._cli import (
 from persistence import SqlStore
 from tests.cli.cli_support import REPO_ROOT
 
+# Port 9 (discard) on loopback: nothing listens, every connection is refused at once.
+UNREACHABLE_PG = "postgresql+psycopg://postgres@127.0.0.1:9/test"
+
 
 @dataclass(frozen=True)
 class Populated:
@@ -179,12 +182,28 @@ def test_a_sqlite_url_naming_no_file_exits_not_found_and_creates_nothing(
 def test_an_unreachable_database_server_exits_unreachable(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    # Port 9 (discard) on loopback: nothing listens, the connection is refused at once.
-    status, _, err = run(
-        capsys, "children", "--db", "postgresql+psycopg://postgres@127.0.0.1:9/test"
-    )
+    status, _, err = run(capsys, "children", "--db", UNREACHABLE_PG)
     assert status == EXIT_UNREACHABLE
     assert "Traceback" not in err
+
+
+@pytest.mark.parametrize("verbose", [[], ["-v"]], ids=["quiet", "verbose"])
+def test_an_unreachable_database_is_one_line_on_stderr_unless_verbose(verbose: list[str]) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "controlplane._cli", *verbose, "children", "--db", UNREACHABLE_PG],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == EXIT_UNREACHABLE
+    lines = done.stderr.splitlines()
+    assert lines[-1].startswith("subagent-control: [STORE_UNAVAILABLE]")
+    assert "Traceback" not in done.stderr
+    if verbose:
+        assert any("retrying" in line for line in lines[:-1])
+    else:
+        assert len(lines) == 1, done.stderr
 
 
 def test_offline_views_start_no_actor_and_load_neither_actors_nor_the_facade(
