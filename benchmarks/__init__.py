@@ -1,0 +1,1 @@
+"""Benchmarks of subagent-control: run them all with ``python -m benchmarks``."""

@@ -1,0 +1,165 @@
+"""Run the benchmarks and write docs/benchmarks.md and docs/resume_latency.png.
+
+Usage::
+
+    .venv/bin/python -m benchmarks                  # everything (~10 minutes on 2 cores)
+    .venv/bin/python -m benchmarks --quick          # smoke run (~30 s), numbers not citable
+    .venv/bin/python -m benchmarks --sections routing,resume
+    .venv/bin/python -m benchmarks --profile        # also print where a steer and a
+                                                    # 10,000-message resume spend time
+
+PostgreSQL figures use ``SUBAGENT_CONTROL_TEST_PG_URL`` (default
+``postgresql+psycopg://postgres@127.0.0.1:5432/test``) and are skipped, with a note, when
+the server is unreachable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from benchmarks._harness import pg_server, scratch_dir
+from benchmarks._machine import machine_lines
+from benchmarks._report import Section, write_report
+
+SECTIONS = ("routing", "resume", "scale", "store")
+_DOCS = Path(__file__).resolve().parents[1] / "docs"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the selected sections and write the report; returns the exit status."""
+    args = _parser().parse_args(argv)
+    chosen = _sections(args.sections)
+    pg_url, pg_note = (None, "disabled with --no-postgres") if args.no_postgres else pg_server()
+    pg_version = pg_note if pg_url else None
+    sections: list[Section] = []
+    started = time.monotonic()
+    with scratch_dir(keep=args.keep_scratch) as workdir:
+        runners = _runners(args.quick, workdir, pg_url, pg_note, args.plot)
+        for name in chosen:
+            t0 = time.monotonic()
+            _log(f"{name}: running")
+            result = runners[name]()
+            if result is None:
+                _log(f"{name}: skipped (its module is not available); kept the old section")
+                continue
+            sections.append(result)
+            _log(f"{name}: done in {time.monotonic() - t0:.0f} s")
+        if args.profile:
+            from benchmarks._hotpaths import profile_hot_paths
+
+            print(profile_hot_paths(workdir))
+    header = _header(args.quick, chosen, pg_version, time.monotonic() - started)
+    write_report(args.out, header, sections)
+    _log(f"wrote {args.out}" + (f" and {args.plot}" if "resume" in chosen else ""))
+    return 0
+
+
+def _runners(
+    quick: bool, workdir: Path, pg_url: str | None, pg_note: str, plot: Path
+) -> dict[str, Callable[[], Section | None]]:
+    def routing() -> Section:
+        from benchmarks.routing import RoutingConfig, run_routing
+
+        config = RoutingConfig.quick() if quick else RoutingConfig()
+        return run_routing(config, workdir)
+
+    def resume() -> Section:
+        from benchmarks._plot import plot_resume
+        from benchmarks.resume import ResumeConfig, run_resume
+
+        config = ResumeConfig.quick() if quick else ResumeConfig()
+        section = run_resume(config, workdir, pg_url, pg_note)
+        note = "median of runs, bars min–max" + (" — quick run" if quick else "")
+        try:
+            plot_resume(section.data["series"], plot, title_note=note)  # type: ignore[arg-type]
+        except ImportError:
+            _log("resume: matplotlib is not installed (pip install -e '.[bench]'); no plot")
+        return section
+
+    def scale() -> Section:
+        from benchmarks.scale import ScaleConfig, run_scale
+
+        config = ScaleConfig.quick() if quick else ScaleConfig()
+        return run_scale(config, workdir)
+
+    def store() -> Section | None:
+        from benchmarks._store_adapter import run_store_section
+
+        return run_store_section(quick=quick, workdir=workdir, pg_url=pg_url)
+
+    return {"routing": routing, "resume": resume, "scale": scale, "store": store}
+
+
+def _header(quick: bool, chosen: list[str], pg_version: str | None, took_s: float) -> str:
+    command = "python -m benchmarks" + (" --quick" if quick else "")
+    refreshed = (
+        ""
+        if list(chosen) == list(SECTIONS)
+        else f"\nThis run refreshed: {', '.join(chosen)}; the other sections are from an "
+        "earlier run.\n"
+    )
+    warning = (
+        "\n**Quick smoke run: too few samples to cite; run without `--quick`.**\n" if quick else ""
+    )
+    machine = "\n".join(machine_lines(pg_version))
+    return f"""\
+# Benchmarks
+
+Written by `{command}` (took {took_s:.0f} s); re-run it rather than editing this file.
+{warning}{refreshed}
+{machine}
+
+Method: every figure is the median over several runs, with the runs' min–max in
+brackets; a ratio is computed inside each run, where both sides were measured back to back
+in the same process, then summarised the same way. Durations use `time.perf_counter`.
+The test suite makes no timing assertions; these numbers are the performance record.
+"""
+
+
+def _sections(raw: str | None) -> list[str]:
+    if not raw:
+        return list(SECTIONS)
+    chosen = [part.strip() for part in raw.split(",") if part.strip()]
+    unknown = [name for name in chosen if name not in SECTIONS]
+    if unknown:
+        raise SystemExit(f"unknown section(s) {unknown}; choose from {', '.join(SECTIONS)}")
+    return [name for name in SECTIONS if name in chosen]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("--quick", action="store_true", help="a fast smoke run (~30 s)")
+    parser.add_argument(
+        "--sections",
+        metavar="LIST",
+        help=f"comma-separated subset of {','.join(SECTIONS)} (default: all); the report "
+        "keeps the other sections from its previous version",
+    )
+    parser.add_argument(
+        "--out", type=Path, default=_DOCS / "benchmarks.md", help="report path (Markdown)"
+    )
+    parser.add_argument(
+        "--plot", type=Path, default=_DOCS / "resume_latency.png", help="resume plot (PNG)"
+    )
+    parser.add_argument("--no-postgres", action="store_true", help="skip PostgreSQL figures")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="also print cProfile reports of a steer and of a 10,000-message cold resume",
+    )
+    parser.add_argument("--keep-scratch", action="store_true", help="keep the temporary databases")
+    return parser
+
+
+def _log(message: str) -> None:
+    print(f"[benchmarks] {message}", file=sys.stderr, flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

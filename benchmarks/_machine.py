@@ -1,0 +1,71 @@
+"""What the numbers were measured on: machine, interpreter, library versions, date."""
+
+from __future__ import annotations
+
+import os
+import platform
+import sqlite3
+from datetime import UTC, datetime
+from importlib import metadata
+
+__all__ = ["machine_lines"]
+
+_PACKAGES = (
+    "pykka",
+    "pydantic",
+    "SQLAlchemy",
+    "psycopg",
+    "langgraph-checkpoint-sqlite",
+    "langgraph-checkpoint",
+    "openai-agents",
+)
+
+
+def machine_lines(pg_version: str | None = None) -> list[str]:
+    """Markdown bullet lines describing this machine and run."""
+    versions = ", ".join(f"{name} {_version(name)}" for name in _PACKAGES)
+    lines = [
+        f"- Date: {datetime.now(UTC):%Y-%m-%d %H:%M} UTC",
+        f"- Machine: {_cpu_model()}, nproc {_nproc()}, {_memory()}; {platform.platform()}",
+        f"- Python {platform.python_version()} ({platform.python_implementation()}), "
+        f"SQLite {sqlite3.sqlite_version}" + (f", PostgreSQL {pg_version}" if pg_version else ""),
+        f"- Libraries: {versions}",
+    ]
+    return lines
+
+
+def _nproc() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
+def _memory() -> str:
+    try:
+        with open("/proc/meminfo", encoding="utf-8") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemTotal:"):
+                    kib = int(line.split()[1])
+                    return f"{kib / 1024 / 1024:.0f} GiB RAM"
+    except OSError:
+        pass
+    return "unknown RAM"
+
+
+def _version(name: str) -> str:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return "not installed"

@@ -1,0 +1,367 @@
+"""Routing (issue 3, SPEC §8): steer round trip, resume route, steer throughput.
+
+With 1, 100 and 1,000 live children, each round times, back to back:
+
+- our steer: ``send_message`` → supervisor → ``run.steer`` → durable ``steering/message``
+  append → ``SendResult`` (SQLite store);
+- a raw pykka ``ask`` to an echo actor, a raw ``sqlite3`` append, and their sum (the goal:
+  our steer within 1.5× of it);
+- a lock-and-dict router (lookup under a lock + ``run.steer`` + raw append);
+- the resume route: ``send_message`` to an idle child until ``provider.resume`` is called.
+
+Then steer throughput from several threads beside raw pykka ``tell`` throughput and raw
+``sqlite3`` appends from the same number of threads.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+
+import pykka
+
+from benchmarks._baselines import EchoActor, LockDictRouter, RawAppender
+from benchmarks._harness import PARENT_SESSION, seed_child, sqlite_url
+from benchmarks._provider import PROVIDER_NAME, BenchProvider
+from benchmarks._report import Section, table
+from benchmarks._stats import Spread, fmt_count, fmt_ratio, fmt_s, percentile, sample, spread
+from controlplane import (
+    AgentHandle,
+    ContinuableStartSpec,
+    MessageSource,
+    SubagentControl,
+    TextBlock,
+)
+
+__all__ = ["RoutingConfig", "run_routing"]
+
+_MESSAGE = [TextBlock(text="Also check the migration for the events table; keep seq gapless.")]
+_SOURCE = MessageSource(kind="coordinator", sender_session_id=PARENT_SESSION)
+
+
+@dataclass(frozen=True)
+class RoutingConfig:
+    """How much to measure."""
+
+    levels: tuple[int, ...] = (1, 100, 1000)
+    rounds: int = 5
+    ops: int = 200
+    resume_ops: int = 20
+    resume_pool: int = 8
+    threads: int = 4
+    per_thread: int = 300
+    throughput_rounds: int = 3
+
+    @classmethod
+    def quick(cls) -> RoutingConfig:
+        """A smoke run: small, seconds."""
+        return cls(
+            levels=(1, 20),
+            rounds=2,
+            ops=30,
+            resume_ops=4,
+            resume_pool=2,
+            per_thread=30,
+            throughput_rounds=1,
+        )
+
+
+@dataclass
+class _Level:
+    steer_p50: list[float]
+    steer_p90: list[float]
+    ask_p50: list[float]
+    ask_p90: list[float]
+    append_p50: list[float]
+    append_p90: list[float]
+    router_p50: list[float]
+    router_p90: list[float]
+    resume_p50: list[float]
+    resume_p90: list[float]
+
+
+def run_routing(config: RoutingConfig, workdir: Path) -> Section:
+    """Measure routing on a SQLite store in ``workdir``; the report section."""
+    store_db = workdir / "routing.db"
+    control = SubagentControl.open(sqlite_url(store_db))
+    provider = BenchProvider()
+    control.providers.register(provider)
+    parent = control.agents.register(PARENT_SESSION)
+    echo = EchoActor.start()
+    echo_ask = echo.ask
+    appender = RawAppender(store_db, workdir / "raw-append.db")
+    rng = random.Random(1)
+    results: dict[int, _Level] = {}
+    try:
+        assert control.store is not None
+        idle = [seed_child(control.store, 10) for _ in range(config.resume_pool)]
+        for child_id in idle:  # the first send also creates the supervisor: not timed
+            _resume_once(control, provider, parent, child_id)
+        live: list[str] = []
+        for level in config.levels:
+            _grow(control, parent, live, level)
+            router = LockDictRouter({c: provider.runs[c] for c in live}, appender)
+            stats = _Level(*([] for _ in range(10)))
+            for _ in range(config.rounds):
+                steer = sample(lambda: _steer(control, parent, rng.choice(live)), config.ops)
+                ask = sample(lambda: echo_ask("ping"), config.ops)
+                append = sample(lambda: appender.append(_MESSAGE[0].text), config.ops)
+                routed = sample(partial(_route, router, live, rng), config.ops)
+                resume = [
+                    _resume_once(control, provider, parent, idle[i % len(idle)])
+                    for i in range(config.resume_ops)
+                ]
+                for name, samples in (
+                    ("steer", steer),
+                    ("ask", ask),
+                    ("append", append),
+                    ("router", routed),
+                    ("resume", resume),
+                ):
+                    getattr(stats, f"{name}_p50").append(percentile(samples, 50))
+                    getattr(stats, f"{name}_p90").append(percentile(samples, 90))
+            results[level] = stats
+        throughput = _throughput(config, control, parent, live, appender, rng)
+    finally:
+        provider.release_all()
+        control.close()
+        echo.stop()
+        appender.close()
+    return _section(config, results, throughput)
+
+
+def _steer(control: SubagentControl, parent: AgentHandle, child_id: str) -> None:
+    result = control.send_message(parent, child_id, _MESSAGE, _SOURCE)
+    if result.route != "steered":
+        raise AssertionError(f"expected a steer, got {result}")
+
+
+def _route(router: LockDictRouter, live: list[str], rng: random.Random) -> None:
+    router.steer(rng.choice(live), _MESSAGE, _SOURCE)
+
+
+def _grow(control: SubagentControl, parent: AgentHandle, live: list[str], level: int) -> None:
+    """Start children until ``level`` are live and published (one steer each)."""
+    started: list[str] = []
+    while len(live) + len(started) < level:
+        spec = ContinuableStartSpec(
+            provider=PROVIDER_NAME, label="bench", prompt=[TextBlock(text="go")], parent=parent
+        )
+        started.append(control.start_continuable(spec).child_id)
+    for child_id in started:
+        _steer(control, parent, child_id)  # returns once published and delivered
+    live.extend(started)
+
+
+def _resume_once(
+    control: SubagentControl, provider: BenchProvider, parent: AgentHandle, child_id: str
+) -> float:
+    t0 = time.perf_counter()
+    result = control.send_message(parent, child_id, _MESSAGE, _SOURCE)
+    called, run, _request = provider.wait_resumed(child_id)
+    run.release()
+    control.tasks.wait(result.task_id, timeout=60.0, requester=parent)
+    return called - t0
+
+
+@dataclass
+class _Throughput:
+    ours: Spread
+    tell: Spread
+    append: Spread
+
+
+def _throughput(
+    config: RoutingConfig,
+    control: SubagentControl,
+    parent: AgentHandle,
+    live: list[str],
+    appender: RawAppender,
+    rng: random.Random,
+) -> _Throughput:
+    actors = [EchoActor.start() for _ in range(min(len(live), 100))]
+    try:
+        ours, tell, append = [], [], []
+        for _ in range(config.throughput_rounds):
+            children = [rng.sample(live, k=min(len(live), 50)) for _ in range(config.threads)]
+            steer_many = partial(_steer_many, control, parent, children, config.per_thread)
+            tell_many = partial(_tell_many, actors, config.per_thread)
+            append_many = partial(_append_many, appender, config.per_thread)
+            total = config.threads * config.per_thread
+            ours.append(total / _in_threads(config.threads, steer_many))
+            tell.append(
+                total / _in_threads(config.threads, tell_many, after=partial(_drain, actors))
+            )
+            append.append(total / _in_threads(config.threads, append_many))
+    finally:
+        for actor in actors:
+            actor.stop()
+    return _Throughput(spread(ours), spread(tell), spread(append))
+
+
+def _steer_many(
+    control: SubagentControl,
+    parent: AgentHandle,
+    children: list[list[str]],
+    count: int,
+    thread: int,
+) -> None:
+    mine = children[thread]
+    for k in range(count):
+        _steer(control, parent, mine[k % len(mine)])
+
+
+def _tell_many(actors: list[pykka.ActorRef[EchoActor]], count: int, thread: int) -> None:
+    for k in range(count):
+        actors[(thread + k) % len(actors)].tell("ping")
+
+
+def _append_many(appender: RawAppender, count: int, _thread: int) -> None:
+    for _ in range(count):
+        appender.append(_MESSAGE[0].text)
+
+
+def _drain(actors: list[pykka.ActorRef[EchoActor]]) -> None:
+    # Mailboxes are FIFO: once each actor answers an ask, every earlier tell was processed.
+    for actor in actors:
+        actor.ask("flush")
+
+
+def _in_threads(
+    count: int, body: Callable[[int], None], after: Callable[[], None] | None = None
+) -> float:
+    """Seconds from a common start until every thread's ``body`` (and ``after``) is done."""
+    barrier = threading.Barrier(count + 1)
+    errors: list[BaseException] = []
+
+    def run(i: int) -> None:
+        barrier.wait()
+        try:
+            body(i)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(count)]
+    for thread in threads:
+        thread.start()
+    barrier.wait()
+    t0 = time.perf_counter()
+    for thread in threads:
+        thread.join()
+    if after is not None:
+        after()
+    elapsed = time.perf_counter() - t0
+    if errors:
+        raise errors[0]
+    return elapsed
+
+
+def _section(config: RoutingConfig, results: dict[int, _Level], tp: _Throughput) -> Section:
+    steer_rows = []
+    base_rows = []
+    resume_rows = []
+    goal_met = True
+    for level, s in results.items():
+        raw50 = [a + b for a, b in zip(s.ask_p50, s.append_p50, strict=True)]
+        raw90 = [a + b for a, b in zip(s.ask_p90, s.append_p90, strict=True)]
+        ratio50 = spread([o / r for o, r in zip(s.steer_p50, raw50, strict=True)])
+        ratio90 = spread([o / r for o, r in zip(s.steer_p90, raw90, strict=True)])
+        vs_router = spread([o / r for o, r in zip(s.steer_p50, s.router_p50, strict=True)])
+        goal_met = goal_met and ratio50.median <= 1.5
+        steer_rows.append(
+            [
+                f"{level:,}",
+                fmt_s(spread(s.steer_p50)),
+                fmt_s(spread(s.steer_p90)),
+                fmt_s(spread(raw50)),
+                fmt_ratio(ratio50),
+                fmt_ratio(ratio90),
+            ]
+        )
+        base_rows.append(
+            [
+                f"{level:,}",
+                fmt_s(spread(s.ask_p50)),
+                fmt_s(spread(s.append_p50)),
+                fmt_s(spread(s.router_p50)),
+                fmt_s(spread(s.router_p90)),
+                fmt_ratio(vs_router),
+            ]
+        )
+        resume_rows.append([f"{level:,}", fmt_s(spread(s.resume_p50)), fmt_s(spread(s.resume_p90))])
+    tp_ratio_tell = tp.ours.median / tp.tell.median
+    tp_ratio_append = tp.ours.median / tp.append.median
+    body = f"""\
+SQLite store (file, WAL, `synchronous=NORMAL`). Each of {config.rounds} rounds times
+{config.ops} operations of every kind back to back; a figure is the median of the rounds'
+percentiles, with the rounds' min–max in brackets, and a ratio is taken inside each round.
+Steered children are picked at random among the live ones.
+
+**Steer round trip** (`send_message` → supervisor → `run.steer` → durable
+`steering/message` append → `SendResult`) against the SPEC §8 goal, one raw pykka `ask` plus
+one raw `sqlite3` append (goal: ratio ≤ 1.5× — {"met" if goal_met else "**not met**"}):
+
+{
+        table(
+            [
+                "live children",
+                "steer p50",
+                "steer p90",
+                "raw ask + raw append p50",
+                "steer / (ask + append), p50",
+                "same, p90",
+            ],
+            steer_rows,
+        )
+    }
+
+**Baselines, same rounds:** the raw pykka `ask` round trip to an echo `ThreadingActor`; the
+raw `sqlite3` append (the store's own table definitions and pragmas, `BEGIN IMMEDIATE`, one
+`INSERT`, `COMMIT`); and a lock-and-dict router (dict lookup under a lock + `run.steer` + the
+raw append, on the caller's thread, no actor hop):
+
+{
+        table(
+            [
+                "live children",
+                "pykka ask p50",
+                "sqlite3 append p50",
+                "lock+dict router p50",
+                "lock+dict router p90",
+                "steer / lock+dict, p50",
+            ],
+            base_rows,
+        )
+    }
+
+**Resume route:** `send_message` to an idle child (supervisor already up, small transcript)
+until `provider.resume` is called with the rebuilt child — Task registration, the activation
+actor's start, the store load, authorization and the descriptor fold
+({config.resume_ops} resumes per round):
+
+{table(["live children", "send → provider.resume p50", "p90"], resume_rows)}
+
+**Throughput** into running children, {config.threads} threads × {config.per_thread}
+messages, {config.throughput_rounds} rounds, with {max(results):,} live children: each
+steer is a synchronous round trip ending in its own durable commit, so SQLite's single
+writer bounds it; raw pykka `tell` (no reply, no durability) and raw `sqlite3` appends from
+the same number of threads frame it:
+
+{
+        table(
+            ["path", "messages/s", "ours / this"],
+            [
+                ["steer (`send_message`)", fmt_count(tp.ours, "/s"), "1.00×"],
+                ["raw pykka `tell`", fmt_count(tp.tell, "/s"), f"{tp_ratio_tell:.3f}×"],
+                ["raw `sqlite3` append", fmt_count(tp.append, "/s"), f"{tp_ratio_append:.2f}×"],
+            ],
+        )
+    }
+"""
+    data: dict[str, object] = {"goal_met": goal_met}
+    return Section("Routing", body, data)

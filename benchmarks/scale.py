@@ -1,0 +1,211 @@
+"""Scale: threads and memory per live child; a restart over 1,000 vs 100,000 stored children.
+
+Each figure comes from a fresh interpreter (`benchmarks._probe`), so resident memory is the
+process's own and not what earlier sections left behind. The large stores are filled with
+raw SQL: one child is created through the API, and its header and events are copied under
+new ids (parents spread over 1,000 sessions) with ``executemany`` — seconds, not minutes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from benchmarks._harness import PARENT_SESSION, seed_child, sqlite_url
+from benchmarks._report import Section, table
+from benchmarks._stats import fmt_count, fmt_mib, fmt_ratio, fmt_s, spread
+from persistence import SqlStore
+
+__all__ = ["ScaleConfig", "run_scale"]
+
+_REPO = Path(__file__).resolve().parents[1]
+_BULK_BATCH = 5000
+_PROBE_TIMEOUT_S = 600
+
+
+@dataclass(frozen=True)
+class ScaleConfig:
+    """How much to measure."""
+
+    live: int = 1000
+    live_runs: int = 3
+    small: int = 1000
+    large: int = 100_000
+    ready_runs: int = 5
+
+    @classmethod
+    def quick(cls) -> ScaleConfig:
+        """A smoke run: small, seconds."""
+        return cls(live=50, live_runs=1, small=100, large=1000, ready_runs=1)
+
+
+def run_scale(config: ScaleConfig, workdir: Path) -> Section:
+    """Measure live-child cost and restart readiness; the report section."""
+    live = [
+        _probe("live", sqlite_url(workdir / f"live-{run}.db"), str(config.live))
+        for run in range(config.live_runs)
+    ]
+    stores = {}
+    for count in (config.small, config.large):
+        path = workdir / f"stored-{count}.db"
+        stores[count] = (path, *bulk_children(path, count))
+    ready: dict[int, list[dict[str, Any]]] = {config.small: [], config.large: []}
+    for _ in range(config.ready_runs):
+        for count, (path, child_id, parent) in stores.items():  # interleaved
+            ready[count].append(_probe("ready", sqlite_url(path), child_id, parent))
+    sizes = {count: path.stat().st_size for count, (path, _, _) in stores.items()}
+    return _section(config, live, ready, sizes)
+
+
+def bulk_children(path: Path, count: int) -> tuple[str, str]:
+    """Fill a SQLite store with ``count`` idle children; one to resume, and its parent."""
+    store = SqlStore(sqlite_url(path))
+    try:
+        template = seed_child(store, 2, parent_session=PARENT_SESSION)
+    finally:
+        store.close()
+    conn = sqlite3.connect(path)
+    try:
+        conn.execute("PRAGMA synchronous=OFF")
+        header = conn.execute(
+            "SELECT * FROM subagent_children WHERE child_id = ?", (template,)
+        ).fetchone()
+        events = conn.execute(
+            "SELECT * FROM subagent_events WHERE child_id = ?", (template,)
+        ).fetchall()
+        child_cols = _columns(conn, "subagent_children")
+        event_cols = _columns(conn, "subagent_events")
+        id_at, parent_at = child_cols.index("child_id"), child_cols.index("parent_session")
+        event_id_at = event_cols.index("child_id")
+        insert_child = _insert(conn, "subagent_children", len(child_cols))
+        insert_event = _insert(conn, "subagent_events", len(event_cols))
+        for start in range(1, count, _BULK_BATCH):
+            ids = [str(uuid.uuid4()) for _ in range(start, min(count, start + _BULK_BATCH))]
+            headers = []
+            for i, child_id in enumerate(ids, start=start):
+                row = list(header)
+                row[id_at], row[parent_at] = child_id, f"parent-{i % 1000}"
+                headers.append(row)
+            conn.executemany(insert_child, headers)
+            conn.executemany(
+                insert_event,
+                (_with(event, event_id_at, child_id) for child_id in ids for event in events),
+            )
+            conn.commit()
+        # The WAL would otherwise hold every bulk page, which a real store would not.
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    finally:
+        conn.close()
+    return template, PARENT_SESSION
+
+
+def _columns(conn: sqlite3.Connection, table_name: str) -> list[str]:
+    return [row[1] for row in conn.execute(f"PRAGMA table_info({table_name})")]
+
+
+def _insert(conn: sqlite3.Connection, table_name: str, width: int) -> str:
+    return f"INSERT INTO {table_name} VALUES ({', '.join('?' * width)})"
+
+
+def _with(row: tuple[Any, ...], at: int, value: str) -> tuple[Any, ...]:
+    return (*row[:at], value, *row[at + 1 :])
+
+
+def _probe(*args: str) -> dict[str, Any]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_REPO), env.get("PYTHONPATH")]))
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks._probe", *args],
+        cwd=_REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=_PROBE_TIMEOUT_S,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"probe {args[0]} failed:\n{done.stderr[-4000:]}")
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def _section(
+    config: ScaleConfig,
+    live: list[dict[str, Any]],
+    ready: dict[int, list[dict[str, Any]]],
+    sizes: dict[int, int],
+) -> Section:
+    n = config.live
+    threads_before = spread([r["before"]["threads"] for r in live])
+    threads_after = spread([r["after"]["threads"] for r in live])
+    rss_before = spread([r["before"]["rss"] for r in live])
+    rss_after = spread([r["after"]["rss"] for r in live])
+    per_thread = spread([(r["after"]["threads"] - r["before"]["threads"]) / n for r in live])
+    per_rss = spread([(r["after"]["rss"] - r["before"]["rss"]) / n for r in live])
+    start = spread([r["start_s"] / n for r in live])
+    live_rows = [
+        ["control plane open, no child", fmt_count(threads_before), fmt_mib(rss_before)],
+        [f"{n:,} live children", fmt_count(threads_after), fmt_mib(rss_after)],
+        [
+            "per live child",
+            f"{per_thread.median:.2f}",
+            f"{per_rss.median / 1024:.0f} KiB ({per_rss.low / 1024:.0f}–{per_rss.high / 1024:.0f})",
+        ],
+    ]
+    ready_rows = []
+    for count, runs in ready.items():
+        ready_rows.append(
+            [
+                f"{count:,}",
+                f"{sizes[count] / 1024 / 1024:.0f} MiB",
+                fmt_s(spread([r["open_s"] for r in runs])),
+                fmt_s(spread([r["ready_s"] for r in runs])),
+                fmt_count(spread([r["status"]["threads"] for r in runs])),
+                fmt_mib(spread([r["status"]["rss"] for r in runs])),
+            ]
+        )
+    small, large = config.small, config.large
+    growth = spread(
+        [b["ready_s"] / a["ready_s"] for a, b in zip(ready[small], ready[large], strict=True)]
+    )
+    body = f"""\
+Every figure is measured in a fresh interpreter (median of the runs, min–max), SQLite
+store. A live child is a running activation: its supervisor and its activation actor each
+own a thread (pykka `ThreadingActor`); a durable-but-idle child costs nothing until a
+message reaches it.
+
+**{n:,} live children** ({config.live_runs} runs; starting and publishing took
+{fmt_s(start)} per child):
+
+{table(["", "threads", "VmRSS"], live_rows)}
+
+**Restart with {small:,} vs {large:,} durable-but-idle children in the store**
+({config.ready_runs} runs, interleaved): `SubagentControl.open(url)`, then the first
+`send_message` to one idle child until `provider.resume` is called; threads and VmRSS of
+the process at that moment. Opening reads no child, and the first message loads only its
+own child, so readiness must not grow with the number of stored children:
+
+{
+        table(
+            [
+                "children in store",
+                "database",
+                "open",
+                "open + first send → provider.resume",
+                "threads",
+                "VmRSS",
+            ],
+            ready_rows,
+        )
+    }
+
+Ready time with {large:,} stored children / with {small:,}, per run: {fmt_ratio(growth)}.
+"""
+    return Section("Scale", body, {"growth": growth})
