@@ -1,0 +1,67 @@
+"""Fixtures for the store tests: a store per backend, and ways to make the database fail."""
+
+from __future__ import annotations
+
+import sqlite3
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from controlplane import ChildMeta, NewEvent
+from persistence import RetryPolicy, SqlStore
+
+
+@pytest.fixture
+def store(store_url: str) -> Iterator[SqlStore]:
+    """A store on each backend that retries without waiting."""
+    with SqlStore(store_url, retry=RetryPolicy.immediate()) as opened:
+        yield opened
+
+
+def new_child(store: SqlStore, *, parent: str = "parent-1", **fields: Any) -> ChildMeta:
+    """Create a child with no events and return its header."""
+    meta = ChildMeta(
+        child_id=fields.pop("child_id", str(uuid.uuid4())),
+        parent_session=parent,
+        depth=fields.pop("depth", 1),
+        **fields,
+    )
+    store.create_child(meta)
+    return meta
+
+
+def message(n: int, *, turn: int = 1, kind: str = "assistant/message") -> NewEvent:
+    """An event whose data says which one it is."""
+    return NewEvent(kind=kind, turn=turn, data={"n": n, "text": f"message {n}"})
+
+
+def transient_error(url: str) -> Exception:
+    """A real driver error of ``url``'s backend that the retry policy treats as transient."""
+    if url.startswith("sqlite"):
+        return sqlite3.OperationalError("database is locked")
+    import psycopg
+
+    return psycopg.errors.SerializationFailure("could not serialize access (test)")
+
+
+def with_pg_options(url: str, *options: str) -> str:
+    """``url`` with more libpq ``-c`` options (kept beside the fixture's search_path)."""
+    parsed = sa.make_url(url)
+    current = parsed.query.get("options", "")
+    assert isinstance(current, str)
+    return parsed.update_query_dict(
+        {"options": " ".join([current, *options]).strip()}
+    ).render_as_string(hide_password=False)
+
+
+def libpq_url(url: str) -> str:
+    """A PostgreSQL store URL as psycopg.connect takes it."""
+    return sa.make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+def raw_engine(url: str) -> sa.Engine:
+    """A plain SQLAlchemy engine on the store's database, for the test's own SQL."""
+    return sa.create_engine(url.replace("postgresql://", "postgresql+psycopg://", 1))
