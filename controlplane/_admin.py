@@ -36,6 +36,7 @@ TREE_OP: Final = "tree"
 
 # sun_path holds 108 bytes on Linux, including the terminating NUL.
 _MAX_SOCKET_PATH_BYTES: Final = 107
+_BACKLOG: Final = 128
 
 
 class AdminErrorCode(StrEnum):
@@ -233,7 +234,9 @@ class AdminServer:
                 )
             listener.bind(staging)
             os.chmod(staging, 0o600)
-            listener.listen(16)
+            # A burst beyond the backlog fails clients at once (EAGAIN on AF_UNIX), and the
+            # accept loop only hands sockets to threads: a deep backlog costs nothing.
+            listener.listen(_BACKLOG)
             listener.setblocking(False)
             self._publish(staging)
         except BaseException:

@@ -14,6 +14,8 @@ import os
 import socket
 import stat
 import sys
+import threading
+import time
 from collections.abc import Sequence
 from typing import IO, TYPE_CHECKING, Any, Final
 
@@ -222,11 +224,12 @@ def _run_tree(args: argparse.Namespace, out: IO[str]) -> None:
 
 def _request_tree(path: str, *, timeout_s: float) -> ActorTree:
     _check_socket_path(path)
+    deadline = time.monotonic() + timeout_s
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     conn.settimeout(timeout_s)
     try:
         try:
-            conn.connect(path)
+            _connect(conn, path, deadline)
         except FileNotFoundError:
             raise _Exit(EXIT_UNREACHABLE, _no_socket(path)) from None
         except ConnectionRefusedError:
@@ -241,6 +244,13 @@ def _request_tree(path: str, *, timeout_s: float) -> ActorTree:
                 f"permission denied on {path}: the admin socket is mode 0600, so run as "
                 "the user of the process that serves it",
             ) from None
+        except BlockingIOError:
+            raise _Exit(
+                EXIT_UNREACHABLE,
+                f"{path} is overloaded: its connection backlog stayed full for {timeout_s}s",
+            ) from None
+        except OSError as exc:
+            raise _Exit(EXIT_UNREACHABLE, f"cannot connect to {path}: {exc}") from None
         try:
             conn.sendall(encode_line({"op": TREE_OP}))
             line = _read_reply(conn)
@@ -251,6 +261,20 @@ def _request_tree(path: str, *, timeout_s: float) -> ActorTree:
     finally:
         conn.close()
     return _parse_reply(path, line)
+
+
+def _connect(conn: socket.socket, path: str, deadline: float) -> None:
+    # A Unix socket whose backlog is full refuses a timed connect with EAGAIN at once,
+    # where TCP would wait: retry until the deadline, as a blocking connect would.
+    pause = threading.Event()
+    while True:
+        try:
+            conn.connect(path)
+            return
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                raise
+            pause.wait(0.01)
 
 
 def _check_socket_path(path: str) -> None:

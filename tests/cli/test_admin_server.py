@@ -243,3 +243,41 @@ def test_invalid_limits_are_refused(sock_dir: Path, options: dict[str, float]) -
     with pytest.raises(SubagentControlError) as info:
         AdminServer(sock_dir / "a.sock", dump=sample_tree, **options)  # type: ignore[arg-type]
     assert info.value.code is ErrorCode.INVALID_INPUT
+
+
+def test_many_concurrent_clients_each_get_a_tree_or_busy_and_the_server_survives(
+    sock_dir: Path,
+) -> None:
+    clients = 24
+    barrier = threading.Barrier(clients)
+    answers: list[str] = []
+    lock = threading.Lock()
+
+    def client(i: int) -> None:
+        barrier.wait(timeout=10)
+        # A third of them misbehave: garbage, a half-sent line, an unknown op.
+        payload = [b'{"op": "tree"}\n', b"\xff\n", b'{"op": "tr', b'{"op": "kill"}\n'][i % 4]
+        try:
+            raw = exchange(path, payload, half_close=True)
+        except OSError as exc:
+            raw = repr(exc).encode()
+        with lock:
+            answers.append(raw.decode("utf-8", "replace"))
+
+    with AdminServer(sock_dir / "a.sock", dump=sample_tree, max_connections=4) as srv:
+        path = srv.path
+        threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=30)
+        assert len(answers) == clients
+        for raw in answers:
+            reply = json.loads(raw)  # one well-formed reply line each, never a crash
+            assert reply["ok"] is True or reply["error"]["code"] in {
+                "BUSY",
+                "BAD_REQUEST",
+                "INCOMPLETE_REQUEST",
+                "UNKNOWN_OP",
+            }
+        assert _eventually(lambda: ask_tree(srv.path)["ok"] is True)

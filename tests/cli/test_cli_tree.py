@@ -120,6 +120,34 @@ def test_tree_gives_up_on_a_socket_that_never_answers(
     assert "no reply" in err
 
 
+def test_tree_gives_up_on_a_socket_whose_backlog_stays_full(
+    sock_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    fillers: list[socket.socket] = []
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as jammed:
+        jammed.bind(str(sock_dir / "jammed.sock"))
+        jammed.listen(0)  # never accepts: the backlog fills after a connection or two
+        try:
+            for _ in range(100):
+                filler = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                fillers.append(filler)
+                filler.setblocking(False)
+                try:
+                    filler.connect(str(sock_dir / "jammed.sock"))
+                except BlockingIOError:
+                    break
+            else:
+                pytest.fail("the backlog never filled")
+            status, _, err = run(
+                capsys, "tree", "--socket", str(sock_dir / "jammed.sock"), "--timeout", "0.2"
+            )
+        finally:
+            for filler in fillers:
+                filler.close()
+    assert status == EXIT_UNREACHABLE
+    assert "overloaded" in err
+
+
 def test_tree_exits_with_the_error_reply_code_when_the_dump_fails(
     sock_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
