@@ -17,6 +17,7 @@ from controlplane import (
     ContinuableStart,
     ContinuableStartSpec,
     ErrorCode,
+    EventKind,
     SessionEvent,
     SubagentControl,
     SubagentControlError,
@@ -74,9 +75,12 @@ def mentions(event: SessionEvent, needle: str) -> bool:
     return needle in json.dumps(event.data, ensure_ascii=False)
 
 
+FRAME_KINDS = frozenset({EventKind.TURN_START, EventKind.TURN_END})
+
+
 def carrying(stored: Sequence[SessionEvent], needle: str) -> list[SessionEvent]:
-    """The events whose data mention ``needle``."""
-    return [event for event in stored if mentions(event, needle)]
+    """The events, other than the turn frame (which may repeat a label), mentioning ``needle``."""
+    return [e for e in stored if e.kind not in FRAME_KINDS and mentions(e, needle)]
 
 
 def is_durable(control: SubagentControl, child_id: str) -> bool:
@@ -127,6 +131,19 @@ def held_messages(control: SubagentControl, child_id: str) -> int:
     """How many messages the child's supervisor holds for publication (from the tree dump)."""
     tree = control.dump_tree(timeout_s=1.0)
     return sum(s.held_messages for s in tree.supervisors if s.child_id == child_id)
+
+
+def is_published(control: SubagentControl, child_id: str) -> bool:
+    """Whether the child's current activation has published its run (from the tree dump)."""
+    for node in control.dump_tree(timeout_s=1.0).supervisors:
+        if node.child_id == child_id and node.activation is not None:
+            return node.activation.published
+    return False
+
+
+def wait_published(control: SubagentControl, child_id: str) -> None:
+    """Wait until the child's current activation has published its run."""
+    eventually(lambda: is_published(control, child_id), f"child {child_id} is published")
 
 
 def supervised(control: SubagentControl) -> set[str]:

@@ -9,7 +9,9 @@ Each scenario asserts the invariants, never one lucky ordering:
 
 from __future__ import annotations
 
+import random
 import threading
+import time
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -20,6 +22,7 @@ import pytest
 from controlplane import (
     AgentHandle,
     ContinuableStart,
+    ContinuableStartSpec,
     ErrorCode,
     EventKind,
     MessageSource,
@@ -53,18 +56,28 @@ def rounds(url: str) -> int:
     return 100 if url.startswith("sqlite") else 30
 
 
-def race(*actions: Callable[[], Any]) -> list[Any]:
-    """Run ``actions`` in threads released together; their results or exceptions, in order."""
-    barrier = threading.Barrier(len(actions))
+def race(*actions: Callable[[], Any], jitter_s: float = 400e-6) -> list[Any]:
+    """Run ``actions`` in threads released together; their results or exceptions, in order.
 
-    def released(action: Callable[[], Any]) -> Callable[[], Any]:
+    After the barrier all but one thread (chosen at random) pause for a random moment up to
+    ``jitter_s``. This is not synchronisation: the barrier releases the last thread to arrive
+    first and the GIL keeps it running, so without the pause one ordering would dominate.
+    """
+    barrier = threading.Barrier(len(actions))
+    first = random.randrange(len(actions))
+
+    def released(i: int, action: Callable[[], Any]) -> Callable[[], Any]:
+        pause_s = 0.0 if i == first else random.uniform(0.0, jitter_s)
+
         def body() -> Any:
             barrier.wait(WAIT_S)
+            if pause_s:
+                time.sleep(pause_s)
             return action()
 
         return body
 
-    futures = [in_thread(released(action)) for action in actions]
+    futures = [in_thread(released(i, action)) for i, action in enumerate(actions)]
     outcomes: list[Any] = []
     for future in futures:
         try:
@@ -240,7 +253,8 @@ def test_close_racing_a_start_settles_or_refuses_it(
         else:
             provider.default_plan(result_gate=threading.Event())
 
-        started, _ = race(partial(start_child, control, parent), control.close)
+        spec = ContinuableStartSpec(provider="fake", label="bg", prompt=text("go"), parent=parent)
+        started, _ = race(partial(control.start_continuable, spec), control.close)
 
         assert control.closed
         if isinstance(started, SubagentControlError):
@@ -251,3 +265,22 @@ def test_close_racing_a_start_settles_or_refuses_it(
             assert [(s.id, s.status) for s in settled] == [(started.task_id, TaskStatus.KILLED)]
         assert provider.total_live() == 0
         assert pykka.ActorRegistry.get_all() == []
+
+
+def test_owner_disposal_racing_a_start_leaves_no_task_running(
+    control: SubagentControl, provider: FakeProvider, rounds: int
+) -> None:
+    provider.default_plan(result_gate=threading.Event())
+    for _ in range(rounds):
+        owner = control.agents.register("parent-1")
+        spec = ContinuableStartSpec(provider="fake", label="bg", prompt=text("go"), parent=owner)
+
+        started, _ = race(partial(control.start_continuable, spec), owner.dispose)
+
+        if isinstance(started, SubagentControlError):
+            assert started.code is ErrorCode.UNAUTHORIZED, started
+        else:
+            snapshot = settle(control, started.task_id, "parent-1")
+            assert snapshot.status is TaskStatus.KILLED, snapshot
+        assert provider.total_live() == 0
+        assert all(s.status.is_terminal for s in control.tasks.list("parent-1"))

@@ -229,10 +229,7 @@ def test_a_descriptor_in_the_seed_does_not_make_a_child_resumable(
     assert control.store is not None
     child_id = str(uuid.uuid4())
     control.store.create_child(
-        ChildMeta(child_id=child_id, parent_session=parent.session_id, depth=1, seed_length=1)
-    )
-    control.store.append(
-        child_id,
+        ChildMeta(child_id=child_id, parent_session=parent.session_id, depth=1, seed_length=1),
         [NewEvent(kind=EventKind.DESCRIPTOR, turn=0, data={"version": 1, "provider": "fake"})],
     )
 

@@ -142,6 +142,8 @@ def test_settlement_order_is_result_then_dispose_then_outcome(
 def test_the_association_exists_while_on_done_listeners_run(
     control: SubagentControl, parent: AgentHandle, provider: FakeProvider
 ) -> None:
+    release = threading.Event()
+    provider.plan(result_gate=release)
     started = start_child(control, parent)
     seen: list[object] = []
 
@@ -157,6 +159,7 @@ def test_the_association_exists_while_on_done_listeners_run(
             seen.append(exc)
 
     control.tasks.on_done(listener)
+    release.set()
     settle(control, started.task_id, parent)
 
     (error,) = seen

@@ -27,6 +27,7 @@ from tests.controlplane.helpers import (
     start_child,
     task_ids,
     text,
+    wait_published,
 )
 from tests.fakes import FakeProvider, Plan
 
@@ -53,6 +54,7 @@ def running_child(
     plan = provider.plan(result_gate=release, **script)
     started = start_child(control, parent)
     assert plan.returned.wait(WAIT_S)
+    wait_published(control, started.child_id)
     return started.child_id, started.task_id, plan
 
 
