@@ -11,7 +11,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 import pykka
 
@@ -24,7 +24,7 @@ from actors.messages import (
     SpawnChild,
     StopAccepting,
 )
-from actors.supervisor import ChildSupervisor, ChildSupervisorProxy
+from actors.supervisor import ChildSupervisor, ChildSupervisorProxy, mailbox_depth
 from controlplane._errors import ErrorCode, SubagentControlError
 from controlplane._session import utcnow
 from controlplane._tree import SupervisorNode
@@ -141,7 +141,7 @@ class RootActor(pykka.ThreadingActor):
                     child_id=route.child_id,
                     parent_session=route.parent_session,
                     state="busy",
-                    mailbox_depth=route.supervisor.ref.actor_inbox.qsize(),
+                    mailbox_depth=mailbox_depth(route.supervisor.ref),
                     last_activity=route.created_at,
                 )
             nodes.append(node)
@@ -170,20 +170,16 @@ class RootActorProxy:
 
     def spawn_child(self, spawn: SpawnChild, timeout_s: float) -> Route:
         """Create a child's supervisor with its initial activation."""
-        route: Route = self.ref.ask(spawn, timeout=timeout_s)
-        return route
+        return cast(Route, self.ref.ask(spawn, timeout=timeout_s))
 
     def ensure_supervisor(self, child_id: str, timeout_s: float) -> Route:
         """The child's supervisor, created idle when this process has none."""
-        route: Route = self.ref.ask(EnsureSupervisor(child_id=child_id), timeout=timeout_s)
-        return route
+        return cast(Route, self.ref.ask(EnsureSupervisor(child_id=child_id), timeout=timeout_s))
 
     def describe_all(self, timeout_s: float) -> list[SupervisorNode]:
         """Every supervisor's node; busy ones are not waited for past ``timeout_s``."""
-        nodes: list[SupervisorNode] = self.ref.ask(
-            DescribeAll(timeout_s=timeout_s), timeout=timeout_s + 5.0
-        )
-        return nodes
+        nodes = self.ref.ask(DescribeAll(timeout_s=timeout_s), timeout=timeout_s + 5.0)
+        return cast(list[SupervisorNode], nodes)
 
     def stop_accepting(self, timeout_s: float) -> None:
         """Refuse new supervisors from now on."""

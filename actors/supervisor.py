@@ -13,7 +13,7 @@ import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, cast
 
 import pykka
 
@@ -28,6 +28,7 @@ from actors.messages import (
     SendMessage,
     SendReply,
 )
+from controlplane._agents import AgentHandle
 from controlplane._content import MessageSource, TextBlock, text_of
 from controlplane._errors import ErrorCode, SubagentControlError
 from controlplane._provider import SubagentRun
@@ -37,11 +38,12 @@ from controlplane._spec import SendResult
 from controlplane._task_types import TaskStatus
 from controlplane._tree import ActivationNode, SupervisorNode, SupervisorState
 
-__all__ = ["ChildSupervisor", "ChildSupervisorProxy", "follow_up_label"]
+__all__ = ["ChildSupervisor", "ChildSupervisorProxy", "follow_up_label", "mailbox_depth"]
 
 log = logging.getLogger(__name__)
 
 _LABEL_LIMIT = 80
+_LIVENESS_POLL_S = 1.0
 
 
 def follow_up_label(message: tuple[TextBlock, ...]) -> str:
@@ -148,7 +150,7 @@ class ChildSupervisor(pykka.ThreadingActor):
             )
         status = self._ctx.tasks.status_of(current.task_id)
         if status is not TaskStatus.RUNNING or current.signal.aborted:
-            what = status.value if status is not TaskStatus.RUNNING else "being killed"
+            what = "being killed" if status is TaskStatus.RUNNING else _status_word(status)
             return _not_delivered(
                 self._child_id, current.task_id, f"task {current.task_id} is {what}"
             )
@@ -185,7 +187,7 @@ class ChildSupervisor(pykka.ThreadingActor):
         try:
             task = self._ctx.tasks.start(
                 label=follow_up_label(send.message),
-                owner=send.parent.session_id,
+                owner=send.parent,
                 child_id=self._child_id,
                 signal=signal,
             )
@@ -293,10 +295,20 @@ class ChildSupervisor(pykka.ThreadingActor):
             task_id=current.task_id if current else None,
             task_status=status.value if status else None,
             held_messages=len(current.held) if current else 0,
-            mailbox_depth=self.actor_inbox.qsize(),
+            mailbox_depth=mailbox_depth(self.actor_ref),
             last_activity=self._last_activity,
             activation=activation,
         )
+
+
+def _status_word(status: TaskStatus | None) -> str:
+    return "gone" if status is None else status.value
+
+
+def mailbox_depth(ref: pykka.ActorRef[Any]) -> int:
+    """How many messages wait in an actor's mailbox (a snapshot, for the tree dump)."""
+    qsize = getattr(ref.actor_inbox, "qsize", None)
+    return int(qsize()) if callable(qsize) else 0
 
 
 def _not_delivered(child_id: str, task_id: str, why: str) -> SubagentControlError:
@@ -323,7 +335,30 @@ class ChildSupervisorProxy:
     def __init__(self, ref: pykka.ActorRef[Any]) -> None:
         self.ref = ref
 
-    def send(self, parent: Any, message: tuple[TextBlock, ...], source: MessageSource) -> SendReply:
-        """Ask the supervisor to route a message (one hop there, one back)."""
-        reply: SendReply = self.ref.ask(SendMessage(parent=parent, message=message, source=source))
-        return reply
+    def send(
+        self, parent: AgentHandle, message: tuple[TextBlock, ...], source: MessageSource
+    ) -> SendReply:
+        """Ask the supervisor to route a message: one hop there, one back.
+
+        Waits as long as the supervisor lives: a slow turn is no reason to give up on an
+        answer that may still say "delivered". A message that raced the supervisor's stop
+        is dropped silently by pykka, so only a dead supervisor ends the wait (``CLOSED``).
+        """
+        future = self.ref.ask(
+            SendMessage(parent=parent, message=message, source=source), block=False
+        )
+        while True:
+            try:
+                return cast(SendReply, future.get(timeout=_LIVENESS_POLL_S))
+            except pykka.Timeout:
+                if not self.ref.is_alive():
+                    return _stopped()
+            except pykka.ActorDeadError:
+                return _stopped()
+
+
+def _stopped() -> SubagentControlError:
+    return SubagentControlError(
+        ErrorCode.CLOSED,
+        "the child's supervisor stopped before taking the message; the message was not delivered",
+    )

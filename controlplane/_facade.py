@@ -45,7 +45,6 @@ __all__ = ["TASK_TOOLS_SURFACE", "ChildView", "SubagentControl"]
 
 TASK_TOOLS_SURFACE = "task-tools"
 _ROOT_TIMEOUT_S = 30.0
-_LIVENESS_POLL_S = 1.0
 
 
 class ChildView(BaseModel):
@@ -153,16 +152,11 @@ class SubagentControl:
             )
             for event in spec.seed_events or ()
         )
-        if not self.tasks.has_surface:
-            self.tasks.start(
-                label=spec.label, owner=parent.session_id, child_id=None, signal=CancelSignal()
-            )  # raises NO_CONTROL_SURFACE
+        self.tasks.require_surface()
         self._check_parent(parent)
         child_id = str(uuid.uuid4())
         signal = CancelSignal()
-        task = self.tasks.start(
-            label=spec.label, owner=parent.session_id, child_id=child_id, signal=signal
-        )
+        task = self.tasks.start(label=spec.label, owner=parent, child_id=child_id, signal=signal)
         plan = ActivationPlan(
             kind="initial",
             task_id=task.id,
@@ -219,38 +213,12 @@ class SubagentControl:
         if not isinstance(source, MessageSource):
             raise SubagentControlError(ErrorCode.INVALID_INPUT, "source must be a MessageSource")
         route = self._routes.get(child_id) or self._ensure_route(root, child_id)
-        reply = self._ask(route, root, parent, blocks, source)
+        reply = route.supervisor.send(parent, blocks, source)
         if isinstance(reply, Future):
             reply = reply.result()
         if isinstance(reply, SubagentControlError):
             raise reply
         return reply
-
-    def _ask(
-        self,
-        route: Route,
-        root: RootActorProxy,
-        parent: AgentHandle,
-        blocks: tuple[TextBlock, ...],
-        source: MessageSource,
-    ) -> SendResult | SubagentControlError | Future[SendResult]:
-        from actors.messages import SendMessage
-
-        message = SendMessage(parent=parent, message=blocks, source=source)
-        future = route.supervisor.ref.ask(message, block=False)
-        while True:
-            try:
-                reply: SendResult | SubagentControlError | Future[SendResult] = future.get(
-                    timeout=_LIVENESS_POLL_S
-                )
-                return reply
-            except pykka.Timeout:
-                # A message that raced the supervisor's stop is dropped silently; only a
-                # dead supervisor ends the wait, never a deadline on a slow turn.
-                if not route.supervisor.ref.is_alive():
-                    return _closed("the child's supervisor stopped before taking the message")
-            except pykka.ActorDeadError:
-                return _closed("the child's supervisor stopped before taking the message")
 
     def _ensure_route(self, root: RootActorProxy, child_id: str) -> Route:
         try:
@@ -408,10 +376,6 @@ def _message_blocks(message: object) -> tuple[TextBlock, ...]:
         raise SubagentControlError(
             ErrorCode.INVALID_INPUT, f"a message block is not a TextBlock: {exc.errors()[0]['msg']}"
         ) from exc
-
-
-def _closed(why: str) -> SubagentControlError:
-    return SubagentControlError(ErrorCode.CLOSED, f"{why}; the message was not delivered")
 
 
 def _translate(exc: BaseException) -> SubagentControlError | BaseException:

@@ -110,31 +110,47 @@ class TaskService:
         """Whether a control surface is attached."""
         return bool(self._surfaces)
 
+    def require_surface(self) -> None:
+        """Raise ``NO_CONTROL_SURFACE`` unless a control surface is attached."""
+        if not self._surfaces:
+            raise SubagentControlError(
+                ErrorCode.NO_CONTROL_SURFACE,
+                "no task control surface is attached, so a background Task could not be "
+                "observed or killed; attach one (the default task tools) and retry",
+            )
+
     # -- producer side (the control plane) -------------------------------------------
 
     def start(
-        self, *, label: str, owner: str, child_id: str | None, signal: CancelSignal
+        self, *, label: str, owner: Requester, child_id: str | None, signal: CancelSignal
     ) -> TaskSnapshot:
         """Register a running Task of kind ``subagent``.
 
         Raises:
             SubagentControlError: ``NO_CONTROL_SURFACE`` without an attached surface,
-                ``CLOSED`` once `close` was called.
+                ``CLOSED`` once `close` was called, ``UNAUTHORIZED`` when the owner's
+                `AgentHandle` is no longer live.
         """
         task = _Task(
-            id=str(uuid.uuid4()), label=label, owner=owner, child_id=child_id, signal=signal
+            id=str(uuid.uuid4()),
+            label=label,
+            owner=_session_of(owner),
+            child_id=child_id,
+            signal=signal,
         )
         with self._lock:
+            # Checked under the lock that `kill_owned_by` scans with: an owner disposed
+            # concurrently either sees this Task and kills it, or is seen dead here.
+            if isinstance(owner, AgentHandle) and not owner.is_live:
+                raise SubagentControlError(
+                    ErrorCode.UNAUTHORIZED,
+                    f"owner session {owner.session_id!r} was disposed; nothing was started",
+                )
             if self._closed_reason is not None:
                 raise SubagentControlError(
                     ErrorCode.CLOSED, "the control plane is closed; nothing was started"
                 )
-            if not self._surfaces:
-                raise SubagentControlError(
-                    ErrorCode.NO_CONTROL_SURFACE,
-                    "no task control surface is attached, so a background Task could not be "
-                    "observed or killed; attach one (the default task tools) and retry",
-                )
+            self.require_surface()
             self._tasks[task.id] = task
             if child_id is not None:
                 self._latest_by_child[child_id] = task.id
@@ -267,12 +283,6 @@ class TaskService:
             return outcome.output or ""
         return outcome.detail or ""
 
-    def list(self, requester: Requester) -> list[TaskSnapshot]:
-        """The requester's Tasks, oldest first."""
-        owner = _session_of(requester)
-        with self._lock:
-            return [t.snapshot() for t in self._tasks.values() if t.owner == owner]
-
     def on_done(self, listener: TaskListener) -> Callable[[], None]:
         """Call ``listener(snapshot)`` whenever a Task settles; returns an unsubscribe function.
 
@@ -295,6 +305,12 @@ class TaskService:
         with self._lock:
             pending = self._notices.pop(owner, None)
         return list(pending or ())
+
+    def list(self, requester: Requester) -> list[TaskSnapshot]:
+        """The requester's Tasks, oldest first."""
+        owner = _session_of(requester)
+        with self._lock:
+            return [t.snapshot() for t in self._tasks.values() if t.owner == owner]
 
     def _fenced(self, task_id: object, requester: Requester) -> _Task:
         task = self._tasks.get(task_id) if isinstance(task_id, str) else None
