@@ -123,7 +123,7 @@ class ActivationTranscript:
                 raise _not_delivered(self._child_id, "its turn has ended")
             try:
                 deliver()
-            except Exception as exc:
+            except BaseException as exc:  # escaping, it would stop every actor
                 raise _not_delivered(self._child_id, f"the turn settled first ({exc})") from exc
             try:
                 self._write([event])

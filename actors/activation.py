@@ -105,7 +105,7 @@ class ActivationActor(pykka.ThreadingActor):
             outcome = self._await_result(run)
         except _Settle as settle:
             outcome = settle.outcome
-        except Exception as exc:
+        except BaseException as exc:  # escaping, it would stop every actor
             # A bug here must still settle the Task, or its owner would wait forever.
             log.exception("activation %s crashed", plan.task_id)
             outcome = _failed(f"internal error: {exc}")
@@ -232,7 +232,7 @@ class ActivationActor(pykka.ThreadingActor):
             if isinstance(prepared.request, ResumeRequest):
                 return prepared.provider.resume(prepared.request, signal)
             return prepared.provider.start(prepared.request, signal)
-        except Exception as exc:
+        except BaseException as exc:  # escaping, it would stop every actor
             if signal.aborted:
                 raise _Settle(_killed(signal.reason)) from exc
             code = exc.code if isinstance(exc, SubagentControlError) else None
@@ -241,7 +241,7 @@ class ActivationActor(pykka.ThreadingActor):
     def _await_result(self, run: SubagentRun) -> TaskOutcome:
         try:
             result = run.result()
-        except Exception as exc:
+        except BaseException as exc:  # escaping, it would stop every actor
             return _failed(_error_text(exc))
         reason = str(result.stop_reason)
         if reason == StopReason.COMPLETED:
@@ -253,7 +253,7 @@ class ActivationActor(pykka.ThreadingActor):
     def _dispose(self, run: SubagentRun, outcome: TaskOutcome) -> TaskOutcome:
         try:
             run.dispose()
-        except Exception as exc:
+        except BaseException as exc:  # escaping, it would stop every actor
             earlier = outcome.detail or outcome.status.value
             outcome = _failed(f"{earlier}; dispose failed: {_error_text(exc)}")
         # A terminal Task leaves the durable child but no live child agent.

@@ -126,5 +126,5 @@ class AgentRegistry:
         for hook in hooks:
             try:
                 hook(handle)
-            except Exception:
+            except BaseException:  # escaping, it would stop every actor
                 log.exception("agent dispose hook %r failed for %r", hook, handle)

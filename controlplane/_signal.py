@@ -73,7 +73,7 @@ class CancelSignal:
     def _run(callback: Callable[[str], object], reason: str) -> None:
         try:
             callback(reason)
-        except Exception:
+        except BaseException:  # escaping, it would stop every actor
             # A faulty callback must not stop the others or the thread that aborted.
             log.exception("cancel callback %r failed", callback)
 

@@ -182,7 +182,7 @@ class TaskService:
         for listener in listeners:
             try:
                 listener(snapshot)
-            except Exception:
+            except BaseException:  # escaping, it would stop every actor
                 log.exception("on_done listener %r failed for task %s", listener, task_id)
         return snapshot
 
