@@ -70,6 +70,7 @@ class Plan:
         fail_dispose: Raised by ``dispose()`` (after releasing everything).
         fail_steer: Raised by ``steer`` instead of accepting the message.
         dispose_gate: ``dispose()`` blocks until it is set (the signal does not open it).
+        rollback_gate: A failed or cancelled start blocks in its roll-back until it is set.
         steerable: Whether the run offers ``steer`` (else ``steer is None``).
         writes: ``(kind, data)`` written through ``request.transcript`` before returning.
         local_agent: Register the run's own agent under the child id.
@@ -83,6 +84,7 @@ class Plan:
     fail_dispose: BaseException | None = None
     fail_steer: BaseException | None = None
     dispose_gate: threading.Event | None = None
+    rollback_gate: threading.Event | None = None
     steerable: bool = True
     writes: list[tuple[str, Any]] = field(default_factory=list)
     local_agent: bool = False
@@ -94,6 +96,7 @@ class Plan:
     run: FakeRun | None = None
     entered: threading.Event = field(default_factory=threading.Event)
     returned: threading.Event = field(default_factory=threading.Event)
+    rolling_back: threading.Event = field(default_factory=threading.Event)
     rolled_back: threading.Event = field(default_factory=threading.Event)
     settled: threading.Event = field(default_factory=threading.Event)
     disposed: threading.Event = field(default_factory=threading.Event)
@@ -108,6 +111,7 @@ class Plan:
             fail_dispose=self.fail_dispose,
             fail_steer=self.fail_steer,
             dispose_gate=self.dispose_gate,
+            rollback_gate=self.rollback_gate,
             steerable=self.steerable,
             writes=list(self.writes),
             local_agent=self.local_agent,
@@ -331,6 +335,9 @@ class FakeProvider:
                 run.local_agent = request.parent.registry.register(child_id, depth=request.depth)
         except BaseException:
             # Roll back to quiescence before raising, as the provider contract asks.
+            plan.rolling_back.set()
+            if plan.rollback_gate is not None and not plan.rollback_gate.wait(GATE_LIMIT_S):
+                raise RuntimeError("a FakeProvider rollback gate was never released") from None
             self._leave(child_id)
             with self._lock:
                 self.rollbacks.append(child_id)

@@ -293,3 +293,22 @@ def test_wait_times_out_on_a_running_task(
         control.tasks.wait(started.task_id, timeout=0.05, requester=parent)
     release.set()
     settle(control, started.task_id, parent)
+
+
+def test_killed_is_recorded_only_after_the_provider_rolled_back(
+    control: SubagentControl, parent: AgentHandle, provider: FakeProvider
+) -> None:
+    rollback_gate = threading.Event()
+    plan = provider.plan(start_gate=threading.Event(), rollback_gate=rollback_gate)
+    rolled_back_at_outcome: list[bool] = []
+    control.tasks.on_done(lambda snapshot: rolled_back_at_outcome.append(plan.rolled_back.is_set()))
+    started = start_child(control, parent)
+    assert plan.entered.wait(WAIT_S)
+
+    control.tasks.kill(started.task_id, requester=parent)
+    assert plan.rolling_back.wait(WAIT_S)  # the provider is still rolling back
+
+    assert control.tasks.get(started.task_id, requester=parent).status is TaskStatus.RUNNING
+    rollback_gate.set()
+    assert settle(control, started.task_id, parent).status is TaskStatus.KILLED
+    assert rolled_back_at_outcome == [True]

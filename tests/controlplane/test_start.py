@@ -9,6 +9,7 @@ import pytest
 
 from controlplane import (
     AgentHandle,
+    ChildMeta,
     Descriptor,
     ErrorCode,
     EventKind,
@@ -241,3 +242,34 @@ def test_async_start_failure_settles_failed_with_the_providers_error_text(
     assert "model endpoint refused: 403" in (snapshot.outcome.detail or "")
     assert done == [TaskStatus.FAILED]
     assert provider.total_live() == 0
+
+
+def test_async_start_failure_settles_failed_after_disposing_the_published_run(
+    control: SubagentControl, parent: AgentHandle, provider: FakeProvider
+) -> None:
+    # Publication fails after the provider returned its run: the child id is taken in the
+    # store (as by another process) while the provider is still starting.
+    control.tasks.on_done(lambda snapshot: provider.record(("outcome", snapshot.child_id or "")))
+    gate = threading.Event()
+    plan = provider.plan(start_gate=gate, local_agent=True)
+    started = start_child(control, parent)
+    assert plan.entered.wait(WAIT_S)
+    assert control.store is not None
+    squatter = ChildMeta(child_id=started.child_id, parent_session="someone-else", depth=1)
+    control.store.create_child(squatter)
+    gate.set()
+
+    snapshot = settle(control, started.task_id, parent)
+
+    assert snapshot.status is TaskStatus.FAILED
+    assert plan.disposed.is_set()
+    child = started.child_id
+    assert [entry for entry in provider.log if entry[1] == child][-2:] == [
+        ("dispose", child),
+        ("outcome", child),
+    ]
+    assert provider.total_live() == 0
+    assert control.agents.get(child) is None
+    loaded = control.store.load(child)
+    assert loaded.meta.parent_session == "someone-else"
+    assert loaded.events == []

@@ -307,3 +307,25 @@ def test_a_steer_after_the_turn_settled_is_not_delivered_while_the_task_settles(
     assert settle(control, task_id, parent).status is TaskStatus.COMPLETED
     assert task_ids(control, parent) == [task_id]
     assert carrying(events(control, child_id), "after the end") == []
+
+
+def test_parent_and_human_messages_in_one_turn_share_its_task_and_its_kill(
+    control: SubagentControl,
+    parent: AgentHandle,
+    provider: FakeProvider,
+    release: threading.Event,
+) -> None:
+    child_id, task_id, _ = running_child(control, parent, provider, release)
+
+    from_parent = control.send_message(parent, child_id, text("parent says"))
+    from_human = control.send_message(
+        parent, child_id, text("human says"), MessageSource(kind="human")
+    )
+    control.tasks.kill(task_id, requester=parent)
+
+    assert from_parent.task_id == from_human.task_id == task_id
+    snapshot = settle(control, task_id, parent)
+    assert snapshot.status is TaskStatus.KILLED
+    assert control.tasks.list(parent) == [snapshot]
+    stored = events(control, child_id)
+    assert [e.source.kind for e in carrying(stored, "says") if e.source] == ["coordinator", "human"]
