@@ -63,15 +63,16 @@ def _has_text(value: str) -> str:
 # notion of whitespace, which the schema regex may not share.
 _NON_BLANK: Final = {"pattern": r"\S"}
 
+# Lengths are checked before the blank check, so a huge string is refused before it is read.
 MessageText = Annotated[
     str,
-    AfterValidator(_has_text),
     Field(min_length=1, max_length=MAX_MESSAGE_CHARS, json_schema_extra=_NON_BLANK),
+    AfterValidator(_has_text),
 ]
 Label = Annotated[
     str,
-    AfterValidator(_has_text),
     Field(min_length=1, max_length=MAX_DESCRIPTION_CHARS, json_schema_extra=_NON_BLANK),
+    AfterValidator(_has_text),
 ]
 Identifier = Annotated[str, Field(min_length=1, max_length=MAX_ID_CHARS)]
 
@@ -204,7 +205,7 @@ TOOLS: Final[Mapping[str, ToolSpec]] = {
 }
 
 
-def parse_arguments(name: str, arguments: object) -> tuple[ToolSpec, BaseModel]:
+def parse_arguments(name: str, arguments: object) -> BaseModel:
     """Check a tool call: the tool exists and ``arguments`` (a mapping or JSON text) fit it.
 
     Raises:
@@ -219,7 +220,7 @@ def parse_arguments(name: str, arguments: object) -> tuple[ToolSpec, BaseModel]:
         )
     payload = _decode(spec, arguments)
     try:
-        return spec, spec.arguments.model_validate(payload)
+        return spec.arguments.model_validate(payload)
     except ValidationError as exc:
         problems = "; ".join(_describe(error) for error in exc.errors(include_url=False))
         raise SubagentControlError(
@@ -291,9 +292,6 @@ _FRIENDLY = {
     "less_than_equal": "must be at most {le}",
     "string_too_short": "must not be empty",
     "string_too_long": "is too long (at most {max_length:,} characters)",
-    # Length constraints after a validator are reported as collection lengths.
-    "too_short": "must not be empty",
-    "too_long": "is too long (at most {max_length:,} characters)",
 }
 
 

@@ -6,7 +6,7 @@ blocking call runs in a worker thread, and `AsyncSubagentControl.wait` holds no 
 all while a Task runs: it is woken by the Task service's completion listener.
 
 Cancelling an awaiting coroutine abandons the answer, never the operation halfway: a call
-already handed to a worker thread runs to its end (a start starts, a message is delivered or
+once submitted to a worker thread runs to its end (a start starts, a message is delivered or
 refused as a whole), and a cancelled `wait` only stops listening. The control plane is left
 exactly as the synchronous call would leave it.
 
@@ -20,11 +20,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import functools
+import logging
 import math
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
-from typing import TYPE_CHECKING, Final, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Any, Final, ParamSpec, TypeVar
 
 from controlplane._agents import AgentHandle
 from controlplane._content import MessageSource, TextBlock
@@ -37,6 +39,8 @@ if TYPE_CHECKING:
     from controlplane._tasks import TaskNotice
 
 __all__ = ["AsyncSubagentControl"]
+
+log = logging.getLogger(__name__)
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -67,11 +71,22 @@ class AsyncSubagentControl:
         return self._control
 
     async def run_blocking(self, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> R:
-        """Run a blocking call in a worker thread and await its result."""
-        if self._executor is None:
-            return await asyncio.to_thread(fn, *args, **kwargs)
+        """Run a blocking call in a worker thread and await its result.
+
+        Once submitted, the call runs to its end even if the awaiting coroutine is
+        cancelled: cancelling a queued `concurrent.futures` job would drop it, so whether
+        an abandoned send happened would depend on thread scheduling. An abandoned call's
+        failure is logged, never silently dropped.
+        """
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, functools.partial(fn, *args, **kwargs))
+        context = contextvars.copy_context()  # as asyncio.to_thread does
+        call = functools.partial(context.run, fn, *args, **kwargs)
+        future = loop.run_in_executor(self._executor, call)
+        try:
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+            future.add_done_callback(functools.partial(_log_abandoned, fn))
+            raise
 
     async def start_continuable(self, spec: ContinuableStartSpec) -> ContinuableStart:
         """`SubagentControl.start_continuable`, awaited."""
@@ -195,6 +210,15 @@ class AsyncSubagentControl:
         return await self.run_blocking(
             self._control.tasks.wait, task_id, timeout, requester=requester
         )
+
+
+def _log_abandoned(fn: Callable[..., object], future: asyncio.Future[Any]) -> None:
+    if future.cancelled():
+        return
+    exc = future.exception()
+    if exc is not None:
+        # Nobody awaits this any more; the operator still learns it failed.
+        log.warning("abandoned call %s failed: %s", getattr(fn, "__qualname__", fn), exc)
 
 
 def _resolve(future: asyncio.Future[None]) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from concurrent.futures import Executor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Literal, overload
 
 from pydantic import BaseModel
 
@@ -154,40 +154,24 @@ class ToolHandlers:
             name: The tool name.
             arguments: The arguments: a mapping, or the JSON text of an object.
         """
-        try:
-            args = parse_arguments(name, arguments)[1]
-        except SubagentControlError as exc:
-            return _invalid(exc)
-        except Exception as exc:
-            return self._internal(name, exc)
-        try:
-            return self._run(args)
-        except SubagentControlError as exc:
-            return _refused(exc)
-        except Exception as exc:
-            return self._internal(name, exc)
+        return self._handle(name, arguments, defer_wait=False)
 
     async def acall(self, name: str, arguments: object) -> ToolResult:
         """Run one tool call without blocking the event loop; never raises (but is cancellable).
 
-        Blocking work runs in a worker thread. Cancelling the awaiting coroutine abandons the
-        answer, not the operation: a start or a message already handed over goes through,
-        and the Task it made is listed by ``task_list`` as usual.
+        The call runs in a worker thread. Cancelling the awaiting coroutine abandons the
+        answer, not the operation: once handed to the worker, a start starts and a message
+        is delivered (or refused) as a whole, and ``task_list`` shows the Task it made.
         """
         try:
-            args = (await self._aio.run_blocking(parse_arguments, name, arguments))[1]
-        except SubagentControlError as exc:
-            return _invalid(exc)
-        except Exception as exc:
-            return self._internal(name, exc)
-        try:
-            if isinstance(args, TaskOutputArgs) and args.wait:
-                # Waiting holds no worker thread: a slow subagent must not starve the pool.
-                snapshot = await self._aio.wait_or_snapshot(
-                    args.task_id, args.timeout_s, requester=self._parent
-                )
-                return _output_result(snapshot)
-            return await self._aio.run_blocking(self._run, args)
+            outcome = await self._aio.run_blocking(self._handle, name, arguments, defer_wait=True)
+            if isinstance(outcome, ToolResult):
+                return outcome
+            # Waiting holds no worker thread: a slow subagent must not starve the pool.
+            snapshot = await self._aio.wait_or_snapshot(
+                outcome.task_id, outcome.timeout_s, requester=self._parent
+            )
+            return _output_result(snapshot)
         except SubagentControlError as exc:
             return _refused(exc)
         except Exception as exc:
@@ -202,6 +186,36 @@ class ToolHandlers:
         return [notice.summary for notice in self._control.tasks.drain_notices(self._parent)]
 
     # -- the tools --------------------------------------------------------------------
+
+    @overload
+    def _handle(
+        self, name: str, arguments: object, *, defer_wait: Literal[False]
+    ) -> ToolResult: ...
+
+    @overload
+    def _handle(
+        self, name: str, arguments: object, *, defer_wait: Literal[True]
+    ) -> ToolResult | TaskOutputArgs: ...
+
+    def _handle(
+        self, name: str, arguments: object, *, defer_wait: bool
+    ) -> ToolResult | TaskOutputArgs:
+        # With ``defer_wait``, a task_output that must wait is handed back to the caller
+        # (acall waits without a thread); everything else is answered here.
+        try:
+            args = parse_arguments(name, arguments)
+        except SubagentControlError as exc:
+            return _invalid(exc)
+        except Exception as exc:
+            return self._internal(name, exc)
+        if defer_wait and isinstance(args, TaskOutputArgs) and args.wait:
+            return args
+        try:
+            return self._run(args)
+        except SubagentControlError as exc:
+            return _refused(exc)
+        except Exception as exc:
+            return self._internal(name, exc)
 
     def _run(self, args: BaseModel) -> ToolResult:
         if isinstance(args, SubagentArgs):
