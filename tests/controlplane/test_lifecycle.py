@@ -247,3 +247,25 @@ def test_the_process_exits_cleanly_after_close(sqlite_url: str) -> None:
 
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "closed"
+
+
+def test_the_tree_names_supervisors_by_child_id_and_activations_by_task_id(
+    control: SubagentControl, parent: AgentHandle, provider: FakeProvider
+) -> None:
+    release = threading.Event()
+    provider.plan(result_gate=release)
+    started = start_child(control, parent)
+    assert control.send_message(parent, started.child_id, text("hi")).route == "steered"
+
+    tree = control.dump_tree()
+
+    (node,) = tree.supervisors
+    assert node.child_id == started.child_id
+    assert node.parent_session == parent.session_id
+    assert node.activation is not None
+    assert node.activation.task_id == started.task_id
+    assert node.activation.published
+    assert not tree.closed
+    assert started.child_id in tree.render()
+    release.set()
+    control.tasks.wait(started.task_id, timeout=WAIT_S, requester=parent)

@@ -280,3 +280,21 @@ def test_a_kill_right_after_a_follow_up_never_leaves_a_provider_run_behind(
             (plan,) = calls
             assert plan.rolled_back.is_set() or plan.disposed.is_set()
     assert len(outcomes) == 60
+
+
+def test_each_activation_is_one_turn_and_turns_grow_by_one(
+    control: SubagentControl, parent: AgentHandle, provider: FakeProvider
+) -> None:
+    child_id = idle_child(control, parent)
+    for i in range(3):
+        result = control.send_message(parent, child_id, text(f"follow-up {i}"))
+        assert settle(control, result.task_id, parent).status is TaskStatus.COMPLETED
+
+    stored = events(control, child_id)
+    assert [e.turn for e in stored] == sorted(e.turn for e in stored)
+    assert [e.turn for e in stored if e.kind == EventKind.TURN_START] == [1, 2, 3, 4]
+    assert [e.turn for e in stored if e.kind == EventKind.TURN_END] == [1, 2, 3, 4]
+    assert [request.transcript.turn for request in provider.resumes] == [2, 3, 4]
+    for i in range(3):
+        (prompt,) = carrying(stored, f"follow-up {i}")
+        assert prompt.turn == i + 2

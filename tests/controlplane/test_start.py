@@ -58,7 +58,14 @@ def test_start_returns_ids_before_the_provider_is_called(
     assert snapshot.child_id == started.child_id
     gate.set()
     assert settle(control, started.task_id, parent).status is TaskStatus.COMPLETED
-    assert [request.child_id for request in provider.starts] == [started.child_id]
+    (request,) = provider.starts
+    assert request.child_id == started.child_id
+    assert [block.text for block in request.prompt] == ["go"]
+    assert request.source == MessageSource(kind="user")
+    assert request.parent is parent
+    assert request.depth == 1
+    assert request.descriptor.provider == "fake"
+    assert request.transcript.turn == 1
 
 
 def test_descriptor_omits_undeclared_selectors_and_falls_back_to_parent_model(

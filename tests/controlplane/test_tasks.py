@@ -218,3 +218,37 @@ def test_a_provider_is_registered_under_its_name(
     assert [request.child_id for request in other.starts] == [started.child_id]
     with raises(ErrorCode.UNKNOWN_PROVIDER):
         control.providers.get("nobody")
+
+
+def test_output_is_empty_while_running_and_the_detail_once_failed(
+    control: SubagentControl, parent: AgentHandle, provider: FakeProvider
+) -> None:
+    release = threading.Event()
+    provider.plan(result_gate=release, result=RuntimeError("went wrong"))
+    started = start_child(control, parent)
+
+    assert control.tasks.output(started.task_id, requester=parent) == ""
+    release.set()
+    settle(control, started.task_id, parent)
+    assert control.tasks.output(started.task_id, requester=parent) == "went wrong"
+
+
+def test_children_lists_every_child_of_the_parent_oldest_first(
+    control: SubagentControl, parent: AgentHandle, stranger: AgentHandle, provider: FakeProvider
+) -> None:
+    release = threading.Event()
+    first = start_child(control, parent, label="first")
+    settle(control, first.task_id, parent)
+    provider.plan(start_gate=release)
+    second = start_child(control, parent, label="second")
+    start_child(control, stranger, label="not mine")
+
+    views = control.children(parent)
+
+    assert [(v.child_id, v.label, v.running) for v in views] == [
+        (first.child_id, "first", False),
+        (second.child_id, "second", True),
+    ]
+    assert [v.task_id for v in views] == [first.task_id, second.task_id]
+    release.set()
+    settle(control, second.task_id, parent)
