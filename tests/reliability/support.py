@@ -17,6 +17,7 @@ from controlplane import (
     ContinuableStart,
     ContinuableStartSpec,
     ErrorCode,
+    EventKind,
     SessionEvent,
     SubagentControl,
     SubagentControlError,
@@ -73,6 +74,17 @@ def kinds(stored: Sequence[SessionEvent]) -> list[str]:
 def carrying(stored: Sequence[SessionEvent], needle: str) -> list[SessionEvent]:
     """The events whose JSON data mention ``needle``."""
     return [e for e in stored if needle in json.dumps(e.data, ensure_ascii=False)]
+
+
+def inbound(stored: Sequence[SessionEvent], message: str) -> list[SessionEvent]:
+    """The ``user/message`` and ``steering/message`` events whose text is ``message``."""
+    return [
+        e
+        for e in stored
+        if e.kind in (EventKind.USER_MESSAGE, EventKind.STEERING_MESSAGE)
+        and isinstance(e.data, dict)
+        and e.data.get("text") == message
+    ]
 
 
 def is_durable(control: SubagentControl, child_id: str) -> bool:

@@ -1,0 +1,277 @@
+"""SPEC §5 send_message 2 (``DURABILITY_FAILED``) and §8 (transient store errors retried without
+duplicates) with a store that fails on purpose, through the whole control plane.
+
+`FlakyStore` is a real `SqlStore` whose per-attempt write methods raise the driver's own
+transient errors (``database is locked`` for SQLite, a serialization failure for PostgreSQL,
+both of which `persistence._retry.is_transient` retries): either before the attempt writes, or
+right after it commits, as if the acknowledgement were lost. The store's one retry policy sees
+them exactly as it would see the real thing.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Callable, Iterator
+from datetime import datetime
+from typing import Literal
+
+import psycopg
+import pytest
+
+from controlplane import (
+    AgentHandle,
+    ChildMeta,
+    ErrorCode,
+    EventKind,
+    SessionEvent,
+    SubagentControl,
+    TaskStatus,
+)
+from persistence import RetryPolicy, SqlStore
+from tests.fakes import FakeProvider
+from tests.reliability.conftest import PARENT_MODEL
+from tests.reliability.support import (
+    WAIT_S,
+    carrying,
+    eventually,
+    inbound,
+    is_durable,
+    kinds,
+    raises,
+    settle,
+    start_child,
+    text,
+)
+from tests.reliability.transcripts import frame_problems
+
+Fault = Literal["before", "after"]
+ATTEMPTS = 3
+
+
+class FlakyStore(SqlStore):
+    """A `SqlStore` that injects transient driver errors into chosen write attempts.
+
+    ``append_faults[child_id]`` and ``create_faults[label]`` are queues of faults, one per
+    attempt: ``"before"`` fails the attempt without writing, ``"after"`` fails it right
+    after its commit. ``poisoned`` children and ``doomed`` labels fail every attempt.
+    """
+
+    def __init__(self, url: str) -> None:
+        self.retries: list[str] = []
+        self.append_faults: dict[str, list[Fault]] = {}
+        self.create_faults: dict[str, list[Fault]] = {}
+        self.poisoned: set[str] = set()
+        self.doomed: set[str] = set()
+        self._error: Callable[[], Exception] = (
+            (lambda: sqlite3.OperationalError("database is locked"))
+            if url.startswith("sqlite")
+            else (lambda: psycopg.errors.SerializationFailure("could not serialize access"))
+        )
+        policy = RetryPolicy.immediate(
+            max_attempts=ATTEMPTS, on_retry=lambda _n, exc: self.retries.append(str(exc))
+        )
+        super().__init__(url, retry=policy)
+
+    def _fault(self, queue: list[Fault] | None, always: bool) -> Fault | None:
+        if always:
+            return "before"
+        return queue.pop(0) if queue else None
+
+    def _append(
+        self, child_id: str, pending: list, batch: str, created_at: datetime, attempt: int
+    ) -> list[SessionEvent]:
+        fault = self._fault(self.append_faults.get(child_id), child_id in self.poisoned)
+        if fault == "before":
+            raise self._error()
+        stored = super()._append(child_id, pending, batch, created_at, attempt)
+        if fault == "after":
+            raise self._error()
+        return stored
+
+    def _create(
+        self, meta: ChildMeta, pending: list, batch: str, created_at: datetime, attempt: int
+    ) -> list[SessionEvent]:
+        label = meta.label or ""
+        fault = self._fault(self.create_faults.get(label), label in self.doomed)
+        if fault == "before":
+            raise self._error()
+        stored = super()._create(meta, pending, batch, created_at, attempt)
+        if fault == "after":
+            raise self._error()
+        return stored
+
+
+@pytest.fixture
+def store(store_url: str) -> Iterator[FlakyStore]:
+    flaky = FlakyStore(store_url)
+    yield flaky
+    flaky.close()
+
+
+@pytest.fixture
+def control(store: FlakyStore, provider: FakeProvider) -> Iterator[SubagentControl]:
+    with SubagentControl(store) as control:
+        control.providers.register(provider)
+        yield control
+
+
+@pytest.fixture
+def parent(control: SubagentControl) -> AgentHandle:
+    return control.agents.register("parent-1", model=PARENT_MODEL)
+
+
+@pytest.fixture
+def hold() -> Iterator[threading.Event]:
+    gate = threading.Event()
+    yield gate
+    gate.set()
+
+
+def stored(store: SqlStore, child_id: str) -> list[SessionEvent]:
+    return store.load(child_id).events
+
+
+def published_child(
+    control: SubagentControl,
+    parent: AgentHandle,
+    provider: FakeProvider,
+    hold: threading.Event,
+    label: str = "research X",
+) -> tuple[str, str]:
+    """A child whose run is published and whose turn waits for ``hold``."""
+    plan = provider.plan(result_gate=hold)
+    start = start_child(control, parent, label=label)
+    assert plan.returned.wait(WAIT_S)
+    eventually(lambda: is_durable(control, start.child_id), "the run is published")
+    return start.child_id, start.task_id
+
+
+def test_transient_failures_of_every_write_are_retried_and_nothing_is_written_twice(
+    control: SubagentControl, store: FlakyStore, parent: AgentHandle, provider: FakeProvider
+) -> None:
+    # Each write of the child fails once, alternately before writing and after committing.
+    store.create_faults["flaky"] = ["after", "before"]
+    release = threading.Event()
+    provider.plan(result_gate=release, writes=[(EventKind.ASSISTANT_MESSAGE, {"text": "held"})])
+    start = start_child(control, parent, label="flaky")
+    eventually(lambda: is_durable(control, start.child_id), "the run is published")
+    child_id = start.child_id
+    faults: list[Fault] = []
+    for number in range(4):
+        fault: Fault = "after" if number % 2 else "before"
+        store.append_faults[child_id] = [fault]
+        faults.append(fault)
+        result = control.send_message(parent, child_id, text(f"steer {number}"))
+        assert result.route == "steered"
+        assert store.append_faults[child_id] == []  # the fault was used
+    store.append_faults[child_id] = ["after"]  # the turn's end
+    release.set()
+    assert settle(control, start.task_id, parent).status is TaskStatus.COMPLETED
+    store.append_faults[child_id] = ["before"]  # the resumed turn's frame
+    again = control.send_message(parent, child_id, text("follow-up"))
+    assert settle(control, again.task_id, parent).status is TaskStatus.COMPLETED
+
+    events = stored(store, child_id)
+    assert len(store.retries) == 2 + len(faults) + 2
+    assert frame_problems(events, all_ended=True) == []
+    for number in range(4):
+        assert len(inbound(events, f"steer {number}")) == 1
+    assert len(inbound(events, "follow-up")) == 1
+    assert len(carrying(events, "held")) == 1
+    assert kinds(events).count(EventKind.DESCRIPTOR) == 1
+
+
+def test_a_steer_whose_append_keeps_failing_raises_durability_failed_and_writes_nothing(
+    control: SubagentControl,
+    store: FlakyStore,
+    parent: AgentHandle,
+    provider: FakeProvider,
+    hold: threading.Event,
+) -> None:
+    child_id, task_id = published_child(control, parent, provider, hold)
+    before = stored(store, child_id)
+    store.poisoned.add(child_id)
+
+    with raises(ErrorCode.DURABILITY_FAILED):
+        control.send_message(parent, child_id, text("remember this"))
+
+    # The running turn has the message; the transcript does not, and nothing half-written.
+    assert provider.steered_texts(child_id) == ["remember this"]
+    assert stored(store, child_id) == before
+    assert len(store.retries) == ATTEMPTS - 1
+    # The turn cannot record its end either: the Task says so.
+    hold.set()
+    snapshot = settle(control, task_id, parent)
+    assert snapshot.status is TaskStatus.FAILED
+    assert snapshot.outcome is not None
+    assert snapshot.outcome.code is ErrorCode.DURABILITY_FAILED
+    assert "durability failed" in (snapshot.outcome.detail or "")
+    assert stored(store, child_id) == before
+
+
+def test_a_store_failing_for_one_child_does_not_stop_the_control_plane_serving_others(
+    control: SubagentControl,
+    store: FlakyStore,
+    parent: AgentHandle,
+    provider: FakeProvider,
+    hold: threading.Event,
+) -> None:
+    sick, _ = published_child(control, parent, provider, hold, label="sick")
+    store.poisoned.add(sick)
+    healthy_gate = threading.Event()
+    healthy, healthy_task = published_child(control, parent, provider, healthy_gate, "healthy")
+
+    with raises(ErrorCode.DURABILITY_FAILED):
+        control.send_message(parent, sick, text("lost in the store"))
+    assert control.send_message(parent, healthy, text("fine")).route == "steered"
+    healthy_gate.set()
+    assert settle(control, healthy_task, parent).status is TaskStatus.COMPLETED
+    again = control.send_message(parent, healthy, text("still fine"))
+    assert settle(control, again.task_id, parent).status is TaskStatus.COMPLETED
+    assert len(inbound(stored(store, healthy), "still fine")) == 1
+
+
+def test_a_start_whose_publication_keeps_failing_fails_its_task_and_leaves_no_child(
+    control: SubagentControl, store: FlakyStore, parent: AgentHandle, provider: FakeProvider
+) -> None:
+    store.doomed.add("doomed")
+    plan = provider.plan()
+
+    start = start_child(control, parent, label="doomed")
+    snapshot = settle(control, start.task_id, parent)
+
+    assert snapshot.status is TaskStatus.FAILED
+    assert snapshot.outcome is not None
+    assert snapshot.outcome.code is ErrorCode.DURABILITY_FAILED
+    assert "durability failed" in (snapshot.outcome.detail or "")
+    assert plan.disposed.is_set()  # the run it could not publish was disposed
+    assert not is_durable(control, start.child_id)
+    assert store.list_children(parent.session_id) == []
+    other = start_child(control, parent, label="fine")
+    assert settle(control, other.task_id, parent).status is TaskStatus.COMPLETED
+
+
+def test_a_resume_whose_frame_keeps_failing_fails_and_leaves_the_transcript_as_it_was(
+    control: SubagentControl, store: FlakyStore, parent: AgentHandle, provider: FakeProvider
+) -> None:
+    start = start_child(control, parent)
+    settle(control, start.task_id, parent)
+    child_id = start.child_id
+    before = stored(store, child_id)
+    store.poisoned.add(child_id)
+
+    result = control.send_message(parent, child_id, text("will not stick"))
+    snapshot = settle(control, result.task_id, parent)
+
+    assert snapshot.status is TaskStatus.FAILED
+    assert snapshot.outcome is not None
+    assert snapshot.outcome.code is ErrorCode.DURABILITY_FAILED
+    assert stored(store, child_id) == before
+    store.poisoned.clear()
+    again = control.send_message(parent, child_id, text("this one sticks"))
+    assert settle(control, again.task_id, parent).status is TaskStatus.COMPLETED
+    events = stored(store, child_id)
+    assert frame_problems(events, all_ended=True) == []
+    assert carrying(events, "will not stick") == []
+    assert [e.turn for e in events if e.kind == EventKind.TURN_START] == [1, 2]
