@@ -198,7 +198,7 @@ class AgentLoopRun:
                     if not self._queue:
                         self._closed = True
                         break
-        except Exception as exc:  # noqa: BLE001 - result() re-raises it to the control plane
+        except Exception as exc:  # result() re-raises it to the control plane
             if self._signal.aborted:
                 stop_reason = StopReason.ABORTED  # the kill explains the failure
             else:

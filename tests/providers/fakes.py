@@ -84,8 +84,14 @@ class FakeTranscript:
 class Parent:
     """A registry with one live parent agent, the way the facade sets one up."""
 
-    def __init__(self, *, model: ModelSelector | None = PARENT_MODEL, depth: int = 0) -> None:
-        self.registry = AgentRegistry()
+    def __init__(
+        self,
+        *,
+        model: ModelSelector | None = PARENT_MODEL,
+        depth: int = 0,
+        registry: AgentRegistry | None = None,
+    ) -> None:
+        self.registry = registry or AgentRegistry()
         self.handle: AgentHandle = self.registry.register("parent-1", model=model, depth=depth)
 
 
@@ -173,8 +179,16 @@ class Runs:
         return run
 
     def dispose_all(self) -> None:
+        # Every run is disposed even when one fails: a run left gated keeps a non-daemon
+        # thread alive and would hang the test process at exit.
+        errors: list[Exception] = []
         for run in self._runs:
-            run.dispose()
+            try:
+                run.dispose()
+            except Exception as exc:
+                errors.append(exc)
+        if errors:
+            raise errors[0]
 
 
 def aborted_signal(reason: str = "killed by test") -> CancelSignal:

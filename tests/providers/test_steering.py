@@ -1,0 +1,194 @@
+"""Steering a running child: each window of the turn, and the order things are written in."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from controlplane import (
+    ChatMessage,
+    ErrorCode,
+    EventKind,
+    InProcessProvider,
+    MessageSource,
+    ScriptedModel,
+    SubagentControlError,
+    SubagentRun,
+    TextBlock,
+)
+from controlplane._signal import CancelSignal
+
+from .fakes import COORDINATOR, HUMAN, USER, FakeTranscript, Parent, Runs, Written, start_request
+
+TIMEOUT_S = 5.0
+
+
+def launch(runs: Runs, model: ScriptedModel, transcript: FakeTranscript) -> SubagentRun:
+    provider = InProcessProvider(model)
+    return runs.add(
+        provider.start(start_request(Parent(), transcript, prompt="task"), CancelSignal())
+    )
+
+
+def assert_not_delivered(run: SubagentRun) -> None:
+    assert run.steer is not None
+    with pytest.raises(SubagentControlError) as caught:
+        run.steer([TextBlock(text="too late")], COORDINATOR)
+    assert caught.value.code is ErrorCode.NOT_DELIVERED
+    assert "the turn has settled" in caught.value.message
+
+
+def test_a_message_steered_right_after_start_reaches_the_model_in_the_same_turn(
+    runs: Runs,
+) -> None:
+    model = ScriptedModel(["reply"], gated=True)
+    transcript = FakeTranscript()
+    run = launch(runs, model, transcript)
+    transcript.deliver(run, "also check Y")
+    model.release(2)
+    assert run.result().stop_reason == "completed"
+    # Taken before the first call or before the next one, never dropped.
+    assert model.calls[-1].messages[0] == ChatMessage(role="user", text="task", source=USER)
+    assert ChatMessage(role="user", text="also check Y", source=COORDINATOR) in (
+        model.calls[-1].messages
+    )
+
+
+def test_a_message_steered_during_a_model_call_is_taken_before_the_next_call(
+    runs: Runs,
+) -> None:
+    model = ScriptedModel(["first", "second"], gated=True)
+    transcript = FakeTranscript()
+    run = launch(runs, model, transcript)
+    assert model.wait_for_calls(1, TIMEOUT_S)
+    transcript.deliver(run, "steer", HUMAN)
+    model.release(2)
+    result = run.result()
+    assert result.output == [TextBlock(text="second")]
+    first, second = model.calls
+    assert [m.text for m in first.messages] == ["task"]
+    assert second.messages == [
+        ChatMessage(role="user", text="task", source=USER),
+        ChatMessage(role="assistant", text="first"),
+        ChatMessage(role="user", text="steer", source=HUMAN),
+    ]
+
+
+def test_messages_steered_during_one_call_are_all_taken_by_the_next_call_in_order(
+    runs: Runs,
+) -> None:
+    model = ScriptedModel(["first", "second"], gated=True)
+    transcript = FakeTranscript()
+    run = launch(runs, model, transcript)
+    assert model.wait_for_calls(1, TIMEOUT_S)
+    for text in ("a", "b", "c"):
+        transcript.deliver(run, text)
+    model.release(2)
+    run.result()
+    assert model.call_count == 2
+    assert [m.text for m in model.calls[1].messages] == ["task", "first", "a", "b", "c"]
+
+
+def test_steering_is_recorded_before_the_reply_it_causes(runs: Runs) -> None:
+    model = ScriptedModel(["first", "second"], gated=True)
+    transcript = FakeTranscript()
+    run = launch(runs, model, transcript)
+    assert model.wait_for_calls(1, TIMEOUT_S)
+    transcript.deliver(run, "steer")
+    model.release(2)
+    run.result()
+    # The loop writes replies only; the steering record is the control plane's (here: the
+    # fake's), and it lands before the reply that answered it.
+    assert transcript.written == [
+        Written("steering/message", {"text": "steer"}, COORDINATOR),
+        Written(EventKind.ASSISTANT_MESSAGE, {"text": "first"}, None),
+        Written(EventKind.ASSISTANT_MESSAGE, {"text": "second"}, None),
+    ]
+
+
+def test_a_steer_after_the_turn_ended_is_not_delivered(runs: Runs) -> None:
+    model = ScriptedModel(["done"])
+    run = launch(runs, model, FakeTranscript())
+    run.result()
+    assert_not_delivered(run)
+    assert model.call_count == 1
+
+
+def test_a_steer_after_dispose_is_not_delivered(runs: Runs) -> None:
+    model = ScriptedModel(["done"], gated=True)
+    run = launch(runs, model, FakeTranscript())
+    assert model.wait_for_calls(1, TIMEOUT_S)
+    run.dispose()
+    assert_not_delivered(run)
+
+
+def test_a_steer_after_the_activation_was_killed_is_not_delivered(runs: Runs) -> None:
+    model = ScriptedModel(["done"], gated=True)
+    signal = CancelSignal()
+    run = runs.add(
+        InProcessProvider(model).start(start_request(Parent(), FakeTranscript()), signal)
+    )
+    assert model.wait_for_calls(1, TIMEOUT_S)
+    signal.abort("killed")
+    assert_not_delivered(run)
+
+
+def test_a_steer_after_a_model_error_is_not_delivered(runs: Runs) -> None:
+    run = launch(runs, ScriptedModel([RuntimeError("boom")]), FakeTranscript())
+    with pytest.raises(RuntimeError):
+        run.result()
+    assert_not_delivered(run)
+
+
+@pytest.mark.parametrize("round_", range(100))
+def test_every_accepted_steer_reaches_the_model_and_is_recorded_before_its_reply(
+    runs: Runs, round_: int
+) -> None:
+    # Race the steer against the end of the turn (the gate opens as the steer is sent):
+    # either it is refused, or a model call of this turn saw it and its record precedes
+    # that call's reply. Both outcomes occur over the rounds.
+    model = ScriptedModel(["r1", "r2", "r3"], gated=True)
+    transcript = FakeTranscript()
+    barrier = threading.Barrier(2)
+    outcome: list[str] = []
+
+    def steer() -> None:
+        barrier.wait(TIMEOUT_S)
+        try:
+            transcript.deliver(run, "raced")
+            outcome.append("accepted")
+        except SubagentControlError as exc:
+            outcome.append(exc.code)
+
+    run = launch(runs, model, transcript)
+    assert model.wait_for_calls(1, TIMEOUT_S)
+    sender = threading.Thread(target=steer)
+    sender.start()
+    barrier.wait(TIMEOUT_S)
+    model.release(3)
+    result = run.result()
+    sender.join(TIMEOUT_S)
+    assert result.stop_reason == "completed"
+    seeing = [i for i, c in enumerate(model.calls) if "raced" in [m.text for m in c.messages]]
+    if outcome == [ErrorCode.NOT_DELIVERED]:
+        assert seeing == []
+        return
+    assert outcome == ["accepted"]
+    assert seeing, "an accepted steer never reached the model"
+    kinds = [(w.kind, w.data["text"]) for w in transcript.written]
+    steer_at = kinds.index(("steering/message", "raced"))
+    replies_at = [i for i, (kind, _) in enumerate(kinds) if kind == EventKind.ASSISTANT_MESSAGE]
+    assert steer_at < replies_at[seeing[0]]
+
+
+def test_the_source_of_a_steered_message_reaches_the_model(runs: Runs) -> None:
+    model = ScriptedModel(["first", "second"], gated=True)
+    transcript = FakeTranscript()
+    run = launch(runs, model, transcript)
+    assert model.wait_for_calls(1, TIMEOUT_S)
+    human = MessageSource(kind="human", sender_session_id="operator")
+    transcript.deliver(run, "from a human", human)
+    model.release(2)
+    run.result()
+    assert model.calls[1].messages[-1].source == human
