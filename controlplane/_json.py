@@ -55,6 +55,11 @@ def _copy(value: object, code: ErrorCode, what: str, path: str, depth: int) -> J
     )
 
 
+# One encoder for every call: json.dumps builds a new one per call when given options,
+# which costs more than encoding a typical event.
+_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
 def dumps(value: JsonValue) -> str:
     """Serialise a value already checked by `plain_json`, compactly and strictly."""
-    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    return _ENCODER.encode(value)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -101,12 +102,18 @@ def _prepare(item: object, index: int) -> PendingEvent:
         )
     data = plain_json(event.data, code=ErrorCode.INVALID_INPUT, what=f"event {index} data")
     data_json = dumps(data)
-    source_json = None if event.source is None else dumps(event.source.model_dump())
+    source_json = None if event.source is None else _source_json(event.source)
     _check_text(event.kind, f"event {index} kind")
     _check_text(data_json, f"event {index} data")
     if source_json is not None:
         _check_text(source_json, f"event {index} source")
     return PendingEvent(event.kind, event.turn, data, event.source, data_json, source_json)
+
+
+@functools.lru_cache(maxsize=256)
+def _source_json(source: MessageSource) -> str:
+    # A handful of distinct sources recur across a process (frozen, so hashable).
+    return dumps(source.model_dump())
 
 
 def stored_events(
@@ -160,10 +167,12 @@ def session_event(
 def decode_events(rows: Iterable[tuple[Any, ...]]) -> list[SessionEvent]:
     """Rows of ``seq, turn, kind, data, source, created_at`` as events.
 
-    The per-row work is one ``json.loads``: timestamps repeat within a batch and sources
-    repeat across a transcript, so each distinct value is decoded once.
+    The per-row work is one ``json.loads`` and the construction `session_event` does,
+    inlined: timestamps repeat within a batch and sources across a transcript, so each
+    distinct value is decoded once.
     """
     loads = json.loads
+    new, set_slot, fields = _new_object, _set_slot, _EVENT_FIELDS
     events: list[SessionEvent] = []
     add = events.append
     sources: dict[str, MessageSource] = {}
@@ -177,7 +186,23 @@ def decode_events(rows: Iterable[tuple[Any, ...]]) -> list[SessionEvent]:
             source = sources.get(source_json)
             if source is None:
                 source = sources[source_json] = MessageSource.model_validate_json(source_json)
-        add(session_event(seq, turn, kind, loads(data), source, created_at))
+        event = new(SessionEvent)
+        set_slot(
+            event,
+            "__dict__",
+            {
+                "seq": seq,
+                "turn": turn,
+                "kind": kind,
+                "data": loads(data),
+                "source": source,
+                "created_at": created_at,
+            },
+        )
+        set_slot(event, "__pydantic_fields_set__", set(fields))
+        set_slot(event, "__pydantic_extra__", None)
+        set_slot(event, "__pydantic_private__", None)
+        add(event)
     return events
 
 

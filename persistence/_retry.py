@@ -2,22 +2,25 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import math
 import sqlite3
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import tenacity
 from sqlalchemy import exc as sa_exc
 
 from controlplane._errors import ErrorCode, SubagentControlError
 
-__all__ = ["RetryPolicy", "is_transient", "retrying_for"]
+__all__ = ["Retrier", "RetryPolicy", "describe", "is_transient"]
 
 _log = logging.getLogger("persistence")
+
+T = TypeVar("T")
 
 # SQLite primary result codes: another connection holds the lock we need.
 _SQLITE_BUSY = 5
@@ -76,12 +79,65 @@ class RetryPolicy:
         return cls(**options, wait=False)
 
 
-def retrying_for(policy: RetryPolicy) -> tenacity.Retrying:
-    """The tenacity controller for ``policy``.
+class Retrier:
+    """Runs a store's operations under its `RetryPolicy`, and turns database failures
+    into ``STORE_UNAVAILABLE``.
 
-    One controller can serve every thread of a store: tenacity keeps each call's state in
-    thread-local storage. Calls must not nest within one thread.
+    Args:
+        policy: The retry policy.
+        errors: What the database raises (SQLAlchemy's errors and the driver's own).
     """
+
+    def __init__(self, policy: RetryPolicy, errors: tuple[type[Exception], ...]) -> None:
+        # One controller serves every thread: tenacity keeps each call's state in
+        # thread-local storage. Calls do not nest (no operation calls another one).
+        self._retrying = _tenacity_controller(policy)
+        self._errors = errors
+
+    def run(self, action: str, operation: Callable[[int], T]) -> T:
+        """``operation(attempt_number)``, retried while it fails transiently.
+
+        The first attempt runs bare: tenacity's bookkeeping costs about as much as an
+        append itself, and nearly every call succeeds at once. A transient failure hands
+        the call to tenacity, which replays that failure as attempt 1, so the bounds,
+        backoff and hook apply as if it had run the call from the start (the time budget
+        counts from that first failure).
+
+        Raises:
+            SubagentControlError: ``STORE_UNAVAILABLE`` for a permanent failure, or the
+                last transient one once the policy gives up; the operation's own errors
+                as they are.
+        """
+        try:
+            try:
+                return operation(1)
+            except self._errors as exc:
+                if not is_transient(exc):
+                    raise
+                first_failure: Exception | None = exc
+            attempts = itertools.count(1)
+
+            def attempt() -> T:
+                nonlocal first_failure
+                number = next(attempts)
+                if first_failure is not None:
+                    failure, first_failure = first_failure, None
+                    raise failure
+                return operation(number)
+
+            return self._retrying(attempt)
+        except self._errors as exc:
+            cause = getattr(exc, "orig", None)
+            if isinstance(cause, SubagentControlError):
+                raise cause from None  # our own check, run by SQLAlchemy (a bind parameter)
+            raise SubagentControlError(
+                ErrorCode.STORE_UNAVAILABLE,
+                f"could not {action}: {describe(exc)}; check that the database is "
+                "reachable and writable, then retry",
+            ) from exc
+
+
+def _tenacity_controller(policy: RetryPolicy) -> tenacity.Retrying:
     wait: tenacity.wait.wait_base = (
         tenacity.wait_random_exponential(
             multiplier=policy.initial_backoff_s, max=policy.max_backoff_s

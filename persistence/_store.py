@@ -2,23 +2,18 @@
 
 from __future__ import annotations
 
-import threading
-import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+import secrets
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from types import TracebackType
-from typing import Any, TypeVar, cast
+from typing import Any, TypeVar
 
 from sqlalchemy import exc as sa_exc
 from sqlalchemy import insert, select
-from sqlalchemy.engine.interfaces import DBAPICursor, DBAPIModule
-from sqlalchemy.orm import sessionmaker
-from sqlalchemy.pool import PoolProxiedConnection
+from sqlalchemy.engine.interfaces import DBAPICursor
 
 from controlplane._errors import ErrorCode, SubagentControlError
 from controlplane._session import ChildMeta, LoadedSession, NewEvent, SessionEvent, utcnow
-from persistence._backend import WRITE_OPTION, open_engine
 from persistence._codec import (
     PendingEvent,
     check_child_id,
@@ -27,7 +22,8 @@ from persistence._codec import (
     prepare_meta,
     stored_events,
 )
-from persistence._retry import RetryPolicy, describe, retrying_for
+from persistence._database import Database
+from persistence._retry import Retrier, RetryPolicy
 from persistence._schema import ChildRow, EventRow, ensure_schema, sqlite_time, utc_time
 
 __all__ = ["SqlStore"]
@@ -63,29 +59,21 @@ class SqlStore:
             raise SubagentControlError(
                 ErrorCode.INVALID_INPUT, f"retry must be a RetryPolicy, not {type(retry).__name__}"
             )
-        self._retrying = retrying_for(retry or RetryPolicy())
-        self._engine, self._backend = open_engine(url)
-        self._sql = self._backend.sql
-        self._db_errors: tuple[type[Exception], ...] = (
-            sa_exc.SQLAlchemyError,
-            self._engine.dialect.loaded_dbapi.Error,
-        )
-        self._write_engine = self._engine.execution_options(**{WRITE_OPTION: True})
-        self._sessions = sessionmaker(self._engine, expire_on_commit=False)
-        self._write_sessions = sessionmaker(self._write_engine, expire_on_commit=False)
-        self._lock = threading.Lock()
+        self._db = Database(url)
+        self._sql = self._db.sql
+        self._retrier = Retrier(retry or RetryPolicy(), self._db.errors)
         self._closed = False
         self._after_commit: Callable[[], None] | None = None
         try:
             self._run("open the store", self._open)
         except BaseException:
-            self._engine.dispose()
+            self._db.close()
             raise
 
     @property
     def url(self) -> str:
         """The store's URL, password hidden (safe to log)."""
-        return self._engine.url.render_as_string(hide_password=True)
+        return self._db.url
 
     def create_child(
         self, meta: ChildMeta, events: Iterable[NewEvent | Mapping[str, Any]] = ()
@@ -112,7 +100,7 @@ class SqlStore:
                 "given; pass the seed events with the header",
                 child_id=meta.child_id,
             )
-        batch, created_at = uuid.uuid4().hex, utcnow()
+        batch, created_at = secrets.token_hex(16), utcnow()
         return self._run(
             f"create child {meta.child_id}",
             lambda attempt: self._create(meta, pending, batch, created_at, attempt),
@@ -139,7 +127,7 @@ class SqlStore:
         if not pending:
             self._run(f"find child {child_id}", lambda _attempt: self._require(child_id))
             return []
-        batch, created_at = uuid.uuid4().hex, utcnow()
+        batch, created_at = secrets.token_hex(16), utcnow()
         return self._run(
             f"append to child {child_id}",
             lambda attempt: self._append(child_id, pending, batch, created_at, attempt),
@@ -172,7 +160,7 @@ class SqlStore:
         if self._closed:
             return
         self._closed = True
-        self._engine.dispose()
+        self._db.close()
 
     def __enter__(self) -> SqlStore:
         return self
@@ -191,7 +179,7 @@ class SqlStore:
     # -- one attempt of each operation ----------------------------------------------------
 
     def _open(self, _attempt: int) -> None:
-        with self._guard(write=True), self._write_engine.begin() as conn:
+        with self._db.connection(write=True) as conn:
             ensure_schema(conn)
 
     def _create(
@@ -203,7 +191,7 @@ class SqlStore:
         attempt: int,
     ) -> list[SessionEvent]:
         try:
-            with self._guard(write=True), self._write_sessions.begin() as session:
+            with self._db.session(write=True) as session:
                 session.add(
                     ChildRow(
                         child_id=meta.child_id,
@@ -249,7 +237,7 @@ class SqlStore:
 
     def _created_by(self, child_id: str, batch: str) -> list[SessionEvent] | None:
         """The events ``create_child`` call ``batch`` wrote, or None if it wrote nothing."""
-        with self._guard(write=False), self._sessions.begin() as session:
+        with self._db.session(write=False) as session:
             header = session.get(ChildRow, child_id)
             if header is None or header.created_batch != batch:
                 return None
@@ -269,7 +257,7 @@ class SqlStore:
         attempt: int,
     ) -> list[SessionEvent]:
         sql, count = self._sql, len(pending)
-        with self._transaction(write=True) as cursor:
+        with self._db.cursor(write=True) as cursor:
             if attempt > 1:
                 # Take the child's row lock before looking: an earlier attempt whose commit
                 # is still in flight then finishes first, and its rows are visible.
@@ -279,7 +267,7 @@ class SqlStore:
                 if landed:
                     return decode_events(landed)
             first = self._reserve(cursor, child_id, count) - count + 1
-            stamp = sqlite_time(created_at) if self._backend.text_times else created_at
+            stamp = sqlite_time(created_at) if self._db.backend.text_times else created_at
             cursor.executemany(
                 sql.insert,
                 [
@@ -300,7 +288,7 @@ class SqlStore:
         return last_seq
 
     def _require(self, child_id: str) -> None:
-        with self._transaction(write=False) as cursor:
+        with self._db.cursor(write=False) as cursor:
             cursor.execute(self._sql.exists, (child_id,))
             if cursor.fetchone() is None:
                 raise _not_found(child_id)
@@ -309,7 +297,7 @@ class SqlStore:
         # Two statements, no transaction: the header never changes and events are only
         # appended, so the second read can only see more events, never different ones.
         sql = self._sql
-        with self._transaction(write=False) as cursor:
+        with self._db.cursor(write=False) as cursor:
             cursor.execute(sql.header, (child_id,))
             header = cursor.fetchone()
             if header is None:
@@ -328,78 +316,17 @@ class SqlStore:
         return LoadedSession.model_construct(meta=meta, events=events)
 
     def _list(self, query: Any) -> list[ChildMeta]:
-        with self._guard(write=False), self._sessions.begin() as session:
+        with self._db.session(write=False) as session:
             return [row.to_meta() for row in session.scalars(query)]
 
-    # -- transactions, retries, errors ----------------------------------------------------
+    # -- plumbing -----------------------------------------------------------------------
 
     def _run(self, action: str, operation: Callable[[int], T]) -> T:
-        """Run ``operation(attempt_number)`` under the retry policy, translating errors."""
         if self._closed:
             raise SubagentControlError(
                 ErrorCode.CLOSED, f"cannot {action}: the store is closed; open a new SqlStore"
             )
-        try:
-            for attempt in self._retrying:
-                with attempt:
-                    return operation(attempt.retry_state.attempt_number)
-        except SubagentControlError:
-            raise
-        except self._db_errors as exc:
-            raise SubagentControlError(
-                ErrorCode.STORE_UNAVAILABLE,
-                f"could not {action}: {describe(exc)}; check that the database is "
-                "reachable and writable, then retry",
-            ) from exc
-        raise AssertionError("tenacity neither returned nor raised")  # pragma: no cover
-
-    def _guard(self, *, write: bool) -> AbstractContextManager[object]:
-        """This process's share of the database: SQLite lets one writer in at a time,
-        and an in-memory database has a single connection for everything."""
-        if self._backend.single_connection or (write and self._backend.serialize_writes):
-            return self._lock
-        return nullcontext()
-
-    @contextmanager
-    def _transaction(self, *, write: bool) -> Iterator[DBAPICursor]:
-        """A cursor on a pooled DBAPI connection, inside a transaction when ``write``.
-
-        The hot paths bypass SQLAlchemy's execution layer: its fixed cost per statement is
-        larger than the statements themselves.
-        """
-        with self._guard(write=write):
-            conn = self._engine.raw_connection()
-            try:
-                cursor = conn.cursor()
-                if write:
-                    cursor.execute(self._backend.begin_write)
-                try:
-                    yield cursor
-                except BaseException:
-                    if write:
-                        self._rollback(conn)
-                    raise
-                if write:
-                    conn.commit()
-            except self._db_errors as exc:
-                if self._is_disconnect(exc, conn):
-                    conn.invalidate(exc)  # the pool must not hand this connection out again
-                raise
-            finally:
-                conn.close()
-
-    def _is_disconnect(self, exc: Exception, conn: PoolProxiedConnection) -> bool:
-        if isinstance(exc, sa_exc.SQLAlchemyError):
-            return False  # raised by SQLAlchemy itself, which handled its connection
-        return self._engine.dialect.is_disconnect(
-            cast("DBAPIModule.Error", exc), conn.dbapi_connection, None
-        )
-
-    def _rollback(self, conn: PoolProxiedConnection) -> None:
-        try:
-            conn.rollback()
-        except self._db_errors as exc:
-            conn.invalidate(exc)  # a connection that cannot roll back is not reusable
+        return self._retrier.run(action, operation)
 
     def _committed(self) -> None:
         if self._after_commit is not None:

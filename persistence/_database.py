@@ -1,0 +1,128 @@
+"""One store's way into its database: cursors for the hot paths, sessions for the rest."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
+from typing import cast
+
+from sqlalchemy import Connection
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.engine.interfaces import DBAPICursor, DBAPIModule
+from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.pool import PoolProxiedConnection
+
+from persistence._backend import WRITE_OPTION, open_engine
+
+__all__ = ["Database"]
+
+
+class Database:
+    """The engine of one store, and this process's share of the database.
+
+    SQLite admits one writer at a time: writers here queue on a lock (fairer and faster
+    than sqlite3's sleeping busy handler) and reuse one connection kept out of the pool.
+    Other processes still meet the busy timeout, which the retry policy handles. An
+    in-memory SQLite database is one connection, so every operation takes the lock.
+    """
+
+    def __init__(self, url: str) -> None:
+        self.engine, self.backend = open_engine(url)
+        self.sql = self.backend.sql
+        self.errors: tuple[type[Exception], ...] = (
+            sa_exc.SQLAlchemyError,
+            self.engine.dialect.loaded_dbapi.Error,
+        )
+        """What a failing database raises: SQLAlchemy's errors and the driver's own."""
+        self._write_engine = self.engine.execution_options(**{WRITE_OPTION: True})
+        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        self._write_sessions = sessionmaker(self._write_engine, expire_on_commit=False)
+        self._lock = threading.Lock()
+        self._writer: PoolProxiedConnection | None = None
+
+    @property
+    def url(self) -> str:
+        """The database URL, password hidden."""
+        return self.engine.url.render_as_string(hide_password=True)
+
+    @contextmanager
+    def session(self, *, write: bool) -> Iterator[Session]:
+        """An ORM session in one transaction, committed when the block ends."""
+        with (
+            self._guard(write=write),
+            (self._write_sessions if write else self._sessions).begin() as session,
+        ):
+            yield session
+
+    @contextmanager
+    def connection(self, *, write: bool) -> Iterator[Connection]:
+        """A SQLAlchemy connection in one transaction, committed when the block ends."""
+        with (
+            self._guard(write=write),
+            (self._write_engine if write else self.engine).begin() as conn,
+        ):
+            yield conn
+
+    @contextmanager
+    def cursor(self, *, write: bool) -> Iterator[DBAPICursor]:
+        """A DBAPI cursor, inside a transaction (committed at the end) when ``write``.
+
+        The hot paths bypass SQLAlchemy's execution layer: its fixed cost per statement is
+        larger than the statements themselves. Without ``write`` there is no transaction:
+        each statement reads a consistent snapshot on its own.
+        """
+        with self._guard(write=write):
+            keep = write and self.backend.serialize_writes
+            conn = (
+                self._writer if keep and self._writer is not None else self.engine.raw_connection()
+            )
+            try:
+                cursor = conn.cursor()
+                if write:
+                    cursor.execute(self.backend.begin_write)
+                try:
+                    yield cursor
+                except BaseException:
+                    if write:
+                        self._rollback(conn)
+                    raise
+                if write:
+                    conn.commit()
+            except self.errors as exc:
+                if self._is_disconnect(exc, conn):
+                    conn.invalidate(exc)  # the pool must not hand this connection out again
+                raise
+            finally:
+                if keep and conn.is_valid:
+                    self._writer = conn
+                else:
+                    if conn is self._writer:
+                        self._writer = None
+                    conn.close()
+
+    def close(self) -> None:
+        """Close every connection, the kept writer included."""
+        with self._lock:
+            writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.close()
+        self.engine.dispose()
+
+    def _guard(self, *, write: bool) -> AbstractContextManager[object]:
+        if self.backend.single_connection or (write and self.backend.serialize_writes):
+            return self._lock
+        return nullcontext()
+
+    def _is_disconnect(self, exc: Exception, conn: PoolProxiedConnection) -> bool:
+        if isinstance(exc, sa_exc.SQLAlchemyError):
+            return False  # raised by SQLAlchemy itself, which looked after its connection
+        return self.engine.dialect.is_disconnect(
+            cast("DBAPIModule.Error", exc), conn.dbapi_connection, None
+        )
+
+    def _rollback(self, conn: PoolProxiedConnection) -> None:
+        try:
+            conn.rollback()
+        except self.errors as exc:
+            conn.invalidate(exc)  # a connection that cannot roll back is not reusable
