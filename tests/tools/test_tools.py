@@ -350,3 +350,23 @@ def test_tools_on_a_closed_control_plane_answer_with_an_error(rig: Rig) -> None:
 
     assert result.is_error
     assert result.text.startswith(f"error [{ErrorCode.CLOSED.value}]: ")
+
+
+# -- after a restart -------------------------------------------------------------------------
+
+
+def test_after_a_restart_the_tools_find_the_child_in_the_store(make_rig: MakeRig) -> None:
+    before = make_rig()
+    started = before.start(description="research X")
+    before.settle(started.task_id)
+    before.control.close()
+
+    after = make_rig(["resumed answer"])
+
+    assert after.ok("list_agents", {}) == f"{started.child_id} [ready] — research X"
+    text = after.ok("send_message", {"subagent_id": started.child_id, "message": "go on"})
+    (task,) = after.control.tasks.list(after.parent)
+    assert text == f"message started task {task.id} continuing subagent {started.child_id}"
+    output = after.ok("task_output", {"task_id": task.id, "wait": True, "timeout_s": WAIT_S})
+    assert output == "resumed answer\n[status: completed]"
+    after.error("task_output", {"task_id": started.task_id}, "TASK_NOT_FOUND")
