@@ -17,6 +17,7 @@ from controlplane._session import ChildMeta, LoadedSession, NewEvent, SessionEve
 from persistence._codec import (
     PendingEvent,
     check_child_id,
+    construct,
     decode_events,
     prepare_events,
     prepare_meta,
@@ -305,15 +306,18 @@ class SqlStore:
             cursor.execute(sql.events, (child_id,))
             events = decode_events(cursor.fetchall())
             parent_session, depth, seed_length, label, created_at = header
-            meta = ChildMeta(
-                child_id=child_id,
-                parent_session=parent_session,
-                depth=depth,
-                seed_length=seed_length,
-                created_at=utc_time(created_at),
-                label=label,
+            meta = construct(
+                ChildMeta,
+                {
+                    "child_id": child_id,
+                    "parent_session": parent_session,
+                    "depth": depth,
+                    "seed_length": seed_length,
+                    "created_at": utc_time(created_at),
+                    "label": label,
+                },
             )
-        return LoadedSession.model_construct(meta=meta, events=events)
+        return construct(LoadedSession, {"meta": meta, "events": events})
 
     def _list(self, query: Any) -> list[ChildMeta]:
         with self._db.session(write=False) as session:

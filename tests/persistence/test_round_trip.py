@@ -16,6 +16,7 @@ from controlplane import (
     ChildMeta,
     ErrorCode,
     EventKind,
+    LoadedSession,
     MessageSource,
     NewEvent,
     SessionEvent,
@@ -153,6 +154,20 @@ def test_loaded_events_behave_like_validated_models(store: SqlStore) -> None:
     assert event.model_copy(update={"turn": 9}).turn == 9
     with pytest.raises(ValidationError):
         event.turn = 2  # type: ignore[misc]
+
+
+def test_a_loaded_header_and_session_behave_like_validated_models(store: SqlStore) -> None:
+    meta = new_child(store, label="x")
+    loaded = store.load(meta.child_id)
+
+    assert loaded.meta == meta
+    assert (
+        loaded.meta.model_fields_set == ChildMeta.model_validate(meta.model_dump()).model_fields_set
+    )
+    assert LoadedSession.model_validate(loaded.model_dump()) == loaded
+    assert loaded.model_dump_json() == LoadedSession(meta=meta, events=[]).model_dump_json()
+    with pytest.raises(ValidationError):
+        loaded.meta.depth = 5  # type: ignore[misc]
 
 
 def test_list_children_filters_by_parent_and_orders_oldest_first(store: SqlStore) -> None:

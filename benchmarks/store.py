@@ -1,0 +1,355 @@
+"""Store benchmark: `SqlStore.append` and `SqlStore.load` beside the same SQL on the raw driver.
+
+For each backend (SQLite file; PostgreSQL when reachable) and each run, both sides do the
+same work back to back in this process, on the same database:
+
+- append: one transaction of ``BEGIN [IMMEDIATE]``, ``UPDATE … SET last_seq = last_seq + n
+  … RETURNING``, one multi-row ``INSERT``, ``COMMIT`` — for batches of 1, 10 and 100
+  events. The raw side serialises each event's data with ``json.dumps`` and draws a batch
+  id and a timestamp, as the store does; it skips the input checks, the retry policy, the
+  pool and building the returned models, which is what the ratio prices.
+- load: the header ``SELECT``, the events ``SELECT … ORDER BY seq``, and ``json.loads`` of
+  each row's data, for transcripts of 100, 1,000 and 10,000 events. The store also builds
+  a `LoadedSession` of frozen models.
+
+Run ``.venv/bin/python -m benchmarks.store`` (or ``python benchmarks/store.py``;
+``--quick`` for a smoke run) to refresh the ``## Store`` section of docs/benchmarks.md;
+``python -m benchmarks`` runs it with the other sections.
+"""
+
+from __future__ import annotations
+
+import gc
+import itertools
+import json
+import sqlite3
+import sys
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a script: make the repository importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks._history import history
+from benchmarks._report import table
+from benchmarks._stats import Spread, fmt_count, fmt_ratio, fmt_s, percentile, sample, spread
+from controlplane import ChildMeta, MessageSource, NewEvent
+from persistence import SqlStore
+
+__all__ = ["StoreConfig", "run"]
+
+APPEND_GOAL = 2.0
+LOAD_GOAL = 1.5
+
+Raw = tuple[str, int, Any, dict[str, Any] | None]  # kind, turn, data, source
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    """How much to measure. Counts are per side and per run."""
+
+    runs: int = 7
+    appends: dict[int, int] = field(default_factory=lambda: {1: 400, 10: 150, 100: 30})
+    loads: dict[int, int] = field(default_factory=lambda: {100: 150, 1_000: 30, 10_000: 6})
+
+    @classmethod
+    def quick(cls) -> StoreConfig:
+        """A smoke run: seconds, not citable."""
+        return cls(runs=2, appends={1: 40, 10: 15, 100: 4}, loads={100: 10, 1_000: 4, 10_000: 1})
+
+
+def run(*, quick: bool, workdir: Path, pg_url: str | None) -> str:
+    """Measure every backend and return the Markdown body of the ``## Store`` section."""
+    config = StoreConfig.quick() if quick else StoreConfig()
+    parts = [_method(config)]
+    sqlite_path = workdir / "store-bench.db"
+    parts.append(_backend_table("SQLite (file, WAL)", _measure_sqlite(config, sqlite_path)))
+    if pg_url is None:
+        parts.append("PostgreSQL: skipped (no reachable server).")
+    else:
+        from benchmarks._harness import pg_schema
+
+        with pg_schema(pg_url) as url:
+            parts.append(_backend_table("PostgreSQL", _measure_postgres(config, url)))
+    return "\n\n".join(parts)
+
+
+# -- the raw baselines -------------------------------------------------------------------
+
+_HEADER_SQL = (
+    "SELECT parent_session, depth, seed_length, label, created_at "
+    "FROM subagent_children WHERE child_id = {p}"
+)
+_EVENTS_SQL = (
+    "SELECT seq, turn, kind, data, source, created_at "
+    "FROM subagent_events WHERE child_id = {p} ORDER BY seq"
+)
+_RESERVE_SQL = (
+    "UPDATE subagent_children SET last_seq = last_seq + {p} WHERE child_id = {p} RETURNING last_seq"
+)
+_INSERT_SQL = (
+    "INSERT INTO subagent_events (child_id, seq, turn, kind, data, source, batch_id, "
+    "created_at) VALUES ({p}, {p}, {p}, {p}, {p}, {p}, {p}, {p})"
+)
+
+
+class _RawDriver:
+    """The store's statements on one bare DBAPI connection (sqlite3 or psycopg)."""
+
+    def __init__(self, conn: Any, placeholder: str, begin: str, *, text_times: bool) -> None:
+        self._conn = conn
+        self._begin = begin
+        self._text_times = text_times
+        self._header, self._events, self._reserve, self._insert = (
+            sql.format(p=placeholder)
+            for sql in (_HEADER_SQL, _EVENTS_SQL, _RESERVE_SQL, _INSERT_SQL)
+        )
+
+    def append(self, child_id: str, events: Sequence[Raw]) -> None:
+        now = datetime.now(UTC)
+        stamp = now.isoformat(timespec="microseconds") if self._text_times else now
+        batch = uuid.uuid4().hex
+        cursor = self._conn.cursor()
+        cursor.execute(self._begin)
+        cursor.execute(self._reserve, (len(events), child_id))
+        (last,) = cursor.fetchone()
+        first = last - len(events) + 1
+        cursor.executemany(
+            self._insert,
+            [
+                (
+                    child_id,
+                    first + i,
+                    turn,
+                    kind,
+                    json.dumps(data),
+                    None if source is None else json.dumps(source),
+                    batch,
+                    stamp,
+                )
+                for i, (kind, turn, data, source) in enumerate(events)
+            ],
+        )
+        cursor.execute("COMMIT")
+
+    def load(self, child_id: str) -> tuple[Any, list[tuple[Any, ...]]]:
+        cursor = self._conn.cursor()
+        cursor.execute(self._header, (child_id,))
+        header = cursor.fetchone()
+        cursor.execute(self._events, (child_id,))
+        loads = json.loads
+        rows = [
+            (seq, turn, kind, loads(data), source, created)
+            for seq, turn, kind, data, source, created in cursor.fetchall()
+        ]
+        return header, rows
+
+    def close(self) -> None:
+        self._conn.close()
+
+
+def _raw_sqlite(path: Path) -> _RawDriver:
+    conn = sqlite3.connect(path, isolation_level=None, timeout=5.0, check_same_thread=False)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    conn.execute("PRAGMA foreign_keys=ON")
+    return _RawDriver(conn, "?", "BEGIN IMMEDIATE", text_times=True)
+
+
+def _raw_postgres(url: str) -> _RawDriver:
+    import psycopg
+    import sqlalchemy
+
+    libpq = sqlalchemy.make_url(url).set(drivername="postgresql")
+    conn = psycopg.connect(libpq.render_as_string(hide_password=False), autocommit=True)
+    conn.execute("SET TIME ZONE 'UTC'")
+    return _RawDriver(conn, "%s", "BEGIN", text_times=False)
+
+
+# -- measuring ---------------------------------------------------------------------------
+
+
+@dataclass
+class _Row:
+    """One operation's per-run figures: p50 latencies, the ratio, events per second."""
+
+    label: str
+    events: int
+    ours: list[float] = field(default_factory=list)
+    raw: list[float] = field(default_factory=list)
+    ratio: list[float] = field(default_factory=list)
+    rate: list[float] = field(default_factory=list)
+    goal: float = 0.0
+
+    def add(self, ours: list[float], raw: list[float]) -> None:
+        ours_p50, raw_p50 = percentile(ours, 50), percentile(raw, 50)
+        self.ours.append(ours_p50)
+        self.raw.append(raw_p50)
+        self.ratio.append(ours_p50 / raw_p50)
+        self.rate.append(self.events * len(ours) / sum(ours))
+
+
+def _measure_sqlite(config: StoreConfig, path: Path) -> list[_Row]:
+    store = SqlStore(f"sqlite:///{path}")
+    raw = _raw_sqlite(path)
+    try:
+        return _measure(config, store, raw)
+    finally:
+        store.close()
+        raw.close()
+
+
+def _measure_postgres(config: StoreConfig, url: str) -> list[_Row]:
+    store = SqlStore(url)
+    raw = _raw_postgres(url)
+    try:
+        return _measure(config, store, raw)
+    finally:
+        store.close()
+        raw.close()
+
+
+def _measure(config: StoreConfig, store: SqlStore, raw: _RawDriver) -> list[_Row]:
+    appends = {n: _Row(f"append, batch of {n}", n, goal=APPEND_GOAL) for n in config.appends}
+    loads = {n: _Row(f"load, {n:,} events", n, goal=LOAD_GOAL) for n in config.loads}
+    ours_child, raw_child = _new_child(store), _new_child(store)
+    transcripts = {n: _transcript_child(store, n) for n in config.loads}
+    batches = _batches()
+    for run_index in range(config.runs):
+        # Alternate which side goes first, so a drift within the run favours neither.
+        ours_first = run_index % 2 == 0
+        for size, count in config.appends.items():
+            ours_batches = [[e for e, _ in next(batches)[:size]] for _ in range(count)]
+            raw_batches = [[r for _, r in next(batches)[:size]] for _ in range(count)]
+            appends[size].add(
+                *_both(
+                    ours_first,
+                    _timer(lambda batch: store.append(ours_child, batch), ours_batches),
+                    _timer(lambda batch: raw.append(raw_child, batch), raw_batches),
+                )
+            )
+        for size, count in config.loads.items():
+            child = [transcripts[size]] * count
+            loads[size].add(*_both(ours_first, _timer(store.load, child), _timer(raw.load, child)))
+    return [*appends.values(), *loads.values()]
+
+
+def _timer(op: Callable[[Any], object], args: list[Any]) -> Callable[[], list[float]]:
+    """A function timing ``op(arg)`` for each of ``args``."""
+
+    def timed() -> list[float]:
+        feed = iter(args)
+        return sample(lambda: op(next(feed)), len(args))
+
+    return timed
+
+
+def _both(
+    ours_first: bool, ours: Callable[[], list[float]], raw: Callable[[], list[float]]
+) -> tuple[list[float], list[float]]:
+    gc.collect()
+    if ours_first:
+        first = ours()
+        return first, raw()
+    second = raw()
+    return ours(), second
+
+
+def _new_child(store: SqlStore) -> str:
+    child_id = str(uuid.uuid4())
+    store.create_child(ChildMeta(child_id=child_id, parent_session="bench-parent", depth=1))
+    return child_id
+
+
+def _transcript_child(store: SqlStore, size: int) -> str:
+    child_id = _new_child(store)
+    events = [event for event, _ in itertools.islice(_batches_flat(size), size)]
+    for start in range(0, size, 500):
+        store.append(child_id, events[start : start + 500])
+    return child_id
+
+
+def _batches() -> Iterator[list[tuple[NewEvent, Raw]]]:
+    """Endless batches of 100 realistic events (sliced to the batch size)."""
+    flat = _batches_flat(1_000)
+    while True:
+        yield [next(flat) for _ in range(100)]
+
+
+def _batches_flat(n: int) -> Iterator[tuple[NewEvent, Raw]]:
+    """The events of `history` (user messages 100–600 characters, assistant 200–2,000),
+    as the store's `NewEvent` and as the raw side's tuple, cycling."""
+    user = MessageSource(kind="user")
+    pairs = []
+    turn = 0
+    for message in history(min(n, 1_000)):
+        if message.role == "user":
+            turn += 1
+        source = user if message.role == "user" else None
+        kind = f"{message.role}/message"
+        data = {"text": message.text}
+        pairs.append(
+            (
+                NewEvent(kind=kind, turn=turn, data=data, source=source),
+                (kind, turn, data, None if source is None else source.model_dump()),
+            )
+        )
+    return itertools.cycle(pairs)
+
+
+# -- the report --------------------------------------------------------------------------
+
+
+def _backend_table(title: str, rows: list[_Row]) -> str:
+    body = [
+        [
+            row.label,
+            fmt_s(spread(row.ours)),
+            fmt_s(spread(row.raw)),
+            fmt_ratio(spread(row.ratio)) + _verdict(spread(row.ratio), row.goal),
+            fmt_count(spread(row.rate)),
+        ]
+        for row in rows
+    ]
+    header = ["operation", "SqlStore p50", "raw SQL p50", "SqlStore / raw", "SqlStore events/s"]
+    return f"### {title}\n\n" + table(header, body)
+
+
+def _verdict(ratio: Spread, goal: float) -> str:
+    return f" (goal ≤ {goal:g}×: {'met' if ratio.median <= goal else 'missed'})"
+
+
+def _method(config: StoreConfig) -> str:
+    appends = ", ".join(f"{count} × batch of {n}" for n, count in config.appends.items())
+    loads = ", ".join(f"{count} × {n:,} events" for n, count in config.loads.items())
+    return (
+        "`SqlStore.append` and `SqlStore.load` beside the same statements on the raw driver "
+        "(`sqlite3` / psycopg 3, one open connection, same pragmas), in the same process and "
+        "database. Append: one transaction (`BEGIN [IMMEDIATE]`, `UPDATE … last_seq = "
+        "last_seq + n … RETURNING`, one `INSERT` of n rows, `COMMIT`); the raw side also "
+        "`json.dumps` each event and draws a batch id and a timestamp. Load: the header and "
+        "events `SELECT`s plus `json.loads` of each row; the store also builds a "
+        "`LoadedSession` of frozen models. Events are the benchmark conversation "
+        "(`benchmarks/_history.py`: user messages 100–600 characters, assistant messages "
+        "200–2,000). Each run measures both sides back to back "
+        f"(per side per run: {appends}; {loads}); the table shows the median over "
+        f"{config.runs} runs of each run's p50, with the runs' min–max, and the ratio "
+        "computed inside each run. Goals (SPEC §8, issue 2): load ≤ 1.5× raw, append ≤ 2× "
+        "raw. Refresh: `.venv/bin/python -m benchmarks.store`."
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Refresh the ``## Store`` section of docs/benchmarks.md (other sections are kept)."""
+    from benchmarks.__main__ import main as run_sections
+
+    args = list(sys.argv[1:] if argv is None else argv)
+    return run_sections(["--sections", "store", *args])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
