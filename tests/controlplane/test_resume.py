@@ -18,6 +18,7 @@ from controlplane import (
     SubagentControl,
     TaskStatus,
 )
+from tests.controlplane.conftest import MakeControl
 from tests.controlplane.helpers import (
     WAIT_S,
     carrying,
@@ -298,3 +299,47 @@ def test_each_activation_is_one_turn_and_turns_grow_by_one(
     for i in range(3):
         (prompt,) = carrying(stored, f"follow-up {i}")
         assert prompt.turn == i + 2
+
+
+def test_a_resume_gets_the_childs_own_events_without_its_seed(
+    control: SubagentControl, parent: AgentHandle, provider: FakeProvider
+) -> None:
+    assert control.store is not None
+    child_id = str(uuid.uuid4())
+    seed = NewEvent(kind=EventKind.USER_MESSAGE, turn=0, data={"text": "parent history"})
+    own = NewEvent(kind=EventKind.DESCRIPTOR, turn=1, data={"version": 1, "provider": "fake"})
+    control.store.create_child(
+        ChildMeta(child_id=child_id, parent_session=parent.session_id, depth=1, seed_length=1),
+        [seed, own],
+    )
+
+    result = control.send_message(parent, child_id, text("continue"))
+
+    assert settle(control, result.task_id, parent).status is TaskStatus.COMPLETED
+    (request,) = provider.resumes
+    assert [(e.kind, e.data) for e in request.events] == [(own.kind, own.data)]
+    assert [(e.kind, e.data) for e in request.seed] == [(seed.kind, seed.data)]
+
+
+def test_a_child_is_continued_by_a_new_control_plane_after_a_restart(
+    make_control: MakeControl, url: str, provider: FakeProvider
+) -> None:
+    before = make_control()
+    parent = before.agents.register("parent-1")
+    started = start_child(before, parent, persona="careful", inputs={"topic": "X"})
+    settle(before, started.task_id, parent)
+    turn_1 = events(before, started.child_id)
+    before.close()
+
+    after = make_control(url)
+    same_parent = after.agents.register("parent-1")
+    result = after.send_message(same_parent, started.child_id, text("welcome back"))
+
+    assert result.route == "started"
+    assert settle(after, result.task_id, same_parent).status is TaskStatus.COMPLETED
+    (request,) = provider.resumes
+    assert request.descriptor == provider.starts[0].descriptor
+    assert request.descriptor.persona == "careful"
+    assert request.events == turn_1
+    assert request.parent is same_parent
+    assert [view.child_id for view in after.children(same_parent)] == [started.child_id]

@@ -329,3 +329,59 @@ def test_parent_and_human_messages_in_one_turn_share_its_task_and_its_kill(
     assert control.tasks.list(parent) == [snapshot]
     stored = events(control, child_id)
     assert [e.source.kind for e in carrying(stored, "says") if e.source] == ["coordinator", "human"]
+
+
+def test_an_agent_squatting_the_child_id_before_publication_is_an_ownership_conflict(
+    control: SubagentControl, parent: AgentHandle, provider: FakeProvider
+) -> None:
+    # The run this provider publishes has no agent of its own, so an agent registered
+    # under the child id while the run was starting is a squatter, not the run's agent.
+    gate, release = threading.Event(), threading.Event()
+    plan = provider.plan(start_gate=gate, result_gate=release)
+    started = start_child(control, parent)
+    assert plan.entered.wait(WAIT_S)
+    squatter = control.agents.register(started.child_id)
+
+    sending = in_thread(lambda: control.send_message(parent, started.child_id, text("to whom?")))
+    eventually(
+        lambda: sending.done() or held_messages(control, started.child_id) == 1,
+        "the message is refused or held",
+    )
+    gate.set()
+
+    with raises(ErrorCode.OWNERSHIP_CONFLICT):
+        sending.result(WAIT_S)
+    assert provider.steers == []
+    assert control.agents.get(started.child_id) is squatter
+    release.set()
+    settle(control, started.task_id, parent)
+    assert carrying(events(control, started.child_id), "to whom?") == []
+
+
+@pytest.mark.parametrize(
+    "script",
+    [{"steerable": False}, {"fail_steer": RuntimeError("no live input")}],
+    ids=["no-steer", "steer-raises"],
+)
+def test_a_held_message_the_published_run_cannot_take_is_not_delivered(
+    control: SubagentControl,
+    parent: AgentHandle,
+    provider: FakeProvider,
+    release: threading.Event,
+    script: dict[str, object],
+) -> None:
+    gate = threading.Event()
+    plan = provider.plan(start_gate=gate, result_gate=release, **script)
+    started = start_child(control, parent)
+    assert plan.entered.wait(WAIT_S)
+
+    sending = in_thread(lambda: control.send_message(parent, started.child_id, text("early")))
+    eventually(lambda: held_messages(control, started.child_id) == 1, "the message is held")
+    gate.set()
+
+    with raises(ErrorCode.NOT_DELIVERED):
+        sending.result(WAIT_S)
+    assert provider.resumes == []
+    release.set()
+    assert settle(control, started.task_id, parent).status is TaskStatus.COMPLETED
+    assert carrying(events(control, started.child_id), "early") == []
