@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 from controlplane._content import ModelSelector
 from controlplane._errors import ErrorCode, SubagentControlError
+from controlplane._json import storable_text
 
 __all__ = ["AgentHandle", "AgentRegistry"]
 
@@ -82,6 +83,13 @@ class AgentRegistry:
             raise SubagentControlError(
                 ErrorCode.INVALID_INPUT, "an agent session id must be a non-empty string"
             )
+        storable_text(
+            session_id,
+            code=ErrorCode.INVALID_INPUT,
+            what="agent session id",
+            max_chars=200,
+            nul=False,
+        )
         if not isinstance(depth, int) or isinstance(depth, bool) or depth < 0:
             raise SubagentControlError(
                 ErrorCode.INVALID_INPUT, f"agent depth must be an integer >= 0, got {depth!r}"

@@ -8,7 +8,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from controlplane._errors import ErrorCode, SubagentControlError
-from controlplane._json import JsonValue, plain_json
+from controlplane._json import JsonValue, plain_json, storable_text
 from controlplane._session import EventKind, SessionEvent
 
 __all__ = ["DESCRIPTOR_VERSION", "Descriptor", "fold_descriptor"]
@@ -39,6 +39,11 @@ class Descriptor(BaseModel):
         Raises:
             SubagentControlError: ``INVALID_DESCRIPTOR`` for a value that is not plain JSON.
         """
+        for name in ("provider", "agent_provider", "agent_model", "persona"):
+            if fields.get(name) is not None:
+                storable_text(
+                    fields[name], code=ErrorCode.INVALID_DESCRIPTOR, what=f"descriptor {name}"
+                )
         for name in ("tool_filter", "inputs"):
             if fields.get(name) is not None:
                 fields[name] = plain_json(

@@ -28,7 +28,7 @@ from controlplane._agents import AgentHandle, AgentRegistry
 from controlplane._content import MessageSource, TextBlock
 from controlplane._descriptor import Descriptor
 from controlplane._errors import ErrorCode, SubagentControlError
-from controlplane._json import plain_json
+from controlplane._json import plain_json, storable_text
 from controlplane._provider import ProviderRegistry
 from controlplane._session import NewEvent, utcnow
 from controlplane._signal import CancelSignal
@@ -152,6 +152,10 @@ class SubagentControl:
             )
             for event in spec.seed_events or ()
         )
+        storable_text(
+            spec.label, code=ErrorCode.INVALID_INPUT, what="label", max_chars=1000, nul=False
+        )
+        prompt = _message_blocks(spec.prompt)
         self.tasks.require_surface()
         self._check_parent(parent)
         child_id = str(uuid.uuid4())
@@ -162,7 +166,7 @@ class SubagentControl:
             task_id=task.id,
             child_id=child_id,
             parent=parent,
-            prompt=tuple(spec.prompt),
+            prompt=prompt,
             source=MessageSource(kind="user"),
             signal=signal,
             label=spec.label,
@@ -204,14 +208,17 @@ class SubagentControl:
         self._check_open()
         root = self._require_store()
         self._check_parent(parent)
-        if not isinstance(child_id, str) or not child_id or len(child_id) > 200:
+        if not isinstance(child_id, str) or not child_id:
             raise SubagentControlError(
                 ErrorCode.INVALID_INPUT, f"{child_id!r} is not a child id; use the id you started"
             )
+        storable_text(
+            child_id, code=ErrorCode.INVALID_INPUT, what="child id", max_chars=200, nul=False
+        )
         blocks = _message_blocks(message)
-        source = source or MessageSource(kind="coordinator", sender_session_id=parent.session_id)
-        if not isinstance(source, MessageSource):
-            raise SubagentControlError(ErrorCode.INVALID_INPUT, "source must be a MessageSource")
+        source = _check_source(
+            source or MessageSource(kind="coordinator", sender_session_id=parent.session_id)
+        )
         route = self._routes.get(child_id) or self._ensure_route(root, child_id)
         reply = route.supervisor.send(parent, blocks, source)
         if isinstance(reply, Future):
@@ -368,7 +375,7 @@ def _message_blocks(message: object) -> tuple[TextBlock, ...]:
             ErrorCode.INVALID_INPUT, "a message is a list of TextBlock, e.g. [TextBlock(text=…)]"
         )
     try:
-        return tuple(
+        blocks = tuple(
             item if isinstance(item, TextBlock) else TextBlock.model_validate(item)
             for item in message
         )
@@ -376,6 +383,22 @@ def _message_blocks(message: object) -> tuple[TextBlock, ...]:
         raise SubagentControlError(
             ErrorCode.INVALID_INPUT, f"a message block is not a TextBlock: {exc.errors()[0]['msg']}"
         ) from exc
+    # Refused here, before any Task or delivery: a run must never take a message that its
+    # transcript could not keep.
+    for block in blocks:
+        storable_text(block.text, code=ErrorCode.INVALID_INPUT, what="message text")
+    return blocks
+
+
+def _check_source(source: object) -> MessageSource:
+    if not isinstance(source, MessageSource):
+        raise SubagentControlError(ErrorCode.INVALID_INPUT, "source must be a MessageSource")
+    storable_text(source.kind, code=ErrorCode.INVALID_INPUT, what="source kind", nul=False)
+    if source.sender_session_id is not None:
+        storable_text(
+            source.sender_session_id, code=ErrorCode.INVALID_INPUT, what="sender id", nul=False
+        )
+    return source
 
 
 def _translate(exc: BaseException) -> SubagentControlError | BaseException:

@@ -9,7 +9,7 @@ from typing import Any
 
 from controlplane._errors import ErrorCode, SubagentControlError
 
-__all__ = ["JsonValue", "dumps", "plain_json"]
+__all__ = ["JsonValue", "dumps", "plain_json", "storable_text"]
 
 JsonValue = Any
 """A value made only of dict (str keys), list, str, int, finite float, bool and None."""
@@ -29,7 +29,12 @@ def plain_json(value: object, *, code: ErrorCode, what: str) -> JsonValue:
 def _copy(value: object, code: ErrorCode, what: str, path: str, depth: int) -> JsonValue:
     if depth > MAX_DEPTH:
         raise SubagentControlError(code, f"{what} is nested deeper than {MAX_DEPTH} levels")
-    if value is None or isinstance(value, (bool, str)):
+    if isinstance(value, str):
+        # JSON escapes NUL, but a lone surrogate has no UTF-8 form: no store can keep it.
+        if not value.isascii():
+            _check_encodable(value, code, f"{what} at {path}")
+        return value
+    if value is None or isinstance(value, bool):
         return value
     if isinstance(value, int):
         return int(value)
@@ -63,3 +68,34 @@ _ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(","
 def dumps(value: JsonValue) -> str:
     """Serialise a value already checked by `plain_json`, compactly and strictly."""
     return _ENCODER.encode(value)
+
+
+def storable_text(
+    value: object, *, code: ErrorCode, what: str, max_chars: int | None = None, nul: bool = True
+) -> str:
+    """Return ``value`` if it is a string every store can keep, else raise ``code``.
+
+    Refuses lone surrogates (no UTF-8 form), NUL when ``nul`` is False (identifiers and
+    labels live in text columns, which PostgreSQL keeps NUL-free), and strings longer than
+    ``max_chars``.
+    """
+    if not isinstance(value, str):
+        raise SubagentControlError(code, f"{what} must be a string, not {type(value).__name__}")
+    if max_chars is not None and len(value) > max_chars:
+        raise SubagentControlError(
+            code, f"{what} is {len(value)} characters long; the limit is {max_chars}"
+        )
+    if not nul and "\x00" in value:
+        raise SubagentControlError(code, f"{what} holds a NUL character, which cannot be stored")
+    if not value.isascii():
+        _check_encodable(value, code, what)
+    return value
+
+
+def _check_encodable(value: str, code: ErrorCode, what: str) -> None:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise SubagentControlError(
+            code, f"{what} holds a lone surrogate ({exc.reason}), which has no UTF-8 form"
+        ) from exc
