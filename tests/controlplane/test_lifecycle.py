@@ -269,3 +269,28 @@ def test_the_tree_names_supervisors_by_child_id_and_activations_by_task_id(
     assert started.child_id in tree.render()
     release.set()
     control.tasks.wait(started.task_id, timeout=WAIT_S, requester=parent)
+
+
+def test_the_process_exits_even_when_an_activation_never_quiesces(sqlite_url: str) -> None:
+    done = run_python(
+        f"""
+        import threading
+        from controlplane import ContinuableStartSpec, SubagentControl, TextBlock
+        from tests.fakes import FakeProvider
+
+        provider = FakeProvider()
+        control = SubagentControl.open({sqlite_url!r})
+        control.providers.register(provider)
+        parent = control.agents.register("parent-1")
+        stuck = provider.plan(result_gate=threading.Event(), dispose_gate=threading.Event())
+        control.start_continuable(ContinuableStartSpec(
+            provider="fake", label="stuck", prompt=[TextBlock(text="go")], parent=parent))
+        assert stuck.returned.wait(5)
+        control.close(timeout_s=0.2)
+        print("closed")
+        """,
+        timeout=15.0,
+    )
+
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "closed"

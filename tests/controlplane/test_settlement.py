@@ -166,6 +166,7 @@ def test_the_association_exists_while_on_done_listeners_run(
     assert isinstance(error, SubagentControlError), error
     assert error.code is ErrorCode.NOT_DELIVERED
     assert "completed" in error.message
+    assert "retry after it settles" in error.message
     assert provider.resumes == []
 
 
