@@ -27,6 +27,7 @@ class ErrorCode(StrEnum):
     CHILD_NOT_FOUND = "CHILD_NOT_FOUND"
     CHILD_EXISTS = "CHILD_EXISTS"
     TIMEOUT = "TIMEOUT"
+    INTERNAL = "INTERNAL"
 
 
 class SubagentControlError(Exception):

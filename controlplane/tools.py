@@ -52,7 +52,7 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-INTERNAL_ERROR: Final = "INTERNAL"
+INTERNAL_ERROR: Final = ErrorCode.INTERNAL
 """The code of an unexpected failure inside a handler (a bug, not the model's arguments)."""
 
 # What the model can do next, by code, for refusals from the control plane itself.
@@ -85,7 +85,7 @@ class ToolResult:
     Attributes:
         text: The model-facing text.
         is_error: Whether the call failed (``text`` then reads ``error [<CODE>]: …``).
-        code: The error code (an `ErrorCode` value or `INTERNAL_ERROR`), None on success.
+        code: The `ErrorCode` of a failed call, None on success.
     """
 
     text: str
