@@ -102,7 +102,9 @@ class AgentLoopRun:
         self._done = threading.Event()
         self._result: SubagentResult | None = None
         self._error: Exception | None = None
-        self._thread = threading.Thread(target=self._loop, name=thread_name, daemon=False)
+        # Daemon, like the activation actor: dispose() joins it, and a model adapter that
+        # ignores cancellation must not keep the process alive after dispose gave up on it.
+        self._thread = threading.Thread(target=self._loop, name=thread_name, daemon=True)
         self._started = False
 
     def result(self) -> SubagentResult:

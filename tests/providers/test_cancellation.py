@@ -201,7 +201,7 @@ def test_dispose_during_a_model_call_stops_the_loop_and_joins_its_thread(runs: R
     assert model.wait_for_calls(1, TIMEOUT_S)
     (thread,) = loop_threads()
     assert thread.name == f"subagent-loop:inprocess:{request.child_id}"
-    assert thread.daemon is False
+    assert thread.daemon is True
     run.dispose()
     assert not thread.is_alive()
     assert loop_threads() == []
