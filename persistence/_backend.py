@@ -110,7 +110,8 @@ def open_engine(url: str) -> tuple[Engine, Backend]:
             f"the driver for {parsed.drivername!r} is not installed ({exc}); "
             "for PostgreSQL install subagent-control[postgres]",
         ) from exc
-    except (sa_exc.ArgumentError, sa_exc.NoSuchModuleError) as exc:
+    except (sa_exc.ArgumentError, sa_exc.NoSuchModuleError, ValueError) as exc:
+        # ValueError: a query argument of the wrong form (``?timeout=soon``).
         raise _bad_url(parsed, str(exc)) from exc
     raise _bad_url(parsed, "only sqlite:// and postgresql+psycopg:// stores are supported")
 

@@ -6,7 +6,7 @@ import functools
 import json
 from collections.abc import Iterable, Mapping
 from datetime import datetime
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, Final, NamedTuple, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -67,6 +67,8 @@ def prepare_meta(meta: object) -> ChildMeta:
         _check_text(meta.label, "label")
     if meta.created_at.utcoffset() is None:
         raise _invalid("the child header's created_at has no time zone; pass a UTC datetime")
+    _check_int(meta.depth, "depth")
+    _check_int(meta.seed_length, "seed_length")
     return meta
 
 
@@ -104,6 +106,7 @@ def _prepare(item: object, index: int) -> PendingEvent:
     data_json = dumps(data)
     source_json = None if event.source is None else _source_json(event.source)
     _check_text(event.kind, f"event {index} kind")
+    _check_int(event.turn, f"event {index} turn")
     if not data_json.isascii():  # JSON escapes NUL; only lone surrogates can slip through
         _check_unicode(data_json, f"event {index} data")
     return PendingEvent(event.kind, event.turn, data, event.source, data_json, source_json)
@@ -213,6 +216,15 @@ def decode_events(rows: Iterable[tuple[Any, ...]]) -> list[SessionEvent]:
         set_slot(event, "__pydantic_private__", None)
         add(event)
     return events
+
+
+MAX_INT: Final = 2**31 - 1
+"""The largest turn, depth or seed length: the columns are 32-bit on PostgreSQL."""
+
+
+def _check_int(value: int, what: str) -> None:
+    if value > MAX_INT:
+        raise _invalid(f"{what} is {value}, above the store's limit of {MAX_INT}")
 
 
 def _check_text(value: str, what: str) -> None:

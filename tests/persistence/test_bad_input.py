@@ -46,6 +46,7 @@ BAD_EVENTS = [
     pytest.param({"kind": "k", "turn": True, "data": None}, id="turn-bool"),
     pytest.param({"kind": "k", "turn": 1.0, "data": None}, id="turn-float"),
     pytest.param({"kind": "k", "turn": -1, "data": None}, id="turn-negative"),
+    pytest.param({"kind": "k", "turn": 2**31, "data": None}, id="turn-too-big"),
     pytest.param({"kind": "k", "turn": 1}, id="data-missing"),
     pytest.param({"kind": "k", "turn": 1, "data": None, "extra": 1}, id="unknown-key"),
     pytest.param({"kind": "k", "turn": 1, "data": None, "source": "user"}, id="source-str"),
@@ -269,6 +270,8 @@ def test_a_source_given_as_a_model_or_mapping_is_kept(store: SqlStore) -> None:
         pytest.param("nosuchdb://x", id="unknown-scheme"),
         pytest.param("postgresql+psycopg2://u@h/db", id="other-pg-driver"),
         pytest.param("sqlite+pysqlcipher:///x.db", id="other-sqlite-driver"),
+        pytest.param("sqlite:///x.db?timeout=soon", id="bad-query-value"),
+        pytest.param("postgresql+psycopg://u@h:port/db", id="bad-port"),
     ],
 )
 def test_a_url_the_store_cannot_use_is_invalid_input(url: object) -> None:
