@@ -106,13 +106,12 @@ def main() -> None:
     say(f"   research  child {research.child_id[:8]}  task {research.task_id[:8]}")
     say(f"   summary   child {summary.child_id[:8]}  task {summary.task_id[:8]}")
 
-    model.waiting.wait(5)
-    say("\n2. while both are mid-turn, the actor tree:")
-    say("   " + control.dump_tree().render().replace("\n", "\n   "))
-
-    say("\n3. steer 'research' mid-turn")
+    say("\n2. steer 'research' mid-turn (the reply comes once the message is durable)")
     sent = control.send_message(parent, research.child_id, [TextBlock(text="focus on sea otters")])
     say(f"   route={sent.route}  task {sent.task_id[:8]} (the same Task)")
+
+    say("\n3. while both are mid-turn, the actor tree:")
+    say("   " + control.dump_tree().render().replace("\n", "\n   "))
 
     say("\n4. let both settle")
     model.let_go()

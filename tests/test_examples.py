@@ -36,7 +36,8 @@ def test_quickstart_steers_restarts_resumes_and_kills(tmp_path: Path) -> None:
     assert "3 request(s) so far: find three facts about otters | focus on sea otters" in out
     assert "killed    killed by parent-1" in out
     # The tree was printed while activations were live.
-    assert "(initial, published, running" in out
+    assert "activation" in out
+    assert "(initial, published, running" in out  # research: published before the steer returned
     assert "steering/message     from coordinator" in out
 
 
