@@ -17,6 +17,7 @@ __all__ = [
     "any_value",
     "hostile_text",
     "json_values",
+    "mostly",
     "non_json",
     "store_counts",
 ]
@@ -40,6 +41,13 @@ EDGE_PIECES = [
     "null",
     "x" * 300,
 ]
+
+
+def mostly(
+    common: st.SearchStrategy[Any], rare: st.SearchStrategy[Any], times: int = 3
+) -> st.SearchStrategy[Any]:
+    """``common`` ``times`` times as often as ``rare`` (``one_of`` merges repeated branches)."""
+    return st.sampled_from([common] * times + [rare]).flatmap(lambda chosen: chosen)
 
 
 def hostile_text(max_pieces: int = 6) -> st.SearchStrategy[str]:
@@ -71,11 +79,25 @@ def json_values(max_leaves: int = 12) -> st.SearchStrategy[Any]:
     )
 
 
+class Nested(list[Any]):
+    """Lists nested ``levels`` deep, printed briefly (a falsifying example must print)."""
+
+    def __init__(self, levels: int) -> None:
+        inner: Any = "bottom"
+        for _ in range(levels - 1):
+            inner = [inner]
+        super().__init__([inner])
+        self.levels = levels
+
+    def __repr__(self) -> str:
+        return f"<lists nested {self.levels} deep>"
+
+    def _repr_pretty_(self, printer: Any, cycle: bool) -> None:
+        printer.text(repr(self))
+
+
 def _deep(levels: int) -> Any:
-    value: Any = "bottom"
-    for _ in range(levels):
-        value = [value]
-    return value
+    return Nested(levels)
 
 
 class _Opaque:
@@ -112,7 +134,7 @@ def non_json() -> st.SearchStrategy[Any]:
 
 def any_value() -> st.SearchStrategy[Any]:
     """Plain JSON three times in four; otherwise something that is not JSON at all."""
-    return st.one_of(json_values(), json_values(), json_values(), non_json())
+    return mostly(json_values(), non_json())
 
 
 def store_counts(control: SubagentControl) -> tuple[int, int]:

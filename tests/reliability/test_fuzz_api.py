@@ -30,7 +30,7 @@ from controlplane import (
 )
 from tests.fakes import FakeProvider
 from tests.reliability.conftest import PARENT_MODEL
-from tests.reliability.hostile import any_value, hostile_text, json_values, store_counts
+from tests.reliability.hostile import any_value, hostile_text, json_values, mostly, store_counts
 from tests.reliability.support import WAIT_S, is_durable, settle, start_child, text
 
 FUZZ = settings(
@@ -214,17 +214,17 @@ def pick_child(world: World, choice: Any) -> Any:
 
 
 blocks = st.lists(hostile_text().map(lambda t: TextBlock(text=t)), max_size=3)
-messages = st.one_of(
+messages = mostly(
     blocks,
-    blocks,
-    blocks,
-    st.lists(st.fixed_dictionaries({"text": hostile_text()}), max_size=2),
-    st.lists(st.fixed_dictionaries({"text": any_value()}), min_size=1, max_size=2),
-    st.lists(any_value(), min_size=1, max_size=2),
-    hostile_text(),
-    st.just(b"bytes"),
-    st.none(),
-    st.integers(),
+    st.one_of(
+        st.lists(st.fixed_dictionaries({"text": hostile_text()}), max_size=2),
+        st.lists(st.fixed_dictionaries({"text": any_value()}), min_size=1, max_size=2),
+        st.lists(any_value(), min_size=1, max_size=2),
+        hostile_text(),
+        st.just(b"bytes"),
+        st.none(),
+        st.integers(),
+    ),
 )
 sources = st.one_of(
     st.none(),
@@ -241,9 +241,7 @@ sources = st.one_of(
 @FUZZ
 @given(
     who=st.sampled_from(["parent"] * 6 + PARENT_CHOICES),
-    child=st.one_of(
-        st.sampled_from(["running", "running", "idle", "idle", *CHILD_CHOICES]), hostile_text()
-    ),
+    child=mostly(st.sampled_from(["running", "idle", *CHILD_CHOICES]), hostile_text()),
     message=messages,
     source=sources,
 )
@@ -353,13 +351,15 @@ event_fields = st.fixed_dictionaries(
         "extra": json_values(),
     },
 )
-event_batches = st.one_of(
+event_batches = mostly(
     st.lists(well_formed, max_size=3),
-    st.lists(well_formed, max_size=3),
-    st.lists(st.one_of(well_formed, event_fields), max_size=3),
-    st.lists(event_fields, max_size=3),
-    st.lists(any_value(), min_size=1, max_size=2),
-    any_value(),
+    st.one_of(
+        st.lists(st.one_of(well_formed, event_fields), max_size=3),
+        st.lists(event_fields, max_size=3),
+        st.lists(any_value(), min_size=1, max_size=2),
+        any_value(),
+    ),
+    2,
 )
 
 
