@@ -181,10 +181,12 @@ def decode_events(rows: Iterable[tuple[Any, ...]]) -> list[SessionEvent]:
 
     The per-row work is decoding the data and what `construct` does, inlined:
     timestamps repeat within a batch and sources across a transcript, so each distinct
-    value is decoded once.
+    value is decoded once. The events of one load share one fields-set: the models are
+    frozen, so pydantic never changes it in place (``model_copy`` copies it first), and
+    a set per event is an allocation the garbage collector would also have to scan.
     """
     decode = _DECODER.raw_decode
-    new, set_slot, fields = _new_object, _set_slot, _EVENT_FIELDS
+    new, set_slot, fields = _new_object, _set_slot, set(_EVENT_FIELDS)
     events: list[SessionEvent] = []
     add = events.append
     sources: dict[str, MessageSource] = {}
@@ -211,7 +213,7 @@ def decode_events(rows: Iterable[tuple[Any, ...]]) -> list[SessionEvent]:
                 "created_at": created_at,
             },
         )
-        set_slot(event, "__pydantic_fields_set__", set(fields))
+        set_slot(event, "__pydantic_fields_set__", fields)
         set_slot(event, "__pydantic_extra__", None)
         set_slot(event, "__pydantic_private__", None)
         add(event)

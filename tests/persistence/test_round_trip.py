@@ -156,6 +156,20 @@ def test_loaded_events_behave_like_validated_models(store: SqlStore) -> None:
         event.turn = 2  # type: ignore[misc]
 
 
+def test_copying_one_loaded_event_leaves_its_siblings_untouched(store: SqlStore) -> None:
+    meta = new_child(store)
+    store.append(meta.child_id, [message(1), message(2)])
+    first, second = store.load(meta.child_id).events
+
+    copied = first.model_copy(update={"turn": 7})
+    deep = second.model_copy(deep=True)
+
+    assert (copied.turn, first.turn, second.turn) == (7, 1, 1)
+    assert first.model_fields_set == second.model_fields_set == set(SessionEvent.model_fields)
+    assert deep == second
+    assert deep.data is not second.data
+
+
 def test_a_loaded_header_and_session_behave_like_validated_models(store: SqlStore) -> None:
     meta = new_child(store, label="x")
     loaded = store.load(meta.child_id)
