@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from benchmarks._harness import pg_server, scratch_dir
-from benchmarks._machine import machine_lines
+from benchmarks._machine import load_average, machine_lines
 from benchmarks._report import Section, write_report
 
 SECTIONS = ("routing", "resume", "scale", "store")
@@ -36,7 +36,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     pg_url, pg_note = (None, "disabled with --no-postgres") if args.no_postgres else pg_server()
     pg_version = pg_note if pg_url else None
     sections: list[Section] = []
-    started = time.monotonic()
+    started, load_before = time.monotonic(), load_average()
     with scratch_dir(keep=args.keep_scratch) as workdir:
         runners = _runners(args.quick, workdir, pg_url, pg_note, args.plot)
         for name in chosen:
@@ -52,7 +52,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             from benchmarks._hotpaths import profile_hot_paths
 
             print(profile_hot_paths(workdir))
-    header = _header(args.quick, chosen, pg_version, time.monotonic() - started)
+    load = f"{load_before} at the start, {load_average()} at the end"
+    header = _header(args.quick, chosen, pg_version, time.monotonic() - started, load)
     write_report(args.out, header, sections)
     _log(f"wrote {args.out}" + (f" and {args.plot}" if "resume" in chosen else ""))
     return 0
@@ -94,7 +95,9 @@ def _runners(
     return {"routing": routing, "resume": resume, "scale": scale, "store": store}
 
 
-def _header(quick: bool, chosen: list[str], pg_version: str | None, took_s: float) -> str:
+def _header(
+    quick: bool, chosen: list[str], pg_version: str | None, took_s: float, load: str
+) -> str:
     command = "python -m benchmarks" + (" --quick" if quick else "")
     refreshed = (
         ""
@@ -105,7 +108,7 @@ def _header(quick: bool, chosen: list[str], pg_version: str | None, took_s: floa
     warning = (
         "\n**Quick smoke run: too few samples to cite; run without `--quick`.**\n" if quick else ""
     )
-    machine = "\n".join(machine_lines(pg_version))
+    machine = "\n".join([*machine_lines(pg_version), f"- 1-minute load average: {load}"])
     return f"""\
 # Benchmarks
 

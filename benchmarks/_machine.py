@@ -8,7 +8,7 @@ import sqlite3
 from datetime import UTC, datetime
 from importlib import metadata
 
-__all__ = ["machine_lines"]
+__all__ = ["load_average", "machine_lines"]
 
 _PACKAGES = (
     "pykka",
@@ -32,6 +32,15 @@ def machine_lines(pg_version: str | None = None) -> list[str]:
         f"- Libraries: {versions}",
     ]
     return lines
+
+
+def load_average() -> str:
+    """The 1-minute load average now (other work on the machine adds noise)."""
+    try:
+        with open("/proc/loadavg", encoding="ascii") as loadavg:
+            return loadavg.read().split()[0]
+    except OSError:
+        return "?"
 
 
 def _nproc() -> int:

@@ -22,6 +22,7 @@ def plot_resume(series: dict[str, dict[int, Spread]], path: Path, *, title_note:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FuncFormatter, NullFormatter
 
     fig, ax = plt.subplots(figsize=(7.5, 4.8), dpi=120)
     for name, (color, marker, line) in _STYLE.items():
@@ -44,6 +45,10 @@ def plot_resume(series: dict[str, dict[int, Spread]], path: Path, *, title_note:
         )
     ax.set_xscale("log")
     ax.set_yscale("log")
+    ax.set_xticks(sorted({n for points in series.values() for n in points}))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:,.0f}"))
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _pos: f"{v:g}"))
     ax.set_xlabel("messages in the transcript")
     ax.set_ylabel("cold resume / restore latency (ms)")
     ax.set_title(f"Cold resume latency against transcript length\n{title_note}", fontsize=10)

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 __all__ = [
     "Spread",
     "fmt_count",
+    "fmt_kib",
     "fmt_mib",
     "fmt_ratio",
     "fmt_s",
@@ -95,10 +96,18 @@ def fmt_count(value: Spread, unit: str = "") -> str:
 
 def fmt_mib(value: Spread) -> str:
     """A size in bytes as MiB, with its run spread."""
-    mib = 1024.0 * 1024.0
-    text = f"{value.median / mib:.1f} MiB"
+    return _size(value, 1024.0 * 1024.0, "MiB")
+
+
+def fmt_kib(value: Spread) -> str:
+    """A size in bytes as KiB, with its run spread."""
+    return _size(value, 1024.0, "KiB")
+
+
+def _size(value: Spread, unit: float, name: str) -> str:
+    text = f"{value.median / unit:.1f} {name}"
     if value.runs > 1:
-        text += f" ({value.low / mib:.1f}–{value.high / mib:.1f})"
+        text += f" ({value.low / unit:.1f}–{value.high / unit:.1f})"
     return text
 
 

@@ -41,7 +41,7 @@ class ResumeConfig:
     """How much to measure."""
 
     lengths: tuple[int, ...] = (100, 1000, 10000)
-    runs: int = 7
+    runs: int = 9
 
     @classmethod
     def quick(cls) -> ResumeConfig:

@@ -19,7 +19,7 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 
@@ -33,15 +33,21 @@ from benchmarks._stats import Spread, fmt_count, fmt_ratio, fmt_s, percentile, s
 from controlplane import (
     AgentHandle,
     ContinuableStartSpec,
+    EventKind,
     MessageSource,
+    NewEvent,
     SubagentControl,
     TextBlock,
 )
+from persistence import SqlStore
 
 __all__ = ["RoutingConfig", "run_routing"]
 
-_MESSAGE = [TextBlock(text="Also check the migration for the events table; keep seq gapless.")]
+_TEXT = "Also check the migration for the events table; keep seq gapless."
+_MESSAGE = [TextBlock(text=_TEXT)]
 _SOURCE = MessageSource(kind="coordinator", sender_session_id=PARENT_SESSION)
+# What a steer writes, for timing `SqlStore.append` on its own.
+_EVENT = NewEvent(kind=EventKind.STEERING_MESSAGE, turn=1, data={"text": _TEXT}, source=_SOURCE)
 
 
 @dataclass(frozen=True)
@@ -49,7 +55,7 @@ class RoutingConfig:
     """How much to measure."""
 
     levels: tuple[int, ...] = (1, 100, 1000)
-    rounds: int = 5
+    rounds: int = 7
     ops: int = 200
     resume_ops: int = 20
     resume_pool: int = 8
@@ -71,18 +77,19 @@ class RoutingConfig:
         )
 
 
+_KINDS = ("steer", "store", "ask", "append", "router", "resume")
+
+
 @dataclass
 class _Level:
-    steer_p50: list[float]
-    steer_p90: list[float]
-    ask_p50: list[float]
-    ask_p90: list[float]
-    append_p50: list[float]
-    append_p90: list[float]
-    router_p50: list[float]
-    router_p90: list[float]
-    resume_p50: list[float]
-    resume_p90: list[float]
+    """Per round, each kind's p50 and p90 (seconds)."""
+
+    p50: dict[str, list[float]] = field(default_factory=lambda: {k: [] for k in _KINDS})
+    p90: dict[str, list[float]] = field(default_factory=lambda: {k: [] for k in _KINDS})
+
+    def add(self, kind: str, samples: list[float]) -> None:
+        self.p50[kind].append(percentile(samples, 50))
+        self.p90[kind].append(percentile(samples, 90))
 
 
 def run_routing(config: RoutingConfig, workdir: Path) -> Section:
@@ -93,39 +100,23 @@ def run_routing(config: RoutingConfig, workdir: Path) -> Section:
     control.providers.register(provider)
     parent = control.agents.register(PARENT_SESSION)
     echo = EchoActor.start()
-    echo_ask = echo.ask
     appender = RawAppender(store_db, workdir / "raw-append.db")
     rng = random.Random(1)
     results: dict[int, _Level] = {}
     try:
-        assert control.store is not None
-        idle = [seed_child(control.store, 10) for _ in range(config.resume_pool)]
+        store = control.store
+        assert store is not None
+        idle = [seed_child(store, 10) for _ in range(config.resume_pool)]
+        bench = _Bench(control, store, provider, parent, echo, appender, idle, rng)
         for child_id in idle:  # the first send also creates the supervisor: not timed
-            _resume_once(control, provider, parent, child_id)
+            bench.resume(child_id)
         live: list[str] = []
         for level in config.levels:
             _grow(control, parent, live, level)
             router = LockDictRouter({c: provider.runs[c] for c in live}, appender)
-            stats = _Level(*([] for _ in range(10)))
+            results[level] = _Level()
             for _ in range(config.rounds):
-                steer = sample(lambda: _steer(control, parent, rng.choice(live)), config.ops)
-                ask = sample(lambda: echo_ask("ping"), config.ops)
-                append = sample(lambda: appender.append(_MESSAGE[0].text), config.ops)
-                routed = sample(partial(_route, router, live, rng), config.ops)
-                resume = [
-                    _resume_once(control, provider, parent, idle[i % len(idle)])
-                    for i in range(config.resume_ops)
-                ]
-                for name, samples in (
-                    ("steer", steer),
-                    ("ask", ask),
-                    ("append", append),
-                    ("router", routed),
-                    ("resume", resume),
-                ):
-                    getattr(stats, f"{name}_p50").append(percentile(samples, 50))
-                    getattr(stats, f"{name}_p90").append(percentile(samples, 90))
-            results[level] = stats
+                bench.round(config, results[level], live, router)
         throughput = _throughput(config, control, parent, live, appender, rng)
     finally:
         provider.release_all()
@@ -135,14 +126,46 @@ def run_routing(config: RoutingConfig, workdir: Path) -> Section:
     return _section(config, results, throughput)
 
 
+@dataclass
+class _Bench:
+    """Everything one round touches."""
+
+    control: SubagentControl
+    store: SqlStore
+    provider: BenchProvider
+    parent: AgentHandle
+    echo: pykka.ActorRef[EchoActor]
+    appender: RawAppender
+    idle: list[str]
+    rng: random.Random
+
+    def round(
+        self, config: RoutingConfig, stats: _Level, live: list[str], router: LockDictRouter
+    ) -> None:
+        """Time every kind of operation, back to back."""
+        ops, pick = config.ops, partial(self.rng.choice, live)
+        stats.add("steer", sample(lambda: _steer(self.control, self.parent, pick()), ops))
+        stats.add("store", sample(lambda: self.store.append(pick(), [_EVENT]), ops))
+        stats.add("ask", sample(lambda: self.echo.ask("ping"), ops))
+        stats.add("append", sample(lambda: self.appender.append(_TEXT), ops))
+        stats.add("router", sample(lambda: router.steer(pick(), _MESSAGE, _SOURCE), ops))
+        idle = self.idle
+        stats.add("resume", [self.resume(idle[i % len(idle)]) for i in range(config.resume_ops)])
+
+    def resume(self, child_id: str) -> float:
+        """Seconds from ``send_message`` to an idle child until ``provider.resume``."""
+        t0 = time.perf_counter()
+        result = self.control.send_message(self.parent, child_id, _MESSAGE, _SOURCE)
+        called, run, _request = self.provider.wait_resumed(child_id)
+        run.release()
+        self.control.tasks.wait(result.task_id, timeout=60.0, requester=self.parent)
+        return called - t0
+
+
 def _steer(control: SubagentControl, parent: AgentHandle, child_id: str) -> None:
     result = control.send_message(parent, child_id, _MESSAGE, _SOURCE)
     if result.route != "steered":
         raise AssertionError(f"expected a steer, got {result}")
-
-
-def _route(router: LockDictRouter, live: list[str], rng: random.Random) -> None:
-    router.steer(rng.choice(live), _MESSAGE, _SOURCE)
 
 
 def _grow(control: SubagentControl, parent: AgentHandle, live: list[str], level: int) -> None:
@@ -156,17 +179,6 @@ def _grow(control: SubagentControl, parent: AgentHandle, live: list[str], level:
     for child_id in started:
         _steer(control, parent, child_id)  # returns once published and delivered
     live.extend(started)
-
-
-def _resume_once(
-    control: SubagentControl, provider: BenchProvider, parent: AgentHandle, child_id: str
-) -> float:
-    t0 = time.perf_counter()
-    result = control.send_message(parent, child_id, _MESSAGE, _SOURCE)
-    called, run, _request = provider.wait_resumed(child_id)
-    run.release()
-    control.tasks.wait(result.task_id, timeout=60.0, requester=parent)
-    return called - t0
 
 
 @dataclass
@@ -223,7 +235,7 @@ def _tell_many(actors: list[pykka.ActorRef[EchoActor]], count: int, thread: int)
 
 def _append_many(appender: RawAppender, count: int, _thread: int) -> None:
     for _ in range(count):
-        appender.append(_MESSAGE[0].text)
+        appender.append(_TEXT)
 
 
 def _drain(actors: list[pykka.ActorRef[EchoActor]]) -> None:
@@ -262,40 +274,79 @@ def _in_threads(
 
 
 def _section(config: RoutingConfig, results: dict[int, _Level], tp: _Throughput) -> Section:
-    steer_rows = []
-    base_rows = []
-    resume_rows = []
+    steer_rows, base_rows, resume_rows = [], [], []
     goal_met = True
     for level, s in results.items():
-        raw50 = [a + b for a, b in zip(s.ask_p50, s.append_p50, strict=True)]
-        raw90 = [a + b for a, b in zip(s.ask_p90, s.append_p90, strict=True)]
-        ratio50 = spread([o / r for o, r in zip(s.steer_p50, raw50, strict=True)])
-        ratio90 = spread([o / r for o, r in zip(s.steer_p90, raw90, strict=True)])
-        vs_router = spread([o / r for o, r in zip(s.steer_p50, s.router_p50, strict=True)])
+        p50, p90 = s.p50, s.p90
+        raw50 = _sum(p50["ask"], p50["append"])
+        raw90 = _sum(p90["ask"], p90["append"])
+        ratio50 = _ratio(p50["steer"], raw50)
         goal_met = goal_met and ratio50.median <= 1.5
         steer_rows.append(
             [
                 f"{level:,}",
-                fmt_s(spread(s.steer_p50)),
-                fmt_s(spread(s.steer_p90)),
+                fmt_s(spread(p50["steer"])),
+                fmt_s(spread(p90["steer"])),
                 fmt_s(spread(raw50)),
                 fmt_ratio(ratio50),
-                fmt_ratio(ratio90),
+                fmt_ratio(_ratio(p90["steer"], raw90)),
             ]
         )
         base_rows.append(
             [
                 f"{level:,}",
-                fmt_s(spread(s.ask_p50)),
-                fmt_s(spread(s.append_p50)),
-                fmt_s(spread(s.router_p50)),
-                fmt_s(spread(s.router_p90)),
-                fmt_ratio(vs_router),
+                fmt_s(spread(p50["ask"])),
+                fmt_s(spread(p50["append"])),
+                fmt_s(spread(p50["store"])),
+                fmt_ratio(_ratio(p50["store"], p50["append"])),
+                fmt_s(spread(p50["router"])),
+                fmt_ratio(_ratio(p50["steer"], p50["router"])),
             ]
         )
-        resume_rows.append([f"{level:,}", fmt_s(spread(s.resume_p50)), fmt_s(spread(s.resume_p90))])
-    tp_ratio_tell = tp.ours.median / tp.tell.median
-    tp_ratio_append = tp.ours.median / tp.append.median
+        resume_rows.append(
+            [f"{level:,}", fmt_s(spread(p50["resume"])), fmt_s(spread(p90["resume"]))]
+        )
+    steer_table = table(
+        [
+            "live children",
+            "steer p50",
+            "steer p90",
+            "raw ask + raw append p50",
+            "steer / (ask + append), p50",
+            "same, p90",
+        ],
+        steer_rows,
+    )
+    base_table = table(
+        [
+            "live children",
+            "pykka ask p50",
+            "sqlite3 append p50",
+            "`SqlStore.append` p50",
+            "`SqlStore.append` / sqlite3",
+            "lock+dict router p50",
+            "steer / lock+dict",
+        ],
+        base_rows,
+    )
+    resume_table = table(["live children", "send → provider.resume p50", "p90"], resume_rows)
+    throughput_table = table(
+        ["path", "messages/s", "steer rate / this"],
+        [
+            ["steer (`send_message`)", fmt_count(tp.ours, "/s"), "1.00×"],
+            [
+                "raw pykka `tell`",
+                fmt_count(tp.tell, "/s"),
+                f"{tp.ours.median / tp.tell.median:.3f}×",
+            ],
+            [
+                "raw `sqlite3` append",
+                fmt_count(tp.append, "/s"),
+                f"{tp.ours.median / tp.append.median:.3f}×",
+            ],
+        ],
+    )
+    verdict = "met" if goal_met else "**not met**"
     body = f"""\
 SQLite store (file, WAL, `synchronous=NORMAL`). Each of {config.rounds} rounds times
 {config.ops} operations of every kind back to back; a figure is the median of the rounds'
@@ -304,64 +355,40 @@ Steered children are picked at random among the live ones.
 
 **Steer round trip** (`send_message` → supervisor → `run.steer` → durable
 `steering/message` append → `SendResult`) against the SPEC §8 goal, one raw pykka `ask` plus
-one raw `sqlite3` append (goal: ratio ≤ 1.5× — {"met" if goal_met else "**not met**"}):
+one raw `sqlite3` append (goal: p50 ratio ≤ 1.5× — {verdict}):
 
-{
-        table(
-            [
-                "live children",
-                "steer p50",
-                "steer p90",
-                "raw ask + raw append p50",
-                "steer / (ask + append), p50",
-                "same, p90",
-            ],
-            steer_rows,
-        )
-    }
+{steer_table}
 
-**Baselines, same rounds:** the raw pykka `ask` round trip to an echo `ThreadingActor`; the
-raw `sqlite3` append (the store's own table definitions and pragmas, `BEGIN IMMEDIATE`, one
-`INSERT`, `COMMIT`); and a lock-and-dict router (dict lookup under a lock + `run.steer` + the
-raw append, on the caller's thread, no actor hop):
+**Baselines and parts, same rounds:** the raw pykka `ask` round trip to an echo
+`ThreadingActor`; the raw `sqlite3` append (the store's own table definitions and pragmas,
+`BEGIN IMMEDIATE`, one `INSERT`, `COMMIT`); `SqlStore.append` of the same
+`steering/message` event on its own (the durable part of a steer, called directly); and a
+lock-and-dict router (dict lookup under a lock + `run.steer` + the raw append, on the
+caller's thread, no actor hop):
 
-{
-        table(
-            [
-                "live children",
-                "pykka ask p50",
-                "sqlite3 append p50",
-                "lock+dict router p50",
-                "lock+dict router p90",
-                "steer / lock+dict, p50",
-            ],
-            base_rows,
-        )
-    }
+{base_table}
 
 **Resume route:** `send_message` to an idle child (supervisor already up, small transcript)
 until `provider.resume` is called with the rebuilt child — Task registration, the activation
 actor's start, the store load, authorization and the descriptor fold
 ({config.resume_ops} resumes per round):
 
-{table(["live children", "send → provider.resume p50", "p90"], resume_rows)}
+{resume_table}
 
-**Throughput** into running children, {config.threads} threads × {config.per_thread}
-messages, {config.throughput_rounds} rounds, with {max(results):,} live children: each
+**Throughput** into running children: {config.threads} threads × {config.per_thread}
+messages, {config.throughput_rounds} round(s), with {max(results):,} live children. Each
 steer is a synchronous round trip ending in its own durable commit, so SQLite's single
 writer bounds it; raw pykka `tell` (no reply, no durability) and raw `sqlite3` appends from
 the same number of threads frame it:
 
-{
-        table(
-            ["path", "messages/s", "ours / this"],
-            [
-                ["steer (`send_message`)", fmt_count(tp.ours, "/s"), "1.00×"],
-                ["raw pykka `tell`", fmt_count(tp.tell, "/s"), f"{tp_ratio_tell:.3f}×"],
-                ["raw `sqlite3` append", fmt_count(tp.append, "/s"), f"{tp_ratio_append:.2f}×"],
-            ],
-        )
-    }
+{throughput_table}
 """
-    data: dict[str, object] = {"goal_met": goal_met}
-    return Section("Routing", body, data)
+    return Section("Routing", body, {"goal_met": goal_met})
+
+
+def _sum(a: list[float], b: list[float]) -> list[float]:
+    return [x + y for x, y in zip(a, b, strict=True)]
+
+
+def _ratio(num: list[float], den: list[float]) -> Spread:
+    return spread([x / y for x, y in zip(num, den, strict=True)])

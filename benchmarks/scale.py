@@ -20,7 +20,7 @@ from typing import Any
 
 from benchmarks._harness import PARENT_SESSION, seed_child, sqlite_url
 from benchmarks._report import Section, table
-from benchmarks._stats import fmt_count, fmt_mib, fmt_ratio, fmt_s, spread
+from benchmarks._stats import fmt_count, fmt_kib, fmt_mib, fmt_ratio, fmt_s, spread
 from persistence import SqlStore
 
 __all__ = ["ScaleConfig", "run_scale"]
@@ -38,7 +38,7 @@ class ScaleConfig:
     live_runs: int = 3
     small: int = 1000
     large: int = 100_000
-    ready_runs: int = 5
+    ready_runs: int = 7
 
     @classmethod
     def quick(cls) -> ScaleConfig:
@@ -156,7 +156,7 @@ def _section(
         [
             "per live child",
             f"{per_thread.median:.2f}",
-            f"{per_rss.median / 1024:.0f} KiB ({per_rss.low / 1024:.0f}–{per_rss.high / 1024:.0f})",
+            fmt_kib(per_rss),
         ],
     ]
     ready_rows = []
@@ -181,13 +181,13 @@ store. A live child is a running activation: its supervisor and its activation a
 own a thread (pykka `ThreadingActor`); a durable-but-idle child costs nothing until a
 message reaches it.
 
-**{n:,} live children** ({config.live_runs} runs; starting and publishing took
+**{n:,} live children** ({config.live_runs} run(s); starting and publishing took
 {fmt_s(start)} per child):
 
 {table(["", "threads", "VmRSS"], live_rows)}
 
 **Restart with {small:,} vs {large:,} durable-but-idle children in the store**
-({config.ready_runs} runs, interleaved): `SubagentControl.open(url)`, then the first
+({config.ready_runs} run(s), interleaved): `SubagentControl.open(url)`, then the first
 `send_message` to one idle child until `provider.resume` is called; threads and VmRSS of
 the process at that moment. Opening reads no child, and the first message loads only its
 own child, so readiness must not grow with the number of stored children:
