@@ -417,3 +417,26 @@ def test_sql_metacharacters_in_store_ids_kinds_and_data_round_trip_through_the_s
             (child_id, hostile)
         ]
     assert len(store.list_children(None)) == len(HOSTILE)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="bug: every send to a child id that does not exist leaves a supervisor actor (a "
+    "thread) until close (actors/root.py _ensure creates it; nothing stops it once the resume "
+    "Task failed NOT_RESUMABLE)",
+)
+def test_sends_to_children_that_do_not_exist_leave_no_supervisor_threads_behind(
+    control: SubagentControl, parent: AgentHandle
+) -> None:
+    threads_before = threading.active_count()
+    unknown = [f"00000000-0000-4000-8000-{n:012d}" for n in range(20)]
+
+    for child_id in unknown:
+        result = control.send_message(parent, child_id, text("anyone?"))
+        snapshot = settle(control, result.task_id, parent)
+        assert snapshot.outcome is not None
+        assert snapshot.outcome.code is ErrorCode.NOT_RESUMABLE
+
+    supervised = {s.child_id for s in control.dump_tree(timeout_s=2.0).supervisors}
+    assert supervised.isdisjoint(unknown)
+    assert threading.active_count() < threads_before + len(unknown)
