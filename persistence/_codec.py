@@ -27,8 +27,6 @@ __all__ = [
     "stored_events",
 ]
 
-EventInput = NewEvent | Mapping[str, Any]
-
 
 class PendingEvent(NamedTuple):
     """An event checked and serialised, waiting for its ``seq`` (a tuple: built per event

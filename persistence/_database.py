@@ -73,7 +73,7 @@ class Database:
         each statement reads a consistent snapshot on its own.
         """
         with self._guard(write=write):
-            keep = write and self.backend.serialize_writes
+            keep = write and self.backend.serialize_writes and not self.backend.single_connection
             conn = (
                 self._writer if keep and self._writer is not None else self.engine.raw_connection()
             )

@@ -41,12 +41,14 @@ class RetryPolicy:
     serialization failures, deadlocks).
 
     Attempts are bounded by count *and* by time: no new attempt starts once the next wait
-    would end after ``max_total_s``. Waits grow exponentially from ``initial_backoff_s``
-    up to ``max_backoff_s``, with full jitter so that competing writers spread out.
+    would end more than ``max_total_s`` after the first failure. Waits grow exponentially
+    from ``initial_backoff_s`` up to ``max_backoff_s``, with full jitter so that competing
+    writers spread out. Anything else (bad input, a missing table, a constraint) fails at
+    once.
 
     Attributes:
-        max_attempts: Attempts in all, the first one included.
-        max_total_s: Time budget in seconds for all attempts and waits.
+        max_attempts: Attempts in all, the first one included (1: never retry).
+        max_total_s: Time budget in seconds for the retries and their waits.
         initial_backoff_s: Upper bound of the first (jittered) wait.
         max_backoff_s: Upper bound of any single wait.
         wait: ``False`` retries at once (for tests); the bounds still apply.

@@ -8,8 +8,8 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any, TypeVar
 
+from sqlalchemy import Select, insert, select
 from sqlalchemy import exc as sa_exc
-from sqlalchemy import insert, select
 from sqlalchemy.engine.interfaces import DBAPICursor
 
 from controlplane._errors import ErrorCode, SubagentControlError
@@ -319,7 +319,7 @@ class SqlStore:
             )
         return construct(LoadedSession, {"meta": meta, "events": events})
 
-    def _list(self, query: Any) -> list[ChildMeta]:
+    def _list(self, query: Select[ChildRow]) -> list[ChildMeta]:
         with self._db.session(write=False) as session:
             return [row.to_meta() for row in session.scalars(query)]
 
