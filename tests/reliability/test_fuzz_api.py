@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
 from controlplane import (
@@ -53,9 +53,6 @@ SEND_REFUSALS = {
     ErrorCode.TASK_NOT_FOUND,
     ErrorCode.NOT_DELIVERED,
     ErrorCode.OWNERSHIP_CONFLICT,
-    # Not a refusal: the run took the message and the store could not (see the xfail tests
-    # in test_hostile_text.py); it must still write nothing.
-    ErrorCode.DURABILITY_FAILED,
 }
 TASK_REFUSALS = {ErrorCode.TASK_NOT_FOUND, ErrorCode.INVALID_INPUT, ErrorCode.TIMEOUT}
 APPEND_REFUSALS = {ErrorCode.INVALID_INPUT, ErrorCode.CHILD_NOT_FOUND}
@@ -122,6 +119,19 @@ def refused(world: World, exc: SubagentControlError, allowed: set[ErrorCode], be
 # -- start_continuable --------------------------------------------------------------------
 
 
+def has_surrogate_key(value: Any) -> bool:
+    """Whether a mapping anywhere in ``value`` has a key holding a lone surrogate."""
+    if isinstance(value, dict):
+        return any(
+            (isinstance(k, str) and any(0xD800 <= ord(c) <= 0xDFFF for c in k))
+            or has_surrogate_key(v)
+            for k, v in value.items()
+        )
+    if isinstance(value, list):
+        return any(has_surrogate_key(item) for item in value)
+    return False
+
+
 @FUZZ
 @given(
     provider=st.sampled_from(["fake", "fake", "fake", "fake", "no-such-provider", ""]),
@@ -145,6 +155,8 @@ def test_start_continuable_answers_any_spec_with_a_start_or_a_coded_refusal_that
     agent_model: str | None,
 ) -> None:
     control, parent = world.control, world.parent
+    # Known bug, pinned by an xfail in test_hostile_text.py: drop this line once it is fixed.
+    assume(not has_surrogate_key(tool_filter) and not has_surrogate_key(inputs))
     spec = ContinuableStartSpec(
         provider=provider,
         label=label,
@@ -174,10 +186,9 @@ def test_start_continuable_answers_any_spec_with_a_start_or_a_coded_refusal_that
         assert descriptor.get("persona") == persona
         assert loaded.events[1].data["text"] == "".join(prompt)
     else:
-        # Failed before or at publication: nothing of the child may be left. (Text the store
-        # cannot keep fails here rather than being refused up front: test_hostile_text.py.)
+        # Failed before or at publication: a coded outcome, and nothing of the child left.
         assert snapshot.outcome is not None
-        assert snapshot.outcome.detail
+        assert snapshot.outcome.code is not None, snapshot.outcome
         assert not is_durable(control, start.child_id)
 
 

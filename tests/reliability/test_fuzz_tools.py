@@ -69,6 +69,7 @@ def check(bench: Bench, name: Any, arguments: Any) -> None:
     before = bench.state()
     result = bench.tools.call(name, arguments)
     assert isinstance(result.text, str)
+    result.text.encode("utf-8")  # the harness must be able to send it to the model
     if not result.is_error:
         event(f"{name} ok")
         assert name in TOOL_NAMES
