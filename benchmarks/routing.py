@@ -77,7 +77,7 @@ class RoutingConfig:
         )
 
 
-_KINDS = ("steer", "store", "ask", "append", "router", "resume")
+_KINDS = ("steer", "store", "ask", "ask_n", "append", "router", "resume")
 
 
 @dataclass
@@ -103,16 +103,18 @@ def run_routing(config: RoutingConfig, workdir: Path) -> Section:
     appender = RawAppender(store_db, workdir / "raw-append.db")
     rng = random.Random(1)
     results: dict[int, _Level] = {}
+    bench: _Bench | None = None
     try:
         store = control.store
         assert store is not None
         idle = [seed_child(store, 10) for _ in range(config.resume_pool)]
-        bench = _Bench(control, store, provider, parent, echo, appender, idle, rng)
+        bench = _Bench(control, store, provider, parent, echo, [echo], appender, idle, rng)
         for child_id in idle:  # the first send also creates the supervisor: not timed
             bench.resume(child_id)
         live: list[str] = []
         for level in config.levels:
             _grow(control, parent, live, level)
+            bench.echoes += [EchoActor.start() for _ in range(level - len(bench.echoes))]
             router = LockDictRouter({c: provider.runs[c] for c in live}, appender)
             results[level] = _Level()
             for _ in range(config.rounds):
@@ -121,7 +123,8 @@ def run_routing(config: RoutingConfig, workdir: Path) -> Section:
     finally:
         provider.release_all()
         control.close()
-        echo.stop()
+        for actor in bench.echoes if bench else [echo]:
+            actor.stop()
         appender.close()
     return _section(config, results, throughput)
 
@@ -135,6 +138,7 @@ class _Bench:
     provider: BenchProvider
     parent: AgentHandle
     echo: pykka.ActorRef[EchoActor]
+    echoes: list[pykka.ActorRef[EchoActor]]
     appender: RawAppender
     idle: list[str]
     rng: random.Random
@@ -147,6 +151,8 @@ class _Bench:
         stats.add("steer", sample(lambda: _steer(self.control, self.parent, pick()), ops))
         stats.add("store", sample(lambda: self.store.append(pick(), [_EVENT]), ops))
         stats.add("ask", sample(lambda: self.echo.ask("ping"), ops))
+        echo = partial(self.rng.choice, self.echoes)
+        stats.add("ask_n", sample(lambda: echo().ask("ping"), ops))
         stats.add("append", sample(lambda: self.appender.append(_TEXT), ops))
         stats.add("router", sample(lambda: router.steer(pick(), _MESSAGE, _SOURCE), ops))
         idle = self.idle
@@ -290,12 +296,14 @@ def _section(config: RoutingConfig, results: dict[int, _Level], tp: _Throughput)
                 fmt_s(spread(raw50)),
                 fmt_ratio(ratio50),
                 fmt_ratio(_ratio(p90["steer"], raw90)),
+                fmt_ratio(_ratio(p50["steer"], _sum(p50["ask_n"], p50["store"]))),
             ]
         )
         base_rows.append(
             [
                 f"{level:,}",
                 fmt_s(spread(p50["ask"])),
+                fmt_s(spread(p50["ask_n"])),
                 fmt_s(spread(p50["append"])),
                 fmt_s(spread(p50["store"])),
                 fmt_ratio(_ratio(p50["store"], p50["append"])),
@@ -314,6 +322,7 @@ def _section(config: RoutingConfig, results: dict[int, _Level], tp: _Throughput)
             "raw ask + raw append p50",
             "steer / (ask + append), p50",
             "same, p90",
+            "steer / (ask of N + `SqlStore.append`), p50",
         ],
         steer_rows,
     )
@@ -321,6 +330,7 @@ def _section(config: RoutingConfig, results: dict[int, _Level], tp: _Throughput)
         [
             "live children",
             "pykka ask p50",
+            "ask of N p50",
             "sqlite3 append p50",
             "`SqlStore.append` p50",
             "`SqlStore.append` / sqlite3",
@@ -355,16 +365,19 @@ Steered children are picked at random among the live ones.
 
 **Steer round trip** (`send_message` → supervisor → `run.steer` → durable
 `steering/message` append → `SendResult`) against the SPEC §8 goal, one raw pykka `ask` plus
-one raw `sqlite3` append (goal: p50 ratio ≤ 1.5× — {verdict}):
+one raw `sqlite3` append (goal: p50 ratio ≤ 1.5× — {verdict}). The last column divides by
+the parts a steer cannot avoid in this process instead: an `ask` to a random one of N echo
+actors (N = live children, so the woken thread is as cold as a random supervisor's) plus
+`SqlStore.append` called directly; what exceeds 1× is the routing code itself:
 
 {steer_table}
 
-**Baselines and parts, same rounds:** the raw pykka `ask` round trip to an echo
-`ThreadingActor`; the raw `sqlite3` append (the store's own table definitions and pragmas,
-`BEGIN IMMEDIATE`, one `INSERT`, `COMMIT`); `SqlStore.append` of the same
-`steering/message` event on its own (the durable part of a steer, called directly); and a
-lock-and-dict router (dict lookup under a lock + `run.steer` + the raw append, on the
-caller's thread, no actor hop):
+**Baselines and parts, same rounds:** the raw pykka `ask` round trip to one echo
+`ThreadingActor`, and to a random one of N echo actors; the raw `sqlite3` append (the
+store's own table definitions and pragmas, `BEGIN IMMEDIATE`, one `INSERT`, `COMMIT`);
+`SqlStore.append` of the same `steering/message` event on its own (the durable part of a
+steer, called directly); and a lock-and-dict router (dict lookup under a lock +
+`run.steer` + the raw append, on the caller's thread, no actor hop):
 
 {base_table}
 
