@@ -204,6 +204,7 @@ def run_python(code: str, timeout: float = 30.0) -> subprocess.CompletedProcess[
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("package", ["persistence", "actors", "controlplane"])
 def test_each_package_imports_alone_in_a_fresh_interpreter(package: str) -> None:
     done = run_python(
@@ -219,6 +220,7 @@ def test_each_package_imports_alone_in_a_fresh_interpreter(package: str) -> None
     assert done.stdout.strip() == "ok"
 
 
+@pytest.mark.slow
 def test_the_process_exits_cleanly_after_close(sqlite_url: str) -> None:
     done = run_python(
         f"""
@@ -271,6 +273,7 @@ def test_the_tree_names_supervisors_by_child_id_and_activations_by_task_id(
     control.tasks.wait(started.task_id, timeout=WAIT_S, requester=parent)
 
 
+@pytest.mark.slow
 def test_the_process_exits_even_when_an_activation_never_quiesces(sqlite_url: str) -> None:
     done = run_python(
         f"""

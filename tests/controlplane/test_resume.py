@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import uuid
+from typing import Any
 
 import pytest
 
@@ -37,7 +38,7 @@ def url(store_url: str) -> str:
     return store_url
 
 
-def idle_child(control: SubagentControl, parent: AgentHandle, **fields: object) -> str:
+def idle_child(control: SubagentControl, parent: AgentHandle, **fields: Any) -> str:
     started = start_child(control, parent, **fields)
     assert settle(control, started.task_id, parent).status is TaskStatus.COMPLETED
     return started.child_id

@@ -18,7 +18,9 @@ from tests.controlplane.helpers import raises, start_child, task_ids, text
 from tests.fakes import FakeProvider
 
 
-def assert_nothing_left(control: SubagentControl, parent: AgentHandle, provider: FakeProvider):
+def assert_nothing_left(
+    control: SubagentControl, parent: AgentHandle, provider: FakeProvider
+) -> None:
     assert task_ids(control, parent.session_id) == []
     assert control.dump_tree().supervisors == []
     assert provider.starts == []
@@ -82,7 +84,8 @@ def test_non_json_inputs_are_invalid_descriptor(
     value: Any,
 ) -> None:
     with raises(ErrorCode.INVALID_DESCRIPTOR):
-        start_child(control, parent, **{field: {"key": value}})
+        fields: dict[str, Any] = {field: {"key": value}}
+        start_child(control, parent, **fields)
     assert_nothing_left(control, parent, provider)
 
 
