@@ -16,9 +16,7 @@ Then steer throughput from several threads beside raw pykka ``tell`` throughput 
 from __future__ import annotations
 
 import random
-import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -30,6 +28,7 @@ from benchmarks._harness import PARENT_SESSION, seed_child, sqlite_url
 from benchmarks._provider import PROVIDER_NAME, BenchProvider
 from benchmarks._report import Section, table
 from benchmarks._stats import Spread, fmt_count, fmt_ratio, fmt_s, percentile, sample, spread
+from benchmarks._throughput import Throughput, ThroughputPlan, measure_throughput
 from controlplane import (
     AgentHandle,
     ContinuableStartSpec,
@@ -119,7 +118,13 @@ def run_routing(config: RoutingConfig, workdir: Path) -> Section:
             results[level] = _Level()
             for _ in range(config.rounds):
                 bench.round(config, results[level], live, router)
-        throughput = _throughput(config, control, parent, live, appender, rng)
+        children = [rng.sample(live, k=min(len(live), 50)) for _ in range(config.threads)]
+        throughput = measure_throughput(
+            ThroughputPlan(config.threads, config.per_thread, config.throughput_rounds),
+            steer=partial(_steer, control, parent),
+            children=children,
+            append=partial(appender.append, _TEXT),
+        )
     finally:
         provider.release_all()
         control.close()
@@ -187,99 +192,7 @@ def _grow(control: SubagentControl, parent: AgentHandle, live: list[str], level:
     live.extend(started)
 
 
-@dataclass
-class _Throughput:
-    ours: Spread
-    tell: Spread
-    append: Spread
-
-
-def _throughput(
-    config: RoutingConfig,
-    control: SubagentControl,
-    parent: AgentHandle,
-    live: list[str],
-    appender: RawAppender,
-    rng: random.Random,
-) -> _Throughput:
-    actors = [EchoActor.start() for _ in range(min(len(live), 100))]
-    try:
-        ours, tell, append = [], [], []
-        for _ in range(config.throughput_rounds):
-            children = [rng.sample(live, k=min(len(live), 50)) for _ in range(config.threads)]
-            steer_many = partial(_steer_many, control, parent, children, config.per_thread)
-            tell_many = partial(_tell_many, actors, config.per_thread)
-            append_many = partial(_append_many, appender, config.per_thread)
-            total = config.threads * config.per_thread
-            ours.append(total / _in_threads(config.threads, steer_many))
-            tell.append(
-                total / _in_threads(config.threads, tell_many, after=partial(_drain, actors))
-            )
-            append.append(total / _in_threads(config.threads, append_many))
-    finally:
-        for actor in actors:
-            actor.stop()
-    return _Throughput(spread(ours), spread(tell), spread(append))
-
-
-def _steer_many(
-    control: SubagentControl,
-    parent: AgentHandle,
-    children: list[list[str]],
-    count: int,
-    thread: int,
-) -> None:
-    mine = children[thread]
-    for k in range(count):
-        _steer(control, parent, mine[k % len(mine)])
-
-
-def _tell_many(actors: list[pykka.ActorRef[EchoActor]], count: int, thread: int) -> None:
-    for k in range(count):
-        actors[(thread + k) % len(actors)].tell("ping")
-
-
-def _append_many(appender: RawAppender, count: int, _thread: int) -> None:
-    for _ in range(count):
-        appender.append(_TEXT)
-
-
-def _drain(actors: list[pykka.ActorRef[EchoActor]]) -> None:
-    # Mailboxes are FIFO: once each actor answers an ask, every earlier tell was processed.
-    for actor in actors:
-        actor.ask("flush")
-
-
-def _in_threads(
-    count: int, body: Callable[[int], None], after: Callable[[], None] | None = None
-) -> float:
-    """Seconds from a common start until every thread's ``body`` (and ``after``) is done."""
-    barrier = threading.Barrier(count + 1)
-    errors: list[BaseException] = []
-
-    def run(i: int) -> None:
-        barrier.wait()
-        try:
-            body(i)
-        except BaseException as exc:
-            errors.append(exc)
-
-    threads = [threading.Thread(target=run, args=(i,)) for i in range(count)]
-    for thread in threads:
-        thread.start()
-    barrier.wait()
-    t0 = time.perf_counter()
-    for thread in threads:
-        thread.join()
-    if after is not None:
-        after()
-    elapsed = time.perf_counter() - t0
-    if errors:
-        raise errors[0]
-    return elapsed
-
-
-def _section(config: RoutingConfig, results: dict[int, _Level], tp: _Throughput) -> Section:
+def _section(config: RoutingConfig, results: dict[int, _Level], tp: Throughput) -> Section:
     steer_rows, base_rows, resume_rows = [], [], []
     goal_met = True
     for level, s in results.items():
