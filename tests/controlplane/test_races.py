@@ -32,6 +32,7 @@ from controlplane import (
     TaskSnapshot,
     TaskStatus,
 )
+from persistence import SqlStore
 from tests.controlplane.conftest import MakeControl
 from tests.controlplane.helpers import (
     WAIT_S,
@@ -41,6 +42,7 @@ from tests.controlplane.helpers import (
     settle,
     start_child,
     text,
+    wait_published,
 )
 from tests.fakes import FakeProvider
 
@@ -284,3 +286,31 @@ def test_owner_disposal_racing_a_start_leaves_no_task_running(
             assert snapshot.status is TaskStatus.KILLED, snapshot
         assert provider.total_live() == 0
         assert all(s.status.is_terminal for s in control.tasks.list("parent-1"))
+
+
+def test_send_racing_close_is_steered_and_stored_or_refused_and_nowhere(
+    make_control: MakeControl, url: str, provider: FakeProvider, rounds: int
+) -> None:
+    for i in range(max(rounds // 3, 10)):
+        control = make_control()
+        parent = control.agents.register("parent-1")
+        plan = provider.plan(result_gate=threading.Event())
+        started = start_child(control, parent)
+        wait_published(control, started.child_id)
+        message = f"racing close {i}"
+        send = partial(control.send_message, parent, started.child_id, text(message))
+
+        sent, _ = race(send, control.close)
+
+        assert plan.disposed.is_set()
+        with SqlStore(url) as store:  # the closed control plane closed its own
+            found = carrying(store.load(started.child_id).events, message)
+        if isinstance(sent, SubagentControlError):
+            assert sent.code in (ErrorCode.CLOSED, ErrorCode.NOT_DELIVERED), sent
+            assert found == []
+            assert provider.steered_texts(started.child_id) == []
+        else:
+            assert (sent.route, sent.task_id) == ("steered", started.task_id)
+            assert len(found) == 1
+        assert provider.total_live() == 0
+        assert pykka.ActorRegistry.get_all() == []

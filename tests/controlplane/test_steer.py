@@ -385,3 +385,24 @@ def test_a_held_message_the_published_run_cannot_take_is_not_delivered(
     release.set()
     assert settle(control, started.task_id, parent).status is TaskStatus.COMPLETED
     assert carrying(events(control, started.child_id), "early") == []
+
+
+def test_a_foreign_send_before_publication_is_task_not_found_and_not_held(
+    control: SubagentControl,
+    parent: AgentHandle,
+    stranger: AgentHandle,
+    provider: FakeProvider,
+) -> None:
+    gate = threading.Event()
+    plan = provider.plan(start_gate=gate)
+    started = start_child(control, parent)
+    assert plan.entered.wait(WAIT_S)
+
+    with raises(ErrorCode.TASK_NOT_FOUND):
+        control.send_message(stranger, started.child_id, text("let me in early"))
+
+    assert held_messages(control, started.child_id) == 0
+    gate.set()
+    settle(control, started.task_id, parent)
+    assert provider.steers == []
+    assert carrying(events(control, started.child_id), "let me in early") == []
