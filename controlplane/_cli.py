@@ -24,7 +24,7 @@ from pydantic import ValidationError
 from controlplane._admin import TREE_OP, encode_line
 from controlplane._errors import ErrorCode, SubagentControlError
 from controlplane._session import SessionEvent
-from controlplane._tree import ActorTree
+from controlplane._tree import ActorTree, escape_controls
 
 if TYPE_CHECKING:
     from persistence import SqlStore
@@ -375,7 +375,7 @@ def _run_children(args: argparse.Namespace, out: IO[str]) -> None:
         return
     if not children:
         scope = f" of parent {args.parent}" if args.parent else ""
-        out.write(f"(no children{scope})\n")
+        out.write(escape_controls(f"(no children{scope})") + "\n")
         return
     rows = [
         (
@@ -402,9 +402,12 @@ def _run_transcript(args: argparse.Namespace, out: IO[str]) -> None:
         return
     meta = session.meta
     out.write(
-        f"child {meta.child_id}  parent={meta.parent_session}  depth={meta.depth}"
-        f"  created={meta.created_at.isoformat()}  events={len(session.events)}"
-        f"  turns={session.last_turn}\n"
+        escape_controls(
+            f"child {meta.child_id}  parent={meta.parent_session}  depth={meta.depth}"
+            f"  created={meta.created_at.isoformat()}  events={len(session.events)}"
+            f"  turns={session.last_turn}"
+        )
+        + "\n"
     )
     rows = [
         (str(e.seq), str(e.turn), e.kind, e.source.kind if e.source else "-", _event_text(e))
@@ -420,7 +423,7 @@ def _event_text(event: SessionEvent) -> str:
         if event.data is None:
             return ""
         text = json.dumps(event.data, ensure_ascii=False, separators=(",", ":"))
-    return text.replace("\n", "\\n")
+    return text
 
 
 def _text_in(data: Any) -> str | None:
@@ -443,8 +446,9 @@ def _is_text_block(value: Any) -> bool:
 
 def _write_table(out: IO[str], header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
     # The last column is free text: it is not padded, so long texts do not widen the rest.
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header) - 1)]
-    for row in [header, *rows]:
+    table = [[escape_controls(cell) for cell in row] for row in [header, *rows]]
+    widths = [max(len(row[i]) for row in table) for i in range(len(header) - 1)]
+    for row in table:
         cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
         out.write("  ".join([*cells, row[-1]]).rstrip() + "\n")
 

@@ -3,13 +3,36 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-__all__ = ["ActivationNode", "ActorTree", "SupervisorNode", "SupervisorState"]
+__all__ = [
+    "ActivationNode",
+    "ActorTree",
+    "SupervisorNode",
+    "SupervisorState",
+    "escape_controls",
+]
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
+
+# Shown text comes from models and harnesses: printed raw, an escape sequence in it would
+# drive the operator's terminal, a newline would forge table rows, a bidi override would
+# reorder what is shown. Escape C0/C1 controls, DEL and the bidi controls.
+_ESCAPES: Final = {
+    **{code: f"\\x{code:02x}" for code in [*range(0x20), 0x7F, *range(0x80, 0xA0)]},
+    **{code: f"\\u{code:04x}" for code in [*range(0x202A, 0x202F), *range(0x2066, 0x206A)]},
+    0x09: "\\t",
+    0x0A: "\\n",
+    0x0D: "\\r",
+}
+
+
+def escape_controls(text: str) -> str:
+    """``text`` with every control character shown as an escape, on one line."""
+    return text.translate(_ESCAPES)
+
 
 SupervisorState = Literal["idle", "starting", "running", "settling", "busy"]
 
@@ -59,8 +82,9 @@ class ActorTree(BaseModel):
     def render(self) -> str:
         """A readable, indented text tree, one line per actor.
 
-        Ages (``idle 3.0s``, the activation's age) are relative to ``taken_at``, so the text
-        reads the same whenever it is printed.
+        Times (``quiet=``, how long since the supervisor last handled a message, and the
+        activation's age) are relative to ``taken_at``, so the text reads the same whenever
+        it is printed. Control characters in ids and reasons are shown escaped.
         """
         count = len(self.supervisors)
         noun = "supervisor" if count == 1 else "supervisors"
@@ -73,17 +97,21 @@ class ActorTree(BaseModel):
             if sup.task_id is not None and sup.activation is None:
                 task = f" task={sup.task_id} ({sup.task_status or '?'})"
             lines.append(
-                f"{'└─' if last else '├─'} supervisor {sup.child_id} [{sup.state}]"
-                f" parent={sup.parent_session or '?'}{task} held={sup.held_messages}"
-                f" mailbox={sup.mailbox_depth} quiet={quiet_s:.1f}s"
+                escape_controls(
+                    f"{'└─' if last else '├─'} supervisor {sup.child_id} [{sup.state}]"
+                    f" parent={sup.parent_session or '?'}{task} held={sup.held_messages}"
+                    f" mailbox={sup.mailbox_depth} quiet={quiet_s:.1f}s"
+                )
             )
             act = sup.activation
             if act is not None:
                 pad = "   " if last else "│  "
                 cancel = f" cancel={act.cancel_reason!r}" if act.cancel_reason else ""
                 lines.append(
-                    f"{pad}└─ activation {act.task_id} ({act.kind},"
-                    f" {'published' if act.published else 'unpublished'},"
-                    f" {act.task_status}, age {act.age_s:.1f}s){cancel}"
+                    escape_controls(
+                        f"{pad}└─ activation {act.task_id} ({act.kind},"
+                        f" {'published' if act.published else 'unpublished'},"
+                        f" {act.task_status}, age {act.age_s:.1f}s){cancel}"
+                    )
                 )
         return "\n".join(lines)

@@ -227,3 +227,26 @@ def test_offline_views_start_no_actor_and_load_neither_actors_nor_the_facade(
         timeout=60,
     )
     assert done.returncode == 0, done.stderr
+
+
+def test_readable_views_escape_control_characters_so_stored_text_cannot_drive_the_terminal(
+    sqlite_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    hostile = "clear\x1b[2J\rfake\u202eevil\nSEQ 99"
+    child_id = str(uuid.uuid4())
+    with SqlStore(sqlite_url) as store:
+        store.create_child(
+            ChildMeta(child_id=child_id, parent_session="p\x07", depth=1, label=hostile)
+        )
+        store.append(child_id, [NewEvent(kind="assistant/message", turn=1, data={"text": hostile})])
+    escaped = "clear\\x1b[2J\\rfake\\u202eevil\\nSEQ 99"
+
+    assert main(["children", "--db", sqlite_url]) == EXIT_OK
+    out = capsys.readouterr().out
+    assert out.splitlines()[1].endswith(escaped)
+    assert "p\\x07" in out
+    assert main(["transcript", child_id, "--db", sqlite_url]) == EXIT_OK
+    out = capsys.readouterr().out
+    assert out.splitlines()[-1].endswith(escaped)
+    assert len(out.splitlines()) == 3  # header, column names, one event
+    assert not {"\x1b", "\u202e", "\r"} & set(out)

@@ -60,3 +60,21 @@ def test_render_shows_cancel_reasons_quiet_time_and_a_task_without_its_activatio
 def test_render_of_an_empty_tree_is_one_line() -> None:
     tree = ActorTree(taken_at=TAKEN, closed=False, supervisors=[])
     assert tree.render() == "root (0 supervisors) at 2026-01-02T03:04:05+00:00"
+
+
+def test_render_escapes_control_characters_in_ids_and_reasons() -> None:
+    tree = ActorTree(
+        taken_at=TAKEN,
+        closed=False,
+        supervisors=[
+            SupervisorNode(
+                child_id="c\x1b[31m",
+                parent_session="p\nforged line",
+                state="idle",
+                last_activity=TAKEN,
+            )
+        ],
+    )
+    lines = tree.render().splitlines()
+    assert len(lines) == 2
+    assert lines[1].startswith("└─ supervisor c\\x1b[31m [idle] parent=p\\nforged line ")
