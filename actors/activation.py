@@ -16,7 +16,7 @@ import pykka
 
 from actors._transcript import ActivationTranscript, message_data
 from actors.context import ActorContext
-from actors.messages import ActivationEnded, ActivationPlan, Published
+from actors.messages import ActivationEnded, ActivationPlan, Published, Settling
 from controlplane._content import text_of
 from controlplane._descriptor import Descriptor, fold_descriptor
 from controlplane._errors import ErrorCode, SubagentControlError
@@ -103,6 +103,7 @@ class ActivationActor(pykka.ThreadingActor):
             published = True
             self._tell(Published(task_id=plan.task_id, run=run, transcript=prepared.transcript))
             outcome = self._await_result(run)
+            self._tell(Settling(task_id=plan.task_id))
         except _Settle as settle:
             outcome = settle.outcome
         except BaseException as exc:  # escaping, it would stop every actor
@@ -273,7 +274,7 @@ class ActivationActor(pykka.ThreadingActor):
             return _failed(f"{earlier}; {exc.message}", ErrorCode.DURABILITY_FAILED)
         return outcome
 
-    def _tell(self, message: Published | ActivationEnded) -> None:
+    def _tell(self, message: Published | Settling | ActivationEnded) -> None:
         try:
             self._supervisor.tell(message)
         except pykka.ActorDeadError:

@@ -28,6 +28,7 @@ __all__ = [
     "Published",
     "SendMessage",
     "SendReply",
+    "Settling",
     "Shutdown",
     "SpawnChild",
     "StopAccepting",
@@ -115,6 +116,14 @@ class Published(BaseModel):
     task_id: str
     run: SubagentRun
     transcript: ActivationTranscript
+
+
+class Settling(BaseModel):
+    """Supervisor (from the activation): the run's result is in; dispose and outcome follow."""
+
+    model_config = _MESSAGE
+
+    task_id: str
 
 
 class ActivationEnded(BaseModel):

@@ -27,6 +27,7 @@ from actors.messages import (
     Published,
     SendMessage,
     SendReply,
+    Settling,
 )
 from controlplane._agents import AgentHandle
 from controlplane._content import MessageSource, TextBlock, text_of
@@ -74,6 +75,7 @@ class _Current:
     started: float = field(default_factory=time.monotonic)
     run: SubagentRun | None = None
     transcript: ActivationTranscript | None = None
+    settling: bool = False  # the run's result is in; dispose and outcome follow
     held: list[_Held] = field(default_factory=list)
 
     @property
@@ -109,15 +111,17 @@ class ChildSupervisor(pykka.ThreadingActor):
     # -- pykka hooks ----------------------------------------------------------------
 
     def on_receive(self, message: Any) -> Any:
+        if isinstance(message, Describe):  # looking is not activity
+            return self._describe(message.now)
         self._last_activity = utcnow()
         if isinstance(message, SendMessage):
             return self._on_send(message)
         if isinstance(message, Published):
             return self._on_published(message)
+        if isinstance(message, Settling):
+            return self._on_settling(message)
         if isinstance(message, ActivationEnded):
             return self._on_ended(message)
-        if isinstance(message, Describe):
-            return self._describe(message.now)
         raise TypeError(f"supervisor {self._child_id} got an unknown message {message!r}")
 
     def on_stop(self) -> None:
@@ -132,14 +136,9 @@ class ChildSupervisor(pykka.ThreadingActor):
 
     def _on_send(self, send: SendMessage) -> SendReply:
         current = self._current
-        agent = self._ctx.agents.get(self._child_id)
-        if agent is not None and not self._is_run_agent(agent.serial, agent, current):
-            return SubagentControlError(
-                ErrorCode.OWNERSHIP_CONFLICT,
-                f"a live agent that is not this child's run already uses id {self._child_id}; "
-                "it is never adopted: dispose it, then retry",
-                child_id=self._child_id,
-            )
+        conflict = self._squatter(current)
+        if conflict is not None:
+            return conflict
         if current is None:
             return self._resume(send)
         if self._ctx.tasks.owner_of(current.task_id) != send.parent.session_id:
@@ -213,14 +212,24 @@ class ChildSupervisor(pykka.ThreadingActor):
         current.run = published.run
         current.transcript = published.transcript
         held, current.held = current.held, []
+        # Held messages passed the ownership check on a guess (an agent registered after
+        # the activation began may be the run's); now the run says which agent is its own.
+        squatter = self._squatter(current)
         for item in held:
-            if current.signal.aborted:
-                outcome: SendResult | SubagentControlError = _not_delivered(
+            if squatter is not None:
+                outcome: SendResult | SubagentControlError = squatter
+            elif current.signal.aborted:
+                outcome = _not_delivered(
                     self._child_id, current.task_id, "its task was killed before delivery"
                 )
             else:
                 outcome = self._steer(current, published.run, item.message, item.source)
             _resolve(item.reply, outcome)
+
+    def _on_settling(self, settling: Settling) -> None:
+        current = self._current
+        if current is not None and current.task_id == settling.task_id:
+            current.settling = True
 
     def _on_ended(self, ended: ActivationEnded) -> None:
         current = self._current
@@ -241,15 +250,25 @@ class ChildSupervisor(pykka.ThreadingActor):
         ref = ActivationActor.start(self._ctx, plan, self.actor_ref)
         return _Current(plan=plan, ref=ref, agent_mark=mark)
 
-    @staticmethod
-    def _is_run_agent(serial: int, agent: object, current: _Current | None) -> bool:
-        if current is None:
-            return False
-        if current.run is not None:
-            return current.run.local_agent is agent
-        # Not yet published: an agent registered since the activation began is the one its
-        # provider is creating; an older one is a squatter.
-        return serial > current.agent_mark
+    def _squatter(self, current: _Current | None) -> SubagentControlError | None:
+        """``OWNERSHIP_CONFLICT`` if a live agent uses the child's id but is not its run's."""
+        agent = self._ctx.agents.get(self._child_id)
+        if agent is None:
+            return None
+        if current is not None:
+            if current.run is not None and current.run.local_agent is agent:
+                return None
+            # Not yet published: an agent registered since the activation began may be the
+            # one its provider is creating (rechecked at publication); an older one is not.
+            if current.run is None and agent.serial > current.agent_mark:
+                return None
+        return SubagentControlError(
+            ErrorCode.OWNERSHIP_CONFLICT,
+            f"a live agent that is not this child's run already uses id {self._child_id}; "
+            "it is never adopted: dispose it, then retry",
+            child_id=self._child_id,
+            task_id=current.task_id if current else None,
+        )
 
     def _fail_held(self, current: _Current, why: str, code: ErrorCode) -> None:
         held, current.held = current.held, []
@@ -269,7 +288,7 @@ class ChildSupervisor(pykka.ThreadingActor):
         if current is None:
             return "idle"
         status = self._ctx.tasks.status_of(current.task_id)
-        if status is not TaskStatus.RUNNING or current.signal.aborted:
+        if status is not TaskStatus.RUNNING or current.signal.aborted or current.settling:
             return "settling"
         return "starting" if current.run is None else "running"
 

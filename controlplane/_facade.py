@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import time
 import uuid
@@ -276,7 +277,7 @@ class SubagentControl:
                 nodes = []
         return ActorTree(taken_at=utcnow(), closed=self._closed, supervisors=nodes)
 
-    def serve_admin(self, path: str) -> AdminServer:
+    def serve_admin(self, path: str | os.PathLike[str]) -> AdminServer:
         """Serve the read-only admin socket (mode 0600) at ``path`` until `close`."""
         from controlplane._admin import AdminServer
 
