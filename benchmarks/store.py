@@ -4,10 +4,11 @@ For each backend (SQLite file; PostgreSQL when reachable) and each run, both sid
 same work back to back in this process, on the same database:
 
 - append: one transaction of ``BEGIN [IMMEDIATE]``, ``UPDATE … SET last_seq = last_seq + n
-  … RETURNING``, one multi-row ``INSERT``, ``COMMIT`` — for batches of 1, 10 and 100
+  … RETURNING``, ``executemany`` of the ``INSERT``, ``COMMIT`` — for batches of 1, 10 and 100
   events. The raw side serialises each event's data with ``json.dumps`` and draws a batch
-  id and a timestamp, as the store does; it skips the input checks, the retry policy, the
-  pool and building the returned models, which is what the ratio prices.
+  id and a timestamp, as the store does; it skips the input checks (plain-JSON copy), the
+  retry policy, the connection handling and building the returned models: what the ratio
+  prices.
 - load: the header ``SELECT``, the events ``SELECT … ORDER BY seq``, and ``json.loads`` of
   each row's data, for transcripts of 100, 1,000 and 10,000 events. The store also builds
   a `LoadedSession` of frozen models.
