@@ -27,10 +27,11 @@ from controlplane._session import ChildMeta, EventKind, LoadedSession, NewEvent,
 from controlplane._signal import CancelSignal
 from controlplane._spec import ContinuableStart, ContinuableStartSpec, SendResult
 from controlplane._task_types import TaskOutcome, TaskSnapshot, TaskStatus
+from controlplane._tasks import TaskNotice, TaskService
 from controlplane._tree import ActivationNode, ActorTree, SupervisorNode
 
 if TYPE_CHECKING:
-    from controlplane._facade import SubagentControl
+    from controlplane._facade import ChildView, SubagentControl
     from controlplane._fork import ForkProvider
     from controlplane._inprocess import InProcessProvider
     from controlplane._model import ChatMessage, ModelAdapter, ModelReply, ModelRequest
@@ -44,6 +45,7 @@ __all__ = [
     "CancelSignal",
     "ChatMessage",
     "ChildMeta",
+    "ChildView",
     "ContentBlock",
     "ContinuableStart",
     "ContinuableStartSpec",
@@ -72,7 +74,9 @@ __all__ = [
     "SubagentResult",
     "SubagentRun",
     "SupervisorNode",
+    "TaskNotice",
     "TaskOutcome",
+    "TaskService",
     "TaskSnapshot",
     "TaskStatus",
     "TextBlock",
@@ -87,6 +91,7 @@ _LAZY = {
     "ModelReply": "controlplane._model",
     "ModelRequest": "controlplane._model",
     "ScriptedModel": "controlplane._scripted",
+    "ChildView": "controlplane._facade",
     "SubagentControl": "controlplane._facade",
 }
 
