@@ -197,6 +197,11 @@ class SteppingProvider:
         """The registry key."""
         return self._name
 
+    def live_total(self) -> int:
+        """How many activations of any child are live right now."""
+        with self._lock:
+            return sum(self._live.values())
+
     def phase(self, child_id: str) -> Phase:
         """What the child's activation is doing right now, as the provider sees it."""
         with self._lock:
