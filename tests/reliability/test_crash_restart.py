@@ -34,6 +34,7 @@ REPO = SCRIPT.parents[2]
 PARENT = "crash-parent"
 ROUNDS = 3
 READY_S = 45.0
+ACKS_BEFORE_KILL = 25
 
 
 @dataclass
@@ -59,15 +60,19 @@ def run_until_ready_then_kill(url: str) -> Round:
     lines: list[str] = []
     ready = threading.Event()
     acked_after_ready = threading.Event()
+    acks = 0
 
     def read() -> None:
+        nonlocal acks
         assert proc.stdout is not None
         for line in proc.stdout:
             lines.append(line)
             if line.startswith("READY "):
                 ready.set()
             elif ready.is_set() and line.startswith("ACK "):
-                acked_after_ready.set()
+                acks += 1
+                if acks >= ACKS_BEFORE_KILL:
+                    acked_after_ready.set()
 
     reader = threading.Thread(target=read, daemon=True)
     reader.start()

@@ -19,7 +19,7 @@ from controlplane.tools import INTERNAL_ERROR, ToolHandlers
 from tests.fakes import FakeProvider
 from tests.reliability.conftest import PARENT_MODEL
 from tests.reliability.hostile import any_value, hostile_text, mostly, non_json, store_counts
-from tests.reliability.support import settle, start_child
+from tests.reliability.support import WAIT_S, settle, start_child
 
 TOOL_NAMES = ["subagent", "send_message", "task_output", "task_kill", "task_list", "list_agents"]
 FUZZ = settings(
@@ -66,6 +66,10 @@ def bench(control: SubagentControl, provider: FakeProvider) -> Bench:
 
 
 def check(bench: Bench, name: Any, arguments: Any) -> None:
+    # An earlier example's successful call may have started a Task still writing its turn.
+    tasks = bench.control.tasks
+    for task in tasks.list(bench.parent):
+        tasks.wait(task.id, timeout=WAIT_S, requester=bench.parent)
     before = bench.state()
     result = bench.tools.call(name, arguments)
     assert isinstance(result.text, str)

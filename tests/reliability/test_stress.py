@@ -41,7 +41,7 @@ from tests.reliability.support import write_summary
 
 BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 # Sends per sender thread on each backend: sized so the whole test stays within ~30 s.
-SENDS_PER_THREAD = {"sqlite": 500, "postgres": 300}
+SENDS_PER_THREAD = {"sqlite": 700, "postgres": 500}
 
 
 @pytest.mark.slow
