@@ -25,6 +25,7 @@ __all__ = [
     "prepare_meta",
     "session_event",
     "stored_events",
+    "to_json",
 ]
 
 
@@ -101,13 +102,29 @@ def _prepare(item: object, index: int) -> PendingEvent:
             f"optional source, not {type(item).__name__}"
         )
     data = plain_json(event.data, code=ErrorCode.INVALID_INPUT, what=f"event {index} data")
-    data_json = dumps(data)
+    data_json = to_json(data)
     source_json = None if event.source is None else _source_json(event.source)
     _check_text(event.kind, f"event {index} kind")
     _check_int(event.turn, f"event {index} turn")
     if not data_json.isascii():  # JSON escapes NUL; only lone surrogates can slip through
         _check_unicode(data_json, f"event {index} data")
     return PendingEvent(event.kind, event.turn, data, event.source, data_json, source_json)
+
+
+# ensure_ascii=True: the C encoder's ASCII path is about twice as fast as the other one.
+_ASCII_ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
+
+
+def to_json(value: JsonValue) -> str:
+    """``controlplane._json.dumps(value)``, character for character, at half the cost for
+    the common case.
+
+    When the ASCII encoding has no ``\\u`` escape, the text held no character that either
+    encoding escapes that way (non-ASCII, control characters), so the two agree. Otherwise
+    (or on a false alarm such as an escaped backslash before a ``u``) it calls ``dumps``.
+    """
+    text = _ASCII_ENCODER.encode(value)
+    return text if "\\u" not in text else dumps(value)
 
 
 @functools.lru_cache(maxsize=256)
