@@ -2,8 +2,9 @@
 
 from actors.activation import ActivationActor
 from actors.context import ActorContext
-from actors.messages import ActivationPlan, SpawnChild
-from actors.root import RootActor, RootActorProxy, Route, RoutingTable
+from actors.messages import ActivationPlan, Redirect, SpawnChild
+from actors.root import RootActor, RootActorProxy
+from actors.routing import Route, RoutingTable
 from actors.supervisor import ChildSupervisor, ChildSupervisorProxy, follow_up_label
 
 __all__ = [
@@ -12,6 +13,7 @@ __all__ = [
     "ActorContext",
     "ChildSupervisor",
     "ChildSupervisorProxy",
+    "Redirect",
     "RootActor",
     "RootActorProxy",
     "Route",

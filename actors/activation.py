@@ -71,6 +71,7 @@ class ActivationActor(pykka.ThreadingActor):
         self._ctx = context
         self._plan = plan
         self._supervisor = supervisor
+        self._loaded = False  # the child was found in the store (a resume got past its load)
 
     def on_start(self) -> None:
         self.actor_ref.tell(_Begin())
@@ -115,7 +116,7 @@ class ActivationActor(pykka.ThreadingActor):
         if prepared is not None:
             outcome = self._end_turn(prepared.transcript, outcome, published)
         self._ctx.tasks.settle(plan.task_id, outcome)
-        self._tell(ActivationEnded(task_id=plan.task_id))
+        self._tell(ActivationEnded(task_id=plan.task_id, durable=published or self._loaded))
 
     def _prepare(self) -> _Prepared:
         plan = self._plan
@@ -170,6 +171,7 @@ class ActivationActor(pykka.ThreadingActor):
             raise _Settle(
                 _failed(f"child {child} is unavailable: {exc.message}", ErrorCode.NOT_RESUMABLE)
             ) from exc
+        self._loaded = True
         # The load may have taken long: a kill that arrived meanwhile wins over the provider.
         if plan.signal.aborted:
             raise _Settle(_killed(plan.signal.reason))

@@ -22,10 +22,12 @@ from controlplane._tree import SupervisorNode
 __all__ = [
     "ActivationEnded",
     "ActivationPlan",
+    "BeginInitial",
     "Describe",
     "DescribeAll",
     "EnsureSupervisor",
     "Published",
+    "Redirect",
     "SendMessage",
     "SendReply",
     "Settling",
@@ -35,10 +37,6 @@ __all__ = [
 ]
 
 _MESSAGE = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
-
-SendReply = SendResult | SubagentControlError | Future[SendResult]
-"""A supervisor's answer to `SendMessage`: a result, a refusal, or — for a message held
-until publication — a future resolved at delivery."""
 
 
 class ActivationPlan(BaseModel):
@@ -66,6 +64,12 @@ class SpawnChild(BaseModel):
     model_config = _MESSAGE
 
     plan: ActivationPlan
+
+
+class BeginInitial(BaseModel):
+    """Supervisor (from the root, once routed): begin the initial activation."""
+
+    model_config = _MESSAGE
 
 
 class EnsureSupervisor(BaseModel):
@@ -127,11 +131,24 @@ class Settling(BaseModel):
 
 
 class ActivationEnded(BaseModel):
-    """Supervisor (from the activation): the Task has its outcome; drop the association."""
+    """Supervisor (from the activation): the Task has its outcome; drop the association.
+
+    ``durable`` says whether the child exists in the store (published, or loaded).
+    """
 
     model_config = _MESSAGE
 
     task_id: str
+    durable: bool
+
+
+class Redirect(BaseModel):
+    """A send's answer when its supervisor retired before taking it: ask the root again.
+
+    The message was not handled, so sending it again cannot duplicate it.
+    """
+
+    model_config = _MESSAGE
 
 
 class Describe(BaseModel):
@@ -143,3 +160,8 @@ class Describe(BaseModel):
 
 
 DescribeReply = SupervisorNode
+
+
+SendReply = SendResult | SubagentControlError | Future[SendResult] | Redirect
+"""A supervisor's answer to `SendMessage`: a result, a refusal, a redirect (it retired), or
+— for a message held until publication — a future resolved at delivery."""

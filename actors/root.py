@@ -1,22 +1,19 @@
 """The root actor: owns the supervisors' lifecycle (creation, shutdown, tree dump).
 
-The routing table ``child_id → supervisor`` is written only by the root but readable from
-any thread without a hand-off, so the steer path costs two hops (caller → supervisor →
-caller). pykka's `ActorRegistry` lookups are linear scans; this table is a dict.
+It fills the routing table (`actors.routing`), which callers read without a hand-off, so
+the steer path costs two hops: caller → supervisor → caller.
 """
 
 from __future__ import annotations
 
-import threading
 import time
-from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any, cast
 
 import pykka
 
 from actors.context import ActorContext
 from actors.messages import (
+    BeginInitial,
     Describe,
     DescribeAll,
     EnsureSupervisor,
@@ -24,50 +21,13 @@ from actors.messages import (
     SpawnChild,
     StopAccepting,
 )
+from actors.routing import Route, RoutingTable
 from actors.supervisor import ChildSupervisor, ChildSupervisorProxy, mailbox_depth
 from controlplane._errors import ErrorCode, SubagentControlError
 from controlplane._session import utcnow
 from controlplane._tree import SupervisorNode
 
-__all__ = ["RootActor", "RootActorProxy", "Route", "RoutingTable"]
-
-
-@dataclass(frozen=True, slots=True)
-class Route:
-    """A routing-table entry."""
-
-    child_id: str
-    supervisor: ChildSupervisorProxy
-    parent_session: str | None
-    created_at: datetime = field(default_factory=utcnow)
-
-
-class RoutingTable:
-    """``child_id → Route``; written by the root, read lock-free by any thread."""
-
-    def __init__(self) -> None:
-        self._routes: dict[str, Route] = {}
-        self._lock = threading.Lock()
-
-    def get(self, child_id: str) -> Route | None:
-        """The route of a child, if its supervisor exists (a plain dict read)."""
-        return self._routes.get(child_id)
-
-    def routes(self) -> list[Route]:
-        """Every route, in creation order."""
-        with self._lock:
-            return list(self._routes.values())
-
-    def __len__(self) -> int:
-        return len(self._routes)
-
-    def _put(self, route: Route) -> None:
-        with self._lock:
-            self._routes[route.child_id] = route
-
-    def _clear(self) -> None:
-        with self._lock:
-            self._routes.clear()
+__all__ = ["RootActor", "RootActorProxy"]
 
 
 class RootActor(pykka.ThreadingActor):
@@ -109,10 +69,17 @@ class RootActor(pykka.ThreadingActor):
                 child_id=plan.child_id,
             )
         ref = ChildSupervisor.start(
-            self._ctx, plan.child_id, parent_session=plan.parent.session_id, initial=plan
+            self._ctx,
+            self._table,
+            plan.child_id,
+            parent_session=plan.parent.session_id,
+            initial=plan,
         )
         route = Route(plan.child_id, ChildSupervisorProxy(ref), plan.parent.session_id)
         self._table._put(route)
+        # Only now: an activation that failed at once could retire its supervisor, and a
+        # retirement must find the route it removes.
+        ref.tell(BeginInitial())
         return route
 
     def _ensure(self, child_id: str) -> Route:
@@ -120,7 +87,7 @@ class RootActor(pykka.ThreadingActor):
         if route is not None:
             return route
         self._check_accepting()
-        ref = ChildSupervisor.start(self._ctx, child_id)
+        ref = ChildSupervisor.start(self._ctx, self._table, child_id)
         route = Route(child_id, ChildSupervisorProxy(ref), None)
         self._table._put(route)
         return route

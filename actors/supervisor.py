@@ -23,12 +23,15 @@ from actors.context import ActorContext
 from actors.messages import (
     ActivationEnded,
     ActivationPlan,
+    BeginInitial,
     Describe,
     Published,
+    Redirect,
     SendMessage,
     SendReply,
     Settling,
 )
+from actors.routing import RoutingTable
 from controlplane._agents import AgentHandle
 from controlplane._content import MessageSource, TextBlock, text_of
 from controlplane._errors import ErrorCode, SubagentControlError
@@ -36,7 +39,7 @@ from controlplane._provider import SubagentRun
 from controlplane._session import utcnow
 from controlplane._signal import CancelSignal
 from controlplane._spec import SendResult
-from controlplane._task_types import TaskStatus
+from controlplane._task_types import TaskOutcome, TaskStatus
 from controlplane._tree import ActivationNode, SupervisorNode, SupervisorState
 
 __all__ = ["ChildSupervisor", "ChildSupervisorProxy", "follow_up_label", "mailbox_depth"]
@@ -69,10 +72,10 @@ class _Current:
     """The association: this child's one activation in this process."""
 
     plan: ActivationPlan
-    ref: pykka.ActorRef[Any]
     # Agents registered after this mark may be the provider's child agent being created.
     agent_mark: int
     started: float = field(default_factory=time.monotonic)
+    ref: pykka.ActorRef[Any] | None = None  # the activation actor, once it began
     run: SubagentRun | None = None
     transcript: ActivationTranscript | None = None
     settling: bool = False  # the run's result is in; dispose and outcome follow
@@ -93,6 +96,7 @@ class ChildSupervisor(pykka.ThreadingActor):
     def __init__(
         self,
         context: ActorContext,
+        table: RoutingTable,
         child_id: str,
         *,
         parent_session: str | None = None,
@@ -100,13 +104,16 @@ class ChildSupervisor(pykka.ThreadingActor):
     ) -> None:
         super().__init__()
         self._ctx = context
+        self._table = table
+        self._retired = False
         self._child_id = child_id
         self._parent_session = parent_session
         self._current: _Current | None = None
         self._last_activity = utcnow()
         if initial is not None:
-            # Installed before the actor starts, so the first send already finds it.
-            self._current = self._spawn(initial)
+            # Installed before the actor starts, so the first send already finds it; the
+            # activation itself begins on `BeginInitial`, once the root has routed here.
+            self._current = _Current(plan=initial, agent_mark=context.agents.last_serial())
 
     # -- pykka hooks ----------------------------------------------------------------
 
@@ -115,7 +122,11 @@ class ChildSupervisor(pykka.ThreadingActor):
             return self._describe(message.now)
         self._last_activity = utcnow()
         if isinstance(message, SendMessage):
-            return self._on_send(message)
+            # Retired, with a stop queued behind this message: not handled, so the caller
+            # may send it again to the child's next supervisor.
+            return Redirect() if self._retired else self._on_send(message)
+        if isinstance(message, BeginInitial):
+            return self._begin_initial()
         if isinstance(message, Published):
             return self._on_published(message)
         if isinstance(message, Settling):
@@ -130,6 +141,13 @@ class ChildSupervisor(pykka.ThreadingActor):
             return
         current.signal.abort("control plane stopped")
         self._fail_held(current, "the control plane stopped", ErrorCode.CLOSED)
+        if current.ref is None:  # never began: no activation will ever settle its Task
+            self._ctx.tasks.settle(
+                current.task_id,
+                TaskOutcome(
+                    status=TaskStatus.KILLED, detail="control plane stopped", code=ErrorCode.CLOSED
+                ),
+            )
         self._ctx.tasks.release(current.task_id)
 
     # -- decisions -------------------------------------------------------------------
@@ -242,13 +260,27 @@ class ChildSupervisor(pykka.ThreadingActor):
             self._current = None
         # Only now, with the association gone, may `tasks.wait()` return.
         self._ctx.tasks.release(ended.task_id)
+        if not ended.durable and self._current is None:
+            self._retire()
+
+    def _retire(self) -> None:
+        """Stop: the child is not in the store (a send to an unknown id, or a start that
+        never published), so keeping a thread for it would only leak one per bad id."""
+        self._table.discard(self._child_id, self.actor_ref)
+        self._retired = True
+        self.stop()
 
     # -- helpers ---------------------------------------------------------------------
 
     def _spawn(self, plan: ActivationPlan) -> _Current:
-        mark = self._ctx.agents.last_serial()
-        ref = ActivationActor.start(self._ctx, plan, self.actor_ref)
-        return _Current(plan=plan, ref=ref, agent_mark=mark)
+        current = _Current(plan=plan, agent_mark=self._ctx.agents.last_serial())
+        current.ref = ActivationActor.start(self._ctx, plan, self.actor_ref)
+        return current
+
+    def _begin_initial(self) -> None:
+        current = self._current
+        if current is not None and current.ref is None:
+            current.ref = ActivationActor.start(self._ctx, current.plan, self.actor_ref)
 
     def _squatter(self, current: _Current | None) -> SubagentControlError | None:
         """``OWNERSHIP_CONFLICT`` if a live agent uses the child's id but is not its run's."""
@@ -361,7 +393,7 @@ class ChildSupervisorProxy:
 
         Waits as long as the supervisor lives: a slow turn is no reason to give up on an
         answer that may still say "delivered". A message that raced the supervisor's stop
-        is dropped silently by pykka, so only a dead supervisor ends the wait (``CLOSED``).
+        is dropped silently by pykka; it was never handled, so the answer is `Redirect`.
         """
         future = self.ref.ask(
             SendMessage(parent=parent, message=message, source=source), block=False
@@ -370,14 +402,13 @@ class ChildSupervisorProxy:
             try:
                 return cast(SendReply, future.get(timeout=_LIVENESS_POLL_S))
             except pykka.Timeout:
-                if not self.ref.is_alive():
-                    return _stopped()
+                if self.ref.is_alive():
+                    continue
+                # pykka answers a handled message before it stops, so a dead supervisor
+                # with no answer never handled it.
+                try:
+                    return cast(SendReply, future.get(timeout=0))
+                except pykka.Timeout:
+                    return Redirect()
             except pykka.ActorDeadError:
-                return _stopped()
-
-
-def _stopped() -> SubagentControlError:
-    return SubagentControlError(
-        ErrorCode.CLOSED,
-        "the child's supervisor stopped before taking the message; the message was not delivered",
-    )
+                return Redirect()

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from actors import (
     ActivationPlan,
     ActorContext,
+    Redirect,
     RootActor,
     RootActorProxy,
     Route,
@@ -46,6 +47,7 @@ __all__ = ["TASK_TOOLS_SURFACE", "ChildView", "SubagentControl"]
 
 TASK_TOOLS_SURFACE = "task-tools"
 _ROOT_TIMEOUT_S = 30.0
+_REDIRECTS = 16
 
 
 class ChildView(BaseModel):
@@ -220,13 +222,23 @@ class SubagentControl:
         source = _check_source(
             source or MessageSource(kind="coordinator", sender_session_id=parent.session_id)
         )
-        route = self._routes.get(child_id) or self._ensure_route(root, child_id)
-        reply = route.supervisor.send(parent, blocks, source)
-        if isinstance(reply, Future):
-            reply = reply.result()
-        if isinstance(reply, SubagentControlError):
-            raise reply
-        return reply
+        for _ in range(_REDIRECTS):
+            route = self._routes.get(child_id) or self._ensure_route(root, child_id)
+            reply = route.supervisor.send(parent, blocks, source)
+            if isinstance(reply, Redirect):
+                # Its supervisor retired (or stopped) without handling the message.
+                self._check_open()
+                continue
+            if isinstance(reply, Future):
+                reply = reply.result()
+            if isinstance(reply, SubagentControlError):
+                raise reply
+            return reply
+        raise SubagentControlError(
+            ErrorCode.NOT_DELIVERED,
+            f"child {child_id}: its supervisor kept retiring; the message was not delivered",
+            child_id=child_id,
+        )
 
     def _ensure_route(self, root: RootActorProxy, child_id: str) -> Route:
         try:

@@ -51,6 +51,8 @@ def _copy(value: object, code: ErrorCode, what: str, path: str, depth: int) -> J
                 raise SubagentControlError(
                     code, f"{what} has a non-string key {key!r} at {path}; JSON keys are strings"
                 )
+            if not key.isascii():
+                _check_encodable(key, code, f"{what} key at {path}")
             out[key] = _copy(item, code, what, f"{path}.{key}", depth + 1)
         return out
     if isinstance(value, (list, tuple)):

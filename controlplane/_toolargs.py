@@ -52,6 +52,9 @@ MAX_ARGUMENTS_CHARS: Final = 1_000_000
 """The longest raw JSON argument string parsed at all (a full-size message, escaped)."""
 
 
+_MAX_PROBLEMS = 5
+
+
 def _has_text(value: str) -> str:
     # A message of only whitespace would start (or steer) a turn about nothing.
     if not value.strip():
@@ -222,7 +225,11 @@ def parse_arguments(name: str, arguments: object) -> BaseModel:
     try:
         return spec.arguments.model_validate(payload)
     except ValidationError as exc:
-        problems = "; ".join(_describe(error) for error in exc.errors(include_url=False))
+        errors = exc.errors(include_url=False)
+        # A model can read a few problems, not fifty thousand: name the first ones.
+        problems = "; ".join(_describe(error) for error in errors[:_MAX_PROBLEMS])
+        if len(errors) > _MAX_PROBLEMS:
+            problems += f"; and {len(errors) - _MAX_PROBLEMS} more"
         raise SubagentControlError(
             ErrorCode.INVALID_INPUT,
             f"invalid arguments for {spec.name}: {problems}. Nothing was done; call "

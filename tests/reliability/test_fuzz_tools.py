@@ -224,11 +224,6 @@ def test_huge_and_absurdly_nested_arguments_are_refused_readably_and_change_noth
     assert bench.state() == before
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: the refusal names every unknown key (controlplane/_toolargs.py "
-    "parse_arguments joins all pydantic errors), so 50,000 junk keys give a 2 MB error result",
-)
 @pytest.mark.parametrize("name", TOOL_NAMES)
 def test_arguments_with_thousands_of_junk_keys_get_a_refusal_of_readable_size(
     bench: Bench, name: str

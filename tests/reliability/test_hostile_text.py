@@ -131,13 +131,6 @@ def test_a_follow_up_holding_a_lone_surrogate_is_refused_before_a_task_starts(
     assert [t.status for t in control.tasks.list(parent)] == [TaskStatus.COMPLETED]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: plain_json (controlplane/_json.py _copy) checks string values but not keys; "
-    "a lone surrogate in a descriptor key is silently rewritten on store (top level) or "
-    "fails the Task as 'internal error' in Descriptor.to_event_data (nested). When fixed, "
-    "drop the assume() in test_fuzz_api.py too.",
-)
 @pytest.mark.parametrize(
     "inputs", [{"\ud800": 1}, {"x": [{"\udfff": 1}]}], ids=["top-level key", "nested key"]
 )

@@ -256,12 +256,6 @@ def test_the_admin_socket_is_0600_and_serves_only_the_read_only_tree(
     assert not os.path.exists(sock_path)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="bug: every send to a child id that does not exist leaves a supervisor actor (a "
-    "thread) until close (actors/root.py _ensure creates it; nothing stops it once the resume "
-    "Task failed NOT_RESUMABLE)",
-)
 def test_sends_to_children_that_do_not_exist_leave_no_supervisor_threads_behind(
     control: SubagentControl, parent: AgentHandle
 ) -> None:
