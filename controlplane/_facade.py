@@ -9,6 +9,7 @@ import time
 import uuid
 from collections.abc import Iterable, Sequence
 from concurrent.futures import Future
+from dataclasses import dataclass
 from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
@@ -35,7 +36,7 @@ from controlplane._provider import ProviderRegistry
 from controlplane._session import NewEvent, utcnow
 from controlplane._signal import CancelSignal
 from controlplane._spec import ContinuableStart, ContinuableStartSpec, SendResult
-from controlplane._task_types import TaskStatus
+from controlplane._task_types import TaskSnapshot, TaskStatus
 from controlplane._tasks import TaskService
 from controlplane._tree import ActorTree
 from persistence import SqlStore
@@ -98,7 +99,10 @@ class SubagentControl:
             self._root = RootActorProxy(RootActor.start(context, self._routes))
         self._lock = threading.Lock()
         self._closed = False
-        self._pending_children: dict[str, tuple[str, str, datetime]] = {}
+        # Children started here whose initial Task is still running: listed by `children`
+        # before the store has them, forgotten once that Task settles.
+        self._pending_children: dict[str, _Pending] = {}
+        self.tasks.on_done(self._forget_pending)
         self._admin_servers: list[AdminServer] = []
 
     @classmethod
@@ -178,7 +182,9 @@ class SubagentControl:
             seed=seed,
         )
         with self._lock:
-            self._pending_children[child_id] = (parent.session_id, spec.label, task.created_at)
+            self._pending_children[child_id] = _Pending(
+                parent.session_id, spec.label, task.id, task.created_at
+            )
         try:
             root.spawn_child(SpawnChild(plan=plan), _ROOT_TIMEOUT_S)
         except BaseException as exc:
@@ -254,18 +260,18 @@ class SubagentControl:
         Oldest first; ``running`` when the child's newest Task in this process is running.
         """
         session = parent.session_id if isinstance(parent, AgentHandle) else parent
-        found: dict[str, tuple[str, datetime]] = {}
+        # Pending first, then the store: a child leaves `pending` only after publication,
+        # so it is always in one of the two snapshots.
+        with self._lock:
+            found = {
+                child_id: (p.label, p.created_at)
+                for child_id, p in self._pending_children.items()
+                if p.owner == session
+            }
         if self._store is not None:
             for meta in self._store.list_children(session):
                 found[meta.child_id] = (meta.label or "", meta.created_at)
-        with self._lock:
-            pending = list(self._pending_children.items())
         views = []
-        for child_id, (owner, label, created) in pending:
-            if owner == session and child_id not in found:
-                latest = self.tasks.latest_for_child(child_id)
-                if latest is not None and latest.status is TaskStatus.RUNNING:
-                    found[child_id] = (label, created)
         for child_id, (label, created) in found.items():
             latest = self.tasks.latest_for_child(child_id)
             views.append(
@@ -366,8 +372,22 @@ class SubagentControl:
                 f"parent session {parent.session_id!r} is not live in this control plane",
             )
 
+    def _forget_pending(self, snapshot: TaskSnapshot) -> None:
+        with self._lock:
+            pending = self._pending_children.get(snapshot.child_id or "")
+            if pending is not None and pending.task_id == snapshot.id:
+                del self._pending_children[snapshot.child_id or ""]
+
     def _kill_tasks_of(self, agent: AgentHandle) -> None:
         self.tasks.kill_owned_by(agent.session_id, f"owner session {agent.session_id} disposed")
+
+
+@dataclass(frozen=True, slots=True)
+class _Pending:
+    owner: str
+    label: str
+    task_id: str
+    created_at: datetime
 
 
 def _snapshot_descriptor(spec: ContinuableStartSpec) -> Descriptor:
