@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import shutil
 import tempfile
@@ -18,12 +19,15 @@ from persistence import SqlStore
 
 __all__ = [
     "DEFAULT_PG_URL",
+    "PARENT_SESSION",
     "PG_URL_ENV",
+    "frozen_gc",
     "pg_schema",
     "pg_server",
     "proc_status",
     "scratch_dir",
     "seed_child",
+    "sqlite_url",
     "transcript_events",
 ]
 
@@ -43,6 +47,23 @@ def scratch_dir(keep: bool = False) -> Iterator[Path]:
     finally:
         if not keep:
             shutil.rmtree(path, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def frozen_gc() -> Iterator[None]:
+    """Move every object alive now out of the collector's reach for the block.
+
+    A full collection walks every tracked object in the process: without this, a restore
+    that happens to trigger one also pays for the benchmark's own objects (the rivals'
+    imported libraries, 1,000 live children), and the spread says more about which run
+    hit a collection than about the code measured.
+    """
+    gc.collect()
+    gc.freeze()
+    try:
+        yield
+    finally:
+        gc.unfreeze()
 
 
 def sqlite_url(path: Path) -> str:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-from benchmarks._harness import PARENT_SESSION, pg_schema, seed_child, sqlite_url
+from benchmarks._harness import PARENT_SESSION, frozen_gc, pg_schema, seed_child, sqlite_url
 from benchmarks._history import history
 from benchmarks._provider import BenchProvider
 from benchmarks._report import Section, table
@@ -55,6 +55,7 @@ def run_resume(config: ResumeConfig, workdir: Path, pg_url: str | None, pg_note:
     notes = [] if pg_url is not None else [f"PostgreSQL was skipped: {pg_note}."]
     with contextlib.ExitStack() as stack:
         systems = _prepare(config, workdir, pg_url, stack, notes)
+        stack.enter_context(frozen_gc())
         for run in range(config.runs):
             for length in config.lengths:
                 order = list(systems.items())
@@ -186,7 +187,9 @@ Time from `send_message` on a freshly opened control plane to `provider.resume` 
 called with the rebuilt child, against restoring the same messages with LangGraph's
 `SqliteSaver.get_tuple` (the thread's latest checkpoint, `messages` channel) and the OpenAI
 Agents SDK's `SQLiteSession.get_items()`. Median of {config.runs} runs (min–max); every run
-opens new connections; the OS page cache is warm for all systems alike. Messages average
+opens new connections; the OS page cache is warm for all systems alike; the benchmark's
+own objects are frozen out of the garbage collector (`gc.freeze()`), so a collection costs
+each system only what it allocates. Messages average
 ~950 characters (users 100–600, assistants 200–2,000); one user message then four
 assistant messages per turn. Our transcript also holds `turn/start`/`turn/end` per turn
 and the descriptor, so it has ~1.4 rows per message; LangGraph's store holds only the

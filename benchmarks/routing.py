@@ -24,7 +24,7 @@ from pathlib import Path
 import pykka
 
 from benchmarks._baselines import EchoActor, LockDictRouter, RawAppender
-from benchmarks._harness import PARENT_SESSION, seed_child, sqlite_url
+from benchmarks._harness import PARENT_SESSION, frozen_gc, seed_child, sqlite_url
 from benchmarks._provider import PROVIDER_NAME, BenchProvider
 from benchmarks._report import Section, table
 from benchmarks._stats import Spread, fmt_count, fmt_ratio, fmt_s, percentile, sample, spread
@@ -116,8 +116,9 @@ def run_routing(config: RoutingConfig, workdir: Path) -> Section:
             bench.echoes += [EchoActor.start() for _ in range(level - len(bench.echoes))]
             router = LockDictRouter({c: provider.runs[c] for c in live}, appender)
             results[level] = _Level()
-            for _ in range(config.rounds):
-                bench.round(config, results[level], live, router)
+            with frozen_gc():
+                for _ in range(config.rounds):
+                    bench.round(config, results[level], live, router)
         children = [rng.sample(live, k=min(len(live), 50)) for _ in range(config.threads)]
         throughput = measure_throughput(
             ThroughputPlan(config.threads, config.per_thread, config.throughput_rounds),
@@ -274,7 +275,8 @@ def _section(config: RoutingConfig, results: dict[int, _Level], tp: Throughput) 
 SQLite store (file, WAL, `synchronous=NORMAL`). Each of {config.rounds} rounds times
 {config.ops} operations of every kind back to back; a figure is the median of the rounds'
 percentiles, with the rounds' min–max in brackets, and a ratio is taken inside each round.
-Steered children are picked at random among the live ones.
+Steered children are picked at random among the live ones; objects alive before the rounds
+are frozen out of the garbage collector (`gc.freeze()`).
 
 **Steer round trip** (`send_message` → supervisor → `run.steer` → durable
 `steering/message` append → `SendResult`) against the SPEC §8 goal, one raw pykka `ask` plus
