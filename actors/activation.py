@@ -149,6 +149,7 @@ class ActivationActor(pykka.ThreadingActor):
             depth=plan.depth,
             seed_length=len(seed),
             label=plan.label,
+            created_at=plan.created_at,
         )
         request = StartRequest(
             child_id=plan.child_id,

@@ -6,7 +6,7 @@ from concurrent.futures import Future
 from datetime import datetime
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from actors._transcript import ActivationTranscript
 from controlplane._agents import AgentHandle
@@ -14,7 +14,7 @@ from controlplane._content import MessageSource, TextBlock
 from controlplane._descriptor import Descriptor
 from controlplane._errors import SubagentControlError
 from controlplane._provider import SubagentRun
-from controlplane._session import NewEvent
+from controlplane._session import NewEvent, utcnow
 from controlplane._signal import CancelSignal
 from controlplane._spec import SendResult
 from controlplane._tree import SupervisorNode
@@ -56,6 +56,8 @@ class ActivationPlan(BaseModel):
     descriptor: Descriptor | None = None
     depth: int | None = None
     seed: tuple[NewEvent, ...] = ()
+    # When the child was started: its header's created_at, so children list in start order.
+    created_at: datetime = Field(default_factory=utcnow)
 
 
 class SpawnChild(BaseModel):

@@ -180,6 +180,7 @@ class SubagentControl:
             descriptor=descriptor,
             depth=parent.depth + 1,
             seed=seed,
+            created_at=task.created_at,
         )
         with self._lock:
             self._pending_children[child_id] = _Pending(
