@@ -22,8 +22,8 @@ from controlplane import (
 )
 from persistence import SqlStore
 from tests.controlplane.conftest import MakeControl
-from tests.controlplane.helpers import WAIT_S, raises, start_child, text
 from tests.fakes import FakeProvider
+from tests.support import WAIT_S, raises, start_child, text
 
 REPO = Path(__file__).resolve().parents[2]
 

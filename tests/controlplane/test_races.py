@@ -34,7 +34,8 @@ from controlplane import (
 )
 from persistence import SqlStore
 from tests.controlplane.conftest import MakeControl
-from tests.controlplane.helpers import (
+from tests.fakes import FakeProvider
+from tests.support import (
     WAIT_S,
     carrying,
     events,
@@ -44,7 +45,6 @@ from tests.controlplane.helpers import (
     text,
     wait_published,
 )
-from tests.fakes import FakeProvider
 
 
 @pytest.fixture

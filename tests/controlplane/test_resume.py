@@ -20,7 +20,8 @@ from controlplane import (
     TaskStatus,
 )
 from tests.controlplane.conftest import MakeControl
-from tests.controlplane.helpers import (
+from tests.fakes import FakeProvider, completed
+from tests.support import (
     WAIT_S,
     carrying,
     events,
@@ -30,7 +31,6 @@ from tests.controlplane.helpers import (
     task_ids,
     text,
 )
-from tests.fakes import FakeProvider, completed
 
 
 @pytest.fixture

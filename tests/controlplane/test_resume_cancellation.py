@@ -13,8 +13,8 @@ import pytest
 
 from controlplane import AgentHandle, SubagentControl, TaskStatus
 from tests.controlplane.conftest import MakeControl
-from tests.controlplane.helpers import eventually, in_thread, settle, start_child, text
 from tests.fakes import FakeProvider
+from tests.support import eventually, in_thread, settle, start_child, text
 
 pytestmark = pytest.mark.postgres
 

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from controlplane import AgentHandle, ErrorCode, SubagentControl, TaskStatus, TextBlock
-from tests.controlplane.helpers import carrying, events, raises, settle, start_child, task_ids, text
 from tests.fakes import FakeProvider
+from tests.support import carrying, events, raises, settle, start_child, task_ids, text
 
 
 @pytest.fixture

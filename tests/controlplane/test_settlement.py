@@ -15,7 +15,8 @@ from controlplane import (
     TaskSnapshot,
     TaskStatus,
 )
-from tests.controlplane.helpers import (
+from tests.fakes import FakeProvider, completed
+from tests.support import (
     WAIT_S,
     in_thread,
     is_durable,
@@ -24,7 +25,6 @@ from tests.controlplane.helpers import (
     start_child,
     text,
 )
-from tests.fakes import FakeProvider, completed
 
 
 def run_to_outcome(

@@ -19,7 +19,8 @@ from controlplane import (
     TaskStatus,
 )
 from tests.controlplane.conftest import PARENT_MODEL
-from tests.controlplane.helpers import (
+from tests.fakes import FakeProvider, completed
+from tests.support import (
     WAIT_S,
     carrying,
     events,
@@ -29,7 +30,6 @@ from tests.controlplane.helpers import (
     start_child,
     text,
 )
-from tests.fakes import FakeProvider, completed
 
 
 @pytest.fixture

@@ -14,8 +14,8 @@ from controlplane import (
     SubagentControl,
 )
 from tests.controlplane.conftest import MakeControl
-from tests.controlplane.helpers import raises, start_child, task_ids, text
 from tests.fakes import FakeProvider
+from tests.support import raises, start_child, task_ids, text
 
 
 def assert_nothing_left(

@@ -14,7 +14,8 @@ from controlplane import (
     SubagentControl,
     TaskStatus,
 )
-from tests.controlplane.helpers import (
+from tests.fakes import FakeProvider, Plan
+from tests.support import (
     WAIT_S,
     carrying,
     events,
@@ -29,7 +30,6 @@ from tests.controlplane.helpers import (
     text,
     wait_published,
 )
-from tests.fakes import FakeProvider, Plan
 
 
 @pytest.fixture

@@ -21,7 +21,8 @@ from controlplane import (
     TaskStatus,
 )
 from persistence import RetryPolicy, SqlStore
-from tests.controlplane.helpers import (
+from tests.fakes import FakeProvider
+from tests.support import (
     WAIT_S,
     carrying,
     events,
@@ -32,7 +33,6 @@ from tests.controlplane.helpers import (
     text,
     wait_published,
 )
-from tests.fakes import FakeProvider
 
 
 class Retries:

@@ -15,8 +15,8 @@ from controlplane import (
     TaskSnapshot,
     TaskStatus,
 )
-from tests.controlplane.helpers import WAIT_S, raises, settle, start_child, task_ids
 from tests.fakes import FakeProvider, completed
+from tests.support import WAIT_S, raises, settle, start_child, task_ids
 
 FENCED: dict[str, Callable[[SubagentControl, str, AgentHandle], object]] = {
     "get": lambda c, t, r: c.tasks.get(t, requester=r),

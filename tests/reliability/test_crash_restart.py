@@ -26,7 +26,7 @@ import pytest
 
 from controlplane import EventKind, SubagentControl, TaskStatus, TextBlock
 from tests.reliability.crash_provider import HELD, CrashProvider, batch_key
-from tests.reliability.support import write_summary
+from tests.reliability.summary import write_summary
 from tests.reliability.transcripts import frame_problems, turns_of
 
 SCRIPT = Path(__file__).with_name("crash_child.py")

@@ -19,7 +19,7 @@ from controlplane.tools import INTERNAL_ERROR, ToolHandlers
 from tests.fakes import FakeProvider
 from tests.reliability.conftest import PARENT_MODEL
 from tests.reliability.hostile import any_value, hostile_text, mostly, non_json, store_counts
-from tests.reliability.support import WAIT_S, settle, start_child
+from tests.support import WAIT_S, settle, start_child
 
 TOOL_NAMES = ["subagent", "send_message", "task_output", "task_kill", "task_list", "list_agents"]
 FUZZ = settings(

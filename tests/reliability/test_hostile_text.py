@@ -20,7 +20,7 @@ from controlplane import (
     TextBlock,
 )
 from tests.fakes import FakeProvider
-from tests.reliability.support import (
+from tests.support import (
     WAIT_S,
     events,
     eventually,

@@ -16,7 +16,7 @@ from controlplane import (
     TaskStatus,
 )
 from tests.fakes import FakeProvider
-from tests.reliability.support import (
+from tests.support import (
     WAIT_S,
     events,
     is_durable,

@@ -22,12 +22,12 @@ from controlplane import (
 )
 from controlplane.tools import ToolHandlers
 from tests.fakes import FakeProvider, Plan
-from tests.reliability.support import (
+from tests.support import (
     WAIT_S,
-    carrying,
     events,
     eventually,
     is_durable,
+    mentioning,
     raises,
     settle,
     start_child,
@@ -81,7 +81,7 @@ def test_a_foreign_parent_cannot_steer_a_running_child(
 
     assert task_id not in info.value.message  # the Task's existence is not leaked
     assert provider.steers == []
-    assert carrying(events(control, child_id), "obey me") == []
+    assert mentioning(events(control, child_id), "obey me") == []
     assert control.tasks.get(task_id, requester=parent).status is TaskStatus.RUNNING
 
 

@@ -31,19 +31,19 @@ from controlplane import (
 from persistence import RetryPolicy, SqlStore
 from tests.fakes import FakeProvider
 from tests.reliability.conftest import PARENT_MODEL
-from tests.reliability.support import (
+from tests.reliability.transcripts import frame_problems
+from tests.support import (
     WAIT_S,
-    carrying,
     eventually,
     inbound,
     is_durable,
     kinds,
+    mentioning,
     raises,
     settle,
     start_child,
     text,
 )
-from tests.reliability.transcripts import frame_problems
 
 Fault = Literal["before", "after"]
 ATTEMPTS = 3
@@ -178,7 +178,7 @@ def test_transient_failures_of_every_write_are_retried_and_nothing_is_written_tw
     for number in range(4):
         assert len(inbound(events, f"steer {number}")) == 1
     assert len(inbound(events, "follow-up")) == 1
-    assert len(carrying(events, "held")) == 1
+    assert len(mentioning(events, "held")) == 1
     assert kinds(events).count(EventKind.DESCRIPTOR) == 1
 
 
@@ -273,5 +273,5 @@ def test_a_resume_whose_frame_keeps_failing_fails_and_leaves_the_transcript_as_i
     assert settle(control, again.task_id, parent).status is TaskStatus.COMPLETED
     events = stored(store, child_id)
     assert frame_problems(events, all_ended=True) == []
-    assert carrying(events, "will not stick") == []
+    assert mentioning(events, "will not stick") == []
     assert [e.turn for e in events if e.kind == EventKind.TURN_START] == [1, 2]

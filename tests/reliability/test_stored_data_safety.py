@@ -12,7 +12,7 @@ import pytest
 
 from controlplane import ChildMeta, EventKind, MessageSource, NewEvent, SubagentControl
 from tests.fakes import FakeProvider
-from tests.reliability.support import settle, start_child, text
+from tests.support import settle, start_child, text
 
 REPO = Path(__file__).resolve().parents[2]
 PACKAGES = ("controlplane", "actors", "persistence")

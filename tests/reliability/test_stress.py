@@ -37,7 +37,7 @@ from tests.reliability.load import (
     start_children,
 )
 from tests.reliability.stepping import Clock, SteppingProvider
-from tests.reliability.support import write_summary
+from tests.reliability.summary import write_summary
 
 BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 # Sends per sender thread on each backend: sized so the whole test stays within ~30 s.

@@ -1,4 +1,4 @@
-"""Small helpers the control-plane tests share (public API only)."""
+"""Small helpers the control-plane and reliability tests share (public API only)."""
 
 from __future__ import annotations
 
@@ -27,8 +27,10 @@ from controlplane import (
 
 T = TypeVar("T")
 
-WAIT_S = 5.0
+WAIT_S = 10.0
 """How long a test waits for something that should happen promptly."""
+
+FRAME_KINDS = frozenset({EventKind.TURN_START, EventKind.TURN_END})
 
 
 def text(*parts: str) -> list[TextBlock]:
@@ -53,10 +55,13 @@ def start_child(
 
 
 def settle(control: SubagentControl, task_id: str, requester: AgentHandle | str) -> TaskSnapshot:
-    """Wait for a Task to be terminal (bounded)."""
+    """Wait (bounded) until a Task is terminal."""
     snapshot = control.tasks.wait(task_id, timeout=WAIT_S, requester=requester)
     assert snapshot.status.is_terminal, snapshot
     return snapshot
+
+
+# -- the stored transcript -------------------------------------------------------------------
 
 
 def events(control: SubagentControl, child_id: str) -> list[SessionEvent]:
@@ -75,12 +80,25 @@ def mentions(event: SessionEvent, needle: str) -> bool:
     return needle in json.dumps(event.data, ensure_ascii=False)
 
 
-FRAME_KINDS = frozenset({EventKind.TURN_START, EventKind.TURN_END})
+def mentioning(stored: Sequence[SessionEvent], needle: str) -> list[SessionEvent]:
+    """Every event, the turn frame included, whose JSON data mentions ``needle``."""
+    return [e for e in stored if mentions(e, needle)]
 
 
 def carrying(stored: Sequence[SessionEvent], needle: str) -> list[SessionEvent]:
     """The events, other than the turn frame (which may repeat a label), mentioning ``needle``."""
     return [e for e in stored if e.kind not in FRAME_KINDS and mentions(e, needle)]
+
+
+def inbound(stored: Sequence[SessionEvent], message: str) -> list[SessionEvent]:
+    """The ``user/message`` and ``steering/message`` events whose text is ``message``."""
+    return [
+        e
+        for e in stored
+        if e.kind in (EventKind.USER_MESSAGE, EventKind.STEERING_MESSAGE)
+        and isinstance(e.data, dict)
+        and e.data.get("text") == message
+    ]
 
 
 def is_durable(control: SubagentControl, child_id: str) -> bool:
@@ -91,6 +109,9 @@ def is_durable(control: SubagentControl, child_id: str) -> bool:
     except SubagentControlError:
         return False
     return True
+
+
+# -- errors, threads and waiting ---------------------------------------------------------------
 
 
 @contextmanager
@@ -125,6 +146,9 @@ def eventually(predicate: Callable[[], bool], what: str, timeout: float = WAIT_S
         if time.monotonic() > deadline:
             pytest.fail(f"timed out waiting until {what}")
         pause.wait(0.001)
+
+
+# -- the supervision tree ----------------------------------------------------------------------
 
 
 def held_messages(control: SubagentControl, child_id: str) -> int:
