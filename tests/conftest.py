@@ -1,13 +1,23 @@
-"""Shared fixtures: real stores on both backends, and no actor left behind."""
+"""Shared fixtures: real stores on both backends, no actor left behind, and a control plane
+with the fake provider and two parents.
+
+The control plane opens ``url``, SQLite unless a module overrides ``url`` with ``store_url``
+(a module whose behaviour depends on the store runs on SQLite and PostgreSQL).
+"""
 
 from __future__ import annotations
 
 import os
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pykka
 import pytest
+
+from controlplane import AgentHandle, SubagentControl
+from tests.fakes import FakeProvider
+from tests.support import PARENT_MODEL, MakeControl
 
 PG_URL_ENV = "SUBAGENT_CONTROL_TEST_PG_URL"
 
@@ -76,3 +86,49 @@ def _stop_every_actor() -> Iterator[None]:
     """No test leaks an actor (pykka threads are non-daemon: a leak hangs the run)."""
     yield
     pykka.ActorRegistry.stop_all(block=True, timeout=10)
+
+
+@pytest.fixture
+def url(sqlite_url: str) -> str:
+    """The store the control plane opens (SQLite unless a module overrides it)."""
+    return sqlite_url
+
+
+@pytest.fixture
+def provider() -> FakeProvider:
+    """The fake provider, registered as ``fake`` on every control plane a test makes."""
+    return FakeProvider()
+
+
+@pytest.fixture
+def make_control(url: str, provider: FakeProvider) -> Iterator[MakeControl]:
+    """Build control planes on ``url`` (closed after the test) with ``provider`` registered."""
+    made: list[SubagentControl] = []
+
+    def make(store_url: str | None = None, **options: Any) -> SubagentControl:
+        control = SubagentControl.open(store_url or url, **options)
+        control.providers.register(provider)
+        made.append(control)
+        return control
+
+    yield make
+    for control in made:
+        control.close(timeout_s=10.0)
+
+
+@pytest.fixture
+def control(make_control: MakeControl) -> SubagentControl:
+    """A control plane on the test's store."""
+    return make_control()
+
+
+@pytest.fixture
+def parent(control: SubagentControl) -> AgentHandle:
+    """The live parent that owns the children a test starts."""
+    return control.agents.register("parent-1", model=PARENT_MODEL)
+
+
+@pytest.fixture
+def stranger(control: SubagentControl) -> AgentHandle:
+    """Another live parent session: it must never reach ``parent``'s children or Tasks."""
+    return control.agents.register("parent-2", model=PARENT_MODEL)

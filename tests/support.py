@@ -18,6 +18,7 @@ from controlplane import (
     ContinuableStartSpec,
     ErrorCode,
     EventKind,
+    ModelSelector,
     SessionEvent,
     SubagentControl,
     SubagentControlError,
@@ -26,6 +27,12 @@ from controlplane import (
 )
 
 T = TypeVar("T")
+
+MakeControl = Callable[..., SubagentControl]
+"""The ``make_control`` fixture: opens a control plane with the fake provider registered."""
+
+PARENT_MODEL = ModelSelector(provider="acme", model="m1")
+"""The model selector of the ``parent`` and ``stranger`` fixtures."""
 
 WAIT_S = 10.0
 """How long a test waits for something that should happen promptly."""

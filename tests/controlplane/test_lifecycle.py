@@ -21,9 +21,8 @@ from controlplane import (
     TaskStatus,
 )
 from persistence import SqlStore
-from tests.controlplane.conftest import MakeControl
 from tests.fakes import FakeProvider
-from tests.support import WAIT_S, raises, start_child, text
+from tests.support import WAIT_S, MakeControl, raises, start_child, text
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -33,10 +33,10 @@ from controlplane import (
     TaskStatus,
 )
 from persistence import SqlStore
-from tests.controlplane.conftest import MakeControl
 from tests.fakes import FakeProvider
 from tests.support import (
     WAIT_S,
+    MakeControl,
     carrying,
     events,
     in_thread,

@@ -19,10 +19,10 @@ from controlplane import (
     SubagentControl,
     TaskStatus,
 )
-from tests.controlplane.conftest import MakeControl
 from tests.fakes import FakeProvider, completed
 from tests.support import (
     WAIT_S,
+    MakeControl,
     carrying,
     events,
     kinds,

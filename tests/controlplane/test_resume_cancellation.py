@@ -12,9 +12,8 @@ import psycopg
 import pytest
 
 from controlplane import AgentHandle, SubagentControl, TaskStatus
-from tests.controlplane.conftest import MakeControl
 from tests.fakes import FakeProvider
-from tests.support import eventually, in_thread, settle, start_child, text
+from tests.support import MakeControl, eventually, in_thread, settle, start_child, text
 
 pytestmark = pytest.mark.postgres
 

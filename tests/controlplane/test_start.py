@@ -18,9 +18,9 @@ from controlplane import (
     SubagentControlError,
     TaskStatus,
 )
-from tests.controlplane.conftest import PARENT_MODEL
 from tests.fakes import FakeProvider, completed
 from tests.support import (
+    PARENT_MODEL,
     WAIT_S,
     carrying,
     events,

@@ -13,9 +13,8 @@ from controlplane import (
     ErrorCode,
     SubagentControl,
 )
-from tests.controlplane.conftest import MakeControl
 from tests.fakes import FakeProvider
-from tests.support import raises, start_child, task_ids, text
+from tests.support import MakeControl, raises, start_child, task_ids, text
 
 
 def assert_nothing_left(

@@ -29,9 +29,8 @@ from controlplane import (
     TextBlock,
 )
 from tests.fakes import FakeProvider
-from tests.reliability.conftest import PARENT_MODEL
 from tests.reliability.hostile import any_value, hostile_text, json_values, mostly, store_counts
-from tests.support import WAIT_S, eventually, is_durable, settle, start_child, text
+from tests.support import PARENT_MODEL, WAIT_S, eventually, is_durable, settle, start_child, text
 
 FUZZ = settings(
     max_examples=150,

@@ -17,9 +17,8 @@ from hypothesis import strategies as st
 from controlplane import AgentHandle, ErrorCode, SubagentControl
 from controlplane.tools import INTERNAL_ERROR, ToolHandlers
 from tests.fakes import FakeProvider
-from tests.reliability.conftest import PARENT_MODEL
 from tests.reliability.hostile import any_value, hostile_text, mostly, non_json, store_counts
-from tests.support import WAIT_S, settle, start_child
+from tests.support import PARENT_MODEL, WAIT_S, settle, start_child
 
 TOOL_NAMES = ["subagent", "send_message", "task_output", "task_kill", "task_list", "list_agents"]
 FUZZ = settings(

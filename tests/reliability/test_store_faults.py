@@ -30,9 +30,9 @@ from controlplane import (
 )
 from persistence import RetryPolicy, SqlStore
 from tests.fakes import FakeProvider
-from tests.reliability.conftest import PARENT_MODEL
 from tests.reliability.transcripts import frame_problems
 from tests.support import (
+    PARENT_MODEL,
     WAIT_S,
     eventually,
     inbound,
