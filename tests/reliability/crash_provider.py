@@ -10,22 +10,19 @@ every run completes at once.
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any, Literal
 
 from controlplane import (
     CancelSignal,
-    ErrorCode,
     EventKind,
-    MessageSource,
     ResumeRequest,
     StartRequest,
-    SubagentControlError,
     SubagentResult,
     TextBlock,
     TranscriptWriter,
 )
+from tests.reliability.runs import SettlingRun, SymmetricProvider
 
 __all__ = ["HELD", "NAME", "CrashProvider", "batch_key"]
 
@@ -40,7 +37,7 @@ def batch_key(child_id: str, turn: int) -> str:
     return f"{child_id}:{turn}"
 
 
-class CrashRun:
+class CrashRun(SettlingRun):
     """One activation: loops, cycles or finishes (see the module docstring)."""
 
     def __init__(
@@ -51,15 +48,11 @@ class CrashRun:
         signal: CancelSignal,
         progress: Callable[[str], None],
     ) -> None:
-        self.child_id = child_id
-        self.local_agent = None
-        self.steer: Callable[[Sequence[TextBlock], MessageSource], None] | None = self._steer
+        super().__init__(child_id)
         self._behaviour = behaviour
         self._transcript = transcript
         self._signal = signal
         self._progress = progress
-        self._lock = threading.Lock()
-        self._settled = False
 
     def result(self) -> SubagentResult:
         """Append until cancelled (``loop``), a few times (``cycle``), or not at all."""
@@ -72,46 +65,26 @@ class CrashRun:
                 step += 1
                 self._progress(self.child_id)
         finally:
-            with self._lock:
-                self._settled = True
+            self._settle()
         if self._signal.aborted:
             return SubagentResult(stop_reason="aborted")
         return SubagentResult(stop_reason="completed", output=[TextBlock(text=f"{step} steps")])
 
     def dispose(self) -> None:
         """Nothing runs outside `result`, so the run is quiescent once it returned."""
-        with self._lock:
-            self._settled = True
-
-    def _steer(self, message: Sequence[TextBlock], source: MessageSource) -> None:
-        with self._lock:
-            if self._settled:
-                raise SubagentControlError(
-                    ErrorCode.NOT_DELIVERED, "the turn has settled", child_id=self.child_id
-                )
+        self._settle()
 
 
-class CrashProvider:
+class CrashProvider(SymmetricProvider[CrashRun]):
     """See the module docstring; ``progress(child_id)`` is called after each loop append."""
 
     def __init__(self, mode: Mode, progress: Callable[[str], None] | None = None) -> None:
+        super().__init__(NAME)
         self._mode = mode
         self._progress = progress or (lambda _child: None)
 
-    @property
-    def name(self) -> str:
-        """The registry key."""
-        return NAME
-
-    def start(self, request: StartRequest, signal: CancelSignal) -> CrashRun:
-        """Write the held events, return the run."""
-        return self._begin(request, signal)
-
-    def resume(self, request: ResumeRequest, signal: CancelSignal) -> CrashRun:
-        """As `start`."""
-        return self._begin(request, signal)
-
     def _begin(self, request: StartRequest | ResumeRequest, signal: CancelSignal) -> CrashRun:
+        """Write the held events, return the run."""
         key = batch_key(request.child_id, request.transcript.turn)
         for index in range(HELD):
             request.transcript.append(

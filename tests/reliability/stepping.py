@@ -23,7 +23,6 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -31,7 +30,6 @@ from controlplane import (
     CancelSignal,
     ErrorCode,
     EventKind,
-    MessageSource,
     ResumeRequest,
     StartRequest,
     SubagentControlError,
@@ -39,6 +37,7 @@ from controlplane import (
     TextBlock,
     TranscriptWriter,
 )
+from tests.reliability.runs import SettlingRun, SymmetricProvider
 
 __all__ = ["Clock", "Phase", "SteppingProvider", "SteppingRun"]
 
@@ -108,7 +107,7 @@ class _Fate:
     ending: Literal["completed", "max-tokens", "raise"]
 
 
-class SteppingRun:
+class SteppingRun(SettlingRun):
     """One activation of a `SteppingProvider` child."""
 
     def __init__(
@@ -119,17 +118,12 @@ class SteppingRun:
         signal: CancelSignal,
         transcript: TranscriptWriter,
     ) -> None:
-        self.child_id = child_id
-        self.local_agent = None
-        self.steer: Callable[[Sequence[TextBlock], MessageSource], None] | None = self._steer
+        super().__init__(child_id)
         self._provider = provider
         self._fate = fate
         self._signal = signal
         self._transcript = transcript
-        self._lock = threading.Lock()
-        self._settled = False
         self._disposed = False
-        self.steered: list[str] = []
 
     def result(self) -> SubagentResult:
         """Take the run's steps (one tick each), then end as its fate says."""
@@ -140,9 +134,7 @@ class SteppingRun:
                 aborted = True
                 break
             self._transcript.append(EventKind.ASSISTANT_MESSAGE, {"text": f"step {step}"})
-        with self._lock:
-            # Under the steer lock: a steer either lands before this or is refused.
-            self._settled = True
+        self._settle()
         self._provider._set_phase(self.child_id, "settling")
         if aborted or self._signal.aborted:
             return SubagentResult(stop_reason="aborted")
@@ -163,24 +155,14 @@ class SteppingRun:
         self._provider.clock.wait_steps(self.child_id, self._fate.dispose_ticks, None)
         self._provider._leave(self.child_id)
 
-    def _steer(self, message: Sequence[TextBlock], source: MessageSource) -> None:
-        with self._lock:
-            if self._settled:
-                raise SubagentControlError(
-                    ErrorCode.NOT_DELIVERED,
-                    f"the stepping turn of child {self.child_id} has settled",
-                    child_id=self.child_id,
-                )
-            self.steered.append("".join(block.text for block in message))
 
-
-class SteppingProvider:
+class SteppingProvider(SymmetricProvider[SteppingRun]):
     """A thread-safe `SubagentProvider` driven by a `Clock` (see the module docstring)."""
 
     def __init__(self, clock: Clock, *, seed: int, name: str = "stepping") -> None:
+        super().__init__(name)
         self.clock = clock
         self._seed = seed
-        self._name = name
         self._lock = threading.Lock()
         self._live: dict[str, int] = {}
         self._activations: dict[str, int] = {}
@@ -192,11 +174,6 @@ class SteppingProvider:
         self.rollbacks = 0
         self.entered = 0
 
-    @property
-    def name(self) -> str:
-        """The registry key."""
-        return self._name
-
     def live_total(self) -> int:
         """How many activations of any child are live right now."""
         with self._lock:
@@ -207,15 +184,8 @@ class SteppingProvider:
         with self._lock:
             return self._phase.get(child_id, "idle")
 
-    def start(self, request: StartRequest, signal: CancelSignal) -> SteppingRun:
-        """Enter, wait the starting ticks (or roll back on abort), return the run."""
-        return self._begin(request, signal)
-
-    def resume(self, request: ResumeRequest, signal: CancelSignal) -> SteppingRun:
-        """As `start`."""
-        return self._begin(request, signal)
-
     def _begin(self, request: StartRequest | ResumeRequest, signal: CancelSignal) -> SteppingRun:
+        """Enter, wait the starting ticks (or roll back on abort), return the run."""
         child_id = request.child_id
         fate = self._enter(child_id)
         try:
