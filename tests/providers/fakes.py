@@ -115,13 +115,7 @@ def start_request(
 ) -> StartRequest:
     return StartRequest(
         child_id=child_id or new_child_id(),
-        prompt=[TextBlock(text=prompt)],
-        source=source,
-        parent=parent.handle,
-        descriptor=desc or descriptor(),
-        depth=parent.handle.depth + 1,
-        transcript=transcript,
-        seed=list(seed),
+        **_request_fields(parent, transcript, prompt, desc, seed, source),
     )
 
 
@@ -138,15 +132,29 @@ def resume_request(
 ) -> ResumeRequest:
     return ResumeRequest(
         child_id=child_id,
-        prompt=[TextBlock(text=prompt)],
-        source=source,
-        parent=parent.handle,
-        descriptor=desc or descriptor(),
-        depth=parent.handle.depth + 1,
-        transcript=transcript,
-        seed=list(seed),
         events=list(events),
+        **_request_fields(parent, transcript, prompt, desc, seed, source),
     )
+
+
+def _request_fields(
+    parent: Parent,
+    transcript: FakeTranscript,
+    prompt: str,
+    desc: Descriptor | None,
+    seed: Sequence[SessionEvent],
+    source: MessageSource,
+) -> dict[str, Any]:
+    """What a start and a resume request for a child of ``parent`` have in common."""
+    return {
+        "prompt": [TextBlock(text=prompt)],
+        "source": source,
+        "parent": parent.handle,
+        "descriptor": desc or descriptor(),
+        "depth": parent.handle.depth + 1,
+        "transcript": transcript,
+        "seed": list(seed),
+    }
 
 
 def events(*specs: tuple[str, Any] | tuple[str, Any, MessageSource | None]) -> list[SessionEvent]:
