@@ -4,15 +4,16 @@
 - a raw ``sqlite3`` append of one event row: the store's own table definitions (copied
   from its database file), the same pragmas (WAL, ``synchronous=NORMAL``, foreign keys)
   and the same ``BEGIN IMMEDIATE … COMMIT`` write transaction, but one bare ``INSERT``
-  (the store also reserves the row's ``seq`` on the child's header in that transaction);
+  (the store also reserves the row's ``seq`` on the child's header in that transaction),
+  to a random one of as many children as are live;
 - a lock-and-dict router: a dict lookup under a lock, ``run.steer``, then the raw append,
   all on the caller's thread — what routing costs without actors.
 """
 
 from __future__ import annotations
 
-import itertools
 import json
+import random
 import sqlite3
 import threading
 import uuid
@@ -37,7 +38,11 @@ class EchoActor(pykka.ThreadingActor):
 
 
 class RawAppender:
-    """Appends one event row per call through a bare ``sqlite3`` connection."""
+    """Appends one event row per call through a bare ``sqlite3`` connection.
+
+    Rows go to a random one of `grow`'s children, as steers go to a random live child, so
+    both sides write at the same spread of places in the events table's primary key.
+    """
 
     def __init__(self, store_db: Path, path: Path) -> None:
         ddl = _store_ddl(store_db)
@@ -47,26 +52,36 @@ class RawAppender:
         self._conn.execute("PRAGMA foreign_keys=ON")
         for statement in ddl:
             self._conn.execute(statement)
-        self._child = str(uuid.uuid4())
-        now = _now()
-        self._conn.execute(
-            "INSERT INTO subagent_children (child_id, parent_session, depth, seed_length, "
-            "last_seq, created_batch, created_at) VALUES (?, 'bench-parent', 1, 0, 0, ?, ?)",
-            (self._child, uuid.uuid4().hex, now),
-        )
-        self._seq = itertools.count(1)
+        self._seqs: dict[str, int] = {}
+        self._children: list[str] = []
+        self._rng = random.Random(2)
         self._lock = threading.Lock()
         self._source = json.dumps({"kind": "coordinator", "sender_session_id": "bench-parent"})
+        self.grow(1)
+
+    def grow(self, count: int) -> None:
+        """Have ``count`` children to append to."""
+        while len(self._children) < count:
+            child_id = str(uuid.uuid4())
+            self._conn.execute(
+                "INSERT INTO subagent_children (child_id, parent_session, depth, seed_length, "
+                "last_seq, created_batch, created_at) VALUES (?, 'bench-parent', 1, 0, 0, ?, ?)",
+                (child_id, uuid.uuid4().hex, _now()),
+            )
+            self._children.append(child_id)
+            self._seqs[child_id] = 0
 
     def append(self, text: str) -> None:
         """Commit one ``steering/message`` row (thread-safe: one writer at a time)."""
         data = json.dumps({"text": text})
         with self._lock:
+            child_id = self._rng.choice(self._children)
+            seq = self._seqs[child_id] = self._seqs[child_id] + 1
             self._conn.execute("BEGIN IMMEDIATE")
             self._conn.execute(
                 "INSERT INTO subagent_events (child_id, seq, turn, kind, data, source, "
                 "batch_id, created_at) VALUES (?, ?, 1, 'steering/message', ?, ?, ?, ?)",
-                (self._child, next(self._seq), data, self._source, uuid.uuid4().hex, _now()),
+                (child_id, seq, data, self._source, uuid.uuid4().hex, _now()),
             )
             self._conn.execute("COMMIT")
 

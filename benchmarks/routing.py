@@ -113,6 +113,7 @@ def run_routing(config: RoutingConfig, workdir: Path) -> Section:
         live: list[str] = []
         for level in config.levels:
             _grow(control, parent, live, level)
+            appender.grow(level)
             bench.echoes += [EchoActor.start() for _ in range(level - len(bench.echoes))]
             router = LockDictRouter({c: provider.runs[c] for c in live}, appender)
             results[level] = _Level()
@@ -289,7 +290,8 @@ actors (N = live children, so the woken thread is as cold as a random supervisor
 
 **Baselines and parts, same rounds:** the raw pykka `ask` round trip to one echo
 `ThreadingActor`, and to a random one of N echo actors; the raw `sqlite3` append (the
-store's own table definitions and pragmas, `BEGIN IMMEDIATE`, one `INSERT`, `COMMIT`);
+store's own table definitions and pragmas, `BEGIN IMMEDIATE`, one `INSERT`, `COMMIT`, to a
+random one of as many children as are live);
 `SqlStore.append` of the same `steering/message` event on its own (the durable part of a
 steer, called directly); and a lock-and-dict router (dict lookup under a lock +
 `run.steer` + the raw append, on the caller's thread, no actor hop):
