@@ -8,6 +8,7 @@ The control plane opens ``url``, SQLite unless a module overrides ``url`` with `
 from __future__ import annotations
 
 import os
+import threading
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -132,3 +133,11 @@ def parent(control: SubagentControl) -> AgentHandle:
 def stranger(control: SubagentControl) -> AgentHandle:
     """Another live parent session: it must never reach ``parent``'s children or Tasks."""
     return control.agents.register("parent-2", model=PARENT_MODEL)
+
+
+@pytest.fixture
+def hold() -> Iterator[threading.Event]:
+    """A gate a test may close runs with: it opens when the test ends."""
+    gate = threading.Event()
+    yield gate
+    gate.set()

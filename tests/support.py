@@ -25,6 +25,7 @@ from controlplane import (
     TaskSnapshot,
     TextBlock,
 )
+from tests.fakes import FakeProvider, Plan
 
 T = TypeVar("T")
 
@@ -66,6 +67,51 @@ def settle(control: SubagentControl, task_id: str, requester: AgentHandle | str)
     snapshot = control.tasks.wait(task_id, timeout=WAIT_S, requester=requester)
     assert snapshot.status.is_terminal, snapshot
     return snapshot
+
+
+def idle_child(control: SubagentControl, parent: AgentHandle) -> str:
+    """A child of ``parent`` whose first turn has settled."""
+    started = start_child(control, parent)
+    settle(control, started.task_id, parent)
+    return started.child_id
+
+
+def starting_child(
+    control: SubagentControl,
+    parent: AgentHandle,
+    provider: FakeProvider,
+    gate: threading.Event | None = None,
+    **script: Any,
+) -> tuple[ContinuableStart, Plan]:
+    """A child whose provider call has begun and waits for ``gate``.
+
+    Returns the start and the provider plan (``script`` adds to it). Without ``gate`` the
+    call waits on one the test never opens: only a kill or ``close`` ends it.
+    """
+    plan = provider.plan(start_gate=threading.Event() if gate is None else gate, **script)
+    started = start_child(control, parent)
+    assert plan.entered.wait(WAIT_S)
+    return started, plan
+
+
+def running_child(
+    control: SubagentControl,
+    parent: AgentHandle,
+    provider: FakeProvider,
+    gate: threading.Event,
+    *,
+    label: str = "research X",
+    **script: Any,
+) -> tuple[str, str, Plan]:
+    """A child whose run is published and whose turn waits for ``gate``.
+
+    Returns the child id, its Task id and the provider plan (``script`` adds to it).
+    """
+    plan = provider.plan(result_gate=gate, **script)
+    started = start_child(control, parent, label=label)
+    assert plan.returned.wait(WAIT_S)
+    wait_published(control, started.child_id)
+    return started.child_id, started.task_id, plan
 
 
 # -- the stored transcript -------------------------------------------------------------------

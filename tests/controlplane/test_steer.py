@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+from concurrent.futures import Future
 
 import pytest
 
@@ -11,24 +12,26 @@ from controlplane import (
     ErrorCode,
     EventKind,
     MessageSource,
+    SendResult,
     SubagentControl,
     TaskStatus,
 )
-from tests.fakes import FakeProvider, Plan
+from tests.fakes import FakeProvider
 from tests.support import (
     WAIT_S,
     carrying,
     events,
     eventually,
     held_messages,
+    idle_child,
     in_thread,
     is_durable,
     raises,
+    running_child,
     settle,
-    start_child,
+    starting_child,
     task_ids,
     text,
-    wait_published,
 )
 
 
@@ -43,25 +46,13 @@ def release() -> threading.Event:
     return threading.Event()
 
 
-def running_child(
-    control: SubagentControl,
-    parent: AgentHandle,
-    provider: FakeProvider,
-    release: threading.Event,
-    **script: object,
-) -> tuple[str, str, Plan]:
-    """A child whose run is published and whose turn waits for ``release``."""
-    plan = provider.plan(result_gate=release, **script)
-    started = start_child(control, parent)
-    assert plan.returned.wait(WAIT_S)
-    wait_published(control, started.child_id)
-    return started.child_id, started.task_id, plan
-
-
-def idle_child(control: SubagentControl, parent: AgentHandle) -> str:
-    started = start_child(control, parent)
-    settle(control, started.task_id, parent)
-    return started.child_id
+def send_held(
+    control: SubagentControl, parent: AgentHandle, child_id: str, message: str
+) -> Future[SendResult]:
+    """Send ``message`` from another thread, and wait until the supervisor holds it."""
+    sending = in_thread(lambda: control.send_message(parent, child_id, text(message)))
+    eventually(lambda: held_messages(control, child_id) == 1, "the message is held")
+    return sending
 
 
 def test_a_live_agent_under_the_child_id_is_an_ownership_conflict_for_an_idle_child(
@@ -190,12 +181,9 @@ def test_a_message_sent_before_publication_is_held_and_steered_only_after_delive
     release: threading.Event,
 ) -> None:
     gate = threading.Event()
-    plan = provider.plan(start_gate=gate, result_gate=release)
-    started = start_child(control, parent)
-    assert plan.entered.wait(WAIT_S)
+    started, _ = starting_child(control, parent, provider, gate, result_gate=release)
 
-    sending = in_thread(lambda: control.send_message(parent, started.child_id, text("early")))
-    eventually(lambda: held_messages(control, started.child_id) == 1, "the message is held")
+    sending = send_held(control, parent, started.child_id, "early")
     assert not sending.done()
     assert provider.steers == []
     gate.set()
@@ -214,12 +202,11 @@ def test_a_held_message_is_not_delivered_when_the_activation_ends_before_publica
     control: SubagentControl, parent: AgentHandle, provider: FakeProvider
 ) -> None:
     gate = threading.Event()
-    plan = provider.plan(start_gate=gate, fail_start=RuntimeError("no capacity"))
-    started = start_child(control, parent)
-    assert plan.entered.wait(WAIT_S)
+    started, _ = starting_child(
+        control, parent, provider, gate, fail_start=RuntimeError("no capacity")
+    )
 
-    sending = in_thread(lambda: control.send_message(parent, started.child_id, text("early")))
-    eventually(lambda: held_messages(control, started.child_id) == 1, "the message is held")
+    sending = send_held(control, parent, started.child_id, "early")
     gate.set()
 
     with raises(ErrorCode.NOT_DELIVERED):
@@ -233,12 +220,9 @@ def test_a_held_message_is_not_delivered_when_the_activation_ends_before_publica
 def test_a_held_message_is_not_delivered_when_the_activation_is_killed_before_publication(
     control: SubagentControl, parent: AgentHandle, provider: FakeProvider
 ) -> None:
-    plan = provider.plan(start_gate=threading.Event())
-    started = start_child(control, parent)
-    assert plan.entered.wait(WAIT_S)
+    started, _ = starting_child(control, parent, provider)
 
-    sending = in_thread(lambda: control.send_message(parent, started.child_id, text("early")))
-    eventually(lambda: held_messages(control, started.child_id) == 1, "the message is held")
+    sending = send_held(control, parent, started.child_id, "early")
     control.tasks.kill(started.task_id, requester=parent)
 
     with raises(ErrorCode.NOT_DELIVERED):
@@ -248,13 +232,19 @@ def test_a_held_message_is_not_delivered_when_the_activation_is_killed_before_pu
     assert provider.resumes == []
 
 
-def test_a_run_without_steer_is_not_delivered(
+@pytest.mark.parametrize(
+    "script",
+    [{"steerable": False}, {"fail_steer": RuntimeError("turn is over")}],
+    ids=["no-steer", "steer-raises"],
+)
+def test_a_message_the_running_turn_cannot_take_is_not_delivered_and_never_resumes(
     control: SubagentControl,
     parent: AgentHandle,
     provider: FakeProvider,
     release: threading.Event,
+    script: dict[str, object],
 ) -> None:
-    child_id, task_id, _ = running_child(control, parent, provider, release, steerable=False)
+    child_id, task_id, _ = running_child(control, parent, provider, release, **script)
 
     with raises(ErrorCode.NOT_DELIVERED):
         control.send_message(parent, child_id, text("can you hear me"))
@@ -264,26 +254,6 @@ def test_a_run_without_steer_is_not_delivered(
     release.set()
     settle(control, task_id, parent)
     assert carrying(events(control, child_id), "can you hear me") == []
-
-
-def test_a_raising_steer_is_not_delivered_and_never_resumes_in_the_same_call(
-    control: SubagentControl,
-    parent: AgentHandle,
-    provider: FakeProvider,
-    release: threading.Event,
-) -> None:
-    child_id, task_id, _ = running_child(
-        control, parent, provider, release, fail_steer=RuntimeError("turn is over")
-    )
-
-    with raises(ErrorCode.NOT_DELIVERED):
-        control.send_message(parent, child_id, text("too late"))
-
-    assert provider.resumes == []
-    assert task_ids(control, parent) == [task_id]
-    release.set()
-    settle(control, task_id, parent)
-    assert carrying(events(control, child_id), "too late") == []
 
 
 def test_a_steer_after_the_turn_settled_is_not_delivered_while_the_task_settles(
@@ -337,9 +307,7 @@ def test_an_agent_squatting_the_child_id_before_publication_is_an_ownership_conf
     # The run this provider publishes has no agent of its own, so an agent registered
     # under the child id while the run was starting is a squatter, not the run's agent.
     gate, release = threading.Event(), threading.Event()
-    plan = provider.plan(start_gate=gate, result_gate=release)
-    started = start_child(control, parent)
-    assert plan.entered.wait(WAIT_S)
+    started, _ = starting_child(control, parent, provider, gate, result_gate=release)
     squatter = control.agents.register(started.child_id)
 
     sending = in_thread(lambda: control.send_message(parent, started.child_id, text("to whom?")))
@@ -371,12 +339,9 @@ def test_a_held_message_the_published_run_cannot_take_is_not_delivered(
     script: dict[str, object],
 ) -> None:
     gate = threading.Event()
-    plan = provider.plan(start_gate=gate, result_gate=release, **script)
-    started = start_child(control, parent)
-    assert plan.entered.wait(WAIT_S)
+    started, _ = starting_child(control, parent, provider, gate, result_gate=release, **script)
 
-    sending = in_thread(lambda: control.send_message(parent, started.child_id, text("early")))
-    eventually(lambda: held_messages(control, started.child_id) == 1, "the message is held")
+    sending = send_held(control, parent, started.child_id, "early")
     gate.set()
 
     with raises(ErrorCode.NOT_DELIVERED):
@@ -394,9 +359,7 @@ def test_a_foreign_send_before_publication_is_task_not_found_and_not_held(
     provider: FakeProvider,
 ) -> None:
     gate = threading.Event()
-    plan = provider.plan(start_gate=gate)
-    started = start_child(control, parent)
-    assert plan.entered.wait(WAIT_S)
+    started, _ = starting_child(control, parent, provider, gate)
 
     with raises(ErrorCode.TASK_NOT_FOUND):
         control.send_message(stranger, started.child_id, text("let me in early"))

@@ -13,7 +13,6 @@ from collections.abc import Iterator
 import pytest
 
 from controlplane import (
-    AgentHandle,
     ErrorCode,
     EventKind,
     MessageSource,
@@ -28,10 +27,9 @@ from tests.support import (
     events,
     in_thread,
     raises,
+    running_child,
     settle,
-    start_child,
     text,
-    wait_published,
 )
 
 
@@ -95,22 +93,13 @@ def outside(db_path: str) -> Iterator[OutsideWriter]:
     writer.close()
 
 
-def running_child(
-    control: SubagentControl, parent: AgentHandle, provider: FakeProvider, release: threading.Event
-) -> tuple[str, str]:
-    provider.plan(result_gate=release)
-    started = start_child(control, parent)
-    wait_published(control, started.child_id)
-    return started.child_id, started.task_id
-
-
 def test_a_steer_committed_after_transient_lock_errors_is_stored_and_steered_once(
     db_path: str, provider: FakeProvider, retries: Retries, outside: OutsideWriter
 ) -> None:
     release = threading.Event()
     with open_control(db_path, provider, retries, max_attempts=500) as control:
         parent = control.agents.register("parent-1")
-        child_id, task_id = running_child(control, parent, provider, release)
+        child_id, task_id, _ = running_child(control, parent, provider, release)
         outside.lock()
 
         sending = in_thread(lambda: control.send_message(parent, child_id, text("persist me")))
@@ -135,7 +124,7 @@ def test_a_steer_whose_commit_keeps_failing_raises_durability_failed(
     release = threading.Event()
     with open_control(db_path, provider, retries, max_attempts=2) as control:
         parent = control.agents.register("parent-1")
-        child_id, task_id = running_child(control, parent, provider, release)
+        child_id, task_id, _ = running_child(control, parent, provider, release)
         outside.lock()
 
         with raises(ErrorCode.DURABILITY_FAILED):

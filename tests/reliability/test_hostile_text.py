@@ -6,7 +6,6 @@ delivery — not discovered by the store after the run already has it (fixed in 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 
 import pytest
 
@@ -21,11 +20,11 @@ from controlplane import (
 )
 from tests.fakes import FakeProvider
 from tests.support import (
-    WAIT_S,
     events,
     eventually,
     is_durable,
     raises,
+    running_child,
     settle,
     start_child,
     text,
@@ -37,13 +36,6 @@ LONE_SURROGATE = "half a pair: \ud83d"
 @pytest.fixture
 def url(store_url: str) -> str:
     return store_url
-
-
-@pytest.fixture
-def hold() -> Iterator[threading.Event]:
-    gate = threading.Event()
-    yield gate
-    gate.set()
 
 
 def spec(parent: AgentHandle, **fields: object) -> ContinuableStartSpec:
@@ -107,16 +99,13 @@ def test_a_prompt_holding_a_lone_surrogate_is_refused_before_any_task_exists(
 def test_a_steer_holding_a_lone_surrogate_is_refused_before_the_running_turn_takes_it(
     control: SubagentControl, parent: AgentHandle, provider: FakeProvider, hold: threading.Event
 ) -> None:
-    plan = provider.plan(result_gate=hold)
-    start = start_child(control, parent)
-    assert plan.returned.wait(WAIT_S)
-    eventually(lambda: is_durable(control, start.child_id), "the run is published")
+    child_id, _, _ = running_child(control, parent, provider, hold)
 
     with raises(ErrorCode.INVALID_INPUT):
-        control.send_message(parent, start.child_id, text(LONE_SURROGATE))
+        control.send_message(parent, child_id, text(LONE_SURROGATE))
     # Every delivered message is in the transcript (§5 send_message 4): so this one must not
     # have been delivered.
-    assert provider.steered_texts(start.child_id) == []
+    assert provider.steered_texts(child_id) == []
 
 
 def test_a_follow_up_holding_a_lone_surrogate_is_refused_before_a_task_starts(

@@ -21,16 +21,15 @@ from controlplane import (
     TaskStatus,
 )
 from controlplane.tools import ToolHandlers
-from tests.fakes import FakeProvider, Plan
+from tests.fakes import FakeProvider
 from tests.support import (
     WAIT_S,
     events,
-    eventually,
-    is_durable,
+    idle_child,
     mentioning,
     raises,
+    running_child,
     settle,
-    start_child,
     text,
 )
 
@@ -38,30 +37,6 @@ from tests.support import (
 @pytest.fixture
 def url(store_url: str) -> str:
     return store_url
-
-
-@pytest.fixture
-def hold() -> Iterator[threading.Event]:
-    """Keeps every run a test starts with it running until the test ends."""
-    gate = threading.Event()
-    yield gate
-    gate.set()
-
-
-def running_child(
-    control: SubagentControl, parent: AgentHandle, provider: FakeProvider, hold: threading.Event
-) -> tuple[str, str, Plan]:
-    plan = provider.plan(result_gate=hold)
-    start = start_child(control, parent)
-    assert plan.returned.wait(WAIT_S)
-    eventually(lambda: is_durable(control, start.child_id), "the run is published")
-    return start.child_id, start.task_id, plan
-
-
-def idle_child(control: SubagentControl, parent: AgentHandle) -> tuple[str, str]:
-    start = start_child(control, parent)
-    settle(control, start.task_id, parent)
-    return start.child_id, start.task_id
 
 
 # -- a foreign parent ------------------------------------------------------------------------
@@ -88,7 +63,7 @@ def test_a_foreign_parent_cannot_steer_a_running_child(
 def test_a_foreign_parent_cannot_resume_an_idle_child(
     control: SubagentControl, parent: AgentHandle, stranger: AgentHandle, provider: FakeProvider
 ) -> None:
-    child_id, _ = idle_child(control, parent)
+    child_id = idle_child(control, parent)
     before = events(control, child_id)
 
     result = control.send_message(stranger, child_id, text("continue for me"))

@@ -32,14 +32,13 @@ from persistence import RetryPolicy, SqlStore
 from tests.fakes import FakeProvider
 from tests.reliability.transcripts import frame_problems
 from tests.support import (
-    PARENT_MODEL,
-    WAIT_S,
     eventually,
     inbound,
     is_durable,
     kinds,
     mentioning,
     raises,
+    running_child,
     settle,
     start_child,
     text,
@@ -116,35 +115,8 @@ def control(store: FlakyStore, provider: FakeProvider) -> Iterator[SubagentContr
         yield control
 
 
-@pytest.fixture
-def parent(control: SubagentControl) -> AgentHandle:
-    return control.agents.register("parent-1", model=PARENT_MODEL)
-
-
-@pytest.fixture
-def hold() -> Iterator[threading.Event]:
-    gate = threading.Event()
-    yield gate
-    gate.set()
-
-
 def stored(store: SqlStore, child_id: str) -> list[SessionEvent]:
     return store.load(child_id).events
-
-
-def published_child(
-    control: SubagentControl,
-    parent: AgentHandle,
-    provider: FakeProvider,
-    hold: threading.Event,
-    label: str = "research X",
-) -> tuple[str, str]:
-    """A child whose run is published and whose turn waits for ``hold``."""
-    plan = provider.plan(result_gate=hold)
-    start = start_child(control, parent, label=label)
-    assert plan.returned.wait(WAIT_S)
-    eventually(lambda: is_durable(control, start.child_id), "the run is published")
-    return start.child_id, start.task_id
 
 
 def test_transient_failures_of_every_write_are_retried_and_nothing_is_written_twice(
@@ -189,7 +161,7 @@ def test_a_steer_whose_append_keeps_failing_raises_durability_failed_and_writes_
     provider: FakeProvider,
     hold: threading.Event,
 ) -> None:
-    child_id, task_id = published_child(control, parent, provider, hold)
+    child_id, task_id, _ = running_child(control, parent, provider, hold)
     before = stored(store, child_id)
     store.poisoned.add(child_id)
 
@@ -217,10 +189,12 @@ def test_a_store_failing_for_one_child_does_not_stop_the_control_plane_serving_o
     provider: FakeProvider,
     hold: threading.Event,
 ) -> None:
-    sick, _ = published_child(control, parent, provider, hold, label="sick")
+    sick, _, _ = running_child(control, parent, provider, hold, label="sick")
     store.poisoned.add(sick)
     healthy_gate = threading.Event()
-    healthy, healthy_task = published_child(control, parent, provider, healthy_gate, "healthy")
+    healthy, healthy_task, _ = running_child(
+        control, parent, provider, healthy_gate, label="healthy"
+    )
 
     with raises(ErrorCode.DURABILITY_FAILED):
         control.send_message(parent, sick, text("lost in the store"))
