@@ -22,7 +22,9 @@ from controlplane import (
     SessionEvent,
     SubagentControl,
     SubagentControlError,
+    TaskOutcome,
     TaskSnapshot,
+    TaskStatus,
     TextBlock,
 )
 from tests.fakes import FakeProvider, Plan
@@ -112,6 +114,13 @@ def running_child(
     assert plan.returned.wait(WAIT_S)
     wait_published(control, started.child_id)
     return started.child_id, started.task_id, plan
+
+
+def failed_outcome(snapshot: TaskSnapshot) -> TaskOutcome:
+    """The outcome of a Task that must have failed."""
+    assert snapshot.status is TaskStatus.FAILED, snapshot
+    assert snapshot.outcome is not None
+    return snapshot.outcome
 
 
 # -- the stored transcript -------------------------------------------------------------------

@@ -25,6 +25,7 @@ from tests.support import (
     MakeControl,
     carrying,
     events,
+    failed_outcome,
     kinds,
     settle,
     start_child,
@@ -161,10 +162,9 @@ def test_a_child_that_cannot_be_loaded_fails_not_resumable_unavailable(
 
     assert result.route == "started"
     snapshot = settle(control, result.task_id, parent)
-    assert snapshot.status is TaskStatus.FAILED
-    assert snapshot.outcome is not None
-    assert snapshot.outcome.code is ErrorCode.NOT_RESUMABLE
-    assert "unavailable" in (snapshot.outcome.detail or "")
+    outcome = failed_outcome(snapshot)
+    assert outcome.code is ErrorCode.NOT_RESUMABLE
+    assert "unavailable" in (outcome.detail or "")
     assert provider.resumes == []
 
 
@@ -182,10 +182,9 @@ def test_a_foreign_parent_fails_unauthorized_another_parent_session(
     assert result.route == "started"
     snapshot = settle(control, result.task_id, stranger)
     assert snapshot.owner_session == stranger.session_id
-    assert snapshot.status is TaskStatus.FAILED
-    assert snapshot.outcome is not None
-    assert snapshot.outcome.code is ErrorCode.UNAUTHORIZED
-    assert "another parent session" in (snapshot.outcome.detail or "")
+    outcome = failed_outcome(snapshot)
+    assert outcome.code is ErrorCode.UNAUTHORIZED
+    assert "another parent session" in (outcome.detail or "")
     assert provider.resumes == []
     assert events(control, child_id) == before
 
@@ -198,10 +197,9 @@ def test_a_child_with_no_supported_descriptor_fails_not_resumable_do_not_retry(
     result = control.send_message(parent, child_id, text("wake up"))
 
     snapshot = settle(control, result.task_id, parent)
-    assert snapshot.status is TaskStatus.FAILED
-    assert snapshot.outcome is not None
-    assert snapshot.outcome.code is ErrorCode.NOT_RESUMABLE
-    assert "do not retry" in (snapshot.outcome.detail or "")
+    outcome = failed_outcome(snapshot)
+    assert outcome.code is ErrorCode.NOT_RESUMABLE
+    assert "do not retry" in (outcome.detail or "")
     assert provider.resumes == []
 
 

@@ -18,6 +18,7 @@ from controlplane import (
 from tests.fakes import FakeProvider, completed
 from tests.support import (
     WAIT_S,
+    failed_outcome,
     in_thread,
     is_durable,
     raises,
@@ -68,9 +69,8 @@ def test_any_other_stop_reason_fails_with_the_reason_as_detail(
 
     snapshot = run_to_outcome(control, parent, provider, result=result)
 
-    assert snapshot.status is TaskStatus.FAILED
-    assert snapshot.outcome is not None
-    assert snapshot.outcome.detail == reason
+    outcome = failed_outcome(snapshot)
+    assert outcome.detail == reason
     assert control.tasks.output(snapshot.id, requester=parent) == reason
 
 
@@ -81,9 +81,8 @@ def test_a_raising_result_fails_with_the_error_text(
         control, parent, provider, result=RuntimeError("the model connection dropped")
     )
 
-    assert snapshot.status is TaskStatus.FAILED
-    assert snapshot.outcome is not None
-    assert snapshot.outcome.detail == "the model connection dropped"
+    outcome = failed_outcome(snapshot)
+    assert outcome.detail == "the model connection dropped"
 
 
 def test_a_raising_dispose_fails_with_the_earlier_detail_and_dispose_failed(
@@ -97,9 +96,8 @@ def test_a_raising_dispose_fails_with_the_earlier_detail_and_dispose_failed(
         fail_dispose=RuntimeError("socket leaked"),
     )
 
-    assert snapshot.status is TaskStatus.FAILED
-    assert snapshot.outcome is not None
-    assert snapshot.outcome.detail == "refusal; dispose failed: socket leaked"
+    outcome = failed_outcome(snapshot)
+    assert outcome.detail == "refusal; dispose failed: socket leaked"
 
 
 def test_a_raising_dispose_fails_even_a_completed_turn(
@@ -113,9 +111,8 @@ def test_a_raising_dispose_fails_even_a_completed_turn(
         fail_dispose=RuntimeError("socket leaked"),
     )
 
-    assert snapshot.status is TaskStatus.FAILED
-    assert snapshot.outcome is not None
-    assert (snapshot.outcome.detail or "").endswith("dispose failed: socket leaked")
+    outcome = failed_outcome(snapshot)
+    assert (outcome.detail or "").endswith("dispose failed: socket leaked")
 
 
 def outcome_logger(control: SubagentControl, provider: FakeProvider) -> None:

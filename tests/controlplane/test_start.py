@@ -24,6 +24,7 @@ from tests.support import (
     WAIT_S,
     carrying,
     events,
+    failed_outcome,
     is_durable,
     kinds,
     settle,
@@ -209,9 +210,8 @@ def test_start_failing_before_publication_leaves_no_resumable_child(
     started = start_child(control, parent)
     snapshot = settle(control, started.task_id, parent)
 
-    assert snapshot.status is TaskStatus.FAILED
-    assert snapshot.outcome is not None
-    assert "quota exhausted" in (snapshot.outcome.detail or "")
+    outcome = failed_outcome(snapshot)
+    assert "quota exhausted" in (outcome.detail or "")
     assert not is_durable(control, started.child_id)
     assert control.store is not None
     assert control.store.list_children(parent.session_id) == []
@@ -223,9 +223,8 @@ def test_start_failing_before_publication_leaves_no_resumable_child(
     else:
         refused = None
         follow_up = settle(control, result.task_id, parent)
-        assert follow_up.status is TaskStatus.FAILED
-        assert follow_up.outcome is not None
-        assert follow_up.outcome.code is ErrorCode.NOT_RESUMABLE
+        outcome = failed_outcome(follow_up)
+        assert outcome.code is ErrorCode.NOT_RESUMABLE
     assert refused is not ErrorCode.DURABILITY_FAILED
     assert provider.resumes == []
     assert not is_durable(control, started.child_id)
@@ -244,9 +243,8 @@ def test_async_start_failure_settles_failed_with_the_providers_error_text(
     gate.set()
     snapshot = settle(control, started.task_id, parent)
 
-    assert snapshot.status is TaskStatus.FAILED
-    assert snapshot.outcome is not None
-    assert "model endpoint refused: 403" in (snapshot.outcome.detail or "")
+    outcome = failed_outcome(snapshot)
+    assert "model endpoint refused: 403" in (outcome.detail or "")
     assert done == [TaskStatus.FAILED]
     assert provider.total_live() == 0
 

@@ -19,6 +19,7 @@ from tests.fakes import FakeProvider
 from tests.support import (
     WAIT_S,
     events,
+    failed_outcome,
     is_durable,
     kinds,
     raises,
@@ -42,9 +43,8 @@ def test_a_provider_failing_before_publication_fails_the_task_with_its_text_and_
     start = start_child(control, parent)
     snapshot = settle(control, start.task_id, parent)
 
-    assert snapshot.status is TaskStatus.FAILED
-    assert snapshot.outcome is not None
-    assert "the model endpoint refused the API key" in (snapshot.outcome.detail or "")
+    outcome = failed_outcome(snapshot)
+    assert "the model endpoint refused the API key" in (outcome.detail or "")
     assert plan.rolled_back.is_set()
     assert not is_durable(control, start.child_id)
     assert control.store is not None
@@ -52,10 +52,9 @@ def test_a_provider_failing_before_publication_fails_the_task_with_its_text_and_
     # Nothing resumable was left: a follow-up starts a Task that cannot load the child.
     follow_up = control.send_message(parent, start.child_id, text("anyone there?"))
     failed = settle(control, follow_up.task_id, parent)
-    assert failed.status is TaskStatus.FAILED
-    assert failed.outcome is not None
-    assert failed.outcome.code is ErrorCode.NOT_RESUMABLE
-    assert "unavailable" in (failed.outcome.detail or "")
+    outcome = failed_outcome(failed)
+    assert outcome.code is ErrorCode.NOT_RESUMABLE
+    assert "unavailable" in (outcome.detail or "")
     assert provider.resumes == []
 
 
@@ -67,9 +66,8 @@ def test_a_run_whose_result_raises_fails_the_task_and_leaves_a_resumable_child(
     start = start_child(control, parent)
     snapshot = settle(control, start.task_id, parent)
 
-    assert snapshot.status is TaskStatus.FAILED
-    assert snapshot.outcome is not None
-    assert snapshot.outcome.detail == "the tool sandbox crashed"
+    outcome = failed_outcome(snapshot)
+    assert outcome.detail == "the tool sandbox crashed"
     stored = events(control, start.child_id)
     assert kinds(stored) == [*FRAME, EventKind.TURN_END]
     assert stored[-1].data["status"] == "failed"
@@ -86,9 +84,8 @@ def test_a_failing_dispose_fails_the_task_naming_the_earlier_outcome_and_the_dis
     start = start_child(control, parent)
     snapshot = settle(control, start.task_id, parent)
 
-    assert snapshot.status is TaskStatus.FAILED
-    assert snapshot.outcome is not None
-    assert snapshot.outcome.detail == "completed; dispose failed: the sandbox would not stop"
+    outcome = failed_outcome(snapshot)
+    assert outcome.detail == "completed; dispose failed: the sandbox would not stop"
     assert events(control, start.child_id)[-1].data["status"] == "failed"
 
 
@@ -188,8 +185,7 @@ def test_a_provider_raising_a_base_exception_fails_its_task_and_spares_the_other
     hostile = start_child(control, parent, label="hostile")
     snapshot = settle(control, hostile.task_id, parent)
 
-    assert snapshot.status is TaskStatus.FAILED
-    assert snapshot.outcome is not None
-    assert f"hostile provider in {where}" in (snapshot.outcome.detail or "")
+    outcome = failed_outcome(snapshot)
+    assert f"hostile provider in {where}" in (outcome.detail or "")
     again = control.send_message(parent, healthy.child_id, text("still there?"))
     assert settle(control, again.task_id, parent).status is TaskStatus.COMPLETED

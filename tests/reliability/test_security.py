@@ -25,6 +25,7 @@ from tests.fakes import FakeProvider
 from tests.support import (
     WAIT_S,
     events,
+    failed_outcome,
     idle_child,
     mentioning,
     raises,
@@ -69,10 +70,9 @@ def test_a_foreign_parent_cannot_resume_an_idle_child(
     result = control.send_message(stranger, child_id, text("continue for me"))
     snapshot = settle(control, result.task_id, stranger)
 
-    assert snapshot.status is TaskStatus.FAILED
-    assert snapshot.outcome is not None
-    assert snapshot.outcome.code is ErrorCode.UNAUTHORIZED
-    assert "another parent session" in (snapshot.outcome.detail or "")
+    outcome = failed_outcome(snapshot)
+    assert outcome.code is ErrorCode.UNAUTHORIZED
+    assert "another parent session" in (outcome.detail or "")
     assert provider.resumes == []
     assert events(control, child_id) == before
     # The stranger's failed Task is the stranger's alone; the owner sees nothing of it.

@@ -33,6 +33,7 @@ from tests.fakes import FakeProvider
 from tests.reliability.transcripts import frame_problems
 from tests.support import (
     eventually,
+    failed_outcome,
     inbound,
     is_durable,
     kinds,
@@ -175,10 +176,9 @@ def test_a_steer_whose_append_keeps_failing_raises_durability_failed_and_writes_
     # The turn cannot record its end either: the Task says so.
     hold.set()
     snapshot = settle(control, task_id, parent)
-    assert snapshot.status is TaskStatus.FAILED
-    assert snapshot.outcome is not None
-    assert snapshot.outcome.code is ErrorCode.DURABILITY_FAILED
-    assert "durability failed" in (snapshot.outcome.detail or "")
+    outcome = failed_outcome(snapshot)
+    assert outcome.code is ErrorCode.DURABILITY_FAILED
+    assert "durability failed" in (outcome.detail or "")
     assert stored(store, child_id) == before
 
 
@@ -215,10 +215,9 @@ def test_a_start_whose_publication_keeps_failing_fails_its_task_and_leaves_no_ch
     start = start_child(control, parent, label="doomed")
     snapshot = settle(control, start.task_id, parent)
 
-    assert snapshot.status is TaskStatus.FAILED
-    assert snapshot.outcome is not None
-    assert snapshot.outcome.code is ErrorCode.DURABILITY_FAILED
-    assert "durability failed" in (snapshot.outcome.detail or "")
+    outcome = failed_outcome(snapshot)
+    assert outcome.code is ErrorCode.DURABILITY_FAILED
+    assert "durability failed" in (outcome.detail or "")
     assert plan.disposed.is_set()  # the run it could not publish was disposed
     assert not is_durable(control, start.child_id)
     assert store.list_children(parent.session_id) == []
@@ -238,9 +237,8 @@ def test_a_resume_whose_frame_keeps_failing_fails_and_leaves_the_transcript_as_i
     result = control.send_message(parent, child_id, text("will not stick"))
     snapshot = settle(control, result.task_id, parent)
 
-    assert snapshot.status is TaskStatus.FAILED
-    assert snapshot.outcome is not None
-    assert snapshot.outcome.code is ErrorCode.DURABILITY_FAILED
+    outcome = failed_outcome(snapshot)
+    assert outcome.code is ErrorCode.DURABILITY_FAILED
     assert stored(store, child_id) == before
     store.poisoned.clear()
     again = control.send_message(parent, child_id, text("this one sticks"))
