@@ -8,6 +8,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any, Final, NamedTuple, TypeVar
 
+import orjson
 from pydantic import BaseModel, ValidationError
 
 from controlplane._content import MessageSource
@@ -21,6 +22,7 @@ __all__ = [
     "check_child_id",
     "construct",
     "decode_events",
+    "from_json",
     "prepare_events",
     "prepare_meta",
     "session_event",
@@ -111,20 +113,28 @@ def _prepare(item: object, index: int) -> PendingEvent:
     return PendingEvent(event.kind, event.turn, data, event.source, data_json, source_json)
 
 
-# ensure_ascii=True: the C encoder's ASCII path is about twice as fast as the other one.
-_ASCII_ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
+# Exact-path marker: JSON allows leading whitespace, so any reader still reads the text,
+# and ours knows it must not use orjson on it.
+_EXACT = " "
 
 
 def to_json(value: JsonValue) -> str:
-    """``controlplane._json.dumps(value)``, character for character, at half the cost for
-    the common case.
-
-    When the ASCII encoding has no ``\\u`` escape, the text held no character that either
-    encoding escapes that way (non-ASCII, control characters), so the two agree. Otherwise
-    (or on a false alarm such as an escaped backslash before a ``u``) it calls ``dumps``.
+    """The stored text of event data: orjson's compact UTF-8 JSON (several times faster
+    than the standard library on both ends), or — for integers beyond 64 bits, which
+    orjson cannot write and would read back as floats — the contract's `dumps` behind a
+    leading space that routes the text to the exact decoder (`from_json`).
     """
-    text = _ASCII_ENCODER.encode(value)
-    return text if "\\u" not in text else dumps(value)
+    try:
+        return orjson.dumps(value).decode()
+    except orjson.JSONEncodeError:
+        return _EXACT + dumps(value)
+
+
+def from_json(text: str | bytes) -> JsonValue:
+    """Decode stored event data written by `to_json`."""
+    if text[:1] in (_EXACT, b" "):
+        return json.loads(text)
+    return orjson.loads(text)
 
 
 @functools.lru_cache(maxsize=256)
@@ -145,9 +155,6 @@ def stored_events(
     ]
 
 
-# ``raw_decode`` skips the whitespace and type checks of ``json.loads`` (a third of its
-# cost on a typical event): the data column only ever holds our own compact `dumps`.
-_DECODER = json.JSONDecoder()
 _NO_STAMP = object()
 _EVENT_FIELDS = frozenset(SessionEvent.model_fields)
 _new_object = object.__new__
@@ -200,7 +207,7 @@ def decode_events(rows: Iterable[tuple[Any, ...]]) -> list[SessionEvent]:
     frozen, so pydantic never changes it in place (``model_copy`` copies it first), and
     a set per event is an allocation the garbage collector would also have to scan.
     """
-    decode = _DECODER.raw_decode
+    decode = from_json
     new, set_slot, fields = _new_object, _set_slot, set(_EVENT_FIELDS)
     events: list[SessionEvent] = []
     add = events.append
@@ -223,7 +230,7 @@ def decode_events(rows: Iterable[tuple[Any, ...]]) -> list[SessionEvent]:
                 "seq": seq,
                 "turn": turn,
                 "kind": kind,
-                "data": decode(data)[0],
+                "data": decode(data),
                 "source": source,
                 "created_at": created_at,
             },
