@@ -39,6 +39,7 @@ from tests.support import (
     MakeControl,
     carrying,
     events,
+    idle_child,
     in_thread,
     settle,
     start_child,
@@ -164,9 +165,7 @@ def test_send_racing_settlement_is_steered_started_or_not_delivered_never_lost(
 def test_two_sends_into_an_idle_child_start_one_activation(
     control: SubagentControl, parent: AgentHandle, provider: FakeProvider, rounds: int
 ) -> None:
-    first = start_child(control, parent)
-    settle(control, first.task_id, parent)
-    child_id = first.child_id
+    child_id = idle_child(control, parent)
     human = MessageSource(kind="human")
     for i in range(rounds):
         release = threading.Event()
@@ -192,9 +191,7 @@ def test_two_sends_into_an_idle_child_start_one_activation(
 def test_kill_racing_the_load_never_leaves_a_run_behind(
     control: SubagentControl, parent: AgentHandle, provider: FakeProvider, rounds: int
 ) -> None:
-    first = start_child(control, parent)
-    settle(control, first.task_id, parent)
-    child_id = first.child_id
+    child_id = idle_child(control, parent)
     killed_before_provider = 0
     for _ in range(rounds):
         calls_before = len(provider.plans)
@@ -219,9 +216,7 @@ def test_kill_racing_the_load_never_leaves_a_run_behind(
 def test_owner_disposal_racing_a_follow_up_leaves_no_task_running(
     control: SubagentControl, parent: AgentHandle, provider: FakeProvider, rounds: int
 ) -> None:
-    first = start_child(control, parent)
-    settle(control, first.task_id, parent)
-    child_id = first.child_id
+    child_id = idle_child(control, parent)
     parent.dispose()
     for i in range(rounds):
         owner = control.agents.register(parent.session_id)

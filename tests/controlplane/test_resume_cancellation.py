@@ -13,7 +13,7 @@ import pytest
 
 from controlplane import AgentHandle, SubagentControl, TaskStatus
 from tests.fakes import FakeProvider
-from tests.support import MakeControl, eventually, in_thread, settle, start_child, text
+from tests.support import MakeControl, eventually, idle_child, in_thread, settle, text
 
 pytestmark = pytest.mark.postgres
 
@@ -72,11 +72,10 @@ def test_a_kill_during_the_load_settles_killed_without_calling_the_provider(
 ) -> None:
     control: SubagentControl = make_control()
     parent: AgentHandle = control.agents.register("parent-1")
-    first = start_child(control, parent)
-    settle(control, first.task_id, parent)
+    child_id = idle_child(control, parent)
     table_lock.take()
 
-    sending = in_thread(lambda: control.send_message(parent, first.child_id, text("go on")))
+    sending = in_thread(lambda: control.send_message(parent, child_id, text("go on")))
     sent = sending.result(5.0)  # `started` comes back at once, before the load
     eventually(lambda: table_lock.waiters() > 0, "the resume's load waits on the table lock")
     control.tasks.kill(sent.task_id, requester=parent)

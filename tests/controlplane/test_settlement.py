@@ -22,8 +22,10 @@ from tests.support import (
     in_thread,
     is_durable,
     raises,
+    running_child,
     settle,
     start_child,
+    starting_child,
     text,
 )
 
@@ -74,30 +76,34 @@ def test_any_other_stop_reason_fails_with_the_reason_as_detail(
     assert control.tasks.output(snapshot.id, requester=parent) == reason
 
 
-def test_a_raising_result_fails_with_the_error_text(
-    control: SubagentControl, parent: AgentHandle, provider: FakeProvider
+@pytest.mark.parametrize(
+    ("script", "detail"),
+    [
+        pytest.param(
+            {"result": RuntimeError("the model connection dropped")},
+            "the model connection dropped",
+            id="result-raises",
+        ),
+        pytest.param(
+            {
+                "result": SubagentResult(stop_reason="refusal"),
+                "fail_dispose": RuntimeError("socket leaked"),
+            },
+            "refusal; dispose failed: socket leaked",
+            id="dispose-raises-after-a-refusal",
+        ),
+    ],
+)
+def test_a_raising_result_or_dispose_fails_with_the_error_text_after_the_earlier_detail(
+    control: SubagentControl,
+    parent: AgentHandle,
+    provider: FakeProvider,
+    script: dict[str, object],
+    detail: str,
 ) -> None:
-    snapshot = run_to_outcome(
-        control, parent, provider, result=RuntimeError("the model connection dropped")
-    )
+    snapshot = run_to_outcome(control, parent, provider, **script)
 
-    outcome = failed_outcome(snapshot)
-    assert outcome.detail == "the model connection dropped"
-
-
-def test_a_raising_dispose_fails_with_the_earlier_detail_and_dispose_failed(
-    control: SubagentControl, parent: AgentHandle, provider: FakeProvider
-) -> None:
-    snapshot = run_to_outcome(
-        control,
-        parent,
-        provider,
-        result=SubagentResult(stop_reason="refusal"),
-        fail_dispose=RuntimeError("socket leaked"),
-    )
-
-    outcome = failed_outcome(snapshot)
-    assert outcome.detail == "refusal; dispose failed: socket leaked"
+    assert failed_outcome(snapshot).detail == detail
 
 
 def test_a_raising_dispose_fails_even_a_completed_turn(
@@ -185,24 +191,20 @@ def test_a_terminal_task_leaves_the_durable_child_but_no_live_child_agent(
     control: SubagentControl, parent: AgentHandle, provider: FakeProvider
 ) -> None:
     release = threading.Event()
-    plan = provider.plan(local_agent=True, result_gate=release)
-    started = start_child(control, parent)
-    assert plan.returned.wait(WAIT_S)
-    assert control.agents.get(started.child_id) is not None
+    child_id, task_id, _ = running_child(control, parent, provider, release, local_agent=True)
+    assert control.agents.get(child_id) is not None
 
     release.set()
-    settle(control, started.task_id, parent)
+    settle(control, task_id, parent)
 
-    assert control.agents.get(started.child_id) is None
-    assert is_durable(control, started.child_id)
+    assert control.agents.get(child_id) is None
+    assert is_durable(control, child_id)
 
 
 def test_kill_before_publication_rolls_the_provider_back_and_leaves_nothing_durable(
     control: SubagentControl, parent: AgentHandle, provider: FakeProvider
 ) -> None:
-    plan = provider.plan(start_gate=threading.Event())
-    started = start_child(control, parent)
-    assert plan.entered.wait(WAIT_S)
+    started, plan = starting_child(control, parent, provider)
 
     control.tasks.kill(started.task_id, requester=parent)
 

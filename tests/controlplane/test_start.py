@@ -27,6 +27,7 @@ from tests.support import (
     failed_outcome,
     is_durable,
     kinds,
+    running_child,
     settle,
     start_child,
     text,
@@ -136,9 +137,7 @@ def test_depth_is_parent_depth_plus_one(
     control: SubagentControl, parent: AgentHandle, provider: FakeProvider
 ) -> None:
     release = threading.Event()
-    plan = provider.plan(local_agent=True, result_gate=release)
-    child = start_child(control, parent)
-    assert plan.returned.wait(WAIT_S)
+    child_id, task_id, plan = running_child(control, parent, provider, release, local_agent=True)
     assert plan.run is not None
     assert plan.run.local_agent is not None
 
@@ -146,7 +145,7 @@ def test_depth_is_parent_depth_plus_one(
     grandchild = start_child(control, plan.run.local_agent, label="grandchild")
     settle(control, grandchild.task_id, plan.run.local_agent)
     release.set()
-    settle(control, child.task_id, parent)
+    settle(control, task_id, parent)
 
     assert control.agents.register("deep", depth=4) is not None
     deep_child = start_child(control, control.agents.get("deep"))  # type: ignore[arg-type]
@@ -154,9 +153,9 @@ def test_depth_is_parent_depth_plus_one(
 
     assert control.store is not None
     depths = {request.child_id: request.depth for request in provider.starts}
-    assert depths == {child.child_id: 1, grandchild.child_id: 2, deep_child.child_id: 5}
+    assert depths == {child_id: 1, grandchild.child_id: 2, deep_child.child_id: 5}
     grand_meta = control.store.load(grandchild.child_id).meta
-    assert (grand_meta.depth, grand_meta.parent_session) == (2, child.child_id)
+    assert (grand_meta.depth, grand_meta.parent_session) == (2, child_id)
     assert control.store.load(deep_child.child_id).meta.depth == 5
 
 

@@ -22,11 +22,10 @@ from tests.fakes import FakeProvider
 from tests.support import (
     events,
     eventually,
+    idle_child,
     is_durable,
     raises,
     running_child,
-    settle,
-    start_child,
     text,
 )
 
@@ -111,11 +110,10 @@ def test_a_steer_holding_a_lone_surrogate_is_refused_before_the_running_turn_tak
 def test_a_follow_up_holding_a_lone_surrogate_is_refused_before_a_task_starts(
     control: SubagentControl, parent: AgentHandle, provider: FakeProvider
 ) -> None:
-    start = start_child(control, parent)
-    settle(control, start.task_id, parent)
+    child_id = idle_child(control, parent)
 
     with raises(ErrorCode.INVALID_INPUT):
-        control.send_message(parent, start.child_id, text(LONE_SURROGATE))
+        control.send_message(parent, child_id, text(LONE_SURROGATE))
     assert provider.resumes == []
     assert [t.status for t in control.tasks.list(parent)] == [TaskStatus.COMPLETED]
 

@@ -25,6 +25,7 @@ from tests.support import (
     raises,
     settle,
     start_child,
+    starting_child,
     text,
 )
 
@@ -128,10 +129,7 @@ def test_a_run_hanging_until_cancelled_is_recorded_killed_only_after_its_dispose
 def test_a_start_hanging_until_cancelled_rolls_back_and_leaves_no_child(
     control: SubagentControl, parent: AgentHandle, provider: FakeProvider
 ) -> None:
-    plan = provider.plan(start_gate=threading.Event())
-
-    start = start_child(control, parent)
-    assert plan.entered.wait(WAIT_S)
+    start, plan = starting_child(control, parent, provider)
     control.tasks.kill(start.task_id, requester=parent)
     snapshot = settle(control, start.task_id, parent)
 

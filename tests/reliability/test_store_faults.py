@@ -34,6 +34,7 @@ from tests.reliability.transcripts import frame_problems
 from tests.support import (
     eventually,
     failed_outcome,
+    idle_child,
     inbound,
     is_durable,
     kinds,
@@ -228,9 +229,7 @@ def test_a_start_whose_publication_keeps_failing_fails_its_task_and_leaves_no_ch
 def test_a_resume_whose_frame_keeps_failing_fails_and_leaves_the_transcript_as_it_was(
     control: SubagentControl, store: FlakyStore, parent: AgentHandle, provider: FakeProvider
 ) -> None:
-    start = start_child(control, parent)
-    settle(control, start.task_id, parent)
-    child_id = start.child_id
+    child_id = idle_child(control, parent)
     before = stored(store, child_id)
     store.poisoned.add(child_id)
 
