@@ -27,7 +27,15 @@ from benchmarks._baselines import EchoActor, LockDictRouter, RawAppender
 from benchmarks._harness import PARENT_SESSION, frozen_gc, seed_child, sqlite_url
 from benchmarks._provider import PROVIDER_NAME, BenchProvider
 from benchmarks._report import Section, table
-from benchmarks._stats import Spread, fmt_count, fmt_ratio, fmt_s, percentile, sample, spread
+from benchmarks._stats import (
+    Spread,
+    fmt_count,
+    fmt_ratio,
+    fmt_s,
+    percentile,
+    sample_interleaved,
+    spread,
+)
 from benchmarks._throughput import Throughput, ThroughputPlan, measure_throughput
 from controlplane import (
     AgentHandle,
@@ -153,15 +161,22 @@ class _Bench:
     def round(
         self, config: RoutingConfig, stats: _Level, live: list[str], router: LockDictRouter
     ) -> None:
-        """Time every kind of operation, back to back."""
-        ops, pick = config.ops, partial(self.rng.choice, live)
-        stats.add("steer", sample(lambda: _steer(self.control, self.parent, pick()), ops))
-        stats.add("store", sample(lambda: self.store.append(pick(), [_EVENT]), ops))
-        stats.add("ask", sample(lambda: self.echo.ask("ping"), ops))
+        """Time every kind of operation, interleaved one call at a time."""
+        pick = partial(self.rng.choice, live)
         echo = partial(self.rng.choice, self.echoes)
-        stats.add("ask_n", sample(lambda: echo().ask("ping"), ops))
-        stats.add("append", sample(lambda: self.appender.append(_TEXT), ops))
-        stats.add("router", sample(lambda: router.steer(pick(), _MESSAGE, _SOURCE), ops))
+        timed = sample_interleaved(
+            {
+                "steer": lambda: _steer(self.control, self.parent, pick()),
+                "store": lambda: self.store.append(pick(), [_EVENT]),
+                "ask": lambda: self.echo.ask("ping"),
+                "ask_n": lambda: echo().ask("ping"),
+                "append": lambda: self.appender.append(_TEXT),
+                "router": lambda: router.steer(pick(), _MESSAGE, _SOURCE),
+            },
+            config.ops,
+        )
+        for kind, samples in timed.items():
+            stats.add(kind, samples)
         idle = self.idle
         stats.add("resume", [self.resume(idle[i % len(idle)]) for i in range(config.resume_ops)])
 
@@ -274,7 +289,8 @@ def _section(config: RoutingConfig, results: dict[int, _Level], tp: Throughput) 
     verdict = "met" if goal_met else "**not met**"
     body = f"""\
 SQLite store (file, WAL, `synchronous=NORMAL`). Each of {config.rounds} rounds times
-{config.ops} operations of every kind back to back; a figure is the median of the rounds'
+{config.ops} operations of every kind, interleaved one call of each kind at a time (so a
+burst of outside load hits every kind alike); a figure is the median of the rounds'
 percentiles, with the rounds' min–max in brackets, and a ratio is taken inside each round.
 Steered children are picked at random among the live ones; objects alive before the rounds
 are frozen out of the garbage collector (`gc.freeze()`).
