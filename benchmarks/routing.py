@@ -289,8 +289,10 @@ def _section(config: RoutingConfig, results: dict[int, _Level], tp: Throughput) 
     verdict = "met" if goal_met else "**not met**"
     body = f"""\
 SQLite store (file, WAL, `synchronous=NORMAL`). Each of {config.rounds} rounds times
-{config.ops} operations of every kind, interleaved one call of each kind at a time (so a
-burst of outside load hits every kind alike); a figure is the median of the rounds'
+{config.ops} operations of every kind, interleaved one call of each kind at a time: a burst
+of outside load then hits every kind alike, and each call finds the caches as a real steer
+does, with other work in between (so the raw figures are higher than in a tight loop, such
+as the Store section's — for both sides of every ratio); a figure is the median of the rounds'
 percentiles, with the rounds' min–max in brackets, and a ratio is taken inside each round.
 Steered children are picked at random among the live ones; objects alive before the rounds
 are frozen out of the garbage collector (`gc.freeze()`).
