@@ -16,23 +16,28 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 
 
+def run_benchmarks(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m benchmarks ARGS`` from the repository root."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    return subprocess.run(
+        [sys.executable, "-m", "benchmarks", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_quick_benchmark_run_writes_a_report_with_every_section_table(tmp_path: Path) -> None:
     out = tmp_path / "benchmarks.md"
     plot = tmp_path / "resume_latency.png"
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
 
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks", "--quick", "--out", str(out), "--plot", str(plot)],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=280,
-        check=False,
-    )
+    done = run_benchmarks("--quick", "--out", str(out), "--plot", str(plot), timeout=280)
 
     assert done.returncode == 0, done.stderr[-4000:]
     report = out.read_text(encoding="utf-8")
@@ -47,18 +52,8 @@ def test_quick_benchmark_run_writes_a_report_with_every_section_table(tmp_path: 
 
 def test_an_unknown_section_is_refused_before_anything_runs(tmp_path: Path) -> None:
     out = tmp_path / "benchmarks.md"
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
 
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks", "--sections", "nope", "--out", str(out)],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = run_benchmarks("--sections", "nope", "--out", str(out), timeout=60)
 
     assert done.returncode != 0
     assert "unknown section" in done.stderr

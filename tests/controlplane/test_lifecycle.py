@@ -206,6 +206,24 @@ def run_python(code: str, timeout: float = 30.0) -> subprocess.CompletedProcess[
     )
 
 
+def run_with_a_control_plane(
+    sqlite_url: str, scenario: str, timeout: float
+) -> subprocess.CompletedProcess[str]:
+    """Run ``scenario`` in a fresh interpreter that has ``control`` on ``sqlite_url``, its
+    `FakeProvider` ``provider`` and a live ``parent``."""
+    prelude = f"""
+        import threading
+        from controlplane import ContinuableStartSpec, SubagentControl, TextBlock
+        from tests.fakes import FakeProvider
+
+        provider = FakeProvider()
+        control = SubagentControl.open({sqlite_url!r})
+        control.providers.register(provider)
+        parent = control.agents.register("parent-1")
+        """
+    return run_python(textwrap.dedent(prelude) + textwrap.dedent(scenario), timeout)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("package", ["persistence", "actors", "controlplane"])
 def test_each_package_imports_alone_in_a_fresh_interpreter(package: str) -> None:
@@ -224,16 +242,9 @@ def test_each_package_imports_alone_in_a_fresh_interpreter(package: str) -> None
 
 @pytest.mark.slow
 def test_the_process_exits_cleanly_after_close(sqlite_url: str) -> None:
-    done = run_python(
-        f"""
-        import threading
-        from controlplane import ContinuableStartSpec, SubagentControl, TextBlock
-        from tests.fakes import FakeProvider
-
-        provider = FakeProvider()
-        control = SubagentControl.open({sqlite_url!r})
-        control.providers.register(provider)
-        parent = control.agents.register("parent-1")
+    done = run_with_a_control_plane(
+        sqlite_url,
+        """
         running = provider.plan(result_gate=threading.Event())
         start = control.start_continuable(ContinuableStartSpec(
             provider="fake", label="bg", prompt=[TextBlock(text="go")], parent=parent))
@@ -277,16 +288,9 @@ def test_the_tree_names_supervisors_by_child_id_and_activations_by_task_id(
 
 @pytest.mark.slow
 def test_the_process_exits_even_when_an_activation_never_quiesces(sqlite_url: str) -> None:
-    done = run_python(
-        f"""
-        import threading
-        from controlplane import ContinuableStartSpec, SubagentControl, TextBlock
-        from tests.fakes import FakeProvider
-
-        provider = FakeProvider()
-        control = SubagentControl.open({sqlite_url!r})
-        control.providers.register(provider)
-        parent = control.agents.register("parent-1")
+    done = run_with_a_control_plane(
+        sqlite_url,
+        """
         stuck = provider.plan(result_gate=threading.Event(), dispose_gate=threading.Event())
         control.start_continuable(ContinuableStartSpec(
             provider="fake", label="stuck", prompt=[TextBlock(text="go")], parent=parent))

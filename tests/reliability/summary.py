@@ -10,6 +10,11 @@ SUMMARY_ENV = "SUBAGENT_CONTROL_RELIABILITY_SUMMARY"
 """Set to a file path to collect the figures of the stress and crash tests as JSON."""
 
 
+def backend_of(store_url: str) -> str:
+    """The backend a store URL names, as the summary files figures under it."""
+    return "postgres" if store_url.startswith("postgresql") else "sqlite"
+
+
 def write_summary(section: str, backend: str, figures: dict[str, Any]) -> None:
     """Print a test's figures and merge them into the summary file, if one is asked for."""
     print(json.dumps({section: {backend: figures}}, indent=2, sort_keys=True))

@@ -26,7 +26,7 @@ import pytest
 
 from controlplane import EventKind, SubagentControl, TaskStatus, TextBlock
 from tests.reliability.crash_provider import HELD, CrashProvider, batch_key
-from tests.reliability.summary import write_summary
+from tests.reliability.summary import backend_of, write_summary
 from tests.reliability.transcripts import frame_problems, turns_of
 
 SCRIPT = Path(__file__).with_name("crash_child.py")
@@ -125,16 +125,12 @@ def check_store(control: SubagentControl) -> dict[str, int]:
     return found
 
 
-BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("backend", BACKENDS)
 def test_children_survive_repeated_sigkills_mid_append_and_all_resume_afterwards(
-    backend: str, request: pytest.FixtureRequest
+    store_url: str,
 ) -> None:
-    url = str(request.getfixturevalue("sqlite_url" if backend == "sqlite" else "pg_url"))
+    url, backend = store_url, backend_of(store_url)
     rounds = [run_until_ready_then_kill(url) for _ in range(ROUNDS)]
     # Each round resumed every child the rounds before it made durable.
     assert [r.ready["resumed"] for r in rounds] == [0, 4, 8]

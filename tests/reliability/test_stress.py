@@ -37,20 +37,18 @@ from tests.reliability.load import (
     start_children,
 )
 from tests.reliability.stepping import Clock, SteppingProvider
-from tests.reliability.summary import write_summary
+from tests.reliability.summary import backend_of, write_summary
 
-BACKENDS = ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
 # Sends per sender thread on each backend: sized so the whole test stays within ~30 s.
 SENDS_PER_THREAD = {"sqlite": 700, "postgres": 500}
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(180)
-@pytest.mark.parametrize("backend", BACKENDS)
 def test_thousands_of_concurrent_sends_are_each_delivered_once_or_refused_and_never_lost(
-    backend: str, request: pytest.FixtureRequest
+    store_url: str,
 ) -> None:
-    url = str(request.getfixturevalue("sqlite_url" if backend == "sqlite" else "pg_url"))
+    url, backend = store_url, backend_of(store_url)
     sends_per_thread = SENDS_PER_THREAD[backend]
     clock = Clock()
     provider = SteppingProvider(clock, seed=SEED)
