@@ -31,6 +31,9 @@ from tests.fakes import FakeProvider, Plan
 
 T = TypeVar("T")
 
+Running = tuple[str, str, Plan]
+"""What `running_child` returns: the child's id, its Task's id and its provider plan."""
+
 MakeControl = Callable[..., SubagentControl]
 """The ``make_control`` fixture: opens a control plane with the fake provider registered."""
 
@@ -104,10 +107,10 @@ def running_child(
     *,
     label: str = "research X",
     **script: Any,
-) -> tuple[str, str, Plan]:
+) -> Running:
     """A child whose run is published and whose turn waits for ``gate``.
 
-    Returns the child id, its Task id and the provider plan (``script`` adds to it).
+    ``script`` adds to the provider plan.
     """
     plan = provider.plan(result_gate=gate, **script)
     started = start_child(control, parent, label=label)

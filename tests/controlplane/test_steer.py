@@ -40,6 +40,14 @@ def url(store_url: str) -> str:
     return store_url
 
 
+without_live_input = pytest.mark.parametrize(
+    "script",
+    [{"steerable": False}, {"fail_steer": RuntimeError("no live input")}],
+    ids=["no-steer", "steer-raises"],
+)
+"""Runs a test against both runs that cannot take a steer: none offered, or one that raises."""
+
+
 @pytest.fixture
 def release() -> threading.Event:
     """Opens every result gate a test closed with it."""
@@ -232,11 +240,7 @@ def test_a_held_message_is_not_delivered_when_the_activation_is_killed_before_pu
     assert provider.resumes == []
 
 
-@pytest.mark.parametrize(
-    "script",
-    [{"steerable": False}, {"fail_steer": RuntimeError("turn is over")}],
-    ids=["no-steer", "steer-raises"],
-)
+@without_live_input
 def test_a_message_the_running_turn_cannot_take_is_not_delivered_and_never_resumes(
     control: SubagentControl,
     parent: AgentHandle,
@@ -326,11 +330,7 @@ def test_an_agent_squatting_the_child_id_before_publication_is_an_ownership_conf
     assert carrying(events(control, started.child_id), "to whom?") == []
 
 
-@pytest.mark.parametrize(
-    "script",
-    [{"steerable": False}, {"fail_steer": RuntimeError("no live input")}],
-    ids=["no-steer", "steer-raises"],
-)
+@without_live_input
 def test_a_held_message_the_published_run_cannot_take_is_not_delivered(
     control: SubagentControl,
     parent: AgentHandle,

@@ -1,4 +1,5 @@
-"""Hypothesis strategies for hostile input: unicode edge cases, odd JSON and non-JSON values."""
+"""Hypothesis strategies for hostile input (unicode edge cases, odd JSON and non-JSON values),
+and the settings the fuzz tests run under."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import sqlite3
 from collections.abc import Callable
 from typing import Any
 
+from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 from controlplane import SubagentControl
@@ -15,12 +17,28 @@ from controlplane import SubagentControl
 __all__ = [
     "EDGE_PIECES",
     "any_value",
+    "fuzz",
     "hostile_text",
     "json_values",
     "mostly",
     "non_json",
     "store_counts",
 ]
+
+
+def fuzz(max_examples: int) -> settings:
+    """Hypothesis settings for a fuzz test: reproducible, no example database, no deadline.
+
+    The tests share function-scoped fixtures (one control plane) across examples on purpose.
+    """
+    return settings(
+        max_examples=max_examples,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    )
+
 
 EDGE_PIECES = [
     "",

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import event, given
 from hypothesis import strategies as st
 
 from controlplane import (
@@ -29,16 +29,17 @@ from controlplane import (
     TextBlock,
 )
 from tests.fakes import FakeProvider
-from tests.reliability.hostile import any_value, hostile_text, json_values, mostly, store_counts
+from tests.reliability.hostile import (
+    any_value,
+    fuzz,
+    hostile_text,
+    json_values,
+    mostly,
+    store_counts,
+)
 from tests.support import PARENT_MODEL, WAIT_S, eventually, is_durable, settle, start_child, text
 
-FUZZ = settings(
-    max_examples=150,
-    deadline=None,
-    derandomize=True,
-    database=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+FUZZ = fuzz(max_examples=150)
 
 START_REFUSALS = {
     ErrorCode.UNKNOWN_PROVIDER,

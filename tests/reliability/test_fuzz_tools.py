@@ -11,23 +11,17 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import event, given
 from hypothesis import strategies as st
 
 from controlplane import AgentHandle, ErrorCode, SubagentControl
 from controlplane.tools import INTERNAL_ERROR, ToolHandlers
 from tests.fakes import FakeProvider
-from tests.reliability.hostile import any_value, hostile_text, mostly, non_json, store_counts
+from tests.reliability.hostile import any_value, fuzz, hostile_text, mostly, non_json, store_counts
 from tests.support import PARENT_MODEL, WAIT_S, settle, start_child
 
 TOOL_NAMES = ["subagent", "send_message", "task_output", "task_kill", "task_list", "list_agents"]
-FUZZ = settings(
-    max_examples=200,
-    deadline=None,
-    derandomize=True,
-    database=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+FUZZ = fuzz(max_examples=200)
 
 
 @dataclass

@@ -24,6 +24,7 @@ from controlplane.tools import ToolHandlers
 from tests.fakes import FakeProvider
 from tests.support import (
     WAIT_S,
+    Running,
     events,
     failed_outcome,
     idle_child,
@@ -40,6 +41,14 @@ def url(store_url: str) -> str:
     return store_url
 
 
+@pytest.fixture
+def running(
+    control: SubagentControl, parent: AgentHandle, provider: FakeProvider, hold: threading.Event
+) -> Running:
+    """A child of ``parent`` whose run is published and runs until the test ends."""
+    return running_child(control, parent, provider, hold)
+
+
 # -- a foreign parent ------------------------------------------------------------------------
 
 
@@ -48,9 +57,9 @@ def test_a_foreign_parent_cannot_steer_a_running_child(
     parent: AgentHandle,
     stranger: AgentHandle,
     provider: FakeProvider,
-    hold: threading.Event,
+    running: Running,
 ) -> None:
-    child_id, task_id, _ = running_child(control, parent, provider, hold)
+    child_id, task_id, _ = running
 
     with raises(ErrorCode.TASK_NOT_FOUND) as info:
         control.send_message(stranger, child_id, text("obey me"))
@@ -83,10 +92,9 @@ def test_a_foreign_parent_cannot_read_another_parents_task(
     control: SubagentControl,
     parent: AgentHandle,
     stranger: AgentHandle,
-    provider: FakeProvider,
-    hold: threading.Event,
+    running: Running,
 ) -> None:
-    _, task_id, _ = running_child(control, parent, provider, hold)
+    _, task_id, _ = running
     unknown = "00000000-0000-4000-8000-000000000000"
 
     for read in (control.tasks.get, control.tasks.output):
@@ -106,10 +114,9 @@ def test_a_foreign_parent_cannot_kill_another_parents_task(
     control: SubagentControl,
     parent: AgentHandle,
     stranger: AgentHandle,
-    provider: FakeProvider,
-    hold: threading.Event,
+    running: Running,
 ) -> None:
-    _, task_id, plan = running_child(control, parent, provider, hold)
+    _, task_id, plan = running
 
     with raises(ErrorCode.TASK_NOT_FOUND):
         control.tasks.kill(task_id, requester=stranger)
@@ -123,10 +130,8 @@ def test_a_foreign_parent_lists_none_of_another_parents_children_tasks_or_notice
     control: SubagentControl,
     parent: AgentHandle,
     stranger: AgentHandle,
-    provider: FakeProvider,
-    hold: threading.Event,
+    running: Running,
 ) -> None:
-    running_child(control, parent, provider, hold)
     idle_child(control, parent)
 
     assert control.tasks.list(stranger) == []
@@ -142,9 +147,9 @@ def test_a_foreign_parents_tools_cannot_reach_another_parents_child_or_task(
     parent: AgentHandle,
     stranger: AgentHandle,
     provider: FakeProvider,
-    hold: threading.Event,
+    running: Running,
 ) -> None:
-    child_id, task_id, plan = running_child(control, parent, provider, hold)
+    child_id, task_id, plan = running
     tools = ToolHandlers(control, stranger, provider="fake")
     before = events(control, child_id)
 
@@ -195,11 +200,10 @@ def exchange(path: str, payload: bytes) -> list[dict[str, object]]:
 def test_the_admin_socket_is_0600_and_serves_only_the_read_only_tree(
     control: SubagentControl,
     parent: AgentHandle,
-    provider: FakeProvider,
-    hold: threading.Event,
+    running: Running,
     sock_path: str,
 ) -> None:
-    child_id, task_id, plan = running_child(control, parent, provider, hold)
+    child_id, task_id, plan = running
     control.serve_admin(sock_path)
     before = events(control, child_id)
 
