@@ -1,13 +1,17 @@
-"""Small helpers the control-plane and reliability tests share (public API only)."""
+"""Small helpers the test suites share (public API only)."""
 
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -30,6 +34,9 @@ from controlplane import (
 from tests.fakes import FakeProvider, Plan
 
 T = TypeVar("T")
+
+REPO = Path(__file__).resolve().parents[1]
+"""The repository root."""
 
 Running = tuple[str, str, Plan]
 """What `running_child` returns: the child's id, its Task's id and its provider plan."""
@@ -211,6 +218,22 @@ def eventually(predicate: Callable[[], bool], what: str, timeout: float = WAIT_S
         if time.monotonic() > deadline:
             pytest.fail(f"timed out waiting until {what}")
         pause.wait(0.001)
+
+
+def run_python(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+    """Run ``python ARGS`` in a fresh interpreter from the repository root, which it imports
+    from; its output is captured as text."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    return subprocess.run(
+        [sys.executable, *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 # -- the supervision tree ----------------------------------------------------------------------

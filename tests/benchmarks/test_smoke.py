@@ -6,29 +6,11 @@ No timing is asserted here: the numbers are the benchmark's output, not a test's
 from __future__ import annotations
 
 import importlib.util
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-
-
-def run_benchmarks(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
-    """Run ``python -m benchmarks ARGS`` from the repository root."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-    return subprocess.run(
-        [sys.executable, "-m", "benchmarks", *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+from tests.support import run_python
 
 
 @pytest.mark.slow
@@ -37,7 +19,9 @@ def test_quick_benchmark_run_writes_a_report_with_every_section_table(tmp_path: 
     out = tmp_path / "benchmarks.md"
     plot = tmp_path / "resume_latency.png"
 
-    done = run_benchmarks("--quick", "--out", str(out), "--plot", str(plot), timeout=280)
+    done = run_python(
+        "-m", "benchmarks", "--quick", "--out", str(out), "--plot", str(plot), timeout=280
+    )
 
     assert done.returncode == 0, done.stderr[-4000:]
     report = out.read_text(encoding="utf-8")
@@ -53,7 +37,7 @@ def test_quick_benchmark_run_writes_a_report_with_every_section_table(tmp_path: 
 def test_an_unknown_section_is_refused_before_anything_runs(tmp_path: Path) -> None:
     out = tmp_path / "benchmarks.md"
 
-    done = run_benchmarks("--sections", "nope", "--out", str(out), timeout=60)
+    done = run_python("-m", "benchmarks", "--sections", "nope", "--out", str(out), timeout=60)
 
     assert done.returncode != 0
     assert "unknown section" in done.stderr

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +17,7 @@ from controlplane._cli import (
     main,
 )
 from persistence import SqlStore
-from tests.cli.cli_support import REPO_ROOT
+from tests.support import run_python
 
 # Port 9 (discard) on loopback: nothing listens, every connection is refused at once.
 UNREACHABLE_PG = "postgresql+psycopg://postgres@127.0.0.1:9/test"
@@ -189,12 +187,8 @@ def test_an_unreachable_database_server_exits_unreachable(
 
 @pytest.mark.parametrize("verbose", [[], ["-v"]], ids=["quiet", "verbose"])
 def test_an_unreachable_database_is_one_line_on_stderr_unless_verbose(verbose: list[str]) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "controlplane._cli", *verbose, "children", "--db", UNREACHABLE_PG],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
+    done = run_python(
+        "-m", "controlplane._cli", *verbose, "children", "--db", UNREACHABLE_PG, timeout=60
     )
     assert done.returncode == EXIT_UNREACHABLE
     lines = done.stderr.splitlines()
@@ -219,13 +213,7 @@ def test_offline_views_start_no_actor_and_load_neither_actors_nor_the_facade(
         "print('LOADED', loaded, file=sys.stderr)\n"
         "sys.exit(1 if loaded else 0)\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", script],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = run_python("-c", script, timeout=60)
     assert done.returncode == 0, done.stderr
 
 

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import os
 import socket
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +19,8 @@ from controlplane._cli import (
     EXIT_USAGE,
     main,
 )
-from tests.cli.cli_support import REPO_ROOT, sample_tree, start_ready_process, stop_process
+from tests.cli.cli_support import sample_tree, start_ready_process, stop_process
+from tests.support import run_python
 
 
 @pytest.fixture
@@ -64,13 +63,7 @@ def test_tree_reads_a_real_process_started_by_the_test(
         assert status == EXIT_OK
         assert ActorTree.model_validate_json(out) == sample_tree()
         # The module entry point too, as an operator's shell would run it.
-        cli = subprocess.run(
-            [sys.executable, "-m", "controlplane._cli", "tree", "--socket", path],
-            cwd=REPO_ROOT,
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        cli = run_python("-m", "controlplane._cli", "tree", "--socket", path, timeout=60)
         assert (cli.returncode, cli.stderr) == (EXIT_OK, "")
         assert cli.stdout == sample_tree().render() + "\n"
     finally:

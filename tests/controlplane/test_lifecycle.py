@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 import textwrap
 import threading
-from pathlib import Path
 
 import pykka
 import pytest
@@ -22,9 +19,7 @@ from controlplane import (
 )
 from persistence import SqlStore
 from tests.fakes import FakeProvider
-from tests.support import WAIT_S, MakeControl, raises, start_child, text
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.support import WAIT_S, MakeControl, raises, run_python, start_child, text
 
 EXPORTS = [
     "ActivationNode",
@@ -192,20 +187,6 @@ def test_the_export_list_is_frozen() -> None:
         assert getattr(controlplane, name) is not None, name
 
 
-def run_python(code: str, timeout: float = 30.0) -> subprocess.CompletedProcess[str]:
-    """Run ``code`` in a fresh interpreter with the repository importable."""
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-
-
 def run_with_a_control_plane(
     sqlite_url: str, scenario: str, timeout: float
 ) -> subprocess.CompletedProcess[str]:
@@ -221,19 +202,23 @@ def run_with_a_control_plane(
         control.providers.register(provider)
         parent = control.agents.register("parent-1")
         """
-    return run_python(textwrap.dedent(prelude) + textwrap.dedent(scenario), timeout)
+    return run_python("-c", textwrap.dedent(prelude) + textwrap.dedent(scenario), timeout=timeout)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("package", ["persistence", "actors", "controlplane"])
 def test_each_package_imports_alone_in_a_fresh_interpreter(package: str) -> None:
     done = run_python(
-        f"""
-        import sys
-        import {package}
-        assert "controlplane._facade" not in sys.modules, "the facade was pulled in"
-        print("ok")
-        """
+        "-c",
+        textwrap.dedent(
+            f"""
+            import sys
+            import {package}
+            assert "controlplane._facade" not in sys.modules, "the facade was pulled in"
+            print("ok")
+            """
+        ),
+        timeout=30.0,
     )
 
     assert done.returncode == 0, done.stderr
