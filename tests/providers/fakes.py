@@ -14,7 +14,9 @@ from controlplane import (
     AgentRegistry,
     CancelSignal,
     Descriptor,
+    InProcessProvider,
     MessageSource,
+    ModelAdapter,
     ModelSelector,
     ResumeRequest,
     SessionEvent,
@@ -185,6 +187,20 @@ class Runs:
     def add(self, run: SubagentRun) -> SubagentRun:
         self._runs.append(run)
         return run
+
+    def start(
+        self,
+        model: ModelAdapter,
+        transcript: FakeTranscript | None = None,
+        signal: CancelSignal | None = None,
+        **fields: Any,
+    ) -> SubagentRun:
+        """Start a child of a fresh `Parent` on ``InProcessProvider(model)`` and keep its run.
+
+        ``fields`` go to `start_request` (``prompt``, ``desc``, ...).
+        """
+        request = start_request(Parent(), transcript or FakeTranscript(), **fields)
+        return self.add(InProcessProvider(model).start(request, signal or CancelSignal()))
 
     def dispose_all(self) -> None:
         # Every run is disposed even when one fails: a run left gated keeps a non-daemon

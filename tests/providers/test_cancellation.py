@@ -149,7 +149,7 @@ def test_a_kill_after_a_first_reply_keeps_it_as_the_output_of_the_aborted_turn(
     model = ScriptedModel(["first", "never"], gated=True)
     signal = CancelSignal()
     transcript = FakeTranscript()
-    run = runs.add(InProcessProvider(model).start(start_request(Parent(), transcript), signal))
+    run = runs.start(model, transcript, signal)
     assert model.wait_for_calls(1, TIMEOUT_S)
     transcript.deliver(run, "go on")
     model.release()
@@ -180,11 +180,7 @@ def test_a_model_error_caused_by_the_kill_reports_aborted_not_the_error(runs: Ru
 def test_a_kill_after_the_turn_settled_changes_nothing(runs: Runs) -> None:
     signal = CancelSignal()
     transcript = FakeTranscript()
-    run = runs.add(
-        InProcessProvider(ScriptedModel(["done"])).start(
-            start_request(Parent(), transcript), signal
-        )
-    )
+    run = runs.start(ScriptedModel(["done"]), transcript, signal)
     before = run.result()
     signal.abort("late kill")
     assert run.result() == before

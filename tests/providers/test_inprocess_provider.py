@@ -44,9 +44,7 @@ def test_inprocess_provider_is_a_subagent_provider_named_inprocess() -> None:
 def test_start_returns_a_run_before_the_model_answers(runs: Runs) -> None:
     model = ScriptedModel(["done"], gated=True)
     transcript = FakeTranscript()
-    run = runs.add(
-        InProcessProvider(model).start(start_request(Parent(), transcript), CancelSignal())
-    )
+    run = runs.start(model, transcript)
     assert isinstance(run, SubagentRun)
     assert model.wait_for_calls(1, TIMEOUT_S)
     assert transcript.written == []
@@ -146,9 +144,7 @@ def test_the_output_is_the_last_non_empty_reply_when_a_truncated_reply_ends_the_
 ) -> None:
     model = ScriptedModel(["the answer", ModelReply(text="", stop_reason="max-tokens")], gated=True)
     transcript = FakeTranscript()
-    run = runs.add(
-        InProcessProvider(model).start(start_request(Parent(), transcript), CancelSignal())
-    )
+    run = runs.start(model, transcript)
     assert model.wait_for_calls(1, TIMEOUT_S)
     transcript.deliver(run, "one more thing")
     model.release(2)
@@ -161,9 +157,7 @@ def test_the_output_is_the_last_non_empty_reply_when_a_truncated_reply_ends_the_
 def test_an_empty_final_reply_of_a_completed_turn_does_not_erase_the_output(runs: Runs) -> None:
     model = ScriptedModel(["the answer", ""], gated=True)
     transcript = FakeTranscript()
-    run = runs.add(
-        InProcessProvider(model).start(start_request(Parent(), transcript), CancelSignal())
-    )
+    run = runs.start(model, transcript)
     assert model.wait_for_calls(1, TIMEOUT_S)
     transcript.deliver(run, "anything else?")
     model.release(2)
@@ -173,11 +167,7 @@ def test_an_empty_final_reply_of_a_completed_turn_does_not_erase_the_output(runs
 
 
 def test_a_turn_with_only_empty_replies_has_no_output(runs: Runs) -> None:
-    run = runs.add(
-        InProcessProvider(ScriptedModel([""])).start(
-            start_request(Parent(), FakeTranscript()), CancelSignal()
-        )
-    )
+    run = runs.start(ScriptedModel([""]))
     assert run.result().output == []
 
 
@@ -187,9 +177,7 @@ def test_a_stop_reason_other_than_completed_ends_the_turn_with_that_reason(
 ) -> None:
     model = ScriptedModel([ModelReply(text="partial", stop_reason=reason), "unreached"])
     transcript = FakeTranscript()
-    run = runs.add(
-        InProcessProvider(model).start(start_request(Parent(), transcript), CancelSignal())
-    )
+    run = runs.start(model, transcript)
     result = run.result()
     assert result.stop_reason == reason
     assert result.output == [TextBlock(text="partial")]
@@ -199,11 +187,7 @@ def test_a_stop_reason_other_than_completed_ends_the_turn_with_that_reason(
 def test_a_model_error_makes_result_raise_it_and_writes_nothing(runs: Runs) -> None:
     boom = RuntimeError("model overloaded; try later")
     transcript = FakeTranscript()
-    run = runs.add(
-        InProcessProvider(ScriptedModel([boom])).start(
-            start_request(Parent(), transcript), CancelSignal()
-        )
-    )
+    run = runs.start(ScriptedModel([boom]), transcript)
     with pytest.raises(RuntimeError) as caught:
         run.result()
     assert caught.value is boom
@@ -215,9 +199,7 @@ def test_a_model_error_makes_result_raise_it_and_writes_nothing(runs: Runs) -> N
 def test_a_model_error_after_a_first_reply_keeps_that_reply_written(runs: Runs) -> None:
     model = ScriptedModel(["first", RuntimeError("lost connection")], gated=True)
     transcript = FakeTranscript()
-    run = runs.add(
-        InProcessProvider(model).start(start_request(Parent(), transcript), CancelSignal())
-    )
+    run = runs.start(model, transcript)
     assert model.wait_for_calls(1, TIMEOUT_S)
     transcript.deliver(run, "go on")
     model.release(2)
@@ -229,11 +211,7 @@ def test_a_model_error_after_a_first_reply_keeps_that_reply_written(runs: Runs) 
 def test_a_transcript_failure_makes_result_raise_it(runs: Runs) -> None:
     failure = SubagentControlError(ErrorCode.DURABILITY_FAILED, "store down after retries")
     transcript = FakeTranscript(fail_with=failure)
-    run = runs.add(
-        InProcessProvider(ScriptedModel(["ok"])).start(
-            start_request(Parent(), transcript), CancelSignal()
-        )
-    )
+    run = runs.start(ScriptedModel(["ok"]), transcript)
     with pytest.raises(SubagentControlError) as caught:
         run.result()
     assert caught.value is failure

@@ -25,6 +25,18 @@ def ask(text: str, *, system: str | None = None) -> ModelRequest:
     return ModelRequest(system=system, messages=[ChatMessage(role="user", text=text)])
 
 
+def aborted_mid_call(model: ScriptedModel) -> SubagentControlError:
+    """Abort a call once ``model`` is inside it; what the call raised."""
+    signal = CancelSignal()
+    with ThreadPoolExecutor(1) as pool:
+        future = pool.submit(model.complete, ask("q"), signal)
+        assert model.wait_for_calls(1, TIMEOUT_S)
+        signal.abort("killed")
+        with pytest.raises(SubagentControlError) as caught:
+            future.result(TIMEOUT_S)
+    return caught.value
+
+
 def test_scripted_model_is_a_model_adapter() -> None:
     assert isinstance(ScriptedModel(["x"]), ModelAdapter)
 
@@ -128,16 +140,10 @@ def test_one_release_lets_exactly_one_gated_call_through() -> None:
 
 
 def test_aborting_the_signal_ends_a_gated_call_with_cancelled() -> None:
-    model = ScriptedModel(["never"], gated=True)
-    signal = CancelSignal()
-    with ThreadPoolExecutor(1) as pool:
-        future = pool.submit(model.complete, ask("q"), signal)
-        assert model.wait_for_calls(1, TIMEOUT_S)
-        signal.abort("killed")
-        with pytest.raises(SubagentControlError) as caught:
-            future.result(TIMEOUT_S)
-    assert caught.value.code is ErrorCode.CANCELLED
-    assert "killed" in caught.value.message
+    error = aborted_mid_call(ScriptedModel(["never"], gated=True))
+
+    assert error.code is ErrorCode.CANCELLED
+    assert "killed" in error.message
 
 
 def test_a_call_with_an_already_aborted_signal_is_cancelled_but_recorded() -> None:
@@ -162,15 +168,9 @@ def test_an_abort_does_not_consume_a_gate_permit() -> None:
 
 def test_a_kill_interrupts_the_delay() -> None:
     # A 10-minute delay under the 60 s test timeout: only the abort can end the call.
-    model = ScriptedModel(["late"], delay_s=600)
-    signal = CancelSignal()
-    with ThreadPoolExecutor(1) as pool:
-        future = pool.submit(model.complete, ask("q"), signal)
-        assert model.wait_for_calls(1, TIMEOUT_S)
-        signal.abort("killed")
-        with pytest.raises(SubagentControlError) as caught:
-            future.result(TIMEOUT_S)
-    assert caught.value.code is ErrorCode.CANCELLED
+    error = aborted_mid_call(ScriptedModel(["late"], delay_s=600))
+
+    assert error.code is ErrorCode.CANCELLED
 
 
 def test_a_delayed_call_replies_after_its_delay() -> None:

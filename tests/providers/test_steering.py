@@ -10,7 +10,6 @@ from controlplane import (
     ChatMessage,
     ErrorCode,
     EventKind,
-    InProcessProvider,
     MessageSource,
     ScriptedModel,
     SubagentControlError,
@@ -19,16 +18,13 @@ from controlplane import (
 )
 from controlplane._signal import CancelSignal
 
-from .fakes import COORDINATOR, HUMAN, USER, FakeTranscript, Parent, Runs, Written, start_request
+from .fakes import COORDINATOR, HUMAN, USER, FakeTranscript, Runs, Written
 
 TIMEOUT_S = 5.0
 
 
 def launch(runs: Runs, model: ScriptedModel, transcript: FakeTranscript) -> SubagentRun:
-    provider = InProcessProvider(model)
-    return runs.add(
-        provider.start(start_request(Parent(), transcript, prompt="task"), CancelSignal())
-    )
+    return runs.start(model, transcript, prompt="task")
 
 
 def assert_not_delivered(run: SubagentRun) -> None:
@@ -126,9 +122,7 @@ def test_a_steer_after_dispose_is_not_delivered(runs: Runs) -> None:
 def test_a_steer_after_the_activation_was_killed_is_not_delivered(runs: Runs) -> None:
     model = ScriptedModel(["done"], gated=True)
     signal = CancelSignal()
-    run = runs.add(
-        InProcessProvider(model).start(start_request(Parent(), FakeTranscript()), signal)
-    )
+    run = runs.start(model, signal=signal)
     assert model.wait_for_calls(1, TIMEOUT_S)
     signal.abort("killed")
     assert_not_delivered(run)
