@@ -14,6 +14,7 @@ import sqlite3
 import threading
 from collections.abc import Callable, Iterator
 from datetime import datetime
+from functools import partial
 from typing import Literal
 
 import psycopg
@@ -74,33 +75,33 @@ class FlakyStore(SqlStore):
         )
         super().__init__(url, retry=policy)
 
-    def _fault(self, queue: list[Fault] | None, always: bool) -> Fault | None:
-        if always:
-            return "before"
-        return queue.pop(0) if queue else None
+    def _attempt(
+        self,
+        queue: list[Fault] | None,
+        always: bool,
+        write: Callable[[], list[SessionEvent]],
+    ) -> list[SessionEvent]:
+        """Run one write attempt, failing it as the next fault in ``queue`` (or always) says."""
+        fault: Fault | None = "before" if always else (queue.pop(0) if queue else None)
+        if fault == "before":
+            raise self._error()
+        stored = write()
+        if fault == "after":
+            raise self._error()
+        return stored
 
     def _append(
         self, child_id: str, pending: list, batch: str, created_at: datetime, attempt: int
     ) -> list[SessionEvent]:
-        fault = self._fault(self.append_faults.get(child_id), child_id in self.poisoned)
-        if fault == "before":
-            raise self._error()
-        stored = super()._append(child_id, pending, batch, created_at, attempt)
-        if fault == "after":
-            raise self._error()
-        return stored
+        write = partial(super()._append, child_id, pending, batch, created_at, attempt)
+        return self._attempt(self.append_faults.get(child_id), child_id in self.poisoned, write)
 
     def _create(
         self, meta: ChildMeta, pending: list, batch: str, created_at: datetime, attempt: int
     ) -> list[SessionEvent]:
         label = meta.label or ""
-        fault = self._fault(self.create_faults.get(label), label in self.doomed)
-        if fault == "before":
-            raise self._error()
-        stored = super()._create(meta, pending, batch, created_at, attempt)
-        if fault == "after":
-            raise self._error()
-        return stored
+        write = partial(super()._create, meta, pending, batch, created_at, attempt)
+        return self._attempt(self.create_faults.get(label), label in self.doomed, write)
 
 
 @pytest.fixture

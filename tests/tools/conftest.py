@@ -17,19 +17,15 @@ import pytest
 from controlplane import (
     AgentHandle,
     InProcessProvider,
-    ModelSelector,
     ScriptedModel,
     SessionEvent,
     SubagentControl,
     TaskSnapshot,
 )
 from controlplane.tools import ToolHandlers, ToolResult
-
-WAIT_S = 10.0
-"""How long a test waits for something that should happen promptly."""
+from tests.support import PARENT_MODEL, WAIT_S
 
 PARENT = "parent-1"
-PARENT_MODEL = ModelSelector(provider="acme", model="m1")
 
 STARTED = re.compile(r"started subagent (?P<child>\S+) as task (?P<task>\S+)")
 
