@@ -69,22 +69,26 @@ def sample(op: Callable[[], object], count: int) -> list[float]:
 
 
 def sample_interleaved(
-    ops: Mapping[str, Callable[[], object]], count: int
+    ops: Mapping[str, Callable[[], object]], count: int, *, chunk: int = 20
 ) -> dict[str, list[float]]:
-    """Time ``count`` calls of every op, one call of each in turn (order rotating).
+    """Time ``count`` calls of every op, in turns of ``chunk`` calls each (order rotating).
 
-    On a shared machine a burst of outside load then hits every op alike, so the ratios
-    between them survive it better than when each op is timed in its own block.
+    Within a turn an op runs warm, as in a tight loop; alternating the ops every ``chunk``
+    calls spreads a burst of outside load over all of them, so the ratios between them
+    survive it better than when each op is timed in one long block.
     """
     clock = time.perf_counter
     items = list(ops.items())
     out: dict[str, list[float]] = {name: [] for name in ops}
-    for i in range(count):
-        shift = i % len(items)
+    for turn in range(-(-count // chunk)):
+        shift = turn % len(items)
+        calls = min(chunk, count - turn * chunk)
         for name, op in items[shift:] + items[:shift]:
-            t0 = clock()
-            op()
-            out[name].append(clock() - t0)
+            samples = out[name]
+            for _ in range(calls):
+                t0 = clock()
+                op()
+                samples.append(clock() - t0)
     return out
 
 

@@ -161,7 +161,7 @@ class _Bench:
     def round(
         self, config: RoutingConfig, stats: _Level, live: list[str], router: LockDictRouter
     ) -> None:
-        """Time every kind of operation, interleaved one call at a time."""
+        """Time every kind of operation, interleaved in short turns."""
         pick = partial(self.rng.choice, live)
         echo = partial(self.rng.choice, self.echoes)
         timed = sample_interleaved(
@@ -289,11 +289,10 @@ def _section(config: RoutingConfig, results: dict[int, _Level], tp: Throughput) 
     verdict = "met" if goal_met else "**not met**"
     body = f"""\
 SQLite store (file, WAL, `synchronous=NORMAL`). Each of {config.rounds} rounds times
-{config.ops} operations of every kind, interleaved one call of each kind at a time: a burst
-of outside load then hits every kind alike, and each call finds the caches as a real steer
-does, with other work in between (so the raw figures are higher than in a tight loop, such
-as the Store section's — for both sides of every ratio); a figure is the median of the rounds'
-percentiles, with the rounds' min–max in brackets, and a ratio is taken inside each round.
+{config.ops} operations of every kind, in turns of 20 calls per kind (the kinds alternate, so
+a burst of outside load hits them alike, and each runs warm within its turn); a figure is
+the median of the rounds' percentiles, with the rounds' min–max in brackets, and a ratio is
+taken inside each round.
 Steered children are picked at random among the live ones; objects alive before the rounds
 are frozen out of the garbage collector (`gc.freeze()`).
 
