@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import functools
+import gc
 import json
-from collections.abc import Iterable, Mapping
+import threading
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, Final, NamedTuple, TypeVar
 
@@ -23,6 +26,7 @@ __all__ = [
     "construct",
     "decode_events",
     "from_json",
+    "gc_paused",
     "prepare_events",
     "prepare_meta",
     "session_event",
@@ -196,6 +200,36 @@ def session_event(
             "created_at": created_at,
         },
     )
+
+
+_gc_lock = threading.Lock()
+_gc_pausers = 0
+_gc_was_enabled = False
+
+
+@contextmanager
+def gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector while a transcript is decoded.
+
+    A 10,000-event load allocates tens of thousands of acyclic containers; each few hundred
+    would otherwise trigger a collection that scans them again (and now and then a full
+    one over the whole process), about a sixth of the load's time. Nested and concurrent
+    pauses share one count, so the collector is restored only when the last one ends, and
+    only if it was enabled before the first.
+    """
+    global _gc_pausers, _gc_was_enabled
+    with _gc_lock:
+        if _gc_pausers == 0:
+            _gc_was_enabled = gc.isenabled()
+            gc.disable()
+        _gc_pausers += 1
+    try:
+        yield
+    finally:
+        with _gc_lock:
+            _gc_pausers -= 1
+            if _gc_pausers == 0 and _gc_was_enabled:
+                gc.enable()
 
 
 def decode_events(rows: Iterable[tuple[Any, ...]]) -> list[SessionEvent]:

@@ -19,6 +19,7 @@ from persistence._codec import (
     check_child_id,
     construct,
     decode_events,
+    gc_paused,
     prepare_events,
     prepare_meta,
     stored_events,
@@ -304,7 +305,8 @@ class SqlStore:
             if header is None:
                 raise _not_found(child_id)
             cursor.execute(sql.events, (child_id,))
-            events = decode_events(cursor.fetchall())
+            with gc_paused():
+                events = decode_events(cursor.fetchall())
             parent_session, depth, seed_length, label, created_at = header
             meta = construct(
                 ChildMeta,
