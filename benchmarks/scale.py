@@ -175,6 +175,12 @@ def _section(
     growth = spread(
         [b["ready_s"] / a["ready_s"] for a, b in zip(ready[small], ready[large], strict=True)]
     )
+    if growth.runs == 1:
+        verdict = "one run only, no verdict"
+    elif growth.low <= 1.0 <= growth.high:
+        verdict = "no measurable growth (the runs' range spans 1×)"
+    else:
+        verdict = f"**{'slower' if growth.median > 1 else 'faster'} with more stored children**"
     body = f"""\
 Every figure is measured in a fresh interpreter (median of the runs, min–max), SQLite
 store. A live child is a running activation: its supervisor and its activation actor each
@@ -206,6 +212,7 @@ own child, so readiness must not grow with the number of stored children:
         )
     }
 
-Ready time with {large:,} stored children / with {small:,}, per run: {fmt_ratio(growth)}.
+Ready time with {large:,} stored children / with {small:,}, per run: {fmt_ratio(growth)} —
+{verdict}.
 """
     return Section("Scale", body, {"growth": growth})
