@@ -30,8 +30,20 @@ def machine_lines(pg_version: str | None = None) -> list[str]:
         f"- Python {platform.python_version()} ({platform.python_implementation()}), "
         f"SQLite {sqlite3.sqlite_version}" + (f", PostgreSQL {pg_version}" if pg_version else ""),
         f"- Libraries: {versions}",
+        f"- CPU idle governor: {_idle_governor()} (how fast a sleeping thread's CPU wakes)",
     ]
     return lines
+
+
+def _idle_governor() -> str:
+    try:
+        with open("/sys/devices/system/cpu/cpuidle/current_governor", encoding="ascii") as f:
+            governor = f.read().strip()
+    except OSError:
+        return "unknown"
+    if governor == "haltpoll":
+        return "haltpoll, a KVM guest: an idle vCPU polls briefly, then halts"
+    return governor
 
 
 def load_average() -> str:

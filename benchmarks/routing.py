@@ -299,6 +299,12 @@ the median of the rounds' percentiles, with the rounds' min–max in brackets, a
 taken inside each round. Steered children are picked at random among the live ones; objects
 alive before the rounds are frozen out of the garbage collector (`gc.freeze()`).
 
+Reading sub-100 µs figures: every cross-thread hop wakes a sleeping thread, and what that
+costs depends on whether its CPU is still polling (~15 µs for a bare `ask`) or has halted
+(~80–100 µs in a VM guest) — which in turn depends on the recent rhythm of waits. So such
+figures move between runs by several times; the ratios within one round, where both sides
+met the same conditions, are what to compare.
+
 **Steer round trip** — `send_message` → supervisor → `run.steer` → durable
 `steering/message` append → `SendResult` — against the SPEC §8 baseline, one raw pykka
 `ask` plus one raw `sqlite3` append. The *raw round trip* is that baseline in the shape of
