@@ -134,9 +134,12 @@ def to_json(value: JsonValue) -> str:
         return _EXACT + dumps(value)
 
 
+_EXACT_MARKS = (_EXACT, _EXACT.encode())
+
+
 def from_json(text: str | bytes) -> JsonValue:
     """Decode stored event data written by `to_json`."""
-    if text[:1] in (_EXACT, b" "):
+    if text[:1] in _EXACT_MARKS:
         return json.loads(text)
     return orjson.loads(text)
 
@@ -241,7 +244,8 @@ def decode_events(rows: Iterable[tuple[Any, ...]]) -> list[SessionEvent]:
     frozen, so pydantic never changes it in place (``model_copy`` copies it first), and
     a set per event is an allocation the garbage collector would also have to scan.
     """
-    decode = from_json
+    # `from_json`, inlined with its callee bound: this loop runs once per stored row.
+    loads, exact = orjson.loads, json.loads
     new, set_slot, fields = _new_object, _set_slot, set(_EVENT_FIELDS)
     events: list[SessionEvent] = []
     add = events.append
@@ -251,8 +255,9 @@ def decode_events(rows: Iterable[tuple[Any, ...]]) -> list[SessionEvent]:
     for seq, turn, kind, data, source_json, stamp in rows:
         if stamp != last_stamp:
             last_stamp, created_at = stamp, utc_time(stamp)
-        source = None
-        if source_json is not None:
+        if source_json is None:
+            source = None
+        else:
             source = sources.get(source_json)
             if source is None:
                 source = sources[source_json] = MessageSource.model_validate_json(source_json)
@@ -264,7 +269,7 @@ def decode_events(rows: Iterable[tuple[Any, ...]]) -> list[SessionEvent]:
                 "seq": seq,
                 "turn": turn,
                 "kind": kind,
-                "data": decode(data),
+                "data": exact(data) if data[:1] in _EXACT_MARKS else loads(data),
                 "source": source,
                 "created_at": created_at,
             },
