@@ -6,10 +6,17 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from controlplane._content import MessageSource, TextBlock, text_of
-from controlplane._errors import ErrorCode, SubagentControlError
-from controlplane._json import plain_json
-from controlplane._session import ChildMeta, EventKind, NewEvent
+from controlplane.contract import (
+    ChildMeta,
+    ErrorCode,
+    EventKind,
+    MessageSource,
+    NewEvent,
+    SubagentControlError,
+    TextBlock,
+    plain_json,
+    text_of,
+)
 
 if TYPE_CHECKING:
     from persistence import SqlStore

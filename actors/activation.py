@@ -17,18 +17,25 @@ import pykka
 from actors._transcript import ActivationTranscript, message_data
 from actors.context import ActorContext
 from actors.messages import ActivationEnded, ActivationPlan, Published, Settling
-from controlplane._content import text_of
-from controlplane._descriptor import Descriptor, fold_descriptor
-from controlplane._errors import ErrorCode, SubagentControlError
-from controlplane._provider import (
+from controlplane.contract import (
+    ChildMeta,
+    Descriptor,
+    ErrorCode,
+    EventKind,
+    NewEvent,
     ResumeRequest,
+    SessionEvent,
     StartRequest,
     StopReason,
+    SubagentControlError,
     SubagentProvider,
     SubagentRun,
+    TaskOutcome,
+    TaskStatus,
+    fold_descriptor,
+    text_of,
+    utcnow,
 )
-from controlplane._session import ChildMeta, EventKind, NewEvent, SessionEvent, utcnow
-from controlplane._task_types import TaskOutcome, TaskStatus
 
 __all__ = ["ActivationActor"]
 

@@ -5,9 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from controlplane._agents import AgentRegistry
-from controlplane._provider import ProviderRegistry
-from controlplane._tasks import TaskService
+from controlplane.contract import AgentRegistry, ProviderRegistry, TaskService
 
 if TYPE_CHECKING:
     from persistence import SqlStore

@@ -9,15 +9,19 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from actors._transcript import ActivationTranscript
-from controlplane._agents import AgentHandle
-from controlplane._content import MessageSource, TextBlock
-from controlplane._descriptor import Descriptor
-from controlplane._errors import SubagentControlError
-from controlplane._provider import SubagentRun
-from controlplane._session import NewEvent, utcnow
-from controlplane._signal import CancelSignal
-from controlplane._spec import SendResult
-from controlplane._tree import SupervisorNode
+from controlplane.contract import (
+    AgentHandle,
+    CancelSignal,
+    Descriptor,
+    MessageSource,
+    NewEvent,
+    SendResult,
+    SubagentControlError,
+    SubagentRun,
+    SupervisorNode,
+    TextBlock,
+    utcnow,
+)
 
 __all__ = [
     "ActivationEnded",

@@ -23,9 +23,7 @@ from actors.messages import (
 )
 from actors.routing import Route, RoutingTable
 from actors.supervisor import ChildSupervisor, ChildSupervisorProxy, mailbox_depth
-from controlplane._errors import ErrorCode, SubagentControlError
-from controlplane._session import utcnow
-from controlplane._tree import SupervisorNode
+from controlplane.contract import ErrorCode, SubagentControlError, SupervisorNode, utcnow
 
 __all__ = ["RootActor", "RootActorProxy"]
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import pykka
 
-from controlplane._session import utcnow
+from controlplane.contract import utcnow
 
 if TYPE_CHECKING:
     from actors.supervisor import ChildSupervisorProxy

@@ -32,15 +32,23 @@ from actors.messages import (
     Settling,
 )
 from actors.routing import RoutingTable
-from controlplane._agents import AgentHandle
-from controlplane._content import MessageSource, TextBlock, text_of
-from controlplane._errors import ErrorCode, SubagentControlError
-from controlplane._provider import SubagentRun
-from controlplane._session import utcnow
-from controlplane._signal import CancelSignal
-from controlplane._spec import SendResult
-from controlplane._task_types import TaskOutcome, TaskStatus
-from controlplane._tree import ActivationNode, SupervisorNode, SupervisorState
+from controlplane.contract import (
+    ActivationNode,
+    AgentHandle,
+    CancelSignal,
+    ErrorCode,
+    MessageSource,
+    SendResult,
+    SubagentControlError,
+    SubagentRun,
+    SupervisorNode,
+    SupervisorState,
+    TaskOutcome,
+    TaskStatus,
+    TextBlock,
+    text_of,
+    utcnow,
+)
 
 __all__ = ["ChildSupervisor", "ChildSupervisorProxy", "follow_up_label", "mailbox_depth"]
 

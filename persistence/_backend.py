@@ -9,7 +9,7 @@ from sqlalchemy import URL, Connection, Engine, create_engine, event, make_url
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.pool import ConnectionPoolEntry, StaticPool
 
-from controlplane._errors import ErrorCode, SubagentControlError
+from controlplane.contract import ErrorCode, SubagentControlError
 from persistence._schema import CHILDREN, EVENTS
 
 __all__ = ["WRITE_OPTION", "Backend", "Statements", "open_engine"]

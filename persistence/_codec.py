@@ -14,10 +14,17 @@ from typing import Any, Final, NamedTuple, TypeVar
 import orjson
 from pydantic import BaseModel, ValidationError
 
-from controlplane._content import MessageSource
-from controlplane._errors import ErrorCode, SubagentControlError
-from controlplane._json import JsonValue, dumps, plain_json
-from controlplane._session import ChildMeta, NewEvent, SessionEvent
+from controlplane.contract import (
+    ChildMeta,
+    ErrorCode,
+    JsonValue,
+    MessageSource,
+    NewEvent,
+    SessionEvent,
+    SubagentControlError,
+    dumps,
+    plain_json,
+)
 from persistence._schema import utc_time
 
 __all__ = [

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 import tenacity
 from sqlalchemy import exc as sa_exc
 
-from controlplane._errors import ErrorCode, SubagentControlError
+from controlplane.contract import ErrorCode, SubagentControlError
 
 __all__ = ["Retrier", "RetryPolicy", "describe", "is_transient"]
 

@@ -25,9 +25,13 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeEngine
 
-from controlplane._content import MessageSource
-from controlplane._errors import ErrorCode, SubagentControlError
-from controlplane._session import ChildMeta, SessionEvent
+from controlplane.contract import (
+    ChildMeta,
+    ErrorCode,
+    MessageSource,
+    SessionEvent,
+    SubagentControlError,
+)
 
 __all__ = [
     "CHILDREN",

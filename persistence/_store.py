@@ -12,8 +12,15 @@ from sqlalchemy import Select, insert, select
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine.interfaces import DBAPICursor
 
-from controlplane._errors import ErrorCode, SubagentControlError
-from controlplane._session import ChildMeta, LoadedSession, NewEvent, SessionEvent, utcnow
+from controlplane.contract import (
+    ChildMeta,
+    ErrorCode,
+    LoadedSession,
+    NewEvent,
+    SessionEvent,
+    SubagentControlError,
+    utcnow,
+)
 from persistence._codec import (
     PendingEvent,
     check_child_id,

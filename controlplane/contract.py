@@ -1,0 +1,79 @@
+"""The contract `actors/` and `persistence/` build on: types, errors, protocols and the few
+helpers every layer shares (the JSON gate, the clock, descriptor folding).
+
+Importing it never loads the facade, the actors or the store, so those packages depend on
+the contract and never on each other's internals.
+"""
+
+from controlplane._agents import AgentHandle, AgentRegistry
+from controlplane._content import MessageSource, ModelSelector, TextBlock, text_of
+from controlplane._descriptor import Descriptor, fold_descriptor
+from controlplane._errors import ErrorCode, SubagentControlError
+from controlplane._json import JsonValue, dumps, plain_json, storable_text
+from controlplane._provider import (
+    ProviderRegistry,
+    ResumeRequest,
+    StartRequest,
+    StopReason,
+    SubagentProvider,
+    SubagentResult,
+    SubagentRun,
+    TranscriptWriter,
+)
+from controlplane._session import (
+    ChildMeta,
+    EventKind,
+    LoadedSession,
+    NewEvent,
+    SessionEvent,
+    utcnow,
+)
+from controlplane._signal import CancelSignal
+from controlplane._spec import ContinuableStart, ContinuableStartSpec, SendResult
+from controlplane._task_types import TaskOutcome, TaskSnapshot, TaskStatus
+from controlplane._tasks import TaskNotice, TaskService
+from controlplane._tree import ActivationNode, ActorTree, SupervisorNode, SupervisorState
+
+__all__ = [
+    "ActivationNode",
+    "ActorTree",
+    "AgentHandle",
+    "AgentRegistry",
+    "CancelSignal",
+    "ChildMeta",
+    "ContinuableStart",
+    "ContinuableStartSpec",
+    "Descriptor",
+    "ErrorCode",
+    "EventKind",
+    "JsonValue",
+    "LoadedSession",
+    "MessageSource",
+    "ModelSelector",
+    "NewEvent",
+    "ProviderRegistry",
+    "ResumeRequest",
+    "SendResult",
+    "SessionEvent",
+    "StartRequest",
+    "StopReason",
+    "SubagentControlError",
+    "SubagentProvider",
+    "SubagentResult",
+    "SubagentRun",
+    "SupervisorNode",
+    "SupervisorState",
+    "TaskNotice",
+    "TaskOutcome",
+    "TaskService",
+    "TaskSnapshot",
+    "TaskStatus",
+    "TextBlock",
+    "TranscriptWriter",
+    "dumps",
+    "fold_descriptor",
+    "plain_json",
+    "storable_text",
+    "text_of",
+    "utcnow",
+]
