@@ -9,26 +9,42 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from controlplane._agents import AgentHandle, AgentRegistry
-from controlplane._content import ContentBlock, MessageSource, ModelSelector, TextBlock
-from controlplane._descriptor import Descriptor
-from controlplane._errors import ErrorCode, SubagentControlError
-from controlplane._provider import (
+from controlplane._content import ContentBlock
+from controlplane.contract import (
+    ActivationNode,
+    ActorTree,
+    AgentHandle,
+    AgentRegistry,
+    CancelSignal,
+    ChildMeta,
+    ContinuableStart,
+    ContinuableStartSpec,
+    Descriptor,
+    ErrorCode,
+    EventKind,
+    LoadedSession,
+    MessageSource,
+    ModelSelector,
+    NewEvent,
     ProviderRegistry,
     ResumeRequest,
+    SendResult,
+    SessionEvent,
     StartRequest,
     StopReason,
+    SubagentControlError,
     SubagentProvider,
     SubagentResult,
     SubagentRun,
+    SupervisorNode,
+    TaskNotice,
+    TaskOutcome,
+    TaskService,
+    TaskSnapshot,
+    TaskStatus,
+    TextBlock,
     TranscriptWriter,
 )
-from controlplane._session import ChildMeta, EventKind, LoadedSession, NewEvent, SessionEvent
-from controlplane._signal import CancelSignal
-from controlplane._spec import ContinuableStart, ContinuableStartSpec, SendResult
-from controlplane._task_types import TaskOutcome, TaskSnapshot, TaskStatus
-from controlplane._tasks import TaskNotice, TaskService
-from controlplane._tree import ActivationNode, ActorTree, SupervisorNode
 
 if TYPE_CHECKING:
     from controlplane._facade import ChildView, SubagentControl
