@@ -2,7 +2,7 @@
 
 Usage::
 
-    .venv/bin/python -m benchmarks                  # everything (~10 minutes on 2 cores)
+    .venv/bin/python -m benchmarks                  # everything (~2 minutes on 2 cores)
     .venv/bin/python -m benchmarks --quick          # smoke run (~30 s), numbers not citable
     .venv/bin/python -m benchmarks --sections routing,resume
     .venv/bin/python -m benchmarks --profile        # also print where a steer and a
