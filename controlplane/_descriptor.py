@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Sequence
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -61,19 +61,19 @@ class Descriptor(BaseModel):
         return self.model_dump(mode="json", exclude_none=True)
 
 
-def fold_descriptor(events: Iterable[SessionEvent]) -> Descriptor | None:
+def fold_descriptor(events: Sequence[SessionEvent]) -> Descriptor | None:
     """The newest supported descriptor among ``events``, or None when there is none."""
-    newest: Descriptor | None = None
-    for event in events:
+    # Newest first: the search ends at the first supported descriptor from the end.
+    for event in reversed(events):
         if event.kind != EventKind.DESCRIPTOR or not isinstance(event.data, dict):
             continue
         if event.data.get("version") != DESCRIPTOR_VERSION:
             continue
         try:
-            newest = Descriptor.model_validate(event.data)
+            return Descriptor.model_validate(event.data)
         except ValidationError:
             continue
-    return newest
+    return None
 
 
 def _first_error(exc: ValidationError) -> str:
