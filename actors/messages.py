@@ -162,8 +162,6 @@ class Describe(BaseModel):
 
     model_config = _MESSAGE
 
-    now: datetime
-
 
 DescribeReply = SupervisorNode
 

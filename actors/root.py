@@ -23,7 +23,7 @@ from actors.messages import (
 )
 from actors.routing import Route, RoutingTable
 from actors.supervisor import ChildSupervisor, ChildSupervisorProxy, mailbox_depth
-from controlplane.contract import ErrorCode, SubagentControlError, SupervisorNode, utcnow
+from controlplane.contract import ErrorCode, SubagentControlError, SupervisorNode
 
 __all__ = ["RootActor", "RootActorProxy"]
 
@@ -91,11 +91,10 @@ class RootActor(pykka.ThreadingActor):
         return route
 
     def _describe_all(self, timeout_s: float) -> list[SupervisorNode]:
-        now = utcnow()
         routes = self._table.routes()
         # Ask every supervisor at once, then collect within one shared deadline: a busy
         # supervisor is shown as busy, never waited for.
-        asks = [(r, r.supervisor.ref.ask(Describe(now=now), block=False)) for r in routes]
+        asks = [(r, r.supervisor.ref.ask(Describe(), block=False)) for r in routes]
         deadline = time.monotonic() + timeout_s
         nodes = []
         for route, future in asks:

@@ -12,7 +12,6 @@ import logging
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any, cast
 
 import pykka
@@ -127,7 +126,7 @@ class ChildSupervisor(pykka.ThreadingActor):
 
     def on_receive(self, message: Any) -> Any:
         if isinstance(message, Describe):  # looking is not activity
-            return self._describe(message.now)
+            return self._describe()
         self._last_activity = utcnow()
         if isinstance(message, SendMessage):
             # Retired, with a stop queued behind this message: not handled, so the caller
@@ -332,7 +331,7 @@ class ChildSupervisor(pykka.ThreadingActor):
             return "settling"
         return "starting" if current.run is None else "running"
 
-    def _describe(self, now: datetime) -> SupervisorNode:
+    def _describe(self) -> SupervisorNode:
         current = self._current
         activation = None
         status = None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
@@ -170,11 +170,3 @@ class ProviderRegistry:
     def names(self) -> list[str]:
         """The registered provider names, sorted."""
         return sorted(self._providers)
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._providers
-
-    def as_mapping(self) -> Mapping[str, SubagentProvider]:
-        """A snapshot of the registry."""
-        with self._lock:
-            return dict(self._providers)

@@ -100,11 +100,6 @@ class TaskService:
         with self._lock:
             self._surfaces.add(name)
 
-    def detach_surface(self, name: str) -> None:
-        """Detach a control surface attached with `attach_surface`."""
-        with self._lock:
-            self._surfaces.discard(name)
-
     @property
     def has_surface(self) -> bool:
         """Whether a control surface is attached."""
