@@ -239,9 +239,11 @@ def test_children_lists_every_child_of_the_parent_oldest_first(
     release = threading.Event()
     first = start_child(control, parent, label="first")
     settle(control, first.task_id, parent)
+    theirs = start_child(control, stranger, label="not mine")
+    settle(control, theirs.task_id, stranger)
+    # Plans go to activations in the order they call the provider: only `second` is left.
     provider.plan(start_gate=release)
     second = start_child(control, parent, label="second")
-    start_child(control, stranger, label="not mine")
 
     views = control.children(parent)
 
