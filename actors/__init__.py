@@ -2,7 +2,7 @@
 
 from actors.activation import ActivationActor
 from actors.context import ActorContext
-from actors.messages import ActivationPlan, Redirect, SpawnChild
+from actors.messages import ActivationPlan, Redirect, SendMessage, SendReply, SpawnChild
 from actors.root import RootActor, RootActorProxy
 from actors.routing import Route, RoutingTable
 from actors.supervisor import ChildSupervisor, ChildSupervisorProxy, follow_up_label
@@ -18,6 +18,8 @@ __all__ = [
     "RootActorProxy",
     "Route",
     "RoutingTable",
+    "SendMessage",
+    "SendReply",
     "SpawnChild",
     "follow_up_label",
 ]

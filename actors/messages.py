@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from concurrent.futures import Future
+from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
+import pykka
 from pydantic import BaseModel, ConfigDict, Field
 
 from actors._transcript import ActivationTranscript
@@ -29,9 +31,10 @@ __all__ = [
     "BeginInitial",
     "Describe",
     "DescribeAll",
-    "EnsureSupervisor",
     "Published",
     "Redirect",
+    "RouteSend",
+    "Routed",
     "SendMessage",
     "SendReply",
     "Settling",
@@ -64,6 +67,16 @@ class ActivationPlan(BaseModel):
     created_at: datetime = Field(default_factory=utcnow)
 
 
+class SendMessage(BaseModel):
+    """Supervisor: steer the running activation or resume the child. Replies `SendReply`."""
+
+    model_config = _MESSAGE
+
+    parent: AgentHandle
+    message: tuple[TextBlock, ...]
+    source: MessageSource
+
+
 class SpawnChild(BaseModel):
     """Root: create the supervisor of a new child with its initial activation."""
 
@@ -78,12 +91,18 @@ class BeginInitial(BaseModel):
     model_config = _MESSAGE
 
 
-class EnsureSupervisor(BaseModel):
-    """Root: the supervisor of ``child_id``, created idle if this process has none."""
+class RouteSend(BaseModel):
+    """Root: hand ``send`` to the supervisor of ``child_id``, created idle if this process
+    has none. Replies `Routed` at once, without waiting for the supervisor's answer.
+
+    The caller takes this path only when it found no route: the message then reaches the
+    new supervisor straight from the root, not after a round trip back through the caller.
+    """
 
     model_config = _MESSAGE
 
     child_id: str
+    send: SendMessage
 
 
 class StopAccepting(BaseModel):
@@ -106,16 +125,6 @@ class DescribeAll(BaseModel):
     model_config = _MESSAGE
 
     timeout_s: float
-
-
-class SendMessage(BaseModel):
-    """Supervisor: steer the running activation or resume the child. Replies `SendReply`."""
-
-    model_config = _MESSAGE
-
-    parent: AgentHandle
-    message: tuple[TextBlock, ...]
-    source: MessageSource
 
 
 class Published(BaseModel):
@@ -164,6 +173,15 @@ class Describe(BaseModel):
 
 
 DescribeReply = SupervisorNode
+
+
+@dataclass(frozen=True, slots=True)
+class Routed:
+    """The root's answer to `RouteSend`: the supervisor it handed the message to, and that
+    supervisor's pending `SendReply`, for the caller to read."""
+
+    supervisor: pykka.ActorRef[Any]
+    reply: pykka.Future[Any]
 
 
 SendReply = SendResult | SubagentControlError | Future[SendResult] | Redirect

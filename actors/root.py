@@ -1,7 +1,9 @@
 """The root actor: owns the supervisors' lifecycle (creation, shutdown, tree dump).
 
 It fills the routing table (`actors.routing`), which callers read without a hand-off, so
-the steer path costs two hops: caller → supervisor → caller.
+the steer path costs two hops: caller → supervisor → caller. A message for a child with no
+supervisor in this process (the first after a restart) goes caller → root → supervisor →
+caller: the root creates the supervisor and hands the message straight on.
 """
 
 from __future__ import annotations
@@ -16,13 +18,16 @@ from actors.messages import (
     BeginInitial,
     Describe,
     DescribeAll,
-    EnsureSupervisor,
+    Routed,
+    RouteSend,
+    SendMessage,
+    SendReply,
     Shutdown,
     SpawnChild,
     StopAccepting,
 )
 from actors.routing import Route, RoutingTable
-from actors.supervisor import ChildSupervisor, ChildSupervisorProxy, mailbox_depth
+from actors.supervisor import ChildSupervisor, ChildSupervisorProxy, await_reply, mailbox_depth
 from controlplane.contract import ErrorCode, SubagentControlError, SupervisorNode
 
 __all__ = ["RootActor", "RootActorProxy"]
@@ -40,8 +45,8 @@ class RootActor(pykka.ThreadingActor):
     def on_receive(self, message: Any) -> Any:
         if isinstance(message, SpawnChild):
             return self._spawn(message)
-        if isinstance(message, EnsureSupervisor):
-            return self._ensure(message.child_id)
+        if isinstance(message, RouteSend):
+            return self._route_send(message)
         if isinstance(message, DescribeAll):
             return self._describe_all(message.timeout_s)
         if isinstance(message, StopAccepting):
@@ -80,15 +85,17 @@ class RootActor(pykka.ThreadingActor):
         ref.tell(BeginInitial())
         return route
 
-    def _ensure(self, child_id: str) -> Route:
+    def _route_send(self, route_send: RouteSend) -> Routed:
+        child_id = route_send.child_id
         route = self._table.get(child_id)
-        if route is not None:
-            return route
-        self._check_accepting()
-        ref = ChildSupervisor.start(self._ctx, self._table, child_id)
-        route = Route(child_id, ChildSupervisorProxy(ref), None)
-        self._table._put(route)
-        return route
+        if route is None:
+            self._check_accepting()
+            ref = ChildSupervisor.start(self._ctx, self._table, child_id)
+            route = Route(child_id, ChildSupervisorProxy(ref), None)
+            self._table._put(route)
+        # Not waited for here: the root never blocks on a supervisor; the caller reads it.
+        ref = route.supervisor.ref
+        return Routed(supervisor=ref, reply=ref.ask(route_send.send, block=False))
 
     def _describe_all(self, timeout_s: float) -> list[SupervisorNode]:
         routes = self._table.routes()
@@ -136,9 +143,14 @@ class RootActorProxy:
         """Create a child's supervisor with its initial activation."""
         return cast(Route, self.ref.ask(spawn, timeout=timeout_s))
 
-    def ensure_supervisor(self, child_id: str, timeout_s: float) -> Route:
-        """The child's supervisor, created idle when this process has none."""
-        return cast(Route, self.ref.ask(EnsureSupervisor(child_id=child_id), timeout=timeout_s))
+    def route_send(self, child_id: str, send: SendMessage, timeout_s: float) -> SendReply:
+        """Send through the root to a child this caller found no route for: the root
+        creates its supervisor if needed and hands the message on; the supervisor answers.
+        """
+        routed = cast(
+            Routed, self.ref.ask(RouteSend(child_id=child_id, send=send), timeout=timeout_s)
+        )
+        return await_reply(routed.supervisor, routed.reply)
 
     def describe_all(self, timeout_s: float) -> list[SupervisorNode]:
         """Every supervisor's node; busy ones are not waited for past ``timeout_s``."""

@@ -33,7 +33,6 @@ from actors.messages import (
 from actors.routing import RoutingTable
 from controlplane.contract import (
     ActivationNode,
-    AgentHandle,
     CancelSignal,
     ErrorCode,
     MessageSource,
@@ -49,7 +48,13 @@ from controlplane.contract import (
     utcnow,
 )
 
-__all__ = ["ChildSupervisor", "ChildSupervisorProxy", "follow_up_label", "mailbox_depth"]
+__all__ = [
+    "ChildSupervisor",
+    "ChildSupervisorProxy",
+    "await_reply",
+    "follow_up_label",
+    "mailbox_depth",
+]
 
 log = logging.getLogger(__name__)
 
@@ -393,29 +398,29 @@ class ChildSupervisorProxy:
     def __init__(self, ref: pykka.ActorRef[Any]) -> None:
         self.ref = ref
 
-    def send(
-        self, parent: AgentHandle, message: tuple[TextBlock, ...], source: MessageSource
-    ) -> SendReply:
-        """Ask the supervisor to route a message: one hop there, one back.
+    def send(self, send: SendMessage) -> SendReply:
+        """Ask the supervisor to route a message: one hop there, one back."""
+        return await_reply(self.ref, self.ref.ask(send, block=False))
 
-        Waits as long as the supervisor lives: a slow turn is no reason to give up on an
-        answer that may still say "delivered". A message that raced the supervisor's stop
-        is dropped silently by pykka; it was never handled, so the answer is `Redirect`.
-        """
-        future = self.ref.ask(
-            SendMessage(parent=parent, message=message, source=source), block=False
-        )
-        while True:
+
+def await_reply(supervisor: pykka.ActorRef[Any], future: pykka.Future[Any]) -> SendReply:
+    """A supervisor's answer to a `SendMessage`.
+
+    Waits as long as the supervisor lives: a slow turn is no reason to give up on an
+    answer that may still say "delivered". A message that raced the supervisor's stop
+    is dropped silently by pykka; it was never handled, so the answer is `Redirect`.
+    """
+    while True:
+        try:
+            return cast(SendReply, future.get(timeout=_LIVENESS_POLL_S))
+        except pykka.Timeout:
+            if supervisor.is_alive():
+                continue
+            # pykka answers a handled message before it stops, so a dead supervisor
+            # with no answer never handled it.
             try:
-                return cast(SendReply, future.get(timeout=_LIVENESS_POLL_S))
+                return cast(SendReply, future.get(timeout=0))
             except pykka.Timeout:
-                if self.ref.is_alive():
-                    continue
-                # pykka answers a handled message before it stops, so a dead supervisor
-                # with no answer never handled it.
-                try:
-                    return cast(SendReply, future.get(timeout=0))
-                except pykka.Timeout:
-                    return Redirect()
-            except pykka.ActorDeadError:
                 return Redirect()
+        except pykka.ActorDeadError:
+            return Redirect()

@@ -63,9 +63,11 @@ class Descriptor(BaseModel):
 
 def fold_descriptor(events: Sequence[SessionEvent]) -> Descriptor | None:
     """The newest supported descriptor among ``events``, or None when there is none."""
-    # Newest first: the search ends at the first supported descriptor from the end.
+    # Newest first: the search ends at the first supported descriptor from the end. A
+    # resume runs this over the child's whole transcript, so the kind is a local.
+    descriptor_kind = EventKind.DESCRIPTOR
     for event in reversed(events):
-        if event.kind != EventKind.DESCRIPTOR or not isinstance(event.data, dict):
+        if event.kind != descriptor_kind or not isinstance(event.data, dict):
             continue
         if event.data.get("version") != DESCRIPTOR_VERSION:
             continue

@@ -23,8 +23,9 @@ from actors import (
     Redirect,
     RootActor,
     RootActorProxy,
-    Route,
     RoutingTable,
+    SendMessage,
+    SendReply,
     SpawnChild,
 )
 from controlplane._agents import AgentHandle, AgentRegistry
@@ -229,9 +230,13 @@ class SubagentControl:
         source = _check_source(
             source or MessageSource(kind="coordinator", sender_session_id=parent.session_id)
         )
+        send = SendMessage(parent=parent, message=blocks, source=source)
         for _ in range(_REDIRECTS):
-            route = self._routes.get(child_id) or self._ensure_route(root, child_id)
-            reply = route.supervisor.send(parent, blocks, source)
+            route = self._routes.get(child_id)
+            if route is not None:
+                reply = route.supervisor.send(send)
+            else:
+                reply = self._route_send(root, child_id, send)
             if isinstance(reply, Redirect):
                 # Its supervisor retired (or stopped) without handling the message.
                 self._check_open()
@@ -247,9 +252,10 @@ class SubagentControl:
             child_id=child_id,
         )
 
-    def _ensure_route(self, root: RootActorProxy, child_id: str) -> Route:
+    def _route_send(self, root: RootActorProxy, child_id: str, send: SendMessage) -> SendReply:
+        # No supervisor in the table: the root creates one and hands the message on.
         try:
-            return root.ensure_supervisor(child_id, _ROOT_TIMEOUT_S)
+            return root.route_send(child_id, send, _ROOT_TIMEOUT_S)
         except BaseException as exc:
             raise _translate(exc) from exc
 

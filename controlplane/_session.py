@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 from datetime import UTC, datetime
 from typing import Any, Final
 
@@ -24,6 +25,9 @@ _FROZEN = ConfigDict(frozen=True, extra="forbid")
 def utcnow() -> datetime:
     """The current time, timezone-aware UTC."""
     return datetime.now(UTC)
+
+
+_turn_of = operator.attrgetter("turn")
 
 
 class EventKind:
@@ -96,4 +100,4 @@ class LoadedSession(BaseModel):
     @property
     def last_turn(self) -> int:
         """The highest turn number written so far (0 when there is none)."""
-        return max((event.turn for event in self.events), default=0)
+        return max(map(_turn_of, self.events), default=0)

@@ -272,9 +272,9 @@ class SqlStore:
                 # is still in flight then finishes first, and its rows are visible.
                 self._reserve(cursor, child_id, 0)
                 cursor.execute(sql.landed, (child_id, batch))
-                landed = cursor.fetchall()
+                landed = decode_events(cursor)
                 if landed:
-                    return decode_events(landed)
+                    return landed
             first = self._reserve(cursor, child_id, count) - count + 1
             stamp = sqlite_time(created_at) if self._db.backend.text_times else created_at
             cursor.executemany(
@@ -313,7 +313,7 @@ class SqlStore:
                 raise _not_found(child_id)
             cursor.execute(sql.events, (child_id,))
             with gc_paused():
-                events = decode_events(cursor.fetchall())
+                events = decode_events(cursor)
             parent_session, depth, seed_length, label, created_at = header
             meta = construct(
                 ChildMeta,
