@@ -2,7 +2,14 @@
 
 from actors.activation import ActivationActor
 from actors.context import ActorContext
-from actors.messages import ActivationPlan, Redirect, SendMessage, SendReply, SpawnChild
+from actors.messages import (
+    ActivationPlan,
+    Redirect,
+    SendMessage,
+    SendReply,
+    SpawnChild,
+    Steered,
+)
 from actors.root import RootActor, RootActorProxy
 from actors.routing import Route, RoutingTable
 from actors.supervisor import ChildSupervisor, ChildSupervisorProxy, follow_up_label
@@ -21,5 +28,6 @@ __all__ = [
     "SendMessage",
     "SendReply",
     "SpawnChild",
+    "Steered",
     "follow_up_label",
 ]

@@ -21,7 +21,7 @@ from controlplane.contract import (
 if TYPE_CHECKING:
     from persistence import SqlStore
 
-__all__ = ["ActivationTranscript", "message_data"]
+__all__ = ["ActivationTranscript", "SteeringReceipt", "message_data"]
 
 
 def message_data(message: Sequence[TextBlock]) -> dict[str, Any]:
@@ -29,13 +29,46 @@ def message_data(message: Sequence[TextBlock]) -> dict[str, Any]:
     return {"text": text_of(message)}
 
 
+class SteeringReceipt:
+    """A message handed to the run whose ``steering/message`` is queued for the transcript.
+
+    The sender calls `commit` before it reports ``steered``: it writes the record (with any
+    other queued ones) unless a write of the turn got there first.
+    """
+
+    __slots__ = ("_error", "_transcript", "_written", "event", "task_id")
+
+    def __init__(self, transcript: ActivationTranscript, event: NewEvent, task_id: str) -> None:
+        self._transcript = transcript
+        self._written = False
+        self._error: SubagentControlError | None = None
+        self.event = event
+        self.task_id = task_id
+
+    def commit(self) -> None:
+        """Return once the ``steering/message`` is durable.
+
+        Raises:
+            SubagentControlError: ``DURABILITY_FAILED``: the run has the message, the
+                transcript does not.
+        """
+        self._transcript._commit(self)
+
+    def _settle(self, error: SubagentControlError | None) -> None:
+        self._written, self._error = error is None, error
+
+
 class ActivationTranscript:
     """Writes one activation's turn to the child's transcript, in order.
 
     One lock orders every write of the turn: the frame, the provider's events, steering
     messages and the turn end. Provider writes before publication are held and written right
-    after the frame; a steer runs ``run.steer`` and records its ``steering/message`` under
-    the same lock, so the message is always in the transcript before any reply it causes.
+    after the frame. A steer runs ``run.steer`` and queues its ``steering/message`` under the
+    same lock; the next write of the turn — the sender's own `SteeringReceipt.commit`, or
+    whatever the run writes first, or the turn's end — writes the queued records before
+    anything else, so a message is always in the transcript before any reply it causes.
+    The supervisor thus hands the message over without waiting for the database, and the
+    sender's thread does the write it was going to wait for anyway.
     """
 
     def __init__(self, store: SqlStore, child_id: str, turn: int) -> None:
@@ -45,6 +78,7 @@ class ActivationTranscript:
         self._lock = threading.Lock()
         self._state: Literal["held", "open", "closed"] = "held"
         self._held: list[NewEvent] = []
+        self._queued: list[SteeringReceipt] = []  # delivered, record not yet written
 
     @property
     def turn(self) -> int:
@@ -67,6 +101,7 @@ class ActivationTranscript:
             if self._state == "held":
                 self._held.append(event)
             elif self._state == "open":
+                self._write_queued()
                 self._write([event])
             else:
                 raise SubagentControlError(
@@ -111,13 +146,19 @@ class ActivationTranscript:
             self._state = "open"
 
     def steer(
-        self, deliver: Callable[[], object], message: Sequence[TextBlock], source: MessageSource
-    ) -> None:
-        """Hand ``message`` to the run (``deliver``) and record it as ``steering/message``.
+        self,
+        deliver: Callable[[], object],
+        message: Sequence[TextBlock],
+        source: MessageSource,
+        *,
+        task_id: str,
+    ) -> SteeringReceipt:
+        """Hand ``message`` to the run (``deliver``) and queue its ``steering/message``.
+
+        The caller must `SteeringReceipt.commit` the receipt before it reports delivery.
 
         Raises:
-            SubagentControlError: ``NOT_DELIVERED`` if the run refuses it (nothing written);
-                ``DURABILITY_FAILED`` if the run took it but the store keeps failing.
+            SubagentControlError: ``NOT_DELIVERED`` if the run refuses it (nothing queued).
         """
         event = NewEvent(
             kind=EventKind.STEERING_MESSAGE,
@@ -132,10 +173,9 @@ class ActivationTranscript:
                 deliver()
             except BaseException as exc:  # escaping, it would stop every actor
                 raise _not_delivered(self._child_id, f"the turn settled first ({exc})") from exc
-            try:
-                self._write([event])
-            except SubagentControlError as exc:
-                raise _durability(self._child_id, "record the steered message", exc) from exc
+            receipt = SteeringReceipt(self, event, task_id)
+            self._queued.append(receipt)
+            return receipt
 
     def close(self, end: dict[str, Any] | None) -> None:
         """End the turn: write ``turn/end`` (when published) and refuse later writes.
@@ -146,12 +186,41 @@ class ActivationTranscript:
         with self._lock:
             was_open, self._state = self._state == "open", "closed"
             self._held = []
+            self._write_queued()  # delivered during the turn: recorded before its end
             if not was_open or end is None:
                 return
             try:
                 self._write([NewEvent(kind=EventKind.TURN_END, turn=self._turn, data=end)])
             except SubagentControlError as exc:
                 raise _durability(self._child_id, "record the end of the turn", exc) from exc
+
+    def _commit(self, receipt: SteeringReceipt) -> None:
+        with self._lock:
+            if not receipt._written and receipt._error is None:
+                self._write_queued()
+        if receipt._error is not None:
+            raise receipt._error
+
+    def _write_queued(self) -> None:
+        """Write the queued ``steering/message`` records, in one batch (under the lock).
+
+        A failed batch is not retried later: a record written after what followed it
+        would break the transcript's order, so each of its senders hears
+        ``DURABILITY_FAILED`` instead.
+        """
+        queued, self._queued = self._queued, []
+        if not queued:
+            return
+        try:
+            self._write([receipt.event for receipt in queued])
+        except SubagentControlError as exc:
+            for receipt in queued:
+                error = _durability(self._child_id, "record the steered message", exc)
+                error.task_id = receipt.task_id
+                receipt._settle(error)
+            return
+        for receipt in queued:
+            receipt._settle(None)
 
     def _write(self, events: list[NewEvent]) -> None:
         self._store.append(self._child_id, events)

@@ -10,7 +10,7 @@ from typing import Any, Literal
 import pykka
 from pydantic import BaseModel, ConfigDict, Field
 
-from actors._transcript import ActivationTranscript
+from actors._transcript import ActivationTranscript, SteeringReceipt
 from controlplane.contract import (
     AgentHandle,
     CancelSignal,
@@ -40,6 +40,7 @@ __all__ = [
     "Settling",
     "Shutdown",
     "SpawnChild",
+    "Steered",
     "StopAccepting",
 ]
 
@@ -184,6 +185,18 @@ class Routed:
     reply: pykka.Future[Any]
 
 
-SendReply = SendResult | SubagentControlError | Future[SendResult] | Redirect
-"""A supervisor's answer to `SendMessage`: a result, a refusal, a redirect (it retired), or
-— for a message held until publication — a future resolved at delivery."""
+@dataclass(frozen=True, slots=True)
+class Steered:
+    """A supervisor's answer for a message it handed to the running turn.
+
+    The sender commits the receipt (the message's durable record) on its own thread, then
+    reports ``steered``: the supervisor never waits for the database.
+    """
+
+    receipt: SteeringReceipt
+
+
+SendReply = Steered | SendResult | SubagentControlError | Future[Steered] | Redirect
+"""A supervisor's answer to `SendMessage`: a steer to commit, a started resume, a refusal, a
+redirect (it retired), or — for a message held until publication — a future resolved at
+delivery."""

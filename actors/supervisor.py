@@ -29,6 +29,7 @@ from actors.messages import (
     SendMessage,
     SendReply,
     Settling,
+    Steered,
 )
 from actors.routing import RoutingTable
 from controlplane.contract import (
@@ -76,7 +77,7 @@ def follow_up_label(message: tuple[TextBlock, ...]) -> str:
 class _Held:
     message: tuple[TextBlock, ...]
     source: MessageSource
-    reply: Future[SendResult]
+    reply: Future[Steered]
 
 
 @dataclass(slots=True)
@@ -195,7 +196,7 @@ class ChildSupervisor(pykka.ThreadingActor):
         run: SubagentRun,
         message: tuple[TextBlock, ...],
         source: MessageSource,
-    ) -> SendResult | SubagentControlError:
+    ) -> Steered | SubagentControlError:
         steer = run.steer
         if steer is None:
             return _not_delivered(
@@ -205,11 +206,13 @@ class ChildSupervisor(pykka.ThreadingActor):
             )
         assert current.transcript is not None
         try:
-            current.transcript.steer(lambda: steer(message, source), message, source)
+            receipt = current.transcript.steer(
+                lambda: steer(message, source), message, source, task_id=current.task_id
+            )
         except SubagentControlError as exc:
             exc.task_id = current.task_id
             return exc
-        return SendResult(route="steered", task_id=current.task_id)
+        return Steered(receipt)
 
     def _resume(self, send: SendMessage) -> SendReply:
         signal = CancelSignal()  # created before the Task, so a kill can never miss it
@@ -247,7 +250,7 @@ class ChildSupervisor(pykka.ThreadingActor):
         squatter = self._squatter(current)
         for item in held:
             if squatter is not None:
-                outcome: SendResult | SubagentControlError = squatter
+                outcome: Steered | SubagentControlError = squatter
             elif current.signal.aborted:
                 outcome = _not_delivered(
                     self._child_id, current.task_id, "its task was killed before delivery"
@@ -383,7 +386,7 @@ def _not_delivered(child_id: str, task_id: str, why: str) -> SubagentControlErro
     )
 
 
-def _resolve(reply: Future[SendResult], outcome: SendResult | SubagentControlError) -> None:
+def _resolve(reply: Future[Steered], outcome: Steered | SubagentControlError) -> None:
     if isinstance(outcome, SubagentControlError):
         reply.set_exception(outcome)
     else:

@@ -27,6 +27,7 @@ from actors import (
     SendMessage,
     SendReply,
     SpawnChild,
+    Steered,
 )
 from controlplane._agents import AgentHandle, AgentRegistry
 from controlplane._content import MessageSource, TextBlock
@@ -245,6 +246,10 @@ class SubagentControl:
                 reply = reply.result()
             if isinstance(reply, SubagentControlError):
                 raise reply
+            if isinstance(reply, Steered):
+                # The run has it; `steered` only once its record is durable.
+                reply.receipt.commit()
+                return SendResult(route="steered", task_id=reply.receipt.task_id)
             return reply
         raise SubagentControlError(
             ErrorCode.NOT_DELIVERED,

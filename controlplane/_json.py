@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from controlplane._errors import ErrorCode, SubagentControlError
@@ -23,16 +23,34 @@ def plain_json(value: object, *, code: ErrorCode, what: str) -> JsonValue:
     Tuples are accepted as lists. Sets, bytes, arbitrary objects, non-string keys,
     NaN and Infinity are refused with ``code``, naming the offending path.
     """
-    return _copy(value, code, what, "$", 0)
+    try:
+        return _copy(value, 0)
+    except _Refused as refused:
+        path = "$" + "".join(reversed(refused.steps))
+        raise SubagentControlError(code, refused.describe(what, path)) from None
 
 
-def _copy(value: object, code: ErrorCode, what: str, path: str, depth: int) -> JsonValue:
+class _Refused(Exception):
+    """Raised inside `_copy`; each level adds its step to the path while it unwinds, so a
+    value that passes (nearly every one) never has its paths formatted."""
+
+    def __init__(self, describe: Callable[[str, str], str]) -> None:
+        super().__init__()
+        self.describe = describe  # (what, path) -> message
+        self.steps: list[str] = []
+
+
+def _copy(value: object, depth: int) -> JsonValue:
     if depth > MAX_DEPTH:
-        raise SubagentControlError(code, f"{what} is nested deeper than {MAX_DEPTH} levels")
+        raise _Refused(lambda what, _path: f"{what} is nested deeper than {MAX_DEPTH} levels")
     if isinstance(value, str):
         # JSON escapes NUL, but a lone surrogate has no UTF-8 form: no store can keep it.
-        if not value.isascii():
-            _check_encodable(value, code, f"{what} at {path}")
+        if not value.isascii() and (reason := _unencodable(value)) is not None:
+            raise _Refused(
+                lambda what, path: (
+                    f"{what} at {path} holds a lone surrogate ({reason}), which has no UTF-8 form"
+                )
+            )
         return value
     if value is None or isinstance(value, bool):
         return value
@@ -40,26 +58,57 @@ def _copy(value: object, code: ErrorCode, what: str, path: str, depth: int) -> J
         return int(value)
     if isinstance(value, float):
         if not math.isfinite(value):
-            raise SubagentControlError(
-                code, f"{what} holds {value!r} at {path}; JSON has no NaN or Infinity"
+            raise _Refused(
+                lambda what, path: f"{what} holds {value!r} at {path}; JSON has no NaN or Infinity"
             )
         return float(value)
     if isinstance(value, Mapping):
         out: dict[str, JsonValue] = {}
         for key, item in value.items():
             if not isinstance(key, str):
-                raise SubagentControlError(
-                    code, f"{what} has a non-string key {key!r} at {path}; JSON keys are strings"
+                raise _non_string_key(key)
+            if not key.isascii() and (reason := _unencodable(key)) is not None:
+                raise _Refused(
+                    lambda what, path: (
+                        f"{what} key at {path} holds a lone surrogate "
+                        f"({reason}), which has no UTF-8 form"
+                    )
                 )
-            if not key.isascii():
-                _check_encodable(key, code, f"{what} key at {path}")
-            out[key] = _copy(item, code, what, f"{path}.{key}", depth + 1)
+            try:
+                out[key] = _copy(item, depth + 1)
+            except _Refused as refused:
+                refused.steps.append(f".{key}")
+                raise
         return out
     if isinstance(value, (list, tuple)):
-        return [_copy(item, code, what, f"{path}[{i}]", depth + 1) for i, item in enumerate(value)]
-    raise SubagentControlError(
-        code, f"{what} holds a {type(value).__name__} at {path}, which is not plain JSON"
+        items: list[JsonValue] = []
+        for index, item in enumerate(value):
+            try:
+                items.append(_copy(item, depth + 1))
+            except _Refused as refused:
+                refused.steps.append(f"[{index}]")
+                raise
+        return items
+    raise _Refused(
+        lambda what, path: (
+            f"{what} holds a {type(value).__name__} at {path}, which is not plain JSON"
+        )
     )
+
+
+def _non_string_key(key: object) -> _Refused:
+    return _Refused(
+        lambda what, path: f"{what} has a non-string key {key!r} at {path}; JSON keys are strings"
+    )
+
+
+def _unencodable(value: str) -> str | None:
+    """Why ``value`` has no UTF-8 form, or None when it has one."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return str(exc.reason)
+    return None
 
 
 # One encoder for every call: json.dumps builds a new one per call when given options,
@@ -95,9 +144,8 @@ def storable_text(
 
 
 def _check_encodable(value: str, code: ErrorCode, what: str) -> None:
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError as exc:
+    reason = _unencodable(value)
+    if reason is not None:
         raise SubagentControlError(
-            code, f"{what} holds a lone surrogate ({exc.reason}), which has no UTF-8 form"
-        ) from exc
+            code, f"{what} holds a lone surrogate ({reason}), which has no UTF-8 form"
+        )

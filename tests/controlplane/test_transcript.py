@@ -1,0 +1,142 @@
+"""One activation's transcript writer: a steered message's record is queued by the
+supervisor and written by whichever write of the turn comes first, always in order."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, cast
+
+import pytest
+
+from actors._transcript import ActivationTranscript
+from controlplane import (
+    ErrorCode,
+    EventKind,
+    MessageSource,
+    NewEvent,
+    SubagentControlError,
+    TextBlock,
+)
+from persistence import SqlStore
+from tests.support import raises
+
+SOURCE = MessageSource(kind="human", sender_session_id="parent-1")
+
+
+class RecordingStore:
+    """Stands in for `SqlStore.append`: records each batch; fails while told to."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[NewEvent]] = []
+        self.failing = False
+
+    def append(self, child_id: str, events: Sequence[NewEvent]) -> list[Any]:
+        if self.failing:
+            raise SubagentControlError(ErrorCode.STORE_UNAVAILABLE, "the disk is gone")
+        self.batches.append(list(events))
+        return []
+
+    def kinds(self) -> list[list[str]]:
+        return [[event.kind for event in batch] for batch in self.batches]
+
+    def texts(self) -> list[str]:
+        return [e.data.get("text", "") for batch in self.batches for e in batch]
+
+
+@pytest.fixture
+def store() -> RecordingStore:
+    return RecordingStore()
+
+
+@pytest.fixture
+def transcript(store: RecordingStore) -> ActivationTranscript:
+    writer = ActivationTranscript(cast(SqlStore, store), "child-1", turn=2)
+    writer.publish([NewEvent(kind=EventKind.TURN_START, turn=2, data={})])
+    store.batches.clear()
+    return writer
+
+
+def steer(transcript: ActivationTranscript, text: str, delivered: list[str]) -> Any:
+    return transcript.steer(
+        lambda: delivered.append(text), [TextBlock(text=text)], SOURCE, task_id="task-1"
+    )
+
+
+def test_a_steer_hands_the_message_over_and_writes_nothing_until_committed(
+    transcript: ActivationTranscript, store: RecordingStore
+) -> None:
+    delivered: list[str] = []
+    receipt = steer(transcript, "look at the schema", delivered)
+
+    assert delivered == ["look at the schema"]
+    assert store.batches == []
+    receipt.commit()
+    assert store.kinds() == [[EventKind.STEERING_MESSAGE]]
+    assert store.batches[0][0].source == SOURCE
+    assert store.batches[0][0].turn == 2
+
+
+def test_the_runs_next_write_records_a_queued_steer_first_and_the_sender_does_not_rewrite(
+    transcript: ActivationTranscript, store: RecordingStore
+) -> None:
+    receipt = steer(transcript, "also check the index", [])
+
+    transcript.append(EventKind.ASSISTANT_MESSAGE, {"text": "checking the index"})
+    receipt.commit()
+
+    assert store.kinds() == [[EventKind.STEERING_MESSAGE], [EventKind.ASSISTANT_MESSAGE]]
+    assert store.texts() == ["also check the index", "checking the index"]
+
+
+def test_a_steer_queued_when_the_turn_ends_is_recorded_before_turn_end(
+    transcript: ActivationTranscript, store: RecordingStore
+) -> None:
+    receipt = steer(transcript, "one more thing", [])
+
+    transcript.close({"task_id": "task-1", "status": "completed"})
+    receipt.commit()
+
+    assert store.kinds() == [[EventKind.STEERING_MESSAGE], [EventKind.TURN_END]]
+
+
+def test_queued_steers_are_written_together_in_arrival_order(
+    transcript: ActivationTranscript, store: RecordingStore
+) -> None:
+    first = steer(transcript, "first", [])
+    second = steer(transcript, "second", [])
+
+    second.commit()
+    first.commit()
+
+    assert store.texts() == ["first", "second"]
+    assert len(store.batches) == 1
+
+
+def test_a_record_that_failed_to_write_is_never_written_after_what_followed_it(
+    transcript: ActivationTranscript, store: RecordingStore
+) -> None:
+    receipt = steer(transcript, "maybe lost", [])
+    store.failing = True
+    with raises(ErrorCode.STORE_UNAVAILABLE):
+        transcript.append(EventKind.ASSISTANT_MESSAGE, {"text": "a reply"})
+    store.failing = False
+
+    transcript.append(EventKind.ASSISTANT_MESSAGE, {"text": "a later reply"})
+    with raises(ErrorCode.DURABILITY_FAILED) as raised:
+        receipt.commit()
+
+    assert raised.value.task_id == "task-1"
+    assert store.texts() == ["a later reply"]
+
+
+def test_a_steer_the_run_refuses_queues_nothing(
+    transcript: ActivationTranscript, store: RecordingStore
+) -> None:
+    def refuse() -> None:
+        raise RuntimeError("the turn has ended")
+
+    with raises(ErrorCode.NOT_DELIVERED):
+        transcript.steer(refuse, [TextBlock(text="too late")], SOURCE, task_id="task-1")
+    transcript.close({"task_id": "task-1", "status": "completed"})
+
+    assert store.kinds() == [[EventKind.TURN_END]]
