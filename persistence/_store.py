@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import os
 import secrets
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
@@ -109,7 +111,7 @@ class SqlStore:
                 "given; pass the seed events with the header",
                 child_id=meta.child_id,
             )
-        batch, created_at = secrets.token_hex(16), utcnow()
+        batch, created_at = _next_batch(), utcnow()
         return self._run(
             f"create child {meta.child_id}",
             lambda attempt: self._create(meta, pending, batch, created_at, attempt),
@@ -136,7 +138,7 @@ class SqlStore:
         if not pending:
             self._run(f"find child {child_id}", lambda _attempt: self._require(child_id))
             return []
-        batch, created_at = secrets.token_hex(16), utcnow()
+        batch, created_at = _next_batch(), utcnow()
         return self._run(
             f"append to child {child_id}",
             lambda attempt: self._append(child_id, pending, batch, created_at, attempt),
@@ -344,6 +346,27 @@ class SqlStore:
     def _committed(self) -> None:
         if self._after_commit is not None:
             self._after_commit()
+
+
+class _BatchIds:
+    """Batch ids, the idempotency keys of writes: 64 random bits per process, then a
+    counter. Unique across processes and restarts, and no write pays for the random
+    source (an append is on a steer's critical path). A forked child draws new bits."""
+
+    def __init__(self) -> None:
+        self.reseed()
+
+    def reseed(self) -> None:
+        self._prefix = secrets.token_hex(8)
+        self._serial = itertools.count(1)
+
+    def __call__(self) -> str:
+        # 32 hex characters, the size of the uuid4 hex the column was made for.
+        return f"{self._prefix}{next(self._serial):016x}"
+
+
+_next_batch = _BatchIds()
+os.register_at_fork(after_in_child=_next_batch.reseed)
 
 
 def _not_found(child_id: str) -> SubagentControlError:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import sqlite3
 import threading
 import uuid
@@ -15,6 +16,7 @@ import sqlalchemy as sa
 
 from controlplane import ChildMeta, ErrorCode, SubagentControlError
 from persistence import RetryPolicy, SqlStore
+from persistence._store import _next_batch
 from tests.persistence.conftest import (
     libpq_url,
     message,
@@ -267,3 +269,20 @@ def test_retry_policy_bounds_must_be_sensible() -> None:
         assert raised.value.code == ErrorCode.INVALID_INPUT
     assert RetryPolicy.immediate().wait is False
     assert RetryPolicy().wait is True
+
+
+def test_batch_ids_never_repeat_within_a_process_nor_across_a_fork() -> None:
+    ours = {_next_batch() for _ in range(10_000)}
+    assert len(ours) == 10_000
+    assert all(len(batch) == 32 for batch in ours)
+
+    context = multiprocessing.get_context("fork")
+    with context.Pool(1) as pool:
+        theirs = set(pool.apply(_batches, (1_000,)))
+    # A forked child draws its own random bits, so it cannot replay the parent's ids.
+    assert not theirs & ours
+    assert {batch[:16] for batch in theirs}.isdisjoint({batch[:16] for batch in ours})
+
+
+def _batches(count: int) -> list[str]:
+    return [_next_batch() for _ in range(count)]
