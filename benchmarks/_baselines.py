@@ -5,7 +5,7 @@
 - a raw ``sqlite3`` append of one event row: the store's own table definitions (copied
   from its database file), the same pragmas (WAL, ``synchronous=NORMAL``, foreign keys)
   and the same ``BEGIN IMMEDIATE … COMMIT`` write transaction, but one bare ``INSERT``
-  (the store also reserves the row's ``seq`` on the child's header in that transaction),
+  (the store also reads the child's highest ``seq`` in that transaction),
   to a random one of as many children as are live;
 - a lock-and-dict router: a dict lookup under a lock, ``run.steer``, then the raw append,
   all on the caller's thread — what routing costs without actors.
@@ -74,7 +74,7 @@ class RawAppender:
             child_id = str(uuid.uuid4())
             self._conn.execute(
                 "INSERT INTO subagent_children (child_id, parent_session, depth, seed_length, "
-                "last_seq, created_batch, created_at) VALUES (?, 'bench-parent', 1, 0, 0, ?, ?)",
+                "created_batch, created_at) VALUES (?, 'bench-parent', 1, 0, ?, ?)",
                 (child_id, uuid.uuid4().hex, _now()),
             )
             self._children.append(child_id)

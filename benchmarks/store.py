@@ -3,12 +3,12 @@
 For each backend (SQLite file; PostgreSQL when reachable) and each run, both sides do the
 same work back to back in this process, on the same database:
 
-- append: one transaction of ``BEGIN [IMMEDIATE]``, ``UPDATE … SET last_seq = last_seq + n
-  … RETURNING``, ``executemany`` of the ``INSERT``, ``COMMIT`` — for batches of 1, 10 and 100
-  events. The raw side serialises each event's data with ``json.dumps`` and draws a batch
-  id and a timestamp, as the store does; it skips the input checks (plain-JSON copy), the
-  retry policy, the connection handling and building the returned models: what the ratio
-  prices.
+- append: one transaction of ``BEGIN [IMMEDIATE]``, the child's highest ``seq`` (after
+  locking its header row, on PostgreSQL), ``executemany`` of the ``INSERT``, ``COMMIT`` —
+  for batches of 1, 10 and 100 events. The raw side serialises each event's data with
+  ``json.dumps`` and draws a batch id and a timestamp, as the store does; it skips the
+  input checks (plain-JSON copy), the retry policy, the connection handling and building
+  the returned models: what the ratio prices.
 - load: the header ``SELECT``, the events ``SELECT … ORDER BY seq``, and ``json.loads`` of
   each row's data, for transcripts of 100, 1,000 and 10,000 events. The store also builds
   a `LoadedSession` of frozen models.
@@ -40,6 +40,7 @@ from benchmarks._report import table
 from benchmarks._stats import Spread, fmt_count, fmt_ratio, fmt_s, percentile, sample, spread
 from controlplane import ChildMeta, MessageSource, NewEvent
 from persistence import SqlStore
+from persistence._backend import Statements
 
 __all__ = ["StoreConfig", "run"]
 
@@ -81,46 +82,31 @@ def run(*, quick: bool, workdir: Path, pg_url: str | None) -> str:
 
 # -- the raw baselines -------------------------------------------------------------------
 
-_HEADER_SQL = (
-    "SELECT parent_session, depth, seed_length, label, created_at "
-    "FROM subagent_children WHERE child_id = {p}"
-)
-_EVENTS_SQL = (
-    "SELECT seq, turn, kind, data, source, created_at "
-    "FROM subagent_events WHERE child_id = {p} ORDER BY seq"
-)
-_RESERVE_SQL = (
-    "UPDATE subagent_children SET last_seq = last_seq + {p} WHERE child_id = {p} RETURNING last_seq"
-)
-_INSERT_SQL = (
-    "INSERT INTO subagent_events (child_id, seq, turn, kind, data, source, batch_id, "
-    "created_at) VALUES ({p}, {p}, {p}, {p}, {p}, {p}, {p}, {p})"
-)
-
 
 class _RawDriver:
-    """The store's statements on one bare DBAPI connection (sqlite3 or psycopg)."""
+    """The store's own statements on one bare DBAPI connection (sqlite3 or psycopg)."""
 
     def __init__(self, conn: Any, placeholder: str, begin: str, *, text_times: bool) -> None:
         self._conn = conn
         self._begin = begin
         self._text_times = text_times
-        self._header, self._events, self._reserve, self._insert = (
-            sql.format(p=placeholder)
-            for sql in (_HEADER_SQL, _EVENTS_SQL, _RESERVE_SQL, _INSERT_SQL)
-        )
+        self._sql = Statements.build(placeholder, row_locks=placeholder == "%s")
 
     def append(self, child_id: str, events: Sequence[Raw]) -> None:
         now = datetime.now(UTC)
         stamp = now.isoformat(timespec="microseconds") if self._text_times else now
         batch = uuid.uuid4().hex
+        sql = self._sql
         cursor = self._conn.cursor()
         cursor.execute(self._begin)
-        cursor.execute(self._reserve, (len(events), child_id))
+        if sql.lock_child is not None:
+            cursor.execute(sql.lock_child, (child_id,))
+            cursor.fetchone()
+        cursor.execute(sql.last_seq, (child_id,))
         (last,) = cursor.fetchone()
-        first = last - len(events) + 1
+        first = last + 1
         cursor.executemany(
-            self._insert,
+            sql.insert,
             [
                 (
                     child_id,
@@ -139,9 +125,9 @@ class _RawDriver:
 
     def load(self, child_id: str) -> tuple[Any, list[tuple[Any, ...]]]:
         cursor = self._conn.cursor()
-        cursor.execute(self._header, (child_id,))
+        cursor.execute(self._sql.header, (child_id,))
         header = cursor.fetchone()
-        cursor.execute(self._events, (child_id,))
+        cursor.execute(self._sql.events, (child_id,))
         loads = json.loads
         rows = [
             (seq, turn, kind, loads(data), source, created)
@@ -325,8 +311,9 @@ def _method(config: StoreConfig) -> str:
     return (
         "`SqlStore.append` and `SqlStore.load` beside the same statements on the raw driver "
         "(`sqlite3` / psycopg 3, one open connection, same pragmas), in the same process and "
-        "database. Append: one transaction (`BEGIN [IMMEDIATE]`, `UPDATE … last_seq = "
-        "last_seq + n … RETURNING`, `executemany` of the `INSERT` over n rows, `COMMIT`); the "
+        "database. Append: one transaction (`BEGIN [IMMEDIATE]`, the child's highest `seq` "
+        "— its header row locked first on PostgreSQL — `executemany` of the `INSERT` over n "
+        "rows, `COMMIT`); the "
         "raw side also "
         "`json.dumps` each event and draws a batch id and a timestamp. Load: the header and "
         "events `SELECT`s plus `json.loads` of each row's data; the store decodes with "

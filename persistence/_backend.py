@@ -34,12 +34,16 @@ class Statements:
     header: str
     events: str
     exists: str
-    reserve: str
+    lock_child: str | None
+    """Serializes appends to one child: its header row's lock (None where the database
+    admits one writer at a time, as SQLite does from ``BEGIN IMMEDIATE``)."""
+    last_seq: str
+    """The child's highest ``seq`` (0 for none); no row when the child does not exist."""
     insert: str
     landed: str
 
     @classmethod
-    def build(cls, p: str) -> Statements:
+    def build(cls, p: str, *, row_locks: bool) -> Statements:
         """The statements with placeholder ``p`` (``?`` for sqlite3, ``%s`` for psycopg)."""
         return cls(
             header=(
@@ -48,9 +52,16 @@ class Statements:
             ),
             events=(f"SELECT {_EVENT_COLUMNS} FROM {EVENTS} WHERE child_id = {p} ORDER BY seq"),
             exists=f"SELECT 1 FROM {CHILDREN} WHERE child_id = {p}",
-            reserve=(
-                f"UPDATE {CHILDREN} SET last_seq = last_seq + {p} "
-                f"WHERE child_id = {p} RETURNING last_seq"
+            # Not FOR UPDATE: the events' foreign-key checks take KEY SHARE on this row,
+            # which NO KEY UPDATE does not block.
+            lock_child=(
+                f"SELECT 1 FROM {CHILDREN} WHERE child_id = {p} FOR NO KEY UPDATE"
+                if row_locks
+                else None
+            ),
+            last_seq=(
+                f"SELECT (SELECT coalesce(max(e.seq), 0) FROM {EVENTS} e "
+                f"WHERE e.child_id = c.child_id) FROM {CHILDREN} c WHERE c.child_id = {p}"
             ),
             insert=(
                 f"INSERT INTO {EVENTS} "
@@ -175,7 +186,7 @@ def _sqlite(url: URL) -> tuple[Engine, Backend]:
         serialize_writes=True,
         single_connection=in_memory,
         text_times=True,
-        sql=Statements.build("?"),
+        sql=Statements.build("?", row_locks=False),
     )
 
 
@@ -206,7 +217,7 @@ def _postgresql(url: URL) -> tuple[Engine, Backend]:
         serialize_writes=False,
         single_connection=False,
         text_times=False,
-        sql=Statements.build("%s"),
+        sql=Statements.build("%s", row_locks=True),
     )
 
 

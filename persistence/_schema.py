@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Annotated, Any, Final
@@ -47,7 +48,7 @@ __all__ = [
     "utc_time",
 ]
 
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
 """The version this code writes. Bump it with a migration in `_MIGRATIONS`."""
 
 CHILDREN: Final = "subagent_children"
@@ -125,12 +126,13 @@ class SchemaVersionRow(Base):
 
 
 class ChildRow(Base):
-    """A child's durable header.
+    """A child's durable header, written once.
 
-    ``last_seq`` is the highest ``seq`` handed out for the child: an append bumps it in
-    the same transaction as its inserts, which serializes appends per child and keeps
-    ``seq`` gapless. ``created_batch`` identifies the `create_child` call that wrote the
-    header, so a retry of that call can recognise its own earlier, ambiguous commit.
+    An append never rewrites it: the next ``seq`` is one past the child's highest, read
+    under a lock that serializes appends per child (SQLite's write lock; on PostgreSQL a
+    lock on this row), so ``seq`` stays gapless. ``created_batch`` identifies the
+    `create_child` call that wrote the header, so a retry of that call can recognise its
+    own earlier, ambiguous commit.
     """
 
     __tablename__ = CHILDREN
@@ -140,7 +142,6 @@ class ChildRow(Base):
     depth: Mapped[int]
     seed_length: Mapped[int]
     label: Mapped[str | None] = mapped_column(String(1000))
-    last_seq: Mapped[int]
     created_batch: Mapped[BatchId]
     created_at: Mapped[UtcTime]
 
@@ -192,7 +193,23 @@ class EventRow(Base):
 
 Migration = Callable[[Connection], None]
 
-_MIGRATIONS: dict[int, Migration] = {}
+
+_DROP_LAST_SEQ: Final = f"ALTER TABLE {CHILDREN} DROP COLUMN last_seq"
+
+
+def _drop_last_seq(conn: Connection) -> None:
+    """Version 2: appends no longer bump a ``last_seq`` column in the child's header (an
+    extra row write per append); they read the child's highest ``seq`` instead."""
+    if conn.dialect.name == "sqlite" and sqlite3.sqlite_version_info < (3, 35, 0):
+        raise SubagentControlError(
+            ErrorCode.STORE_UNAVAILABLE,
+            f"upgrading this store needs SQLite 3.35 or newer, which can drop a column; "
+            f"this Python has SQLite {sqlite3.sqlite_version}",
+        )
+    conn.execute(text(_DROP_LAST_SEQ))
+
+
+_MIGRATIONS: dict[int, Migration] = {1: _drop_last_seq}
 """``_MIGRATIONS[n]`` upgrades a version-``n`` store to version ``n + 1``."""
 
 

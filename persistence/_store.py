@@ -210,7 +210,6 @@ class SqlStore:
                         depth=meta.depth,
                         seed_length=meta.seed_length,
                         label=meta.label,
-                        last_seq=len(pending),
                         created_batch=batch,
                         created_at=meta.created_at,
                     )
@@ -267,31 +266,39 @@ class SqlStore:
         created_at: datetime,
         attempt: int,
     ) -> list[SessionEvent]:
-        sql, count = self._sql, len(pending)
+        sql = self._sql
         with self._db.cursor(write=True) as cursor:
+            # First, under the child's lock: an earlier attempt whose commit is still in
+            # flight then finishes before the retry below looks for its rows.
+            first = self._last_seq(cursor, child_id) + 1
             if attempt > 1:
-                # Take the child's row lock before looking: an earlier attempt whose commit
-                # is still in flight then finishes first, and its rows are visible.
-                self._reserve(cursor, child_id, 0)
                 cursor.execute(sql.landed, (child_id, batch))
                 landed = decode_events(cursor)
                 if landed:
                     return landed
-            first = self._reserve(cursor, child_id, count) - count + 1
             stamp = sqlite_time(created_at) if self._db.backend.text_times else created_at
-            cursor.executemany(
-                sql.insert,
-                [
-                    (child_id, seq, p.turn, p.kind, p.data_json, p.source_json, batch, stamp)
-                    for seq, p in enumerate(pending, start=first)
-                ],
-            )
+            rows = [
+                (child_id, seq, p.turn, p.kind, p.data_json, p.source_json, batch, stamp)
+                for seq, p in enumerate(pending, start=first)
+            ]
+            if len(rows) == 1:  # a steer's record: execute costs less than executemany
+                cursor.execute(sql.insert, rows[0])
+            else:
+                cursor.executemany(sql.insert, rows)
         self._committed()
         return stored_events(pending, first, created_at)
 
-    def _reserve(self, cursor: DBAPICursor, child_id: str, count: int) -> int:
-        """Bump the child's ``last_seq`` by ``count`` (locking its row); the new value."""
-        cursor.execute(self._sql.reserve, (count, child_id))
+    def _last_seq(self, cursor: DBAPICursor, child_id: str) -> int:
+        """The child's highest ``seq``, read under the lock that serializes its appends
+        (taken here on PostgreSQL; SQLite's write transaction already holds it)."""
+        sql = self._sql
+        if sql.lock_child is not None:
+            # A statement of its own: the next one then reads with a snapshot taken after
+            # the lock was granted, so it sees the previous holder's rows.
+            cursor.execute(sql.lock_child, (child_id,))
+            if cursor.fetchone() is None:
+                raise _not_found(child_id)
+        cursor.execute(sql.last_seq, (child_id,))
         row = cursor.fetchone()
         if row is None:
             raise _not_found(child_id)

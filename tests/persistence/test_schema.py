@@ -14,6 +14,7 @@ import sqlalchemy as sa
 from controlplane import ErrorCode, SubagentControlError
 from persistence import RetryPolicy, SqlStore
 from persistence._backend import Statements
+from persistence._schema import SCHEMA_VERSION
 from tests.persistence.conftest import message, new_child, raw_engine
 
 MANY = 100_000
@@ -28,7 +29,7 @@ def schema_version(url: str) -> list[tuple[int, int]]:
 
 
 def test_a_new_store_records_its_schema_version(store: SqlStore, store_url: str) -> None:
-    assert schema_version(store_url) == [(1, 1)]
+    assert schema_version(store_url) == [(1, SCHEMA_VERSION)]
 
 
 def test_reopening_a_store_keeps_its_version_and_its_data(store_url: str) -> None:
@@ -36,7 +37,7 @@ def test_reopening_a_store_keeps_its_version_and_its_data(store_url: str) -> Non
         meta = new_child(first)
     with SqlStore(store_url) as again:
         assert again.list_children() == [meta]
-    assert schema_version(store_url) == [(1, 1)]
+    assert schema_version(store_url) == [(1, SCHEMA_VERSION)]
 
 
 def test_a_store_written_by_a_newer_version_is_refused_with_a_clear_error(
@@ -57,6 +58,32 @@ def test_a_store_written_by_a_newer_version_is_refused_with_a_clear_error(
     assert "upgrade subagent-control" in raised.value.message
 
 
+def test_a_version_1_store_is_migrated_and_its_children_resume_gapless(store_url: str) -> None:
+    with SqlStore(store_url) as first:
+        meta = new_child(first)
+        first.append(meta.child_id, [message(1), message(2)])
+        before = first.load(meta.child_id)
+    # Version 1 kept a last_seq column in the header, bumped by every append.
+    engine = raw_engine(store_url)
+    with engine.begin() as conn:
+        conn.execute(sa.text("ALTER TABLE subagent_children ADD COLUMN last_seq INTEGER"))
+        conn.execute(sa.text("UPDATE subagent_children SET last_seq = 2"))
+        conn.execute(sa.text("UPDATE subagent_schema SET version = 1"))
+    engine.dispose()
+
+    with SqlStore(store_url) as again:
+        assert again.load(meta.child_id) == before
+        stored = again.append(meta.child_id, [message(3)])
+        assert [e.seq for e in stored] == [3]
+        assert [e.seq for e in again.load(meta.child_id).events] == [1, 2, 3]
+    assert schema_version(store_url) == [(1, SCHEMA_VERSION)]
+    engine = raw_engine(store_url)
+    with engine.connect() as conn:
+        columns = {c["name"] for c in sa.inspect(conn).get_columns("subagent_children")}
+    engine.dispose()
+    assert "last_seq" not in columns
+
+
 # -- one load among many children is an index lookup ------------------------------------
 
 
@@ -68,7 +95,7 @@ def _bulk_children_sqlite(path: str, count: int) -> str:
     with sqlite3.connect(path) as conn:
         conn.executemany(
             "INSERT INTO subagent_children (child_id, parent_session, depth, seed_length, "
-            "label, last_seq, created_batch, created_at) VALUES (?, 'p', 1, 0, NULL, 2, 'b', ?)",
+            "label, created_batch, created_at) VALUES (?, 'p', 1, 0, NULL, 'b', ?)",
             ((child_id, now) for child_id in ids),
         )
         conn.executemany(
@@ -92,9 +119,9 @@ def test_loading_one_child_among_100000_is_an_index_lookup_on_sqlite(tmp_path: P
         assert [e.seq for e in store.load(mine.child_id).events] == [1, 2, 3]
         assert len(store.load(some_child).events) == 2
 
-    sql = Statements.build("?")
+    sql = Statements.build("?", row_locks=False)
     with sqlite3.connect(path) as conn:
-        for statement in (sql.header, sql.events):
+        for statement in (sql.header, sql.events, sql.last_seq):
             plan = " | ".join(
                 row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {statement}", ("x",))
             )
@@ -121,8 +148,8 @@ def test_loading_one_child_among_100000_is_an_index_lookup_on_postgresql(pg_url:
             conn.execute(
                 sa.text(
                     "INSERT INTO subagent_children (child_id, parent_session, depth, seed_length,"
-                    " last_seq, created_batch, created_at) "
-                    "SELECT 'bulk-' || n, 'p', 1, 0, 2, 'b', now() "
+                    " created_batch, created_at) "
+                    "SELECT 'bulk-' || n, 'p', 1, 0, 'b', now() "
                     "FROM generate_series(1, :count) AS n"
                 ),
                 {"count": MANY},
@@ -142,10 +169,10 @@ def test_loading_one_child_among_100000_is_an_index_lookup_on_postgresql(pg_url:
         assert [e.seq for e in store.load(mine.child_id).events] == [1, 2, 3]
         assert len(store.load(f"bulk-{MANY // 2}").events) == 2
 
-    sql = Statements.build("%s")
+    sql = Statements.build("%s", row_locks=True)
     libpq = sa.make_url(pg_url).set(drivername="postgresql").render_as_string(hide_password=False)
     with psycopg.connect(libpq) as conn:
-        for statement in (sql.header, sql.events):
+        for statement in (sql.header, sql.events, sql.last_seq):
             plan = " | ".join(row[0] for row in conn.execute(f"EXPLAIN {statement}", ("bulk-7",)))
             assert "Index" in plan, plan
             assert "Seq Scan" not in plan, plan
