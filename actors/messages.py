@@ -28,7 +28,7 @@ from controlplane.contract import (
 __all__ = [
     "ActivationEnded",
     "ActivationPlan",
-    "BeginInitial",
+    "BeginActivation",
     "Describe",
     "DescribeAll",
     "Published",
@@ -86,8 +86,13 @@ class SpawnChild(BaseModel):
     plan: ActivationPlan
 
 
-class BeginInitial(BaseModel):
-    """Supervisor (from the root, once routed): begin the initial activation."""
+class BeginActivation(BaseModel):
+    """Supervisor: start the actor of the activation it has just installed.
+
+    From the root once the new child is routed (the initial activation), or from the
+    supervisor itself right after it answered ``started`` (a resume): starting a thread
+    waits for it to run, and the sender need not wait for that.
+    """
 
     model_config = _MESSAGE
 

@@ -15,7 +15,7 @@ import pykka
 
 from actors.context import ActorContext
 from actors.messages import (
-    BeginInitial,
+    BeginActivation,
     Describe,
     DescribeAll,
     Routed,
@@ -82,7 +82,7 @@ class RootActor(pykka.ThreadingActor):
         self._table._put(route)
         # Only now: an activation that failed at once could retire its supervisor, and a
         # retirement must find the route it removes.
-        ref.tell(BeginInitial())
+        ref.tell(BeginActivation())
         return route
 
     def _route_send(self, route_send: RouteSend) -> Routed:

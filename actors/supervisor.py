@@ -22,7 +22,7 @@ from actors.context import ActorContext
 from actors.messages import (
     ActivationEnded,
     ActivationPlan,
-    BeginInitial,
+    BeginActivation,
     Describe,
     Published,
     Redirect,
@@ -125,7 +125,7 @@ class ChildSupervisor(pykka.ThreadingActor):
         self._last_activity = utcnow()
         if initial is not None:
             # Installed before the actor starts, so the first send already finds it; the
-            # activation itself begins on `BeginInitial`, once the root has routed here.
+            # activation itself begins on `BeginActivation`, once the root has routed here.
             self._current = _Current(plan=initial, agent_mark=context.agents.last_serial())
 
     # -- pykka hooks ----------------------------------------------------------------
@@ -138,8 +138,8 @@ class ChildSupervisor(pykka.ThreadingActor):
             # Retired, with a stop queued behind this message: not handled, so the caller
             # may send it again to the child's next supervisor.
             return Redirect() if self._retired else self._on_send(message)
-        if isinstance(message, BeginInitial):
-            return self._begin_initial()
+        if isinstance(message, BeginActivation):
+            return self._begin()
         if isinstance(message, Published):
             return self._on_published(message)
         if isinstance(message, Settling):
@@ -235,7 +235,8 @@ class ChildSupervisor(pykka.ThreadingActor):
             signal=signal,
             label=task.label,
         )
-        self._current = self._spawn(plan)
+        self._current = _Current(plan=plan, agent_mark=self._ctx.agents.last_serial())
+        self.actor_ref.tell(BeginActivation())  # after this answer has gone out
         return SendResult(route="started", task_id=task.id)
 
     def _on_published(self, published: Published) -> None:
@@ -287,12 +288,7 @@ class ChildSupervisor(pykka.ThreadingActor):
 
     # -- helpers ---------------------------------------------------------------------
 
-    def _spawn(self, plan: ActivationPlan) -> _Current:
-        current = _Current(plan=plan, agent_mark=self._ctx.agents.last_serial())
-        current.ref = ActivationActor.start(self._ctx, plan, self.actor_ref)
-        return current
-
-    def _begin_initial(self) -> None:
+    def _begin(self) -> None:
         current = self._current
         if current is not None and current.ref is None:
             current.ref = ActivationActor.start(self._ctx, current.plan, self.actor_ref)
