@@ -2,8 +2,8 @@
 
 With 1, 100 and 1,000 live children, each round times, interleaved:
 
-- our steer: ``send_message`` → supervisor → ``run.steer`` → durable ``steering/message``
-  append → ``SendResult`` (SQLite store);
+- our steer: ``send_message`` → supervisor → ``run.steer`` → back to the sender, which
+  commits the durable ``steering/message`` → ``SendResult`` (SQLite store);
 - the raw round trip: a pykka ``ask`` whose handler does one raw ``sqlite3`` append (the
   goal: our steer within 1.5× of it), and its parts timed apart;
 - the parts of a steer: ``SqlStore.append`` alone and carried by an ``ask``;
@@ -305,16 +305,16 @@ costs depends on whether its CPU is still polling (~15 µs for a bare `ask`) or 
 figures move between runs by several times; the ratios within one round, where both sides
 met the same conditions, are what to compare.
 
-**Steer round trip** — `send_message` → supervisor → `run.steer` → durable
-`steering/message` append → `SendResult` — against the SPEC §8 baseline, one raw pykka
-`ask` plus one raw `sqlite3` append. The *raw round trip* is that baseline in the shape of
-a steer: an `ask` to a random one of N echo actors (N = live children) whose handler does
-the raw append before replying, so the caller waits while another thread writes, as in a
-steer. Goal: steer p50 ≤ 1.5× the raw round trip — {verdict}. Beside it, the steer over
-the two parts timed apart in tight loops (on this VM a short wait costs less than a long
-one: a caller that waits longer lets its CPU idle, and waking it is slow), and over a round
-trip carrying `SqlStore.append` instead of the raw append — what exceeds 1× there is the
-routing code's own cost:
+**Steer round trip** — `send_message` → the child's supervisor, which decides, hands the
+message to `run.steer` and queues its record → back to the sender, whose thread commits the
+durable `steering/message` append → `SendResult` — against the SPEC §8 baseline, one raw
+pykka `ask` plus one raw `sqlite3` append. The *raw round trip* is that baseline as one
+round trip: an `ask` to a random one of N echo actors (N = live children) whose handler
+does the raw append before replying. Goal: steer p50 ≤ 1.5× the raw round trip —
+{verdict}. Beside it, the steer over the two parts timed apart in tight loops (on this VM
+a short wait costs less than a long one: a caller that waits longer lets its CPU idle, and
+waking it is slow), and over a round trip carrying `SqlStore.append` instead of the raw
+append — what exceeds 1× there is the routing code's own cost:
 
 {steer_table}
 
