@@ -29,13 +29,12 @@ __all__ = [
     "seed_child",
     "sqlite_url",
     "transcript_events",
+    "write_batches",
 ]
 
 PG_URL_ENV = "SUBAGENT_CONTROL_TEST_PG_URL"
 DEFAULT_PG_URL = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 PARENT_SESSION = "bench-parent"
-
-_APPEND_BATCH = 500
 
 
 @contextlib.contextmanager
@@ -141,14 +140,31 @@ def transcript_events(messages: tuple[Message, ...]) -> list[NewEvent]:
 
 
 def seed_child(store: SqlStore, n_messages: int, *, parent_session: str = PARENT_SESSION) -> str:
-    """Create a resumable child whose transcript holds ``n_messages`` messages; its id."""
+    """Create a resumable child whose transcript holds ``n_messages`` messages; its id.
+
+    Written in the batches a real child's transcript is written in (`write_batches`), so
+    rows carry the timestamps they would (one per write, not one per bulk insert).
+    """
     child_id = str(uuid.uuid4())
-    events = transcript_events(history(n_messages))
-    meta = ChildMeta(child_id=child_id, parent_session=parent_session, depth=1)
-    store.create_child(meta, events[:_APPEND_BATCH])
-    for start in range(_APPEND_BATCH, len(events), _APPEND_BATCH):
-        store.append(child_id, events[start : start + _APPEND_BATCH])
+    first, *rest = write_batches(transcript_events(history(n_messages)))
+    store.create_child(ChildMeta(child_id=child_id, parent_session=parent_session, depth=1), first)
+    for batch in rest:
+        store.append(child_id, batch)
     return child_id
+
+
+def write_batches(events: list[NewEvent]) -> list[list[NewEvent]]:
+    """``events`` grouped as the control plane and a provider write them: a turn's frame
+    (``turn/start``, the prompt, the descriptor in turn 1) at publication, then each
+    message the child produces, then ``turn/end``."""
+    batches: list[list[NewEvent]] = []
+    for event in events:
+        joins_frame = event.kind in (EventKind.USER_MESSAGE, EventKind.DESCRIPTOR)
+        if joins_frame and batches and batches[-1][0].kind == EventKind.TURN_START:
+            batches[-1].append(event)
+        else:
+            batches.append([event])
+    return batches
 
 
 def proc_status() -> dict[str, int]:

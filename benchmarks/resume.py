@@ -1,7 +1,8 @@
 """Cold resume against transcript length, beside LangGraph and the OpenAI Agents SDK.
 
-A child whose transcript holds 100 / 1,000 / 10,000 messages is created through the store
-(batched appends, a version-1 descriptor in turn 1). Each run then opens a fresh control
+A child whose transcript holds 100 / 1,000 / 10,000 messages is created through the store,
+written as a real child's is (a turn's frame at once, then each message, then the turn's
+end; a version-1 descriptor in turn 1). Each run then opens a fresh control
 plane on the store — nothing cached — and times ``send_message`` until ``provider.resume``
 is called with the rebuilt child (store load, authorization, descriptor fold, the request
 with every earlier event). The rivals restore the same messages from their SQLite files
@@ -192,8 +193,10 @@ own objects are frozen out of the garbage collector (`gc.freeze()`), so a collec
 each system only what it allocates. Messages average
 ~950 characters (users 100–600, assistants 200–2,000); one user message then four
 assistant messages per turn. Our transcript also holds `turn/start`/`turn/end` per turn
-and the descriptor, so it has ~1.4 rows per message; LangGraph's store holds only the
-newest checkpoint (a real thread has one per step, which `get_tuple` does not read).
+and the descriptor, so it has ~1.4 rows per message, written as a live child writes them
+(one write per turn frame, per message and per turn end, each with its own timestamp);
+LangGraph's store holds only the newest checkpoint (a real thread has one per step, which
+`get_tuple` does not read).
 The last column is `SqlStore.load` alone on a fresh store, the largest part of our time.
 {note_lines}
 SPEC §8 goal — {goal}.

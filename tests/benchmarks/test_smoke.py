@@ -10,6 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks._harness import seed_child, sqlite_url
+from controlplane import EventKind
+from persistence import SqlStore
 from tests.support import run_python
 
 
@@ -42,3 +45,20 @@ def test_an_unknown_section_is_refused_before_anything_runs(tmp_path: Path) -> N
     assert done.returncode != 0
     assert "unknown section" in done.stderr
     assert not out.exists()
+
+
+def test_a_seeded_child_is_written_in_the_batches_a_real_child_is(tmp_path: Path) -> None:
+    with SqlStore(sqlite_url(tmp_path / "seed.db")) as store:
+        child_id = seed_child(store, 10)  # two turns: a user message, four answers
+        events = store.load(child_id).events
+
+    frame = [EventKind.TURN_START, EventKind.USER_MESSAGE]
+    assistant = [EventKind.ASSISTANT_MESSAGE] * 4
+    assert [e.kind for e in events] == [
+        *frame, EventKind.DESCRIPTOR, *assistant, EventKind.TURN_END,
+        *frame, *assistant, EventKind.TURN_END,
+    ]  # fmt: skip
+    assert [e.turn for e in events] == [1] * 8 + [2] * 7
+    # One write per frame, per answer and per turn end: 12 distinct write times.
+    assert len({e.created_at for e in events}) == 12
+    assert events[0].created_at == events[2].created_at != events[3].created_at
