@@ -13,6 +13,7 @@ from typing import Any, cast
 
 import pykka
 
+from actors._answer import NO_ANSWER, answer_of
 from actors.context import ActorContext
 from actors.messages import (
     BeginActivation,
@@ -139,18 +140,31 @@ class RootActorProxy:
     def __init__(self, ref: pykka.ActorRef[Any]) -> None:
         self.ref = ref
 
-    def spawn_child(self, spawn: SpawnChild, timeout_s: float) -> Route:
-        """Create a child's supervisor with its initial activation."""
-        return cast(Route, self.ref.ask(spawn, timeout=timeout_s))
+    def spawn_child(self, spawn: SpawnChild) -> Route:
+        """Create a child's supervisor with its initial activation.
 
-    def route_send(self, child_id: str, send: SendMessage, timeout_s: float) -> SendReply:
+        Raises:
+            pykka.ActorDeadError: the root stopped first; nothing was spawned.
+        """
+        return cast(Route, self._answer(spawn))
+
+    def route_send(self, child_id: str, send: SendMessage) -> SendReply:
         """Send through the root to a child this caller found no route for: the root
         creates its supervisor if needed and hands the message on; the supervisor answers.
+
+        Raises:
+            pykka.ActorDeadError: the root stopped first; the message went nowhere.
         """
-        routed = cast(
-            Routed, self.ref.ask(RouteSend(child_id=child_id, send=send), timeout=timeout_s)
-        )
+        routed = cast(Routed, self._answer(RouteSend(child_id=child_id, send=send)))
         return await_reply(routed.supervisor, routed.reply)
+
+    def _answer(self, message: SpawnChild | RouteSend) -> Any:
+        # No deadline: the root never waits on another actor, and giving up early would
+        # leave the caller unable to say whether its child started or its message went.
+        answer = answer_of(self.ref, self.ref.ask(message, block=False))
+        if answer is NO_ANSWER:
+            raise pykka.ActorDeadError("the root actor stopped before it handled the message")
+        return answer
 
     def describe_all(self, timeout_s: float) -> list[SupervisorNode]:
         """Every supervisor's node; busy ones are not waited for past ``timeout_s``."""

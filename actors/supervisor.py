@@ -16,6 +16,7 @@ from typing import Any, cast
 
 import pykka
 
+from actors._answer import NO_ANSWER, answer_of
 from actors._transcript import ActivationTranscript
 from actors.activation import ActivationActor
 from actors.context import ActorContext
@@ -60,7 +61,6 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _LABEL_LIMIT = 80
-_LIVENESS_POLL_S = 1.0
 
 
 def follow_up_label(message: tuple[TextBlock, ...]) -> str:
@@ -403,23 +403,7 @@ class ChildSupervisorProxy:
 
 
 def await_reply(supervisor: pykka.ActorRef[Any], future: pykka.Future[Any]) -> SendReply:
-    """A supervisor's answer to a `SendMessage`.
-
-    Waits as long as the supervisor lives: a slow turn is no reason to give up on an
-    answer that may still say "delivered". A message that raced the supervisor's stop
-    is dropped silently by pykka; it was never handled, so the answer is `Redirect`.
-    """
-    while True:
-        try:
-            return cast(SendReply, future.get(timeout=_LIVENESS_POLL_S))
-        except pykka.Timeout:
-            if supervisor.is_alive():
-                continue
-            # pykka answers a handled message before it stops, so a dead supervisor
-            # with no answer never handled it.
-            try:
-                return cast(SendReply, future.get(timeout=0))
-            except pykka.Timeout:
-                return Redirect()
-        except pykka.ActorDeadError:
-            return Redirect()
+    """A supervisor's answer to a `SendMessage`; `Redirect` if it stopped without handling
+    it (then sending it again cannot duplicate it)."""
+    answer = answer_of(supervisor, future)
+    return Redirect() if answer is NO_ANSWER else cast(SendReply, answer)

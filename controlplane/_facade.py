@@ -189,7 +189,7 @@ class SubagentControl:
                 parent.session_id, spec.label, task.id, task.created_at
             )
         try:
-            root.spawn_child(SpawnChild(plan=plan), _ROOT_TIMEOUT_S)
+            root.spawn_child(SpawnChild(plan=plan))
         except BaseException as exc:
             with self._lock:
                 self._pending_children.pop(child_id, None)
@@ -260,7 +260,7 @@ class SubagentControl:
     def _route_send(self, root: RootActorProxy, child_id: str, send: SendMessage) -> SendReply:
         # No supervisor in the table: the root creates one and hands the message on.
         try:
-            return root.route_send(child_id, send, _ROOT_TIMEOUT_S)
+            return root.route_send(child_id, send)
         except BaseException as exc:
             raise _translate(exc) from exc
 
