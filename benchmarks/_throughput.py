@@ -1,4 +1,5 @@
-"""Messages per second from several threads: our steer, raw pykka ``tell``, raw appends.
+"""Messages per second from several threads: our steer, a lock-and-dict router, raw pykka
+``tell``, raw appends.
 
 Each side runs ``threads`` threads that start together at a barrier and send
 ``per_thread`` messages each; the rate is all messages over the wall time until the last
@@ -37,6 +38,7 @@ class Throughput:
     """Messages per second, per side (median of the rounds, with their min–max)."""
 
     ours: Spread
+    router: Spread
     tell: Spread
     append: Spread
 
@@ -45,18 +47,24 @@ def measure_throughput(
     plan: ThroughputPlan,
     *,
     steer: Callable[[str], None],
+    route: Callable[[str], None],
     children: list[list[str]],
     append: Callable[[], None],
 ) -> Throughput:
-    """Steer ``children[i]`` (round-robin) from thread ``i``; then the raw sides."""
+    """Steer ``children[i]`` (round-robin) from thread ``i``, through us and through the
+    router; then the raw sides."""
     actors = [EchoActor.start() for _ in range(_ECHO_ACTORS)]
     total = plan.threads * plan.per_thread
-    ours, tell, appends = [], [], []
+    ours, routed, tell, appends = [], [], [], []
     try:
         for _ in range(plan.rounds):
             ours.append(
                 total
                 / _in_threads(plan.threads, partial(_steer_many, steer, children, plan.per_thread))
+            )
+            routed.append(
+                total
+                / _in_threads(plan.threads, partial(_steer_many, route, children, plan.per_thread))
             )
             tell_many = partial(_tell_many, actors, plan.per_thread)
             tell.append(total / _in_threads(plan.threads, tell_many, after=partial(_drain, actors)))
@@ -66,7 +74,7 @@ def measure_throughput(
     finally:
         for actor in actors:
             actor.stop()
-    return Throughput(spread(ours), spread(tell), spread(appends))
+    return Throughput(spread(ours), spread(routed), spread(tell), spread(appends))
 
 
 def _steer_many(
