@@ -347,7 +347,9 @@ def _open_store(url: str) -> SqlStore:
         raise _Exit(EXIT_NOT_FOUND, f"no SQLite store at {sqlite_path}: check --db")
     from persistence import SqlStore
 
-    return SqlStore(url)
+    # Read as it is: an inspection never creates tables or migrates an older store
+    # (a process of that older version may still be using it).
+    return SqlStore(url, read_only=True)
 
 
 def _sqlite_file(url: str) -> str | None:

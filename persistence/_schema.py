@@ -43,6 +43,7 @@ __all__ = [
     "EventRow",
     "SchemaVersionRow",
     "UtcDateTime",
+    "check_schema",
     "ensure_schema",
     "sqlite_time",
     "utc_time",
@@ -225,19 +226,12 @@ def ensure_schema(conn: Connection) -> None:
     """
     if conn.dialect.name == "postgresql":
         conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_SCHEMA_LOCK_KEY})
-    found = None
-    if inspect(conn).has_table(_VERSION_TABLE):
-        found = conn.execute(select(SchemaVersionRow.version)).scalar_one_or_none()
+    found = _stored_version(conn)
     if found is None:
         Base.metadata.create_all(conn)
         conn.execute(insert(SchemaVersionRow).values(id=1, version=SCHEMA_VERSION))
         return
-    if found > SCHEMA_VERSION:
-        raise SubagentControlError(
-            ErrorCode.STORE_UNAVAILABLE,
-            f"the store has schema version {found}, newer than this code reads "
-            f"({SCHEMA_VERSION}); upgrade subagent-control to open it",
-        )
+    _refuse_newer(found)
     while found < SCHEMA_VERSION:
         migrate = _MIGRATIONS.get(found)
         if migrate is None:
@@ -249,3 +243,38 @@ def ensure_schema(conn: Connection) -> None:
         migrate(conn)
         found += 1
         conn.execute(update(SchemaVersionRow).values(version=found))
+
+
+def check_schema(conn: Connection) -> int:
+    """The version of an existing store, for reading it as it is: nothing is created or
+    migrated (every version so far keeps the columns a read uses).
+
+    Raises:
+        SubagentControlError: ``STORE_UNAVAILABLE`` for a database without the store's
+            tables, or a store written by a newer version of this code.
+    """
+    found = _stored_version(conn)
+    if found is None:
+        raise SubagentControlError(
+            ErrorCode.STORE_UNAVAILABLE,
+            "this database holds no subagent-control store (no schema version table); "
+            "check the URL",
+        )
+    _refuse_newer(found)
+    return found
+
+
+def _stored_version(conn: Connection) -> int | None:
+    if not inspect(conn).has_table(_VERSION_TABLE):
+        return None
+    version: int | None = conn.execute(select(SchemaVersionRow.version)).scalar_one_or_none()
+    return version
+
+
+def _refuse_newer(found: int) -> None:
+    if found > SCHEMA_VERSION:
+        raise SubagentControlError(
+            ErrorCode.STORE_UNAVAILABLE,
+            f"the store has schema version {found}, newer than this code reads "
+            f"({SCHEMA_VERSION}); upgrade subagent-control to open it",
+        )

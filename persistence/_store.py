@@ -35,7 +35,14 @@ from persistence._codec import (
 )
 from persistence._database import Database
 from persistence._retry import Retrier, RetryPolicy
-from persistence._schema import ChildRow, EventRow, ensure_schema, sqlite_time, utc_time
+from persistence._schema import (
+    ChildRow,
+    EventRow,
+    check_schema,
+    ensure_schema,
+    sqlite_time,
+    utc_time,
+)
 
 __all__ = ["SqlStore"]
 
@@ -63,9 +70,14 @@ class SqlStore:
         url: A SQLAlchemy URL: ``sqlite:///path``, ``sqlite://`` (in memory, one
             connection) or ``postgresql+psycopg://user@host/db``.
         retry: How to retry transient failures; `RetryPolicy()` by default.
+        read_only: Read the store as it is, for inspection: no table is created, an older
+            store is not migrated, and `create_child` and `append` refuse with
+            ``INVALID_INPUT``. A database without a store is ``STORE_UNAVAILABLE``.
     """
 
-    def __init__(self, url: str, *, retry: RetryPolicy | None = None) -> None:
+    def __init__(
+        self, url: str, *, retry: RetryPolicy | None = None, read_only: bool = False
+    ) -> None:
         if retry is not None and not isinstance(retry, RetryPolicy):
             raise SubagentControlError(
                 ErrorCode.INVALID_INPUT, f"retry must be a RetryPolicy, not {type(retry).__name__}"
@@ -74,9 +86,10 @@ class SqlStore:
         self._sql = self._db.sql
         self._retrier = Retrier(retry or RetryPolicy(), self._db.errors)
         self._closed = False
+        self._read_only = read_only
         self._after_commit: Callable[[], None] | None = None
         try:
-            self._run("open the store", self._open)
+            self._run("open the store", self._check if read_only else self._open)
         except BaseException:
             self._db.close()
             raise
@@ -102,6 +115,8 @@ class SqlStore:
             SubagentControlError: ``CHILD_EXISTS`` when the child id is taken;
                 ``INVALID_INPUT`` for a bad header or event (nothing written).
         """
+        if self._read_only:
+            raise _read_only("create a child")
         meta = prepare_meta(meta)
         pending = prepare_events(events)
         if meta.seed_length > len(pending):
@@ -133,6 +148,8 @@ class SqlStore:
             SubagentControlError: ``CHILD_NOT_FOUND``; ``INVALID_INPUT`` for a bad event
                 (nothing written); ``STORE_UNAVAILABLE`` after the retries.
         """
+        if self._read_only:
+            raise _read_only(f"append to child {child_id!r}")
         child_id = check_child_id(child_id)
         pending = prepare_events(events)
         if not pending:
@@ -192,6 +209,10 @@ class SqlStore:
     def _open(self, _attempt: int) -> None:
         with self._db.connection(write=True) as conn:
             ensure_schema(conn)
+
+    def _check(self, _attempt: int) -> None:
+        with self._db.connection(write=False) as conn:
+            check_schema(conn)
 
     def _create(
         self,
@@ -374,6 +395,13 @@ class _BatchIds:
 
 _next_batch = _BatchIds()
 os.register_at_fork(after_in_child=_next_batch.reseed)
+
+
+def _read_only(action: str) -> SubagentControlError:
+    return SubagentControlError(
+        ErrorCode.INVALID_INPUT,
+        f"cannot {action}: this store was opened read-only (for inspection); nothing was written",
+    )
 
 
 def _not_found(child_id: str) -> SubagentControlError:

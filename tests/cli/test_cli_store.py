@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 
 from controlplane import ChildMeta, MessageSource, NewEvent, SessionEvent
 from controlplane._cli import (
@@ -17,6 +18,7 @@ from controlplane._cli import (
     main,
 )
 from persistence import SqlStore
+from tests.persistence.conftest import raw_engine
 from tests.support import run_python
 
 # Port 9 (discard) on loopback: nothing listens, every connection is refused at once.
@@ -83,6 +85,26 @@ def test_children_lists_every_child_with_parent_depth_and_label(
     assert set(rows) == {populated.talker, populated.quiet, populated.other}
     assert rows[populated.other][1:3] == ["parent-2", "1"]
     assert rows[populated.other][-2:] == ["job", "parent-2"]
+
+
+def test_offline_views_read_an_older_store_without_migrating_it(
+    populated: Populated, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A version-1 store, perhaps still in use by a process of that version.
+    engine = raw_engine(populated.url)
+    with engine.begin() as conn:
+        conn.execute(sa.text("ALTER TABLE subagent_children ADD COLUMN last_seq INTEGER"))
+        conn.execute(sa.text("UPDATE subagent_schema SET version = 1"))
+
+    listed = run(capsys, "children", "--db", populated.url)
+    shown = run(capsys, "transcript", populated.talker, "--db", populated.url)
+
+    assert (listed[0], shown[0]) == (EXIT_OK, EXIT_OK)
+    assert populated.talker in listed[1]
+    assert "faster" in shown[1]
+    with engine.connect() as conn:
+        assert conn.execute(sa.text("SELECT version FROM subagent_schema")).scalar() == 1
+    engine.dispose()
 
 
 def test_children_filters_by_parent(

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from controlplane import ErrorCode, SubagentControlError
+from controlplane import ChildMeta, ErrorCode, SubagentControlError
 from persistence import RetryPolicy, SqlStore
 from persistence._backend import Statements
 from persistence._schema import SCHEMA_VERSION
@@ -63,13 +63,7 @@ def test_a_version_1_store_is_migrated_and_its_children_resume_gapless(store_url
         meta = new_child(first)
         first.append(meta.child_id, [message(1), message(2)])
         before = first.load(meta.child_id)
-    # Version 1 kept a last_seq column in the header, bumped by every append.
-    engine = raw_engine(store_url)
-    with engine.begin() as conn:
-        conn.execute(sa.text("ALTER TABLE subagent_children ADD COLUMN last_seq INTEGER"))
-        conn.execute(sa.text("UPDATE subagent_children SET last_seq = 2"))
-        conn.execute(sa.text("UPDATE subagent_schema SET version = 1"))
-    engine.dispose()
+    _as_version_1(store_url)
 
     with SqlStore(store_url) as again:
         assert again.load(meta.child_id) == before
@@ -82,6 +76,62 @@ def test_a_version_1_store_is_migrated_and_its_children_resume_gapless(store_url
         columns = {c["name"] for c in sa.inspect(conn).get_columns("subagent_children")}
     engine.dispose()
     assert "last_seq" not in columns
+
+
+def _as_version_1(store_url: str) -> None:
+    """Turn a store back into what version 1 wrote: a last_seq column in every header."""
+    engine = raw_engine(store_url)
+    with engine.begin() as conn:
+        conn.execute(sa.text("ALTER TABLE subagent_children ADD COLUMN last_seq INTEGER"))
+        conn.execute(sa.text("UPDATE subagent_children SET last_seq = 2"))
+        conn.execute(sa.text("UPDATE subagent_schema SET version = 1"))
+    engine.dispose()
+
+
+def test_a_read_only_open_reads_an_older_store_as_it_is_and_migrates_nothing(
+    store_url: str,
+) -> None:
+    with SqlStore(store_url) as first:
+        meta = new_child(first)
+        first.append(meta.child_id, [message(1), message(2)])
+        before = first.load(meta.child_id)
+    _as_version_1(store_url)
+
+    with SqlStore(store_url, read_only=True) as looking:
+        assert looking.load(meta.child_id) == before
+        assert looking.list_children() == [before.meta]
+    assert schema_version(store_url) == [(1, 1)]
+
+
+def test_a_read_only_store_refuses_every_write_and_writes_nothing(store_url: str) -> None:
+    with SqlStore(store_url) as first:
+        meta = new_child(first)
+    with SqlStore(store_url, read_only=True) as looking:
+        for write in (
+            lambda: looking.append(meta.child_id, [message(1)]),
+            lambda: looking.create_child(
+                ChildMeta(child_id=str(uuid.uuid4()), parent_session="p", depth=1)
+            ),
+        ):
+            with pytest.raises(SubagentControlError) as raised:
+                write()
+            assert raised.value.code == ErrorCode.INVALID_INPUT
+            assert "read-only" in raised.value.message
+        assert looking.load(meta.child_id).events == []
+        assert looking.list_children() == [meta]
+
+
+def test_a_read_only_open_of_a_database_without_a_store_is_refused_and_creates_nothing(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "other.db"
+    sqlite3.connect(path).close()  # an empty database: some other program's file
+    with pytest.raises(SubagentControlError) as raised:
+        SqlStore(f"sqlite:///{path}", read_only=True, retry=RetryPolicy.immediate())
+    assert raised.value.code == ErrorCode.STORE_UNAVAILABLE
+    assert "no subagent-control store" in raised.value.message
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("SELECT count(*) FROM sqlite_master").fetchone() == (0,)
 
 
 # -- one load among many children is an index lookup ------------------------------------
