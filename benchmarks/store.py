@@ -40,7 +40,6 @@ from benchmarks._report import table
 from benchmarks._stats import Spread, fmt_count, fmt_ratio, fmt_s, percentile, sample, spread
 from controlplane import ChildMeta, MessageSource, NewEvent
 from persistence import SqlStore
-from persistence._backend import Statements
 
 __all__ = ["StoreConfig", "run"]
 
@@ -83,6 +82,26 @@ def run(*, quick: bool, workdir: Path, pg_url: str | None) -> str:
 # -- the raw baselines -------------------------------------------------------------------
 
 
+# The store's own statements, written out (a test holds them equal to persistence's).
+HEADER_SQL = (
+    "SELECT parent_session, depth, seed_length, label, created_at "
+    "FROM subagent_children WHERE child_id = {p}"
+)
+EVENTS_SQL = (
+    "SELECT seq, turn, kind, data, source, created_at "
+    "FROM subagent_events WHERE child_id = {p} ORDER BY seq"
+)
+LOCK_CHILD_SQL = "SELECT 1 FROM subagent_children WHERE child_id = {p} FOR NO KEY UPDATE"
+LAST_SEQ_SQL = (
+    "SELECT (SELECT coalesce(max(e.seq), 0) FROM subagent_events e "
+    "WHERE e.child_id = c.child_id) FROM subagent_children c WHERE c.child_id = {p}"
+)
+INSERT_SQL = (
+    "INSERT INTO subagent_events (child_id, seq, turn, kind, data, source, batch_id, "
+    "created_at) VALUES ({p}, {p}, {p}, {p}, {p}, {p}, {p}, {p})"
+)
+
+
 class _RawDriver:
     """The store's own statements on one bare DBAPI connection (sqlite3 or psycopg)."""
 
@@ -90,23 +109,26 @@ class _RawDriver:
         self._conn = conn
         self._begin = begin
         self._text_times = text_times
-        self._sql = Statements.build(placeholder, row_locks=placeholder == "%s")
+        self._header, self._events, self._last_seq, self._insert = (
+            sql.format(p=placeholder) for sql in (HEADER_SQL, EVENTS_SQL, LAST_SEQ_SQL, INSERT_SQL)
+        )
+        # PostgreSQL serializes a child's appends on its header row; SQLite on BEGIN IMMEDIATE.
+        self._lock_child = LOCK_CHILD_SQL.format(p=placeholder) if placeholder == "%s" else None
 
     def append(self, child_id: str, events: Sequence[Raw]) -> None:
         now = datetime.now(UTC)
         stamp = now.isoformat(timespec="microseconds") if self._text_times else now
         batch = uuid.uuid4().hex
-        sql = self._sql
         cursor = self._conn.cursor()
         cursor.execute(self._begin)
-        if sql.lock_child is not None:
-            cursor.execute(sql.lock_child, (child_id,))
+        if self._lock_child is not None:
+            cursor.execute(self._lock_child, (child_id,))
             cursor.fetchone()
-        cursor.execute(sql.last_seq, (child_id,))
+        cursor.execute(self._last_seq, (child_id,))
         (last,) = cursor.fetchone()
         first = last + 1
         cursor.executemany(
-            sql.insert,
+            self._insert,
             [
                 (
                     child_id,
@@ -125,9 +147,9 @@ class _RawDriver:
 
     def load(self, child_id: str) -> tuple[Any, list[tuple[Any, ...]]]:
         cursor = self._conn.cursor()
-        cursor.execute(self._sql.header, (child_id,))
+        cursor.execute(self._header, (child_id,))
         header = cursor.fetchone()
-        cursor.execute(self._sql.events, (child_id,))
+        cursor.execute(self._events, (child_id,))
         loads = json.loads
         rows = [
             (seq, turn, kind, loads(data), source, created)

@@ -10,9 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks import store as bench
 from benchmarks._harness import seed_child, sqlite_url
 from controlplane import EventKind
 from persistence import SqlStore
+from persistence._backend import Statements
 from tests.support import run_python
 
 
@@ -62,3 +64,19 @@ def test_a_seeded_child_is_written_in_the_batches_a_real_child_is(tmp_path: Path
     # One write per frame, per answer and per turn end: 12 distinct write times.
     assert len({e.created_at for e in events}) == 12
     assert events[0].created_at == events[2].created_at != events[3].created_at
+
+
+@pytest.mark.parametrize(("placeholder", "row_locks"), [("?", False), ("%s", True)])
+def test_the_store_benchmarks_raw_side_runs_the_stores_own_statements(
+    placeholder: str, row_locks: bool
+) -> None:
+    ours = Statements.build(placeholder, row_locks=row_locks)
+    raw = {
+        "header": bench.HEADER_SQL,
+        "events": bench.EVENTS_SQL,
+        "last_seq": bench.LAST_SEQ_SQL,
+        "insert": bench.INSERT_SQL,
+    }
+    for name, sql in raw.items():
+        assert sql.format(p=placeholder) == getattr(ours, name), name
+    assert (bench.LOCK_CHILD_SQL.format(p=placeholder) if row_locks else None) == ours.lock_child
