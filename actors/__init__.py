@@ -10,7 +10,7 @@ from actors.messages import (
     SpawnChild,
     Steered,
 )
-from actors.root import RootActor, RootActorProxy
+from actors.root import Passivator, RootActor, RootActorProxy
 from actors.routing import Route, RoutingTable
 from actors.supervisor import ChildSupervisor, ChildSupervisorProxy, follow_up_label
 
@@ -20,6 +20,7 @@ __all__ = [
     "ActorContext",
     "ChildSupervisor",
     "ChildSupervisorProxy",
+    "Passivator",
     "Redirect",
     "RootActor",
     "RootActorProxy",

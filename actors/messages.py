@@ -31,6 +31,7 @@ __all__ = [
     "BeginActivation",
     "Describe",
     "DescribeAll",
+    "PassivateIfIdle",
     "Published",
     "Redirect",
     "RouteSend",
@@ -42,6 +43,7 @@ __all__ = [
     "SpawnChild",
     "Steered",
     "StopAccepting",
+    "Sweep",
 ]
 
 _MESSAGE = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
@@ -109,6 +111,24 @@ class RouteSend(BaseModel):
 
     child_id: str
     send: SendMessage
+
+
+class Sweep(BaseModel):
+    """Root (from the passivator): offer every supervisor to retire if it has been idle for
+    ``idle_for_s`` seconds. Nothing is waited for."""
+
+    model_config = _MESSAGE
+
+    idle_for_s: float
+
+
+class PassivateIfIdle(BaseModel):
+    """Supervisor: retire if no activation has run, and no message came, for
+    ``idle_for_s`` seconds. A later message finds no route and makes a new supervisor."""
+
+    model_config = _MESSAGE
+
+    idle_for_s: float
 
 
 class StopAccepting(BaseModel):

@@ -8,6 +8,8 @@ caller: the root creates the supervisor and hands the message straight on.
 
 from __future__ import annotations
 
+import contextlib
+import threading
 import time
 from typing import Any, cast
 
@@ -19,6 +21,7 @@ from actors.messages import (
     BeginActivation,
     Describe,
     DescribeAll,
+    PassivateIfIdle,
     Routed,
     RouteSend,
     SendMessage,
@@ -26,12 +29,13 @@ from actors.messages import (
     Shutdown,
     SpawnChild,
     StopAccepting,
+    Sweep,
 )
 from actors.routing import Route, RoutingTable
 from actors.supervisor import ChildSupervisor, ChildSupervisorProxy, await_reply, mailbox_depth
 from controlplane.contract import ErrorCode, SubagentControlError, SupervisorNode
 
-__all__ = ["RootActor", "RootActorProxy"]
+__all__ = ["Passivator", "RootActor", "RootActorProxy"]
 
 
 class RootActor(pykka.ThreadingActor):
@@ -50,6 +54,8 @@ class RootActor(pykka.ThreadingActor):
             return self._route_send(message)
         if isinstance(message, DescribeAll):
             return self._describe_all(message.timeout_s)
+        if isinstance(message, Sweep):
+            return self._sweep(message.idle_for_s)
         if isinstance(message, StopAccepting):
             self._accepting = False
             return None
@@ -119,6 +125,12 @@ class RootActor(pykka.ThreadingActor):
             nodes.append(node)
         return nodes
 
+    def _sweep(self, idle_for_s: float) -> None:
+        offer = PassivateIfIdle(idle_for_s=idle_for_s)
+        for route in self._table.routes():
+            with contextlib.suppress(pykka.ActorDeadError):  # retired meanwhile
+                route.supervisor.ref.tell(offer)
+
     def _shutdown(self, timeout_s: float) -> None:
         self._accepting = False
         routes = self._table.routes()
@@ -181,3 +193,34 @@ class RootActorProxy:
             self.ref.ask(Shutdown(timeout_s=timeout_s), timeout=timeout_s + 5.0)
         finally:
             self.ref.stop(block=True, timeout=timeout_s)
+
+
+class Passivator:
+    """Retires idle supervisors: every so often, asks the root to offer each supervisor
+    retirement if it has been idle for ``idle_for_s`` seconds (a supervisor is a thread;
+    an idle child needs none until its next message). A supervisor so retires between
+    ``idle_for_s`` and 1.5 × ``idle_for_s`` after its last activity.
+    """
+
+    _MAX_PERIOD_S = 60.0
+
+    def __init__(self, root: pykka.ActorRef[Any], idle_for_s: float) -> None:
+        self._root = root
+        self._sweep = Sweep(idle_for_s=idle_for_s)
+        self._period_s = min(idle_for_s / 2, self._MAX_PERIOD_S)
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="subagent-passivator")
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop sweeping; returns once the thread has ended. Idempotent."""
+        self._stopped.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stopped.wait(self._period_s):
+            try:
+                self._root.tell(self._sweep)
+            except pykka.ActorDeadError:
+                return

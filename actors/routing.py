@@ -38,6 +38,7 @@ class RoutingTable:
     def __init__(self) -> None:
         self._routes: dict[str, Route] = {}
         self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
 
     def get(self, child_id: str) -> Route | None:
         """The route of a child, if its supervisor exists (a plain dict read)."""
@@ -51,9 +52,16 @@ class RoutingTable:
     def __len__(self) -> int:
         return len(self._routes)
 
+    def wait_absent(self, child_id: str, timeout_s: float) -> bool:
+        """Block until ``child_id`` has no supervisor (retired, passivated, stopped);
+        whether it happened within ``timeout_s``."""
+        with self._changed:
+            return self._changed.wait_for(lambda: child_id not in self._routes, timeout_s)
+
     def _put(self, route: Route) -> None:
         with self._lock:
             self._routes[route.child_id] = route
+            self._changed.notify_all()
 
     def discard(self, child_id: str, supervisor: pykka.ActorRef[Any]) -> None:
         """Remove a retiring supervisor's route, unless another has replaced it already."""
@@ -61,7 +69,9 @@ class RoutingTable:
             route = self._routes.get(child_id)
             if route is not None and route.supervisor.ref is supervisor:
                 del self._routes[child_id]
+                self._changed.notify_all()
 
     def _clear(self) -> None:
         with self._lock:
             self._routes.clear()
+            self._changed.notify_all()

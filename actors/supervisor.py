@@ -25,6 +25,7 @@ from actors.messages import (
     ActivationPlan,
     BeginActivation,
     Describe,
+    PassivateIfIdle,
     Published,
     Redirect,
     SendMessage,
@@ -123,6 +124,8 @@ class ChildSupervisor(pykka.ThreadingActor):
         self._parent_session = parent_session
         self._current: _Current | None = None
         self._last_activity = utcnow()
+        # Since when it has had no activation and no message (monotonic); None while busy.
+        self._idle_since: float | None = None if initial is not None else time.monotonic()
         if initial is not None:
             # Installed before the actor starts, so the first send already finds it; the
             # activation itself begins on `BeginActivation`, once the root has routed here.
@@ -133,7 +136,15 @@ class ChildSupervisor(pykka.ThreadingActor):
     def on_receive(self, message: Any) -> Any:
         if isinstance(message, Describe):  # looking is not activity
             return self._describe()
+        if isinstance(message, PassivateIfIdle):  # nor is being offered to retire
+            return self._passivate_if_idle(message.idle_for_s)
         self._last_activity = utcnow()
+        try:
+            return self._handle(message)
+        finally:
+            self._idle_since = time.monotonic() if self._current is None else None
+
+    def _handle(self, message: Any) -> Any:
         if isinstance(message, SendMessage):
             # Retired, with a stop queued behind this message: not handled, so the caller
             # may send it again to the child's next supervisor.
@@ -279,9 +290,19 @@ class ChildSupervisor(pykka.ThreadingActor):
         if not ended.durable and self._current is None:
             self._retire()
 
+    def _passivate_if_idle(self, idle_for_s: float) -> None:
+        idle_since = self._idle_since
+        if idle_since is not None and time.monotonic() - idle_since >= idle_for_s:
+            self._retire()
+
     def _retire(self) -> None:
-        """Stop: the child is not in the store (a send to an unknown id, or a start that
-        never published), so keeping a thread for it would only leak one per bad id."""
+        """Stop, handing the child back to the store: it is not in the store (a send to an
+        unknown id, or a start that never published), or it has been idle long enough
+        (passivation). Keeping the thread would leak one per child ever touched. Messages
+        already queued behind are answered `Redirect` and go to the child's next
+        supervisor, which the root creates on demand."""
+        if self._retired:
+            return
         self._table.discard(self._child_id, self.actor_ref)
         self._retired = True
         self.stop()

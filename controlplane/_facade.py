@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import threading
 import time
@@ -20,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from actors import (
     ActivationPlan,
     ActorContext,
+    Passivator,
     Redirect,
     RootActor,
     RootActorProxy,
@@ -77,6 +79,9 @@ class SubagentControl:
         task_tools: Attach the built-in task tools as the Task control surface (default).
             Without a surface, starting a background Task is refused.
         close_timeout_s: How long `close` waits for activations to settle.
+        passivate_after_s: Retire a child's supervisor (its thread) once the child has been
+            idle this long; its next message makes a new one. ``None`` keeps supervisors
+            until `close`.
     """
 
     def __init__(
@@ -85,7 +90,9 @@ class SubagentControl:
         *,
         task_tools: bool = True,
         close_timeout_s: float = 30.0,
+        passivate_after_s: float | None = 300.0,
     ) -> None:
+        _check_seconds(passivate_after_s, "passivate_after_s")
         self._store = store
         self._close_timeout_s = close_timeout_s
         self.providers = ProviderRegistry()
@@ -96,9 +103,12 @@ class SubagentControl:
         self.agents.on_dispose(self._kill_tasks_of)
         self._routes = RoutingTable()
         self._root: RootActorProxy | None = None
+        self._passivator: Passivator | None = None
         if store is not None:
             context = ActorContext(store, self.tasks, self.agents, self.providers)
             self._root = RootActorProxy(RootActor.start(context, self._routes))
+            if passivate_after_s is not None:
+                self._passivator = Passivator(self._root.ref, passivate_after_s)
         self._lock = threading.Lock()
         self._closed = False
         # Children started here whose initial Task is still running: listed by `children`
@@ -334,6 +344,8 @@ class SubagentControl:
         deadline = time.monotonic() + budget
         for server in servers:
             server.close()
+        if self._passivator is not None:
+            self._passivator.stop()
         if self._root is not None:
             with contextlib.suppress(pykka.ActorDeadError, pykka.Timeout):
                 self._root.stop_accepting(_ROOT_TIMEOUT_S)
@@ -444,6 +456,20 @@ def _check_source(source: object) -> MessageSource:
             source.sender_session_id, code=ErrorCode.INVALID_INPUT, what="sender id", nul=False
         )
     return source
+
+
+def _check_seconds(value: object, name: str) -> None:
+    """``value`` is None or a positive, finite number of seconds; else ``INVALID_INPUT``."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise SubagentControlError(
+            ErrorCode.INVALID_INPUT, f"{name} must be a number of seconds or None"
+        )
+    if not math.isfinite(value) or value <= 0:
+        raise SubagentControlError(
+            ErrorCode.INVALID_INPUT, f"{name} must be positive and finite, not {value!r}"
+        )
 
 
 def _translate(exc: BaseException) -> SubagentControlError | BaseException:
