@@ -196,10 +196,10 @@ class RootActorProxy:
 
 
 class Passivator:
-    """Retires idle supervisors: every so often, asks the root to offer each supervisor
-    retirement if it has been idle for ``idle_for_s`` seconds (a supervisor is a thread;
-    an idle child needs none until its next message). A supervisor so retires between
-    ``idle_for_s`` and 1.5 × ``idle_for_s`` after its last activity.
+    """Retires idle supervisors: every sweep period (half of ``idle_for_s``, at most a
+    minute), asks the root to offer each supervisor retirement if it has been idle for
+    ``idle_for_s`` seconds (a supervisor is a thread; an idle child needs none until its
+    next message). So a supervisor retires within one period after ``idle_for_s``.
     """
 
     _MAX_PERIOD_S = 60.0
@@ -215,8 +215,7 @@ class Passivator:
     def stop(self) -> None:
         """Stop sweeping; returns once the thread has ended. Idempotent."""
         self._stopped.set()
-        if self._thread is not threading.current_thread():
-            self._thread.join()
+        self._thread.join()
 
     def _run(self) -> None:
         while not self._stopped.wait(self._period_s):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import math
 import os
 import threading
 import time
@@ -35,7 +34,7 @@ from controlplane._agents import AgentHandle, AgentRegistry
 from controlplane._content import MessageSource, TextBlock
 from controlplane._descriptor import Descriptor
 from controlplane._errors import ErrorCode, SubagentControlError
-from controlplane._json import plain_json, storable_text
+from controlplane._json import plain_json, seconds_problem, storable_text
 from controlplane._provider import ProviderRegistry
 from controlplane._session import NewEvent, utcnow
 from controlplane._signal import CancelSignal
@@ -92,7 +91,11 @@ class SubagentControl:
         close_timeout_s: float = 30.0,
         passivate_after_s: float | None = 300.0,
     ) -> None:
-        _check_seconds(passivate_after_s, "passivate_after_s")
+        problem = None if passivate_after_s is None else seconds_problem(passivate_after_s)
+        if problem is not None:
+            raise SubagentControlError(
+                ErrorCode.INVALID_INPUT, f"passivate_after_s {problem}, or None"
+            )
         self._store = store
         self._close_timeout_s = close_timeout_s
         self.providers = ProviderRegistry()
@@ -456,20 +459,6 @@ def _check_source(source: object) -> MessageSource:
             source.sender_session_id, code=ErrorCode.INVALID_INPUT, what="sender id", nul=False
         )
     return source
-
-
-def _check_seconds(value: object, name: str) -> None:
-    """``value`` is None or a positive, finite number of seconds; else ``INVALID_INPUT``."""
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise SubagentControlError(
-            ErrorCode.INVALID_INPUT, f"{name} must be a number of seconds or None"
-        )
-    if not math.isfinite(value) or value <= 0:
-        raise SubagentControlError(
-            ErrorCode.INVALID_INPUT, f"{name} must be positive and finite, not {value!r}"
-        )
 
 
 def _translate(exc: BaseException) -> SubagentControlError | BaseException:

@@ -9,7 +9,7 @@ from typing import Any
 
 from controlplane._errors import ErrorCode, SubagentControlError
 
-__all__ = ["JsonValue", "dumps", "plain_json", "storable_text"]
+__all__ = ["JsonValue", "dumps", "plain_json", "seconds_problem", "storable_text"]
 
 JsonValue = Any
 """A value made only of dict (str keys), list, str, int, finite float, bool and None."""
@@ -141,6 +141,16 @@ def storable_text(
     if not value.isascii():
         _check_encodable(value, code, what)
     return value
+
+
+def seconds_problem(value: object) -> str | None:
+    """What is wrong with ``value`` as a duration in seconds (a positive, finite int or
+    float; not a bool), or None when nothing is."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return f"must be a number of seconds, not {type(value).__name__}"
+    if not math.isfinite(value) or value <= 0:
+        return f"must be a positive, finite number of seconds, not {value!r}"
+    return None
 
 
 def _check_encodable(value: str, code: ErrorCode, what: str) -> None:

@@ -9,7 +9,7 @@ from controlplane._agents import AgentHandle, AgentRegistry
 from controlplane._content import MessageSource, ModelSelector, TextBlock, text_of
 from controlplane._descriptor import Descriptor, fold_descriptor
 from controlplane._errors import ErrorCode, SubagentControlError
-from controlplane._json import JsonValue, dumps, plain_json, storable_text
+from controlplane._json import JsonValue, dumps, plain_json, seconds_problem, storable_text
 from controlplane._provider import (
     ProviderRegistry,
     ResumeRequest,
@@ -73,6 +73,7 @@ __all__ = [
     "dumps",
     "fold_descriptor",
     "plain_json",
+    "seconds_problem",
     "storable_text",
     "text_of",
     "utcnow",

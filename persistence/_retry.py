@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import math
 import sqlite3
 import sys
 from collections.abc import Callable
@@ -14,7 +13,7 @@ from typing import Any, TypeVar
 import tenacity
 from sqlalchemy import exc as sa_exc
 
-from controlplane.contract import ErrorCode, SubagentControlError
+from controlplane.contract import ErrorCode, SubagentControlError, seconds_problem
 
 __all__ = ["Retrier", "RetryPolicy", "describe", "is_transient"]
 
@@ -69,11 +68,9 @@ class RetryPolicy:
         if self.max_attempts < 1:
             raise _invalid("max_attempts must be at least 1")
         for name in ("max_total_s", "initial_backoff_s", "max_backoff_s"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                raise _invalid(f"{name} must be a number of seconds")
-            if not math.isfinite(value) or value <= 0:
-                raise _invalid(f"{name} must be a positive, finite number of seconds")
+            problem = seconds_problem(getattr(self, name))
+            if problem is not None:
+                raise _invalid(f"{name} {problem}")
 
     @classmethod
     def immediate(cls, **options: Any) -> RetryPolicy:
