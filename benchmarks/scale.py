@@ -77,15 +77,17 @@ def bulk_children(path: Path, count: int) -> tuple[str, str]:
         header = conn.execute(
             "SELECT * FROM subagent_children WHERE child_id = ?", (template,)
         ).fetchone()
-        events = conn.execute(
-            "SELECT * FROM subagent_events WHERE child_id = ?", (template,)
-        ).fetchall()
         child_cols = _columns(conn, "subagent_children")
-        event_cols = _columns(conn, "subagent_events")
         id_at, parent_at = child_cols.index("child_id"), child_cols.index("parent_session")
-        event_id_at = event_cols.index("child_id")
         insert_child = _insert(conn, "subagent_children", len(child_cols))
-        insert_event = _insert(conn, "subagent_events", len(event_cols))
+        # The template's transcript: its sealed turns and any open rows, copied as they are.
+        copies = []
+        for table_name in ("subagent_segments", "subagent_events"):
+            rows = conn.execute(
+                f"SELECT * FROM {table_name} WHERE child_id = ?", (template,)
+            ).fetchall()
+            cols = _columns(conn, table_name)
+            copies.append((_insert(conn, table_name, len(cols)), cols.index("child_id"), rows))
         for start in range(1, count, _BULK_BATCH):
             ids = [str(uuid.uuid4()) for _ in range(start, min(count, start + _BULK_BATCH))]
             headers = []
@@ -94,10 +96,11 @@ def bulk_children(path: Path, count: int) -> tuple[str, str]:
                 row[id_at], row[parent_at] = child_id, f"parent-{i % 1000}"
                 headers.append(row)
             conn.executemany(insert_child, headers)
-            conn.executemany(
-                insert_event,
-                (_with(event, event_id_at, child_id) for child_id in ids for event in events),
-            )
+            for insert_row, child_at, rows in copies:
+                conn.executemany(
+                    insert_row,
+                    (_with(row, child_at, child_id) for child_id in ids for row in rows),
+                )
             conn.commit()
         # The WAL would otherwise hold every bulk page, which a real store would not.
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")

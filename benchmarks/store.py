@@ -9,9 +9,11 @@ same work back to back in this process, on the same database:
   ``json.dumps`` and draws a batch id and a timestamp, as the store does; it skips the
   input checks (plain-JSON copy), the retry policy, the connection handling and building
   the returned models: what the ratio prices.
-- load: the header ``SELECT``, the events ``SELECT … ORDER BY seq``, and ``json.loads`` of
-  each row's data, for transcripts of 100, 1,000 and 10,000 events. The store also builds
-  a `LoadedSession` of frozen models.
+- load: the header ``SELECT``, the events ``SELECT`` (sealed segments merged with open
+  rows, in ``seq`` order), and ``json.loads`` of each row's data (of a segment: all its
+  events at once), for transcripts of 100, 1,000 and 10,000 events written without a
+  ``turn/end`` (so every event is its own row: the slower case). The store also builds a
+  `LoadedSession` of frozen models.
 
 Run ``.venv/bin/python -m benchmarks.store`` (or ``python benchmarks/store.py``;
 ``--quick`` for a smoke run) to refresh the ``## Store`` section of docs/benchmarks.md;
@@ -88,13 +90,17 @@ HEADER_SQL = (
     "FROM subagent_children WHERE child_id = {p}"
 )
 EVENTS_SQL = (
-    "SELECT seq, turn, kind, data, source, created_at "
-    "FROM subagent_events WHERE child_id = {p} ORDER BY seq"
+    "SELECT first_seq, NULL, NULL, events, NULL, NULL FROM subagent_segments "
+    "WHERE child_id = {p} UNION ALL "
+    "SELECT seq, turn, kind, data, source, created_at FROM subagent_events "
+    "WHERE child_id = {p} ORDER BY 1"
 )
 LOCK_CHILD_SQL = "SELECT 1 FROM subagent_children WHERE child_id = {p} FOR NO KEY UPDATE"
 LAST_SEQ_SQL = (
-    "SELECT (SELECT coalesce(max(e.seq), 0) FROM subagent_events e "
-    "WHERE e.child_id = c.child_id) FROM subagent_children c WHERE c.child_id = {p}"
+    "SELECT coalesce((SELECT max(e.seq) FROM subagent_events e "
+    "WHERE e.child_id = c.child_id), (SELECT s.last_seq FROM subagent_segments s "
+    "WHERE s.child_id = c.child_id ORDER BY s.first_seq DESC LIMIT 1), 0) "
+    "FROM subagent_children c WHERE c.child_id = {p}"
 )
 INSERT_SQL = (
     "INSERT INTO subagent_events (child_id, seq, turn, kind, data, source, batch_id, "
@@ -149,12 +155,14 @@ class _RawDriver:
         cursor = self._conn.cursor()
         cursor.execute(self._header, (child_id,))
         header = cursor.fetchone()
-        cursor.execute(self._events, (child_id,))
+        cursor.execute(self._events, (child_id, child_id))
         loads = json.loads
-        rows = [
-            (seq, turn, kind, loads(data), source, created)
-            for seq, turn, kind, data, source, created in cursor.fetchall()
-        ]
+        rows: list[Any] = []
+        for seq, turn, kind, data, source, created in cursor.fetchall():
+            if turn is None:  # a sealed turn: its events in one JSON array
+                rows += loads(data)
+            else:
+                rows.append((seq, turn, kind, loads(data), source, created))
         return header, rows
 
     def close(self) -> None:

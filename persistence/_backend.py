@@ -10,7 +10,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.pool import ConnectionPoolEntry, StaticPool
 
 from controlplane.contract import ErrorCode, SubagentControlError
-from persistence._schema import CHILDREN, EVENTS
+from persistence._schema import CHILDREN, EVENTS, SEGMENTS
 
 __all__ = ["WRITE_OPTION", "Backend", "Statements", "open_engine"]
 
@@ -31,26 +31,53 @@ class Statements:
     per statement, SQLAlchemy's per-execution overhead would be most of the cost.
     """
 
+    placeholder: str
     header: str
     events: str
+    """A child's whole transcript in ``seq`` order, in one statement (so one snapshot):
+    its sealed segments as ``first_seq, NULL, NULL, events, NULL, NULL`` (a NULL turn
+    marks them), merged with its open rows as ``seq, turn, kind, data, source,
+    created_at``. Takes the child id `events_binds` times."""
+    events_binds: int
     exists: str
     lock_child: str | None
     """Serializes appends to one child: its header row's lock (None where the database
     admits one writer at a time, as SQLite does from ``BEGIN IMMEDIATE``)."""
     last_seq: str
-    """The child's highest ``seq`` (0 for none); no row when the child does not exist."""
+    """The child's highest ``seq`` (0 for none); no row when the child does not exist.
+    Open rows always follow the last segment, so a segment is consulted only when the
+    child has none."""
     insert: str
     landed: str
+    """The open rows a batch wrote."""
+    open_rows: str
+    """A child's open rows, with their batch ids, for sealing."""
+    insert_segment: str
+    delete_sealed: str
+    landed_sealed: str
+    """The segments that hold a batch's events, with their batch lists."""
 
     @classmethod
-    def build(cls, p: str, *, row_locks: bool) -> Statements:
-        """The statements with placeholder ``p`` (``?`` for sqlite3, ``%s`` for psycopg)."""
+    def build(cls, p: str, *, row_locks: bool, segments: bool = True) -> Statements:
+        """The statements with placeholder ``p`` (``?`` for sqlite3, ``%s`` for psycopg).
+
+        ``segments=False`` reads a store written before version 3, which has no segments
+        table (the read-only view of an older store; it never writes).
+        """
         return cls(
+            placeholder=p,
             header=(
                 f"SELECT parent_session, depth, seed_length, label, created_at "
                 f"FROM {CHILDREN} WHERE child_id = {p}"
             ),
-            events=(f"SELECT {_EVENT_COLUMNS} FROM {EVENTS} WHERE child_id = {p} ORDER BY seq"),
+            events=(
+                f"SELECT first_seq, NULL, NULL, events, NULL, NULL FROM {SEGMENTS} "
+                f"WHERE child_id = {p} UNION ALL "
+                f"SELECT {_EVENT_COLUMNS} FROM {EVENTS} WHERE child_id = {p} ORDER BY 1"
+                if segments
+                else f"SELECT {_EVENT_COLUMNS} FROM {EVENTS} WHERE child_id = {p} ORDER BY seq"
+            ),
+            events_binds=2 if segments else 1,
             exists=f"SELECT 1 FROM {CHILDREN} WHERE child_id = {p}",
             # Not FOR UPDATE: the events' foreign-key checks take KEY SHARE on this row,
             # which NO KEY UPDATE does not block.
@@ -60,7 +87,12 @@ class Statements:
                 else None
             ),
             last_seq=(
-                f"SELECT (SELECT coalesce(max(e.seq), 0) FROM {EVENTS} e "
+                f"SELECT coalesce((SELECT max(e.seq) FROM {EVENTS} e "
+                f"WHERE e.child_id = c.child_id), (SELECT s.last_seq FROM {SEGMENTS} s "
+                f"WHERE s.child_id = c.child_id ORDER BY s.first_seq DESC LIMIT 1), 0) "
+                f"FROM {CHILDREN} c WHERE c.child_id = {p}"
+                if segments
+                else f"SELECT (SELECT coalesce(max(e.seq), 0) FROM {EVENTS} e "
                 f"WHERE e.child_id = c.child_id) FROM {CHILDREN} c WHERE c.child_id = {p}"
             ),
             insert=(
@@ -72,6 +104,25 @@ class Statements:
                 f"SELECT {_EVENT_COLUMNS} FROM {EVENTS} "
                 f"WHERE child_id = {p} AND batch_id = {p} ORDER BY seq"
             ),
+            open_rows=(
+                f"SELECT seq, turn, kind, data, source, created_at, batch_id FROM {EVENTS} "
+                f"WHERE child_id = {p} ORDER BY seq"
+            ),
+            insert_segment=(
+                f"INSERT INTO {SEGMENTS} (child_id, first_seq, last_seq, events, batches) "
+                f"VALUES ({p}, {p}, {p}, {p}, {p})"
+            ),
+            delete_sealed=f"DELETE FROM {EVENTS} WHERE child_id = {p} AND seq <= {p}",
+            landed_sealed=(
+                f"SELECT batches, events FROM {SEGMENTS} "
+                f"WHERE child_id = {p} AND batches LIKE {p} ORDER BY first_seq"
+            ),
+        )
+
+    def without_segments(self) -> Statements:
+        """These statements for a store written before version 3 (no segments table)."""
+        return Statements.build(
+            self.placeholder, row_locks=self.lock_child is not None, segments=False
         )
 
 

@@ -25,18 +25,22 @@ from controlplane.contract import (
     dumps,
     plain_json,
 )
-from persistence._schema import utc_time
+from persistence._schema import sqlite_time, utc_time
 
 __all__ = [
     "PendingEvent",
     "RowCursor",
+    "Segment",
+    "batch_range",
     "check_child_id",
     "construct",
     "decode_events",
+    "decode_segment",
     "from_json",
     "gc_paused",
     "prepare_events",
     "prepare_meta",
+    "seal",
     "session_event",
     "stored_events",
     "to_json",
@@ -248,11 +252,11 @@ def gc_paused() -> Iterator[None]:
                 gc.enable()
 
 
-_CHUNK_ROWS: Final = 512
+_CHUNK_ROWS: Final = 64
 """Rows fetched at a time while decoding: freeing each chunk before the next one arrives
 keeps the driver's row strings in the same, cache-warm memory, where one ``fetchall`` of
-a long transcript would hold every row at once and then free them all (a load of 10,000
-messages spends a fifth of its time less this way)."""
+a long transcript would hold every row at once and then free them all. A segment row
+holds a whole turn, so a few dozen rows are already hundreds of events."""
 
 
 class RowCursor(Protocol):
@@ -263,16 +267,17 @@ class RowCursor(Protocol):
 
 def decode_events(cursor: RowCursor) -> list[SessionEvent]:
     """The rows of ``seq, turn, kind, data, source, created_at`` left in ``cursor``, as
-    events, read `_CHUNK_ROWS` at a time.
+    events, read `_CHUNK_ROWS` at a time. A row whose ``turn`` is NULL is a sealed
+    segment: ``data`` holds its events as one JSON array of rows of the same shape.
 
-    The per-row work is decoding the data and what `construct` does, inlined:
+    The per-event work is decoding the data and what `construct` does, inlined:
     timestamps repeat within a batch and sources across a transcript, so each distinct
     value is decoded once. The events of one load share one fields-set: the models are
     frozen, so pydantic never changes it in place (``model_copy`` copies it first), and
     a set per event is an allocation the garbage collector would also have to scan.
     """
-    # `from_json`, inlined with its callee bound: this loop runs once per stored row.
-    loads, exact = orjson.loads, json.loads
+    # `from_json`, inlined with its callees bound: this loop runs once per stored event.
+    loads, exact, fromisoformat = orjson.loads, json.loads, datetime.fromisoformat
     new, fields = _new_object, set(_EVENT_FIELDS)
     set_dict, set_fields_set, set_extra, set_private = (
         _set_dict,
@@ -286,32 +291,125 @@ def decode_events(cursor: RowCursor) -> list[SessionEvent]:
     last_stamp: object = _NO_STAMP
     created_at = datetime.min
     while rows := cursor.fetchmany(_CHUNK_ROWS):
-        for seq, turn, kind, data, source_json, stamp in rows:
-            if stamp != last_stamp:
-                last_stamp, created_at = stamp, utc_time(stamp)
-            if source_json is None:
-                source = None
+        for row in rows:
+            # A segment's events are decoded whole, data and all; an open row is a list of
+            # one, its data still text.
+            opened = row[1] is not None
+            if opened:
+                records = (row,)
             else:
-                source = sources.get(source_json)
-                if source is None:
-                    source = sources[source_json] = MessageSource.model_validate_json(source_json)
-            event = new(SessionEvent)
-            set_dict(
-                event,
-                {
-                    "seq": seq,
-                    "turn": turn,
-                    "kind": kind,
-                    "data": exact(data) if data[:1] in _EXACT_MARKS else loads(data),
-                    "source": source,
-                    "created_at": created_at,
-                },
-            )
-            set_fields_set(event, fields)
-            set_extra(event, None)
-            set_private(event, None)
-            add(event)
+                text = row[3]
+                records = exact(text) if text[:1] in _EXACT_MARKS else loads(text)
+            for seq, turn, kind, data, source_json, stamp in records:
+                if opened:
+                    data = exact(data) if data[:1] in _EXACT_MARKS else loads(data)
+                if stamp != last_stamp:
+                    last_stamp = stamp
+                    created_at = fromisoformat(stamp) if stamp.__class__ is str else utc_time(stamp)
+                if source_json is None:
+                    source = None
+                else:
+                    source = sources.get(source_json)
+                    if source is None:
+                        source = sources[source_json] = MessageSource.model_validate_json(
+                            source_json
+                        )
+                event = new(SessionEvent)
+                set_dict(
+                    event,
+                    {
+                        "seq": seq,
+                        "turn": turn,
+                        "kind": kind,
+                        "data": data,
+                        "source": source,
+                        "created_at": created_at,
+                    },
+                )
+                set_fields_set(event, fields)
+                set_extra(event, None)
+                set_private(event, None)
+                add(event)
     return events
+
+
+class Segment(NamedTuple):
+    """Sealed events as one row of the segments table."""
+
+    first_seq: int
+    last_seq: int
+    events: str
+    batches: str
+
+
+SEGMENT_EVENTS: Final = 512
+SEGMENT_CHARS: Final = 1 << 20
+"""A segment ends at this many events or characters of event text, whichever comes
+first: a long turn becomes several rows, none too large to read or rewrite at once."""
+
+
+def seal(rows: Sequence[Sequence[Any]]) -> list[Segment]:
+    """Open rows of ``seq, turn, kind, data, source, created_at, batch_id`` (in ``seq``
+    order) packed into segments, from the stored texts as they are: no event is decoded
+    or re-encoded, so a sealed event reads back exactly as its open row did.
+
+    Data written on the exact path (`to_json`'s leading-space marker) marks its whole
+    segment the same way, so that segment is decoded exactly too.
+    """
+    segments: list[Segment] = []
+    parts: list[str] = []
+    batches: list[list[Any]] = []
+    size = 0
+    exact_path = False
+
+    def close() -> None:
+        nonlocal parts, batches, size, exact_path
+        first, last = batches[0][1], batches[-1][2]
+        text = ("[" if not exact_path else _EXACT + "[") + ",".join(parts) + "]"
+        segments.append(Segment(first, last, text, orjson.dumps(batches).decode()))
+        parts, batches, size, exact_path = [], [], 0, False
+
+    for seq, turn, kind, data, source, stamp, batch in rows:
+        if parts and (len(parts) >= SEGMENT_EVENTS or size + len(data) > SEGMENT_CHARS):
+            close()
+        stamp_text = stamp if isinstance(stamp, str) else sqlite_time(stamp)
+        source_text = "null" if source is None else orjson.dumps(source).decode()
+        parts.append(
+            f'[{seq},{turn},{orjson.dumps(kind).decode()},{data},{source_text},"{stamp_text}"]'
+        )
+        size += len(data)
+        exact_path = exact_path or data[:1] == _EXACT
+        if batches and batches[-1][0] == batch and batches[-1][2] == seq - 1:
+            batches[-1][2] = seq
+        else:
+            batches.append([batch, seq, seq])
+    if parts:
+        close()
+    return segments
+
+
+def decode_segment(events: str) -> list[SessionEvent]:
+    """The events of one segment's ``events`` text."""
+    return decode_events(_OneRow((0, None, None, events, None, None)))
+
+
+class _OneRow:
+    """A cursor over one row, for `decode_events`."""
+
+    def __init__(self, row: tuple[Any, ...]) -> None:
+        self._rows = [row]
+
+    def fetchmany(self, size: int = _CHUNK_ROWS, /) -> list[tuple[Any, ...]]:
+        rows, self._rows = self._rows, []
+        return rows
+
+
+def batch_range(batches: str, batch: str) -> tuple[int, int] | None:
+    """The ``seq`` range a segment's ``batches`` give for ``batch``, or None."""
+    for batch_id, first, last in orjson.loads(batches):
+        if batch_id == batch:
+            return first, last
+    return None
 
 
 MAX_INT: Final = 2**31 - 1

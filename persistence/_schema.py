@@ -38,10 +38,12 @@ __all__ = [
     "CHILDREN",
     "EVENTS",
     "SCHEMA_VERSION",
+    "SEGMENTS",
     "Base",
     "ChildRow",
     "EventRow",
     "SchemaVersionRow",
+    "SegmentRow",
     "UtcDateTime",
     "check_schema",
     "ensure_schema",
@@ -49,11 +51,12 @@ __all__ = [
     "utc_time",
 ]
 
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 """The version this code writes. Bump it with a migration in `_MIGRATIONS`."""
 
 CHILDREN: Final = "subagent_children"
 EVENTS: Final = "subagent_events"
+SEGMENTS: Final = "subagent_segments"
 _VERSION_TABLE: Final = "subagent_schema"
 
 # Any constant works; it only has to be the same in every process that opens the store.
@@ -159,7 +162,10 @@ class ChildRow(Base):
 
 
 class EventRow(Base):
-    """One append-only transcript event, keyed by (child, seq).
+    """One transcript event of a turn still open, keyed by (child, seq).
+
+    An append writes one row per event. When a turn ends, its rows are sealed into
+    `SegmentRow` s (see there), so this table holds each child's open tail only.
 
     ``data`` and ``source`` are JSON text. ``batch_id`` is the idempotency key of the
     append that wrote the row: a retry after an ambiguous commit looks for it before
@@ -192,6 +198,31 @@ class EventRow(Base):
         )
 
 
+class SegmentRow(Base):
+    """Sealed events: a run of a child's transcript, ``first_seq`` to ``last_seq``, in
+    one row.
+
+    The append that writes a ``turn/end`` moves every open row of the child here in the
+    same transaction (a few segments for a long turn), so a resume reads one row per turn
+    instead of one per event. Nothing about an event changes: ``events`` is a JSON array
+    of ``[seq, turn, kind, data, source, created_at]`` holding the stored texts as they
+    were (``source`` as its JSON text, ``created_at`` as fixed-width ISO text). Segments
+    cover ``seq`` 1 onwards without gaps; a child's open rows follow the last one.
+    ``batches`` lists ``[batch_id, first_seq, last_seq]`` of the appends sealed here, so a
+    retried append still finds its own earlier, ambiguous commit.
+    """
+
+    __tablename__ = SEGMENTS
+
+    child_id: Mapped[Identifier] = mapped_column(
+        ForeignKey(f"{CHILDREN}.child_id"), primary_key=True
+    )
+    first_seq: Mapped[int] = mapped_column(primary_key=True)
+    last_seq: Mapped[int]
+    events: Mapped[JsonText]
+    batches: Mapped[JsonText]
+
+
 Migration = Callable[[Connection], None]
 
 
@@ -210,7 +241,13 @@ def _drop_last_seq(conn: Connection) -> None:
     conn.execute(text(_DROP_LAST_SEQ))
 
 
-_MIGRATIONS: dict[int, Migration] = {1: _drop_last_seq}
+def _add_segments(conn: Connection) -> None:
+    """Version 3: a turn's events are sealed into one segment row when it ends. Existing
+    rows stay as they are until their child's next turn ends."""
+    Base.metadata.create_all(conn, tables=[Base.metadata.tables[SEGMENTS]])
+
+
+_MIGRATIONS: dict[int, Migration] = {1: _drop_last_seq, 2: _add_segments}
 """``_MIGRATIONS[n]`` upgrades a version-``n`` store to version ``n + 1``."""
 
 
@@ -247,7 +284,8 @@ def ensure_schema(conn: Connection) -> None:
 
 def check_schema(conn: Connection) -> int:
     """The version of an existing store, for reading it as it is: nothing is created or
-    migrated (every version so far keeps the columns a read uses).
+    migrated (every version so far keeps the columns a read uses; before version 3 there
+    are no segments).
 
     Raises:
         SubagentControlError: ``STORE_UNAVAILABLE`` for a database without the store's

@@ -17,6 +17,7 @@ from sqlalchemy.engine.interfaces import DBAPICursor
 from controlplane.contract import (
     ChildMeta,
     ErrorCode,
+    EventKind,
     LoadedSession,
     NewEvent,
     SessionEvent,
@@ -25,17 +26,21 @@ from controlplane.contract import (
 )
 from persistence._codec import (
     PendingEvent,
+    batch_range,
     check_child_id,
     construct,
     decode_events,
+    decode_segment,
     gc_paused,
     prepare_events,
     prepare_meta,
+    seal,
     stored_events,
 )
 from persistence._database import Database
 from persistence._retry import Retrier, RetryPolicy
 from persistence._schema import (
+    SCHEMA_VERSION,
     ChildRow,
     EventRow,
     check_schema,
@@ -57,6 +62,10 @@ class SqlStore:
     schema is created on open and carries a version. Each operation is one short
     transaction, retried on transient failures by one `RetryPolicy`; a retried write is
     never applied twice. One store may be shared by many threads.
+
+    An append writes one row per event. The append that writes a ``turn/end`` also seals
+    the child's open rows into segment rows (`persistence._schema.SegmentRow`), so a
+    resume reads one row per finished turn; a sealed event reads back unchanged.
 
     Errors are always `SubagentControlError`: ``INVALID_INPUT`` (nothing written),
     ``CHILD_NOT_FOUND``, ``CHILD_EXISTS``, ``STORE_UNAVAILABLE`` (the database failed, or
@@ -212,7 +221,9 @@ class SqlStore:
 
     def _check(self, _attempt: int) -> None:
         with self._db.connection(write=False) as conn:
-            check_schema(conn)
+            version = check_schema(conn)
+        if version < SCHEMA_VERSION:
+            self._sql = self._db.sql.without_segments()
 
     def _create(
         self,
@@ -270,14 +281,10 @@ class SqlStore:
         """The events ``create_child`` call ``batch`` wrote, or None if it wrote nothing."""
         with self._db.session(write=False) as session:
             header = session.get(ChildRow, child_id)
-            if header is None or header.created_batch != batch:
-                return None
-            rows = session.scalars(
-                select(EventRow)
-                .where(EventRow.child_id == child_id, EventRow.batch_id == batch)
-                .order_by(EventRow.seq)
-            )
-            return [row.to_event() for row in rows]
+        if header is None or header.created_batch != batch:
+            return None
+        with self._db.cursor(write=False) as cursor:
+            return self._landed(cursor, child_id, batch)
 
     def _append(
         self,
@@ -293,8 +300,7 @@ class SqlStore:
             # flight then finishes before the retry below looks for its rows.
             first = self._last_seq(cursor, child_id) + 1
             if attempt > 1:
-                cursor.execute(sql.landed, (child_id, batch))
-                landed = decode_events(cursor)
+                landed = self._landed(cursor, child_id, batch)
                 if landed:
                     return landed
             stamp = sqlite_time(created_at) if self._db.backend.text_times else created_at
@@ -306,8 +312,37 @@ class SqlStore:
                 cursor.execute(sql.insert, rows[0])
             else:
                 cursor.executemany(sql.insert, rows)
+            if any(p.kind == EventKind.TURN_END for p in pending):
+                self._seal(cursor, child_id)
         self._committed()
         return stored_events(pending, first, created_at)
+
+    def _seal(self, cursor: DBAPICursor, child_id: str) -> None:
+        """Move the child's open rows into segments, inside the append that ended a turn
+        (so under the child's lock): a later load reads one row per turn."""
+        sql = self._sql
+        cursor.execute(sql.open_rows, (child_id,))
+        segments = seal(cursor.fetchall())
+        cursor.executemany(sql.insert_segment, [(child_id, *segment) for segment in segments])
+        cursor.execute(sql.delete_sealed, (child_id, segments[-1].last_seq))
+
+    def _landed(self, cursor: DBAPICursor, child_id: str, batch: str) -> list[SessionEvent]:
+        """The events batch ``batch`` wrote, open or sealed since ([] for none).
+
+        Open rows first: a seal moves rows into a segment and never back, so rows missed
+        here because they were just sealed are found in the segments read after.
+        """
+        sql = self._sql
+        cursor.execute(sql.landed, (child_id, batch))
+        landed = decode_events(cursor)
+        if landed:
+            return landed
+        cursor.execute(sql.landed_sealed, (child_id, f'%"{batch}"%'))
+        for batches, events in cursor.fetchall():
+            span = batch_range(batches, batch)
+            if span is not None:
+                landed += [e for e in decode_segment(events) if span[0] <= e.seq <= span[1]]
+        return landed
 
     def _last_seq(self, cursor: DBAPICursor, child_id: str) -> int:
         """The child's highest ``seq``, read under the lock that serializes its appends
@@ -341,7 +376,7 @@ class SqlStore:
             header = cursor.fetchone()
             if header is None:
                 raise _not_found(child_id)
-            cursor.execute(sql.events, (child_id,))
+            cursor.execute(sql.events, (child_id,) * sql.events_binds)
             with gc_paused():
                 events = decode_events(cursor)
             parent_session, depth, seed_length, label, created_at = header

@@ -18,7 +18,7 @@ from controlplane._cli import (
     main,
 )
 from persistence import SqlStore
-from tests.persistence.conftest import raw_engine
+from tests.persistence.conftest import as_version_1, raw_engine
 from tests.support import run_python
 
 # Port 9 (discard) on loopback: nothing listens, every connection is refused at once.
@@ -91,10 +91,8 @@ def test_offline_views_read_an_older_store_without_migrating_it(
     populated: Populated, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # A version-1 store, perhaps still in use by a process of that version.
+    as_version_1(populated.url)
     engine = raw_engine(populated.url)
-    with engine.begin() as conn:
-        conn.execute(sa.text("ALTER TABLE subagent_children ADD COLUMN last_seq INTEGER"))
-        conn.execute(sa.text("UPDATE subagent_schema SET version = 1"))
 
     listed = run(capsys, "children", "--db", populated.url)
     shown = run(capsys, "transcript", populated.talker, "--db", populated.url)

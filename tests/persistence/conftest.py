@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import uuid
 from collections.abc import Iterator
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -65,3 +67,52 @@ def libpq_url(url: str) -> str:
 def raw_engine(url: str) -> sa.Engine:
     """A plain SQLAlchemy engine on the store's database, for the test's own SQL."""
     return sa.create_engine(url.replace("postgresql://", "postgresql+psycopg://", 1))
+
+
+def as_version_1(url: str) -> None:
+    """Turn a store into what version 1 of this code wrote: every event an open row (no
+    segments table) and a ``last_seq`` column in every header."""
+    engine = raw_engine(url)
+    with engine.begin() as conn:
+        segments = conn.execute(sa.text("SELECT child_id, events, batches FROM subagent_segments"))
+        for child_id, events, batches in segments.all():
+            batch_of = {
+                seq: batch_id
+                for batch_id, first, last in json.loads(batches)
+                for seq in range(first, last + 1)
+            }
+            conn.execute(
+                sa.text(
+                    "INSERT INTO subagent_events (child_id, seq, turn, kind, data, source, "
+                    "batch_id, created_at) VALUES (:child, :seq, :turn, :kind, :data, :source, "
+                    ":batch, :stamp)"
+                ),
+                [
+                    {
+                        "child": child_id,
+                        "seq": seq,
+                        "turn": turn,
+                        "kind": kind,
+                        "data": json.dumps(data),
+                        "source": source,
+                        "batch": batch_of[seq],
+                        "stamp": _stored_stamp(conn, stamp),
+                    }
+                    for seq, turn, kind, data, source, stamp in json.loads(events)
+                ],
+            )
+        conn.execute(sa.text("DROP TABLE subagent_segments"))
+        conn.execute(sa.text("ALTER TABLE subagent_children ADD COLUMN last_seq INTEGER"))
+        conn.execute(
+            sa.text(
+                "UPDATE subagent_children SET last_seq = (SELECT coalesce(max(seq), 0) "
+                "FROM subagent_events e WHERE e.child_id = subagent_children.child_id)"
+            )
+        )
+        conn.execute(sa.text("UPDATE subagent_schema SET version = 1"))
+    engine.dispose()
+
+
+def _stored_stamp(conn: sa.Connection, stamp: str) -> object:
+    """A segment's ISO timestamp as an open row stores it on this backend."""
+    return stamp if conn.dialect.name == "sqlite" else datetime.fromisoformat(stamp)

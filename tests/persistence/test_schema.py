@@ -15,7 +15,7 @@ from controlplane import ChildMeta, ErrorCode, SubagentControlError
 from persistence import RetryPolicy, SqlStore
 from persistence._backend import Statements
 from persistence._schema import SCHEMA_VERSION
-from tests.persistence.conftest import message, new_child, raw_engine
+from tests.persistence.conftest import as_version_1, message, new_child, raw_engine
 
 MANY = 100_000
 
@@ -63,7 +63,7 @@ def test_a_version_1_store_is_migrated_and_its_children_resume_gapless(store_url
         meta = new_child(first)
         first.append(meta.child_id, [message(1), message(2)])
         before = first.load(meta.child_id)
-    _as_version_1(store_url)
+    as_version_1(store_url)
 
     with SqlStore(store_url) as again:
         assert again.load(meta.child_id) == before
@@ -78,16 +78,6 @@ def test_a_version_1_store_is_migrated_and_its_children_resume_gapless(store_url
     assert "last_seq" not in columns
 
 
-def _as_version_1(store_url: str) -> None:
-    """Turn a store back into what version 1 wrote: a last_seq column in every header."""
-    engine = raw_engine(store_url)
-    with engine.begin() as conn:
-        conn.execute(sa.text("ALTER TABLE subagent_children ADD COLUMN last_seq INTEGER"))
-        conn.execute(sa.text("UPDATE subagent_children SET last_seq = 2"))
-        conn.execute(sa.text("UPDATE subagent_schema SET version = 1"))
-    engine.dispose()
-
-
 def test_a_read_only_open_reads_an_older_store_as_it_is_and_migrates_nothing(
     store_url: str,
 ) -> None:
@@ -95,7 +85,7 @@ def test_a_read_only_open_reads_an_older_store_as_it_is_and_migrates_nothing(
         meta = new_child(first)
         first.append(meta.child_id, [message(1), message(2)])
         before = first.load(meta.child_id)
-    _as_version_1(store_url)
+    as_version_1(store_url)
 
     with SqlStore(store_url, read_only=True) as looking:
         assert looking.load(meta.child_id) == before
@@ -172,8 +162,9 @@ def test_loading_one_child_among_100000_is_an_index_lookup_on_sqlite(tmp_path: P
     sql = Statements.build("?", row_locks=False)
     with sqlite3.connect(path) as conn:
         for statement in (sql.header, sql.events, sql.last_seq):
+            binds = ("x",) * statement.count("?")
             plan = " | ".join(
-                row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {statement}", ("x",))
+                row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {statement}", binds)
             )
             assert "SEARCH" in plan, plan
             assert "SCAN" not in plan, plan
@@ -223,7 +214,8 @@ def test_loading_one_child_among_100000_is_an_index_lookup_on_postgresql(pg_url:
     libpq = sa.make_url(pg_url).set(drivername="postgresql").render_as_string(hide_password=False)
     with psycopg.connect(libpq) as conn:
         for statement in (sql.header, sql.events, sql.last_seq):
-            plan = " | ".join(row[0] for row in conn.execute(f"EXPLAIN {statement}", ("bulk-7",)))
+            binds = ("bulk-7",) * statement.count("%s")
+            plan = " | ".join(row[0] for row in conn.execute(f"EXPLAIN {statement}", binds))
             assert "Index" in plan, plan
             assert "Seq Scan" not in plan, plan
 
@@ -256,6 +248,7 @@ def test_missing_tables_surface_as_store_unavailable_on_every_operation(
         meta = new_child(store)
         engine = raw_engine(store_url)
         with engine.begin() as conn:
+            conn.execute(sa.text("DROP TABLE subagent_segments"))
             conn.execute(sa.text("DROP TABLE subagent_events"))
             conn.execute(sa.text("DROP TABLE subagent_children"))
         engine.dispose()

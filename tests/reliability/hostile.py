@@ -161,6 +161,9 @@ def store_counts(control: SubagentControl) -> tuple[int, int]:
     path = control.store.url.removeprefix("sqlite:///")
     with sqlite3.connect(path) as conn:
         children = conn.execute("SELECT count(*) FROM subagent_children").fetchone()[0]
-        events = conn.execute("SELECT count(*) FROM subagent_events").fetchone()[0]
+        events = conn.execute(
+            "SELECT (SELECT count(*) FROM subagent_events) + (SELECT "
+            "coalesce(sum(last_seq - first_seq + 1), 0) FROM subagent_segments)"
+        ).fetchone()[0]
     conn.close()
     return int(children), int(events)
