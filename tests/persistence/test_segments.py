@@ -10,11 +10,22 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from controlplane import ChildMeta, EventKind, MessageSource, NewEvent
+from controlplane._json import MAX_DEPTH
 from persistence import RetryPolicy, SqlStore
-from persistence._codec import SEGMENT_CHARS, SEGMENT_EVENTS
+from persistence._codec import (
+    SEGMENT_CHARS,
+    SEGMENT_EVENTS,
+    decode_events,
+    decode_segment,
+    seal,
+    to_json,
+)
 from tests.persistence.conftest import as_version_1, message, new_child, raw_engine, transient_error
+from tests.persistence.test_json_text import json_values
 from tests.persistence.test_retries import LostAck, RetryLog, recording
 
 USER = MessageSource(kind="user")
@@ -35,7 +46,15 @@ def varied(turn: int = 1) -> list[NewEvent]:
         NewEvent(kind="tool/result", turn=turn, data={"big": 2**80, "neg": -(2**70)}),
         NewEvent(kind='odd "kind" ✓', turn=turn, data=None),
         NewEvent(kind="k", turn=turn, data=[1.5, -0.0, 1e300, True, {"": []}]),
+        NewEvent(kind="deep", turn=turn, data=nested(MAX_DEPTH)),  # two levels more, sealed
     ]
+
+
+def nested(levels: int) -> object:
+    value: object = "bottom"
+    for _ in range(levels):
+        value = [value]
+    return value
 
 
 def stored_rows(url: str, child_id: str) -> tuple[int, list[tuple[int, int]]]:
@@ -215,3 +234,42 @@ def test_a_read_only_store_reads_sealed_turns(store_url: str) -> None:
         expected = store.load(meta.child_id)
     with SqlStore(store_url, read_only=True) as looking:
         assert looking.load(meta.child_id) == expected
+
+
+# -- sealing itself, without a database: any stored text reads back the same ----------------
+
+
+class Rows:
+    """A cursor over given rows, as `decode_events` reads one."""
+
+    def __init__(self, rows: list[tuple[Any, ...]]) -> None:
+        self._rows = rows
+
+    def fetchmany(self, size: int = 64, /) -> list[tuple[Any, ...]]:
+        chunk, self._rows = self._rows[:size], self._rows[size:]
+        return chunk
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(json_values, st.sampled_from(["k", "user/message", 'odd "✓"']), st.booleans()),
+        min_size=1,
+        max_size=40,
+    )
+)
+def test_sealed_text_decodes_to_the_same_events_as_the_open_rows(
+    items: list[tuple[object, str, bool]],
+) -> None:
+    stamp = "2026-11-30T21:00:00.000001+00:00"
+    source = MessageSource(kind="human", sender_session_id="p").model_dump_json()
+    rows = [
+        (seq, 1, kind, to_json(data), source if sourced else None, stamp, f"b{seq // 3}")
+        for seq, (data, kind, sourced) in enumerate(items, start=1)
+    ]
+    open_events = decode_events(Rows([row[:6] for row in rows]))
+
+    sealed = [event for segment in seal(rows) for event in decode_segment(segment.events)]
+
+    assert sealed == open_events
+    assert [e.data for e in sealed] == [data for data, _, _ in items]
