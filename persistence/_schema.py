@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sqlite3
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -29,8 +28,6 @@ from sqlalchemy.types import TypeEngine
 from controlplane.contract import (
     ChildMeta,
     ErrorCode,
-    MessageSource,
-    SessionEvent,
     SubagentControlError,
 )
 
@@ -185,17 +182,6 @@ class EventRow(Base):
     source: Mapped[JsonText | None]
     batch_id: Mapped[BatchId]
     created_at: Mapped[UtcTime]
-
-    def to_event(self) -> SessionEvent:
-        """The event as the frozen model callers see."""
-        return SessionEvent(
-            seq=self.seq,
-            turn=self.turn,
-            kind=self.kind,
-            data=json.loads(self.data),
-            source=None if self.source is None else MessageSource.model_validate_json(self.source),
-            created_at=self.created_at,
-        )
 
 
 class SegmentRow(Base):

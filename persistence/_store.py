@@ -26,15 +26,12 @@ from controlplane.contract import (
 )
 from persistence._codec import (
     PendingEvent,
-    batch_range,
     check_child_id,
     construct,
     decode_events,
-    decode_segment,
     gc_paused,
     prepare_events,
     prepare_meta,
-    seal,
     stored_events,
 )
 from persistence._database import Database
@@ -48,6 +45,7 @@ from persistence._schema import (
     sqlite_time,
     utc_time,
 )
+from persistence._segments import batch_range, decode_segment, seal
 
 __all__ = ["SqlStore"]
 

@@ -16,14 +16,8 @@ from hypothesis import strategies as st
 from controlplane import ChildMeta, EventKind, MessageSource, NewEvent
 from controlplane._json import MAX_DEPTH
 from persistence import RetryPolicy, SqlStore
-from persistence._codec import (
-    SEGMENT_CHARS,
-    SEGMENT_EVENTS,
-    decode_events,
-    decode_segment,
-    seal,
-    to_json,
-)
+from persistence._codec import decode_events, to_json
+from persistence._segments import SEGMENT_CHARS, SEGMENT_EVENTS, decode_segment, seal
 from tests.persistence.conftest import as_version_1, message, new_child, raw_engine, transient_error
 from tests.persistence.test_json_text import json_values
 from tests.persistence.test_retries import LostAck, RetryLog, recording
