@@ -46,11 +46,7 @@ def _copy(value: object, depth: int) -> JsonValue:
     if isinstance(value, str):
         # JSON escapes NUL, but a lone surrogate has no UTF-8 form: no store can keep it.
         if not value.isascii() and (reason := _unencodable(value)) is not None:
-            raise _Refused(
-                lambda what, path: (
-                    f"{what} at {path} holds a lone surrogate ({reason}), which has no UTF-8 form"
-                )
-            )
+            raise _surrogate_refused(reason)
         return value
     if value is None or isinstance(value, bool):
         return value
@@ -68,12 +64,7 @@ def _copy(value: object, depth: int) -> JsonValue:
             if not isinstance(key, str):
                 raise _non_string_key(key)
             if not key.isascii() and (reason := _unencodable(key)) is not None:
-                raise _Refused(
-                    lambda what, path: (
-                        f"{what} key at {path} holds a lone surrogate "
-                        f"({reason}), which has no UTF-8 form"
-                    )
-                )
+                raise _surrogate_refused(reason, key=True)
             try:
                 out[key] = _copy(item, depth + 1)
             except _Refused as refused:
@@ -100,6 +91,15 @@ def _non_string_key(key: object) -> _Refused:
     return _Refused(
         lambda what, path: f"{what} has a non-string key {key!r} at {path}; JSON keys are strings"
     )
+
+
+def _surrogate_refused(reason: str, *, key: bool = False) -> _Refused:
+    part = " key" if key else ""
+    return _Refused(lambda what, path: _surrogate(f"{what}{part} at {path}", reason))
+
+
+def _surrogate(where: str, reason: str) -> str:
+    return f"{where} holds a lone surrogate ({reason}), which has no UTF-8 form"
 
 
 def _unencodable(value: str) -> str | None:
@@ -156,6 +156,4 @@ def seconds_problem(value: object) -> str | None:
 def _check_encodable(value: str, code: ErrorCode, what: str) -> None:
     reason = _unencodable(value)
     if reason is not None:
-        raise SubagentControlError(
-            code, f"{what} holds a lone surrogate ({reason}), which has no UTF-8 form"
-        )
+        raise SubagentControlError(code, _surrogate(what, reason))

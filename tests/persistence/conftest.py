@@ -5,12 +5,13 @@ from __future__ import annotations
 import json
 import sqlite3
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from hypothesis import strategies as st
 
 from controlplane import ChildMeta, NewEvent
 from persistence import RetryPolicy, SqlStore
@@ -116,3 +117,51 @@ def as_version_1(url: str) -> None:
 def _stored_stamp(conn: sa.Connection, stamp: str) -> object:
     """A segment's ISO timestamp as an open row stores it on this backend."""
     return stamp if conn.dialect.name == "sqlite" else datetime.fromisoformat(stamp)
+
+
+# -- retries: a policy that records them, and a commit whose acknowledgement is lost --------
+
+RetryLog = list[tuple[int, BaseException]]
+
+
+@pytest.fixture
+def retries() -> RetryLog:
+    return []
+
+
+def recording(log: RetryLog, then: Callable[[], None] | None = None) -> RetryPolicy:
+    """A no-wait policy that records each retry (and runs ``then`` after the first)."""
+
+    def on_retry(attempt: int, error: BaseException) -> None:
+        log.append((attempt, error))
+        if then is not None and len(log) == 1:
+            then()
+
+    return RetryPolicy.immediate(max_attempts=10_000, max_total_s=30, on_retry=on_retry)
+
+
+class LostAck:
+    """The test seam's hook: fail right after the first commit, as if its ack were lost."""
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+        self.fired = 0
+
+    def __call__(self) -> None:
+        if self.fired == 0:
+            self.fired += 1
+            raise self.error
+
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda children: (
+        st.lists(children, max_size=5) | st.dictionaries(st.text(), children, max_size=5)
+    ),
+    max_leaves=30,
+)
+"""Any plain JSON value, nested a few levels."""

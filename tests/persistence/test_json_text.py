@@ -5,21 +5,9 @@ from __future__ import annotations
 import json
 
 from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from persistence._codec import from_json, to_json
-
-json_values = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers()
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(),
-    lambda children: (
-        st.lists(children, max_size=5) | st.dictionaries(st.text(), children, max_size=5)
-    ),
-    max_leaves=30,
-)
+from tests.persistence.conftest import json_values
 
 
 @settings(max_examples=500)

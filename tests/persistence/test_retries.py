@@ -18,45 +18,16 @@ from controlplane import ChildMeta, ErrorCode, SubagentControlError
 from persistence import RetryPolicy, SqlStore
 from persistence._store import _next_batch
 from tests.persistence.conftest import (
+    LostAck,
+    RetryLog,
     libpq_url,
     message,
     new_child,
     raw_engine,
+    recording,
     transient_error,
     with_pg_options,
 )
-
-RetryLog = list[tuple[int, BaseException]]
-
-
-@pytest.fixture
-def retries() -> RetryLog:
-    return []
-
-
-def recording(log: RetryLog, then: Callable[[], None] | None = None) -> RetryPolicy:
-    """A no-wait policy that records each retry (and runs ``then`` after the first)."""
-
-    def on_retry(attempt: int, error: BaseException) -> None:
-        log.append((attempt, error))
-        if then is not None and len(log) == 1:
-            then()
-
-    return RetryPolicy.immediate(max_attempts=10_000, max_total_s=30, on_retry=on_retry)
-
-
-class LostAck:
-    """The test seam's hook: fail right after the first commit, as if its ack were lost."""
-
-    def __init__(self, error: Exception) -> None:
-        self.error = error
-        self.fired = 0
-
-    def __call__(self) -> None:
-        if self.fired == 0:
-            self.fired += 1
-            raise self.error
-
 
 # -- a real lock held by another connection ----------------------------------------------
 

@@ -18,9 +18,17 @@ from controlplane._json import MAX_DEPTH
 from persistence import RetryPolicy, SqlStore
 from persistence._codec import decode_events, to_json
 from persistence._segments import SEGMENT_CHARS, SEGMENT_EVENTS, decode_segment, seal
-from tests.persistence.conftest import as_version_1, message, new_child, raw_engine, transient_error
-from tests.persistence.test_json_text import json_values
-from tests.persistence.test_retries import LostAck, RetryLog, recording
+from tests.persistence.conftest import (
+    LostAck,
+    RetryLog,
+    as_version_1,
+    json_values,
+    message,
+    new_child,
+    raw_engine,
+    recording,
+    transient_error,
+)
 
 USER = MessageSource(kind="user")
 HUMAN = MessageSource(kind="human", sender_session_id="parent-1")
@@ -214,11 +222,6 @@ def test_concurrent_appends_that_end_turns_keep_every_event_once_in_order(
         assert seqs == list(range(seqs[0], seqs[0] + len(seqs)))
     data: list[Any] = [e.data for e in events if e.kind == "k"]
     assert len({(d["t"], d["n"], d["i"]) for d in data}) == threads * appends * 2
-
-
-@pytest.fixture
-def retries() -> RetryLog:
-    return []
 
 
 def test_a_read_only_store_reads_sealed_turns(store_url: str) -> None:
