@@ -132,8 +132,7 @@ class AgentLoopRun:
                 thread is still running after the provider's ``stop_timeout_s``.
         """
         self._signal.abort("the run was disposed")
-        with self._lock:
-            self._closed = True
+        self._close()
         thread = self._thread
         if self._started and thread is not threading.current_thread():
             thread.join(self._stop_timeout_s)
@@ -193,19 +192,22 @@ class AgentLoopRun:
                 history.append(ChatMessage(role="assistant", text=reply.text))
                 if reply.text:
                     output = reply.text
-                if reply.stop_reason != StopReason.COMPLETED:
-                    stop_reason = reply.stop_reason
-                    break
+                # Whatever the reply's stop reason, a message the turn accepted meanwhile is
+                # answered in this turn: its sender heard `steered`. Deciding to end and
+                # refusing later steers is one step under the lock.
                 with self._lock:
                     if not self._queue:
                         self._closed = True
+                        stop_reason = reply.stop_reason
                         break
         except Exception as exc:  # result() re-raises it to the control plane
+            self._close()  # a failed turn takes no further message
             if self._signal.aborted:
                 stop_reason = StopReason.ABORTED  # the kill explains the failure
             else:
                 self._error = exc
         except BaseException as exc:
+            self._close()
             # Not re-raised: in a non-main thread it would only reach threading.excepthook.
             self._error = SubagentControlError(
                 ErrorCode.CANCELLED,
@@ -214,12 +216,15 @@ class AgentLoopRun:
                 child_id=self.child_id,
             )
         finally:
-            with self._lock:
-                self._closed = True
+            self._close()
             self._result = SubagentResult(
                 stop_reason=stop_reason, output=[TextBlock(text=output)] if output else []
             )
             self._done.set()
+
+    def _close(self) -> None:
+        with self._lock:
+            self._closed = True
 
     def __repr__(self) -> str:
         state = "done" if self._done.is_set() else "running" if self._started else "new"

@@ -11,6 +11,7 @@ from controlplane import (
     ErrorCode,
     EventKind,
     MessageSource,
+    ModelReply,
     ScriptedModel,
     SubagentControlError,
     SubagentRun,
@@ -186,3 +187,59 @@ def test_the_source_of_a_steered_message_reaches_the_model(runs: Runs) -> None:
     model.release(2)
     run.result()
     assert model.calls[1].messages[-1].source == human
+
+
+@pytest.mark.parametrize("reason", ["max-tokens", "refusal", "provider-specific"])
+def test_a_steer_taken_during_a_call_that_stops_short_is_seen_by_the_model_in_the_same_turn(
+    runs: Runs, reason: str
+) -> None:
+    # The sender heard `steered` and its record is written: the turn must not end before the
+    # model has seen the message, whatever the reply it was waiting on said.
+    model = ScriptedModel([ModelReply(text="cut", stop_reason=reason), "seen it"], gated=True)
+    transcript = FakeTranscript()
+    run = launch(runs, model, transcript)
+    assert model.wait_for_calls(1, TIMEOUT_S)
+    transcript.deliver(run, "one more thing")
+    model.release(2)
+    result = run.result()
+    assert model.call_count == 2
+    assert [m.text for m in model.calls[1].messages] == ["task", "cut", "one more thing"]
+    assert result.stop_reason == "completed"
+    assert result.output == [TextBlock(text="seen it")]
+
+
+@pytest.mark.parametrize("round_", range(50))
+def test_a_steer_racing_a_turn_that_stops_short_is_either_refused_or_seen_by_the_model(
+    runs: Runs, round_: int
+) -> None:
+    model = ScriptedModel(
+        [ModelReply(text="cut", stop_reason="max-tokens"), "seen", "seen again"], gated=True
+    )
+    transcript = FakeTranscript()
+    barrier = threading.Barrier(2)
+    outcome: list[str] = []
+
+    def steer() -> None:
+        barrier.wait(TIMEOUT_S)
+        try:
+            transcript.deliver(run, "raced")
+            outcome.append("accepted")
+        except SubagentControlError as exc:
+            outcome.append(exc.code)
+
+    run = launch(runs, model, transcript)
+    assert model.wait_for_calls(1, TIMEOUT_S)
+    sender = threading.Thread(target=steer)
+    sender.start()
+    barrier.wait(TIMEOUT_S)
+    model.release(3)
+    result = run.result()
+    sender.join(TIMEOUT_S)
+    seeing = [i for i, c in enumerate(model.calls) if "raced" in [m.text for m in c.messages]]
+    if outcome == [ErrorCode.NOT_DELIVERED]:
+        assert seeing == []
+        assert result.stop_reason == "max-tokens"
+        return
+    assert outcome == ["accepted"]
+    assert seeing, "an accepted steer never reached the model"
+    assert result.stop_reason == "completed"
