@@ -5,7 +5,13 @@
 
 from __future__ import annotations
 
+import logging
+
 from persistence._retry import RetryPolicy
 from persistence._store import SqlStore
 
 __all__ = ["RetryPolicy", "SqlStore"]
+
+# A library logs; the application decides where it goes. Without a handler anywhere,
+# logging's last resort would print the store's retry warnings to the host's stderr.
+logging.getLogger(__name__).addHandler(logging.NullHandler())

@@ -17,7 +17,7 @@ from controlplane.contract import ErrorCode, SubagentControlError, seconds_probl
 
 __all__ = ["Retrier", "RetryPolicy", "describe", "is_transient"]
 
-_log = logging.getLogger("persistence")
+_log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
