@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -12,13 +13,24 @@ from sqlalchemy.pool import ConnectionPoolEntry, StaticPool
 from controlplane.contract import ErrorCode, SubagentControlError
 from persistence._schema import CHILDREN, EVENTS, SEGMENTS
 
-__all__ = ["WRITE_OPTION", "Backend", "Statements", "open_engine"]
+__all__ = [
+    "LOCK_TIMEOUT_S",
+    "STATEMENT_TIMEOUT_S",
+    "WRITE_OPTION",
+    "Backend",
+    "ConnectionSettings",
+    "Statements",
+    "open_engine",
+]
 
 WRITE_OPTION: Final = "subagent_write"
 """Execution option marking an engine whose transactions write (SQLite: BEGIN IMMEDIATE)."""
 
-SQLITE_BUSY_TIMEOUT_S: Final = 5.0
 PG_CONNECT_TIMEOUT_S: Final = 10
+LOCK_TIMEOUT_S: Final = 5.0
+"""The default bound of a lock wait: far above any append's hold of a child's lock."""
+STATEMENT_TIMEOUT_S: Final = 30.0
+"""The default bound of a statement: far above a 10,000-event load."""
 
 _EVENT_COLUMNS: Final = "seq, turn, kind, data, source, created_at"
 
@@ -126,6 +138,23 @@ class Statements:
         )
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ConnectionSettings:
+    """What every connection of a store is set up with (see `SqlStore` for each).
+
+    Attributes:
+        lock_timeout_s: The longest a statement waits for a lock (PostgreSQL
+            ``lock_timeout``; SQLite's busy timeout).
+        statement_timeout_s: The longest a statement runs (PostgreSQL
+            ``statement_timeout``; SQLite has no such bound).
+        durable_os_crash: SQLite ``synchronous=FULL`` instead of ``NORMAL``.
+    """
+
+    lock_timeout_s: float
+    statement_timeout_s: float
+    durable_os_crash: bool
+
+
 @dataclass(frozen=True, slots=True)
 class Backend:
     """What the store must know about its database.
@@ -148,11 +177,13 @@ class Backend:
     sql: Statements
 
 
-def open_engine(url: str) -> tuple[Engine, Backend]:
+def open_engine(url: str, settings: ConnectionSettings) -> tuple[Engine, Backend]:
     """An engine and its backend description for a store URL.
 
     ``sqlite:///path`` (file, WAL), ``sqlite://`` or ``sqlite:///:memory:`` (one shared
     in-memory connection), ``postgresql+psycopg://…`` (``postgresql://`` means psycopg too).
+    Every connection gets ``settings``, except where the URL sets the same thing itself
+    (SQLite ``?timeout=``, PostgreSQL ``options=-c lock_timeout=…``): the URL wins.
 
     Raises:
         SubagentControlError: ``INVALID_INPUT`` for a URL that is not a string, cannot be
@@ -163,9 +194,9 @@ def open_engine(url: str) -> tuple[Engine, Backend]:
     backend_name = parsed.get_backend_name()
     try:
         if backend_name == "sqlite":
-            return _sqlite(parsed)
+            return _sqlite(parsed, settings)
         if backend_name == "postgresql":
-            return _postgresql(parsed)
+            return _postgresql(parsed, settings)
     except ImportError as exc:
         raise SubagentControlError(
             ErrorCode.STORE_UNAVAILABLE,
@@ -198,20 +229,23 @@ def _bad_url(url: URL, why: str) -> SubagentControlError:
     return SubagentControlError(ErrorCode.INVALID_INPUT, f"unusable store URL {shown!r}: {why}")
 
 
-def _sqlite(url: URL) -> tuple[Engine, Backend]:
+def _sqlite(url: URL, settings: ConnectionSettings) -> tuple[Engine, Backend]:
     if url.get_driver_name() != "pysqlite":
         raise _bad_url(url, "the SQLite store uses the standard sqlite3 driver (sqlite://)")
     in_memory = url.database in (None, "", ":memory:")
     connect_args: dict[str, Any] = {}
     options: dict[str, Any] = {}
-    if "timeout" not in url.query:  # sqlite3's busy timeout, in seconds
-        connect_args["timeout"] = SQLITE_BUSY_TIMEOUT_S
+    if "timeout" not in url.query:
+        # sqlite3's busy timeout, in seconds: how long a statement waits for another
+        # process's lock before it fails (transiently: the retry policy takes over).
+        connect_args["timeout"] = _milliseconds(settings.lock_timeout_s) / 1000
     if in_memory:
         # One connection, so every thread sees the same database; the store serializes
         # every operation on it (see Backend.single_connection).
         connect_args["check_same_thread"] = False
         options["poolclass"] = StaticPool
     engine = create_engine(url, connect_args=connect_args, **options)
+    synchronous = "FULL" if settings.durable_os_crash else "NORMAL"
 
     @event.listens_for(engine, "connect")
     def configure(dbapi_connection: Any, _record: ConnectionPoolEntry) -> None:
@@ -223,9 +257,10 @@ def _sqlite(url: URL) -> tuple[Engine, Backend]:
         try:
             if not in_memory:
                 cursor.execute("PRAGMA journal_mode=WAL")
-            # NORMAL in WAL mode: a commit survives a crash of the process; only a power
-            # loss can drop the last commits. FULL would fsync on every append.
-            cursor.execute("PRAGMA synchronous=NORMAL")
+            # NORMAL in WAL mode: a commit survives a crash of the process, but an OS
+            # crash or a power loss can drop the last commits. FULL syncs the WAL on
+            # every commit, so a commit survives those too, at the cost of an fsync.
+            cursor.execute(f"PRAGMA synchronous={synchronous}")
             cursor.execute("PRAGMA foreign_keys=ON")
         finally:
             cursor.close()
@@ -241,12 +276,12 @@ def _sqlite(url: URL) -> tuple[Engine, Backend]:
     )
 
 
-def _postgresql(url: URL) -> tuple[Engine, Backend]:
+def _postgresql(url: URL, settings: ConnectionSettings) -> tuple[Engine, Backend]:
     if url.drivername == "postgresql":
         url = url.set(drivername="postgresql+psycopg")
     elif url.drivername != "postgresql+psycopg":
         raise _bad_url(url, "the PostgreSQL store uses psycopg 3 (postgresql+psycopg://)")
-    connect_args: dict[str, Any] = {}
+    connect_args: dict[str, Any] = {"options": _pg_options(url, settings)}
     if "connect_timeout" not in url.query:
         connect_args["connect_timeout"] = PG_CONNECT_TIMEOUT_S
     # Driver-level autocommit: reads of append-only rows need no transaction (saving the
@@ -270,6 +305,30 @@ def _postgresql(url: URL) -> tuple[Engine, Backend]:
         text_times=False,
         sql=Statements.build("%s", row_locks=True),
     )
+
+
+def _pg_options(url: URL, settings: ConnectionSettings) -> str:
+    """The libpq ``options`` that bound every statement of every connection, followed by
+    the URL's own (a later ``-c`` wins, so the URL's settings override these).
+
+    Without a bound, an append waiting for the child's row lock held by a stuck
+    transaction would wait forever, and the retry policy, which starts counting at the
+    first error, would never get a say. Past ``lock_timeout`` the wait fails with
+    SQLSTATE 55P03, past ``statement_timeout`` with 57014; both are transient. Set at
+    connect time, they cost nothing per statement.
+    """
+    bounds = (
+        f"-c lock_timeout={_milliseconds(settings.lock_timeout_s)} "
+        f"-c statement_timeout={_milliseconds(settings.statement_timeout_s)}"
+    )
+    given = url.query.get("options", ())
+    return " ".join([bounds, *([given] if isinstance(given, str) else given)])
+
+
+def _milliseconds(seconds: float) -> int:
+    # Both databases count whole milliseconds, and PostgreSQL reads 0 as "no bound": a
+    # positive bound never rounds down to it.
+    return max(1, math.ceil(seconds * 1000))
 
 
 def _install_begin(engine: Engine, *, write_begin: str) -> None:

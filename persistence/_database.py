@@ -13,7 +13,7 @@ from sqlalchemy.engine.interfaces import DBAPICursor, DBAPIModule
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import PoolProxiedConnection
 
-from persistence._backend import WRITE_OPTION, open_engine
+from persistence._backend import WRITE_OPTION, ConnectionSettings, open_engine
 
 __all__ = ["Database"]
 
@@ -27,8 +27,8 @@ class Database:
     in-memory SQLite database is one connection, so every operation takes the lock.
     """
 
-    def __init__(self, url: str) -> None:
-        self.engine, self.backend = open_engine(url)
+    def __init__(self, url: str, settings: ConnectionSettings) -> None:
+        self.engine, self.backend = open_engine(url, settings)
         self.sql = self.backend.sql
         self.errors: tuple[type[Exception], ...] = (
             sa_exc.SQLAlchemyError,

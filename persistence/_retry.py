@@ -26,8 +26,10 @@ _SQLITE_BUSY = 5
 _SQLITE_LOCKED = 6
 
 # PostgreSQL SQLSTATEs worth another attempt: serialization failure, deadlock, lock not
-# available (lock_timeout), and the server shutting down or refusing connections for now.
-_PG_TRANSIENT_SQLSTATES = frozenset({"40001", "40P01", "55P03", "57P01", "57P02", "57P03"})
+# available (lock_timeout), query canceled (statement_timeout: a lock or a load that the
+# next attempt may find free; the policy's bounds stop a statement that is always too
+# slow), and the server shutting down or refusing connections for now.
+_PG_TRANSIENT_SQLSTATES = frozenset({"40001", "40P01", "55P03", "57014", "57P01", "57P02", "57P03"})
 _PG_CONNECTION_CLASS = "08"  # connection_exception and its subclasses
 
 RetryHook = Callable[[int, BaseException], None]
@@ -172,7 +174,8 @@ def is_transient(error: BaseException) -> bool:
     """Whether another attempt of the same operation may succeed.
 
     Only failures of the database itself qualify: a busy or locked SQLite file, a dropped
-    or refused PostgreSQL connection, a serialization failure, a deadlock, a lock timeout.
+    or refused PostgreSQL connection, a serialization failure, a deadlock, a lock or
+    statement timeout.
     Bad input, missing tables, constraint violations and our own errors never do.
     """
     if isinstance(error, sa_exc.DBAPIError):

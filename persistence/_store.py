@@ -22,8 +22,10 @@ from controlplane.contract import (
     NewEvent,
     SessionEvent,
     SubagentControlError,
+    seconds_problem,
     utcnow,
 )
+from persistence._backend import LOCK_TIMEOUT_S, STATEMENT_TIMEOUT_S, ConnectionSettings
 from persistence._codec import (
     PendingEvent,
     check_child_id,
@@ -80,16 +82,41 @@ class SqlStore:
         read_only: Read the store as it is, for inspection: no table is created, an older
             store is not migrated, and `create_child` and `append` refuse with
             ``INVALID_INPUT``. A database without a store is ``STORE_UNAVAILABLE``.
+        lock_timeout_s: The longest any statement waits for a lock held by another
+            connection (PostgreSQL ``lock_timeout``, e.g. an append behind a stuck
+            transaction that holds the child's row; SQLite's busy timeout, behind another
+            process's write). Past it the attempt fails transiently and `retry` decides,
+            so an operation ends within about ``retry.max_total_s`` plus two bounds,
+            ``STORE_UNAVAILABLE`` if the lock is still held. Default 5 s.
+        statement_timeout_s: The longest any statement runs on PostgreSQL
+            (``statement_timeout``), lock waits included; past it the attempt fails
+            transiently, reads too. SQLite has no such bound: there a statement waits
+            only for locks, bounded by ``lock_timeout_s``. Default 30 s.
+            A URL that sets these itself (SQLite ``?timeout=``, PostgreSQL
+            ``options=-c lock_timeout=…``) overrides them.
     """
 
     def __init__(
-        self, url: str, *, retry: RetryPolicy | None = None, read_only: bool = False
+        self,
+        url: str,
+        *,
+        retry: RetryPolicy | None = None,
+        read_only: bool = False,
+        lock_timeout_s: float = LOCK_TIMEOUT_S,
+        statement_timeout_s: float = STATEMENT_TIMEOUT_S,
     ) -> None:
         if retry is not None and not isinstance(retry, RetryPolicy):
             raise SubagentControlError(
                 ErrorCode.INVALID_INPUT, f"retry must be a RetryPolicy, not {type(retry).__name__}"
             )
-        self._db = Database(url)
+        _check_seconds("lock_timeout_s", lock_timeout_s)
+        _check_seconds("statement_timeout_s", statement_timeout_s)
+        settings = ConnectionSettings(
+            lock_timeout_s=lock_timeout_s,
+            statement_timeout_s=statement_timeout_s,
+            durable_os_crash=False,
+        )
+        self._db = Database(url, settings)
         self._sql = self._db.sql
         self._retrier = Retrier(retry or RetryPolicy(), self._db.errors)
         self._closed = False
@@ -428,6 +455,12 @@ class _BatchIds:
 
 _next_batch = _BatchIds()
 os.register_at_fork(after_in_child=_next_batch.reseed)
+
+
+def _check_seconds(name: str, value: object) -> None:
+    problem = seconds_problem(value)
+    if problem is not None:
+        raise SubagentControlError(ErrorCode.INVALID_INPUT, f"{name} {problem}")
 
 
 def _read_only(action: str) -> SubagentControlError:

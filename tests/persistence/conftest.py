@@ -6,6 +6,7 @@ import json
 import sqlite3
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
@@ -117,6 +118,59 @@ def as_version_1(url: str) -> None:
 def _stored_stamp(conn: sa.Connection, stamp: str) -> object:
     """A segment's ISO timestamp as an open row stores it on this backend."""
     return stamp if conn.dialect.name == "sqlite" else datetime.fromisoformat(stamp)
+
+
+# -- a second connection that holds the locks the store needs ----------------------------
+
+
+class LockHolder:
+    """Another connection to a store's database, taking locks in an open transaction until
+    `release` (as a stuck transaction of another process would)."""
+
+    def __init__(self, url: str) -> None:
+        self.sqlite = url.startswith("sqlite")
+        if self.sqlite:
+            self._lite = sqlite3.connect(
+                sa.make_url(url).database or "", isolation_level=None, check_same_thread=False
+            )
+        else:
+            import psycopg
+
+            self._pg = psycopg.connect(libpq_url(url))
+
+    def hold_child(self, child_id: str) -> None:
+        """What an append to ``child_id`` waits for: on PostgreSQL the child's header row
+        (``SELECT … FOR UPDATE``), on SQLite the whole file (``BEGIN EXCLUSIVE``)."""
+        if self.sqlite:
+            self._lite.execute("BEGIN EXCLUSIVE")
+        else:
+            self._pg.execute(
+                "SELECT 1 FROM subagent_children WHERE child_id = %s FOR UPDATE", (child_id,)
+            )
+
+    def hold_table(self, table: str) -> None:
+        """PostgreSQL: an ACCESS EXCLUSIVE lock on ``table``, which even reads wait for."""
+        self._pg.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")
+
+    def release(self) -> None:
+        if self.sqlite:
+            if self._lite.in_transaction:
+                self._lite.execute("ROLLBACK")
+        else:
+            self._pg.rollback()
+
+    def close(self) -> None:
+        self.release()
+        (self._lite if self.sqlite else self._pg).close()
+
+
+@contextmanager
+def lock_holder(url: str) -> Iterator[LockHolder]:
+    holder = LockHolder(url)
+    try:
+        yield holder
+    finally:
+        holder.close()
 
 
 # -- retries: a policy that records them, and a commit whose acknowledgement is lost --------

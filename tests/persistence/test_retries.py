@@ -6,7 +6,7 @@ import multiprocessing
 import sqlite3
 import threading
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,64 +18,34 @@ from controlplane import ChildMeta, ErrorCode, SubagentControlError
 from persistence import RetryPolicy, SqlStore
 from persistence._store import _next_batch
 from tests.persistence.conftest import (
+    LockHolder,
     LostAck,
     RetryLog,
     libpq_url,
+    lock_holder,
     message,
     new_child,
     raw_engine,
     recording,
     transient_error,
-    with_pg_options,
 )
 
 # -- a real lock held by another connection ----------------------------------------------
 
 
-class Blocker:
-    """Holds a lock the store needs, from a second connection, until released."""
-
-    def __init__(self, hold: Callable[[], object], release: Callable[[], object]) -> None:
-        self.hold, self.release = hold, release
-
-
 @contextmanager
 def store_behind_a_lock(
     store_url: str, policy: RetryPolicy
-) -> Iterator[tuple[SqlStore, str, Blocker]]:
-    """A store with one child, and a second connection ready to lock what it needs.
-
-    SQLite: ``BEGIN EXCLUSIVE`` on the same file, with a 50 ms busy timeout in the store.
-    PostgreSQL: ``SELECT … FOR UPDATE`` on the child's row, with a 50 ms lock_timeout.
-    """
+) -> Iterator[tuple[SqlStore, str, LockHolder]]:
+    """A store with one child, a 50 ms lock wait, and a second connection ready to lock
+    what its appends need."""
     child_id = str(uuid.uuid4())
-    if store_url.startswith("sqlite"):
-        url = f"{store_url}?timeout=0.05"
-        lite = sqlite3.connect(
-            store_url.removeprefix("sqlite:///"), isolation_level=None, check_same_thread=False
-        )
-        blocker = Blocker(
-            hold=lambda: lite.execute("BEGIN EXCLUSIVE"), release=lambda: lite.execute("ROLLBACK")
-        )
-        close = lite.close
-    else:
-        import psycopg
-
-        url = with_pg_options(store_url, "-clock_timeout=50")
-        pg = psycopg.connect(libpq_url(store_url))
-        blocker = Blocker(
-            hold=lambda: pg.execute(
-                "SELECT 1 FROM subagent_children WHERE child_id = %s FOR UPDATE", (child_id,)
-            ),
-            release=pg.rollback,
-        )
-        close = pg.close
-    try:
-        with SqlStore(url, retry=policy) as opened:
-            opened.create_child(ChildMeta(child_id=child_id, parent_session="p", depth=1))
-            yield opened, child_id, blocker
-    finally:
-        close()
+    with (
+        lock_holder(store_url) as holder,
+        SqlStore(store_url, retry=policy, lock_timeout_s=0.05) as opened,
+    ):
+        opened.create_child(ChildMeta(child_id=child_id, parent_session="p", depth=1))
+        yield opened, child_id, holder
 
 
 def test_a_write_blocked_by_another_connections_lock_is_retried_until_the_lock_is_freed(
@@ -85,13 +55,13 @@ def test_a_write_blocked_by_another_connections_lock_is_retried_until_the_lock_i
     with store_behind_a_lock(store_url, recording(retries, then=first_retry.set)) as (
         store,
         child_id,
-        blocker,
+        holder,
     ):
-        blocker.hold()
+        holder.hold_child(child_id)
         with ThreadPoolExecutor(1) as pool:
             pending = pool.submit(store.append, child_id, [message(1)])
             assert first_retry.wait(timeout=30), "the blocked append was never retried"
-            blocker.release()  # from this thread, while the append keeps retrying
+            holder.release()  # from this thread, while the append keeps retrying
             stored = pending.result(timeout=30)
 
         assert [e.seq for e in stored] == [1]
