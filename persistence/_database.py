@@ -13,6 +13,7 @@ from sqlalchemy.engine.interfaces import DBAPICursor, DBAPIModule
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import PoolProxiedConnection
 
+from controlplane.contract import SubagentControlError
 from persistence._backend import WRITE_OPTION, ConnectionSettings, open_engine
 
 __all__ = ["Database"]
@@ -79,16 +80,22 @@ class Database:
             )
             try:
                 cursor = conn.cursor()
-                if write:
-                    cursor.execute(self.backend.begin_write)
+                if not write:
+                    yield cursor
+                    return
+                cursor.execute(self.backend.begin_write)
                 try:
                     yield cursor
-                except BaseException:
-                    if write:
-                        self._rollback(conn)
-                    raise
-                if write:
                     conn.commit()
+                except SubagentControlError:
+                    self._abandon(conn, replace=False)  # our refusal: the database is fine
+                    raise
+                except BaseException:
+                    # Anything else that ended the transaction early (a database error, an
+                    # interrupt, a COMMIT that failed on a full disk and left the
+                    # transaction open): no later write may inherit it, nor the connection.
+                    self._abandon(conn, replace=keep)
+                    raise
             except self.errors as exc:
                 if self._is_disconnect(exc, conn):
                     conn.invalidate(exc)  # the pool must not hand this connection out again
@@ -121,8 +128,14 @@ class Database:
             cast("DBAPIModule.Error", exc), conn.dbapi_connection, None
         )
 
-    def _rollback(self, conn: PoolProxiedConnection) -> None:
+    def _abandon(self, conn: PoolProxiedConnection, *, replace: bool) -> None:
+        """Roll back a write transaction that did not commit; with ``replace``, also
+        close the connection for good (the kept SQLite writer), so that the next write
+        starts on a fresh one rather than on one a failed COMMIT may have left unsound."""
         try:
             conn.rollback()
         except self.errors as exc:
             conn.invalidate(exc)  # a connection that cannot roll back is not reusable
+            return
+        if replace:
+            conn.invalidate()
