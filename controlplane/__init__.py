@@ -47,10 +47,18 @@ from controlplane.contract import (
 )
 
 if TYPE_CHECKING:
+    from controlplane._child_tools import ChildTool
     from controlplane._facade import ChildView, SubagentControl
     from controlplane._fork import ForkProvider
     from controlplane._inprocess import InProcessProvider
-    from controlplane._model import ChatMessage, ModelAdapter, ModelReply, ModelRequest
+    from controlplane._model import (
+        ChatMessage,
+        ModelAdapter,
+        ModelReply,
+        ModelRequest,
+        ToolCall,
+        ToolDefinition,
+    )
     from controlplane._scripted import ScriptedModel
 
 __all__ = [
@@ -61,6 +69,7 @@ __all__ = [
     "CancelSignal",
     "ChatMessage",
     "ChildMeta",
+    "ChildTool",
     "ChildView",
     "ContentBlock",
     "ContinuableStart",
@@ -96,10 +105,13 @@ __all__ = [
     "TaskSnapshot",
     "TaskStatus",
     "TextBlock",
+    "ToolCall",
+    "ToolDefinition",
     "TranscriptWriter",
 ]
 
 _LAZY = {
+    "ChildTool": "controlplane._child_tools",
     "ChatMessage": "controlplane._model",
     "ForkProvider": "controlplane._fork",
     "InProcessProvider": "controlplane._inprocess",
@@ -107,6 +119,8 @@ _LAZY = {
     "ModelReply": "controlplane._model",
     "ModelRequest": "controlplane._model",
     "ScriptedModel": "controlplane._scripted",
+    "ToolCall": "controlplane._model",
+    "ToolDefinition": "controlplane._model",
     "ChildView": "controlplane._facade",
     "SubagentControl": "controlplane._facade",
 }

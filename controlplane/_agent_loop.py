@@ -1,26 +1,34 @@
 """The child agent loop shared by the built-in providers (`inprocess`, `fork`).
 
 One activation is one turn of the loop, in its own thread: ask the model, write its reply
-through the activation's transcript writer, take any steered messages and ask again, until
-the model answers with nothing queued. The providers differ only in the conversation a child
-opens with (`AgentLoopProvider._opening`).
+through the activation's transcript writer, run the tools it called (writing each call and
+its result), take any steered messages and ask again, until the model answers with no tool
+call and nothing queued. The providers differ only in the conversation a child opens with
+(`AgentLoopProvider._opening`).
 
 Lock order: the control plane calls `AgentLoopRun.steer` while it holds the transcript
 writer's lock (so a ``steering/message`` is recorded before the reply it causes). The loop
-therefore never holds its own lock while it calls the writer or the model; the run lock is
-only ever the inner lock.
+therefore never holds its own lock while it calls the writer, the model or a tool; the run
+lock is only ever the inner lock.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Sequence
-from typing import Literal
+from collections.abc import Callable, Sequence
 
 from controlplane._agents import AgentHandle
+from controlplane._chat_history import (
+    TOOL_CALL,
+    TOOL_RESULT,
+    chat_history,
+    tool_call_data,
+    tool_message_text,
+)
+from controlplane._child_tools import ChildTool, run_tool_call, select_tools
 from controlplane._content import MessageSource, ModelSelector, TextBlock, text_of
 from controlplane._errors import ErrorCode, SubagentControlError
-from controlplane._model import ChatMessage, ModelAdapter, ModelRequest
+from controlplane._model import ChatMessage, ModelAdapter, ModelRequest, ToolCall
 from controlplane._provider import (
     ResumeRequest,
     StartRequest,
@@ -29,7 +37,7 @@ from controlplane._provider import (
     SubagentRun,
     TranscriptWriter,
 )
-from controlplane._session import EventKind, SessionEvent
+from controlplane._session import EventKind
 from controlplane._signal import CancelSignal
 
 __all__ = ["THREAD_PREFIX", "AgentLoopProvider", "AgentLoopRun", "chat_history"]
@@ -37,24 +45,17 @@ __all__ = ["THREAD_PREFIX", "AgentLoopProvider", "AgentLoopRun", "chat_history"]
 THREAD_PREFIX = "subagent-loop"
 """Every loop thread's name starts with this (``subagent-loop:<provider>:<child_id>``)."""
 
-_ROLES: dict[str, Literal["user", "assistant"]] = {
-    EventKind.USER_MESSAGE: "user",
-    EventKind.STEERING_MESSAGE: "user",
-    EventKind.ASSISTANT_MESSAGE: "assistant",
-}
 
-
-def chat_history(events: Iterable[SessionEvent]) -> list[ChatMessage]:
-    """The conversation held in ``events``: inbound messages as ``user``, replies as
-    ``assistant``; frames, descriptors and unknown kinds are skipped."""
-    messages: list[ChatMessage] = []
-    for event in events:
-        role = _ROLES.get(event.kind)
-        text = event.data.get("text") if isinstance(event.data, dict) else None
-        if role is None or not isinstance(text, str):
-            continue
-        messages.append(ChatMessage(role=role, text=text, source=event.source))
-    return messages
+def _unique_ids(calls: Sequence[ToolCall], salt: int) -> list[ToolCall]:
+    """``calls`` with an id each, distinct within the reply (a result answers one id)."""
+    seen: set[str] = set()
+    out = []
+    for n, call in enumerate(calls):
+        if not call.id or call.id in seen:
+            call = call.model_copy(update={"id": f"call_{salt}_{n}"})
+        seen.add(call.id)
+        out.append(call)
+    return out
 
 
 def _selector(request: StartRequest | ResumeRequest) -> ModelSelector | None:
@@ -84,6 +85,7 @@ class AgentLoopRun:
         transcript: TranscriptWriter,
         thread_name: str,
         stop_timeout_s: float,
+        tools: Sequence[ChildTool] = (),
     ) -> None:
         self.child_id = child_id
         self.local_agent: AgentHandle | None = local_agent
@@ -92,6 +94,7 @@ class AgentLoopRun:
         self._model = model
         self._template = template
         self._transcript = transcript
+        self._tools = {tool.name: tool for tool in tools}
         self._stop_timeout_s = stop_timeout_s
         # The loop's own signal: aborted by the activation's signal or by `dispose`, and the
         # one the model sees, so either stops a model call in flight.
@@ -188,10 +191,16 @@ class AgentLoopRun:
                     # A reply that lost the race with a kill is dropped, not written.
                     stop_reason = StopReason.ABORTED
                     break
+                calls = _unique_ids(reply.tool_calls, len(history))
                 self._transcript.append(EventKind.ASSISTANT_MESSAGE, {"text": reply.text})
-                history.append(ChatMessage(role="assistant", text=reply.text))
+                history.append(ChatMessage(role="assistant", text=reply.text, tool_calls=calls))
                 if reply.text:
                     output = reply.text
+                if calls:
+                    if not self._run_tools(calls, history):
+                        stop_reason = StopReason.ABORTED
+                        break
+                    continue  # the model reads the results, with whatever was steered
                 # Whatever the reply's stop reason, a message the turn accepted meanwhile is
                 # answered in this turn: its sender heard `steered`. Deciding to end and
                 # refusing later steers is one step under the lock.
@@ -222,6 +231,21 @@ class AgentLoopRun:
             )
             self._done.set()
 
+    def _run_tools(self, calls: Sequence[ToolCall], history: list[ChatMessage]) -> bool:
+        """Run each call in order, writing it and its result; False once the turn is killed.
+
+        A result that lost the race with a kill is dropped, not written, like a reply.
+        """
+        for call in calls:
+            self._transcript.append(TOOL_CALL, tool_call_data(call))
+            outcome = run_tool_call(self._tools, call, self._signal)
+            if self._signal.aborted:
+                return False
+            self._transcript.append(TOOL_RESULT, outcome.event_data(call.id))
+            text = tool_message_text(output=outcome.output, error=outcome.error)
+            history.append(ChatMessage(role="tool", text=text, tool_call_id=call.id))
+        return True
+
     def _close(self) -> None:
         with self._lock:
             self._closed = True
@@ -237,14 +261,32 @@ class AgentLoopProvider:
     Args:
         model: The model every child of this provider talks to.
         name: The provider's key in the registry.
+        tools: The tools a child may call; the descriptor's ``tool_filter`` picks among them.
         stop_timeout_s: How long `dispose` waits for an aborted loop to stop.
+
+    Raises:
+        SubagentControlError: ``INVALID_INPUT`` for an empty name or two tools of one name.
     """
 
-    def __init__(self, model: ModelAdapter, *, name: str, stop_timeout_s: float = 30.0) -> None:
+    def __init__(
+        self,
+        model: ModelAdapter,
+        *,
+        name: str,
+        tools: Sequence[ChildTool] = (),
+        stop_timeout_s: float = 30.0,
+    ) -> None:
         if not name:
             raise SubagentControlError(ErrorCode.INVALID_INPUT, "a provider needs a non-empty name")
+        names = [tool.name for tool in tools]
+        if len(set(names)) != len(names):
+            twice = sorted({n for n in names if names.count(n) > 1})
+            raise SubagentControlError(
+                ErrorCode.INVALID_INPUT, f"tool names must be distinct; given twice: {twice}"
+            )
         self._model = model
         self._name = name
+        self._tools = tuple(tools)
         self._stop_timeout_s = stop_timeout_s
 
     @property
@@ -256,6 +298,11 @@ class AgentLoopProvider:
     def model(self) -> ModelAdapter:
         """The model adapter the children talk to."""
         return self._model
+
+    @property
+    def tools(self) -> tuple[ChildTool, ...]:
+        """Every tool of this provider, before a child's tool filter."""
+        return self._tools
 
     def start(self, request: StartRequest, signal: CancelSignal) -> SubagentRun:
         """Start the child's first turn in a new thread and return its run at once.
@@ -286,6 +333,8 @@ class AgentLoopProvider:
         history: list[ChatMessage],
     ) -> AgentLoopRun:
         self._raise_if_cancelled(request, signal)
+        # Filtered again at every activation: a resumed child sees what its descriptor allows.
+        tools = select_tools(self._tools, request.descriptor.tool_filter)
         history.append(
             ChatMessage(role="user", text=text_of(request.prompt), source=request.source)
         )
@@ -295,6 +344,7 @@ class AgentLoopProvider:
             messages=history,
             model=selector,
             tool_filter=request.descriptor.tool_filter,
+            tools=[tool.definition for tool in tools],
         )
         agent = request.parent.registry.register(
             request.child_id, model=selector, depth=request.depth
@@ -307,6 +357,7 @@ class AgentLoopProvider:
             transcript=request.transcript,
             thread_name=f"{THREAD_PREFIX}:{self._name}:{request.child_id}",
             stop_timeout_s=self._stop_timeout_s,
+            tools=tools,
         )
         try:
             # Roll back (no thread, agent disposed) for an abort that came while registering.

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from controlplane._agent_loop import AgentLoopProvider, chat_history
+from controlplane._child_tools import ChildTool
 from controlplane._model import ChatMessage, ModelAdapter
 from controlplane._provider import ResumeRequest, StartRequest
 
@@ -20,13 +23,20 @@ class ForkProvider(AgentLoopProvider):
     Args:
         model: The model every child of this provider talks to.
         name: The provider's key in the registry.
+        tools: The tools a child may call (`ChildTool`); the descriptor's ``tool_filter``
+            (``allow``/``deny`` lists of names) picks the ones each child sees.
         stop_timeout_s: How long ``dispose`` waits for an aborted loop to stop.
     """
 
     def __init__(
-        self, model: ModelAdapter, *, name: str = "fork", stop_timeout_s: float = 30.0
+        self,
+        model: ModelAdapter,
+        *,
+        name: str = "fork",
+        tools: Sequence[ChildTool] = (),
+        stop_timeout_s: float = 30.0,
     ) -> None:
-        super().__init__(model, name=name, stop_timeout_s=stop_timeout_s)
+        super().__init__(model, name=name, tools=tools, stop_timeout_s=stop_timeout_s)
 
     def _opening(self, request: StartRequest | ResumeRequest) -> list[ChatMessage]:
         return chat_history(request.seed)

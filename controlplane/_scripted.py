@@ -12,8 +12,9 @@ from controlplane._signal import CancelSignal
 __all__ = ["ScriptedModel", "ScriptedReply"]
 
 ScriptedReply = str | ModelReply | Exception
-"""One scripted step: a reply text, a full reply (to script a stop reason), or an error to
-raise from that call."""
+"""One scripted step: a reply text, a full reply (to script a stop reason or tool calls:
+``ModelReply(tool_calls=[ToolCall(id="c1", name="add", arguments={"a": 1})])``), or an
+error to raise from that call."""
 
 
 class ScriptedModel:
@@ -22,7 +23,8 @@ class ScriptedModel:
     Call ``n`` (counted from 0 across every child using this model, in the order the calls
     start) is served ``replies[n]``; past the end it repeats the last reply, or echoes the
     last user message (``"echo: <text>"``) when ``echo`` is set or no replies were given.
-    A `ModelReply` entry scripts a stop reason; an exception entry is raised by that call.
+    A `ModelReply` entry scripts a stop reason or tool calls (the loop runs them and calls
+    again, which takes the next entry); an exception entry is raised by that call.
 
     Args:
         replies: The scripted replies.

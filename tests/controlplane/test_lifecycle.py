@@ -29,6 +29,7 @@ EXPORTS = [
     "CancelSignal",
     "ChatMessage",
     "ChildMeta",
+    "ChildTool",
     "ChildView",
     "ContentBlock",
     "ContinuableStart",
@@ -64,6 +65,8 @@ EXPORTS = [
     "TaskSnapshot",
     "TaskStatus",
     "TextBlock",
+    "ToolCall",
+    "ToolDefinition",
     "TranscriptWriter",
 ]
 

@@ -13,6 +13,7 @@ from controlplane import (
     AgentHandle,
     AgentRegistry,
     CancelSignal,
+    ChildTool,
     Descriptor,
     InProcessProvider,
     MessageSource,
@@ -193,14 +194,18 @@ class Runs:
         model: ModelAdapter,
         transcript: FakeTranscript | None = None,
         signal: CancelSignal | None = None,
+        *,
+        tools: Sequence[ChildTool] = (),
         **fields: Any,
     ) -> SubagentRun:
-        """Start a child of a fresh `Parent` on ``InProcessProvider(model)`` and keep its run.
+        """Start a child of a fresh `Parent` on ``InProcessProvider(model, tools=tools)`` and
+        keep its run.
 
         ``fields`` go to `start_request` (``prompt``, ``desc``, ...).
         """
         request = start_request(Parent(), transcript or FakeTranscript(), **fields)
-        return self.add(InProcessProvider(model).start(request, signal or CancelSignal()))
+        provider = InProcessProvider(model, tools=tools)
+        return self.add(provider.start(request, signal or CancelSignal()))
 
     def dispose_all(self) -> None:
         # Every run is disposed even when one fails: a run left gated keeps a non-daemon
