@@ -60,7 +60,8 @@ def test_a_child_calls_a_tool_then_a_resumed_turn_sees_the_exchange_and_its_filt
     again = control.send_message(parent, started.child_id, [TextBlock(text="sure?")])
     assert again.route == "started"
     second = control.tasks.wait(again.task_id, timeout=WAIT_S, requester=parent)
-    assert second.outcome is not None and second.outcome.output == "yes, a mammal"
+    assert second.outcome is not None
+    assert second.outcome.output == "yes, a mammal"
 
     resumed = model.calls[2]
     assert [t.name for t in resumed.tools] == ["lookup"]
