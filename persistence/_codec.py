@@ -226,7 +226,8 @@ _gc_was_enabled = False
 
 @contextmanager
 def gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector while a transcript is decoded.
+    """Pause the cyclic garbage collector while a transcript is decoded (opt-in:
+    ``SqlStore(url, pause_gc_on_load=True)``; the collector is process-wide).
 
     A 10,000-event load allocates tens of thousands of acyclic containers; each few hundred
     would otherwise trigger a collection that scans them again (and now and then a full

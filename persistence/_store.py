@@ -94,6 +94,12 @@ class SqlStore:
             only for locks, bounded by ``lock_timeout_s``. Default 30 s.
             A URL that sets these itself (SQLite ``?timeout=``, PostgreSQL
             ``options=-c lock_timeout=…``) overrides them.
+        pause_gc_on_load: Turn Python's cyclic garbage collector off while `load` decodes
+            a transcript (it is restored when the last overlapping load ends, and only if
+            it was on). A long transcript allocates tens of thousands of containers, which
+            would otherwise trigger collections that scan them again; but the collector
+            is process-wide, so this also pauses it for the host's other threads while a
+            load runs. Off by default.
     """
 
     def __init__(
@@ -104,6 +110,7 @@ class SqlStore:
         read_only: bool = False,
         lock_timeout_s: float = LOCK_TIMEOUT_S,
         statement_timeout_s: float = STATEMENT_TIMEOUT_S,
+        pause_gc_on_load: bool = False,
     ) -> None:
         if retry is not None and not isinstance(retry, RetryPolicy):
             raise SubagentControlError(
@@ -111,6 +118,7 @@ class SqlStore:
             )
         _check_seconds("lock_timeout_s", lock_timeout_s)
         _check_seconds("statement_timeout_s", statement_timeout_s)
+        _check_flag("pause_gc_on_load", pause_gc_on_load)
         settings = ConnectionSettings(
             lock_timeout_s=lock_timeout_s,
             statement_timeout_s=statement_timeout_s,
@@ -122,6 +130,7 @@ class SqlStore:
         self._closed = False
         self._read_only = read_only
         self._after_commit: Callable[[], None] | None = None
+        self._pause_gc = pause_gc_on_load
         try:
             self._run("open the store", self._check if read_only else self._open)
         except BaseException:
@@ -402,7 +411,10 @@ class SqlStore:
             if header is None:
                 raise _not_found(child_id)
             cursor.execute(sql.events, (child_id,) * sql.events_binds)
-            with gc_paused():
+            if self._pause_gc:
+                with gc_paused():
+                    events = decode_events(cursor)
+            else:
                 events = decode_events(cursor)
             parent_session, depth, seed_length, label, created_at = header
             meta = construct(
@@ -461,6 +473,13 @@ def _check_seconds(name: str, value: object) -> None:
     problem = seconds_problem(value)
     if problem is not None:
         raise SubagentControlError(ErrorCode.INVALID_INPUT, f"{name} {problem}")
+
+
+def _check_flag(name: str, value: object) -> None:
+    if not isinstance(value, bool):
+        raise SubagentControlError(
+            ErrorCode.INVALID_INPUT, f"{name} must be True or False, not {value!r}"
+        )
 
 
 def _read_only(action: str) -> SubagentControlError:

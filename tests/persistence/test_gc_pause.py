@@ -1,20 +1,73 @@
-"""A load pauses the garbage collector and always restores it as it was."""
+"""A store pauses the garbage collector while it decodes a load only when asked to
+(``pause_gc_on_load=True``): the collector is process-wide, and the store is a library in
+someone else's process. A pause always restores the collector as it was."""
 
 from __future__ import annotations
 
 import gc
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
-from persistence._codec import gc_paused
+import persistence._store
+from controlplane import ErrorCode, SubagentControlError
+from persistence import SqlStore
+from persistence._codec import decode_events, gc_paused
+from tests.persistence.conftest import message, new_child
 
 
 @pytest.fixture(autouse=True)
 def _collector_enabled_again() -> Iterator[None]:
     yield
     gc.enable()
+
+
+def collector_during_decode(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Whether the collector was enabled during each decode of a load, as it happens."""
+    seen: list[bool] = []
+
+    def decode(cursor: Any) -> Any:
+        seen.append(gc.isenabled())
+        return decode_events(cursor)
+
+    monkeypatch.setattr(persistence._store, "decode_events", decode)
+    return seen
+
+
+def test_a_load_leaves_the_collector_alone_by_default(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gc.enable()
+    seen = collector_during_decode(monkeypatch)
+    with SqlStore(store_url) as store:
+        meta = new_child(store)
+        store.append(meta.child_id, [message(n) for n in range(100)])
+        assert len(store.load(meta.child_id).events) == 100
+    assert seen == [True]
+    assert gc.isenabled()
+
+
+def test_a_store_asked_to_pauses_the_collector_during_the_decode_and_restores_it(
+    store_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    gc.enable()
+    seen = collector_during_decode(monkeypatch)
+    with SqlStore(store_url, pause_gc_on_load=True) as store:
+        meta = new_child(store)
+        store.append(meta.child_id, [message(n) for n in range(100)])
+        assert len(store.load(meta.child_id).events) == 100
+    assert seen == [False]
+    assert gc.isenabled()
+
+
+@pytest.mark.parametrize("bad", [1, "yes", None])
+def test_pause_gc_on_load_must_be_a_bool(sqlite_url: str, bad: object) -> None:
+    with pytest.raises(SubagentControlError) as raised:
+        SqlStore(sqlite_url, pause_gc_on_load=bad)  # type: ignore[arg-type]
+    assert raised.value.code == ErrorCode.INVALID_INPUT
+    assert "pause_gc_on_load" in raised.value.message
 
 
 def test_a_pause_disables_the_collector_and_restores_it() -> None:
