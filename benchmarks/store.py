@@ -15,6 +15,9 @@ same work back to back in this process, on the same database:
   ``turn/end`` (so every event is its own row: the slower case). The store also builds a
   `LoadedSession` of frozen models.
 
+On SQLite it also prices ``durable_os_crash=True`` (``synchronous=FULL``) against the
+default on one-event appends (`benchmarks._durability`).
+
 Run ``.venv/bin/python -m benchmarks.store`` (or ``python benchmarks/store.py``;
 ``--quick`` for a smoke run) to refresh the ``## Store`` section of docs/benchmarks.md;
 ``python -m benchmarks`` runs it with the other sections.
@@ -37,6 +40,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: make the repository importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks._durability import measure_durability
 from benchmarks._history import history
 from benchmarks._report import table
 from benchmarks._stats import Spread, fmt_count, fmt_ratio, fmt_s, percentile, sample, spread
@@ -58,11 +62,17 @@ class StoreConfig:
     runs: int = 7
     appends: dict[int, int] = field(default_factory=lambda: {1: 400, 10: 150, 100: 30})
     loads: dict[int, int] = field(default_factory=lambda: {100: 150, 1_000: 30, 10_000: 6})
+    durable_appends: int = 300
 
     @classmethod
     def quick(cls) -> StoreConfig:
         """A smoke run: seconds, not citable."""
-        return cls(runs=2, appends={1: 40, 10: 15, 100: 4}, loads={100: 10, 1_000: 4, 10_000: 1})
+        return cls(
+            runs=2,
+            appends={1: 40, 10: 15, 100: 4},
+            loads={100: 10, 1_000: 4, 10_000: 1},
+            durable_appends=40,
+        )
 
 
 def run(*, quick: bool, workdir: Path, pg_url: str | None) -> str:
@@ -71,6 +81,9 @@ def run(*, quick: bool, workdir: Path, pg_url: str | None) -> str:
     parts = [_method(config)]
     sqlite_path = workdir / "store-bench.db"
     parts.append(_backend_table("SQLite (file, WAL)", _measure_sqlite(config, sqlite_path)))
+    parts.append(
+        measure_durability(runs=config.runs, appends=config.durable_appends, workdir=workdir)
+    )
     if pg_url is None:
         parts.append("PostgreSQL: skipped (no reachable server).")
     else:

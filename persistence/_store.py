@@ -94,6 +94,13 @@ class SqlStore:
             only for locks, bounded by ``lock_timeout_s``. Default 30 s.
             A URL that sets these itself (SQLite ``?timeout=``, PostgreSQL
             ``options=-c lock_timeout=…``) overrides them.
+        durable_os_crash: SQLite only: ``PRAGMA synchronous=FULL`` on every connection,
+            so a committed write, a steer's record included, survives an OS crash or a
+            power loss, at the cost of an fsync of the WAL per commit. The default,
+            ``synchronous=NORMAL`` in WAL mode, survives a crash of the process but may
+            lose the last commits to an OS crash or a power loss. No effect on
+            PostgreSQL, where a commit is durable once acknowledged unless the server
+            is configured otherwise (``synchronous_commit=off``, ``fsync=off``).
         pause_gc_on_load: Turn Python's cyclic garbage collector off while `load` decodes
             a transcript (it is restored when the last overlapping load ends, and only if
             it was on). A long transcript allocates tens of thousands of containers, which
@@ -110,6 +117,7 @@ class SqlStore:
         read_only: bool = False,
         lock_timeout_s: float = LOCK_TIMEOUT_S,
         statement_timeout_s: float = STATEMENT_TIMEOUT_S,
+        durable_os_crash: bool = False,
         pause_gc_on_load: bool = False,
     ) -> None:
         if retry is not None and not isinstance(retry, RetryPolicy):
@@ -118,11 +126,12 @@ class SqlStore:
             )
         _check_seconds("lock_timeout_s", lock_timeout_s)
         _check_seconds("statement_timeout_s", statement_timeout_s)
+        _check_flag("durable_os_crash", durable_os_crash)
         _check_flag("pause_gc_on_load", pause_gc_on_load)
         settings = ConnectionSettings(
             lock_timeout_s=lock_timeout_s,
             statement_timeout_s=statement_timeout_s,
-            durable_os_crash=False,
+            durable_os_crash=durable_os_crash,
         )
         self._db = Database(url, settings)
         self._sql = self._db.sql
