@@ -7,6 +7,7 @@ which is loaded on first use of `SubagentControl`.
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 from controlplane._content import ContentBlock
@@ -47,6 +48,7 @@ from controlplane.contract import (
 )
 
 if TYPE_CHECKING:
+    from controlplane._acp import AcpProvider
     from controlplane._child_tools import ChildTool
     from controlplane._facade import ChildView, SubagentControl
     from controlplane._fork import ForkProvider
@@ -62,6 +64,7 @@ if TYPE_CHECKING:
     from controlplane._scripted import ScriptedModel
 
 __all__ = [
+    "AcpProvider",
     "ActivationNode",
     "ActorTree",
     "AgentHandle",
@@ -111,6 +114,7 @@ __all__ = [
 ]
 
 _LAZY = {
+    "AcpProvider": "controlplane._acp",
     "ChildTool": "controlplane._child_tools",
     "ChatMessage": "controlplane._model",
     "ForkProvider": "controlplane._fork",
@@ -141,3 +145,7 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
+
+
+# A library logs; the application decides where it goes (as pykka does for its own).
+logging.getLogger(__name__).addHandler(logging.NullHandler())

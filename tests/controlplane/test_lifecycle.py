@@ -22,6 +22,7 @@ from tests.fakes import FakeProvider
 from tests.support import WAIT_S, MakeControl, raises, run_python, start_child, text
 
 EXPORTS = [
+    "AcpProvider",
     "ActivationNode",
     "ActorTree",
     "AgentHandle",

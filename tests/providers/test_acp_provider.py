@@ -1,0 +1,330 @@
+"""`AcpProvider` behind the real control plane, driving a real ACP agent subprocess.
+
+The agent (`acp_agent.py`) is written from the protocol, not from the client library. Every
+agent process (and grandchild) a test starts writes its pid; the fixture checks at teardown,
+pass or fail, that none is left alive, and kills any that is.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from controlplane import (
+    AgentHandle,
+    ContinuableStartSpec,
+    ErrorCode,
+    EventKind,
+    SessionEvent,
+    SubagentControl,
+    SubagentControlError,
+    TaskSnapshot,
+    TaskStatus,
+    TextBlock,
+)
+from controlplane._acp import THREAD_PREFIX
+
+pytest.importorskip("acp", reason="the acp extra is not installed")
+from controlplane import AcpProvider
+
+AGENT = Path(__file__).with_name("acp_agent.py")
+WAIT_S = 15.0
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+class Agents:
+    """Builds agent command lines sharing one state directory, and checks their pids."""
+
+    def __init__(self, state: Path) -> None:
+        self.state = state
+
+    def command(self, *flags: str) -> list[str]:
+        return [sys.executable, str(AGENT), "--state", str(self.state), *flags]
+
+    def pids(self) -> list[int]:
+        path = self.state / "pids"
+        return [int(line) for line in path.read_text().split()] if path.exists() else []
+
+    def prompts(self) -> list[dict[str, Any]]:
+        path = self.state / "prompts.jsonl"
+        return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@pytest.fixture
+def agents(tmp_path: Path) -> Iterator[Agents]:
+    made = Agents(tmp_path / "agent-state")
+    yield made
+    survivors = [pid for pid in made.pids() if alive(pid)]
+    for pid in survivors:
+        os.kill(pid, signal.SIGKILL)
+    assert survivors == [], "an agent process outlived its activation"
+
+
+@pytest.fixture
+def control(sqlite_url: str) -> Iterator[SubagentControl]:
+    with SubagentControl.open(sqlite_url) as opened:
+        yield opened
+    assert not [t for t in _threads() if t.startswith(THREAD_PREFIX)]
+
+
+def _threads() -> list[str]:
+    return [t.name for t in threading.enumerate()]
+
+
+def register(control: SubagentControl, agents: Agents, *flags: str, **options: Any) -> None:
+    options.setdefault("start_timeout_s", 10.0)
+    options.setdefault("grace_s", 1.0)
+    control.providers.register(AcpProvider(agents.command(*flags), **options))
+
+
+def start(control: SubagentControl, parent: AgentHandle, prompt: str) -> tuple[str, str]:
+    started = control.start_continuable(
+        ContinuableStartSpec(
+            provider="acp", label="acp child", prompt=[TextBlock(text=prompt)], parent=parent
+        )
+    )
+    return started.child_id, started.task_id
+
+
+def settle(control: SubagentControl, task_id: str, parent: AgentHandle) -> TaskSnapshot:
+    snapshot = control.tasks.wait(task_id, timeout=WAIT_S, requester=parent)
+    assert snapshot.status.is_terminal
+    return snapshot
+
+
+def events(control: SubagentControl, child_id: str) -> list[SessionEvent]:
+    assert control.store is not None
+    return control.store.load(child_id).events
+
+
+def assert_no_child(control: SubagentControl, child_id: str) -> None:
+    """A start that failed before publication leaves no durable child (SPEC §5.4)."""
+    assert control.store is not None
+    with pytest.raises(SubagentControlError) as caught:
+        control.store.load(child_id)
+    assert caught.value.code is ErrorCode.CHILD_NOT_FOUND
+
+
+def test_a_started_child_answers_and_its_messages_and_tool_calls_are_recorded(
+    control: SubagentControl, agents: Agents
+) -> None:
+    register(control, agents, "--tool-call")
+    parent = control.agents.register("parent-1")
+    child_id, task_id = start(control, parent, "summarise the notes")
+
+    snapshot = settle(control, task_id, parent)
+
+    assert snapshot.status is TaskStatus.COMPLETED
+    assert snapshot.outcome is not None
+    assert snapshot.outcome.output == "echo: summarise the notes"
+    stored = events(control, child_id)
+    assert [e.kind for e in stored] == [
+        EventKind.TURN_START,
+        EventKind.USER_MESSAGE,
+        EventKind.DESCRIPTOR,
+        "acp/session",
+        "tool/call",
+        "tool/result",
+        EventKind.ASSISTANT_MESSAGE,
+        EventKind.TURN_END,
+    ]
+    assert stored[4].data == {
+        "id": "tool-1",
+        "name": "read notes",
+        "arguments": {"path": "notes.md"},
+    }
+    assert stored[5].data == {"id": "tool-1", "output": "3 notes"}
+    assert stored[6].data == {"text": "echo: summarise the notes"}
+
+
+def test_a_resume_loads_the_agents_session_when_it_can_and_records_no_replay(
+    control: SubagentControl, agents: Agents
+) -> None:
+    register(control, agents, "--load-session")
+    parent = control.agents.register("parent-1")
+    child_id, task_id = start(control, parent, "remember otters")
+    settle(control, task_id, parent)
+
+    again = control.send_message(parent, child_id, [TextBlock(text="what did I say?")])
+    assert again.route == "started"
+    snapshot = settle(control, again.task_id, parent)
+
+    assert snapshot.outcome is not None
+    assert snapshot.outcome.output == "echo: what did I say? (remembered: remember otters)"
+    first, second = agents.prompts()
+    assert second["session"] == first["session"]
+    assert second["texts"] == ["what did I say?"]
+    turn_two = [(e.kind, e.data) for e in events(control, child_id) if e.turn == 2]
+    assert [kind for kind, _ in turn_two] == [
+        EventKind.TURN_START,
+        EventKind.USER_MESSAGE,
+        EventKind.ASSISTANT_MESSAGE,  # the new answer only: the load's replay is not recorded
+        EventKind.TURN_END,
+    ]
+
+
+def test_without_load_session_a_resume_opens_a_new_session_primed_with_the_transcript(
+    control: SubagentControl, agents: Agents
+) -> None:
+    register(control, agents)
+    parent = control.agents.register("parent-1")
+    child_id, task_id = start(control, parent, "remember otters")
+    settle(control, task_id, parent)
+
+    again = control.send_message(parent, child_id, [TextBlock(text="and now?")])
+    snapshot = settle(control, again.task_id, parent)
+
+    assert snapshot.outcome is not None
+    assert snapshot.outcome.output == "echo: and now? (context blocks: 1)"
+    first, second = agents.prompts()
+    assert second["session"] != first["session"]
+    context, prompt = second["texts"]
+    assert "User: remember otters" in context
+    assert "You: echo: remember otters" in context
+    assert prompt == "and now?"
+    sessions = [e.data for e in events(control, child_id) if e.kind == "acp/session"]
+    assert sessions == [{"session_id": first["session"]}, {"session_id": second["session"]}]
+
+
+def test_a_follow_up_during_a_running_turn_is_not_delivered_and_a_kill_ends_it(
+    control: SubagentControl, agents: Agents
+) -> None:
+    register(control, agents, "--hang-on", "session/prompt")
+    parent = control.agents.register("parent-1")
+    child_id, task_id = start(control, parent, "think forever")
+
+    with pytest.raises(SubagentControlError) as caught:
+        control.send_message(parent, child_id, [TextBlock(text="are you there?")])
+    assert caught.value.code is ErrorCode.NOT_DELIVERED
+
+    control.tasks.kill(task_id, requester=parent)
+    snapshot = settle(control, task_id, parent)
+    assert snapshot.status is TaskStatus.KILLED
+    assert not [pid for pid in agents.pids() if alive(pid)]
+
+
+def test_an_agent_that_ignores_cancel_and_sigterm_is_killed_and_reaped(
+    control: SubagentControl, agents: Agents
+) -> None:
+    register(
+        control, agents, "--hang-on", "session/prompt", "--ignore-cancel", "--ignore-sigterm",
+        grace_s=0.3,
+    )  # fmt: skip
+    parent = control.agents.register("parent-1")
+    _, task_id = start(control, parent, "never stop")
+    control.tasks.kill(task_id, requester=parent)
+    assert settle(control, task_id, parent).status is TaskStatus.KILLED
+    assert not [pid for pid in agents.pids() if alive(pid)]
+
+
+def test_the_agents_own_processes_do_not_outlive_the_activation(
+    control: SubagentControl, agents: Agents
+) -> None:
+    register(control, agents, "--grandchild")
+    parent = control.agents.register("parent-1")
+    _, task_id = start(control, parent, "hello")
+    assert settle(control, task_id, parent).status is TaskStatus.COMPLETED
+    pids = agents.pids()
+    assert len(pids) == 2
+    assert not [pid for pid in pids if alive(pid)]
+
+
+@pytest.mark.parametrize(
+    ("flags", "detail"),
+    [
+        (("--crash-on", "initialize"), "exited with code 3 while starting"),
+        (("--hang-on", "initialize"), "did not answer initialize"),
+    ],
+)
+def test_an_agent_that_crashes_or_hangs_while_starting_fails_the_task_and_leaves_no_child(
+    control: SubagentControl, agents: Agents, flags: tuple[str, ...], detail: str
+) -> None:
+    register(control, agents, *flags, start_timeout_s=0.5)
+    parent = control.agents.register("parent-1")
+    child_id, task_id = start(control, parent, "hello")
+
+    snapshot = settle(control, task_id, parent)
+
+    assert snapshot.status is TaskStatus.FAILED
+    assert snapshot.outcome is not None
+    assert detail in (snapshot.outcome.detail or "")
+    if "crash" in flags[0]:
+        assert "crashing on initialize as asked" in (snapshot.outcome.detail or "")
+    assert_no_child(control, child_id)
+
+
+def test_an_agent_that_crashes_mid_prompt_fails_the_task_naming_its_exit(
+    control: SubagentControl, agents: Agents
+) -> None:
+    register(control, agents, "--crash-on", "after-reply")
+    parent = control.agents.register("parent-1")
+    _, task_id = start(control, parent, "hello")
+    snapshot = settle(control, task_id, parent)
+    assert snapshot.status is TaskStatus.FAILED
+    assert snapshot.outcome is not None
+    assert "exited with code 4 during its prompt" in (snapshot.outcome.detail or "")
+
+
+def test_a_command_that_does_not_exist_fails_the_start_saying_so(
+    control: SubagentControl, agents: Agents
+) -> None:
+    control.providers.register(AcpProvider([str(agents.state / "no-such-agent")]))
+    parent = control.agents.register("parent-1")
+    child_id, task_id = start(control, parent, "hello")
+    snapshot = settle(control, task_id, parent)
+    assert snapshot.status is TaskStatus.FAILED
+    assert_no_child(control, child_id)
+    assert snapshot.outcome is not None
+    assert "no-such-agent" in (snapshot.outcome.detail or "")
+
+
+@pytest.mark.parametrize(("policy", "option"), [("deny", "no"), ("allow", "yes")])
+def test_permission_requests_are_answered_by_the_policy(
+    control: SubagentControl, agents: Agents, policy: str, option: str
+) -> None:
+    register(control, agents, "--ask-permission", permission=policy)
+    parent = control.agents.register("parent-1")
+    _, task_id = start(control, parent, "clean up")
+    snapshot = settle(control, task_id, parent)
+    assert snapshot.outcome is not None
+    assert f'"optionId": "{option}"' in (snapshot.outcome.output or "")
+
+
+def test_an_agents_stop_reason_becomes_the_tasks_outcome(
+    control: SubagentControl, agents: Agents
+) -> None:
+    register(control, agents, "--stop-reason", "max_tokens")
+    parent = control.agents.register("parent-1")
+    _, task_id = start(control, parent, "hello")
+    snapshot = settle(control, task_id, parent)
+    assert snapshot.status is TaskStatus.FAILED
+    assert snapshot.outcome is not None
+    assert snapshot.outcome.detail == "max-tokens"
+
+
+def test_without_the_extra_the_provider_says_which_extra_to_install() -> None:
+    code = (
+        "import sys; sys.modules['acp'] = None\n"
+        "from controlplane import AcpProvider\n"
+        "try:\n    AcpProvider(['agent'])\nexcept ImportError as exc:\n    print(exc)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert "pip install 'subagent-control[acp]'" in out.stdout
