@@ -52,3 +52,52 @@ def test_human_and_parent_messages_share_one_turn_with_their_sources() -> None:
     assert "steering/message   human/alice" in transcript
     assert "steering/message   coordinator/parent-1" in transcript
     assert transcript.count("turn 1") == 3
+
+
+@pytest.mark.timeout(150)
+def test_openai_child_calls_its_tool_and_is_resumed_against_a_local_server() -> None:
+    pytest.importorskip("openai", reason="the openai extra is not installed")
+    from tests.providers.openai_server import ChatServer
+
+    count = {"id": "call_1", "name": "word_count", "arguments": {"text": "the quick brown fox"}}
+    with ChatServer([{"tool_calls": [count]}, {"text": "4 words"}, {"text": "8"}]) as server:
+        out = run_example("openai_child.py", "--base-url", server.base_url, "--model", "m")
+        requests = server.requests
+
+    assert "turn -> completed: 4 words" in out
+    assert "turn -> completed: 8" in out
+    assert "tool/result" in out
+    # The resumed turn sent the whole conversation, the tool exchange included.
+    assert [m["role"] for m in requests[2]["messages"]] == [
+        "system", "user", "assistant", "tool", "assistant", "user",
+    ]  # fmt: skip
+
+
+def test_openai_child_without_a_server_says_how_to_start_one() -> None:
+    pytest.importorskip("openai", reason="the openai extra is not installed")
+    from tests.providers.openai_server import ChatServer
+
+    with ChatServer() as gone:
+        url = gone.base_url
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "openai_child.py"), "--base-url", url,
+         "--model", "m"],
+        capture_output=True, text=True, timeout=60, cwd=ROOT,
+    )  # fmt: skip
+    assert result.returncode == 2
+    assert "No model server answers" in result.stderr
+    assert "ollama serve" in result.stderr
+
+
+@pytest.mark.timeout(150)
+def test_acp_child_runs_an_agent_and_continues_it(tmp_path: Path) -> None:
+    pytest.importorskip("acp", reason="the acp extra is not installed")
+    agent = ROOT / "tests" / "providers" / "acp_agent.py"
+    out = run_example(
+        "acp_child.py", "--prompt", "remember otter", "--follow-up", "which word?",
+        "--", sys.executable, str(agent), "--state", str(tmp_path), "--load-session",
+    )  # fmt: skip
+
+    assert "turn 1 ('remember otter') -> completed: echo: remember otter" in out
+    assert "(remembered: remember otter)" in out
+    assert "acp/session" in out
