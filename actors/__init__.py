@@ -1,5 +1,7 @@
 """The actor tree: a root, one supervisor per child session, one actor per activation."""
 
+import logging
+
 from actors.activation import ActivationActor
 from actors.context import ActorContext
 from actors.messages import (
@@ -32,3 +34,6 @@ __all__ = [
     "Steered",
     "follow_up_label",
 ]
+
+# A library logs; the application decides where it goes (as pykka does for its own).
+logging.getLogger(__name__).addHandler(logging.NullHandler())

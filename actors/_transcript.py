@@ -200,6 +200,12 @@ class ActivationTranscript:
                 self._write_queued()
         if receipt._error is not None:
             raise receipt._error
+        if not receipt._written:  # never reached a write that settled it: not durable
+            raise _durability(
+                self._child_id,
+                "record the steered message",
+                SubagentControlError(ErrorCode.INTERNAL, "its record was never written"),
+            )
 
     def _write_queued(self) -> None:
         """Write the queued ``steering/message`` records, in one batch (under the lock).
@@ -213,11 +219,17 @@ class ActivationTranscript:
             return
         try:
             self._write([receipt.event for receipt in queued])
-        except SubagentControlError as exc:
+        except BaseException as exc:
+            # Whatever escapes (a store error, a bug, KeyboardInterrupt in the committing
+            # thread), every receipt taken off the queue ends failed, never "written" by
+            # default; a store error is the turn's to survive, anything else goes on up.
+            cause = exc if isinstance(exc, SubagentControlError) else _internal(exc)
             for receipt in queued:
-                error = _durability(self._child_id, "record the steered message", exc)
+                error = _durability(self._child_id, "record the steered message", cause)
                 error.task_id = receipt.task_id
                 receipt._settle(error)
+            if not isinstance(exc, SubagentControlError):
+                raise
             return
         for receipt in queued:
             receipt._settle(None)
@@ -232,6 +244,10 @@ def _not_delivered(child_id: str, why: str) -> SubagentControlError:
         f"child {child_id}: {why}; the message was not delivered; retry after it settles",
         child_id=child_id,
     )
+
+
+def _internal(exc: BaseException) -> SubagentControlError:
+    return SubagentControlError(ErrorCode.INTERNAL, str(exc) or type(exc).__name__)
 
 
 def _durability(child_id: str, what: str, exc: SubagentControlError) -> SubagentControlError:

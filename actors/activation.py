@@ -14,6 +14,8 @@ from typing import Any
 
 import pykka
 
+from actors._base import Actor
+from actors._outcomes import aborted, error_text, failed
 from actors._transcript import ActivationTranscript, message_data
 from actors.context import ActorContext
 from actors.messages import ActivationEnded, ActivationPlan, Published, Settling
@@ -64,7 +66,7 @@ class _Prepared:
     header: ChildMeta | None
 
 
-class ActivationActor(pykka.ThreadingActor):
+class ActivationActor(Actor):
     """Runs one activation from begin to recorded outcome, then stops itself."""
 
     # A provider that ignores its signal must not keep the process alive after close()
@@ -103,11 +105,11 @@ class ActivationActor(pykka.ThreadingActor):
             run = self._call_provider(prepared)
             if plan.signal.aborted:
                 # Killed while the provider was starting: never publish a run we must drop.
-                raise _Settle(_killed(plan.signal.reason))
+                raise _Settle(aborted(plan.signal))
             try:
                 prepared.transcript.publish(prepared.frame, header=prepared.header)
             except SubagentControlError as exc:
-                raise _Settle(_failed(exc.message, exc.code)) from exc
+                raise _Settle(failed(exc.message, exc.code)) from exc
             published = True
             self._tell(Published(task_id=plan.task_id, run=run, transcript=prepared.transcript))
             outcome = self._await_result(run)
@@ -117,7 +119,7 @@ class ActivationActor(pykka.ThreadingActor):
         except BaseException as exc:  # escaping, it would stop every actor
             # A bug here must still settle the Task, or its owner would wait forever.
             log.exception("activation %s crashed", plan.task_id)
-            outcome = _failed(f"internal error: {exc}")
+            outcome = failed(f"internal error: {exc}")
         if run is not None:
             outcome = self._dispose(run, outcome)
         if prepared is not None:
@@ -137,7 +139,7 @@ class ActivationActor(pykka.ThreadingActor):
         assert plan.depth is not None
         squatter = self._ctx.agents.get(plan.child_id)
         if squatter is not None:
-            raise _Settle(_failed(_conflict(plan.child_id), ErrorCode.OWNERSHIP_CONFLICT))
+            raise _Settle(failed(_conflict(plan.child_id), ErrorCode.OWNERSHIP_CONFLICT))
         provider = self._provider(plan.descriptor)
         transcript = ActivationTranscript(self._ctx.store, plan.child_id, turn=1)
         now = utcnow()
@@ -177,15 +179,15 @@ class ActivationActor(pykka.ThreadingActor):
             loaded = self._ctx.store.load(child)
         except SubagentControlError as exc:
             raise _Settle(
-                _failed(f"child {child} is unavailable: {exc.message}", ErrorCode.NOT_RESUMABLE)
+                failed(f"child {child} is unavailable: {exc.message}", ErrorCode.NOT_RESUMABLE)
             ) from exc
         self._loaded = True
         # The load may have taken long: a kill that arrived meanwhile wins over the provider.
         if plan.signal.aborted:
-            raise _Settle(_killed(plan.signal.reason))
+            raise _Settle(aborted(plan.signal))
         if loaded.meta.parent_session != plan.parent.session_id:
             raise _Settle(
-                _failed(
+                failed(
                     f"child {child} belongs to another parent session; only its direct parent "
                     "can continue it",
                     ErrorCode.UNAUTHORIZED,
@@ -194,7 +196,7 @@ class ActivationActor(pykka.ThreadingActor):
         descriptor = fold_descriptor(loaded.own_events)
         if descriptor is None:
             raise _Settle(
-                _failed(
+                failed(
                     f"child {child} has no supported descriptor, so it cannot be re-created; "
                     "do not retry",
                     ErrorCode.NOT_RESUMABLE,
@@ -235,7 +237,7 @@ class ActivationActor(pykka.ThreadingActor):
         try:
             return self._ctx.providers.get(descriptor.provider)
         except SubagentControlError as exc:
-            raise _Settle(_failed(exc.message, exc.code)) from exc
+            raise _Settle(failed(exc.message, exc.code)) from exc
 
     def _call_provider(self, prepared: _Prepared) -> SubagentRun:
         signal = self._plan.signal
@@ -245,28 +247,28 @@ class ActivationActor(pykka.ThreadingActor):
             return prepared.provider.start(prepared.request, signal)
         except BaseException as exc:  # escaping, it would stop every actor
             if signal.aborted:
-                raise _Settle(_killed(signal.reason)) from exc
+                raise _Settle(aborted(signal)) from exc
             code = exc.code if isinstance(exc, SubagentControlError) else None
-            raise _Settle(_failed(_error_text(exc), code)) from exc
+            raise _Settle(failed(error_text(exc), code)) from exc
 
     def _await_result(self, run: SubagentRun) -> TaskOutcome:
         try:
             result = run.result()
         except BaseException as exc:  # escaping, it would stop every actor
-            return _failed(_error_text(exc))
+            return failed(error_text(exc))
         reason = str(result.stop_reason)
         if reason == StopReason.COMPLETED:
             return TaskOutcome(status=TaskStatus.COMPLETED, output=text_of(result.output))
         if reason == StopReason.ABORTED:
-            return _killed(self._plan.signal.reason)
-        return _failed(reason)
+            return aborted(self._plan.signal)
+        return failed(reason)
 
     def _dispose(self, run: SubagentRun, outcome: TaskOutcome) -> TaskOutcome:
         try:
             run.dispose()
         except BaseException as exc:  # escaping, it would stop every actor
             earlier = outcome.detail or outcome.status.value
-            outcome = _failed(f"{earlier}; dispose failed: {_error_text(exc)}")
+            outcome = failed(f"{earlier}; dispose failed: {error_text(exc)}")
         # A terminal Task leaves the durable child but no live child agent.
         agent = getattr(run, "local_agent", None)
         if agent is not None and agent.is_live:
@@ -281,7 +283,7 @@ class ActivationActor(pykka.ThreadingActor):
             transcript.close(end if published else None)
         except SubagentControlError as exc:
             earlier = outcome.detail or outcome.status.value
-            return _failed(f"{earlier}; {exc.message}", ErrorCode.DURABILITY_FAILED)
+            return failed(f"{earlier}; {exc.message}", ErrorCode.DURABILITY_FAILED)
         return outcome
 
     def _tell(self, message: Published | Settling | ActivationEnded) -> None:
@@ -293,24 +295,8 @@ class ActivationActor(pykka.ThreadingActor):
                 self._ctx.tasks.release(message.task_id)
 
 
-def _failed(detail: str, code: ErrorCode | None = None) -> TaskOutcome:
-    return TaskOutcome(status=TaskStatus.FAILED, detail=detail, code=code)
-
-
-def _killed(reason: str | None) -> TaskOutcome:
-    return TaskOutcome(
-        status=TaskStatus.KILLED, detail=reason or "killed", code=ErrorCode.CANCELLED
-    )
-
-
 def _conflict(child_id: str) -> str:
     return (
         f"a live agent already uses the id of child {child_id}; it is never adopted, so the "
         "child cannot run while it lives"
     )
-
-
-def _error_text(exc: BaseException) -> str:
-    if isinstance(exc, SubagentControlError):
-        return exc.message
-    return str(exc) or type(exc).__name__

@@ -43,6 +43,7 @@ __all__ = [
     "SpawnChild",
     "Steered",
     "StopAccepting",
+    "SupervisorAnswer",
     "Sweep",
 ]
 
@@ -221,7 +222,11 @@ class Steered:
     receipt: SteeringReceipt
 
 
-SendReply = Steered | SendResult | SubagentControlError | Future[Steered] | Redirect
-"""A supervisor's answer to `SendMessage`: a steer to commit, a started resume, a refusal, a
-redirect (it retired), or — for a message held until publication — a future resolved at
-delivery."""
+SendReply = Steered | SendResult | SubagentControlError | Redirect
+"""The answer to a `SendMessage`, as its sender reads it: a steer to commit, a started
+resume, a refusal, or a redirect (the supervisor retired before taking it)."""
+
+SupervisorAnswer = SendReply | Future[Steered]
+"""What a supervisor returns for a `SendMessage`: a `SendReply`, or — for a message held
+until publication — a future resolved at delivery (`actors.supervisor.await_reply` waits
+for it)."""

@@ -16,6 +16,7 @@ from typing import Any, cast
 import pykka
 
 from actors._answer import NO_ANSWER, answer_of
+from actors._base import Actor
 from actors.context import ActorContext
 from actors.messages import (
     BeginActivation,
@@ -38,7 +39,7 @@ from controlplane.contract import ErrorCode, SubagentControlError, SupervisorNod
 __all__ = ["Passivator", "RootActor", "RootActorProxy"]
 
 
-class RootActor(pykka.ThreadingActor):
+class RootActor(Actor):
     """Creates supervisors on demand, dumps them, and stops them on shutdown."""
 
     def __init__(self, context: ActorContext, table: RoutingTable) -> None:
@@ -78,7 +79,9 @@ class RootActor(pykka.ThreadingActor):
                 f"child {plan.child_id} already has a supervisor",
                 child_id=plan.child_id,
             )
-        ref = ChildSupervisor.start(
+        ref = _start_supervisor(
+            plan.child_id,
+            "nothing was started",
             self._ctx,
             self._table,
             plan.child_id,
@@ -97,7 +100,9 @@ class RootActor(pykka.ThreadingActor):
         route = self._table.get(child_id)
         if route is None:
             self._check_accepting()
-            ref = ChildSupervisor.start(self._ctx, self._table, child_id)
+            ref = _start_supervisor(
+                child_id, "the message was not delivered", self._ctx, self._table, child_id
+            )
             route = Route(child_id, ChildSupervisorProxy(ref), None)
             self._table._put(route)
         # Not waited for here: the root never blocks on a supervisor; the caller reads it.
@@ -142,6 +147,20 @@ class RootActor(pykka.ThreadingActor):
             except pykka.Timeout:
                 continue
         self._table._clear()
+
+
+def _start_supervisor(child_id: str, consequence: str, *args: Any, **kwargs: Any) -> Any:
+    """Start a child's supervisor; a failure (no thread left, …) is a coded error the
+    caller can act on, never a raw exception from inside the actor system."""
+    try:
+        return ChildSupervisor.start(*args, **kwargs)
+    except Exception as exc:
+        raise SubagentControlError(
+            ErrorCode.INTERNAL,
+            f"could not create the supervisor of child {child_id} ({exc}); {consequence}; "
+            "retry later",
+            child_id=child_id,
+        ) from exc
 
 
 class RootActorProxy:

@@ -17,6 +17,8 @@ from typing import Any, cast
 import pykka
 
 from actors._answer import NO_ANSWER, answer_of
+from actors._base import Actor
+from actors._outcomes import error_text, failed
 from actors._transcript import ActivationTranscript
 from actors.activation import ActivationActor
 from actors.context import ActorContext
@@ -32,6 +34,7 @@ from actors.messages import (
     SendReply,
     Settling,
     Steered,
+    SupervisorAnswer,
 )
 from actors.routing import RoutingTable
 from controlplane.contract import (
@@ -62,6 +65,7 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 _LABEL_LIMIT = 80
+_LIVENESS_POLL_S = 1.0
 
 
 def follow_up_label(message: tuple[TextBlock, ...]) -> str:
@@ -104,7 +108,7 @@ class _Current:
         return self.plan.signal
 
 
-class ChildSupervisor(pykka.ThreadingActor):
+class ChildSupervisor(Actor):
     """Owns one child's association and decides, in arrival order, where messages go."""
 
     def __init__(
@@ -120,6 +124,8 @@ class ChildSupervisor(pykka.ThreadingActor):
         self._ctx = context
         self._table = table
         self._retired = False
+        # Why this supervisor failed, once it has: it only waits for its activation to end.
+        self._broken: str | None = None
         self._child_id = child_id
         self._parent_session = parent_session
         self._current: _Current | None = None
@@ -134,21 +140,32 @@ class ChildSupervisor(pykka.ThreadingActor):
     # -- pykka hooks ----------------------------------------------------------------
 
     def on_receive(self, message: Any) -> Any:
-        if isinstance(message, Describe):  # looking is not activity
-            return self._describe()
-        if isinstance(message, PassivateIfIdle):  # nor is being offered to retire
-            return self._passivate_if_idle(message.idle_for_s)
-        self._last_activity = utcnow()
         try:
-            return self._handle(message)
-        finally:
-            self._idle_since = time.monotonic() if self._current is None else None
+            if isinstance(message, Describe):  # looking is not activity
+                return self._describe()
+            if isinstance(message, PassivateIfIdle):  # nor is being offered to retire
+                return self._passivate_if_idle(message.idle_for_s)
+            self._last_activity = utcnow()
+            try:
+                return self._handle(message)
+            finally:
+                self._idle_since = time.monotonic() if self._current is None else None
+        except BaseException as exc:
+            # Escaping, pykka would stop this actor without `on_stop` (or, for a
+            # BaseException, every actor): the Task would stay running, held senders would
+            # wait forever and the child would be wedged. Fail what this actor owns instead.
+            return self._fail(message, exc)
 
     def _handle(self, message: Any) -> Any:
         if isinstance(message, SendMessage):
             # Retired, with a stop queued behind this message: not handled, so the caller
             # may send it again to the child's next supervisor.
-            return Redirect() if self._retired else self._on_send(message)
+            if self._retired:
+                return Redirect()
+            if self._broken is not None:
+                task_id = self._current.task_id if self._current else None
+                return _not_delivered(self._child_id, task_id, self._broken)
+            return self._on_send(message)
         if isinstance(message, BeginActivation):
             return self._begin()
         if isinstance(message, Published):
@@ -174,9 +191,37 @@ class ChildSupervisor(pykka.ThreadingActor):
             )
         self._ctx.tasks.release(current.task_id)
 
+    def _fail(self, message: Any, exc: BaseException) -> SubagentControlError | None:
+        """Contain a failure of this supervisor's own code (a bug, or no thread left for
+        the activation): the activation's Task settles ``failed`` (detail names the cause),
+        held messages are not delivered, and the supervisor retires — at once, or once its
+        running activation has ended — so the child's next message gets a new one."""
+        why = f"internal error in the supervisor of child {self._child_id}: {error_text(exc)}"
+        log.error("%s (while handling %s)", why, type(message).__name__, exc_info=exc)
+        try:
+            self._broken = self._broken or why
+            current = self._current
+            if current is not None:
+                current.signal.abort(why, cause=ErrorCode.INTERNAL)
+                self._fail_held(current, why, ErrorCode.NOT_DELIVERED)
+                if current.ref is None:  # never began: no activation will settle its Task
+                    self._ctx.tasks.settle(current.task_id, failed(why, ErrorCode.INTERNAL))
+                    self._ctx.tasks.release(current.task_id)
+                    self._current = None
+        finally:
+            if self._current is None:
+                self._retire()
+        if not isinstance(message, SendMessage):
+            return None
+        return SubagentControlError(
+            ErrorCode.INTERNAL,
+            f"{why}; the message was not delivered; retry it",
+            child_id=self._child_id,
+        )
+
     # -- decisions -------------------------------------------------------------------
 
-    def _on_send(self, send: SendMessage) -> SendReply:
+    def _on_send(self, send: SendMessage) -> SupervisorAnswer:
         current = self._current
         conflict = self._squatter(current)
         if conflict is not None:
@@ -184,6 +229,11 @@ class ChildSupervisor(pykka.ThreadingActor):
         if current is None:
             return self._resume(send)
         if self._ctx.tasks.owner_of(current.task_id) != send.parent.session_id:
+            if current.run is None and self._parent_session in (None, send.parent.session_id):
+                # Another session's resume, not yet authorized: it will be refused at its
+                # load if the sender is the child's parent, so tell the sender to retry
+                # (neither the Task's id nor its owner is named to a possible stranger).
+                return _not_delivered(self._child_id, None, "an activation of it is starting")
             return SubagentControlError(
                 ErrorCode.TASK_NOT_FOUND,
                 f"child {self._child_id} has no task for this session",
@@ -225,7 +275,7 @@ class ChildSupervisor(pykka.ThreadingActor):
             return exc
         return Steered(receipt)
 
-    def _resume(self, send: SendMessage) -> SendReply:
+    def _resume(self, send: SendMessage) -> SupervisorAnswer:
         signal = CancelSignal()  # created before the Task, so a kill can never miss it
         try:
             task = self._ctx.tasks.start(
@@ -236,17 +286,21 @@ class ChildSupervisor(pykka.ThreadingActor):
             )
         except SubagentControlError as exc:
             return exc
-        plan = ActivationPlan(
-            kind="resumed",
-            task_id=task.id,
-            child_id=self._child_id,
-            parent=send.parent,
-            prompt=send.message,
-            source=send.source,
-            signal=signal,
-            label=task.label,
-        )
-        self._current = _Current(plan=plan, agent_mark=self._ctx.agents.last_serial())
+        try:
+            plan = ActivationPlan(
+                kind="resumed",
+                task_id=task.id,
+                child_id=self._child_id,
+                parent=send.parent,
+                prompt=send.message,
+                source=send.source,
+                signal=signal,
+                label=task.label,
+            )
+            self._current = _Current(plan=plan, agent_mark=self._ctx.agents.last_serial())
+        except BaseException:
+            self._ctx.tasks.discard(task.id)  # never admitted: no Task is left behind
+            raise
         self.actor_ref.tell(BeginActivation())  # after this answer has gone out
         return SendResult(route="started", task_id=task.id)
 
@@ -256,11 +310,14 @@ class ChildSupervisor(pykka.ThreadingActor):
             return
         current.run = published.run
         current.transcript = published.transcript
-        held, current.held = current.held, []
+        self._parent_session = current.plan.parent.session_id  # authorized by now
         # Held messages passed the ownership check on a guess (an agent registered after
         # the activation began may be the run's); now the run says which agent is its own.
         squatter = self._squatter(current)
-        for item in held:
+        # Each leaves `held` only once resolved: if anything here raises, `_fail` still
+        # finds the rest and tells their senders.
+        while current.held:
+            item = current.held[0]
             if squatter is not None:
                 outcome: Steered | SubagentControlError = squatter
             elif current.signal.aborted:
@@ -269,6 +326,7 @@ class ChildSupervisor(pykka.ThreadingActor):
                 )
             else:
                 outcome = self._steer(current, published.run, item.message, item.source)
+            current.held.pop(0)
             _resolve(item.reply, outcome)
 
     def _on_settling(self, settling: Settling) -> None:
@@ -287,7 +345,7 @@ class ChildSupervisor(pykka.ThreadingActor):
             self._current = None
         # Only now, with the association gone, may `tasks.wait()` return.
         self._ctx.tasks.release(ended.task_id)
-        if not ended.durable and self._current is None:
+        if (not ended.durable or self._broken is not None) and self._current is None:
             self._retire()
 
     def _passivate_if_idle(self, idle_for_s: float) -> None:
@@ -394,7 +452,7 @@ def mailbox_depth(ref: pykka.ActorRef[Any]) -> int:
     return int(qsize()) if callable(qsize) else 0
 
 
-def _not_delivered(child_id: str, task_id: str, why: str) -> SubagentControlError:
+def _not_delivered(child_id: str, task_id: str | None, why: str) -> SubagentControlError:
     return SubagentControlError(
         ErrorCode.NOT_DELIVERED,
         f"child {child_id}: {why}; the message was not delivered; retry after it settles",
@@ -425,6 +483,30 @@ class ChildSupervisorProxy:
 
 def await_reply(supervisor: pykka.ActorRef[Any], future: pykka.Future[Any]) -> SendReply:
     """A supervisor's answer to a `SendMessage`; `Redirect` if it stopped without handling
-    it (then sending it again cannot duplicate it)."""
+    it (then sending it again cannot duplicate it). A message held until publication is
+    waited for here, for as long as its supervisor lives: the answer is never a future."""
     answer = answer_of(supervisor, future)
-    return Redirect() if answer is NO_ANSWER else cast(SendReply, answer)
+    if answer is NO_ANSWER:
+        return Redirect()
+    if isinstance(answer, Future):
+        return _delivery_of(supervisor, answer)
+    return cast(SendReply, answer)
+
+
+def _delivery_of(supervisor: pykka.ActorRef[Any], held: Future[Steered]) -> SendReply:
+    """The outcome of a held message. A supervisor resolves every held message before it
+    stops (`on_stop` fails them); one that died without doing so took the message with it,
+    undelivered, so its sender is told instead of waiting forever."""
+    while True:
+        try:
+            return held.result(timeout=_LIVENESS_POLL_S)
+        except SubagentControlError as exc:
+            return exc
+        except TimeoutError:
+            if supervisor.is_alive() or held.done():
+                continue
+            return SubagentControlError(
+                ErrorCode.NOT_DELIVERED,
+                "the child's supervisor stopped before the activation took the message; "
+                "the message was not delivered; retry it",
+            )

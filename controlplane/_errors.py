@@ -28,6 +28,7 @@ class ErrorCode(StrEnum):
     CHILD_EXISTS = "CHILD_EXISTS"
     TIMEOUT = "TIMEOUT"
     INTERNAL = "INTERNAL"
+    CAPACITY = "CAPACITY"
 
 
 class SubagentControlError(Exception):

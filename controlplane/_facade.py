@@ -8,7 +8,6 @@ import threading
 import time
 import uuid
 from collections.abc import Iterable, Sequence
-from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import datetime
 from types import TracebackType
@@ -26,7 +25,6 @@ from actors import (
     RootActorProxy,
     RoutingTable,
     SendMessage,
-    SendReply,
     SpawnChild,
     Steered,
 )
@@ -34,7 +32,7 @@ from controlplane._agents import AgentHandle, AgentRegistry
 from controlplane._content import MessageSource, TextBlock
 from controlplane._descriptor import Descriptor
 from controlplane._errors import ErrorCode, SubagentControlError
-from controlplane._json import plain_json, seconds_problem, storable_text
+from controlplane._json import count_problem, plain_json, seconds_problem, storable_text
 from controlplane._provider import ProviderRegistry
 from controlplane._session import NewEvent, utcnow
 from controlplane._signal import CancelSignal
@@ -50,6 +48,12 @@ if TYPE_CHECKING:
 __all__ = ["TASK_TOOLS_SURFACE", "ChildView", "SubagentControl"]
 
 TASK_TOOLS_SURFACE = "task-tools"
+DEFAULT_MAX_LIVE_ACTIVATIONS = 2000
+"""The default cap on live activations: each holds up to three threads (supervisor,
+activation, the provider's loop), and the process's thread ceiling is far above that."""
+STORE_OPTIONS = ("retry", "statement_timeout_s", "durable_os_crash", "pause_gc_on_load")
+"""The options `SubagentControl.open` hands to `SqlStore`."""
+_MIN_PASSIVATE_S = 0.05
 _ROOT_TIMEOUT_S = 30.0
 _REDIRECTS = 16
 
@@ -79,8 +83,11 @@ class SubagentControl:
             Without a surface, starting a background Task is refused.
         close_timeout_s: How long `close` waits for activations to settle.
         passivate_after_s: Retire a child's supervisor (its thread) once the child has been
-            idle this long; its next message makes a new one. ``None`` keeps supervisors
-            until `close`.
+            idle this long (at least 0.05 s); its next message makes a new one. ``None``
+            keeps supervisors until `close`.
+        max_live_activations: The most activations that may exist at once (each holds
+            threads); the next start or resume is refused with ``CAPACITY``, writing
+            nothing. ``None`` for no cap.
     """
 
     def __init__(
@@ -90,17 +97,20 @@ class SubagentControl:
         task_tools: bool = True,
         close_timeout_s: float = 30.0,
         passivate_after_s: float | None = 300.0,
+        max_live_activations: int | None = DEFAULT_MAX_LIVE_ACTIVATIONS,
     ) -> None:
-        problem = None if passivate_after_s is None else seconds_problem(passivate_after_s)
-        if problem is not None:
-            raise SubagentControlError(
-                ErrorCode.INVALID_INPUT, f"passivate_after_s {problem}, or None"
-            )
+        _check_option("close_timeout_s", seconds_problem(close_timeout_s))
+        if passivate_after_s is not None:
+            problem = seconds_problem(passivate_after_s, at_least=_MIN_PASSIVATE_S)
+            _check_option("passivate_after_s", problem and f"{problem}, or None")
+        if max_live_activations is not None:
+            problem = count_problem(max_live_activations)
+            _check_option("max_live_activations", problem and f"{problem}, or None")
         self._store = store
         self._close_timeout_s = close_timeout_s
         self.providers = ProviderRegistry()
         self.agents = AgentRegistry()
-        self.tasks = TaskService()
+        self.tasks = TaskService(max_live=max_live_activations)
         if task_tools:
             self.tasks.attach_surface(TASK_TOOLS_SURFACE)
         self.agents.on_dispose(self._kill_tasks_of)
@@ -123,8 +133,11 @@ class SubagentControl:
     @classmethod
     def open(cls, url: str, **options: Any) -> SubagentControl:
         """Build the store from ``url`` (``sqlite:///…`` or ``postgresql+psycopg://…``) and
-        pass every option (``task_tools=``, …) to the constructor."""
-        store = SqlStore(url)
+        pass every option (``task_tools=``, …) to the constructor; the store's own options
+        (``retry``, ``statement_timeout_s``, ``durable_os_crash``, ``pause_gc_on_load``)
+        go to `SqlStore`."""
+        store_options = {name: options.pop(name) for name in STORE_OPTIONS if name in options}
+        store = SqlStore(url, **store_options)
         try:
             return cls(store, **options)
         except BaseException:
@@ -207,7 +220,7 @@ class SubagentControl:
             with self._lock:
                 self._pending_children.pop(child_id, None)
             self.tasks.discard(task.id)
-            raise _translate(exc) from exc
+            raise _translate(exc, "nothing was started") from exc
         return ContinuableStart(child_id=child_id, task_id=task.id)
 
     # -- messaging -------------------------------------------------------------------
@@ -247,16 +260,17 @@ class SubagentControl:
         send = SendMessage(parent=parent, message=blocks, source=source)
         for _ in range(_REDIRECTS):
             route = self._routes.get(child_id)
-            if route is not None:
-                reply = route.supervisor.send(send)
-            else:
-                reply = self._route_send(root, child_id, send)
+            try:
+                if route is not None:
+                    reply = route.supervisor.send(send)
+                else:
+                    reply = root.route_send(child_id, send)
+            except BaseException as exc:
+                raise _translate(exc, "the message was not delivered") from exc
             if isinstance(reply, Redirect):
                 # Its supervisor retired (or stopped) without handling the message.
                 self._check_open()
                 continue
-            if isinstance(reply, Future):
-                reply = reply.result()
             if isinstance(reply, SubagentControlError):
                 raise reply
             if isinstance(reply, Steered):
@@ -269,13 +283,6 @@ class SubagentControl:
             f"child {child_id}: its supervisor kept retiring; the message was not delivered",
             child_id=child_id,
         )
-
-    def _route_send(self, root: RootActorProxy, child_id: str, send: SendMessage) -> SendReply:
-        # No supervisor in the table: the root creates one and hands the message on.
-        try:
-            return root.route_send(child_id, send)
-        except BaseException as exc:
-            raise _translate(exc) from exc
 
     # -- inspection ------------------------------------------------------------------
 
@@ -354,6 +361,9 @@ class SubagentControl:
                 self._root.stop_accepting(_ROOT_TIMEOUT_S)
         for task_id in self.tasks.close("control plane closed"):
             self.tasks.wait_released(task_id, max(0.0, deadline - time.monotonic()))
+        # Past the deadline: what has not settled is killed here, so no Task reads
+        # `running` after close (its daemon thread may still end later; it writes nothing).
+        self.tasks.abandon("killed: the control plane closed before the run stopped")
         if self._root is not None:
             with contextlib.suppress(pykka.ActorDeadError, pykka.Timeout):
                 self._root.shutdown(max(1.0, deadline - time.monotonic()))
@@ -417,6 +427,11 @@ class _Pending:
     created_at: datetime
 
 
+def _check_option(name: str, problem: str | None) -> None:
+    if problem is not None:
+        raise SubagentControlError(ErrorCode.INVALID_INPUT, f"{name} {problem}")
+
+
 def _snapshot_descriptor(spec: ContinuableStartSpec) -> Descriptor:
     model = spec.parent.model if isinstance(spec.parent, AgentHandle) else None
     return Descriptor.build(
@@ -461,9 +476,14 @@ def _check_source(source: object) -> MessageSource:
     return source
 
 
-def _translate(exc: BaseException) -> SubagentControlError | BaseException:
+def _translate(exc: BaseException, consequence: str) -> BaseException:
+    """A failure inside the actor system as the caller's coded error: the root gone is
+    ``CLOSED``; anything unexpected is ``INTERNAL``. KeyboardInterrupt and SystemExit
+    pass through untouched (they are the caller's own)."""
+    if isinstance(exc, SubagentControlError) or not isinstance(exc, Exception):
+        return exc
     if isinstance(exc, (pykka.ActorDeadError, pykka.Timeout)):
         return SubagentControlError(
-            ErrorCode.CLOSED, "the control plane is closing; nothing was started"
+            ErrorCode.CLOSED, f"the control plane is closing; {consequence}"
         )
-    return exc
+    return SubagentControlError(ErrorCode.INTERNAL, f"internal error ({exc}); {consequence}")

@@ -9,7 +9,7 @@ from typing import Any
 
 from controlplane._errors import ErrorCode, SubagentControlError
 
-__all__ = ["JsonValue", "dumps", "plain_json", "seconds_problem", "storable_text"]
+__all__ = ["JsonValue", "count_problem", "dumps", "plain_json", "seconds_problem", "storable_text"]
 
 JsonValue = Any
 """A value made only of dict (str keys), list, str, int, finite float, bool and None."""
@@ -143,13 +143,25 @@ def storable_text(
     return value
 
 
-def seconds_problem(value: object) -> str | None:
+def seconds_problem(value: object, *, at_least: float | None = None) -> str | None:
     """What is wrong with ``value`` as a duration in seconds (a positive, finite int or
-    float; not a bool), or None when nothing is."""
+    float; not a bool; at least ``at_least`` when given), or None when nothing is."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return f"must be a number of seconds, not {type(value).__name__}"
     if not math.isfinite(value) or value <= 0:
         return f"must be a positive, finite number of seconds, not {value!r}"
+    if at_least is not None and value < at_least:
+        return f"must be at least {at_least} seconds, not {value!r}"
+    return None
+
+
+def count_problem(value: object, *, at_least: int = 1) -> str | None:
+    """What is wrong with ``value`` as a count (an int, not a bool, at least ``at_least``),
+    or None when nothing is."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return f"must be a whole number, not {type(value).__name__}"
+    if value < at_least:
+        return f"must be at least {at_least}, not {value!r}"
     return None
 
 

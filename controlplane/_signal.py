@@ -20,12 +20,13 @@ class CancelSignal:
     and checked by the activation and the provider at their checkpoints.
     """
 
-    __slots__ = ("_callbacks", "_event", "_lock", "_reason")
+    __slots__ = ("_callbacks", "_cause", "_event", "_lock", "_reason")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._event = threading.Event()
         self._reason: str | None = None
+        self._cause: ErrorCode | None = None
         self._callbacks: list[Callable[[str], object]] = []
 
     @property
@@ -38,12 +39,25 @@ class CancelSignal:
         """The first abort reason, or None while not aborted."""
         return self._reason
 
-    def abort(self, reason: str) -> bool:
-        """Abort with ``reason``; returns False (and keeps the first reason) if already aborted."""
+    @property
+    def cause(self) -> ErrorCode | None:
+        """Why the control plane aborted, when it was not a kill: ``INTERNAL`` (the
+        activation's supervisor failed; its Task settles ``failed``). None for a kill."""
+        return self._cause
+
+    def abort(self, reason: str, *, cause: ErrorCode | None = None) -> bool:
+        """Abort with ``reason``; returns False (and keeps the first reason) if already aborted.
+
+        Args:
+            reason: Why, in words; it becomes the Task's detail.
+            cause: For the control plane's own aborts, the code that says how the Task
+                settles (see `cause`); None for a kill.
+        """
         with self._lock:
             if self._event.is_set():
                 return False
             self._reason = reason
+            self._cause = cause
             self._event.set()
             callbacks, self._callbacks = self._callbacks, []
         for callback in callbacks:

@@ -83,8 +83,10 @@ class TaskService:
     but the owner raise ``TASK_NOT_FOUND`` exactly as for an unknown id.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, max_live: int | None = None) -> None:
         self._lock = threading.Lock()
+        self._max_live = max_live
+        self._live = 0  # Tasks started and not yet released: activations that exist
         self._tasks: dict[str, _Task] = {}
         self._latest_by_child: dict[str, str] = {}
         self._listeners: list[TaskListener] = []
@@ -146,6 +148,14 @@ class TaskService:
                     ErrorCode.CLOSED, "the control plane is closed; nothing was started"
                 )
             self.require_surface()
+            if self._max_live is not None and self._live >= self._max_live:
+                raise SubagentControlError(
+                    ErrorCode.CAPACITY,
+                    f"{self._live} activations are live, the cap (max_live_activations="
+                    f"{self._max_live}); nothing was started; retry once some have settled",
+                    child_id=child_id,
+                )
+            self._live += 1
             self._tasks[task.id] = task
             if child_id is not None:
                 self._latest_by_child[child_id] = task.id
@@ -157,8 +167,8 @@ class TaskService:
             task = self._tasks.pop(task_id, None)
             if task is not None and self._latest_by_child.get(task.child_id or "") == task_id:
                 del self._latest_by_child[task.child_id or ""]
-        if task is not None:
-            task.released.set()
+            if task is not None:
+                self._release(task)
 
     def settle(self, task_id: str, outcome: TaskOutcome) -> TaskSnapshot:
         """Record a terminal outcome, queue the owner's notice and run the listeners.
@@ -183,8 +193,15 @@ class TaskService:
 
     def release(self, task_id: str) -> None:
         """Mark a settled Task's activation as gone; `wait` returns from here on."""
-        task = self._tasks.get(task_id)
-        if task is not None:
+        with self._lock:
+            task = self._tasks.get(task_id)
+            if task is not None:
+                self._release(task)
+
+    def _release(self, task: _Task) -> None:
+        """Under the lock: the Task's activation is gone (once)."""
+        if not task.released.is_set():
+            self._live -= 1
             task.released.set()
 
     def status_of(self, task_id: str) -> TaskStatus | None:
@@ -219,6 +236,25 @@ class TaskService:
             if task.outcome is None:
                 task.signal.abort(reason)
         return [task.id for task in tasks if not task.released.is_set()]
+
+    def abandon(self, detail: str) -> int:
+        """Settle every Task still running ``killed`` with ``detail``, and release every
+        Task: `close` gave up waiting for their activations, and no caller may see a
+        Task ``running`` after it. Returns how many were still running."""
+        with self._lock:
+            unreleased = [t for t in self._tasks.values() if not t.released.is_set()]
+        running = 0
+        for task in unreleased:
+            if task.outcome is None:
+                running += 1
+                self.settle(
+                    task.id,
+                    TaskOutcome(status=TaskStatus.KILLED, detail=detail, code=ErrorCode.CLOSED),
+                )
+        with self._lock:
+            for task in unreleased:
+                self._release(task)
+        return running
 
     def wait_released(self, task_id: str, timeout: float | None) -> bool:
         """Wait (unfenced) until a Task is released; returns whether it was."""

@@ -102,7 +102,9 @@ def test_an_idle_supervisor_retires_only_after_the_idle_period(
     assert control._routes.wait_absent(child_id, WAIT_S)
 
 
-@pytest.mark.parametrize("passivate_after_s", [0, -1.0, float("nan"), float("inf"), True, "60"])
+@pytest.mark.parametrize(
+    "passivate_after_s", [0, -1.0, 1e-6, 0.049, float("nan"), float("inf"), True, "60"]
+)
 def test_a_passivation_period_that_is_not_positive_seconds_is_refused(
     make_control: MakeControl, passivate_after_s: object
 ) -> None:

@@ -1,0 +1,41 @@
+"""How an activation's end becomes its Task's outcome: one place for the mapping of kills,
+internal failures and errors, shared by the activation and its supervisor."""
+
+from __future__ import annotations
+
+from controlplane.contract import (
+    CancelSignal,
+    ErrorCode,
+    SubagentControlError,
+    TaskOutcome,
+    TaskStatus,
+)
+
+__all__ = ["aborted", "error_text", "failed", "killed"]
+
+
+def failed(detail: str, code: ErrorCode | None = None) -> TaskOutcome:
+    """A ``failed`` outcome with its detail (and code, when one fits)."""
+    return TaskOutcome(status=TaskStatus.FAILED, detail=detail, code=code)
+
+
+def killed(reason: str | None) -> TaskOutcome:
+    """A ``killed`` outcome: the detail is the kill's reason."""
+    return TaskOutcome(
+        status=TaskStatus.KILLED, detail=reason or "killed", code=ErrorCode.CANCELLED
+    )
+
+
+def aborted(signal: CancelSignal) -> TaskOutcome:
+    """The outcome of an activation stopped by its signal: ``killed``, unless the control
+    plane aborted it for an internal failure (then ``failed``, detail naming the cause)."""
+    if signal.cause is ErrorCode.INTERNAL:
+        return failed(signal.reason or "internal error", ErrorCode.INTERNAL)
+    return killed(signal.reason)
+
+
+def error_text(exc: BaseException) -> str:
+    """An exception in words, for a Task's detail."""
+    if isinstance(exc, SubagentControlError):
+        return exc.message
+    return str(exc) or type(exc).__name__
