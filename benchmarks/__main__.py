@@ -25,7 +25,7 @@ from benchmarks._harness import pg_server, scratch_dir
 from benchmarks._machine import load_average, machine_lines
 from benchmarks._report import Section, write_report
 
-SECTIONS = ("routing", "resume", "scale", "store")
+SECTIONS = ("routing", "resume", "scale", "store", "children")
 _DOCS = Path(__file__).resolve().parents[1] / "docs"
 
 
@@ -92,7 +92,18 @@ def _runners(
 
         return run_store_section(quick=quick, workdir=workdir, pg_url=pg_url)
 
-    return {"routing": routing, "resume": resume, "scale": scale, "store": store}
+    def children() -> Section | None:
+        from benchmarks.children import ChildrenConfig, run_children
+
+        return run_children(ChildrenConfig.quick() if quick else ChildrenConfig())
+
+    return {
+        "routing": routing,
+        "resume": resume,
+        "scale": scale,
+        "store": store,
+        "children": children,
+    }
 
 
 def _header(

@@ -13,7 +13,7 @@ from pathlib import Path
 
 __all__ = ["Section", "table", "write_report"]
 
-SECTION_ORDER = ("Routing", "Cold resume", "Scale", "Store")
+SECTION_ORDER = ("Routing", "Cold resume", "Scale", "Store", "Real children")
 
 
 @dataclass(frozen=True)
