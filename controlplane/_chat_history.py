@@ -44,12 +44,21 @@ def tool_message_text(*, output: str | None = None, error: str | None = None) ->
 
 
 def tool_call_data(call: ToolCall) -> dict[str, object]:
-    """The ``tool/call`` event's data: the arguments as JSON when they parse, else as text."""
+    """The ``tool/call`` event's data: the arguments as JSON when they parse, else as text.
+
+    Whatever the model wrote is made storable: a lone surrogate (which JSON can escape but
+    UTF-8 cannot hold) becomes ``?`` rather than failing the write, and the turn with it.
+    """
     try:
         arguments: object = json.loads(call.arguments)
     except ValueError:
         arguments = call.arguments
-    return {"id": call.id, "name": call.name, "arguments": arguments}
+    data = {"id": call.id, "name": call.name, "arguments": arguments}
+    text = json.dumps(data, ensure_ascii=False)
+    if text.isascii():
+        return data
+    stored: dict[str, object] = json.loads(text.encode("utf-8", "replace").decode("utf-8"))
+    return stored
 
 
 def chat_history(events: Iterable[SessionEvent]) -> list[ChatMessage]:

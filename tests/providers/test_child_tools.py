@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from typing import Any
 
@@ -121,6 +122,24 @@ def test_a_denied_tool_called_anyway_is_an_error_result_and_never_runs(runs: Run
         {"id": "c1", "error": "unknown tool 'secret'; the tools are: add"},
     ]
     assert model.calls[1].messages[-1].text == "error: unknown tool 'secret'; the tools are: add"
+
+
+@pytest.mark.parametrize(
+    "name", ["no_such_tool", "rm -rf /", "", "a" * 10_000, "add\u0000", "lone\ud800"]
+)
+def test_a_tool_name_that_does_not_exist_is_an_error_result_and_the_turn_goes_on(
+    runs: Runs, name: str
+) -> None:
+    model = ScriptedModel([calls(("c1", name, {})), "recovered"])
+    transcript = FakeTranscript()
+    run = runs.start(model, transcript, tools=[add_tool()])
+    assert run.result().output == [TextBlock(text="recovered")]
+    (result,) = results(transcript)
+    assert result["error"].startswith("unknown tool")
+    assert result["error"].endswith("the tools are: add")
+    assert len(result["error"]) < MAX_TOOL_TEXT_CHARS + 100
+    for written in transcript.written:  # all of it storable as UTF-8
+        json.dumps(written.data, ensure_ascii=False).encode("utf-8")
 
 
 def test_several_calls_in_one_reply_run_in_order_before_the_next_model_call(runs: Runs) -> None:
