@@ -30,6 +30,7 @@ from controlplane._acp_client import (
     spawn,
     stop_reason_of,
 )
+from controlplane._agent_loop import start_cancelled
 from controlplane._agents import AgentHandle
 from controlplane._content import MessageSource, TextBlock, text_of
 from controlplane._errors import ErrorCode, SubagentControlError
@@ -196,12 +197,8 @@ class AcpRun:
             self.dispose()  # rolled back to quiescence before the start raises
             if self._error is not None and not activation.aborted:
                 raise self._error
-            raise SubagentControlError(
-                ErrorCode.CANCELLED,
-                f"child {self.child_id} was not started: its activation was cancelled "
-                f"({activation.reason or self._signal.reason}); the agent was stopped",
-                child_id=self.child_id,
-            )
+            reason = activation.reason or self._signal.reason
+            raise start_cancelled(self.child_id, reason, "the agent was stopped")
 
     def _run_loop(self) -> None:
         try:

@@ -40,10 +40,25 @@ from controlplane._provider import (
 from controlplane._session import EventKind
 from controlplane._signal import CancelSignal
 
-__all__ = ["THREAD_PREFIX", "AgentLoopProvider", "AgentLoopRun", "chat_history"]
+__all__ = [
+    "THREAD_PREFIX",
+    "AgentLoopProvider",
+    "AgentLoopRun",
+    "chat_history",
+    "start_cancelled",
+]
 
 THREAD_PREFIX = "subagent-loop"
 """Every loop thread's name starts with this (``subagent-loop:<provider>:<child_id>``)."""
+
+
+def start_cancelled(child_id: str, reason: str | None, left: str) -> SubagentControlError:
+    """The ``CANCELLED`` error a provider's start raises once it has rolled back."""
+    return SubagentControlError(
+        ErrorCode.CANCELLED,
+        f"child {child_id} was not started: its activation was cancelled ({reason}); {left}",
+        child_id=child_id,
+    )
 
 
 def _unique_ids(calls: Sequence[ToolCall], salt: int) -> list[ToolCall]:
@@ -371,12 +386,7 @@ class AgentLoopProvider:
     @staticmethod
     def _raise_if_cancelled(request: StartRequest | ResumeRequest, signal: CancelSignal) -> None:
         if signal.aborted:
-            raise SubagentControlError(
-                ErrorCode.CANCELLED,
-                f"child {request.child_id} was not started: its activation was cancelled "
-                f"({signal.reason}); nothing is left running",
-                child_id=request.child_id,
-            )
+            raise start_cancelled(request.child_id, signal.reason, "nothing is left running")
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self._name!r} model={self._model!r}>"

@@ -14,6 +14,7 @@ from controlplane import (
     ModelReply,
     ScriptedModel,
     SubagentControlError,
+    SubagentResult,
     SubagentRun,
     TextBlock,
 )
@@ -136,15 +137,11 @@ def test_a_steer_after_a_model_error_is_not_delivered(runs: Runs) -> None:
     assert_not_delivered(run)
 
 
-@pytest.mark.parametrize("round_", range(100))
-def test_every_accepted_steer_reaches_the_model_and_is_recorded_before_its_reply(
-    runs: Runs, round_: int
-) -> None:
-    # Race the steer against the end of the turn (the gate opens as the steer is sent):
-    # either it is refused, or a model call of this turn saw it and its record precedes
-    # that call's reply. Both outcomes occur over the rounds.
-    model = ScriptedModel(["r1", "r2", "r3"], gated=True)
-    transcript = FakeTranscript()
+def race_a_steer_against_the_end_of_the_turn(
+    runs: Runs, model: ScriptedModel, transcript: FakeTranscript
+) -> tuple[list[str], list[int], SubagentResult]:
+    """Steer "raced" as the gate opens on the turn's first call: what the sender heard, which
+    model calls saw the message, and the turn's result."""
     barrier = threading.Barrier(2)
     outcome: list[str] = []
 
@@ -164,8 +161,21 @@ def test_every_accepted_steer_reaches_the_model_and_is_recorded_before_its_reply
     model.release(3)
     result = run.result()
     sender.join(TIMEOUT_S)
-    assert result.stop_reason == "completed"
     seeing = [i for i, c in enumerate(model.calls) if "raced" in [m.text for m in c.messages]]
+    return outcome, seeing, result
+
+
+@pytest.mark.parametrize("round_", range(100))
+def test_every_accepted_steer_reaches_the_model_and_is_recorded_before_its_reply(
+    runs: Runs, round_: int
+) -> None:
+    # Race the steer against the end of the turn: either it is refused, or a model call of
+    # this turn saw it and its record precedes that call's reply. Both outcomes occur over
+    # the rounds.
+    model = ScriptedModel(["r1", "r2", "r3"], gated=True)
+    transcript = FakeTranscript()
+    outcome, seeing, result = race_a_steer_against_the_end_of_the_turn(runs, model, transcript)
+    assert result.stop_reason == "completed"
     if outcome == [ErrorCode.NOT_DELIVERED]:
         assert seeing == []
         return
@@ -215,27 +225,9 @@ def test_a_steer_racing_a_turn_that_stops_short_is_either_refused_or_seen_by_the
     model = ScriptedModel(
         [ModelReply(text="cut", stop_reason="max-tokens"), "seen", "seen again"], gated=True
     )
-    transcript = FakeTranscript()
-    barrier = threading.Barrier(2)
-    outcome: list[str] = []
-
-    def steer() -> None:
-        barrier.wait(TIMEOUT_S)
-        try:
-            transcript.deliver(run, "raced")
-            outcome.append("accepted")
-        except SubagentControlError as exc:
-            outcome.append(exc.code)
-
-    run = launch(runs, model, transcript)
-    assert model.wait_for_calls(1, TIMEOUT_S)
-    sender = threading.Thread(target=steer)
-    sender.start()
-    barrier.wait(TIMEOUT_S)
-    model.release(3)
-    result = run.result()
-    sender.join(TIMEOUT_S)
-    seeing = [i for i, c in enumerate(model.calls) if "raced" in [m.text for m in c.messages]]
+    outcome, seeing, result = race_a_steer_against_the_end_of_the_turn(
+        runs, model, FakeTranscript()
+    )
     if outcome == [ErrorCode.NOT_DELIVERED]:
         assert seeing == []
         assert result.stop_reason == "max-tokens"
