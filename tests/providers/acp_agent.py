@@ -74,6 +74,9 @@ class Agent:
             print(f"acp_agent: crashing on {method} as asked", file=sys.stderr, flush=True)
             os._exit(3)
         if self.args.hang_on == method and method != "session/prompt":
+            if self.args.announce:  # a FIFO the test reads: "I am stuck now"
+                with open(self.args.announce, "w") as fifo:
+                    fifo.write(f"hanging in {method}\n")
             threading.Event().wait()  # never answers
 
     def handle(self, message: dict[str, Any]) -> None:
@@ -183,6 +186,7 @@ def main() -> None:
     parser.add_argument("--load-session", action="store_true")
     parser.add_argument("--crash-on")
     parser.add_argument("--hang-on")
+    parser.add_argument("--announce", help="a FIFO to write to when hanging")
     parser.add_argument("--ignore-cancel", action="store_true")
     parser.add_argument("--ignore-sigterm", action="store_true")
     parser.add_argument("--tool-call", action="store_true")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -328,3 +329,51 @@ def test_without_the_extra_the_provider_says_which_extra_to_install() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
     assert "pip install 'subagent-control[acp]'" in out.stdout
+
+
+def test_a_kill_while_the_agent_is_starting_rolls_back_and_leaves_no_child(
+    control: SubagentControl, agents: Agents
+) -> None:
+    fifo = agents.state.parent / "announce"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        register(
+            control, agents, "--hang-on", "initialize", "--announce", str(fifo),
+            start_timeout_s=60.0,
+        )  # fmt: skip
+        parent = control.agents.register("parent-1")
+        child_id, task_id = start(control, parent, "hello")
+        ready, _, _ = select.select([reader], [], [], WAIT_S)
+        assert ready, "the agent never got stuck in initialize"
+        assert os.read(reader, 100) == b"hanging in initialize\n"
+    finally:
+        os.close(reader)
+
+    control.tasks.kill(task_id, requester=parent)
+
+    assert settle(control, task_id, parent).status is TaskStatus.KILLED
+    assert_no_child(control, child_id)
+    assert not [pid for pid in agents.pids() if alive(pid)]
+
+
+def test_a_start_whose_activation_was_already_cancelled_spawns_nothing(agents: Agents) -> None:
+    from controlplane import AgentRegistry, CancelSignal, Descriptor, MessageSource, StartRequest
+
+    from .fakes import FakeTranscript
+
+    signal = CancelSignal()
+    signal.abort("killed before it began")
+    request = StartRequest(
+        child_id="c-1",
+        prompt=[TextBlock(text="hello")],
+        source=MessageSource(kind="user"),
+        parent=AgentRegistry().register("parent-1"),
+        descriptor=Descriptor.build(provider="acp"),
+        depth=1,
+        transcript=FakeTranscript(),
+    )
+    with pytest.raises(SubagentControlError) as caught:
+        AcpProvider(agents.command()).start(request, signal)
+    assert caught.value.code is ErrorCode.CANCELLED
+    assert agents.pids() == []
