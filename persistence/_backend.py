@@ -245,7 +245,9 @@ def _sqlite(url: URL, settings: ConnectionSettings) -> tuple[Engine, Backend]:
         connect_args["check_same_thread"] = False
         options["poolclass"] = StaticPool
     engine = create_engine(url, connect_args=connect_args, **options)
-    synchronous = "FULL" if settings.durable_os_crash else "NORMAL"
+    synchronous = (
+        "PRAGMA synchronous=FULL" if settings.durable_os_crash else "PRAGMA synchronous=NORMAL"
+    )
 
     @event.listens_for(engine, "connect")
     def configure(dbapi_connection: Any, _record: ConnectionPoolEntry) -> None:
@@ -260,7 +262,7 @@ def _sqlite(url: URL, settings: ConnectionSettings) -> tuple[Engine, Backend]:
             # NORMAL in WAL mode: a commit survives a crash of the process, but an OS
             # crash or a power loss can drop the last commits. FULL syncs the WAL on
             # every commit, so a commit survives those too, at the cost of an fsync.
-            cursor.execute(f"PRAGMA synchronous={synchronous}")
+            cursor.execute(synchronous)
             cursor.execute("PRAGMA foreign_keys=ON")
         finally:
             cursor.close()
