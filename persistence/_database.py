@@ -5,16 +5,20 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 from sqlalchemy import Connection
 from sqlalchemy import exc as sa_exc
-from sqlalchemy.engine.interfaces import DBAPICursor, DBAPIModule
+from sqlalchemy.engine.interfaces import DBAPICursor
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import PoolProxiedConnection
 
 from controlplane.contract import SubagentControlError
 from persistence._backend import WRITE_OPTION, ConnectionSettings, open_engine
+
+if TYPE_CHECKING:
+    # Typing only: SQLAlchemy 2.0.30, the lowest the store supports, does not have it.
+    from sqlalchemy.engine.interfaces import DBAPIModule
 
 __all__ = ["Database"]
 
