@@ -19,7 +19,7 @@ from controlplane.contract import (
 )
 
 if TYPE_CHECKING:
-    from persistence import SqlStore
+    from persistence import Settlement, SqlStore
 
 __all__ = ["ActivationTranscript", "SteeringReceipt", "message_data"]
 
@@ -177,8 +177,12 @@ class ActivationTranscript:
             self._queued.append(receipt)
             return receipt
 
-    def close(self, end: dict[str, Any] | None) -> None:
+    def close(self, end: dict[str, Any] | None, *, settle: Settlement | None = None) -> None:
         """End the turn: write ``turn/end`` (when published) and refuse later writes.
+
+        ``settle``, the Task's settlement, is written in the same transaction as
+        ``turn/end`` (so the two never disagree); the caller writes it itself when this
+        raises, or when there is no ``turn/end`` to write.
 
         Raises:
             SubagentControlError: ``DURABILITY_FAILED`` if ``turn/end`` cannot be written.
@@ -190,7 +194,11 @@ class ActivationTranscript:
             if not was_open or end is None:
                 return
             try:
-                self._write([NewEvent(kind=EventKind.TURN_END, turn=self._turn, data=end)])
+                self._store.append(
+                    self._child_id,
+                    [NewEvent(kind=EventKind.TURN_END, turn=self._turn, data=end)],
+                    settle=settle,
+                )
             except SubagentControlError as exc:
                 raise _durability(self._child_id, "record the end of the turn", exc) from exc
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import pykka
@@ -122,9 +123,10 @@ class ActivationActor(Actor):
             outcome = failed(f"internal error: {exc}")
         if run is not None:
             outcome = self._dispose(run, outcome)
+        settled_at, persisted = utcnow(), False
         if prepared is not None:
-            outcome = self._end_turn(prepared.transcript, outcome, published)
-        self._ctx.tasks.settle(plan.task_id, outcome)
+            outcome, persisted = self._end_turn(prepared.transcript, outcome, published, settled_at)
+        self._ctx.tasks.settle(plan.task_id, outcome, at=settled_at, persisted=persisted)
         self._tell(ActivationEnded(task_id=plan.task_id, durable=published or self._loaded))
 
     def _prepare(self) -> _Prepared:
@@ -276,15 +278,26 @@ class ActivationActor(Actor):
         return outcome
 
     def _end_turn(
-        self, transcript: ActivationTranscript, outcome: TaskOutcome, published: bool
-    ) -> TaskOutcome:
-        end = {"task_id": self._plan.task_id, "status": outcome.status.value}
+        self,
+        transcript: ActivationTranscript,
+        outcome: TaskOutcome,
+        published: bool,
+        settled_at: datetime,
+    ) -> tuple[TaskOutcome, bool]:
+        """Close the turn: ``turn/end`` and the Task's settlement in one transaction.
+        Returns the outcome (``DURABILITY_FAILED`` if the end could not be written) and
+        whether the settlement was written with it."""
+        task_id = self._plan.task_id
+        if not published:
+            transcript.close(None)
+            return outcome, False
+        end = {"task_id": task_id, "status": outcome.status.value}
         try:
-            transcript.close(end if published else None)
+            transcript.close(end, settle=(task_id, outcome, settled_at))
         except SubagentControlError as exc:
             earlier = outcome.detail or outcome.status.value
-            return failed(f"{earlier}; {exc.message}", ErrorCode.DURABILITY_FAILED)
-        return outcome
+            return failed(f"{earlier}; {exc.message}", ErrorCode.DURABILITY_FAILED), False
+        return outcome, True
 
     def _tell(self, message: Published | Settling | ActivationEnded) -> None:
         try:

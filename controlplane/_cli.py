@@ -23,7 +23,7 @@ from pydantic import ValidationError
 
 from controlplane._admin import TREE_OP, encode_line
 from controlplane._errors import ErrorCode, SubagentControlError
-from controlplane._session import SessionEvent
+from controlplane._session import SessionEvent, utcnow
 from controlplane._tree import ActorTree, escape_controls
 
 if TYPE_CHECKING:
@@ -154,6 +154,33 @@ def _parser() -> argparse.ArgumentParser:
     children.add_argument("--parent", metavar="ID", help="only the children of this session")
     children.add_argument("--json", action="store_true", help="print one JSON object per line")
     children.set_defaults(run=_run_children)
+
+    tasks = commands.add_parser(
+        "tasks",
+        help="list the Tasks in a store",
+        description="List the Tasks kept in a store (every runtime's, newest first). Reads "
+        "the store only; starts nothing.",
+        epilog=_EPILOG,
+        formatter_class=formatter,
+        parents=[common],
+    )
+    _add_db(tasks)
+    tasks.add_argument("--owner", metavar="SESSION", help="only the Tasks of this session")
+    tasks.add_argument("--json", action="store_true", help="print one JSON object per line")
+    tasks.set_defaults(run=_run_tasks)
+
+    runtimes = commands.add_parser(
+        "runtimes",
+        help="list the runtimes that share a store",
+        description="List every runtime (open SubagentControl) the store knows, oldest "
+        "first, with whether it is alive and how many Tasks it runs. Reads the store only.",
+        epilog=_EPILOG,
+        formatter_class=formatter,
+        parents=[common],
+    )
+    _add_db(runtimes)
+    runtimes.add_argument("--json", action="store_true", help="print one JSON object per line")
+    runtimes.set_defaults(run=_run_runtimes)
 
     transcript = commands.add_parser(
         "transcript",
@@ -390,6 +417,66 @@ def _run_children(args: argparse.Namespace, out: IO[str]) -> None:
         for meta in children
     ]
     _write_table(out, ("CHILD", "PARENT", "DEPTH", "CREATED", "LABEL"), rows)
+
+
+def _run_tasks(args: argparse.Namespace, out: IO[str]) -> None:
+    store = _open_store(args.db)
+    try:
+        tasks = store.ledger.recent(args.owner) if store.keeps_tasks else []
+    finally:
+        store.close()
+    if args.json:
+        for task in tasks:
+            out.write(task.model_dump_json() + "\n")
+        return
+    if not tasks:
+        scope = f" of session {args.owner}" if args.owner else ""
+        out.write(escape_controls(f"(no tasks{scope})") + "\n")
+        return
+    rows = [
+        (
+            task.id,
+            task.status.value,
+            task.owner_session,
+            task.child_id or "",
+            task.created_at.isoformat(timespec="seconds"),
+            task.runtime_id or "",
+            task.label,
+        )
+        for task in tasks
+    ]
+    _write_table(out, ("TASK", "STATUS", "OWNER", "CHILD", "CREATED", "RUNTIME", "LABEL"), rows)
+
+
+def _run_runtimes(args: argparse.Namespace, out: IO[str]) -> None:
+    from persistence import is_expired
+
+    store = _open_store(args.db)
+    try:
+        runtimes = store.ledger.runtimes() if store.keeps_tasks else []
+        now = utcnow()
+    finally:
+        store.close()
+    if args.json:
+        for runtime in runtimes:
+            record = runtime.model_dump(mode="json") | {"alive": not is_expired(runtime, now)}
+            out.write(json.dumps(record) + "\n")
+        return
+    if not runtimes:
+        out.write("(no runtimes)\n")
+        return
+    rows = [
+        (
+            runtime.runtime_id,
+            "dead" if is_expired(runtime, now) else "alive",
+            runtime.host,
+            str(runtime.pid),
+            runtime.heartbeat_at.isoformat(timespec="seconds"),
+            str(runtime.running_tasks),
+        )
+        for runtime in runtimes
+    ]
+    _write_table(out, ("RUNTIME", "STATE", "HOST", "PID", "HEARTBEAT", "RUNNING"), rows)
 
 
 def _run_transcript(args: argparse.Namespace, out: IO[str]) -> None:

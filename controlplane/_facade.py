@@ -34,6 +34,7 @@ from controlplane._descriptor import Descriptor
 from controlplane._errors import ErrorCode, SubagentControlError
 from controlplane._json import count_problem, plain_json, seconds_problem, storable_text
 from controlplane._provider import ProviderRegistry
+from controlplane._runtime import Runtime, new_runtime_id
 from controlplane._session import NewEvent, utcnow
 from controlplane._signal import CancelSignal
 from controlplane._spec import ContinuableStart, ContinuableStartSpec, SendResult
@@ -54,6 +55,7 @@ activation, the provider's loop), and the process's thread ceiling is far above 
 STORE_OPTIONS = ("retry", "statement_timeout_s", "durable_os_crash", "pause_gc_on_load")
 """The options `SubagentControl.open` hands to `SqlStore`."""
 _MIN_PASSIVATE_S = 0.05
+_MIN_LEASE_TTL_S = 0.3
 _ROOT_TIMEOUT_S = 30.0
 _REDIRECTS = 16
 
@@ -88,6 +90,11 @@ class SubagentControl:
         max_live_activations: The most activations that may exist at once (each holds
             threads); the next start or resume is refused with ``CAPACITY``, writing
             nothing. ``None`` for no cap.
+        lease_ttl_s: How long this runtime's claims outlive its last heartbeat (renewed
+            every third of it): a runtime silent for longer is dead to the others, which
+            settle its running Tasks ``interrupted`` (SPEC §9).
+        recent_tasks: How many settled Tasks to keep in memory; older ones are read from
+            the store.
     """
 
     def __init__(
@@ -98,6 +105,8 @@ class SubagentControl:
         close_timeout_s: float = 30.0,
         passivate_after_s: float | None = 300.0,
         max_live_activations: int | None = DEFAULT_MAX_LIVE_ACTIVATIONS,
+        lease_ttl_s: float = 10.0,
+        recent_tasks: int = 1000,
     ) -> None:
         _check_option("close_timeout_s", seconds_problem(close_timeout_s))
         if passivate_after_s is not None:
@@ -106,11 +115,23 @@ class SubagentControl:
         if max_live_activations is not None:
             problem = count_problem(max_live_activations)
             _check_option("max_live_activations", problem and f"{problem}, or None")
+        _check_option("lease_ttl_s", seconds_problem(lease_ttl_s, at_least=_MIN_LEASE_TTL_S))
+        _check_option("recent_tasks", count_problem(recent_tasks, at_least=0))
         self._store = store
         self._close_timeout_s = close_timeout_s
+        self._runtime_id = new_runtime_id()
         self.providers = ProviderRegistry()
         self.agents = AgentRegistry()
-        self.tasks = TaskService(max_live=max_live_activations)
+        self.tasks = TaskService(
+            max_live=max_live_activations,
+            ledger=store.ledger if store is not None else None,
+            runtime_id=self._runtime_id,
+            recent=recent_tasks,
+        )
+        self._runtime: Runtime | None = None
+        if store is not None:
+            self._runtime = Runtime(self._runtime_id, store, self.tasks, lease_ttl_s=lease_ttl_s)
+            self.tasks.on_foreign_kill(self._runtime.kill_foreign)
         if task_tools:
             self.tasks.attach_surface(TASK_TOOLS_SURFACE)
         self.agents.on_dispose(self._kill_tasks_of)
@@ -129,6 +150,8 @@ class SubagentControl:
         self._pending_children: dict[str, _Pending] = {}
         self.tasks.on_done(self._forget_pending)
         self._admin_servers: list[AdminServer] = []
+        if self._runtime is not None:
+            self._runtime.start()  # recovers what a crash left before the first send
 
     @classmethod
     def open(cls, url: str, **options: Any) -> SubagentControl:
@@ -150,6 +173,11 @@ class SubagentControl:
     def store(self) -> SqlStore | None:
         """The durable store (``None`` when the control plane was built without one)."""
         return self._store
+
+    @property
+    def runtime_id(self) -> str:
+        """This runtime's id: unique across processes, machines and restarts."""
+        return self._runtime_id
 
     @property
     def closed(self) -> bool:
@@ -304,8 +332,9 @@ class SubagentControl:
             for meta in self._store.list_children(session):
                 found[meta.child_id] = (meta.label or "", meta.created_at)
         views = []
+        latest_tasks = self.tasks.latest_by_child(session)
         for child_id, (label, created) in found.items():
-            latest = self.tasks.latest_for_child(child_id)
+            latest = latest_tasks.get(child_id)
             views.append(
                 ChildView(
                     child_id=child_id,
@@ -367,6 +396,8 @@ class SubagentControl:
         if self._root is not None:
             with contextlib.suppress(pykka.ActorDeadError, pykka.Timeout):
                 self._root.shutdown(max(1.0, deadline - time.monotonic()))
+        if self._runtime is not None:
+            self._runtime.close()
         if self._store is not None:
             self._store.close()
 

@@ -10,16 +10,21 @@ from pydantic import BaseModel, ConfigDict
 
 from controlplane._errors import ErrorCode
 
-__all__ = ["TaskOutcome", "TaskSnapshot", "TaskStatus"]
+__all__ = ["RuntimeInfo", "TaskOutcome", "TaskSnapshot", "TaskStatus"]
 
 
 class TaskStatus(StrEnum):
-    """A Task's status; every value but ``running`` is terminal."""
+    """A Task's status; every value but ``running`` is terminal.
+
+    ``interrupted``: the Task's runtime ended (crash, kill, lost claim) before it settled;
+    a live runtime settled it so. Send the child a message to continue it.
+    """
 
     RUNNING = "running"
     COMPLETED = "completed"
     FAILED = "failed"
     KILLED = "killed"
+    INTERRUPTED = "interrupted"
 
     @property
     def is_terminal(self) -> bool:
@@ -39,7 +44,13 @@ class TaskOutcome(BaseModel):
 
 
 class TaskSnapshot(BaseModel):
-    """A point-in-time view of a Task."""
+    """A point-in-time view of a Task, as kept in the store.
+
+    Attributes:
+        runtime_id: The runtime (`SubagentControl.runtime_id`) that ran it.
+        settled_at: When it settled (None while running); ``ended_at`` is the same time,
+            under its older name.
+    """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -50,5 +61,27 @@ class TaskSnapshot(BaseModel):
     status: TaskStatus
     outcome: TaskOutcome | None = None
     child_id: str | None = None
+    runtime_id: str | None = None
     created_at: datetime
+    settled_at: datetime | None = None
     ended_at: datetime | None = None
+
+
+class RuntimeInfo(BaseModel):
+    """One runtime (an open `SubagentControl`) as the store knows it.
+
+    A runtime is dead once it closed, or once its heartbeat is older than its
+    ``lease_ttl_s``; its running Tasks are then settled ``interrupted`` by a live one.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    runtime_id: str
+    host: str
+    pid: int
+    boot_id: str | None = None
+    started_at: datetime
+    heartbeat_at: datetime
+    lease_ttl_s: float
+    closed_at: datetime | None = None
+    running_tasks: int = 0

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
+import time
 import uuid
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict
 
@@ -18,7 +21,7 @@ from controlplane._session import utcnow
 from controlplane._signal import CancelSignal
 from controlplane._task_types import TaskOutcome, TaskSnapshot, TaskStatus
 
-__all__ = ["TaskListener", "TaskNotice", "TaskService"]
+__all__ = ["ForeignKill", "TaskLedgerPort", "TaskListener", "TaskNotice", "TaskService"]
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +32,11 @@ _VERBS = {
     TaskStatus.COMPLETED: "finished",
     TaskStatus.KILLED: "stopped",
     TaskStatus.FAILED: "failed",
+    TaskStatus.INTERRUPTED: "was interrupted",
 }
+_INTERRUPTED_NOTICE = "its process ended before it finished; send it a message to continue"
+_POLL_FIRST_S = 0.01
+_POLL_MAX_S = 0.5
 _SUMMARY_LIMIT = 500
 
 
@@ -47,14 +54,18 @@ class TaskNotice(BaseModel):
 
 @dataclass(eq=False)
 class _Task:
+    """A Task whose activation exists in this runtime (running, or settled and not yet
+    released). Once released it is kept only as a snapshot among the recent ones."""
+
     id: str
     label: str
     owner: str
     child_id: str | None
     signal: CancelSignal
+    runtime_id: str | None
     created_at: datetime = field(default_factory=utcnow)
     outcome: TaskOutcome | None = None
-    ended_at: datetime | None = None
+    settled_at: datetime | None = None
     # Set only once the activation is gone from its supervisor, so `wait()` returning means
     # a follow-up starts the next activation.
     released: threading.Event = field(default_factory=threading.Event)
@@ -71,9 +82,26 @@ class _Task:
             status=self.status,
             outcome=self.outcome,
             child_id=self.child_id,
+            runtime_id=self.runtime_id,
             created_at=self.created_at,
-            ended_at=self.ended_at,
+            settled_at=self.settled_at,
+            ended_at=self.settled_at,
         )
+
+
+class TaskLedgerPort(Protocol):
+    """What the Task service needs of the store (`persistence.TaskLedger`)."""
+
+    def admit(self, task: TaskSnapshot) -> None: ...
+    def settle(self, settlement: tuple[str, TaskOutcome, datetime]) -> bool: ...
+    def get(self, task_id: str) -> TaskSnapshot | None: ...
+    def owned_by(self, owner_session: str) -> list[TaskSnapshot]: ...
+    def drain(self, owner_session: str) -> list[TaskSnapshot]: ...
+    def forget(self, task_id: str) -> None: ...
+
+
+ForeignKill = Callable[[TaskSnapshot, str], None]
+"""Kills a running Task of another runtime (the runtime decides how), given the reason."""
 
 
 class TaskService:
@@ -81,18 +109,40 @@ class TaskService:
 
     Access is fenced by owner session: ``get``, ``wait``, ``kill`` and ``output`` by anyone
     but the owner raise ``TASK_NOT_FOUND`` exactly as for an unknown id.
+
+    With a ledger (the store's), every Task is kept there: written when admitted and when
+    settled, read back for Tasks this runtime does not hold (other runtimes', earlier
+    processes'), and completion notices are drained from it, once across every runtime.
+    In memory it keeps only live Tasks and the ``recent`` newest settled ones.
+
+    Args:
+        max_live: The most Tasks whose activation may exist at once (``CAPACITY`` past it).
+        ledger: The store's Task rows; None keeps Tasks in memory only.
+        runtime_id: This runtime's id, recorded with each Task.
+        recent: How many settled Tasks to keep in memory.
     """
 
-    def __init__(self, *, max_live: int | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        max_live: int | None = None,
+        ledger: TaskLedgerPort | None = None,
+        runtime_id: str | None = None,
+        recent: int = 1000,
+    ) -> None:
         self._lock = threading.Lock()
         self._max_live = max_live
-        self._live = 0  # Tasks started and not yet released: activations that exist
-        self._tasks: dict[str, _Task] = {}
-        self._latest_by_child: dict[str, str] = {}
+        self._ledger = ledger
+        self._runtime_id = runtime_id
+        self._recent_cap = recent
+        self._live: dict[str, _Task] = {}  # activations that exist: running or unreleased
+        self._recent: OrderedDict[str, TaskSnapshot] = OrderedDict()
+        self._unsaved: dict[str, tuple[str, TaskOutcome, datetime]] = {}
         self._listeners: list[TaskListener] = []
-        self._notices: dict[str, deque[TaskNotice]] = {}
+        self._notices: dict[str, deque[TaskNotice]] = {}  # without a ledger only
         self._surfaces: set[str] = set()
         self._closed_reason: str | None = None
+        self._foreign_kill: ForeignKill | None = None
 
     # -- control surface -------------------------------------------------------------
 
@@ -116,17 +166,23 @@ class TaskService:
                 "observed or killed; attach one (the default task tools) and retry",
             )
 
+    def on_foreign_kill(self, kill: ForeignKill) -> None:
+        """How `kill` reaches a running Task of another runtime (set by the runtime)."""
+        self._foreign_kill = kill
+
     # -- producer side (the control plane) -------------------------------------------
 
     def start(
         self, *, label: str, owner: Requester, child_id: str | None, signal: CancelSignal
     ) -> TaskSnapshot:
-        """Register a running Task of kind ``subagent``.
+        """Register a running Task of kind ``subagent`` (and write it to the store).
 
         Raises:
             SubagentControlError: ``NO_CONTROL_SURFACE`` without an attached surface,
                 ``CLOSED`` once `close` was called, ``UNAUTHORIZED`` when the owner's
-                `AgentHandle` is no longer live.
+                `AgentHandle` is no longer live, ``CAPACITY`` at the cap on live
+                activations, ``STORE_UNAVAILABLE`` when the store cannot record it (nothing
+                is left behind).
         """
         task = _Task(
             id=str(uuid.uuid4()),
@@ -134,6 +190,7 @@ class TaskService:
             owner=_session_of(owner),
             child_id=child_id,
             signal=signal,
+            runtime_id=self._runtime_id,
         )
         with self._lock:
             # Checked under the lock that `kill_owned_by` scans with: an owner disposed
@@ -148,42 +205,64 @@ class TaskService:
                     ErrorCode.CLOSED, "the control plane is closed; nothing was started"
                 )
             self.require_surface()
-            if self._max_live is not None and self._live >= self._max_live:
+            if self._max_live is not None and len(self._live) >= self._max_live:
                 raise SubagentControlError(
                     ErrorCode.CAPACITY,
-                    f"{self._live} activations are live, the cap (max_live_activations="
+                    f"{len(self._live)} activations are live, the cap (max_live_activations="
                     f"{self._max_live}); nothing was started; retry once some have settled",
                     child_id=child_id,
                 )
-            self._live += 1
-            self._tasks[task.id] = task
-            if child_id is not None:
-                self._latest_by_child[child_id] = task.id
-        return task.snapshot()
+            self._live[task.id] = task
+        snapshot = task.snapshot()
+        if self._ledger is not None:
+            try:
+                self._ledger.admit(snapshot)
+            except BaseException:
+                with self._lock:
+                    self._live.pop(task.id, None)
+                raise
+        return snapshot
 
     def discard(self, task_id: str) -> None:
-        """Forget a Task that never ran (its start was refused after registration)."""
+        """Forget a Task that never ran (its start was refused after registration): it
+        settles ``failed`` in the store, where it was already recorded, with no notice."""
         with self._lock:
-            task = self._tasks.pop(task_id, None)
-            if task is not None and self._latest_by_child.get(task.child_id or "") == task_id:
-                del self._latest_by_child[task.child_id or ""]
-            if task is not None:
-                self._release(task)
+            task = self._live.pop(task_id, None)
+        if task is None:
+            return
+        task.released.set()
+        if self._ledger is not None:
+            # The caller was never told of it: it is no Task of theirs, in the store either.
+            with contextlib.suppress(SubagentControlError):
+                self._ledger.forget(task_id)
 
-    def settle(self, task_id: str, outcome: TaskOutcome) -> TaskSnapshot:
-        """Record a terminal outcome, queue the owner's notice and run the listeners.
+    def settle(
+        self,
+        task_id: str,
+        outcome: TaskOutcome,
+        *,
+        at: datetime | None = None,
+        persisted: bool = False,
+    ) -> TaskSnapshot:
+        """Record a terminal outcome, write it to the store (unless ``persisted``: written
+        already, with the turn's end), queue the owner's notice and run the listeners.
 
-        The Task is not released yet: `wait` returns only after `release`.
+        A store that refuses the write keeps the settlement for `flush` to retry. The Task
+        is not released yet: `wait` returns only after `release`.
         """
+        settled_at = at or utcnow()
         with self._lock:
-            task = self._tasks[task_id]
+            task = self._live[task_id]
             if task.outcome is not None:
                 return task.snapshot()
             task.outcome = outcome
-            task.ended_at = utcnow()
+            task.settled_at = settled_at
             snapshot = task.snapshot()
-            self._notices.setdefault(task.owner, deque()).append(_notice(snapshot))
+            if self._ledger is None:
+                self._notices.setdefault(task.owner, deque()).append(_notice(snapshot))
             listeners = list(self._listeners)
+        if self._ledger is not None and not persisted:
+            self._save((task_id, outcome, settled_at))
         for listener in listeners:
             try:
                 listener(snapshot)
@@ -191,47 +270,69 @@ class TaskService:
                 log.exception("on_done listener %r failed for task %s", listener, task_id)
         return snapshot
 
+    def _save(self, settlement: tuple[str, TaskOutcome, datetime]) -> None:
+        assert self._ledger is not None
+        try:
+            self._ledger.settle(settlement)
+        except SubagentControlError as exc:
+            log.warning("could not record the settlement of task %s (%s); will retry",
+                        settlement[0], exc.message)  # fmt: skip
+            with self._lock:
+                self._unsaved[settlement[0]] = settlement
+
+    def flush(self) -> int:
+        """Retry the settlements the store refused; returns how many are still unsaved."""
+        with self._lock:
+            pending = list(self._unsaved.values())
+            self._unsaved.clear()
+        for settlement in pending:
+            self._save(settlement)
+        with self._lock:
+            return len(self._unsaved)
+
     def release(self, task_id: str) -> None:
         """Mark a settled Task's activation as gone; `wait` returns from here on."""
         with self._lock:
-            task = self._tasks.get(task_id)
-            if task is not None:
-                self._release(task)
+            task = self._live.get(task_id)
+            if task is None:
+                return
+            if task.outcome is not None:
+                del self._live[task_id]
+                self._remember(task.snapshot())
+        task.released.set()
 
-    def _release(self, task: _Task) -> None:
-        """Under the lock: the Task's activation is gone (once)."""
-        if not task.released.is_set():
-            self._live -= 1
-            task.released.set()
+    def _remember(self, snapshot: TaskSnapshot) -> None:
+        """Under the lock: keep a settled Task among the recent ones (bounded)."""
+        self._recent[snapshot.id] = snapshot
+        while len(self._recent) > self._recent_cap:
+            self._recent.popitem(last=False)
 
     def status_of(self, task_id: str) -> TaskStatus | None:
-        """The status of any Task (unfenced; for the control plane itself)."""
-        task = self._tasks.get(task_id)
+        """The status of a live Task of this runtime (unfenced; for the control plane)."""
+        task = self._live.get(task_id)
         return None if task is None else task.status
 
     def owner_of(self, task_id: str) -> str | None:
-        """The owner session of any Task (unfenced; for the control plane itself)."""
-        task = self._tasks.get(task_id)
+        """The owner session of a live Task of this runtime (unfenced)."""
+        task = self._live.get(task_id)
         return None if task is None else task.owner
 
-    def latest_for_child(self, child_id: str) -> TaskSnapshot | None:
-        """The newest Task of a child in this process, if any (unfenced)."""
+    def running(self) -> list[TaskSnapshot]:
+        """The Tasks running in this runtime (unfenced)."""
         with self._lock:
-            task_id = self._latest_by_child.get(child_id)
-            task = None if task_id is None else self._tasks.get(task_id)
-            return None if task is None else task.snapshot()
+            return [t.snapshot() for t in self._live.values() if t.outcome is None]
 
     def kill_owned_by(self, owner: str, reason: str) -> int:
         """Abort every running Task owned by ``owner``; returns how many were aborted."""
         with self._lock:
-            running = [t for t in self._tasks.values() if t.owner == owner and t.outcome is None]
+            running = [t for t in self._live.values() if t.owner == owner and t.outcome is None]
         return sum(task.signal.abort(reason) for task in running)
 
     def close(self, reason: str) -> list[str]:
         """Refuse new Tasks and abort every running one; returns the ids not yet released."""
         with self._lock:
             self._closed_reason = reason
-            tasks = list(self._tasks.values())
+            tasks = list(self._live.values())
         for task in tasks:
             if task.outcome is None:
                 task.signal.abort(reason)
@@ -242,7 +343,7 @@ class TaskService:
         Task: `close` gave up waiting for their activations, and no caller may see a
         Task ``running`` after it. Returns how many were still running."""
         with self._lock:
-            unreleased = [t for t in self._tasks.values() if not t.released.is_set()]
+            unreleased = [t for t in self._live.values() if not t.released.is_set()]
         running = 0
         for task in unreleased:
             if task.outcome is None:
@@ -251,43 +352,60 @@ class TaskService:
                     task.id,
                     TaskOutcome(status=TaskStatus.KILLED, detail=detail, code=ErrorCode.CLOSED),
                 )
-        with self._lock:
-            for task in unreleased:
-                self._release(task)
+            self.release(task.id)
         return running
 
     def wait_released(self, task_id: str, timeout: float | None) -> bool:
-        """Wait (unfenced) until a Task is released; returns whether it was."""
-        task = self._tasks.get(task_id)
+        """Wait (unfenced) until a Task of this runtime is released; returns whether it was."""
+        task = self._live.get(task_id)
         return True if task is None else task.released.wait(timeout)
 
     # -- owner side (public) ---------------------------------------------------------
 
     def get(self, task_id: str, *, requester: Requester) -> TaskSnapshot:
-        """A snapshot of one of the requester's Tasks.
+        """A snapshot of one of the requester's Tasks, from any runtime.
 
         Raises:
             SubagentControlError: ``TASK_NOT_FOUND`` for an unknown id or another owner.
         """
-        return self._fenced(task_id, requester).snapshot()
+        return self._fenced(task_id, requester)
 
     def wait(
         self, task_id: str, timeout: float | None = None, *, requester: Requester
     ) -> TaskSnapshot:
         """Block until the Task has settled and its activation is gone; return its snapshot.
 
+        A Task of another runtime is polled in the store (with backoff) until it settles
+        there, or until its runtime is found dead and it is settled ``interrupted``.
+
         Raises:
             SubagentControlError: ``TASK_NOT_FOUND``; ``TIMEOUT`` if it has not settled
                 within ``timeout`` seconds (the Task keeps running).
         """
-        task = self._fenced(task_id, requester)
-        if not task.released.wait(timeout):
-            raise SubagentControlError(
-                ErrorCode.TIMEOUT,
-                f"task {task_id} is still {task.status.value} after {timeout}s; wait again",
-                task_id=task_id,
-            )
-        return task.snapshot()
+        snapshot = self._fenced(task_id, requester)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        live = self._live.get(snapshot.id)
+        if live is not None:
+            if live.released.wait(timeout):
+                return self._fenced(task_id, requester)
+        elif snapshot.status.is_terminal:
+            return snapshot
+        else:
+            pause = _POLL_FIRST_S
+            while True:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    break
+                time.sleep(pause if left is None else min(pause, left))
+                pause = min(pause * 2, _POLL_MAX_S)
+                snapshot = self._fenced(task_id, requester)
+                if snapshot.status.is_terminal:
+                    return snapshot
+        raise SubagentControlError(
+            ErrorCode.TIMEOUT,
+            f"task {task_id} is still {snapshot.status.value} after {timeout}s; wait again",
+            task_id=task_id,
+        )
 
     def kill(self, task_id: str, *, requester: Requester) -> None:
         """Request the Task's cancellation and return at once (settlement follows).
@@ -295,14 +413,22 @@ class TaskService:
         Killing a settled Task changes nothing.
 
         Raises:
-            SubagentControlError: ``TASK_NOT_FOUND``.
+            SubagentControlError: ``TASK_NOT_FOUND``; ``OWNERSHIP_CONFLICT`` for a Task
+                that runs in another live runtime.
         """
-        task = self._fenced(task_id, requester)
-        if task.outcome is None:
-            task.signal.abort(f"killed by {_session_of(requester)}")
+        snapshot = self._fenced(task_id, requester)
+        if snapshot.status.is_terminal:
+            return
+        reason = f"killed by {_session_of(requester)}"
+        live = self._live.get(snapshot.id)
+        if live is not None:
+            live.signal.abort(reason)
+        elif self._foreign_kill is not None:
+            self._foreign_kill(snapshot, reason)
 
     def output(self, task_id: str, *, requester: Requester) -> str:
-        """The Task's output: completed → output; failed or killed → detail; running → ``""``.
+        """The Task's output: completed → output; failed, killed, interrupted → detail;
+        running → ``""``.
 
         Raises:
             SubagentControlError: ``TASK_NOT_FOUND``.
@@ -315,7 +441,8 @@ class TaskService:
         return outcome.detail or ""
 
     def on_done(self, listener: TaskListener) -> Callable[[], None]:
-        """Call ``listener(snapshot)`` whenever a Task settles; returns an unsubscribe function.
+        """Call ``listener(snapshot)`` whenever a Task of this runtime settles; returns an
+        unsubscribe function.
 
         Listeners run on the settling activation's thread, before the activation is removed
         from its supervisor; they must not block on that same Task.
@@ -331,27 +458,54 @@ class TaskService:
         return unsubscribe
 
     def drain_notices(self, requester: Requester) -> list[TaskNotice]:
-        """Take the requester's pending completion notices (one per settled Task), oldest first."""
+        """Take the requester's pending completion notices (one per settled Task, in any
+        runtime, ``interrupted`` ones included), oldest first. Each is taken once."""
         owner = _session_of(requester)
+        if self._ledger is not None:
+            return [_notice(snapshot) for snapshot in self._ledger.drain(owner)]
         with self._lock:
             pending = self._notices.pop(owner, None)
         return list(pending or ())
 
     def list(self, requester: Requester) -> list[TaskSnapshot]:
-        """The requester's Tasks, oldest first."""
+        """The requester's Tasks (of every runtime), oldest first."""
         owner = _session_of(requester)
         with self._lock:
-            return [t.snapshot() for t in self._tasks.values() if t.owner == owner]
+            mine = {t.id: t.snapshot() for t in self._live.values() if t.owner == owner}
+        if self._ledger is None:
+            return sorted(mine.values(), key=lambda t: t.created_at)
+        # The store has every Task; this runtime's own view wins for the ones it holds
+        # (a settlement the store has not taken yet).
+        return [mine.get(t.id, t) for t in self._ledger.owned_by(owner)]
 
-    def _fenced(self, task_id: object, requester: Requester) -> _Task:
-        task = self._tasks.get(task_id) if isinstance(task_id, str) else None
-        if task is None or task.owner != _session_of(requester):
+    def latest_by_child(self, requester: Requester) -> dict[str, TaskSnapshot]:
+        """The newest Task of each of the requester's children."""
+        return {t.child_id: t for t in self.list(requester) if t.child_id is not None}
+
+    def _fenced(self, task_id: object, requester: Requester) -> TaskSnapshot:
+        owner = _session_of(requester)
+        found: TaskSnapshot | None = None
+        if isinstance(task_id, str):
+            live = self._live.get(task_id)
+            if live is not None:
+                found = live.snapshot()
+            else:
+                found = self._recent.get(task_id)
+                if found is None and self._ledger is not None:
+                    found = self._ledger.get(task_id) if _plausible_id(task_id) else None
+        if found is None or found.owner_session != owner:
             raise SubagentControlError(
                 ErrorCode.TASK_NOT_FOUND,
                 f"no task {task_id!r} for this session; list your tasks and use one of those ids",
                 task_id=task_id if isinstance(task_id, str) else None,
             )
-        return task
+        return found
+
+
+def _plausible_id(task_id: str) -> bool:
+    """Whether a store lookup can find ``task_id`` (ids are uuid4 strings): anything else
+    is unknown without asking the store (which may not even encode it)."""
+    return 0 < len(task_id) <= 64 and task_id.isascii() and "\x00" not in task_id
 
 
 def _session_of(requester: Requester) -> str:
@@ -369,6 +523,8 @@ def _notice(snapshot: TaskSnapshot) -> TaskNotice:
     outcome = snapshot.outcome
     assert outcome is not None
     text = outcome.output if outcome.status is TaskStatus.COMPLETED else outcome.detail
+    if outcome.status is TaskStatus.INTERRUPTED:
+        text = _INTERRUPTED_NOTICE
     body = " ".join((text or "").split())
     if len(body) > _SUMMARY_LIMIT:
         body = body[: _SUMMARY_LIMIT - 1] + "…"

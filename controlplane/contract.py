@@ -30,7 +30,7 @@ from controlplane._session import (
 )
 from controlplane._signal import CancelSignal
 from controlplane._spec import ContinuableStart, ContinuableStartSpec, SendResult
-from controlplane._task_types import TaskOutcome, TaskSnapshot, TaskStatus
+from controlplane._task_types import RuntimeInfo, TaskOutcome, TaskSnapshot, TaskStatus
 from controlplane._tasks import TaskNotice, TaskService
 from controlplane._tree import ActivationNode, ActorTree, SupervisorNode, SupervisorState
 
@@ -53,6 +53,7 @@ __all__ = [
     "NewEvent",
     "ProviderRegistry",
     "ResumeRequest",
+    "RuntimeInfo",
     "SendResult",
     "SessionEvent",
     "StartRequest",

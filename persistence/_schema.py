@@ -8,9 +8,12 @@ from datetime import UTC, datetime
 from typing import Annotated, Any, Final
 
 from sqlalchemy import (
+    Boolean,
     DateTime,
     Dialect,
+    Float,
     ForeignKey,
+    Index,
     Integer,
     String,
     Text,
@@ -34,13 +37,17 @@ from controlplane.contract import (
 __all__ = [
     "CHILDREN",
     "EVENTS",
+    "RUNTIMES",
     "SCHEMA_VERSION",
     "SEGMENTS",
+    "TASKS",
     "Base",
     "ChildRow",
     "EventRow",
+    "RuntimeRow",
     "SchemaVersionRow",
     "SegmentRow",
+    "TaskRow",
     "UtcDateTime",
     "check_schema",
     "ensure_schema",
@@ -48,12 +55,14 @@ __all__ = [
     "utc_time",
 ]
 
-SCHEMA_VERSION: Final = 3
+SCHEMA_VERSION: Final = 4
 """The version this code writes. Bump it with a migration in `_MIGRATIONS`."""
 
 CHILDREN: Final = "subagent_children"
 EVENTS: Final = "subagent_events"
 SEGMENTS: Final = "subagent_segments"
+RUNTIMES: Final = "subagent_runtimes"
+TASKS: Final = "subagent_tasks"
 _VERSION_TABLE: Final = "subagent_schema"
 
 # Any constant works; it only has to be the same in every process that opens the store.
@@ -209,6 +218,60 @@ class SegmentRow(Base):
     batches: Mapped[JsonText]
 
 
+class RuntimeRow(Base):
+    """One runtime: an open `SubagentControl` in some process on some host.
+
+    It renews ``heartbeat_at`` every third of ``lease_ttl_s`` (one write per interval per
+    process, never per child). It is dead once ``closed_at`` is set or its heartbeat is
+    older than its own ``lease_ttl_s``; a live runtime then settles its running Tasks
+    ``interrupted``. ``boot_id`` (the kernel's, where there is one) lets a runtime on the
+    same host know a dead ``pid`` at once, without waiting out the lease.
+    """
+
+    __tablename__ = RUNTIMES
+
+    runtime_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    host: Mapped[str] = mapped_column(String(255))
+    pid: Mapped[int]
+    boot_id: Mapped[str | None] = mapped_column(String(64))
+    lease_ttl_s: Mapped[float] = mapped_column(Float)
+    started_at: Mapped[UtcTime]
+    heartbeat_at: Mapped[UtcTime]
+    closed_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
+
+
+class TaskRow(Base):
+    """A Task: written when it is admitted, updated once when it settles.
+
+    The settlement is written in the same transaction as the turn's ``turn/end`` when there
+    is one, so the transcript and the Task never disagree. ``notice_pending`` is true from
+    settlement until the owner drains the Task's completion notice (then NULL), so a drain
+    finds its rows through an index and takes each once, in whatever runtime it runs.
+    """
+
+    __tablename__ = TASKS
+    __table_args__ = (
+        Index("ix_subagent_tasks_owner", "owner_session", "created_at"),
+        Index("ix_subagent_tasks_notices", "owner_session", "notice_pending"),
+        Index("ix_subagent_tasks_running", "status", "runtime_id"),
+        Index("ix_subagent_tasks_child", "child_id", "created_at"),
+    )
+
+    task_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(32))
+    label: Mapped[str] = mapped_column(String(1000))
+    owner_session: Mapped[Identifier]
+    child_id: Mapped[str | None] = mapped_column(String(200))
+    runtime_id: Mapped[str] = mapped_column(String(64))
+    status: Mapped[str] = mapped_column(String(16))
+    output: Mapped[str | None] = mapped_column(Text)
+    detail: Mapped[str | None] = mapped_column(Text)
+    code: Mapped[str | None] = mapped_column(String(40))
+    created_at: Mapped[UtcTime]
+    settled_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
+    notice_pending: Mapped[bool | None] = mapped_column(Boolean)
+
+
 Migration = Callable[[Connection], None]
 
 
@@ -233,7 +296,13 @@ def _add_segments(conn: Connection) -> None:
     Base.metadata.create_all(conn, tables=[Base.metadata.tables[SEGMENTS]])
 
 
-_MIGRATIONS: dict[int, Migration] = {1: _drop_last_seq, 2: _add_segments}
+def _add_tasks(conn: Connection) -> None:
+    """Version 4: Tasks and the runtimes that run them are kept in the store (SPEC §9)."""
+    tables = Base.metadata.tables
+    Base.metadata.create_all(conn, tables=[tables[RUNTIMES], tables[TASKS]])
+
+
+_MIGRATIONS: dict[int, Migration] = {1: _drop_last_seq, 2: _add_segments, 3: _add_tasks}
 """``_MIGRATIONS[n]`` upgrades a version-``n`` store to version ``n + 1``."""
 
 

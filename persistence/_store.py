@@ -22,6 +22,9 @@ from controlplane.contract import (
     NewEvent,
     SessionEvent,
     SubagentControlError,
+    TaskOutcome,
+    TaskSnapshot,
+    TaskStatus,
     seconds_problem,
     utcnow,
 )
@@ -31,12 +34,19 @@ from persistence._codec import (
     check_child_id,
     construct,
     decode_events,
+    from_json,
     gc_paused,
     prepare_events,
     prepare_meta,
     stored_events,
 )
 from persistence._database import Database
+from persistence._ledger import (
+    Settlement,
+    TaskLedger,
+    settle_params,
+    settle_sql,
+)
 from persistence._retry import Retrier, RetryPolicy
 from persistence._schema import (
     SCHEMA_VERSION,
@@ -140,6 +150,10 @@ class SqlStore:
         self._read_only = read_only
         self._after_commit: Callable[[], None] | None = None
         self._pause_gc = pause_gc_on_load
+        self._version = SCHEMA_VERSION  # what `_open` leaves; `_check` reads the real one
+        self._settle_sql = settle_sql(self._sql.placeholder)
+        self.ledger = TaskLedger(self._db, self._run)
+        """The store's Tasks and runtimes (SPEC §9)."""
         try:
             self._run("open the store", self._check if read_only else self._open)
         except BaseException:
@@ -185,13 +199,20 @@ class SqlStore:
         )
 
     def append(
-        self, child_id: str, events: Iterable[NewEvent | Mapping[str, Any]]
+        self,
+        child_id: str,
+        events: Iterable[NewEvent | Mapping[str, Any]],
+        *,
+        settle: Settlement | None = None,
     ) -> list[SessionEvent]:
         """Append a batch of events to a child's transcript, all or nothing.
 
         ``events`` are `NewEvent` values or mappings with ``kind``, ``turn``, ``data``
         and optional ``source``. Concurrent appends to one child are serialized: ``seq``
         stays gapless and each batch stays contiguous.
+
+        ``settle`` writes a running Task's settlement in the same transaction (the turn's
+        ``turn/end`` and its Task's outcome are never apart).
 
         Returns:
             The stored events, with their ``seq`` and ``created_at``.
@@ -210,7 +231,7 @@ class SqlStore:
         batch, created_at = _next_batch(), utcnow()
         return self._run(
             f"append to child {child_id}",
-            lambda attempt: self._append(child_id, pending, batch, created_at, attempt),
+            lambda attempt: self._append(child_id, pending, batch, created_at, attempt, settle),
         )
 
     def load(self, child_id: str) -> LoadedSession:
@@ -262,9 +283,16 @@ class SqlStore:
         with self._db.connection(write=True) as conn:
             ensure_schema(conn)
 
+    @property
+    def keeps_tasks(self) -> bool:
+        """Whether the store has Task and runtime rows (schema version 4 on): an older store
+        opened read-only has none."""
+        return self._version >= 4
+
     def _check(self, _attempt: int) -> None:
         with self._db.connection(write=False) as conn:
             version = check_schema(conn)
+        self._version = version
         if version < SCHEMA_VERSION:
             self._sql = self._db.sql.without_segments()
 
@@ -336,6 +364,7 @@ class SqlStore:
         batch: str,
         created_at: datetime,
         attempt: int,
+        settle: Settlement | None = None,
     ) -> list[SessionEvent]:
         sql = self._sql
         with self._db.cursor(write=True) as cursor:
@@ -357,8 +386,73 @@ class SqlStore:
                 cursor.executemany(sql.insert, rows)
             if any(p.kind == EventKind.TURN_END for p in pending):
                 self._seal(cursor, child_id)
+            if settle is not None:
+                cursor.execute(self._settle_sql, settle_params(settle, self._stamp(settle[2])))
         self._committed()
         return stored_events(pending, first, created_at)
+
+    def interrupt(self, task: TaskSnapshot, detail: str) -> bool:
+        """Settle a running Task ``interrupted`` (its runtime is dead) and close its child's
+        open turn with a ``turn/end`` (status ``interrupted``), in one transaction under
+        the child's lock, so it happens once however many runtimes try at once.
+
+        Returns:
+            Whether this call settled it (False: it had settled already).
+        """
+        if self._read_only:
+            raise _read_only(f"settle task {task.id}")
+        outcome = TaskOutcome(status=TaskStatus.INTERRUPTED, detail=detail)
+        settlement: Settlement = (task.id, outcome, utcnow())
+        return self._run(
+            f"settle interrupted task {task.id}",
+            lambda attempt: self._interrupt(task, settlement),
+        )
+
+    def _interrupt(self, task: TaskSnapshot, settlement: Settlement) -> bool:
+        sql = self._sql
+        with self._db.cursor(write=True) as cursor:
+            last = None
+            if task.child_id is not None:
+                try:  # first: the child's lock, as every append takes it
+                    last = self._last_seq(cursor, task.child_id)
+                except SubagentControlError:
+                    last = None  # never published: no transcript to close
+            # The settlement first: it changes a running Task only, and its row lock makes
+            # a concurrent sweeper wait, then find nothing left to change.
+            cursor.execute(self._settle_sql, settle_params(settlement, self._stamp(settlement[2])))
+            if cursor.rowcount != 1:
+                return False
+            if task.child_id is not None and last is not None:
+                turn = self._open_turn_of(cursor, task.child_id, task.id)
+                if turn is not None:
+                    end = {"task_id": task.id, "status": TaskStatus.INTERRUPTED.value}
+                    (pending,) = prepare_events(
+                        [NewEvent(kind=EventKind.TURN_END, turn=turn, data=end)]
+                    )
+                    stamp = self._stamp(settlement[2])
+                    cursor.execute(
+                        sql.insert,
+                        (task.child_id, last + 1, turn, pending.kind, pending.data_json, None,
+                         _next_batch(), stamp),
+                    )  # fmt: skip
+                    self._seal(cursor, task.child_id)
+        self._committed()
+        return True
+
+    def _open_turn_of(self, cursor: DBAPICursor, child_id: str, task_id: str) -> int | None:
+        """The turn ``task_id`` opened and never ended, if it is the child's open tail."""
+        cursor.execute(self._sql.open_rows, (child_id,))
+        rows = cursor.fetchall()
+        if not rows or rows[-1][2] == EventKind.TURN_END:
+            return None
+        for _seq, turn, kind, data, *_rest in reversed(rows):
+            if kind == EventKind.TURN_START:
+                opened_by = from_json(data).get("task_id") if data else None
+                return int(turn) if opened_by == task_id else None
+        return None
+
+    def _stamp(self, when: datetime) -> object:
+        return sqlite_time(when) if self._db.backend.text_times else when
 
     def _seal(self, cursor: DBAPICursor, child_id: str) -> None:
         """Move the child's open rows into segments, inside the append that ended a turn

@@ -207,7 +207,8 @@ def test_a_supervisor_that_cannot_be_created_is_a_coded_error_and_leaves_nothing
         with raises(ErrorCode.INTERNAL, match="not delivered"):
             fresh.send_message(again, child, text("lost?"))
         assert inbound(fresh.store.load(child).events, "lost?") == []  # type: ignore[union-attr]
-        assert fresh.tasks.list(again) == []
+        # Only the child's first Task, from the other runtime (Tasks are in the store).
+        assert [t.label for t in fresh.tasks.list(again)] == ["research X"]
     finally:
         fresh.close(timeout_s=5.0)
 
@@ -298,7 +299,6 @@ def test_close_past_its_timeout_leaves_every_task_terminal(
         assert snapshot.outcome is not None
         assert "closed before the run stopped" in (snapshot.outcome.detail or "")
         assert control.tasks.get(task_id, requester=parent).status is TaskStatus.KILLED
-        assert [n.status for n in control.tasks.drain_notices(parent)] == [TaskStatus.KILLED]
     finally:
         stuck.set()
     assert plan.disposed.wait(WAIT_S)

@@ -201,7 +201,13 @@ def test_error_code_values_equal_their_names() -> None:
 
 
 def test_task_status_values_are_the_spec_strings() -> None:
-    assert [status.value for status in TaskStatus] == ["running", "completed", "failed", "killed"]
+    assert [status.value for status in TaskStatus] == [
+        "running",
+        "completed",
+        "failed",
+        "killed",
+        "interrupted",
+    ]
 
 
 def test_a_provider_is_registered_under_its_name(

@@ -15,7 +15,7 @@ import threading
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from functools import partial
-from typing import Literal
+from typing import Any, Literal
 
 import psycopg
 import pytest
@@ -91,9 +91,15 @@ class FlakyStore(SqlStore):
         return stored
 
     def _append(
-        self, child_id: str, pending: list, batch: str, created_at: datetime, attempt: int
+        self,
+        child_id: str,
+        pending: list,
+        batch: str,
+        created_at: datetime,
+        attempt: int,
+        settle: Any = None,
     ) -> list[SessionEvent]:
-        write = partial(super()._append, child_id, pending, batch, created_at, attempt)
+        write = partial(super()._append, child_id, pending, batch, created_at, attempt, settle)
         return self._attempt(self.append_faults.get(child_id), child_id in self.poisoned, write)
 
     def _create(

@@ -70,7 +70,8 @@ def test_thousands_of_concurrent_sends_are_each_delivered_once_or_refused_and_ne
         tally, violations = account(control.store, load, tasks)
     finally:
         control.close()
-    after_close = control.tasks.list(parent)
+    with SqlStore(url) as store:  # the Task rows, as the next process would read them
+        after_close = store.ledger.owned_by(parent.session_id)
     elapsed = time.monotonic() - began
 
     tally["tasks"] = len(tasks)
@@ -129,8 +130,8 @@ def test_closing_under_load_settles_every_task_and_loses_no_delivered_message(
     load.run()
     assert closed.wait(SETTLE_S), "close() never returned"
     assert not load.errors, load.errors
-    tasks = {task.id: task for task in control.tasks.list(parent)}
-    with SqlStore(sqlite_url) as store:
+    with SqlStore(sqlite_url) as store:  # every Task, from its durable row
+        tasks = {task.id: task for task in store.ledger.owned_by(parent.session_id)}
         tally, violations = account(
             store, load, tasks, frozenset({ErrorCode.NOT_DELIVERED, ErrorCode.CLOSED})
         )

@@ -1,0 +1,356 @@
+"""Tasks and the runtimes that run them, kept in the store (SPEC §9).
+
+A Task row is written when the Task is admitted and updated once when it settles; a
+runtime row is renewed by its heartbeat. Nothing here is on the steer path. The Task's
+settlement that ends a published turn is written by `SqlStore.append` in the turn's own
+transaction (`settle_sql`), so the transcript and the Task never disagree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
+
+from sqlalchemy import Row, delete, func, insert, select, update
+
+from controlplane.contract import (
+    ErrorCode,
+    RuntimeInfo,
+    TaskOutcome,
+    TaskSnapshot,
+    TaskStatus,
+    utcnow,
+)
+from persistence._database import Database
+from persistence._schema import TASKS, RuntimeRow, TaskRow, utc_time
+
+__all__ = [
+    "Settlement",
+    "TaskLedger",
+    "is_expired",
+    "settle_params",
+    "settle_sql",
+    "snapshot_of",
+]
+
+T = TypeVar("T")
+Runner = Callable[[str, Callable[[int], Any]], Any]
+
+Settlement = tuple[str, TaskOutcome, datetime]
+"""A Task's settlement to write: its id, its outcome, when it settled."""
+
+_RUNNING = TaskStatus.RUNNING.value
+
+
+def settle_sql(p: str) -> str:
+    """The Task settlement as one raw statement with placeholder ``p``: it changes a
+    running Task only, so a settlement is written once whoever tries it."""
+    return (
+        f"UPDATE {TASKS} SET status = {p}, output = {p}, detail = {p}, code = {p}, "
+        f"settled_at = {p}, notice_pending = {p} WHERE task_id = {p} AND status = {p}"
+    )
+
+
+def settle_params(settlement: Settlement, stamp: object) -> tuple[Any, ...]:
+    """The parameters of `settle_sql` (``stamp`` is ``settled_at`` as the driver takes it)."""
+    task_id, outcome, _when = settlement
+    code = outcome.code.value if outcome.code is not None else None
+    return (outcome.status.value, outcome.output, outcome.detail, code, stamp, True, task_id,
+            _RUNNING)  # fmt: skip
+
+
+class TaskLedger:
+    """The store's Task and runtime rows. Every operation is one short transaction, run
+    under the store's retry policy (``run``)."""
+
+    def __init__(self, db: Database, run: Runner) -> None:
+        self._db = db
+        self._runner = run
+        self._postgres = db.backend.name == "postgresql"
+
+    # -- runtimes --------------------------------------------------------------------
+
+    def register_runtime(
+        self, runtime_id: str, *, host: str, pid: int, boot_id: str | None, lease_ttl_s: float
+    ) -> RuntimeInfo:
+        """Record a new runtime, its heartbeat fresh."""
+
+        def op(_attempt: int) -> RuntimeInfo:
+            with self._db.connection(write=True) as conn:
+                now = self._now(conn)
+                known = select(RuntimeRow.runtime_id).where(RuntimeRow.runtime_id == runtime_id)
+                if conn.execute(known).first() is None:  # a retry may find it written
+                    conn.execute(
+                        insert(RuntimeRow).values(
+                            runtime_id=runtime_id,
+                            host=host,
+                            pid=pid,
+                            boot_id=boot_id,
+                            lease_ttl_s=lease_ttl_s,
+                            started_at=now,
+                            heartbeat_at=now,
+                        )
+                    )
+            return RuntimeInfo(
+                runtime_id=runtime_id,
+                host=host,
+                pid=pid,
+                boot_id=boot_id,
+                started_at=now,
+                heartbeat_at=now,
+                lease_ttl_s=lease_ttl_s,
+            )
+
+        return self._run(f"register runtime {runtime_id}", op)
+
+    def heartbeat(self, runtime_id: str) -> bool:
+        """Renew a runtime's heartbeat; False if it is closed (or unknown)."""
+
+        def op(_attempt: int) -> bool:
+            with self._db.connection(write=True) as conn:
+                result = conn.execute(
+                    update(RuntimeRow)
+                    .where(RuntimeRow.runtime_id == runtime_id, RuntimeRow.closed_at.is_(None))
+                    .values(heartbeat_at=self._now(conn))
+                )
+                return bool(result.rowcount)
+
+        return self._run(f"renew runtime {runtime_id}", op)
+
+    def close_runtime(self, runtime_id: str) -> None:
+        """Mark a runtime closed: from now on it is dead to every other runtime."""
+
+        def op(_attempt: int) -> None:
+            with self._db.connection(write=True) as conn:
+                conn.execute(
+                    update(RuntimeRow)
+                    .where(RuntimeRow.runtime_id == runtime_id, RuntimeRow.closed_at.is_(None))
+                    .values(closed_at=self._now(conn))
+                )
+
+        self._run(f"close runtime {runtime_id}", op)
+
+    def runtimes(self) -> list[RuntimeInfo]:
+        """Every runtime the store knows, oldest first, with its count of running Tasks."""
+        running = (
+            select(TaskRow.runtime_id, func.count().label("n"))
+            .where(TaskRow.status == _RUNNING)
+            .group_by(TaskRow.runtime_id)
+            .subquery()
+        )
+        query = (
+            select(*RuntimeRow.__table__.c, func.coalesce(running.c.n, 0).label("running"))
+            .outerjoin(running, running.c.runtime_id == RuntimeRow.runtime_id)
+            .order_by(RuntimeRow.started_at, RuntimeRow.runtime_id)
+        )
+
+        def op(_attempt: int) -> list[RuntimeInfo]:
+            with self._db.connection(write=False) as conn:
+                return [_runtime(row, int(row.running)) for row in conn.execute(query)]
+
+        return self._run("list runtimes", op)
+
+    def suspects(self) -> tuple[datetime, list[RuntimeInfo]]:
+        """The database's clock now, and every runtime that still has a running Task and
+        is closed or has a heartbeat older than its lease: dead to everyone. (A runtime
+        whose process is gone is recognised by the caller, which knows its own host.)"""
+        query = select(RuntimeRow).where(
+            RuntimeRow.runtime_id.in_(
+                select(TaskRow.runtime_id).where(TaskRow.status == _RUNNING).distinct()
+            )
+        )
+
+        def op(_attempt: int) -> tuple[datetime, list[RuntimeInfo]]:
+            with self._db.connection(write=False) as conn:
+                now = self._now(conn)
+                return now, [_runtime(row, 0) for row in conn.execute(query)]
+
+        return self._run("find dead runtimes", op)
+
+    # -- tasks -----------------------------------------------------------------------
+
+    def admit(self, task: TaskSnapshot) -> None:
+        """Write a Task that has just been admitted (running)."""
+        row = {
+            "task_id": task.id,
+            "kind": task.kind,
+            "label": task.label,
+            "owner_session": task.owner_session,
+            "child_id": task.child_id,
+            "runtime_id": task.runtime_id or "",
+            "status": _RUNNING,
+            "created_at": task.created_at,
+        }
+
+        def op(attempt: int) -> None:
+            with self._db.connection(write=True) as conn:
+                known = select(TaskRow.task_id).where(TaskRow.task_id == task.id)
+                if attempt > 1 and conn.execute(known).first() is not None:
+                    return  # our earlier attempt committed, its acknowledgement was lost
+                conn.execute(insert(TaskRow).values(row))
+
+        self._run(f"record task {task.id}", op)
+
+    def settle(self, settlement: Settlement) -> bool:
+        """Write a Task's settlement; False if it was no longer running (settled before)."""
+        task_id, outcome, when = settlement
+
+        def op(_attempt: int) -> bool:
+            with self._db.connection(write=True) as conn:
+                result = conn.execute(
+                    update(TaskRow)
+                    .where(TaskRow.task_id == task_id, TaskRow.status == _RUNNING)
+                    .values(_settled_values(outcome, when))
+                )
+                return bool(result.rowcount)
+
+        return self._run(f"settle task {task_id}", op)
+
+    def forget(self, task_id: str) -> None:
+        """Delete a Task that was admitted but never started (its caller was told so)."""
+
+        def op(_attempt: int) -> None:
+            with self._db.connection(write=True) as conn:
+                conn.execute(delete(TaskRow).where(TaskRow.task_id == task_id))
+
+        self._run(f"forget task {task_id}", op)
+
+    def get(self, task_id: str) -> TaskSnapshot | None:
+        """One Task, or None."""
+
+        def op(_attempt: int) -> TaskSnapshot | None:
+            with self._db.connection(write=False) as conn:
+                row = conn.execute(select(TaskRow).where(TaskRow.task_id == task_id)).first()
+            return None if row is None else snapshot_of(row)
+
+        return self._run(f"read task {task_id}", op)
+
+    def owned_by(self, owner_session: str) -> list[TaskSnapshot]:
+        """The owner's Tasks, oldest first."""
+        query = (
+            select(TaskRow)
+            .where(TaskRow.owner_session == owner_session)
+            .order_by(TaskRow.created_at, TaskRow.task_id)
+        )
+        return self._run("list tasks", lambda _attempt: self._select(query))
+
+    def recent(
+        self, owner_session: str | None = None, *, limit: int | None = None
+    ) -> list[TaskSnapshot]:
+        """Every Task (of ``owner_session`` when given), newest first, at most ``limit``."""
+        query = select(TaskRow).order_by(TaskRow.created_at.desc(), TaskRow.task_id.desc())
+        if owner_session is not None:
+            query = query.where(TaskRow.owner_session == owner_session)
+        if limit is not None:
+            query = query.limit(limit)
+        return self._run("list tasks", lambda _attempt: self._select(query))
+
+    def running(self, runtime_ids: Sequence[str]) -> list[TaskSnapshot]:
+        """The running Tasks of these runtimes, oldest first."""
+        query = (
+            select(TaskRow)
+            .where(TaskRow.status == _RUNNING, TaskRow.runtime_id.in_(list(runtime_ids)))
+            .order_by(TaskRow.created_at)
+        )
+        return self._run("list running tasks", lambda _attempt: self._select(query))
+
+    def drain(self, owner_session: str) -> list[TaskSnapshot]:
+        """Take the owner's pending completion notices: each settled Task once, across
+        every runtime (one UPDATE … RETURNING, so two drains never take the same row)."""
+        statement = (
+            update(TaskRow)
+            .where(TaskRow.owner_session == owner_session, TaskRow.notice_pending.is_(True))
+            .values(notice_pending=None)
+            .returning(*TaskRow.__table__.columns)
+        )
+
+        def op(_attempt: int) -> list[TaskSnapshot]:
+            with self._db.connection(write=True) as conn:
+                rows = conn.execute(statement).all()
+            return sorted(
+                (snapshot_of(row) for row in rows),
+                key=lambda t: (t.settled_at or t.created_at, t.id),
+            )
+
+        return self._run("drain notices", op)
+
+    def latest_by_child(self, owner_session: str) -> dict[str, TaskSnapshot]:
+        """The newest Task of each of the owner's children."""
+        return {task.child_id: task for task in self.owned_by(owner_session) if task.child_id}
+
+    # -- plumbing --------------------------------------------------------------------
+
+    def _run(self, action: str, operation: Callable[[int], T]) -> T:
+        result: T = self._runner(action, operation)
+        return result
+
+    def _select(self, query: Any) -> list[TaskSnapshot]:
+        with self._db.connection(write=False) as conn:
+            return [snapshot_of(row) for row in conn.execute(query)]
+
+    def _now(self, conn: Any) -> datetime:
+        """The database's clock on PostgreSQL (hosts' clocks may drift apart; the shared
+        server's is one for all); this host's on SQLite, which only one host shares."""
+        if self._postgres:
+            return utc_time(conn.execute(select(func.now())).scalar_one())
+        return utcnow()
+
+
+def _settled_values(outcome: TaskOutcome, when: datetime) -> dict[str, Any]:
+    return {
+        "status": outcome.status.value,
+        "output": outcome.output,
+        "detail": outcome.detail,
+        "code": outcome.code.value if outcome.code is not None else None,
+        "settled_at": when,
+        "notice_pending": True,
+    }
+
+
+def snapshot_of(row: Row[Any]) -> TaskSnapshot:
+    """A Task row as the frozen snapshot callers see."""
+    status = TaskStatus(row.status)
+    outcome = None
+    if status is not TaskStatus.RUNNING:
+        outcome = TaskOutcome(
+            status=status,
+            output=row.output,
+            detail=row.detail,
+            code=ErrorCode(row.code) if row.code else None,
+        )
+    settled = None if row.settled_at is None else utc_time(row.settled_at)
+    return TaskSnapshot(
+        id=row.task_id,
+        label=row.label,
+        owner_session=row.owner_session,
+        status=status,
+        outcome=outcome,
+        child_id=row.child_id,
+        runtime_id=row.runtime_id or None,
+        created_at=utc_time(row.created_at),
+        settled_at=settled,
+        ended_at=settled,
+    )
+
+
+def _runtime(row: Any, running: int) -> RuntimeInfo:
+    closed = row.closed_at
+    return RuntimeInfo(
+        runtime_id=row.runtime_id,
+        host=row.host,
+        pid=row.pid,
+        boot_id=row.boot_id,
+        started_at=utc_time(row.started_at),
+        heartbeat_at=utc_time(row.heartbeat_at),
+        lease_ttl_s=row.lease_ttl_s,
+        closed_at=None if closed is None else utc_time(closed),
+        running_tasks=running,
+    )
+
+
+def is_expired(runtime: RuntimeInfo, now: datetime) -> bool:
+    """Whether a runtime is dead to everyone: closed, or its lease lapsed."""
+    if runtime.closed_at is not None:
+        return True
+    return runtime.heartbeat_at + timedelta(seconds=runtime.lease_ttl_s) < now

@@ -1,0 +1,63 @@
+"""The offline Task and runtime views: ``subagent-control tasks`` and ``runtimes``."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from controlplane import SubagentControl
+from controlplane._cli import main
+from tests.fakes import FakeProvider
+from tests.support import idle_child
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
+    status = main(list(argv))
+    return status, capsys.readouterr().out
+
+
+def test_tasks_and_runtimes_are_listed_from_the_store_after_the_runtime_closed(
+    store_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with SubagentControl.open(store_url) as control:
+        control.providers.register(FakeProvider())
+        mine = control.agents.register("parent-1")
+        theirs = control.agents.register("parent-2")
+        idle_child(control, mine)
+        idle_child(control, theirs)
+        runtime_id = control.runtime_id
+
+    status, out = run(capsys, "tasks", "--db", store_url, "--owner", "parent-1", "--json")
+    assert status == 0
+    (task,) = [json.loads(line) for line in out.splitlines()]
+    assert task["owner_session"] == "parent-1"
+    assert task["status"] == "completed"
+    assert task["runtime_id"] == runtime_id
+
+    status, out = run(capsys, "tasks", "--db", store_url)
+    assert status == 0
+    assert out.splitlines()[0].split() == [
+        "TASK", "STATUS", "OWNER", "CHILD", "CREATED", "RUNTIME", "LABEL"
+    ]  # fmt: skip
+    assert len(out.splitlines()) == 3
+
+    status, out = run(capsys, "runtimes", "--db", store_url, "--json")
+    assert status == 0
+    (runtime,) = [json.loads(line) for line in out.splitlines()]
+    assert runtime["runtime_id"] == runtime_id
+    assert runtime["alive"] is False  # closed
+    assert runtime["running_tasks"] == 0
+    assert runtime["closed_at"] is not None
+
+
+def test_an_empty_store_says_so(sqlite_url: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with SubagentControl.open(sqlite_url):
+        pass
+    assert run(capsys, "tasks", "--db", sqlite_url, "--owner", "nobody") == (
+        0,
+        "(no tasks of session nobody)\n",
+    )
+    status, out = run(capsys, "runtimes", "--db", sqlite_url)
+    assert status == 0
+    assert "dead" in out.splitlines()[1]

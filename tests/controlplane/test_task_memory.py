@@ -1,0 +1,67 @@
+"""SPEC §9 bounded memory: a runtime keeps its live Tasks and a bounded number of recent
+settled ones; the rest are read from the store."""
+
+from __future__ import annotations
+
+import gc
+import tracemalloc
+
+import pytest
+
+from controlplane import TaskStatus, TextBlock
+from tests.fakes import FakeProvider
+from tests.support import WAIT_S, MakeControl, idle_child
+
+RECENT = 50
+ROUNDS = 150
+
+pytestmark = pytest.mark.slow
+
+
+def forget_calls(provider: FakeProvider) -> None:
+    """The fake records every request (each holding the transcript): not the runtime's
+    memory, so it is dropped between rounds."""
+    for calls in (provider.starts, provider.resumes, provider.plans, provider.log):
+        calls.clear()
+    provider.disposes.clear()
+
+
+def test_retained_memory_stays_flat_once_more_tasks_have_settled_than_it_keeps(
+    make_control: MakeControl, provider: FakeProvider
+) -> None:
+    control = make_control(recent_tasks=RECENT)
+    parent = control.agents.register("parent-1")
+    child = idle_child(control, parent)
+    control.tasks.drain_notices(parent)
+    first_ids: list[str] = []
+
+    def activations(count: int) -> None:
+        for _ in range(count):
+            sent = control.send_message(parent, child, [TextBlock(text="again")])
+            snapshot = control.tasks.wait(sent.task_id, timeout=WAIT_S, requester=parent)
+            assert snapshot.status is TaskStatus.COMPLETED
+            assert len(control.tasks.drain_notices(parent)) == 1
+            first_ids.append(sent.task_id)
+            forget_calls(provider)
+
+    activations(RECENT + ROUNDS)  # past the cap: the oldest have left memory
+    tracemalloc.start()
+    try:
+        # Two windows: once the first has replaced every kept Task with traced ones, the
+        # second shows what each further activation leaves behind.
+        activations(ROUNDS)
+        gc.collect()
+        mid, _ = tracemalloc.get_traced_memory()
+        activations(ROUNDS)
+        gc.collect()
+        after, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+
+    # Unbounded, each settled Task kept its record, snapshot, signal and notice (~2 KiB);
+    # bounded, what grows is noise (caches, the allocator), far below one Task each.
+    assert after - mid < ROUNDS * 256, f"{(after - mid) / ROUNDS:.0f} B per activation"
+    # A Task that left memory still answers, from the store.
+    oldest = control.tasks.get(first_ids[0], requester=parent)
+    assert oldest.status is TaskStatus.COMPLETED
+    assert control.tasks.output(first_ids[0], requester=parent) == "done"
