@@ -4,6 +4,8 @@ process only. PostgreSQL's own durability is left as the server has it."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from controlplane import ErrorCode, SubagentControlError
@@ -46,9 +48,10 @@ def test_postgresql_durability_is_left_as_the_server_has_it(pg_url: str) -> None
         assert settings[0] == settings[1]
 
 
+@pytest.mark.parametrize("option", ["durable_os_crash", "pause_gc_on_load"])
 @pytest.mark.parametrize("bad", [1, "FULL", None])
-def test_durable_os_crash_must_be_a_bool(sqlite_url: str, bad: object) -> None:
+def test_the_store_s_switches_must_be_bools(sqlite_url: str, option: str, bad: Any) -> None:
     with pytest.raises(SubagentControlError) as raised:
-        SqlStore(sqlite_url, durable_os_crash=bad)  # type: ignore[arg-type]
+        SqlStore(sqlite_url, **{option: bad})
     assert raised.value.code == ErrorCode.INVALID_INPUT
-    assert "durable_os_crash" in raised.value.message
+    assert option in raised.value.message

@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 
 import persistence._store
-from controlplane import ErrorCode, SubagentControlError
 from persistence import SqlStore
 from persistence._codec import decode_events, gc_paused
 from tests.persistence.conftest import message, new_child
@@ -60,14 +59,6 @@ def test_a_store_asked_to_pauses_the_collector_during_the_decode_and_restores_it
         assert len(store.load(meta.child_id).events) == 100
     assert seen == [False]
     assert gc.isenabled()
-
-
-@pytest.mark.parametrize("bad", [1, "yes", None])
-def test_pause_gc_on_load_must_be_a_bool(sqlite_url: str, bad: object) -> None:
-    with pytest.raises(SubagentControlError) as raised:
-        SqlStore(sqlite_url, pause_gc_on_load=bad)  # type: ignore[arg-type]
-    assert raised.value.code == ErrorCode.INVALID_INPUT
-    assert "pause_gc_on_load" in raised.value.message
 
 
 def test_a_pause_disables_the_collector_and_restores_it() -> None:
