@@ -89,7 +89,9 @@ class ActivationActor(Actor):
     def on_receive(self, message: Any) -> Any:
         if isinstance(message, _Begin):
             try:
-                self._execute()
+                # Store retries deep in the turn's writes name its child and Task.
+                with self._ctx.telemetry.scoped(self._plan.child_id, self._plan.task_id):
+                    self._execute()
             finally:
                 self.stop()
         return None
@@ -108,10 +110,12 @@ class ActivationActor(Actor):
                 # Killed while the provider was starting: never publish a run we must drop.
                 raise _Settle(aborted(plan.signal))
             try:
-                prepared.transcript.publish(prepared.frame, header=prepared.header)
+                with plan.trace.publishing():
+                    prepared.transcript.publish(prepared.frame, header=prepared.header)
             except SubagentControlError as exc:
                 raise _Settle(failed(exc.message, exc.code)) from exc
             published = True
+            plan.trace.published()
             self._tell(Published(task_id=plan.task_id, run=run, transcript=prepared.transcript))
             outcome = self._await_result(run)
             self._tell(Settling(task_id=plan.task_id))
@@ -126,7 +130,8 @@ class ActivationActor(Actor):
         settled_at, persisted = utcnow(), False
         if prepared is not None:
             outcome, persisted = self._end_turn(prepared.transcript, outcome, published, settled_at)
-        self._ctx.tasks.settle(plan.task_id, outcome, at=settled_at, persisted=persisted)
+        settled = self._ctx.tasks.settle(plan.task_id, outcome, at=settled_at, persisted=persisted)
+        plan.trace.end(settled.outcome)
         self._tell(ActivationEnded(task_id=plan.task_id, durable=published or self._loaded))
 
     def _prepare(self) -> _Prepared:
@@ -178,7 +183,8 @@ class ActivationActor(Actor):
         plan = self._plan
         child = plan.child_id
         try:
-            loaded = self._ctx.store.load(child)
+            with plan.trace.loading():
+                loaded = self._ctx.store.load(child)
         except SubagentControlError as exc:
             raise _Settle(
                 failed(f"child {child} is unavailable: {exc.message}", ErrorCode.NOT_RESUMABLE)
@@ -236,6 +242,7 @@ class ActivationActor(Actor):
         ]
 
     def _provider(self, descriptor: Descriptor) -> SubagentProvider:
+        self._plan.trace.describe(descriptor)
         try:
             return self._ctx.providers.get(descriptor.provider)
         except SubagentControlError as exc:
@@ -244,9 +251,10 @@ class ActivationActor(Actor):
     def _call_provider(self, prepared: _Prepared) -> SubagentRun:
         signal = self._plan.signal
         try:
-            if isinstance(prepared.request, ResumeRequest):
-                return prepared.provider.resume(prepared.request, signal)
-            return prepared.provider.start(prepared.request, signal)
+            with self._plan.trace.calling_provider(resumed=self._plan.kind == "resumed"):
+                if isinstance(prepared.request, ResumeRequest):
+                    return prepared.provider.resume(prepared.request, signal)
+                return prepared.provider.start(prepared.request, signal)
         except BaseException as exc:  # escaping, it would stop every actor
             if signal.aborted:
                 raise _Settle(aborted(signal)) from exc
@@ -267,7 +275,8 @@ class ActivationActor(Actor):
 
     def _dispose(self, run: SubagentRun, outcome: TaskOutcome) -> TaskOutcome:
         try:
-            run.dispose()
+            with self._plan.trace.disposing():
+                run.dispose()
         except BaseException as exc:  # escaping, it would stop every actor
             earlier = outcome.detail or outcome.status.value
             outcome = failed(f"{earlier}; dispose failed: {error_text(exc)}")

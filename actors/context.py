@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from controlplane.contract import AgentRegistry, ProviderRegistry, TaskService
+from controlplane.contract import AgentRegistry, ProviderRegistry, TaskService, Telemetry
 
 if TYPE_CHECKING:
     from persistence import SqlStore
@@ -21,3 +21,8 @@ class ActorContext:
     tasks: TaskService
     agents: AgentRegistry
     providers: ProviderRegistry
+
+    @property
+    def telemetry(self) -> Telemetry:
+        """The control plane's spans, metrics and lifecycle logs (kept by its Task service)."""
+        return self.tasks.telemetry

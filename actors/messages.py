@@ -12,11 +12,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from actors._transcript import ActivationTranscript, SteeringReceipt
 from controlplane.contract import (
+    NO_TRACE,
+    ActivationTrace,
     AgentHandle,
     CancelSignal,
     Descriptor,
     MessageSource,
     NewEvent,
+    Origin,
     SendResult,
     SubagentControlError,
     SubagentRun,
@@ -69,6 +72,8 @@ class ActivationPlan(BaseModel):
     seed: tuple[NewEvent, ...] = ()
     # When the child was started: its header's created_at, so children list in start order.
     created_at: datetime = Field(default_factory=utcnow)
+    # Its span, metrics and timings, from admission to settlement.
+    trace: ActivationTrace = NO_TRACE
 
 
 class SendMessage(BaseModel):
@@ -79,6 +84,9 @@ class SendMessage(BaseModel):
     parent: AgentHandle
     message: tuple[TextBlock, ...]
     source: MessageSource
+    # Where the send came from (its trace context, when it began): a resume it starts
+    # continues that trace and times its latency from there.
+    origin: Origin | None = None
 
 
 class SpawnChild(BaseModel):

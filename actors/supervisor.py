@@ -139,6 +139,9 @@ class ChildSupervisor(Actor):
 
     # -- pykka hooks ----------------------------------------------------------------
 
+    def on_start(self) -> None:
+        self._ctx.telemetry.supervisors_live(1)
+
     def on_receive(self, message: Any) -> Any:
         try:
             if isinstance(message, Describe):  # looking is not activity
@@ -177,18 +180,18 @@ class ChildSupervisor(Actor):
         raise TypeError(f"supervisor {self._child_id} got an unknown message {message!r}")
 
     def on_stop(self) -> None:
+        self._ctx.telemetry.supervisors_live(-1)
         current, self._current = self._current, None
         if current is None:
             return
         current.signal.abort("control plane stopped")
         self._fail_held(current, "the control plane stopped", ErrorCode.CLOSED)
         if current.ref is None:  # never began: no activation will ever settle its Task
-            self._ctx.tasks.settle(
-                current.task_id,
-                TaskOutcome(
-                    status=TaskStatus.KILLED, detail="control plane stopped", code=ErrorCode.CLOSED
-                ),
+            stopped = TaskOutcome(
+                status=TaskStatus.KILLED, detail="control plane stopped", code=ErrorCode.CLOSED
             )
+            self._ctx.tasks.settle(current.task_id, stopped)
+            current.plan.trace.end(stopped)
         self._ctx.tasks.release(current.task_id)
 
     def _fail(self, message: Any, exc: BaseException) -> SubagentControlError | None:
@@ -205,7 +208,9 @@ class ChildSupervisor(Actor):
                 current.signal.abort(why, cause=ErrorCode.INTERNAL)
                 self._fail_held(current, why, ErrorCode.NOT_DELIVERED)
                 if current.ref is None:  # never began: no activation will settle its Task
-                    self._ctx.tasks.settle(current.task_id, failed(why, ErrorCode.INTERNAL))
+                    outcome = failed(why, ErrorCode.INTERNAL)
+                    self._ctx.tasks.settle(current.task_id, outcome)
+                    current.plan.trace.end(outcome)
                     self._ctx.tasks.release(current.task_id)
                     self._current = None
         finally:
@@ -248,6 +253,7 @@ class ChildSupervisor(Actor):
         if current.run is None:
             held = _Held(send.message, send.source, Future())
             current.held.append(held)
+            self._ctx.telemetry.held_messages(1)
             return held.reply
         return self._steer(current, current.run, send.message, send.source)
 
@@ -273,6 +279,7 @@ class ChildSupervisor(Actor):
         except SubagentControlError as exc:
             exc.task_id = current.task_id
             return exc
+        current.plan.trace.steered(len(text_of(message)), source.kind)
         return Steered(receipt)
 
     def _resume(self, send: SendMessage) -> SupervisorAnswer:
@@ -286,6 +293,13 @@ class ChildSupervisor(Actor):
             )
         except SubagentControlError as exc:
             return exc
+        trace = self._ctx.telemetry.activation(
+            task_id=task.id,
+            child_id=self._child_id,
+            route="resumed",
+            origin=send.origin,
+            chars=len(text_of(send.message)),
+        )
         try:
             plan = ActivationPlan(
                 kind="resumed",
@@ -296,10 +310,12 @@ class ChildSupervisor(Actor):
                 source=send.source,
                 signal=signal,
                 label=task.label,
+                trace=trace,
             )
             self._current = _Current(plan=plan, agent_mark=self._ctx.agents.last_serial())
         except BaseException:
             self._ctx.tasks.discard(task.id)  # never admitted: no Task is left behind
+            trace.end(None)
             raise
         self.actor_ref.tell(BeginActivation())  # after this answer has gone out
         return SendResult(route="started", task_id=task.id)
@@ -327,6 +343,7 @@ class ChildSupervisor(Actor):
             else:
                 outcome = self._steer(current, published.run, item.message, item.source)
             current.held.pop(0)
+            self._ctx.telemetry.held_messages(-1)
             _resolve(item.reply, outcome)
 
     def _on_settling(self, settling: Settling) -> None:
@@ -394,6 +411,7 @@ class ChildSupervisor(Actor):
 
     def _fail_held(self, current: _Current, why: str, code: ErrorCode) -> None:
         held, current.held = current.held, []
+        self._ctx.telemetry.held_messages(-len(held))
         for item in held:
             _resolve(
                 item.reply,

@@ -40,10 +40,14 @@ from controlplane._signal import CancelSignal
 from controlplane._spec import ContinuableStart, ContinuableStartSpec, SendResult
 from controlplane._task_types import TaskSnapshot, TaskStatus
 from controlplane._tasks import TaskService
+from controlplane._telemetry import Operation, Telemetry
 from controlplane._tree import ActorTree
 from persistence import SqlStore
 
 if TYPE_CHECKING:
+    from opentelemetry.metrics import MeterProvider
+    from opentelemetry.trace import TracerProvider
+
     from controlplane._admin import AdminServer
 
 __all__ = ["TASK_TOOLS_SURFACE", "ChildView", "SubagentControl"]
@@ -95,6 +99,10 @@ class SubagentControl:
             settle its running Tasks ``interrupted`` (SPEC §9).
         recent_tasks: How many settled Tasks to keep in memory; older ones are read from
             the store.
+        tracer_provider: Where the OpenTelemetry spans go (``subagent.start``,
+            ``subagent.send``, ``subagent.activation`` and its phases); the global provider
+            when None. Needs the ``otel`` extra; without an SDK nothing is recorded.
+        meter_provider: Where the OpenTelemetry metrics go; the global provider when None.
     """
 
     def __init__(
@@ -107,6 +115,8 @@ class SubagentControl:
         max_live_activations: int | None = DEFAULT_MAX_LIVE_ACTIVATIONS,
         lease_ttl_s: float = 10.0,
         recent_tasks: int = 1000,
+        tracer_provider: TracerProvider | None = None,
+        meter_provider: MeterProvider | None = None,
     ) -> None:
         _check_option("close_timeout_s", seconds_problem(close_timeout_s))
         if passivate_after_s is not None:
@@ -120,6 +130,11 @@ class SubagentControl:
         self._store = store
         self._close_timeout_s = close_timeout_s
         self._runtime_id = new_runtime_id()
+        self._telemetry = Telemetry(
+            self._runtime_id, tracer_provider=tracer_provider, meter_provider=meter_provider
+        )
+        if store is not None:
+            store.on_retry(self._telemetry.store_retry)
         self.providers = ProviderRegistry()
         self.agents = AgentRegistry()
         self.tasks = TaskService(
@@ -127,6 +142,7 @@ class SubagentControl:
             ledger=store.ledger if store is not None else None,
             runtime_id=self._runtime_id,
             recent=recent_tasks,
+            telemetry=self._telemetry,
         )
         self._runtime: Runtime | None = None
         if store is not None:
@@ -180,6 +196,11 @@ class SubagentControl:
         return self._runtime_id
 
     @property
+    def telemetry(self) -> Telemetry:
+        """This control plane's spans, metrics and lifecycle logs (README, "Observe it")."""
+        return self._telemetry
+
+    @property
     def closed(self) -> bool:
         """Whether `close` has been called."""
         return self._closed
@@ -197,6 +218,10 @@ class SubagentControl:
                 ``PERSISTENCE_UNAVAILABLE``, ``INVALID_DESCRIPTOR``, ``NO_CONTROL_SURFACE``,
                 ``UNAUTHORIZED`` (checked in that order); nothing is left behind.
         """
+        with self._telemetry.start() as op:
+            return op.started(self._start(spec, op))
+
+    def _start(self, spec: ContinuableStartSpec, op: Operation) -> ContinuableStart:
         self._check_open()
         if not isinstance(spec, ContinuableStartSpec):
             raise SubagentControlError(
@@ -219,11 +244,13 @@ class SubagentControl:
             spec.label, code=ErrorCode.INVALID_INPUT, what="label", max_chars=1000, nul=False
         )
         prompt = _message_blocks(spec.prompt)
+        op.message(prompt)
         self.tasks.require_surface()
         self._check_parent(parent)
         child_id = str(uuid.uuid4())
         signal = CancelSignal()
         task = self.tasks.start(label=spec.label, owner=parent, child_id=child_id, signal=signal)
+        trace = op.admit(task_id=task.id, child_id=child_id, route="initial", descriptor=descriptor)
         plan = ActivationPlan(
             kind="initial",
             task_id=task.id,
@@ -237,6 +264,7 @@ class SubagentControl:
             depth=parent.depth + 1,
             seed=seed,
             created_at=task.created_at,
+            trace=trace,
         )
         with self._lock:
             self._pending_children[child_id] = _Pending(
@@ -248,6 +276,7 @@ class SubagentControl:
             with self._lock:
                 self._pending_children.pop(child_id, None)
             self.tasks.discard(task.id)
+            trace.end(None)
             raise _translate(exc, "nothing was started") from exc
         return ContinuableStart(child_id=child_id, task_id=task.id)
 
@@ -271,6 +300,17 @@ class SubagentControl:
                 ``INVALID_INPUT``, ``CLOSED``, ``PERSISTENCE_UNAVAILABLE``), except
                 ``DURABILITY_FAILED``: the running turn has it, the transcript may not.
         """
+        with self._telemetry.send(child_id) as op:
+            return op.sent(self._send(parent, child_id, message, source, op))
+
+    def _send(
+        self,
+        parent: AgentHandle,
+        child_id: str,
+        message: Sequence[TextBlock],
+        source: MessageSource | None,
+        op: Operation,
+    ) -> SendResult:
         self._check_open()
         root = self._require_store()
         self._check_parent(parent)
@@ -285,7 +325,9 @@ class SubagentControl:
         source = _check_source(
             source or MessageSource(kind="coordinator", sender_session_id=parent.session_id)
         )
-        send = SendMessage(parent=parent, message=blocks, source=source)
+        send = SendMessage(
+            parent=parent, message=blocks, source=source, origin=op.message(blocks, source)
+        )
         for _ in range(_REDIRECTS):
             route = self._routes.get(child_id)
             try:
@@ -303,7 +345,8 @@ class SubagentControl:
                 raise reply
             if isinstance(reply, Steered):
                 # The run has it; `steered` only once its record is durable.
-                reply.receipt.commit()
+                with self._telemetry.scoped(child_id, reply.receipt.task_id):
+                    reply.receipt.commit()
                 return SendResult(route="steered", task_id=reply.receipt.task_id)
             return reply
         raise SubagentControlError(

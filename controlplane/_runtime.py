@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from controlplane._errors import ErrorCode, SubagentControlError
+from controlplane._lifecycle import log_lifecycle
 from controlplane._task_types import RuntimeInfo, TaskSnapshot
 
 if TYPE_CHECKING:
@@ -130,12 +131,10 @@ class Runtime:
         )
         settled = self._store.interrupt(task, detail)
         if settled:
-            log.info(
-                "task %s of child %s settled interrupted: runtime %s is dead",
-                task.id,
-                task.child_id,
-                task.runtime_id,
-            )
+            log_lifecycle(
+                logging.WARNING, "takeover", child_id=task.child_id, task_id=task.id,
+                runtime_id=self.id, status="interrupted", dead_runtime=task.runtime_id,
+            )  # fmt: skip
         return settled
 
     def kill_foreign(self, task: TaskSnapshot, reason: str) -> None:

@@ -17,9 +17,11 @@ from pydantic import BaseModel, ConfigDict
 
 from controlplane._agents import AgentHandle
 from controlplane._errors import ErrorCode, SubagentControlError
+from controlplane._lifecycle import log_kill, log_settled
 from controlplane._session import utcnow
 from controlplane._signal import CancelSignal
 from controlplane._task_types import TaskOutcome, TaskSnapshot, TaskStatus
+from controlplane._telemetry import Telemetry
 
 __all__ = ["ForeignKill", "TaskLedgerPort", "TaskListener", "TaskNotice", "TaskService"]
 
@@ -120,6 +122,8 @@ class TaskService:
         ledger: The store's Task rows; None keeps Tasks in memory only.
         runtime_id: This runtime's id, recorded with each Task.
         recent: How many settled Tasks to keep in memory.
+        telemetry: The control plane's spans, metrics and logs (the actors reach it here);
+            spans and metrics off when None.
     """
 
     def __init__(
@@ -129,12 +133,14 @@ class TaskService:
         ledger: TaskLedgerPort | None = None,
         runtime_id: str | None = None,
         recent: int = 1000,
+        telemetry: Telemetry | None = None,
     ) -> None:
         self._lock = threading.Lock()
         self._max_live = max_live
         self._ledger = ledger
         self._runtime_id = runtime_id
         self._recent_cap = recent
+        self.telemetry = telemetry or Telemetry(runtime_id or "", enabled=False)
         self._live: dict[str, _Task] = {}  # activations that exist: running or unreleased
         self._recent: OrderedDict[str, TaskSnapshot] = OrderedDict()
         self._unsaved: dict[str, tuple[str, TaskOutcome, datetime]] = {}
@@ -261,6 +267,7 @@ class TaskService:
             if self._ledger is None:
                 self._notices.setdefault(task.owner, deque()).append(_notice(snapshot))
             listeners = list(self._listeners)
+        log_settled(snapshot, self._runtime_id)
         if self._ledger is not None and not persisted:
             self._save((task_id, outcome, settled_at))
         for listener in listeners:
@@ -326,7 +333,14 @@ class TaskService:
         """Abort every running Task owned by ``owner``; returns how many were aborted."""
         with self._lock:
             running = [t for t in self._live.values() if t.owner == owner and t.outcome is None]
-        return sum(task.signal.abort(reason) for task in running)
+        return sum(self._abort(task, reason) for task in running)
+
+    def _abort(self, task: _Task, reason: str) -> bool:
+        """Abort a Task's signal: the first abort is its kill (logged)."""
+        first = task.signal.abort(reason)
+        if first:
+            log_kill(task.child_id, task.id, self._runtime_id, reason)
+        return first
 
     def close(self, reason: str) -> list[str]:
         """Refuse new Tasks and abort every running one; returns the ids not yet released."""
@@ -335,7 +349,7 @@ class TaskService:
             tasks = list(self._live.values())
         for task in tasks:
             if task.outcome is None:
-                task.signal.abort(reason)
+                self._abort(task, reason)
         return [task.id for task in tasks if not task.released.is_set()]
 
     def abandon(self, detail: str) -> int:
@@ -422,7 +436,7 @@ class TaskService:
         reason = f"killed by {_session_of(requester)}"
         live = self._live.get(snapshot.id)
         if live is not None:
-            live.signal.abort(reason)
+            self._abort(live, reason)
         elif self._foreign_kill is not None:
             self._foreign_kill(snapshot, reason)
 

@@ -32,10 +32,14 @@ from controlplane._signal import CancelSignal
 from controlplane._spec import ContinuableStart, ContinuableStartSpec, SendResult
 from controlplane._task_types import RuntimeInfo, TaskOutcome, TaskSnapshot, TaskStatus
 from controlplane._tasks import TaskNotice, TaskService
+from controlplane._telemetry import NO_TELEMETRY, NO_TRACE, ActivationTrace, Origin, Telemetry
 from controlplane._tree import ActivationNode, ActorTree, SupervisorNode, SupervisorState
 
 __all__ = [
+    "NO_TELEMETRY",
+    "NO_TRACE",
     "ActivationNode",
+    "ActivationTrace",
     "ActorTree",
     "AgentHandle",
     "AgentRegistry",
@@ -51,6 +55,7 @@ __all__ = [
     "MessageSource",
     "ModelSelector",
     "NewEvent",
+    "Origin",
     "ProviderRegistry",
     "ResumeRequest",
     "RuntimeInfo",
@@ -69,6 +74,7 @@ __all__ = [
     "TaskService",
     "TaskSnapshot",
     "TaskStatus",
+    "Telemetry",
     "TextBlock",
     "TranscriptWriter",
     "dumps",

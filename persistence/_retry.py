@@ -15,7 +15,7 @@ from sqlalchemy import exc as sa_exc
 
 from controlplane.contract import ErrorCode, SubagentControlError, seconds_problem
 
-__all__ = ["Retrier", "RetryPolicy", "describe", "is_transient"]
+__all__ = ["Retrier", "RetryListener", "RetryPolicy", "describe", "is_transient", "retry_cause"]
 
 _log = logging.getLogger(__name__)
 
@@ -34,6 +34,10 @@ _PG_CONNECTION_CLASS = "08"  # connection_exception and its subclasses
 
 RetryHook = Callable[[int, BaseException], None]
 """Called before each retry with the number of the attempt that failed and its error."""
+
+RetryListener = Callable[[str, int, str], None]
+"""Called before each retry with the operation (``"append events"``…), the number of the
+attempt that failed and its cause (`retry_cause`); it must not raise."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -92,8 +96,13 @@ class Retrier:
     def __init__(self, policy: RetryPolicy, errors: tuple[type[Exception], ...]) -> None:
         # One controller serves every thread: tenacity keeps each call's state in
         # thread-local storage. Calls do not nest (no operation calls another one).
-        self._retrying = _tenacity_controller(policy)
+        self._listeners: list[RetryListener] = []
+        self._retrying = _tenacity_controller(policy, self._listeners)
         self._errors = errors
+
+    def add_listener(self, listener: RetryListener) -> None:
+        """Tell ``listener`` of every retry from now on (metrics, lifecycle logs)."""
+        self._listeners.append(listener)
 
     def run(self, action: str, operation: Callable[[int], T]) -> T:
         """``operation(attempt_number)``, retried while it fails transiently.
@@ -118,7 +127,7 @@ class Retrier:
                 first_failure: Exception | None = exc
             attempts = itertools.count(1)
 
-            def attempt() -> T:
+            def attempt(_action: str) -> T:  # the action: for the listeners (state.args)
                 nonlocal first_failure
                 number = next(attempts)
                 if first_failure is not None:
@@ -126,7 +135,7 @@ class Retrier:
                     raise failure
                 return operation(number)
 
-            return self._retrying(attempt)
+            return self._retrying(attempt, action)
         except self._errors as exc:
             cause = getattr(exc, "orig", None)
             if isinstance(cause, SubagentControlError):
@@ -138,7 +147,7 @@ class Retrier:
             ) from exc
 
 
-def _tenacity_controller(policy: RetryPolicy) -> tenacity.Retrying:
+def _tenacity_controller(policy: RetryPolicy, listeners: list[RetryListener]) -> tenacity.Retrying:
     wait: tenacity.wait.wait_base = (
         tenacity.wait_random_exponential(
             multiplier=policy.initial_backoff_s, max=policy.max_backoff_s
@@ -159,6 +168,14 @@ def _tenacity_controller(policy: RetryPolicy) -> tenacity.Retrying:
         )
         if hook is not None:
             hook(state.attempt_number, error)
+        if listeners:
+            action = str(state.args[0]) if state.args else ""
+            cause = retry_cause(error)
+            for listener in list(listeners):
+                try:
+                    listener(action, state.attempt_number, cause)
+                except Exception:  # an observer must never change what the store does
+                    _log.exception("a store retry listener failed")
 
     return tenacity.Retrying(
         stop=tenacity.stop_after_attempt(policy.max_attempts)
@@ -197,6 +214,39 @@ def is_transient(error: BaseException) -> bool:
         # (refused, reset, closed by the server).
         return isinstance(error, psycopg.OperationalError)
     return False
+
+
+def retry_cause(error: BaseException) -> str:
+    """A transient failure's cause in one word, for counting retries: ``busy``,
+    ``locked`` (SQLite), ``serialization``, ``deadlock``, ``lock_timeout``,
+    ``statement_timeout``, ``server_unavailable`` (PostgreSQL), ``connection``, or
+    ``other``."""
+    if isinstance(error, sa_exc.DBAPIError):
+        if error.connection_invalidated:
+            return "connection"
+        return retry_cause(error.orig) if error.orig is not None else "other"
+    if isinstance(error, sqlite3.OperationalError):
+        code = getattr(error, "sqlite_errorcode", None)
+        if isinstance(code, int):
+            return "locked" if code & 0xFF == _SQLITE_LOCKED else "busy"
+        return "locked" if "locked" in str(error).lower() else "busy"
+    psycopg = sys.modules.get("psycopg")
+    if psycopg is not None and isinstance(error, psycopg.Error):
+        sqlstate = getattr(error, "sqlstate", None) or ""
+        if sqlstate in _PG_CAUSES:
+            return _PG_CAUSES[sqlstate]
+        if sqlstate.startswith("57P"):
+            return "server_unavailable"
+        return "connection"
+    return "other"
+
+
+_PG_CAUSES = {
+    "40001": "serialization",
+    "40P01": "deadlock",
+    "55P03": "lock_timeout",
+    "57014": "statement_timeout",
+}
 
 
 def describe(error: BaseException) -> str:

@@ -47,7 +47,7 @@ from persistence._ledger import (
     settle_params,
     settle_sql,
 )
-from persistence._retry import Retrier, RetryPolicy
+from persistence._retry import Retrier, RetryListener, RetryPolicy
 from persistence._schema import (
     SCHEMA_VERSION,
     ChildRow,
@@ -164,6 +164,11 @@ class SqlStore:
     def url(self) -> str:
         """The store's URL, password hidden (safe to log)."""
         return self._db.url
+
+    def on_retry(self, listener: RetryListener) -> None:
+        """Call ``listener(action, failed_attempt, cause)`` before every retry of a transient
+        failure from now on (the control plane counts and logs them); it must not raise."""
+        self._retrier.add_listener(listener)
 
     def create_child(
         self, meta: ChildMeta, events: Iterable[NewEvent | Mapping[str, Any]] = ()

@@ -1,0 +1,137 @@
+"""Without a configured provider nothing is emitted; without opentelemetry-api at all the
+control plane works the same (spans and metrics off, the lifecycle logs on); a global
+provider set by the host is used when no explicit one is passed."""
+
+from __future__ import annotations
+
+import textwrap
+import threading
+
+import pytest
+
+from controlplane import AgentHandle, SubagentControl
+from tests.fakes import FakeProvider
+from tests.support import MakeControl, run_python, running_child, settle, text
+from tests.telemetry.conftest import HAS_SDK, SDK_MISSING, Otel
+
+pytestmark = pytest.mark.timeout(60)
+
+_SCENARIO = """
+    import logging, threading
+    from controlplane import ContinuableStartSpec, SubagentControl, TextBlock
+    from tests.fakes import FakeProvider
+    from tests.support import running_child, settle, text
+
+    lines = []
+    class Keep(logging.Handler):
+        def emit(self, record):
+            lines.append(record.subagent_event)
+    logging.getLogger("controlplane.lifecycle").addHandler(Keep())
+    logging.getLogger("controlplane.lifecycle").setLevel(logging.INFO)
+
+    provider = FakeProvider()
+    control = SubagentControl.open(URL)
+    control.providers.register(provider)
+    parent = control.agents.register("parent-1")
+    hold = threading.Event()
+    child_id, task_id, _ = running_child(control, parent, provider, hold)
+    assert control.send_message(parent, child_id, text("steer")).route == "steered"
+    control.tasks.kill(task_id, requester=parent)
+    settle(control, task_id, parent)
+    resumed = control.send_message(parent, child_id, text("resume"))
+    assert settle(control, resumed.task_id, parent).status.value == "completed"
+    control.close()
+"""
+
+
+def _run(url: str, prelude: str, check: str) -> str:
+    code = textwrap.dedent(prelude) + textwrap.dedent(_SCENARIO).replace("URL", repr(url))
+    done = run_python("-c", code + textwrap.dedent(check), timeout=60.0)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@pytest.mark.slow
+def test_without_opentelemetry_installed_everything_works_and_only_logs_are_emitted(
+    sqlite_url: str,
+) -> None:
+    blocked = """
+        import sys
+        sys.modules["opentelemetry"] = None  # as if the otel extra were not installed
+    """
+    out = _run(
+        sqlite_url,
+        blocked,
+        """
+        assert not control.telemetry.enabled
+        assert "opentelemetry" not in [m.split(".")[0] for m in sys.modules if sys.modules[m]]
+        print(lines)
+        """,
+    )
+    assert out.strip() == str(
+        ["start", "publish", "steer", "kill", "settle", "start", "publish", "settle"]
+    )
+
+
+def test_with_the_api_but_no_provider_configured_nothing_is_emitted(
+    make_control: MakeControl,
+    provider: FakeProvider,
+    hold: threading.Event,
+    otel: Otel,
+) -> None:
+    control = make_control()  # no providers passed, and no global one set
+    parent = control.agents.register("parent-1")
+    harness = otel.tracer_provider.get_tracer("harness")
+    with harness.start_as_current_span("tool subagent"):
+        child_id, task_id, _ = running_child(control, parent, provider, hold)
+        control.send_message(parent, child_id, text("steer"))
+    control.tasks.kill(task_id, requester=parent)
+    settle(control, task_id, parent)
+
+    assert control.telemetry.enabled
+    assert [s.name for s in otel.spans()] == ["tool subagent"]
+    assert otel.points("subagent.activations") == []
+
+
+@pytest.mark.slow
+def test_a_global_provider_set_by_the_host_is_used(sqlite_url: str) -> None:
+    if not HAS_SDK:
+        pytest.skip(SDK_MISSING)
+    host = """
+        from opentelemetry import metrics, trace
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+        exporter = InMemorySpanExporter()
+        tracer_provider = TracerProvider()
+        tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
+        trace.set_tracer_provider(tracer_provider)
+        reader = InMemoryMetricReader()
+        metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+    """
+    out = _run(
+        sqlite_url,
+        host,
+        """
+        names = sorted({s.name for s in exporter.get_finished_spans()})
+        data = reader.get_metrics_data()
+        metric_names = sorted(
+            m.name for r in data.resource_metrics for s in r.scope_metrics for m in s.metrics
+        )
+        print(names)
+        print("subagent.activations" in metric_names)
+        """,
+    )
+    spans, counted = out.strip().splitlines()
+    assert "subagent.activation" in spans
+    assert "subagent.send" in spans
+    assert counted == "True"
+
+
+def test_the_control_plane_exposes_its_telemetry(
+    control: SubagentControl, parent: AgentHandle
+) -> None:
+    assert control.telemetry.runtime_id == control.runtime_id
