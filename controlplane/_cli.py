@@ -1,8 +1,8 @@
 """The ``subagent-control`` command: the live actor tree, and offline views of the store.
 
-``tree`` asks a running process over its admin socket; ``children`` and ``transcript`` read
-the store directly and never start an actor (they import only ``persistence`` and the
-contract, and only when they run).
+``tree`` and ``top`` ask a running process over its admin socket; ``children``,
+``transcript``, ``tasks`` and ``runtimes`` read the store directly and never start an actor
+(they import only ``persistence`` and the contract, and only when they run).
 """
 
 from __future__ import annotations
@@ -141,6 +141,39 @@ def _parser() -> argparse.ArgumentParser:
     )
     tree.set_defaults(run=_run_tree)
 
+    top = commands.add_parser(
+        "top",
+        help="watch the live children of a process serving an admin socket",
+        description="A live view of a running process's children, one line each (state, "
+        "Task, age, held messages, mailbox), refreshed in place; q quits. When stdout is "
+        "not a terminal, prints --iterations plain frames (default 1) and exits.",
+        epilog=_EPILOG,
+        formatter_class=formatter,
+        parents=[common],
+    )
+    top.add_argument("--socket", required=True, metavar="PATH", help="the admin socket")
+    top.add_argument(
+        "--interval",
+        type=_positive_float,
+        default=1.0,
+        metavar="SECONDS",
+        help="refresh every this long (default: %(default)s)",
+    )
+    top.add_argument(
+        "--iterations",
+        type=_positive_int,
+        metavar="N",
+        help="stop after N frames (default: until q on a terminal, else 1)",
+    )
+    top.add_argument(
+        "--timeout",
+        type=_positive_float,
+        default=5.0,
+        metavar="SECONDS",
+        help="give up on one request after this long (default: %(default)s)",
+    )
+    top.set_defaults(run=_run_top)
+
     children = commands.add_parser(
         "children",
         help="list the children in a store",
@@ -217,6 +250,16 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1: {text!r}")
+    return value
+
+
 def _configure_logging(*, verbose: bool) -> None:
     root = logging.getLogger()
     if verbose:
@@ -247,6 +290,18 @@ def _run_tree(args: argparse.Namespace, out: IO[str]) -> None:
         out.write(tree.model_dump_json(indent=2) + "\n")
     else:
         out.write(tree.render() + "\n")
+
+
+def _run_top(args: argparse.Namespace, out: IO[str]) -> None:
+    from controlplane._top import run_top
+
+    run_top(
+        lambda: _request_tree(args.socket, timeout_s=args.timeout),
+        out=out,
+        source=args.socket,
+        interval_s=args.interval,
+        iterations=args.iterations,
+    )
 
 
 def _request_tree(path: str, *, timeout_s: float) -> ActorTree:
