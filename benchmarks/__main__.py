@@ -25,7 +25,7 @@ from benchmarks._harness import pg_server, scratch_dir
 from benchmarks._machine import load_average, machine_lines
 from benchmarks._report import Section, write_report
 
-SECTIONS = ("routing", "resume", "scale", "store", "children")
+SECTIONS = ("routing", "resume", "scale", "tasks", "store", "children")
 _DOCS = Path(__file__).resolve().parents[1] / "docs"
 
 
@@ -87,6 +87,11 @@ def _runners(
         config = ScaleConfig.quick() if quick else ScaleConfig()
         return run_scale(config, workdir)
 
+    def tasks() -> Section:
+        from benchmarks.tasks import TasksConfig, run_tasks
+
+        return run_tasks(TasksConfig.quick() if quick else TasksConfig(), workdir)
+
     def store() -> Section | None:
         from benchmarks._store_adapter import run_store_section
 
@@ -101,6 +106,7 @@ def _runners(
         "routing": routing,
         "resume": resume,
         "scale": scale,
+        "tasks": tasks,
         "store": store,
         "children": children,
     }

@@ -21,8 +21,11 @@ __all__ = ["profile_threads"]
 
 
 @contextlib.contextmanager
-def profile_threads(out: list[str], *, top: int = 30, sort: str = "tottime") -> Iterator[None]:
-    """Profile the block on every thread; append the merged, sorted report to ``out``.
+def profile_threads(
+    out: list[str], *, top: int = 30, sort: str = "tottime", only: str | None = None
+) -> Iterator[None]:
+    """Profile the block on every thread; append the merged, sorted report to ``out``
+    (its ``top`` lines, of those whose file or function matches the regex ``only``).
 
     End every thread the block started inside it (close the control plane): a thread's
     profiler runs until the thread ends.
@@ -53,5 +56,6 @@ def profile_threads(out: list[str], *, top: int = 30, sort: str = "tottime") -> 
             for profile in profiles[1:]:
                 with contextlib.suppress(TypeError):  # a profiler that saw nothing
                     stats.add(profile)
-        stats.sort_stats(sort).print_stats(top)
+        restrictions: list[str | int] = [only] if only else []
+        stats.sort_stats(sort).print_stats(*restrictions, top)
         out.append(buffer.getvalue())

@@ -13,7 +13,7 @@ from pathlib import Path
 
 __all__ = ["Section", "table", "write_report"]
 
-SECTION_ORDER = ("Routing", "Cold resume", "Scale", "Store", "Real children")
+SECTION_ORDER = ("Routing", "Cold resume", "Scale", "Durable Tasks", "Store", "Real children")
 
 
 @dataclass(frozen=True)

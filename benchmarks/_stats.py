@@ -20,6 +20,7 @@ __all__ = [
     "fmt_mib",
     "fmt_ratio",
     "fmt_s",
+    "growth_verdict",
     "percentile",
     "sample",
     "sample_interleaved",
@@ -90,6 +91,16 @@ def sample_interleaved(
                 op()
                 samples.append(clock() - t0)
     return out
+
+
+def growth_verdict(growth: Spread, more: str) -> str:
+    """Whether a per-run ratio (bigger case / smaller case) shows growth: none when the
+    runs' range spans 1×, otherwise which way, with ``more`` naming what grew."""
+    if growth.runs == 1:
+        return "one run only, no verdict"
+    if growth.low <= 1.0 <= growth.high:
+        return "no measurable growth (the runs' range spans 1×)"
+    return f"**{'slower' if growth.median > 1 else 'faster'} with more {more}**"
 
 
 def fmt_s(value: float | Spread, *, with_spread: bool = True) -> str:

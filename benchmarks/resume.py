@@ -15,13 +15,12 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
 from benchmarks._harness import (
-    PARENT_SESSION,
     frozen_gc,
     pg_schema,
     seed_child,
@@ -29,11 +28,11 @@ from benchmarks._harness import (
     transcript_events,
 )
 from benchmarks._history import history
-from benchmarks._provider import BenchProvider
 from benchmarks._report import Section, table
 from benchmarks._rivals import LangGraphRival, OpenAISessionRival, Rival
+from benchmarks._routes import Plane
 from benchmarks._stats import Spread, fmt_ratio, fmt_s, spread
-from controlplane import SubagentControl, TextBlock
+from controlplane import TextBlock
 from persistence import SqlStore
 
 __all__ = ["ResumeConfig", "run_resume"]
@@ -146,17 +145,14 @@ def _seed_store(url: str, lengths: tuple[int, ...]) -> dict[int, str]:
 
 def _ours(url: str, children: dict[int, str]) -> Measure:
     def measure(n: int) -> float:
-        child_id = children[n]
-        with _opened(url) as (control, provider):
-            parent = control.agents.register(PARENT_SESSION)
-            t0 = time.perf_counter()
-            result = control.send_message(parent, child_id, [TextBlock(text="continue")])
-            called, run, request = provider.wait_resumed(child_id)
-            run.release()
-            control.tasks.wait(result.task_id, timeout=60.0, requester=parent)
-        if len([e for e in request.events if e.kind.endswith("/message")]) < n:
+        plane = Plane.open(url)
+        try:
+            resumed = plane.resume(children[n], [TextBlock(text="continue")], source=None)
+        finally:
+            plane.close()
+        if len([e for e in resumed.request.events if e.kind.endswith("/message")]) < n:
             raise AssertionError(f"the resumed child got fewer than {n} messages")
-        return called - t0
+        return resumed.to_provider_s
 
     return measure
 
@@ -172,17 +168,6 @@ def _load_only(url: str, children: dict[int, str]) -> Measure:
             store.close()
 
     return measure
-
-
-@contextlib.contextmanager
-def _opened(url: str) -> Iterator[tuple[SubagentControl, BenchProvider]]:
-    control = SubagentControl.open(url)
-    try:
-        provider = BenchProvider()
-        control.providers.register(provider)
-        yield control, provider
-    finally:
-        control.close()
 
 
 def _section(

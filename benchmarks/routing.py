@@ -17,7 +17,6 @@ raw pykka ``tell`` throughput and raw ``sqlite3`` appends from the same number o
 from __future__ import annotations
 
 import random
-import time
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -25,9 +24,9 @@ from pathlib import Path
 import pykka
 
 from benchmarks._baselines import EchoActor, LockDictRouter, RawAppender
-from benchmarks._harness import PARENT_SESSION, frozen_gc, seed_child, sqlite_url
-from benchmarks._provider import PROVIDER_NAME, BenchProvider
+from benchmarks._harness import frozen_gc, seed_child, sqlite_url
 from benchmarks._report import Section, table
+from benchmarks._routes import MESSAGE, SOURCE, TEXT, Plane
 from benchmarks._stats import (
     Spread,
     fmt_count,
@@ -38,24 +37,13 @@ from benchmarks._stats import (
     spread,
 )
 from benchmarks._throughput import Throughput, ThroughputPlan, measure_throughput
-from controlplane import (
-    AgentHandle,
-    ContinuableStartSpec,
-    EventKind,
-    MessageSource,
-    NewEvent,
-    SubagentControl,
-    TextBlock,
-)
+from controlplane import EventKind, NewEvent
 from persistence import SqlStore
 
 __all__ = ["RoutingConfig", "run_routing"]
 
-_TEXT = "Also check the migration for the events table; keep seq gapless."
-_MESSAGE = [TextBlock(text=_TEXT)]
-_SOURCE = MessageSource(kind="coordinator", sender_session_id=PARENT_SESSION)
 # What a steer writes, for timing `SqlStore.append` on its own.
-_EVENT = NewEvent(kind=EventKind.STEERING_MESSAGE, turn=1, data={"text": _TEXT}, source=_SOURCE)
+_EVENT = NewEvent(kind=EventKind.STEERING_MESSAGE, turn=1, data={"text": TEXT}, source=SOURCE)
 
 
 @dataclass(frozen=True)
@@ -103,10 +91,7 @@ class _Level:
 def run_routing(config: RoutingConfig, workdir: Path) -> Section:
     """Measure routing on a SQLite store in ``workdir``; the report section."""
     store_db = workdir / "routing.db"
-    control = SubagentControl.open(sqlite_url(store_db))
-    provider = BenchProvider()
-    control.providers.register(provider)
-    parent = control.agents.register(PARENT_SESSION)
+    plane = Plane.open(sqlite_url(store_db))
     echo = EchoActor.start()
     appender = RawAppender(store_db, workdir / "raw-append.db")
     rng = random.Random(1)
@@ -114,26 +99,25 @@ def run_routing(config: RoutingConfig, workdir: Path) -> Section:
     throughput: dict[int, Throughput] = {}
     bench: _Bench | None = None
     try:
-        store = control.store
+        store = plane.control.store
         assert store is not None
         idle = [seed_child(store, 10) for _ in range(config.resume_pool)]
-        bench = _Bench(control, store, provider, parent, echo, [echo], appender, idle, rng)
+        bench = _Bench(plane, store, echo, [echo], appender, idle, rng)
         for child_id in idle:  # the first send also creates the supervisor: not timed
-            bench.resume(child_id)
+            plane.resume(child_id)
         live: list[str] = []
         for level in config.levels:
-            _grow(control, parent, live, level)
+            plane.grow(live, level)
             appender.grow(level)
             bench.echoes += [EchoActor.start() for _ in range(level - len(bench.echoes))]
-            router = LockDictRouter({c: provider.runs[c] for c in live}, appender)
+            router = LockDictRouter({c: plane.provider.runs[c] for c in live}, appender)
             results[level] = _Level()
             with frozen_gc():
                 for _ in range(config.rounds):
                     bench.round(config, results[level], live, router)
-            throughput[level] = _throughput(config, control, parent, live, router, appender, rng)
+            throughput[level] = _throughput(config, plane, live, router, appender, rng)
     finally:
-        provider.release_all()
-        control.close()
+        plane.close()
         for actor in bench.echoes if bench else [echo]:
             actor.stop()
         appender.close()
@@ -142,8 +126,7 @@ def run_routing(config: RoutingConfig, workdir: Path) -> Section:
 
 def _throughput(
     config: RoutingConfig,
-    control: SubagentControl,
-    parent: AgentHandle,
+    plane: Plane,
     live: list[str],
     router: LockDictRouter,
     appender: RawAppender,
@@ -154,25 +137,23 @@ def _throughput(
     children = [rng.sample(live, k=min(len(live), 50)) for _ in range(config.threads)]
     return measure_throughput(
         ThroughputPlan(config.threads, config.per_thread, config.throughput_rounds),
-        steer=partial(_steer, control, parent),
+        steer=plane.steer,
         route=partial(_route, router),
         children=children,
-        append=partial(appender.append, _TEXT),
+        append=partial(appender.append, TEXT),
     )
 
 
 def _route(router: LockDictRouter, child_id: str) -> None:
-    router.steer(child_id, _MESSAGE, _SOURCE)
+    router.steer(child_id, MESSAGE, SOURCE)
 
 
 @dataclass
 class _Bench:
     """Everything one round touches."""
 
-    control: SubagentControl
+    plane: Plane
     store: SqlStore
-    provider: BenchProvider
-    parent: AgentHandle
     echo: pykka.ActorRef[EchoActor]
     echoes: list[pykka.ActorRef[EchoActor]]
     appender: RawAppender
@@ -185,15 +166,15 @@ class _Bench:
         """Time every kind of operation, interleaved in short turns."""
         pick = partial(self.rng.choice, live)
         echo = partial(self.rng.choice, self.echoes)
-        raw_append = partial(self.appender.append, _TEXT)
+        raw_append = partial(self.appender.append, TEXT)
         timed = sample_interleaved(
             {
-                "steer": lambda: _steer(self.control, self.parent, pick()),
+                "steer": lambda: self.plane.steer(pick()),
                 "store": lambda: self.store.append(pick(), [_EVENT]),
                 "ask": lambda: self.echo.ask("ping"),
                 "ask_n": lambda: echo().ask("ping"),
-                "append": lambda: self.appender.append(_TEXT),
-                "router": lambda: router.steer(pick(), _MESSAGE, _SOURCE),
+                "append": lambda: self.appender.append(TEXT),
+                "router": lambda: router.steer(pick(), MESSAGE, SOURCE),
                 "rt_raw": lambda: echo().ask(raw_append),
                 "rt_store": lambda: echo().ask(partial(self.store.append, pick(), [_EVENT])),
             },
@@ -202,35 +183,8 @@ class _Bench:
         for kind, samples in timed.items():
             stats.add(kind, samples)
         idle = self.idle
-        stats.add("resume", [self.resume(idle[i % len(idle)]) for i in range(config.resume_ops)])
-
-    def resume(self, child_id: str) -> float:
-        """Seconds from ``send_message`` to an idle child until ``provider.resume``."""
-        t0 = time.perf_counter()
-        result = self.control.send_message(self.parent, child_id, _MESSAGE, _SOURCE)
-        called, run, _request = self.provider.wait_resumed(child_id)
-        run.release()
-        self.control.tasks.wait(result.task_id, timeout=60.0, requester=self.parent)
-        return called - t0
-
-
-def _steer(control: SubagentControl, parent: AgentHandle, child_id: str) -> None:
-    result = control.send_message(parent, child_id, _MESSAGE, _SOURCE)
-    if result.route != "steered":
-        raise AssertionError(f"expected a steer, got {result}")
-
-
-def _grow(control: SubagentControl, parent: AgentHandle, live: list[str], level: int) -> None:
-    """Start children until ``level`` are live and published (one steer each)."""
-    started: list[str] = []
-    while len(live) + len(started) < level:
-        spec = ContinuableStartSpec(
-            provider=PROVIDER_NAME, label="bench", prompt=[TextBlock(text="go")], parent=parent
-        )
-        started.append(control.start_continuable(spec).child_id)
-    for child_id in started:
-        _steer(control, parent, child_id)  # returns once published and delivered
-    live.extend(started)
+        resumes = [self.plane.resume(idle[i % len(idle)]) for i in range(config.resume_ops)]
+        stats.add("resume", [r.to_provider_s for r in resumes])
 
 
 def _section(

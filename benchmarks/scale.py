@@ -8,26 +8,29 @@ new ids (parents spread over 1,000 sessions) with ``executemany`` — seconds, n
 
 from __future__ import annotations
 
-import json
-import os
 import sqlite3
-import subprocess
-import sys
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from benchmarks._harness import PARENT_SESSION, seed_child, sqlite_url
+from benchmarks._probe import run_probe
 from benchmarks._report import Section, table
-from benchmarks._stats import fmt_count, fmt_kib, fmt_mib, fmt_ratio, fmt_s, spread
+from benchmarks._stats import (
+    fmt_count,
+    fmt_kib,
+    fmt_mib,
+    fmt_ratio,
+    fmt_s,
+    growth_verdict,
+    spread,
+)
 from persistence import SqlStore
 
 __all__ = ["ScaleConfig", "run_scale"]
 
-_REPO = Path(__file__).resolve().parents[1]
 _BULK_BATCH = 5000
-_PROBE_TIMEOUT_S = 600
 
 
 @dataclass(frozen=True)
@@ -49,7 +52,7 @@ class ScaleConfig:
 def run_scale(config: ScaleConfig, workdir: Path) -> Section:
     """Measure live-child cost and restart readiness; the report section."""
     live = [
-        _probe("live", sqlite_url(workdir / f"live-{run}.db"), str(config.live))
+        run_probe("live", sqlite_url(workdir / f"live-{run}.db"), str(config.live))
         for run in range(config.live_runs)
     ]
     stores = {}
@@ -59,7 +62,7 @@ def run_scale(config: ScaleConfig, workdir: Path) -> Section:
     ready: dict[int, list[dict[str, Any]]] = {config.small: [], config.large: []}
     for _ in range(config.ready_runs):
         for count, (path, child_id, parent) in stores.items():  # interleaved
-            ready[count].append(_probe("ready", sqlite_url(path), child_id, parent))
+            ready[count].append(run_probe("ready", sqlite_url(path), child_id, parent))
     sizes = {count: path.stat().st_size for count, (path, _, _) in stores.items()}
     return _section(config, live, ready, sizes)
 
@@ -121,24 +124,6 @@ def _with(row: tuple[Any, ...], at: int, value: str) -> tuple[Any, ...]:
     return (*row[:at], value, *row[at + 1 :])
 
 
-def _probe(*args: str) -> dict[str, Any]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_REPO), env.get("PYTHONPATH")]))
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks._probe", *args],
-        cwd=_REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=_PROBE_TIMEOUT_S,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"probe {args[0]} failed:\n{done.stderr[-4000:]}")
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
-
-
 def _section(
     config: ScaleConfig,
     live: list[dict[str, Any]],
@@ -178,12 +163,7 @@ def _section(
     growth = spread(
         [b["ready_s"] / a["ready_s"] for a, b in zip(ready[small], ready[large], strict=True)]
     )
-    if growth.runs == 1:
-        verdict = "one run only, no verdict"
-    elif growth.low <= 1.0 <= growth.high:
-        verdict = "no measurable growth (the runs' range spans 1×)"
-    else:
-        verdict = f"**{'slower' if growth.median > 1 else 'faster'} with more stored children**"
+    verdict = growth_verdict(growth, "stored children")
     body = f"""\
 Every figure is measured in a fresh interpreter (median of the runs, min–max), SQLite
 store. A live child is a running activation: its supervisor and its activation actor each

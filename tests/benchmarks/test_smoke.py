@@ -30,10 +30,12 @@ def test_quick_benchmark_run_writes_a_report_with_every_section_table(tmp_path: 
 
     assert done.returncode == 0, done.stderr[-4000:]
     report = out.read_text(encoding="utf-8")
-    for heading in ("## Routing", "## Cold resume", "## Scale"):
+    for heading in ("## Routing", "## Cold resume", "## Scale", "## Durable Tasks"):
         assert heading in report, f"{heading} missing from the report"
     assert "| live children | steer p50 |" in report
     assert "| messages |" in report
+    assert "| with Task rows | without (baseline) |" in report
+    assert "| settled Tasks | `tasks.get` p50 |" in report
     assert "Quick smoke run" in report
     if importlib.util.find_spec("matplotlib") is not None:
         assert plot.stat().st_size > 0

@@ -1,0 +1,432 @@
+"""Durable Tasks (issue 14, SPEC §9): what keeping every Task in the store costs.
+
+- Route cost: the resume route (``send_message`` to an idle child → ``provider.resume``)
+  and the steer, on a control plane that keeps Task rows against one that does not, in the
+  same process, interleaved. The baseline is today's `SubagentControl` whose Task service
+  has its ledger taken away before any Task starts (`_without_task_rows`). Goals: resume
+  ≤ +10%, steer unchanged within noise.
+- Readiness: `SubagentControl.open` and the first send, in a fresh interpreter, on a store
+  holding 1,000 vs 1,000,000 settled Tasks (`benchmarks._task_rows`). Goal: flat.
+- Read: `tasks.get` of a stored Task this runtime does not hold, against one raw
+  ``sqlite3`` primary-key select of the same row on the same file. Goal: ≤ 2×.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import sqlite3
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from benchmarks._harness import frozen_gc, seed_child, sqlite_url
+from benchmarks._probe import run_probe
+from benchmarks._report import Section, table
+from benchmarks._routes import Plane
+from benchmarks._stats import (
+    Spread,
+    fmt_count,
+    fmt_mib,
+    fmt_ratio,
+    fmt_s,
+    growth_verdict,
+    percentile,
+    sample_interleaved,
+    spread,
+)
+from benchmarks._task_rows import TASKS, TaskStore, fill_settled_tasks, snapshot_from
+from controlplane import SubagentControl
+
+__all__ = ["TasksConfig", "run_tasks"]
+
+RESUME_GOAL = 1.10
+GET_GOAL = 2.0
+
+
+@dataclass(frozen=True)
+class TasksConfig:
+    """How much to measure."""
+
+    rounds: int = 7
+    resume_ops: int = 40
+    resume_pool: int = 8
+    live: int = 100
+    steer_ops: int = 200
+    small: int = 1000
+    large: int = 1_000_000
+    ready_runs: int = 7
+    get_ops: int = 1000
+
+    @classmethod
+    def quick(cls) -> TasksConfig:
+        """A smoke run: seconds, not citable."""
+        return cls(
+            rounds=2,
+            resume_ops=6,
+            resume_pool=2,
+            live=10,
+            steer_ops=30,
+            large=100_000,
+            ready_runs=1,
+            get_ops=100,
+        )
+
+
+def run_tasks(config: TasksConfig, workdir: Path) -> Section:
+    """Measure the three figures; the report section."""
+    routes = _route_cost(config, workdir)
+    stores = {
+        n: fill_settled_tasks(workdir / f"tasks-{n}.db", n) for n in (config.small, config.large)
+    }
+    ready = _readiness(config, stores)
+    reads = {n: _read_cost(config, store) for n, store in stores.items()}
+    return _section(config, routes, stores, ready, reads)
+
+
+# -- 1. the route, with and without Task rows ------------------------------------------
+
+
+_ROUTE_KINDS = ("resume", "settled", "steer")
+
+
+@dataclass
+class _Routes:
+    """Per round and per side (``with``/``without``), each kind's p50 and p90 (seconds)."""
+
+    p50: dict[str, list[float]] = field(default_factory=dict)
+    p90: dict[str, list[float]] = field(default_factory=dict)
+    task_rows: dict[str, int] = field(default_factory=dict)
+
+    def add(self, kind: str, samples: list[float]) -> None:
+        self.p50.setdefault(kind, []).append(percentile(samples, 50))
+        self.p90.setdefault(kind, []).append(percentile(samples, 90))
+
+    def ratio(self, kind: str, q: int = 50) -> Spread:
+        per_round = self.p50 if q == 50 else self.p90
+        with_, without = per_round[f"{kind} with"], per_round[f"{kind} without"]
+        return spread([a / b for a, b in zip(with_, without, strict=True)])
+
+
+def _without_task_rows(plane: Plane) -> None:
+    """Take the Task service's ledger away, before any Task starts: no admission
+    ``INSERT``, no settlement ``UPDATE`` of its own, notices kept in memory, and no store
+    read for a Task it does not hold. The settlement written with a turn's ``turn/end``
+    stays in that transaction as one ``UPDATE`` statement that finds no row."""
+    tasks = plane.control.tasks
+    if getattr(tasks, "_ledger", None) is None or tasks.running():
+        raise RuntimeError("TaskService no longer keeps its ledger in _ledger; fix the baseline")
+    tasks._ledger = None
+
+
+def _route_cost(config: TasksConfig, workdir: Path) -> _Routes:
+    planes = {side: Plane.open(sqlite_url(workdir / f"tasks-{side}.db")) for side in _SIDES}
+    _without_task_rows(planes["without"])
+    out = _Routes()
+    try:
+        idle: dict[str, list[str]] = {}
+        live: dict[str, list[str]] = {}
+        for side, plane in planes.items():
+            store = plane.control.store
+            assert store is not None
+            idle[side] = [seed_child(store, 10) for _ in range(config.resume_pool)]
+            for child_id in idle[side]:  # the first send also creates the supervisor
+                plane.resume(child_id)
+            live[side] = []
+            plane.grow(live[side], config.live)
+        rng = {side: random.Random(1) for side in _SIDES}
+        with frozen_gc():
+            for round_no in range(config.rounds):
+                steers = sample_interleaved(
+                    {
+                        f"steer {side}": _steer_one(planes[side], live[side], rng[side])
+                        for side in _SIDES
+                    },
+                    config.steer_ops,
+                )
+                for kind, samples in steers.items():
+                    out.add(kind, samples)
+                _resume_round(config, planes, idle, round_no, out)
+    finally:
+        for plane in planes.values():
+            plane.close()
+    for side in _SIDES:
+        out.task_rows[side] = _count_rows(workdir / f"tasks-{side}.db")
+    if out.task_rows["without"] != 0 or out.task_rows["with"] == 0:
+        raise RuntimeError(f"the baseline did not remove the Task rows: {out.task_rows}")
+    return out
+
+
+_SIDES = ("with", "without")
+
+
+def _steer_one(plane: Plane, live: list[str], rng: random.Random) -> Callable[[], None]:
+    return lambda: plane.steer(rng.choice(live))
+
+
+def _resume_round(
+    config: TasksConfig,
+    planes: dict[str, Plane],
+    idle: dict[str, list[str]],
+    round_no: int,
+    out: _Routes,
+) -> None:
+    """``resume_ops`` resumes per side, alternating sides, the first side alternating."""
+    to_provider: dict[str, list[float]] = {side: [] for side in _SIDES}
+    to_settled: dict[str, list[float]] = {side: [] for side in _SIDES}
+    for i in range(config.resume_ops):
+        order = _SIDES if (i + round_no) % 2 == 0 else _SIDES[::-1]
+        for side in order:
+            resumed = planes[side].resume(idle[side][i % len(idle[side])])
+            to_provider[side].append(resumed.to_provider_s)
+            to_settled[side].append(resumed.to_settled_s)
+    for side in _SIDES:
+        out.add(f"resume {side}", to_provider[side])
+        out.add(f"settled {side}", to_settled[side])
+
+
+def _count_rows(path: Path) -> int:
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        return int(conn.execute(f"SELECT count(*) FROM {TASKS}").fetchone()[0])
+
+
+# -- 2. readiness over many settled Tasks ----------------------------------------------
+
+
+def _readiness(config: TasksConfig, stores: dict[int, TaskStore]) -> dict[int, list[Any]]:
+    """One fresh interpreter per run and store; the stores alternate, the first rotating."""
+    ready: dict[int, list[Any]] = {n: [] for n in stores}
+    order = list(stores.items())
+    for run in range(config.ready_runs):
+        shift = run % len(order)
+        for n, store in order[shift:] + order[:shift]:
+            ready[n].append(run_probe("ready", store.url, store.child_id, store.parent))
+    return ready
+
+
+# -- 3. tasks.get from the store against one raw select ---------------------------------
+
+
+_READ_KINDS = ("get", "ledger", "raw+model", "raw")
+
+
+def _read_cost(config: TasksConfig, store: TaskStore) -> dict[str, list[float]]:
+    """Per round, each read's p50: `tasks.get`, `TaskLedger.get`, the raw select with the
+    snapshot built by hand, the raw select alone — all of random rows of ``store.sample``."""
+    control = SubagentControl.open(store.url)
+    raw = sqlite3.connect(store.path, isolation_level=None, check_same_thread=False)
+    try:
+        columns = [row[1] for row in raw.execute(f"PRAGMA table_info({TASKS})")]
+        select = f"SELECT {', '.join(columns)} FROM {TASKS} WHERE task_id = ?"
+        ledger = control.store.ledger if control.store is not None else None
+        assert ledger is not None
+        picks = store.sample
+        rngs = {kind: random.Random(5) for kind in _READ_KINDS}
+
+        def pick(kind: str) -> tuple[str, str]:
+            return picks[rngs[kind].randrange(len(picks))]
+
+        def get() -> None:
+            task_id, owner = pick("get")
+            control.tasks.get(task_id, requester=owner)
+
+        def raw_select(kind: str) -> tuple[Any, ...]:
+            row: tuple[Any, ...] = raw.execute(select, (pick(kind)[0],)).fetchone()
+            return row
+
+        ops: dict[str, Callable[[], object]] = {
+            "get": get,
+            "ledger": lambda: ledger.get(pick("ledger")[0]),
+            "raw+model": lambda: snapshot_from(raw_select("raw+model")),
+            "raw": lambda: raw_select("raw"),
+        }
+        for op in ops.values():  # warm: each path's statements and pages
+            for _ in range(20):
+                op()
+        out: dict[str, list[float]] = {kind: [] for kind in _READ_KINDS}
+        with frozen_gc():
+            for _ in range(config.rounds):
+                for kind, samples in sample_interleaved(ops, config.get_ops).items():
+                    out[kind].append(percentile(samples, 50))
+    finally:
+        raw.close()
+        control.close()
+    return out
+
+
+# -- the report ---------------------------------------------------------------------------
+
+
+def _section(
+    config: TasksConfig,
+    routes: _Routes,
+    stores: dict[int, TaskStore],
+    ready: dict[int, list[Any]],
+    reads: dict[int, dict[str, list[float]]],
+) -> Section:
+    resume = routes.ratio("resume")
+    steer = routes.ratio("steer")
+    resume_met = resume.median <= RESUME_GOAL
+    steer_same = steer.runs > 1 and steer.low <= 1.0 <= steer.high
+    small, large = config.small, config.large
+    growth = spread(
+        [b["ready_s"] / a["ready_s"] for a, b in zip(ready[small], ready[large], strict=True)]
+    )
+    get_ratio = {n: _per_round(r["get"], r["raw"]) for n, r in reads.items()}
+    get_met = all(r.median <= GET_GOAL for r in get_ratio.values())
+    body = f"""\
+SQLite store (file, WAL, `synchronous=NORMAL`) throughout. Task rows are written when a
+Task is admitted (an `INSERT`, its own transaction, on the child's supervisor thread) and
+when it settles (an `UPDATE` in the same transaction as the turn's `turn/end`).
+
+**Cost of the Task rows on the routes.** Two control planes in this process, each on its
+own store file seeded alike ({config.resume_pool} idle children of 10 messages,
+{config.live} live children): one as shipped, one whose Task service has no ledger
+(`control.tasks._ledger = None` before any Task starts). The baseline so loses the
+admission `INSERT` and any settlement `UPDATE` of its own (written only when a turn had no
+`turn/end`), keeps notices in memory, and never reads a Task from the store; the
+settlement inside `turn/end` stays one `UPDATE` statement in that transaction, which
+there matches no row. Each of {config.rounds} rounds times {config.steer_ops} steers per
+side (turns of 20, sides alternating) and {config.resume_ops} resumes per side
+(alternating, the first side alternating too); a ratio is taken inside each round. After
+the run the shipped store held {routes.task_rows["with"]:,} Task rows, the baseline's
+{routes.task_rows["without"]}.
+
+{_route_table(routes, config.live)}
+
+Resume route, with Task rows / without, p50: {fmt_ratio(resume)} — goal ≤ +10%:
+{"met" if resume_met else "**not met**"}. Steer p50: {fmt_ratio(steer)} —
+{"unchanged within noise (the rounds' range spans 1×)" if steer_same else "see the range"}.
+
+**Open and first send with {small:,} vs {large:,} settled Tasks in the store.** Each store
+holds one idle child (10 messages), {small:,} or {large:,} settled Tasks of 1,000 owner
+sessions and children, and 5 closed runtimes (`benchmarks._task_rows`: generated by SQLite
+in one transaction, the large one in {fmt_s(stores[large].fill_s)}). Each run is a fresh
+interpreter (`benchmarks._probe ready`): `SubagentControl.open(url)` — schema check,
+runtime row, the first sweep for dead runtimes' running Tasks — then the first
+`send_message` to the child: answered (its Task admitted, a row among the others), then
+`provider.resume` called with the rebuilt child. {config.ready_runs} run(s) per store, the
+stores alternating:
+
+{_ready_table(stores, ready)}
+
+Ready time with {large:,} settled Tasks / with {small:,}, per run: {fmt_ratio(growth)} —
+{growth_verdict(growth, "settled Tasks")}.
+
+**`tasks.get` of a stored Task not in memory** (another runtime's, closed) against one
+raw `sqlite3` primary-key select of the same row (`SELECT` of every column, `fetchone`,
+on a connection kept open on the same file). Random rows of a 1,000-row sample, after a
+warm-up; {config.rounds} rounds of {config.get_ops} reads per kind, interleaved in turns
+of 20. Between them: `TaskLedger.get` (the store's read, no owner fence) and the raw
+select plus building the frozen `TaskSnapshot` by hand:
+
+{_read_table(reads, get_ratio)}
+
+Goal: `tasks.get` ≤ {GET_GOAL:.0f}× the raw select — {"met" if get_met else "**not met**"}.
+{_read_breakdown(reads[large], large)}
+"""
+    data: dict[str, object] = {
+        "resume_ratio": resume,
+        "steer_ratio": steer,
+        "ready_growth": growth,
+        "get_ratio": get_ratio,
+    }
+    return Section("Durable Tasks", body, data)
+
+
+def _per_round(num: list[float], den: list[float]) -> Spread:
+    return spread([a / b for a, b in zip(num, den, strict=True)])
+
+
+def _route_table(routes: _Routes, live: int) -> str:
+    rows = []
+    labels = {
+        "resume": "send → `provider.resume` (resume route)",
+        "settled": "send → Task settled (`tasks.wait` returns; the run ends at once)",
+        "steer": f"steer round trip ({live} live children)",
+    }
+    for kind in _ROUTE_KINDS:
+        for q, per_round in ((50, routes.p50), (90, routes.p90)):
+            rows.append(
+                [
+                    f"{labels[kind]}, p{q}",
+                    fmt_s(spread(per_round[f"{kind} with"])),
+                    fmt_s(spread(per_round[f"{kind} without"])),
+                    fmt_ratio(routes.ratio(kind, q)),
+                ]
+            )
+    return table(["", "with Task rows", "without (baseline)", "with / without"], rows)
+
+
+def _ready_table(stores: dict[int, TaskStore], ready: dict[int, list[Any]]) -> str:
+    rows = []
+    for n, runs in ready.items():
+        rows.append(
+            [
+                f"{n:,}",
+                f"{stores[n].path.stat().st_size / 1024 / 1024:.0f} MiB",
+                fmt_s(spread([r["open_s"] for r in runs])),
+                fmt_s(spread([r["sent_s"] for r in runs])),
+                fmt_s(spread([r["ready_s"] for r in runs])),
+                fmt_count(spread([r["status"]["threads"] for r in runs])),
+                fmt_mib(spread([r["status"]["rss"] for r in runs])),
+            ]
+        )
+    header = [
+        "settled Tasks",
+        "database",
+        "open",
+        "open + first send answered",
+        "open + first send → provider.resume",
+        "threads",
+        "VmRSS",
+    ]
+    return table(header, rows)
+
+
+def _read_table(reads: dict[int, dict[str, list[float]]], ratio: dict[int, Spread]) -> str:
+    rows = [
+        [
+            f"{n:,}",
+            fmt_s(spread(r["get"])),
+            fmt_s(spread(r["ledger"])),
+            fmt_s(spread(r["raw+model"])),
+            fmt_s(spread(r["raw"])),
+            fmt_ratio(ratio[n]),
+        ]
+        for n, r in reads.items()
+    ]
+    header = [
+        "settled Tasks",
+        "`tasks.get` p50",
+        "`TaskLedger.get` p50",
+        "raw select + `TaskSnapshot` p50",
+        "raw select p50",
+        "`tasks.get` / raw select",
+    ]
+    return table(header, rows)
+
+
+def _read_breakdown(r: dict[str, list[float]], n: int) -> str:
+    """Where a stored read's time goes, from the medians of the parts (``n`` Tasks)."""
+    med = {kind: spread(values).median for kind, values in r.items()}
+    get = med["get"]
+    parts = [
+        ("the select itself (raw `sqlite3`)", med["raw"]),
+        ("building the frozen `TaskSnapshot`", med["raw+model"] - med["raw"]),
+        (
+            "the store's execution path (SQLAlchemy Core over a pooled connection in a "
+            "transaction, the retry policy, row conversion)",
+            med["ledger"] - med["raw+model"],
+        ),
+        ("the Task service (memory lookups, owner fence)", get - med["ledger"]),
+    ]
+    lines = [
+        f"- {what}: {fmt_s(max(part, 0.0))} ({max(part, 0.0) / get:.0%})" for what, part in parts
+    ]
+    return (
+        f"\nWhere a `tasks.get` of a stored Task spends its {fmt_s(get)} ({n:,} Tasks; "
+        "medians of the parts above, so the shares are approximate; `python -m benchmarks "
+        "--profile` prints a cProfile of these reads):\n\n" + "\n".join(lines) + "\n"
+    )
