@@ -28,9 +28,16 @@ def killed(reason: str | None) -> TaskOutcome:
 
 def aborted(signal: CancelSignal) -> TaskOutcome:
     """The outcome of an activation stopped by its signal: ``killed``, unless the control
-    plane aborted it for an internal failure (then ``failed``, detail naming the cause)."""
+    plane aborted it for an internal failure (then ``failed``, detail naming the cause) or
+    because its runtime lost the child's claim (then ``interrupted``)."""
     if signal.cause is ErrorCode.INTERNAL:
         return failed(signal.reason or "internal error", ErrorCode.INTERNAL)
+    if signal.cause is ErrorCode.FENCED:
+        return TaskOutcome(
+            status=TaskStatus.INTERRUPTED,
+            detail=f"interrupted: {signal.reason or 'this runtime lost its claim on the child'}",
+            code=ErrorCode.FENCED,
+        )
     return killed(signal.reason)
 
 

@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from controlplane.contract import (
+    CancelSignal,
     ChildMeta,
     ErrorCode,
     EventKind,
@@ -19,7 +20,7 @@ from controlplane.contract import (
 )
 
 if TYPE_CHECKING:
-    from persistence import Settlement, SqlStore
+    from persistence import Fence, Settlement, SqlStore
 
 __all__ = ["ActivationTranscript", "SteeringReceipt", "message_data"]
 
@@ -71,10 +72,24 @@ class ActivationTranscript:
     sender's thread does the write it was going to wait for anyway.
     """
 
-    def __init__(self, store: SqlStore, child_id: str, turn: int) -> None:
+    def __init__(
+        self,
+        store: SqlStore,
+        child_id: str,
+        turn: int,
+        *,
+        fence: Fence | None = None,
+        task_id: str | None = None,
+        signal: CancelSignal | None = None,
+    ) -> None:
         self._store = store
         self._child_id = child_id
         self._turn = turn
+        # Every write is conditional on this runtime still holding the child's claim; a
+        # refused one (FENCED) cancels the activation through its signal (SPEC §9).
+        self._fence = fence
+        self._task_id = task_id
+        self._signal = signal
         self._lock = threading.Lock()
         self._state: Literal["held", "open", "closed"] = "held"
         self._held: list[NewEvent] = []
@@ -136,9 +151,14 @@ class ActivationTranscript:
             events = [*frame, *self._held]
             try:
                 if header is not None:
-                    self._store.create_child(header, events)
+                    claim = None
+                    if self._fence is not None and self._task_id is not None:
+                        claim = (self._fence[0], self._task_id)
+                    self._fenced(lambda: self._store.create_child(header, events, claim=claim))
                 else:
-                    self._store.append(self._child_id, events)
+                    self._fenced(
+                        lambda: self._store.append(self._child_id, events, fence=self._fence)
+                    )
             except SubagentControlError as exc:
                 self._state = "closed"
                 raise _durability(self._child_id, "publish the turn", exc) from exc
@@ -194,10 +214,11 @@ class ActivationTranscript:
             if not was_open or end is None:
                 return
             try:
-                self._store.append(
-                    self._child_id,
-                    [NewEvent(kind=EventKind.TURN_END, turn=self._turn, data=end)],
-                    settle=settle,
+                end_event = NewEvent(kind=EventKind.TURN_END, turn=self._turn, data=end)
+                self._fenced(
+                    lambda: self._store.append(
+                        self._child_id, [end_event], settle=settle, fence=self._fence
+                    )
                 )
             except SubagentControlError as exc:
                 raise _durability(self._child_id, "record the end of the turn", exc) from exc
@@ -243,7 +264,20 @@ class ActivationTranscript:
             receipt._settle(None)
 
     def _write(self, events: list[NewEvent]) -> None:
-        self._store.append(self._child_id, events)
+        self._fenced(lambda: self._store.append(self._child_id, events, fence=self._fence))
+
+    def _fenced(self, write: Callable[[], object]) -> None:
+        """Run a write; one refused because this runtime lost the claim ends the turn:
+        the activation is cancelled (its Task settles ``interrupted``), and this writer
+        refuses everything after it."""
+        try:
+            write()
+        except SubagentControlError as exc:
+            if exc.code is ErrorCode.FENCED:
+                self._state = "closed"
+                if self._signal is not None:
+                    self._signal.abort(exc.message, cause=ErrorCode.FENCED)
+            raise
 
 
 def _not_delivered(child_id: str, why: str) -> SubagentControlError:

@@ -148,7 +148,7 @@ class ActivationActor(Actor):
         if squatter is not None:
             raise _Settle(failed(_conflict(plan.child_id), ErrorCode.OWNERSHIP_CONFLICT))
         provider = self._provider(plan.descriptor)
-        transcript = ActivationTranscript(self._ctx.store, plan.child_id, turn=1)
+        transcript = self._transcript(turn=1)
         now = utcnow()
         seed = [
             SessionEvent(seq=i, turn=0, kind=e.kind, data=e.data, source=e.source, created_at=now)
@@ -211,7 +211,7 @@ class ActivationActor(Actor):
                 )
             )
         provider = self._provider(descriptor)
-        transcript = ActivationTranscript(self._ctx.store, child, turn=loaded.last_turn + 1)
+        transcript = self._transcript(turn=loaded.last_turn + 1)
         request = ResumeRequest(
             child_id=child,
             prompt=list(plan.prompt),
@@ -224,6 +224,18 @@ class ActivationActor(Actor):
             events=loaded.own_events,
         )
         return _Prepared(provider, request, transcript, self._frame(transcript), None)
+
+    def _transcript(self, *, turn: int) -> ActivationTranscript:
+        plan = self._plan
+        fence = None if plan.fence is None else (self._ctx.runtime_id, plan.fence)
+        return ActivationTranscript(
+            self._ctx.store,
+            plan.child_id,
+            turn=turn,
+            fence=fence,
+            task_id=plan.task_id,
+            signal=plan.signal,
+        )
 
     def _frame(self, transcript: ActivationTranscript) -> list[NewEvent]:
         plan = self._plan
@@ -265,6 +277,8 @@ class ActivationActor(Actor):
         try:
             result = run.result()
         except BaseException as exc:  # escaping, it would stop every actor
+            if self._plan.signal.cause is not None:  # the control plane stopped the turn
+                return aborted(self._plan.signal)
             return failed(error_text(exc))
         reason = str(result.stop_reason)
         if reason == StopReason.COMPLETED:
@@ -304,6 +318,8 @@ class ActivationActor(Actor):
         try:
             transcript.close(end, settle=(task_id, outcome, settled_at))
         except SubagentControlError as exc:
+            if exc.code is ErrorCode.FENCED:  # taken over: the new claimant settled it
+                return aborted(self._plan.signal), False
             earlier = outcome.detail or outcome.status.value
             return failed(f"{earlier}; {exc.message}", ErrorCode.DURABILITY_FAILED), False
         return outcome, True

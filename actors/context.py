@@ -21,6 +21,8 @@ class ActorContext:
     tasks: TaskService
     agents: AgentRegistry
     providers: ProviderRegistry
+    runtime_id: str = ""
+    """This runtime's id: the claims it takes on children name it."""
 
     @property
     def telemetry(self) -> Telemetry:

@@ -74,6 +74,9 @@ class ActivationPlan(BaseModel):
     created_at: datetime = Field(default_factory=utcnow)
     # Its span, metrics and timings, from admission to settlement.
     trace: ActivationTrace = NO_TRACE
+    # The fencing number of this runtime's claim on the child (an initial start claims
+    # number 1 with the header); None for a resume of a child the store does not have.
+    fence: int | None = 1
 
 
 class SendMessage(BaseModel):

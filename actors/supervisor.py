@@ -290,6 +290,7 @@ class ChildSupervisor(Actor):
                 owner=send.parent,
                 child_id=self._child_id,
                 signal=signal,
+                claim_child=True,  # no second activation, in any runtime
             )
         except SubagentControlError as exc:
             return exc
@@ -311,6 +312,7 @@ class ChildSupervisor(Actor):
                 signal=signal,
                 label=task.label,
                 trace=trace,
+                fence=self._ctx.tasks.fence_of(task.id),
             )
             self._current = _Current(plan=plan, agent_mark=self._ctx.agents.last_serial())
         except BaseException:

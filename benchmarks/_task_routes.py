@@ -5,7 +5,8 @@ store file seeded alike: one as shipped, one whose Task service has no ledger
 (`without_task_rows`). Steers and resumes alternate between them, so a ratio within one
 round compares the two under the same conditions.
 
-The admission write (`TaskLedger.admit`), the part of the resume route the baseline does
+The admission write (the Task row with the claim on its child, `SqlStore.admit_claiming`),
+the part of the resume route the baseline does
 not pay, is also timed where it runs, on the shipped side's supervisor thread; and
 `measure_writes` times it alone on one store, interleaved with the store's hot write path
 (`SqlStore.append` of one event, what a steer commits).
@@ -28,7 +29,7 @@ from benchmarks._routes import SOURCE, TEXT, Plane
 from benchmarks._stats import Spread, percentile, sample_interleaved, spread
 from benchmarks._task_rows import TASKS
 from controlplane import EventKind, NewEvent, TaskSnapshot, TaskStatus
-from persistence import SqlStore, TaskLedger
+from persistence import SqlStore
 
 __all__ = ["ROUTE_KINDS", "SIDES", "RouteFigures", "measure_routes", "measure_writes"]
 
@@ -71,16 +72,18 @@ def without_task_rows(plane: Plane) -> None:
 
 
 class _TimedAdmit:
-    """Stands in for a ledger's ``admit`` and records how long each call took."""
+    """Stands in for a resume's admission (the Task row written with the claim on its
+    child, one transaction) and records how long each call took."""
 
-    def __init__(self, ledger: TaskLedger) -> None:
-        self._admit = ledger.admit
+    def __init__(self, admit: Callable[[TaskSnapshot], int | None]) -> None:
+        self._admit = admit
         self.samples: list[float] = []
 
-    def __call__(self, task: TaskSnapshot) -> None:
+    def __call__(self, task: TaskSnapshot) -> int | None:
         t0 = time.perf_counter()
-        self._admit(task)
+        fence = self._admit(task)
         self.samples.append(time.perf_counter() - t0)
+        return fence
 
 
 def measure_routes(
@@ -103,9 +106,10 @@ def measure_routes(
                 plane.resume(child_id)
             running[side] = []
             plane.grow(running[side], live)
-        ledger = planes["with"].control.store.ledger  # type: ignore[union-attr]
-        admit = _TimedAdmit(ledger)
-        ledger.admit = admit  # type: ignore[method-assign]
+        tasks = planes["with"].control.tasks
+        assert tasks._claimer is not None
+        admit = _TimedAdmit(tasks._claimer)
+        tasks.on_claim(admit)
         rng = {side: random.Random(1) for side in SIDES}
         with frozen_gc():
             for round_no in range(rounds):

@@ -112,7 +112,8 @@ LOCK_CHILD_SQL = "SELECT 1 FROM subagent_children WHERE child_id = {p} FOR NO KE
 LAST_SEQ_SQL = (
     "SELECT coalesce((SELECT max(e.seq) FROM subagent_events e "
     "WHERE e.child_id = c.child_id), (SELECT s.last_seq FROM subagent_segments s "
-    "WHERE s.child_id = c.child_id ORDER BY s.first_seq DESC LIMIT 1), 0) "
+    "WHERE s.child_id = c.child_id ORDER BY s.first_seq DESC LIMIT 1), 0), "
+    "c.claim_runtime, c.fence "
     "FROM subagent_children c WHERE c.child_id = {p}"
 )
 INSERT_SQL = (
@@ -144,7 +145,7 @@ class _RawDriver:
             cursor.execute(self._lock_child, (child_id,))
             cursor.fetchone()
         cursor.execute(self._last_seq, (child_id,))
-        (last,) = cursor.fetchone()
+        last, _claim_runtime, _fence = cursor.fetchone()
         first = last + 1
         cursor.executemany(
             self._insert,

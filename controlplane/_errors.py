@@ -29,6 +29,7 @@ class ErrorCode(StrEnum):
     TIMEOUT = "TIMEOUT"
     INTERNAL = "INTERNAL"
     CAPACITY = "CAPACITY"
+    FENCED = "FENCED"
 
 
 class SubagentControlError(Exception):

@@ -56,7 +56,13 @@ TASK_TOOLS_SURFACE = "task-tools"
 DEFAULT_MAX_LIVE_ACTIVATIONS = 2000
 """The default cap on live activations: each holds up to three threads (supervisor,
 activation, the provider's loop), and the process's thread ceiling is far above that."""
-STORE_OPTIONS = ("retry", "statement_timeout_s", "durable_os_crash", "pause_gc_on_load")
+STORE_OPTIONS = (
+    "retry",
+    "lock_timeout_s",
+    "statement_timeout_s",
+    "durable_os_crash",
+    "pause_gc_on_load",
+)
 """The options `SubagentControl.open` hands to `SqlStore`."""
 _MIN_PASSIVATE_S = 0.05
 _MIN_LEASE_TTL_S = 0.3
@@ -148,6 +154,7 @@ class SubagentControl:
         if store is not None:
             self._runtime = Runtime(self._runtime_id, store, self.tasks, lease_ttl_s=lease_ttl_s)
             self.tasks.on_foreign_kill(self._runtime.kill_foreign)
+            self.tasks.on_claim(self._runtime.claim)
         if task_tools:
             self.tasks.attach_surface(TASK_TOOLS_SURFACE)
         self.agents.on_dispose(self._kill_tasks_of)
@@ -155,7 +162,9 @@ class SubagentControl:
         self._root: RootActorProxy | None = None
         self._passivator: Passivator | None = None
         if store is not None:
-            context = ActorContext(store, self.tasks, self.agents, self.providers)
+            context = ActorContext(
+                store, self.tasks, self.agents, self.providers, runtime_id=self._runtime_id
+            )
             self._root = RootActorProxy(RootActor.start(context, self._routes))
             if passivate_after_s is not None:
                 self._passivator = Passivator(self._root.ref, passivate_after_s)
@@ -173,8 +182,8 @@ class SubagentControl:
     def open(cls, url: str, **options: Any) -> SubagentControl:
         """Build the store from ``url`` (``sqlite:///…`` or ``postgresql+psycopg://…``) and
         pass every option (``task_tools=``, …) to the constructor; the store's own options
-        (``retry``, ``statement_timeout_s``, ``durable_os_crash``, ``pause_gc_on_load``)
-        go to `SqlStore`."""
+        (`STORE_OPTIONS`: ``retry``, ``lock_timeout_s``, ``statement_timeout_s``,
+        ``durable_os_crash``, ``pause_gc_on_load``) go to `SqlStore`."""
         store_options = {name: options.pop(name) for name in STORE_OPTIONS if name in options}
         store = SqlStore(url, **store_options)
         try:

@@ -137,6 +137,16 @@ class Runtime:
             )  # fmt: skip
         return settled
 
+    def claim(self, task: TaskSnapshot) -> int | None:
+        """Admit a resume's Task and claim its child for this runtime (taking over a dead
+        runtime's claim); the fencing number, or None for a child not in the store.
+
+        Raises:
+            SubagentControlError: ``OWNERSHIP_CONFLICT`` naming the live runtime that holds
+                the child.
+        """
+        return self._store.admit_claiming(task, is_dead=self._is_dead)
+
     def kill_foreign(self, task: TaskSnapshot, reason: str) -> None:
         """`tasks.kill` of a running Task that another runtime holds: if that runtime is
         dead the Task is settled ``interrupted`` now; a live one's Task cannot be reached

@@ -42,7 +42,8 @@ class CancelSignal:
     @property
     def cause(self) -> ErrorCode | None:
         """Why the control plane aborted, when it was not a kill: ``INTERNAL`` (the
-        activation's supervisor failed; its Task settles ``failed``). None for a kill."""
+        activation's supervisor failed; its Task settles ``failed``) or ``FENCED`` (its
+        runtime lost the child's claim; ``interrupted``). None for a kill."""
         return self._cause
 
     def abort(self, reason: str, *, cause: ErrorCode | None = None) -> bool:

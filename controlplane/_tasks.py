@@ -23,7 +23,7 @@ from controlplane._signal import CancelSignal
 from controlplane._task_types import TaskOutcome, TaskSnapshot, TaskStatus
 from controlplane._telemetry import Telemetry
 
-__all__ = ["ForeignKill", "TaskLedgerPort", "TaskListener", "TaskNotice", "TaskService"]
+__all__ = ["Claimer", "ForeignKill", "TaskLedgerPort", "TaskListener", "TaskNotice", "TaskService"]
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +66,7 @@ class _Task:
     signal: CancelSignal
     runtime_id: str | None
     created_at: datetime = field(default_factory=utcnow)
+    fence: int | None = None  # the claim's fencing number, for a Task that claimed its child
     outcome: TaskOutcome | None = None
     settled_at: datetime | None = None
     # Set only once the activation is gone from its supervisor, so `wait()` returning means
@@ -101,6 +102,9 @@ class TaskLedgerPort(Protocol):
     def drain(self, owner_session: str) -> list[TaskSnapshot]: ...
     def forget(self, task_id: str) -> None: ...
 
+
+Claimer = Callable[[TaskSnapshot], int | None]
+"""Admits a resume's Task and claims its child in one write; returns the fencing number."""
 
 ForeignKill = Callable[[TaskSnapshot, str], None]
 """Kills a running Task of another runtime (the runtime decides how), given the reason."""
@@ -149,6 +153,7 @@ class TaskService:
         self._surfaces: set[str] = set()
         self._closed_reason: str | None = None
         self._foreign_kill: ForeignKill | None = None
+        self._claimer: Claimer | None = None
 
     # -- control surface -------------------------------------------------------------
 
@@ -172,6 +177,10 @@ class TaskService:
                 "observed or killed; attach one (the default task tools) and retry",
             )
 
+    def on_claim(self, claimer: Claimer) -> None:
+        """How `start` with ``claim_child`` admits a Task (set by the runtime)."""
+        self._claimer = claimer
+
     def on_foreign_kill(self, kill: ForeignKill) -> None:
         """How `kill` reaches a running Task of another runtime (set by the runtime)."""
         self._foreign_kill = kill
@@ -179,7 +188,13 @@ class TaskService:
     # -- producer side (the control plane) -------------------------------------------
 
     def start(
-        self, *, label: str, owner: Requester, child_id: str | None, signal: CancelSignal
+        self,
+        *,
+        label: str,
+        owner: Requester,
+        child_id: str | None,
+        signal: CancelSignal,
+        claim_child: bool = False,
     ) -> TaskSnapshot:
         """Register a running Task of kind ``subagent`` (and write it to the store).
 
@@ -188,7 +203,9 @@ class TaskService:
                 ``CLOSED`` once `close` was called, ``UNAUTHORIZED`` when the owner's
                 `AgentHandle` is no longer live, ``CAPACITY`` at the cap on live
                 activations, ``STORE_UNAVAILABLE`` when the store cannot record it (nothing
-                is left behind).
+                is left behind); with ``claim_child`` (a resume: the Task is admitted with
+                the claim on its child, `fence_of`), ``OWNERSHIP_CONFLICT`` when another
+                live runtime holds the child.
         """
         task = _Task(
             id=str(uuid.uuid4()),
@@ -222,7 +239,10 @@ class TaskService:
         snapshot = task.snapshot()
         if self._ledger is not None:
             try:
-                self._ledger.admit(snapshot)
+                if claim_child and self._claimer is not None:
+                    task.fence = self._claimer(snapshot)
+                else:
+                    self._ledger.admit(snapshot)
             except BaseException:
                 with self._lock:
                     self._live.pop(task.id, None)
@@ -318,6 +338,11 @@ class TaskService:
         """The status of a live Task of this runtime (unfenced; for the control plane)."""
         task = self._live.get(task_id)
         return None if task is None else task.status
+
+    def fence_of(self, task_id: str) -> int | None:
+        """The fencing number a live Task of this runtime claimed its child under."""
+        task = self._live.get(task_id)
+        return None if task is None else task.fence
 
     def owner_of(self, task_id: str) -> str | None:
         """The owner session of a live Task of this runtime (unfenced)."""

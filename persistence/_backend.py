@@ -56,7 +56,9 @@ class Statements:
     """Serializes appends to one child: its header row's lock (None where the database
     admits one writer at a time, as SQLite does from ``BEGIN IMMEDIATE``)."""
     last_seq: str
-    """The child's highest ``seq`` (0 for none); no row when the child does not exist.
+    """The child's highest ``seq`` (0 for none), its claim's runtime and its fencing number
+    (so an append checks its claim at no extra statement); no row when the child does not
+    exist.
     Open rows always follow the last segment, so a segment is consulted only when the
     child has none."""
     insert: str
@@ -101,7 +103,8 @@ class Statements:
             last_seq=(
                 f"SELECT coalesce((SELECT max(e.seq) FROM {EVENTS} e "
                 f"WHERE e.child_id = c.child_id), (SELECT s.last_seq FROM {SEGMENTS} s "
-                f"WHERE s.child_id = c.child_id ORDER BY s.first_seq DESC LIMIT 1), 0) "
+                f"WHERE s.child_id = c.child_id ORDER BY s.first_seq DESC LIMIT 1), 0), "
+                f"c.claim_runtime, c.fence "
                 f"FROM {CHILDREN} c WHERE c.child_id = {p}"
                 if segments
                 else f"SELECT (SELECT coalesce(max(e.seq), 0) FROM {EVENTS} e "

@@ -23,12 +23,14 @@ from controlplane.contract import (
     utcnow,
 )
 from persistence._database import Database
-from persistence._schema import TASKS, RuntimeRow, TaskRow, utc_time
+from persistence._schema import CHILDREN, TASKS, ChildRow, RuntimeRow, TaskRow, utc_time
 
 __all__ = [
+    "Fence",
     "Settlement",
     "TaskLedger",
     "is_expired",
+    "release_sql",
     "settle_params",
     "settle_sql",
     "snapshot_of",
@@ -40,6 +42,9 @@ Runner = Callable[[str, Callable[[int], Any]], Any]
 Settlement = tuple[str, TaskOutcome, datetime]
 """A Task's settlement to write: its id, its outcome, when it settled."""
 
+Fence = tuple[str, int]
+"""A writer's claim on a child: its runtime id and the fencing number it claimed under."""
+
 _RUNNING = TaskStatus.RUNNING.value
 
 
@@ -49,6 +54,14 @@ def settle_sql(p: str) -> str:
     return (
         f"UPDATE {TASKS} SET status = {p}, output = {p}, detail = {p}, code = {p}, "
         f"settled_at = {p}, notice_pending = {p} WHERE task_id = {p} AND status = {p}"
+    )
+
+
+def release_sql(p: str) -> str:
+    """Release a child's claim taken under a fencing number (takes child id, number)."""
+    return (
+        f"UPDATE {CHILDREN} SET claim_runtime = NULL, claim_task = NULL "
+        f"WHERE child_id = {p} AND fence = {p}"
     )
 
 
@@ -202,6 +215,17 @@ class TaskLedger:
                     update(TaskRow)
                     .where(TaskRow.task_id == task_id, TaskRow.status == _RUNNING)
                     .values(_settled_values(outcome, when))
+                )
+                # A Task that settles before its turn was published holds its child's
+                # claim (a resume's): it goes with the Task.
+                child = select(TaskRow.child_id).where(TaskRow.task_id == task_id)
+                conn.execute(
+                    update(ChildRow)
+                    .where(
+                        ChildRow.child_id == child.scalar_subquery(),
+                        ChildRow.claim_task == task_id,
+                    )
+                    .values(claim_runtime=None, claim_task=None)
                 )
                 return bool(result.rowcount)
 

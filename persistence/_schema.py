@@ -154,6 +154,12 @@ class ChildRow(Base):
     label: Mapped[str | None] = mapped_column(String(1000))
     created_batch: Mapped[BatchId]
     created_at: Mapped[UtcTime]
+    # The claim (SPEC §9): which runtime may write the child's turn, for which Task, under
+    # which fencing number. Every append checks it in its transaction; `fence` grows at
+    # each new claim, so a runtime that lost its claim can never write again.
+    claim_runtime: Mapped[str | None] = mapped_column(String(64))
+    claim_task: Mapped[str | None] = mapped_column(String(64))
+    fence: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
     def to_meta(self) -> ChildMeta:
         """The header as the frozen model callers see."""
@@ -297,9 +303,21 @@ def _add_segments(conn: Connection) -> None:
 
 
 def _add_tasks(conn: Connection) -> None:
-    """Version 4: Tasks and the runtimes that run them are kept in the store (SPEC §9)."""
+    """Version 4: Tasks and the runtimes that run them are kept in the store, and a child's
+    header carries its claim (SPEC §9)."""
     tables = Base.metadata.tables
     Base.metadata.create_all(conn, tables=[tables[RUNTIMES], tables[TASKS]])
+    present = {column["name"] for column in inspect(conn).get_columns(CHILDREN)}
+    for name, statement in _CLAIM_COLUMNS.items():
+        if name not in present:
+            conn.execute(text(statement))
+
+
+_CLAIM_COLUMNS: Final = {
+    "claim_runtime": f"ALTER TABLE {CHILDREN} ADD COLUMN claim_runtime VARCHAR(64)",
+    "claim_task": f"ALTER TABLE {CHILDREN} ADD COLUMN claim_task VARCHAR(64)",
+    "fence": f"ALTER TABLE {CHILDREN} ADD COLUMN fence INTEGER NOT NULL DEFAULT 0",
+}
 
 
 _MIGRATIONS: dict[int, Migration] = {1: _drop_last_seq, 2: _add_segments, 3: _add_tasks}

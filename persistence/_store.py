@@ -22,19 +22,17 @@ from controlplane.contract import (
     NewEvent,
     SessionEvent,
     SubagentControlError,
-    TaskOutcome,
     TaskSnapshot,
-    TaskStatus,
     seconds_problem,
     utcnow,
 )
 from persistence._backend import LOCK_TIMEOUT_S, STATEMENT_TIMEOUT_S, ConnectionSettings
+from persistence._claims import Claims, ClaimStatements, IsDead
 from persistence._codec import (
     PendingEvent,
     check_child_id,
     construct,
     decode_events,
-    from_json,
     gc_paused,
     prepare_events,
     prepare_meta,
@@ -42,8 +40,10 @@ from persistence._codec import (
 )
 from persistence._database import Database
 from persistence._ledger import (
+    Fence,
     Settlement,
     TaskLedger,
+    release_sql,
     settle_params,
     settle_sql,
 )
@@ -152,6 +152,11 @@ class SqlStore:
         self._pause_gc = pause_gc_on_load
         self._version = SCHEMA_VERSION  # what `_open` leaves; `_check` reads the real one
         self._settle_sql = settle_sql(self._sql.placeholder)
+        self._release_sql = release_sql(self._sql.placeholder)
+        self._claim_sql = ClaimStatements.build(
+            self._sql.placeholder, row_locks=self._sql.lock_child is not None
+        )
+        self._claims = Claims(self)
         self.ledger = TaskLedger(self._db, self._run)
         """The store's Tasks and runtimes (SPEC §9)."""
         try:
@@ -171,9 +176,16 @@ class SqlStore:
         self._retrier.add_listener(listener)
 
     def create_child(
-        self, meta: ChildMeta, events: Iterable[NewEvent | Mapping[str, Any]] = ()
+        self,
+        meta: ChildMeta,
+        events: Iterable[NewEvent | Mapping[str, Any]] = (),
+        *,
+        claim: tuple[str, str] | None = None,
     ) -> list[SessionEvent]:
         """Write a child's header and its first events in one transaction.
+
+        ``claim`` (runtime id, Task id) writes the child claimed by that runtime for its
+        first turn, under fencing number 1.
 
         The control plane publishes a child this way (header, seed, turn-1 frame), so a
         child is never durable without them. ``meta.seed_length`` counts the leading
@@ -200,7 +212,7 @@ class SqlStore:
         batch, created_at = _next_batch(), utcnow()
         return self._run(
             f"create child {meta.child_id}",
-            lambda attempt: self._create(meta, pending, batch, created_at, attempt),
+            lambda attempt: self._create(meta, pending, batch, created_at, attempt, claim),
         )
 
     def append(
@@ -209,6 +221,7 @@ class SqlStore:
         events: Iterable[NewEvent | Mapping[str, Any]],
         *,
         settle: Settlement | None = None,
+        fence: Fence | None = None,
     ) -> list[SessionEvent]:
         """Append a batch of events to a child's transcript, all or nothing.
 
@@ -217,7 +230,9 @@ class SqlStore:
         stays gapless and each batch stays contiguous.
 
         ``settle`` writes a running Task's settlement in the same transaction (the turn's
-        ``turn/end`` and its Task's outcome are never apart).
+        ``turn/end`` and its Task's outcome are never apart), and releases the claim.
+        ``fence`` (runtime id, fencing number) makes the append conditional on the writer
+        still holding the child's claim: otherwise it raises ``FENCED``, writing nothing.
 
         Returns:
             The stored events, with their ``seq`` and ``created_at``.
@@ -236,7 +251,9 @@ class SqlStore:
         batch, created_at = _next_batch(), utcnow()
         return self._run(
             f"append to child {child_id}",
-            lambda attempt: self._append(child_id, pending, batch, created_at, attempt, settle),
+            lambda attempt: self._append(
+                child_id, pending, batch, created_at, attempt, settle, fence
+            ),
         )
 
     def load(self, child_id: str) -> LoadedSession:
@@ -308,6 +325,7 @@ class SqlStore:
         batch: str,
         created_at: datetime,
         attempt: int,
+        claim: tuple[str, str] | None = None,
     ) -> list[SessionEvent]:
         try:
             with self._db.session(write=True) as session:
@@ -320,6 +338,9 @@ class SqlStore:
                         label=meta.label,
                         created_batch=batch,
                         created_at=meta.created_at,
+                        claim_runtime=claim[0] if claim else None,
+                        claim_task=claim[1] if claim else None,
+                        fence=1 if claim else 0,
                     )
                 )
                 if pending:
@@ -370,16 +391,20 @@ class SqlStore:
         created_at: datetime,
         attempt: int,
         settle: Settlement | None = None,
+        fence: Fence | None = None,
     ) -> list[SessionEvent]:
         sql = self._sql
         with self._db.cursor(write=True) as cursor:
             # First, under the child's lock: an earlier attempt whose commit is still in
             # flight then finishes before the retry below looks for its rows.
-            first = self._last_seq(cursor, child_id) + 1
+            last, holder, number = self._tail(cursor, child_id)
             if attempt > 1:
                 landed = self._landed(cursor, child_id, batch)
-                if landed:
+                if landed:  # before the claim check: a landed turn end released the claim
                     return landed
+            if fence is not None and (holder, number) != fence:
+                raise _fenced(child_id, fence, holder)
+            first = last + 1
             stamp = sqlite_time(created_at) if self._db.backend.text_times else created_at
             rows = [
                 (child_id, seq, p.turn, p.kind, p.data_json, p.source_json, batch, stamp)
@@ -393,68 +418,35 @@ class SqlStore:
                 self._seal(cursor, child_id)
             if settle is not None:
                 cursor.execute(self._settle_sql, settle_params(settle, self._stamp(settle[2])))
+                if fence is not None:  # the turn is over: the claim goes with it
+                    cursor.execute(self._release_sql, (child_id, fence[1]))
         self._committed()
         return stored_events(pending, first, created_at)
 
-    def interrupt(self, task: TaskSnapshot, detail: str) -> bool:
-        """Settle a running Task ``interrupted`` (its runtime is dead) and close its child's
-        open turn with a ``turn/end`` (status ``interrupted``), in one transaction under
-        the child's lock, so it happens once however many runtimes try at once.
+    def admit_claiming(self, task: TaskSnapshot, *, is_dead: IsDead) -> int | None:
+        """Admit a resume's Task and claim its child for the Task's runtime, in one
+        transaction (see `persistence._claims.Claims.admit_claiming`).
 
         Returns:
-            Whether this call settled it (False: it had settled already).
+            The new fencing number; None when the child is not in the store.
+
+        Raises:
+            SubagentControlError: ``OWNERSHIP_CONFLICT`` naming the live runtime that holds
+                the child (nothing is written).
         """
-        if self._read_only:
-            raise _read_only(f"settle task {task.id}")
-        outcome = TaskOutcome(status=TaskStatus.INTERRUPTED, detail=detail)
-        settlement: Settlement = (task.id, outcome, utcnow())
-        return self._run(
-            f"settle interrupted task {task.id}",
-            lambda attempt: self._interrupt(task, settlement),
-        )
+        return self._claims.admit_claiming(task, is_dead=is_dead)
 
-    def _interrupt(self, task: TaskSnapshot, settlement: Settlement) -> bool:
-        sql = self._sql
-        with self._db.cursor(write=True) as cursor:
-            last = None
-            if task.child_id is not None:
-                try:  # first: the child's lock, as every append takes it
-                    last = self._last_seq(cursor, task.child_id)
-                except SubagentControlError:
-                    last = None  # never published: no transcript to close
-            # The settlement first: it changes a running Task only, and its row lock makes
-            # a concurrent sweeper wait, then find nothing left to change.
-            cursor.execute(self._settle_sql, settle_params(settlement, self._stamp(settlement[2])))
-            if cursor.rowcount != 1:
-                return False
-            if task.child_id is not None and last is not None:
-                turn = self._open_turn_of(cursor, task.child_id, task.id)
-                if turn is not None:
-                    end = {"task_id": task.id, "status": TaskStatus.INTERRUPTED.value}
-                    (pending,) = prepare_events(
-                        [NewEvent(kind=EventKind.TURN_END, turn=turn, data=end)]
-                    )
-                    stamp = self._stamp(settlement[2])
-                    cursor.execute(
-                        sql.insert,
-                        (task.child_id, last + 1, turn, pending.kind, pending.data_json, None,
-                         _next_batch(), stamp),
-                    )  # fmt: skip
-                    self._seal(cursor, task.child_id)
-        self._committed()
-        return True
+    def interrupt(self, task: TaskSnapshot, detail: str) -> bool:
+        """Settle a dead runtime's running Task ``interrupted``, close its open turn and
+        take its claim away, once (see `persistence._claims.Claims.interrupt`).
 
-    def _open_turn_of(self, cursor: DBAPICursor, child_id: str, task_id: str) -> int | None:
-        """The turn ``task_id`` opened and never ended, if it is the child's open tail."""
-        cursor.execute(self._sql.open_rows, (child_id,))
-        rows = cursor.fetchall()
-        if not rows or rows[-1][2] == EventKind.TURN_END:
-            return None
-        for _seq, turn, kind, data, *_rest in reversed(rows):
-            if kind == EventKind.TURN_START:
-                opened_by = from_json(data).get("task_id") if data else None
-                return int(turn) if opened_by == task_id else None
-        return None
+        Returns:
+            Whether this call settled it.
+        """
+        return self._claims.interrupt(task, detail)
+
+    def _batch(self) -> str:
+        return _next_batch()
 
     def _stamp(self, when: datetime) -> object:
         return sqlite_time(when) if self._db.backend.text_times else when
@@ -486,9 +478,10 @@ class SqlStore:
                 landed += [e for e in decode_segment(events) if span[0] <= e.seq <= span[1]]
         return landed
 
-    def _last_seq(self, cursor: DBAPICursor, child_id: str) -> int:
-        """The child's highest ``seq``, read under the lock that serializes its appends
-        (taken here on PostgreSQL; SQLite's write transaction already holds it)."""
+    def _tail(self, cursor: DBAPICursor, child_id: str) -> tuple[int, str | None, int]:
+        """The child's highest ``seq``, its claim's runtime and its fencing number, read
+        under the lock that serializes its appends (taken here on PostgreSQL; SQLite's
+        write transaction already holds it)."""
         sql = self._sql
         if sql.lock_child is not None:
             # A statement of its own: the next one then reads with a snapshot taken after
@@ -500,8 +493,7 @@ class SqlStore:
         row = cursor.fetchone()
         if row is None:
             raise _not_found(child_id)
-        last_seq: int = row[0]
-        return last_seq
+        return int(row[0]), row[1], int(row[2])
 
     def _require(self, child_id: str) -> None:
         with self._db.cursor(write=False) as cursor:
@@ -594,6 +586,16 @@ def _read_only(action: str) -> SubagentControlError:
     return SubagentControlError(
         ErrorCode.INVALID_INPUT,
         f"cannot {action}: this store was opened read-only (for inspection); nothing was written",
+    )
+
+
+def _fenced(child_id: str, fence: Fence, holder: str | None) -> SubagentControlError:
+    return SubagentControlError(
+        ErrorCode.FENCED,
+        f"child {child_id}: runtime {fence[0]} lost its claim (fencing number {fence[1]}; the "
+        f"child is now {'held by runtime ' + holder if holder else 'released'}); nothing was "
+        "written",
+        child_id=child_id,
     )
 
 

@@ -22,6 +22,7 @@ from controlplane import (
 from controlplane._cli import EXIT_OK, EXIT_UNREACHABLE, main
 from tests.cli.cli_support import start_ready_process, stop_process
 from tests.fakes import FakeProvider, Plan
+from tests.support import wait_published
 
 
 @pytest.fixture
@@ -97,13 +98,16 @@ def test_cli_tree_shows_idle_starting_running_and_settling_children(
         starting_plan: Plan = provider.plan(start_gate=start_gate)
         starting = start(control, parent, "starting one").child_id
         assert starting_plan.entered.wait(10)
-        provider.plan(result_gate=result_gate)
+        running_plan: Plan = provider.plan(result_gate=result_gate)
         running = start(control, parent, "running one").child_id
+        # Taken before the next start: plans go to calls in the order the calls come.
+        assert running_plan.entered.wait(10)
         # Killed, with its disposal held: the turn is over but the activation is not gone.
         settling_plan: Plan = provider.plan(result_gate=result_gate, dispose_gate=dispose_gate)
         killed = start(control, parent, "settling one")
         settling = killed.child_id
         assert settling_plan.returned.wait(10)
+        wait_published(control, settling)  # a kill before it would skip result()
         control.tasks.kill(killed.task_id, requester=parent)
         assert settling_plan.settled.wait(10)
 

@@ -153,11 +153,11 @@ class _InterruptingStore(SqlStore):
 
     interrupt_next = False
 
-    def append(self, child_id: str, events: Any) -> Any:
+    def append(self, child_id: str, events: Any, **options: Any) -> Any:
         if self.interrupt_next:
             self.interrupt_next = False
             raise KeyboardInterrupt
-        return super().append(child_id, events)
+        return super().append(child_id, events, **options)
 
 
 def test_a_commit_interrupted_in_one_thread_fails_every_receipt_of_its_batch(
@@ -347,3 +347,15 @@ def test_each_package_logger_has_a_null_handler(package: str) -> None:
     __import__(package)
     handlers = logging.getLogger(package).handlers
     assert any(isinstance(handler, logging.NullHandler) for handler in handlers)
+
+
+# -- the store's options through open() ------------------------------------------------------------
+
+
+def test_open_hands_the_store_its_own_options(sqlite_url: str) -> None:
+    with SubagentControl.open(
+        sqlite_url, durable_os_crash=True, lock_timeout_s=2.0, pause_gc_on_load=True
+    ) as control:
+        assert control.store is not None
+    with raises(ErrorCode.INVALID_INPUT, match="lock_timeout_s"):
+        SubagentControl.open(sqlite_url, lock_timeout_s=-1)

@@ -30,11 +30,12 @@ class TableLock:
         self._watch = psycopg.connect(libpq(url), autocommit=True)
 
     def take(self) -> None:
-        # The transcript's tables, not the Task and runtime rows: the resume must still
-        # record its Task (and answer `started`) before its load waits here.
+        # The transcript's rows, not the headers, Tasks and runtimes: the resume must still
+        # record its Task and claim the child (and answer `started`) before its load
+        # waits here.
         tables = self._conn.execute(
             "SELECT quote_ident(tablename) FROM pg_tables WHERE schemaname = current_schema()"
-            " AND tablename NOT IN ('subagent_tasks', 'subagent_runtimes')"
+            " AND tablename IN ('subagent_events', 'subagent_segments')"
         ).fetchall()
         assert tables, "the store created no tables in the test schema"
         names = ", ".join(name for (name,) in tables)

@@ -30,7 +30,7 @@ class RecordingStore:
         self.batches: list[list[NewEvent]] = []
         self.failing = False
 
-    def append(self, child_id: str, events: Sequence[NewEvent], *, settle: Any = None) -> list[Any]:
+    def append(self, child_id: str, events: Sequence[NewEvent], **_options: Any) -> list[Any]:
         if self.failing:
             raise SubagentControlError(ErrorCode.STORE_UNAVAILABLE, "the disk is gone")
         self.batches.append(list(events))

@@ -1,11 +1,14 @@
 """The restart tests' child process: a runtime with one finished and one running Task.
 
-Usage: ``python tests/reliability/restart_child.py URL LEASE_TTL_S``
+Usage: ``python tests/reliability/restart_child.py URL LEASE_TTL_S [steer]``
 
 It starts two children of ``restart-parent``: one whose turn completes, and one whose turn
 runs until the process is killed. Once the first Task has settled and the second is
 published it prints one line ``READY <json>`` (the ids) and waits to be killed (SIGKILL) or
-stopped (SIGSTOP). A watchdog ends it after ``WATCHDOG_S`` regardless.
+stopped (SIGSTOP). With ``steer`` it steers the running child meanwhile, one message per
+round, printing ``ok <text>`` or ``refused <CODE> <text>`` for each (the zombie test: once
+another runtime took the child over, every write of this one must be refused). A watchdog
+ends it after ``WATCHDOG_S`` regardless.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from controlplane import ContinuableStartSpec, SubagentControl, TextBlock
+from controlplane import ContinuableStartSpec, SubagentControl, SubagentControlError, TextBlock
 from tests.fakes import FakeProvider
 from tests.support import wait_published
 
@@ -25,7 +28,7 @@ PARENT = "restart-parent"
 WATCHDOG_S = 60.0
 
 
-def main(url: str, lease_ttl_s: float) -> None:
+def main(url: str, lease_ttl_s: float, steer: bool) -> None:
     control = SubagentControl.open(url, lease_ttl_s=lease_ttl_s)
     provider = FakeProvider()
     control.providers.register(provider)
@@ -55,9 +58,18 @@ def main(url: str, lease_ttl_s: float) -> None:
         "running_task": running_task,
     }
     print("READY " + json.dumps(ready), flush=True)
-    threading.Event().wait(WATCHDOG_S)
+    pause = threading.Event()
+    for number in range(int(WATCHDOG_S / 0.01)):
+        if steer:
+            text = f"zombie-{number}"
+            try:
+                control.send_message(parent, running_child, [TextBlock(text=text)])
+                print(f"ok {text}", flush=True)
+            except SubagentControlError as exc:
+                print(f"refused {exc.code.value} {text}", flush=True)
+        pause.wait(0.01)
     sys.exit(3)  # the watchdog: the test never killed it
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], float(sys.argv[2]))
+    main(sys.argv[1], float(sys.argv[2]), sys.argv[3:] == ["steer"])

@@ -33,35 +33,39 @@ pytestmark = pytest.mark.slow
 class Child:
     """A running ``restart_child.py`` and what it reported."""
 
-    def __init__(self, url: str, lease_ttl_s: float) -> None:
+    def __init__(self, url: str, lease_ttl_s: float, *, steer: bool = False) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, str(SCRIPT), url, str(lease_ttl_s)],
+            [sys.executable, str(SCRIPT), url, str(lease_ttl_s), *(["steer"] if steer else [])],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             env={**os.environ, "PYTHONPATH": str(REPO)},
             cwd=REPO,
             text=True,
         )
-        assert self.proc.stdout is not None
-        lines: list[str] = []
-        got: dict[str, str] = {}
+        self._lines: list[str] = []
+        self._lock = threading.Lock()
+        got = threading.Event()
+        self.ready: dict[str, str] = {}
 
         def read() -> None:
             assert self.proc.stdout is not None
             for line in self.proc.stdout:
-                lines.append(line)
+                with self._lock:
+                    self._lines.append(line.strip())
                 if line.startswith("READY "):
-                    got.update(json.loads(line.removeprefix("READY ")))
-                    return
+                    self.ready.update(json.loads(line.removeprefix("READY ")))
+                    got.set()
 
-        reader = threading.Thread(target=read, daemon=True)
-        reader.start()
-        reader.join(READY_S)
-        if not got:
+        threading.Thread(target=read, daemon=True).start()
+        if not got.wait(READY_S):
             self.reap()
             stderr = self.proc.stderr.read() if self.proc.stderr else ""
-            pytest.fail(f"the child never got ready: {lines!r} {stderr[-3000:]}")
-        self.ready = got
+            pytest.fail(f"the child never got ready: {self.lines()!r} {stderr[-3000:]}")
+
+    def lines(self) -> list[str]:
+        """What it printed so far."""
+        with self._lock:
+            return list(self._lines)
 
     def reap(self) -> None:
         """SIGCONT (in case it is stopped), SIGKILL, and wait for it."""

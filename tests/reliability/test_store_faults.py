@@ -98,15 +98,24 @@ class FlakyStore(SqlStore):
         created_at: datetime,
         attempt: int,
         settle: Any = None,
+        fence: Any = None,
     ) -> list[SessionEvent]:
-        write = partial(super()._append, child_id, pending, batch, created_at, attempt, settle)
+        write = partial(
+            super()._append, child_id, pending, batch, created_at, attempt, settle, fence
+        )
         return self._attempt(self.append_faults.get(child_id), child_id in self.poisoned, write)
 
     def _create(
-        self, meta: ChildMeta, pending: list, batch: str, created_at: datetime, attempt: int
+        self,
+        meta: ChildMeta,
+        pending: list,
+        batch: str,
+        created_at: datetime,
+        attempt: int,
+        claim: Any = None,
     ) -> list[SessionEvent]:
         label = meta.label or ""
-        write = partial(super()._create, meta, pending, batch, created_at, attempt)
+        write = partial(super()._create, meta, pending, batch, created_at, attempt, claim)
         return self._attempt(self.create_faults.get(label), label in self.doomed, write)
 
 

@@ -1,0 +1,287 @@
+"""Claims: which runtime may write a child's turn, and the takeover of a dead one's (SPEC §9).
+
+A child's header carries its claim: the runtime, the Task, and a fencing number that grows
+at each new claim. A runtime claims a child with compare-and-set in the same transaction
+that admits the resume's Task, under the child's lock (PostgreSQL: its header row; SQLite:
+the write transaction), so two runtimes can never both start a turn of one child. Every
+append checks the claim in its own transaction (`SqlStore.append` ``fence=``): a runtime
+that lost its claim can never write again. A claim lives as long as its runtime (no
+per-child renewal), is released when its Task settles, and is taken over once its runtime
+is dead: the old Task is then settled ``interrupted`` and its open turn closed first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy.engine.interfaces import DBAPICursor
+
+from controlplane.contract import (
+    ErrorCode,
+    EventKind,
+    NewEvent,
+    RuntimeInfo,
+    SubagentControlError,
+    TaskOutcome,
+    TaskSnapshot,
+    TaskStatus,
+    utcnow,
+)
+from persistence._codec import from_json, prepare_events
+from persistence._ledger import Settlement, settle_params
+from persistence._schema import CHILDREN, RUNTIMES, TASKS, utc_time
+
+if TYPE_CHECKING:
+    from persistence._store import SqlStore
+
+__all__ = ["ClaimStatements", "Claims", "IsDead"]
+
+IsDead = Callable[[RuntimeInfo, datetime], bool]
+"""Whether a runtime is dead at a given time (decided by the caller, which knows its host)."""
+
+
+class Claims:
+    """`SqlStore`'s claim operations (kept apart so the store module stays readable); the
+    store delegates `SqlStore.admit_claiming` and `SqlStore.interrupt` here."""
+
+    def __init__(self, store: SqlStore) -> None:
+        self._s = store
+
+    def admit_claiming(self, task: TaskSnapshot, *, is_dead: IsDead) -> int | None:
+        """Admit a resume's Task and claim its child for the Task's runtime, in one
+        transaction under the child's lock.
+
+        A claim held by a dead runtime is taken over: its Task is settled ``interrupted``
+        and its open turn closed, in the same transaction.
+
+        Returns:
+            The new fencing number; None when the child is not in the store (the Task is
+            admitted unclaimed, and its load will fail).
+
+        Raises:
+            SubagentControlError: ``OWNERSHIP_CONFLICT`` naming the live runtime that holds
+                the child (nothing is written).
+        """
+        runtime_id = task.runtime_id or ""
+        return self._s._run(
+            f"claim child {task.child_id}",
+            lambda attempt: self._admit_claiming(task, runtime_id, is_dead, attempt),
+        )
+
+    def interrupt(self, task: TaskSnapshot, detail: str) -> bool:
+        """Settle a running Task ``interrupted`` (its runtime is dead), close its child's
+        open turn with a ``turn/end`` (status ``interrupted``) and take its claim away
+        (the fencing number grows, so its runtime can never write again), in one
+        transaction under the child's lock: once, however many runtimes try at once.
+
+        Returns:
+            Whether this call settled it (False: it had settled already).
+        """
+        if self._s._read_only:
+            raise SubagentControlError(
+                ErrorCode.INVALID_INPUT, "this store was opened read-only; nothing was written"
+            )
+        settlement: Settlement = (
+            task.id,
+            TaskOutcome(status=TaskStatus.INTERRUPTED, detail=detail),
+            utcnow(),
+        )
+
+        def op(_attempt: int) -> bool:
+            with self._s._db.cursor(write=True) as cursor:
+                last = self._tail_or_none(cursor, task.child_id)
+                settled = self._interrupt_in(cursor, task, last, settlement)
+            if settled:
+                self._s._committed()
+            return settled
+
+        return self._s._run(f"settle interrupted task {task.id}", op)
+
+    # -- one attempt -------------------------------------------------------------------
+
+    def _admit_claiming(
+        self, task: TaskSnapshot, runtime_id: str, is_dead: IsDead, attempt: int
+    ) -> int | None:
+        sql = self._s._claim_sql
+        with self._s._db.cursor(write=True) as cursor:
+            # The child's header only, under its lock: a claim reads no transcript rows
+            # unless it takes over an open turn.
+            claim = None
+            if task.child_id is not None:
+                cursor.execute(sql.claim_of, (task.child_id,))
+                claim = cursor.fetchone()
+            if attempt > 1:  # our earlier attempt may have committed, unheard
+                cursor.execute(sql.task_status, (task.id,))
+                if cursor.fetchone() is not None:
+                    return int(claim[2]) if claim is not None and claim[0] == runtime_id else None
+            if claim is not None:
+                self._take_claim(cursor, task, runtime_id, claim, is_dead)
+            cursor.execute(sql.admit, _admit_params(task, self._s._stamp(task.created_at)))
+        self._s._committed()
+        return None if claim is None else int(claim[2]) + 1
+
+    def _take_claim(
+        self,
+        cursor: DBAPICursor,
+        task: TaskSnapshot,
+        runtime_id: str,
+        claim: tuple[str | None, str | None, int],
+        is_dead: IsDead,
+    ) -> None:
+        sql = self._s._claim_sql
+        child_id = task.child_id
+        assert child_id is not None
+        holder, held_by_task, fence = claim
+        if holder is not None:
+            info = self._runtime_row(cursor, holder)
+            now = self._db_now(cursor)
+            if holder != runtime_id and info is not None and not is_dead(info, now):
+                raise SubagentControlError(
+                    ErrorCode.OWNERSHIP_CONFLICT,
+                    f"child {child_id} is running in runtime {holder} (process {info.pid} on "
+                    f"{info.host}); the message was not delivered: send it to that runtime, "
+                    "or retry once its task has settled",
+                    child_id=child_id,
+                )
+            if held_by_task is not None:
+                old = task.model_copy(update={"id": held_by_task, "runtime_id": holder})
+                detail = (
+                    f"interrupted: its runtime {holder} ended before the task settled "
+                    f"(taken over by runtime {runtime_id}); send the child a message to "
+                    "continue it"
+                )
+                outcome = TaskOutcome(status=TaskStatus.INTERRUPTED, detail=detail)
+                tail = self._s._tail(cursor, child_id)
+                self._interrupt_in(cursor, old, tail, (held_by_task, outcome, utcnow()))
+        cursor.execute(sql.claim, (runtime_id, task.id, fence + 1, child_id))
+
+    def _interrupt_in(
+        self,
+        cursor: DBAPICursor,
+        task: TaskSnapshot,
+        last: tuple[int, str | None, int] | None,
+        settlement: Settlement,
+    ) -> bool:
+        sql = self._s._sql
+        stamp = self._s._stamp(settlement[2])
+        # The settlement first: it changes a running Task only, and its row lock makes a
+        # concurrent sweeper wait, then find nothing left to change.
+        cursor.execute(self._s._settle_sql, settle_params(settlement, stamp))
+        if cursor.rowcount != 1:
+            return False
+        child_id = task.child_id
+        if child_id is None or last is None:
+            return True
+        turn = self._open_turn_of(cursor, child_id, task.id)
+        if turn is not None:
+            end = {"task_id": task.id, "status": TaskStatus.INTERRUPTED.value}
+            (pending,) = prepare_events([NewEvent(kind=EventKind.TURN_END, turn=turn, data=end)])
+            cursor.execute(
+                sql.insert,
+                (child_id, last[0] + 1, turn, pending.kind, pending.data_json, None,
+                 self._s._batch(), stamp),
+            )  # fmt: skip
+            self._s._seal(cursor, child_id)
+        # Its claim is gone, and its fencing number with it: its runtime never writes again.
+        cursor.execute(self._s._claim_sql.revoke, (child_id, task.id))
+        return True
+
+    def _open_turn_of(self, cursor: DBAPICursor, child_id: str, task_id: str) -> int | None:
+        """The turn ``task_id`` opened and never ended, if it is the child's open tail."""
+        cursor.execute(self._s._sql.open_rows, (child_id,))
+        rows = cursor.fetchall()
+        if not rows or rows[-1][2] == EventKind.TURN_END:
+            return None
+        for _seq, turn, kind, data, *_rest in reversed(rows):
+            if kind == EventKind.TURN_START:
+                opened_by = from_json(data).get("task_id") if data else None
+                return int(turn) if opened_by == task_id else None
+        return None
+
+    def _tail_or_none(
+        self, cursor: DBAPICursor, child_id: str | None
+    ) -> tuple[int, str | None, int] | None:
+        if child_id is None:
+            return None
+        try:  # first: the child's lock, as every append takes it
+            return self._s._tail(cursor, child_id)
+        except SubagentControlError as exc:
+            if exc.code is ErrorCode.CHILD_NOT_FOUND:
+                return None  # never published: no transcript, no claim
+            raise
+
+    def _runtime_row(self, cursor: DBAPICursor, runtime_id: str) -> RuntimeInfo | None:
+        cursor.execute(self._s._claim_sql.runtime, (runtime_id,))
+        row = cursor.fetchone()
+        if row is None:
+            return None
+        host, pid, boot_id, ttl, started, heartbeat, closed = row
+        return RuntimeInfo(
+            runtime_id=runtime_id,
+            host=host,
+            pid=pid,
+            boot_id=boot_id,
+            lease_ttl_s=ttl,
+            started_at=utc_time(started),
+            heartbeat_at=utc_time(heartbeat),
+            closed_at=None if closed is None else utc_time(closed),
+        )
+
+    def _db_now(self, cursor: DBAPICursor) -> datetime:
+        if self._s._db.backend.name == "postgresql":
+            cursor.execute(_PG_NOW)
+            (now,) = cursor.fetchone() or (None,)
+            return utc_time(now)
+        return utcnow()
+
+
+_PG_NOW = "SELECT now()"
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimStatements:
+    """The claims' SQL, with the driver's placeholder, built once per store."""
+
+    task_status: str
+    admit: str
+    claim_of: str
+    """A child's claim (runtime, Task, fencing number), read under the child's lock."""
+    claim: str
+    revoke: str
+    """Take a Task's claim away and grow the fencing number (takes child id, Task id)."""
+    runtime: str
+
+    @classmethod
+    def build(cls, p: str, *, row_locks: bool) -> ClaimStatements:
+        """The statements with placeholder ``p``; ``row_locks`` where the database locks
+        rows (PostgreSQL) rather than admitting one writer at a time (SQLite)."""
+        claim_of = f"SELECT claim_runtime, claim_task, fence FROM {CHILDREN} WHERE child_id = {p}"
+        return cls(
+            task_status=f"SELECT status FROM {TASKS} WHERE task_id = {p}",
+            admit=(
+                f"INSERT INTO {TASKS} (task_id, kind, label, owner_session, child_id, "
+                f"runtime_id, status, created_at) VALUES ({p}, {p}, {p}, {p}, {p}, {p}, {p}, {p})"
+            ),
+            # Not FOR UPDATE: the events' foreign-key checks take KEY SHARE on this row.
+            claim_of=claim_of + " FOR NO KEY UPDATE" if row_locks else claim_of,
+            claim=(
+                f"UPDATE {CHILDREN} SET claim_runtime = {p}, claim_task = {p}, fence = {p} "
+                f"WHERE child_id = {p}"
+            ),
+            revoke=(
+                f"UPDATE {CHILDREN} SET claim_runtime = NULL, claim_task = NULL, "
+                f"fence = fence + 1 WHERE child_id = {p} AND claim_task = {p}"
+            ),
+            runtime=(
+                f"SELECT host, pid, boot_id, lease_ttl_s, started_at, heartbeat_at, closed_at "
+                f"FROM {RUNTIMES} WHERE runtime_id = {p}"
+            ),
+        )
+
+
+def _admit_params(task: TaskSnapshot, stamp: Any) -> tuple[Any, ...]:
+    return (task.id, task.kind, task.label, task.owner_session, task.child_id,
+            task.runtime_id or "", TaskStatus.RUNNING.value, stamp)  # fmt: skip

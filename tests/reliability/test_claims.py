@@ -1,0 +1,229 @@
+"""SPEC §9 across processes: one activation per child whatever the interleaving, fencing of
+a runtime that lost its claim, and takeover of a dead one's child.
+
+Real OS processes on both backends (``claim_child.py``, ``restart_child.py``), signalled with
+SIGKILL, SIGSTOP and SIGCONT; every process a test starts is reaped, pass or fail.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from controlplane import EventKind, SessionEvent, SubagentControl, TaskStatus, TextBlock
+from tests.fakes import FakeProvider
+from tests.reliability.test_restarts import Child
+from tests.support import WAIT_S, eventually, idle_child
+
+SENDER = Path(__file__).with_name("claim_child.py")
+REPO = SENDER.parents[2]
+PARENT = "claim-parent"
+PROCESSES = 3
+ROUNDS = 6
+
+pytestmark = pytest.mark.slow
+
+
+class Sender:
+    """A ``claim_child.py`` process, driven line by line."""
+
+    def __init__(self, url: str, child_id: str, name: str) -> None:
+        self.name = name
+        self.proc = subprocess.Popen(
+            [sys.executable, str(SENDER), url, child_id, name],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+            cwd=REPO,
+            text=True,
+        )
+        self.lines: list[str] = []
+        self._taken = 0
+        self._cond = threading.Condition()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            with self._cond:
+                self.lines.append(line.strip())
+                self._cond.notify_all()
+
+    def next_line(self) -> str:
+        """The next line it prints (waited for, bounded)."""
+        with self._cond:
+            got = self._cond.wait_for(lambda: len(self.lines) > self._taken, WAIT_S * 3)
+            if not got:
+                pytest.fail(f"{self.name} said only {self.lines!r}")
+            self._taken += 1
+            return self.lines[self._taken - 1]
+
+    def say(self, line: str) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(line + "\n")
+        self.proc.stdin.flush()
+
+    def reap(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(10)
+
+
+@pytest.fixture
+def url(store_url: str) -> str:
+    return store_url
+
+
+@pytest.fixture
+def reaped() -> Iterator[list[Sender | Child]]:
+    made: list[Sender | Child] = []
+    yield made
+    for proc in made:
+        proc.reap()
+
+
+def _turns(events: list[SessionEvent]) -> dict[int, list[SessionEvent]]:
+    turns: dict[int, list[SessionEvent]] = {}
+    for event in events:
+        if event.turn > 0:
+            turns.setdefault(event.turn, []).append(event)
+    return turns
+
+
+def test_simultaneous_sends_from_three_processes_never_start_two_activations(
+    url: str, reaped: list[Sender | Child]
+) -> None:
+    with SubagentControl.open(url) as control:
+        control.providers.register(FakeProvider())
+        child = idle_child(control, control.agents.register(PARENT))
+    senders = [Sender(url, child, f"p{i}") for i in range(PROCESSES)]
+    reaped.extend(senders)
+    for sender in senders:
+        assert sender.next_line().startswith("ready ")
+
+    outcomes: dict[str, str] = {}  # message text -> started | refused <code>
+    started_tasks: dict[str, str] = {}  # message text -> task id
+    for number in range(ROUNDS):
+        for sender in senders:  # as close to simultaneous as three pipes allow
+            sender.say(f"go {number}")
+        for sender in senders:
+            answer = sender.next_line()
+            text = f"{sender.name}-{number}"
+            if answer.startswith("started "):
+                started_tasks[text] = answer.split()[1]
+                assert sender.next_line() == "settled completed"
+                outcomes[text] = "started"
+            else:
+                assert answer == "refused OWNERSHIP_CONFLICT", answer
+                outcomes[text] = answer
+    for sender in senders:
+        sender.say("quit")
+        assert sender.next_line() == "closed"
+
+    with SubagentControl.open(url) as control:
+        assert control.store is not None
+        events = control.store.load(child).events
+    turns = _turns(events)
+    # One new turn per `started`, consecutive, each framed by exactly one start and end.
+    assert sorted(turns) == list(range(1, 2 + len(started_tasks)))
+    for number, turn in turns.items():
+        kinds = [e.kind for e in turn]
+        assert kinds.count(EventKind.TURN_START) == 1, (number, kinds)
+        assert kinds.count(EventKind.TURN_END) == 1, (number, kinds)
+        assert kinds[0] == EventKind.TURN_START
+        assert kinds[-1] == EventKind.TURN_END
+    opened_by = {turn[0].data["task_id"]: turn for turn in turns.values()}
+    for text, outcome in outcomes.items():
+        carrying = [
+            e for e in events if e.kind == EventKind.USER_MESSAGE and e.data["text"] == text
+        ]
+        if outcome == "started":
+            (message,) = carrying  # exactly once, in the turn its Task opened
+            assert message in opened_by[started_tasks[text]]
+        else:
+            assert carrying == []  # refused: nowhere
+    assert any(o == "started" for o in outcomes.values())
+
+
+def test_a_stopped_owner_is_taken_over_and_its_late_writes_are_refused(
+    url: str, reaped: list[Sender | Child]
+) -> None:
+    zombie = Child(url, lease_ttl_s=0.5, steer=True)
+    reaped.append(zombie)
+    ready = zombie.ready
+    zombie.proc.send_signal(signal.SIGSTOP)
+    control = SubagentControl.open(url, lease_ttl_s=10.0)
+    try:
+        control.providers.register(FakeProvider())
+        parent = control.agents.register("restart-parent")
+
+        def takeover() -> str | None:
+            try:
+                return control.send_message(
+                    parent, ready["running_child"], [TextBlock(text="taken over")]
+                ).task_id
+            except Exception:
+                return None
+
+        task_id: list[str] = []
+        eventually(lambda: bool(task_id.append(t) or True) if (t := takeover()) else False,
+                   "the stopped owner's lease lapsed and the child was taken over")  # fmt: skip
+        done = control.tasks.wait(task_id[0], timeout=WAIT_S, requester=parent)
+        assert done.status is TaskStatus.COMPLETED
+        old = control.tasks.get(ready["running_task"], requester=parent)
+        assert old.status is TaskStatus.INTERRUPTED
+
+        zombie.proc.send_signal(signal.SIGCONT)
+        seen = len(zombie.lines())
+        eventually(
+            lambda: any(line.startswith("refused ") for line in zombie.lines()[seen:]),
+            "the woken owner's next write was refused",
+        )
+        zombie.reap()
+        lines = zombie.lines()
+        acked = [line.split()[1] for line in lines if line.startswith("ok ")]
+        refused = [line.split()[2] for line in lines if line.startswith("refused ")]
+        assert control.store is not None
+        events = control.store.load(ready["running_child"]).events
+        turns = _turns(events)
+        assert [t[-1].data["status"] for t in turns.values()] == ["interrupted", "completed"]
+        steered = [e for e in events if e.kind == EventKind.STEERING_MESSAGE]
+        # Everything it was told was delivered is in its own turn; nothing after the takeover.
+        assert [e.data["text"] for e in steered] == acked
+        assert all(e.turn == 1 for e in steered)
+        assert not any(e.data.get("text") in refused for e in events if isinstance(e.data, dict))
+    finally:
+        control.close()
+
+
+def test_a_killed_owner_is_resumed_at_once_by_a_live_runtime(
+    url: str, reaped: list[Sender | Child]
+) -> None:
+    control = SubagentControl.open(url, lease_ttl_s=30.0)
+    try:
+        control.providers.register(FakeProvider())
+        parent = control.agents.register("restart-parent")
+        owner = Child(url, lease_ttl_s=30.0)
+        reaped.append(owner)
+        ready = owner.ready
+        owner.proc.send_signal(signal.SIGKILL)
+        owner.proc.wait(10)
+        # Same host: its pid is gone, so it is dead now, not after its 30 s lease.
+        sent = control.send_message(parent, ready["running_child"], [TextBlock(text="go on")])
+        assert sent.route == "started"
+        assert control.tasks.wait(sent.task_id, timeout=WAIT_S, requester=parent).status is (
+            TaskStatus.COMPLETED
+        )
+        assert control.tasks.get(ready["running_task"], requester=parent).status is (
+            TaskStatus.INTERRUPTED
+        )
+    finally:
+        control.close()
