@@ -25,7 +25,7 @@ from benchmarks._harness import pg_server, scratch_dir
 from benchmarks._machine import load_average, machine_lines
 from benchmarks._report import Section, write_report
 
-SECTIONS = ("routing", "resume", "scale", "tasks", "store", "children")
+SECTIONS = ("routing", "resume", "scale", "tasks", "store", "children", "telemetry")
 _DOCS = Path(__file__).resolve().parents[1] / "docs"
 
 
@@ -102,6 +102,11 @@ def _runners(
 
         return run_children(ChildrenConfig.quick() if quick else ChildrenConfig())
 
+    def telemetry() -> Section | None:
+        from benchmarks.telemetry import TelemetryConfig, run_telemetry
+
+        return run_telemetry(TelemetryConfig.quick() if quick else TelemetryConfig(), workdir)
+
     return {
         "routing": routing,
         "resume": resume,
@@ -109,6 +114,7 @@ def _runners(
         "tasks": tasks,
         "store": store,
         "children": children,
+        "telemetry": telemetry,
     }
 
 

@@ -325,12 +325,13 @@ class Operation:
     span (a child of the caller's current span), its metrics and its log line. A context
     manager; a raise on the way out is recorded with its error code and passes on."""
 
-    __slots__ = ("_name", "_span", "_telemetry", "chars", "child_id", "origin")
+    __slots__ = ("_name", "_source", "_span", "_telemetry", "chars", "child_id", "origin")
 
     def __init__(self, telemetry: Telemetry, name: str, child_id: str | None) -> None:
         self._telemetry = telemetry
         self._name = name
         self._span: Span | None = None
+        self._source: str | None = None
         self.child_id = child_id
         self.chars = 0
         self.origin = Origin(None, time.perf_counter())
@@ -343,9 +344,6 @@ class Operation:
         span = tracer.start_span(self._name, context=caller)
         if span.is_recording():
             self._span = span
-            span.set_attribute(RUNTIME_ID, self._telemetry.runtime_id)
-            if self._name == SPAN_START:
-                span.set_attribute(OPERATION, "create_agent")
             self.origin = Origin(
                 api.set_span_in_context(span, caller),
                 self.origin.started,
@@ -373,19 +371,14 @@ class Operation:
             metrics.sends.add(1, {ERROR_TYPE: code})
         span, api = self._span, self._telemetry._api
         if span is not None and api is not None:
-            self._identify(span, task_id)
-            span.set_attribute(ERROR_TYPE, code)
             span.set_status(api.error, _clip(str(exc)))
-            span.end()
+            self._end(span, task_id, ERROR_TYPE, code)
 
     def message(self, blocks: Sequence[TextBlock], source: MessageSource | None = None) -> Origin:
         """Note the validated message's size (logged, never its text); returns the origin
         to hand to the activation this call may admit."""
         self.chars = sum(len(block.text) for block in blocks)
-        if self._span is not None:
-            self._span.set_attribute(CHARS, self.chars)
-            if source is not None:
-                self._span.set_attribute(SOURCE, source.kind)
+        self._source = source.kind if source is not None else None
         return self.origin
 
     def admit(
@@ -405,8 +398,7 @@ class Operation:
     def started(self, start: ContinuableStart) -> ContinuableStart:
         """The start returned: close its span."""
         if self._span is not None:
-            self._identify(self._span, start.task_id)
-            self._span.end()
+            self._end(self._span, start.task_id)
         return start
 
     def sent(self, result: SendResult) -> SendResult:
@@ -423,18 +415,28 @@ class Operation:
             metrics.sends.add(1, attributes)
             if result.route == "steered":
                 metrics.steer_s.record(time.perf_counter() - self.origin.started, attributes)
-        span = self._span
-        if span is not None:
-            self._identify(span, result.task_id)
-            span.set_attribute(ROUTE, result.route)
-            span.end()
+        if self._span is not None:
+            self._end(self._span, result.task_id, ROUTE, result.route)
         return result
 
-    def _identify(self, span: Span, task_id: str | None) -> None:
+    def _end(self, span: Span, task_id: str | None, key: str = "", value: str = "") -> None:
+        """Set the span's attributes in one call (each call takes the span's lock) and end
+        it."""
+        attributes: dict[str, str | int] = {RUNTIME_ID: self._telemetry.runtime_id}
+        if self._name == SPAN_START:
+            attributes[OPERATION] = "create_agent"
         if self.child_id is not None:
-            span.set_attribute(AGENT_ID, self.child_id[:_ID_LIMIT])
+            attributes[AGENT_ID] = self.child_id[:_ID_LIMIT]
         if task_id is not None:
-            span.set_attribute(TASK_ID, task_id)
+            attributes[TASK_ID] = task_id
+        if self.chars:
+            attributes[CHARS] = self.chars
+        if self._source is not None:
+            attributes[SOURCE] = self._source
+        if key:
+            attributes[key] = value
+        span.set_attributes(attributes)
+        span.end()
 
 
 class ActivationTrace:
@@ -496,11 +498,12 @@ class ActivationTrace:
         span = self._span
         if span is None:
             return
-        span.set_attribute(PROVIDER, descriptor.provider)
+        attributes = {PROVIDER: descriptor.provider}
         if descriptor.agent_model:
-            span.set_attribute(REQUEST_MODEL, descriptor.agent_model)
+            attributes[REQUEST_MODEL] = descriptor.agent_model
         if descriptor.agent_provider:
-            span.set_attribute(GENAI_PROVIDER, descriptor.agent_provider)
+            attributes[GENAI_PROVIDER] = descriptor.agent_provider
+        span.set_attributes(attributes)
 
     def provider_called(self) -> None:
         """``provider.resume`` is being called: the resume latency ends here."""
@@ -543,11 +546,12 @@ class ActivationTrace:
         if outcome is None:
             span.set_status(api.error, "the activation was never admitted")
         else:
-            span.set_attribute(OUTCOME, status or "")
+            attributes = {OUTCOME: status or ""}
             if outcome.detail:
-                span.set_attribute(DETAIL, _clip(outcome.detail))
+                attributes[DETAIL] = _clip(outcome.detail)
             if outcome.code is not None:
-                span.set_attribute(ERROR_TYPE, outcome.code.value)
+                attributes[ERROR_TYPE] = outcome.code.value
+            span.set_attributes(attributes)
             if status in ("failed", "interrupted"):
                 span.set_status(api.error, _clip(outcome.detail or status))
         span.end()

@@ -39,6 +39,8 @@ def test_quick_benchmark_run_writes_a_report_with_every_section_table(tmp_path: 
     assert "Quick smoke run" in report
     if importlib.util.find_spec("matplotlib") is not None:
         assert plot.stat().st_size > 0
+    if importlib.util.find_spec("opentelemetry") and importlib.util.find_spec("opentelemetry.sdk"):
+        assert "| path | off p50 | off again / off | api p50 |" in report
 
 
 def test_an_unknown_section_is_refused_before_anything_runs(tmp_path: Path) -> None:
