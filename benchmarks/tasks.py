@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import random
 import sqlite3
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,7 @@ from typing import Any
 from benchmarks._harness import frozen_gc
 from benchmarks._probe import run_probe
 from benchmarks._report import Section, table
+from benchmarks._routes import Plane
 from benchmarks._stats import (
     Spread,
     fmt_count,
@@ -57,6 +59,7 @@ class TasksConfig:
     small: int = 1000
     large: int = 1_000_000
     ready_runs: int = 11
+    warm_runs: int = 21
     get_ops: int = 1000
 
     @classmethod
@@ -70,6 +73,7 @@ class TasksConfig:
             steer_ops=30,
             large=100_000,
             ready_runs=1,
+            warm_runs=2,
             get_ops=100,
         )
 
@@ -89,8 +93,9 @@ def run_tasks(config: TasksConfig, workdir: Path) -> Section:
         n: fill_settled_tasks(workdir / f"tasks-{n}.db", n) for n in (config.small, config.large)
     }
     ready = _readiness(config, stores)
+    warm = _readiness_in_process(config, stores)
     reads = {n: _read_cost(config, store) for n, store in stores.items()}
-    return _section(config, _Figures(routes, writes, stores, ready, reads))
+    return _section(config, _Figures(routes, writes, stores, ready, warm, reads))
 
 
 @dataclass(frozen=True)
@@ -99,6 +104,7 @@ class _Figures:
     writes: dict[str, list[float]]
     stores: dict[int, TaskStore]
     ready: dict[int, list[Any]]
+    warm: dict[int, list[tuple[float, float]]]
     reads: dict[int, dict[str, list[float]]]
 
 
@@ -114,6 +120,28 @@ def _readiness(config: TasksConfig, stores: dict[int, TaskStore]) -> dict[int, l
         for n, store in order[shift:] + order[:shift]:
             ready[n].append(run_probe("ready", store.url, store.child_id, store.parent))
     return ready
+
+
+def _readiness_in_process(
+    config: TasksConfig, stores: dict[int, TaskStore]
+) -> dict[int, list[tuple[float, float]]]:
+    """The same open and first send in this process, a new control plane each run (the
+    interpreter warm, the store's connections new): ``(open_s, ready_s)`` per run."""
+    out: dict[int, list[tuple[float, float]]] = {n: [] for n in stores}
+    order = list(stores.items())
+    with frozen_gc():
+        for run in range(config.warm_runs):
+            shift = run % len(order)
+            for n, store in order[shift:] + order[:shift]:
+                t0 = time.perf_counter()
+                plane = Plane.open(store.url)
+                try:
+                    opened = time.perf_counter() - t0
+                    resumed = plane.resume(store.child_id)
+                finally:
+                    plane.close()
+                out[n].append((opened, opened + resumed.to_provider_s))
+    return out
 
 
 # -- tasks.get from the store against one raw select ---------------------------------
@@ -185,6 +213,9 @@ def _section(config: TasksConfig, figures: _Figures) -> Section:
     growth = spread(
         [b["ready_s"] / a["ready_s"] for a, b in zip(ready[small], ready[large], strict=True)]
     )
+    warm = figures.warm
+    warm_growth = _per_round([r for _, r in warm[large]], [r for _, r in warm[small]])
+    ready_flat = all(_is_flat(g) for g in (growth, warm_growth))
     get_ratio = {n: _per_round(r["get"], r["raw"]) for n, r in reads.items()}
     get_met = all(r.median <= GET_GOAL for r in get_ratio.values())
     body = f"""\
@@ -225,7 +256,16 @@ stores alternating:
 {_ready_table(stores, ready)}
 
 Ready time with {large:,} settled Tasks / with {small:,}, per run: {fmt_ratio(growth)} —
-goal flat: {growth_verdict(growth, "settled Tasks")}.
+{growth_verdict(growth, "settled Tasks")}. A fresh interpreter's figures move with the
+machine's load, so the same open and first send is also timed in this process, more often:
+a new control plane on each store in turn ({config.warm_runs} runs each, the interpreter
+warm, the store's connections new):
+
+{_warm_table(figures.warm)}
+
+Ready time with {large:,} settled Tasks / with {small:,}, per run, in this process:
+{fmt_ratio(warm_growth)} — {growth_verdict(warm_growth, "settled Tasks")}. Goal flat:
+{"met" if ready_flat else "**not met**"}.
 
 **`tasks.get` of a stored Task not in memory** (another runtime's, closed) against one
 raw `sqlite3` primary-key select of the same row (`SELECT` of every column, `fetchone`,
@@ -243,9 +283,27 @@ Goal: `tasks.get` ≤ {GET_GOAL:.0f}× the raw select — {"met" if get_met else
         "resume_ratio": resume,
         "steer_ratio": steer,
         "ready_growth": growth,
+        "ready_growth_in_process": warm_growth,
         "get_ratio": get_ratio,
     }
     return Section("Durable Tasks", body, data)
+
+
+def _is_flat(growth: Spread) -> bool:
+    """No growth to speak of: the runs' range spans 1×, or the median is within 10%."""
+    return growth.low <= 1.0 <= growth.high or abs(growth.median - 1.0) <= 0.10
+
+
+def _warm_table(warm: dict[int, list[tuple[float, float]]]) -> str:
+    rows = [
+        [
+            f"{n:,}",
+            fmt_s(spread([o for o, _ in runs])),
+            fmt_s(spread([r for _, r in runs])),
+        ]
+        for n, runs in warm.items()
+    ]
+    return table(["settled Tasks", "open", "open + first send → provider.resume"], rows)
 
 
 def _per_round(num: list[float], den: list[float]) -> Spread:
