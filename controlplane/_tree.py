@@ -48,6 +48,8 @@ class ActivationNode(BaseModel):
     task_status: str
     cancel_reason: str | None = None
     age_s: float
+    fence: int | None = None
+    """The fencing number of this runtime's claim on the child (SPEC §9)."""
 
 
 class SupervisorNode(BaseModel):
@@ -78,6 +80,8 @@ class ActorTree(BaseModel):
     taken_at: datetime
     closed: bool
     supervisors: list[SupervisorNode]
+    runtime_id: str | None = None
+    """The runtime (process) the tree belongs to: it holds the claims of its activations."""
 
     def render(self) -> str:
         """A readable, indented text tree, one line per actor.
@@ -89,7 +93,11 @@ class ActorTree(BaseModel):
         count = len(self.supervisors)
         noun = "supervisor" if count == 1 else "supervisors"
         closed = ", closed" if self.closed else ""
-        lines = [f"root ({count} {noun}{closed}) at {self.taken_at.isoformat(timespec='seconds')}"]
+        runtime = f" runtime {self.runtime_id}" if self.runtime_id else ""
+        lines = [
+            f"root{runtime} ({count} {noun}{closed}) at "
+            f"{self.taken_at.isoformat(timespec='seconds')}"
+        ]
         for i, sup in enumerate(self.supervisors):
             last = i == count - 1
             quiet_s = max(0.0, (self.taken_at - sup.last_activity).total_seconds())
@@ -107,6 +115,7 @@ class ActorTree(BaseModel):
             if act is not None:
                 pad = "   " if last else "│  "
                 cancel = f" cancel={act.cancel_reason!r}" if act.cancel_reason else ""
+                cancel = (f" fence={act.fence}" if act.fence is not None else "") + cancel
                 lines.append(
                     escape_controls(
                         f"{pad}└─ activation {act.task_id} ({act.kind},"
