@@ -16,7 +16,7 @@ import stat
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import IO, TYPE_CHECKING, Any, Final
 
 from pydantic import ValidationError
@@ -174,46 +174,41 @@ def _parser() -> argparse.ArgumentParser:
     )
     top.set_defaults(run=_run_top)
 
-    children = commands.add_parser(
+    def offline(name: str, help: str, description: str, run: Callable[..., None]) -> Any:
+        view = commands.add_parser(
+            name,
+            help=help,
+            description=f"{description} Reads the store only; starts nothing.",
+            epilog=_EPILOG,
+            formatter_class=formatter,
+            parents=[common],
+        )
+        _add_db(view)
+        view.add_argument("--json", action="store_true", help="print one JSON object per line")
+        view.set_defaults(run=run)
+        return view
+
+    children = offline(
         "children",
-        help="list the children in a store",
-        description="List the durable children in a store, oldest first. Reads the store "
-        "only; starts nothing.",
-        epilog=_EPILOG,
-        formatter_class=formatter,
-        parents=[common],
+        "list the children in a store",
+        "List the durable children in a store, oldest first.",
+        _run_children,
     )
-    _add_db(children)
     children.add_argument("--parent", metavar="ID", help="only the children of this session")
-    children.add_argument("--json", action="store_true", help="print one JSON object per line")
-    children.set_defaults(run=_run_children)
-
-    tasks = commands.add_parser(
+    tasks = offline(
         "tasks",
-        help="list the Tasks in a store",
-        description="List the Tasks kept in a store (every runtime's, newest first). Reads "
-        "the store only; starts nothing.",
-        epilog=_EPILOG,
-        formatter_class=formatter,
-        parents=[common],
+        "list the Tasks in a store",
+        "List the Tasks kept in a store (every runtime's, newest first).",
+        _run_tasks,
     )
-    _add_db(tasks)
     tasks.add_argument("--owner", metavar="SESSION", help="only the Tasks of this session")
-    tasks.add_argument("--json", action="store_true", help="print one JSON object per line")
-    tasks.set_defaults(run=_run_tasks)
-
-    runtimes = commands.add_parser(
+    offline(
         "runtimes",
-        help="list the runtimes that share a store",
-        description="List every runtime (open SubagentControl) the store knows, oldest "
-        "first, with whether it is alive and how many Tasks it runs. Reads the store only.",
-        epilog=_EPILOG,
-        formatter_class=formatter,
-        parents=[common],
+        "list the runtimes that share a store",
+        "List every runtime (open SubagentControl) the store knows, oldest first, with "
+        "whether it is alive and how many Tasks it runs.",
+        _run_runtimes,
     )
-    _add_db(runtimes)
-    runtimes.add_argument("--json", action="store_true", help="print one JSON object per line")
-    runtimes.set_defaults(run=_run_runtimes)
 
     transcript = commands.add_parser(
         "transcript",
