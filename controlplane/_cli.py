@@ -504,12 +504,20 @@ def _run_runtimes(args: argparse.Namespace, out: IO[str]) -> None:
     store = _open_store(args.db)
     try:
         runtimes = store.ledger.runtimes() if store.keeps_tasks else []
+        claims = store.ledger.claims() if store.keeps_tasks else {}
         now = utcnow()
     finally:
         store.close()
     if args.json:
         for runtime in runtimes:
-            record = runtime.model_dump(mode="json") | {"alive": not is_expired(runtime, now)}
+            held = [
+                {"child_id": child, "task_id": task, "fence": fence}
+                for child, task, fence in claims.get(runtime.runtime_id, [])
+            ]
+            record = runtime.model_dump(mode="json") | {
+                "alive": not is_expired(runtime, now),
+                "claims": held,
+            }
             out.write(json.dumps(record) + "\n")
         return
     if not runtimes:
@@ -523,10 +531,14 @@ def _run_runtimes(args: argparse.Namespace, out: IO[str]) -> None:
             str(runtime.pid),
             runtime.heartbeat_at.isoformat(timespec="seconds"),
             str(runtime.running_tasks),
+            " ".join(
+                f"{child}@{fence}" for child, _task, fence in claims.get(runtime.runtime_id, [])
+            ),
         )
         for runtime in runtimes
     ]
-    _write_table(out, ("RUNTIME", "STATE", "HOST", "PID", "HEARTBEAT", "RUNNING"), rows)
+    header = ("RUNTIME", "STATE", "HOST", "PID", "HEARTBEAT", "RUNNING", "HOLDS (CHILD@FENCE)")
+    _write_table(out, header, rows)
 
 
 def _run_transcript(args: argparse.Namespace, out: IO[str]) -> None:

@@ -164,6 +164,24 @@ class TaskLedger:
 
         return self._run("list runtimes", op)
 
+    def claims(self) -> dict[str, list[tuple[str, str | None, int]]]:
+        """Which runtime holds which child: runtime id → ``(child id, Task id, fencing
+        number)`` for every claimed child."""
+        query = (
+            select(ChildRow.claim_runtime, ChildRow.child_id, ChildRow.claim_task, ChildRow.fence)
+            .where(ChildRow.claim_runtime.is_not(None))
+            .order_by(ChildRow.claim_runtime, ChildRow.child_id)
+        )
+
+        def op(_attempt: int) -> dict[str, list[tuple[str, str | None, int]]]:
+            held: dict[str, list[tuple[str, str | None, int]]] = {}
+            with self._db.connection(write=False) as conn:
+                for runtime_id, child_id, task_id, fence in conn.execute(query):
+                    held.setdefault(str(runtime_id), []).append((child_id, task_id, int(fence)))
+            return held
+
+        return self._run("list claims", op)
+
     def suspects(self) -> tuple[datetime, list[RuntimeInfo]]:
         """The database's clock now, and every runtime that still has a running Task and
         is closed or has a heartbeat older than its lease: dead to everyone. (A runtime
