@@ -3,12 +3,20 @@ caller's span (the parent's tool call), with the activation's phases under it.""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from typing import Any
 
 import pytest
 
-from controlplane import AgentHandle, ErrorCode, SubagentControl, SubagentResult
+from controlplane import (
+    AgentHandle,
+    ContinuableStartSpec,
+    ErrorCode,
+    SubagentControl,
+    SubagentResult,
+)
+from controlplane.aio import AsyncSubagentControl
 from tests.fakes import FakeProvider
 from tests.support import raises, running_child, settle, start_child, text
 from tests.telemetry.conftest import Otel
@@ -146,3 +154,25 @@ def test_a_provider_that_fails_to_start_marks_its_phase_and_the_activation_faile
     assert call.status.status_code.name == "ERROR"
     assert call.attributes["error.type"] == "RuntimeError"
     assert otel.spans("subagent.publish") == []
+
+
+def test_an_async_caller_s_span_is_the_parent_of_its_start(
+    control: SubagentControl, parent: AgentHandle, otel: Otel
+) -> None:
+    harness = otel.tracer_provider.get_tracer("harness")
+    front = AsyncSubagentControl(control)
+
+    async def tool_call() -> tuple[Any, str]:
+        with harness.start_as_current_span("async tool subagent") as span:
+            spec = ContinuableStartSpec(
+                provider="fake", label="async", prompt=text("go"), parent=parent
+            )
+            started = await front.start_continuable(spec)
+        return span, started.task_id
+
+    tool, task_id = asyncio.run(tool_call())
+    settle(control, task_id, parent)
+
+    (start,) = otel.spans("subagent.start")
+    assert start.parent is not None
+    assert start.parent.span_id == tool.get_span_context().span_id
