@@ -18,9 +18,16 @@ from pathlib import Path
 
 import pytest
 
-from controlplane import EventKind, SubagentControl, TaskStatus, TextBlock
+from controlplane import (
+    ErrorCode,
+    EventKind,
+    SubagentControl,
+    SubagentControlError,
+    TaskStatus,
+    TextBlock,
+)
 from tests.fakes import FakeProvider
-from tests.support import WAIT_S, eventually
+from tests.support import WAIT_S, eventually, in_thread
 
 SCRIPT = Path(__file__).with_name("restart_child.py")
 REPO = SCRIPT.parents[2]
@@ -195,3 +202,28 @@ def test_two_runtimes_sweeping_a_lapsed_runtime_settle_each_task_once(
     finally:
         first.close()
         second.close()
+
+
+def test_waiting_on_another_runtimes_task_returns_once_it_settles_there(
+    url: str, children: list[Child]
+) -> None:
+    child = Child(url, lease_ttl_s=30.0)
+    children.append(child)
+    ready = child.ready
+    control = reopen(url, lease_ttl_s=1.0)  # sweeps every third of a second
+    try:
+        parent = control.agents.register(PARENT)
+        running = control.tasks.get(ready["running_task"], requester=parent)
+        assert running.status is TaskStatus.RUNNING  # its process lives
+        with pytest.raises(SubagentControlError) as raised:
+            control.tasks.wait(ready["running_task"], timeout=0.2, requester=parent)
+        assert raised.value.code is ErrorCode.TIMEOUT
+
+        waited = in_thread(
+            lambda: control.tasks.wait(ready["running_task"], timeout=WAIT_S, requester=parent)
+        )
+        child.proc.send_signal(signal.SIGKILL)
+        child.proc.wait(10)
+        assert waited.result(timeout=WAIT_S * 2).status is TaskStatus.INTERRUPTED
+    finally:
+        control.close()
