@@ -2,11 +2,12 @@
 
 Usage::
 
-    .venv/bin/python -m benchmarks                  # everything (~2 minutes on 2 cores)
-    .venv/bin/python -m benchmarks --quick          # smoke run (~30 s), numbers not citable
+    .venv/bin/python -m benchmarks                  # everything (~5 minutes on 2 cores)
+    .venv/bin/python -m benchmarks --quick          # smoke run (~40 s), numbers not citable
     .venv/bin/python -m benchmarks --sections routing,resume
-    .venv/bin/python -m benchmarks --profile        # also print where a steer and a
-                                                    # 10,000-message resume spend time
+    .venv/bin/python -m benchmarks --profile        # also print where a steer, a
+                                                    # 10,000-message resume, a warm resume
+                                                    # and a stored tasks.get spend time
 
 PostgreSQL figures use ``SUBAGENT_CONTROL_TEST_PG_URL`` (default
 ``postgresql+psycopg://postgres@127.0.0.1:5432/test``) and are skipped, with a note, when
@@ -160,7 +161,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks", description=__doc__.split("\n\n")[0]
     )
-    parser.add_argument("--quick", action="store_true", help="a fast smoke run (~30 s)")
+    parser.add_argument("--quick", action="store_true", help="a fast smoke run (~40 s)")
     parser.add_argument(
         "--sections",
         metavar="LIST",
@@ -177,7 +178,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--profile",
         action="store_true",
-        help="also print cProfile reports of a steer and of a 10,000-message cold resume",
+        help="also print cProfile reports of a steer, a 10,000-message cold resume, a warm "
+        "resume and a tasks.get of a Task only the store holds",
     )
     parser.add_argument("--keep-scratch", action="store_true", help="keep the temporary databases")
     return parser

@@ -6,10 +6,10 @@ store file seeded alike: one as shipped, one whose Task service has no ledger
 round compares the two under the same conditions.
 
 The admission write (the Task row with the claim on its child, `SqlStore.admit_claiming`),
-the part of the resume route the baseline does
-not pay, is also timed where it runs, on the shipped side's supervisor thread; and
-`measure_writes` times it alone on one store, interleaved with the store's hot write path
-(`SqlStore.append` of one event, what a steer commits).
+the part of the resume route the baseline does not pay, is also timed where it runs, on
+the shipped side's supervisor thread. `measure_writes` times a start's admission
+(`TaskLedger.admit`, the Task row alone) on one store, interleaved with the store's hot
+write path (`SqlStore.append` of one event, what a steer commits).
 """
 
 from __future__ import annotations
@@ -161,8 +161,8 @@ def _count_rows(path: Path) -> int:
 
 
 def measure_writes(workdir: Path, *, rounds: int, ops: int) -> dict[str, list[float]]:
-    """Per round, the p50 of ``ops`` admissions (`TaskLedger.admit` of a new running Task,
-    built beforehand) and of ``ops`` one-event `SqlStore.append` s, interleaved."""
+    """Per round, the p50 of ``ops`` start admissions (`TaskLedger.admit` of a new running
+    Task, built beforehand) and of ``ops`` one-event `SqlStore.append` s, interleaved."""
     store = SqlStore(sqlite_url(workdir / "tasks-writes.db"))
     try:
         child_id = seed_child(store, 10)

@@ -219,22 +219,29 @@ def _section(config: TasksConfig, figures: _Figures) -> Section:
     get_ratio = {n: _per_round(r["get"], r["raw"]) for n, r in reads.items()}
     get_met = all(r.median <= GET_GOAL for r in get_ratio.values())
     body = f"""\
-SQLite store (file, WAL, `synchronous=NORMAL`) throughout. Task rows are written when a
-Task is admitted (an `INSERT`, its own transaction, on the child's supervisor thread) and
-when it settles (an `UPDATE` in the same transaction as the turn's `turn/end`).
+SQLite store (file, WAL, `synchronous=NORMAL`) throughout. A Task row is written when the
+Task is admitted, on the child's supervisor thread before the activation starts — for a
+resume in one transaction with the claim on its child (`SqlStore.admit_claiming`, the
+store's cursor path), for a new child's start on its own (`TaskLedger.admit`) — and updated
+when it settles, in the same transaction as the turn's `turn/end` (which also releases the
+claim).
 
 **Cost of the Task rows on the routes.** Two control planes in this process, each on its
 own store file seeded alike ({config.resume_pool} idle children of 10 messages,
 {config.live} live children): one as shipped, one whose Task service has no ledger
-(`control.tasks._ledger = None` before any Task starts). The baseline so loses the
-admission `INSERT` and any settlement `UPDATE` of its own (written only when a turn had no
+(`control.tasks._ledger = None` before any Task starts). A resume's Task row and its
+claim are one transaction, written by the Task service, so the baseline loses both: the
+claim read, the claim update and the Task `INSERT` — hence its appends carry no fencing
+number (that check rides in a statement they run anyway) and its `turn/end` releases no
+claim. It also loses any settlement `UPDATE` of its own (written only when a turn had no
 `turn/end`), keeps notices in memory, and never reads a Task from the store; the
-settlement inside `turn/end` stays one `UPDATE` statement in that transaction, which
-there matches no row. Each of {config.rounds} rounds times {config.steer_ops} steers per
-side (turns of 20, sides alternating) and {config.resume_ops} resumes per side
-(alternating, the first side alternating too); a ratio is taken inside each round. After
-the run the shipped store held {routes.task_rows["with"]:,} Task rows, the baseline's
-{routes.task_rows["without"]}.
+settlement inside `turn/end` stays one `UPDATE` statement in that transaction, which there
+matches no row. The ratio so prices the Task row and the claim together.
+
+Each of {config.rounds} rounds times {config.steer_ops} steers per side (turns of 20,
+sides alternating) and {config.resume_ops} resumes per side (alternating, the first side
+alternating too); a ratio is taken inside each round. After the run the shipped store
+held {routes.task_rows["with"]:,} Task rows, the baseline's {routes.task_rows["without"]}.
 
 {_route_table(routes, config.live)}
 
@@ -391,16 +398,18 @@ def _admission(writes: dict[str, list[float]], routes: RouteFigures) -> str:
     on_route = spread(routes.p50["admit"])
     return f"""
 The difference, {fmt_s(extra)} per resume (p50 with − p50 without, per round), is the
-Task's admission, written on the child's supervisor thread before the activation starts:
-timed there, on the route, each `TaskLedger.admit` took {fmt_s(on_route)} (p50 per round).
-Timed alone in a tight loop on one store, interleaved ({len(writes["admit"])} rounds, p50),
-it takes {fmt_s(admit)} against {fmt_s(append)} for `SqlStore.append` of one event — also
-a one-row write transaction — {_ratio_text(writes["admit"], writes["append"])} apart (on
-the route, between other threads' work, every step runs colder than in a loop). The append
-is the store's hot path: a raw DBAPI cursor and a statement compiled once per dialect. The
-admission goes through SQLAlchemy: an ORM-enabled `insert(TaskRow)` built, cache-keyed
-and executed on a pooled `Connection` whose `BEGIN IMMEDIATE` and commit pass through the
-engine's events (`--profile` shows it).
+admission: timed where it runs, on the supervisor thread before the activation starts,
+each `SqlStore.admit_claiming` (the claim read, the claim update and the Task `INSERT` in
+one `BEGIN IMMEDIATE` transaction, on the store's cursor path) took {fmt_s(on_route)}
+(p50 per round).
+
+A new child's start still admits its Task on its own through `TaskLedger.admit`:
+SQLAlchemy's ORM-enabled `insert(TaskRow)`, built, cache-keyed and executed on a pooled
+`Connection` whose `BEGIN IMMEDIATE` and commit pass through the engine's events. Timed
+alone in a tight loop on one store ({len(writes["admit"])} rounds, p50, interleaved), it
+takes {fmt_s(admit)} against {fmt_s(append)} for `SqlStore.append` of one event (the
+store's hot path: a raw DBAPI cursor and a statement compiled once per dialect) — also a
+one-row write transaction — {_ratio_text(writes["admit"], writes["append"])} apart.
 """
 
 
