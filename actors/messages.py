@@ -73,7 +73,9 @@ class ActivationPlan(BaseModel):
     # When the child was started: its header's created_at, so children list in start order.
     created_at: datetime = Field(default_factory=utcnow)
     # Its span, metrics and timings, from admission to settlement.
-    trace: ActivationTrace = NO_TRACE
+    # A factory, not a default: pydantic before 2.8 deep-copies a plain default (and a
+    # trace holds a lock).
+    trace: ActivationTrace = Field(default_factory=lambda: NO_TRACE)
     # The fencing number of this runtime's claim on the child (an initial start claims
     # number 1 with the header); None for a resume of a child the store does not have.
     fence: int | None = 1
