@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from sqlalchemy.engine.interfaces import DBAPICursor
 
@@ -31,7 +31,7 @@ from controlplane.contract import (
     utcnow,
 )
 from persistence._codec import from_json, prepare_events
-from persistence._ledger import Settlement, settle_params
+from persistence._ledger import Settlement, TaskStatements, admit_params, settle_params
 from persistence._schema import CHILDREN, RUNTIMES, TASKS, utc_time
 
 if TYPE_CHECKING:
@@ -119,7 +119,7 @@ class Claims:
                     return int(claim[2]) if claim is not None and claim[0] == runtime_id else None
             if claim is not None:
                 self._take_claim(cursor, task, runtime_id, claim, is_dead)
-            cursor.execute(sql.admit, _admit_params(task, self._s._stamp(task.created_at)))
+            cursor.execute(sql.admit, admit_params(task, self._s._stamp(task.created_at)))
         self._s._committed()
         return None if claim is None else int(claim[2]) + 1
 
@@ -261,10 +261,7 @@ class ClaimStatements:
         claim_of = f"SELECT claim_runtime, claim_task, fence FROM {CHILDREN} WHERE child_id = {p}"
         return cls(
             task_status=f"SELECT status FROM {TASKS} WHERE task_id = {p}",
-            admit=(
-                f"INSERT INTO {TASKS} (task_id, kind, label, owner_session, child_id, "
-                f"runtime_id, status, created_at) VALUES ({p}, {p}, {p}, {p}, {p}, {p}, {p}, {p})"
-            ),
+            admit=TaskStatements.build(p).admit,
             # Not FOR UPDATE: the events' foreign-key checks take KEY SHARE on this row.
             claim_of=claim_of + " FOR NO KEY UPDATE" if row_locks else claim_of,
             claim=(
@@ -280,8 +277,3 @@ class ClaimStatements:
                 f"FROM {RUNTIMES} WHERE runtime_id = {p}"
             ),
         )
-
-
-def _admit_params(task: TaskSnapshot, stamp: Any) -> tuple[Any, ...]:
-    return (task.id, task.kind, task.label, task.owner_session, task.child_id,
-            task.runtime_id or "", TaskStatus.RUNNING.value, stamp)  # fmt: skip

@@ -9,8 +9,9 @@ transaction (`settle_sql`), so the transcript and the Task never disagree.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from sqlalchemy import Row, delete, func, insert, select, update
 
@@ -23,12 +24,22 @@ from controlplane.contract import (
     utcnow,
 )
 from persistence._database import Database
-from persistence._schema import CHILDREN, TASKS, ChildRow, RuntimeRow, TaskRow, utc_time
+from persistence._schema import (
+    CHILDREN,
+    TASKS,
+    ChildRow,
+    RuntimeRow,
+    TaskRow,
+    sqlite_time,
+    utc_time,
+)
 
 __all__ = [
     "Fence",
     "Settlement",
     "TaskLedger",
+    "TaskStatements",
+    "admit_params",
     "is_expired",
     "release_sql",
     "settle_params",
@@ -65,6 +76,55 @@ def release_sql(p: str) -> str:
     )
 
 
+_TASK_COLUMNS = (
+    "task_id, kind, label, owner_session, child_id, runtime_id, status, output, detail, "
+    "code, created_at, settled_at"
+)
+
+
+class _TaskTuple(NamedTuple):
+    """A Task row read through a cursor, by name (as `snapshot_of` reads it)."""
+
+    task_id: str
+    kind: str
+    label: str
+    owner_session: str
+    child_id: str | None
+    runtime_id: str
+    status: str
+    output: str | None
+    detail: str | None
+    code: str | None
+    created_at: Any
+    settled_at: Any
+
+
+@dataclass(frozen=True, slots=True)
+class TaskStatements:
+    """The Task rows' hand-written SQL, with the driver's placeholder."""
+
+    admit: str
+    task: str
+    """One Task's columns (`_TaskTuple`), by id."""
+
+    @classmethod
+    def build(cls, p: str) -> TaskStatements:
+        """The statements with placeholder ``p``."""
+        return cls(
+            admit=(
+                f"INSERT INTO {TASKS} (task_id, kind, label, owner_session, child_id, "
+                f"runtime_id, status, created_at) VALUES ({p}, {p}, {p}, {p}, {p}, {p}, {p}, {p})"
+            ),
+            task=f"SELECT {_TASK_COLUMNS} FROM {TASKS} WHERE task_id = {p}",
+        )
+
+
+def admit_params(task: TaskSnapshot, stamp: Any) -> tuple[Any, ...]:
+    """The parameters of `TaskStatements.admit` (``stamp``: ``created_at`` for the driver)."""
+    return (task.id, task.kind, task.label, task.owner_session, task.child_id,
+            task.runtime_id or "", _RUNNING, stamp)  # fmt: skip
+
+
 def settle_params(settlement: Settlement, stamp: object) -> tuple[Any, ...]:
     """The parameters of `settle_sql` (``stamp`` is ``settled_at`` as the driver takes it)."""
     task_id, outcome, _when = settlement
@@ -80,6 +140,7 @@ class TaskLedger:
     def __init__(self, db: Database, run: Runner) -> None:
         self._db = db
         self._runner = run
+        self._sql = TaskStatements.build(db.sql.placeholder)
         self._postgres = db.backend.name == "postgresql"
 
     # -- runtimes --------------------------------------------------------------------
@@ -202,24 +263,17 @@ class TaskLedger:
     # -- tasks -----------------------------------------------------------------------
 
     def admit(self, task: TaskSnapshot) -> None:
-        """Write a Task that has just been admitted (running)."""
-        row = {
-            "task_id": task.id,
-            "kind": task.kind,
-            "label": task.label,
-            "owner_session": task.owner_session,
-            "child_id": task.child_id,
-            "runtime_id": task.runtime_id or "",
-            "status": _RUNNING,
-            "created_at": task.created_at,
-        }
+        """Write a Task that has just been admitted (running). On a start's path: one
+        hand-written statement on a cursor, not the ORM (8x the cost, measured)."""
+        params = admit_params(task, self._stamp(task.created_at))
 
         def op(attempt: int) -> None:
-            with self._db.connection(write=True) as conn:
-                known = select(TaskRow.task_id).where(TaskRow.task_id == task.id)
-                if attempt > 1 and conn.execute(known).first() is not None:
-                    return  # our earlier attempt committed, its acknowledgement was lost
-                conn.execute(insert(TaskRow).values(row))
+            with self._db.cursor(write=True) as cursor:
+                if attempt > 1:
+                    cursor.execute(self._sql.task, (task.id,))
+                    if cursor.fetchone() is not None:
+                        return  # our earlier attempt committed, its acknowledgement was lost
+                cursor.execute(self._sql.admit, params)
 
         self._run(f"record task {task.id}", op)
 
@@ -259,12 +313,14 @@ class TaskLedger:
         self._run(f"forget task {task_id}", op)
 
     def get(self, task_id: str) -> TaskSnapshot | None:
-        """One Task, or None."""
+        """One Task, or None: one statement on a cursor (a Task read from another runtime
+        or from before a restart costs about what the raw select does)."""
 
         def op(_attempt: int) -> TaskSnapshot | None:
-            with self._db.connection(write=False) as conn:
-                row = conn.execute(select(TaskRow).where(TaskRow.task_id == task_id)).first()
-            return None if row is None else snapshot_of(row)
+            with self._db.cursor(write=False) as cursor:
+                cursor.execute(self._sql.task, (task_id,))
+                row = cursor.fetchone()
+            return None if row is None else snapshot_of(_TaskTuple(*row))
 
         return self._run(f"read task {task_id}", op)
 
@@ -331,6 +387,9 @@ class TaskLedger:
         with self._db.connection(write=False) as conn:
             return [snapshot_of(row) for row in conn.execute(query)]
 
+    def _stamp(self, when: datetime) -> object:
+        return sqlite_time(when) if self._db.backend.text_times else when
+
     def _now(self, conn: Any) -> datetime:
         """The database's clock on PostgreSQL (hosts' clocks may drift apart; the shared
         server's is one for all); this host's on SQLite, which only one host shares."""
@@ -350,7 +409,7 @@ def _settled_values(outcome: TaskOutcome, when: datetime) -> dict[str, Any]:
     }
 
 
-def snapshot_of(row: Row[Any]) -> TaskSnapshot:
+def snapshot_of(row: Row[Any] | _TaskTuple) -> TaskSnapshot:
     """A Task row as the frozen snapshot callers see."""
     status = TaskStatus(row.status)
     outcome = None
