@@ -172,8 +172,10 @@ class ActivationTranscript:
         source: MessageSource,
         *,
         task_id: str,
+        forwarded: str | None = None,
     ) -> SteeringReceipt:
-        """Hand ``message`` to the run (``deliver``) and queue its ``steering/message``.
+        """Hand ``message`` to the run (``deliver``) and queue its ``steering/message``
+        (whose data names the inbox id of a ``forwarded`` message).
 
         The caller must `SteeringReceipt.commit` the receipt before it reports delivery.
 
@@ -183,7 +185,9 @@ class ActivationTranscript:
         event = NewEvent(
             kind=EventKind.STEERING_MESSAGE,
             turn=self._turn,
-            data=message_data(message),
+            data=message_data(message)
+            if forwarded is None
+            else {**message_data(message), "forwarded": forwarded},
             source=source,
         )
         with self._lock:

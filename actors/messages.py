@@ -92,6 +92,11 @@ class SendMessage(BaseModel):
     # Where the send came from (its trace context, when it began): a resume it starts
     # continues that trace and times its latency from there.
     origin: Origin | None = None
+    # The inbox id of a message forwarded from another runtime (SPEC §9): it only ever
+    # steers the running activation, never starts a resume here (the sender may resume the
+    # child itself once this runtime has let it go), and its steering record carries the
+    # id, so the sender can tell whether it was delivered even if this runtime dies.
+    forwarded: str | None = None
 
 
 class SpawnChild(BaseModel):

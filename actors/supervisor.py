@@ -83,6 +83,7 @@ class _Held:
     message: tuple[TextBlock, ...]
     source: MessageSource
     reply: Future[Steered]
+    forwarded: str | None = None
 
 
 @dataclass(slots=True)
@@ -232,6 +233,8 @@ class ChildSupervisor(Actor):
         if conflict is not None:
             return conflict
         if current is None:
+            if send.forwarded is not None:
+                return _not_delivered(self._child_id, None, "it has no running activation here")
             return self._resume(send)
         if self._ctx.tasks.owner_of(current.task_id) != send.parent.session_id:
             if current.run is None and self._parent_session in (None, send.parent.session_id):
@@ -251,11 +254,11 @@ class ChildSupervisor(Actor):
                 self._child_id, current.task_id, f"task {current.task_id} is {what}"
             )
         if current.run is None:
-            held = _Held(send.message, send.source, Future())
+            held = _Held(send.message, send.source, Future(), send.forwarded)
             current.held.append(held)
             self._ctx.telemetry.held_messages(1)
             return held.reply
-        return self._steer(current, current.run, send.message, send.source)
+        return self._steer(current, current.run, send.message, send.source, send.forwarded)
 
     def _steer(
         self,
@@ -263,6 +266,7 @@ class ChildSupervisor(Actor):
         run: SubagentRun,
         message: tuple[TextBlock, ...],
         source: MessageSource,
+        forwarded: str | None = None,
     ) -> Steered | SubagentControlError:
         steer = run.steer
         if steer is None:
@@ -274,7 +278,11 @@ class ChildSupervisor(Actor):
         assert current.transcript is not None
         try:
             receipt = current.transcript.steer(
-                lambda: steer(message, source), message, source, task_id=current.task_id
+                lambda: steer(message, source),
+                message,
+                source,
+                task_id=current.task_id,
+                forwarded=forwarded,
             )
         except SubagentControlError as exc:
             exc.task_id = current.task_id
@@ -343,7 +351,9 @@ class ChildSupervisor(Actor):
                     self._child_id, current.task_id, "its task was killed before delivery"
                 )
             else:
-                outcome = self._steer(current, published.run, item.message, item.source)
+                outcome = self._steer(
+                    current, published.run, item.message, item.source, item.forwarded
+                )
             current.held.pop(0)
             self._ctx.telemetry.held_messages(-1)
             _resolve(item.reply, outcome)

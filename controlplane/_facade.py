@@ -32,6 +32,7 @@ from controlplane._agents import AgentHandle, AgentRegistry
 from controlplane._content import MessageSource, TextBlock
 from controlplane._descriptor import Descriptor
 from controlplane._errors import ErrorCode, SubagentControlError
+from controlplane._forwarding import Forwarder
 from controlplane._json import count_problem, plain_json, seconds_problem, storable_text
 from controlplane._provider import ProviderRegistry
 from controlplane._runtime import Runtime, new_runtime_id
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
 
     from controlplane._admin import AdminServer
+    from persistence import InboxItem
 
 __all__ = ["TASK_TOOLS_SURFACE", "ChildView", "SubagentControl"]
 
@@ -68,6 +70,7 @@ _MIN_PASSIVATE_S = 0.05
 _MIN_LEASE_TTL_S = 0.3
 _ROOT_TIMEOUT_S = 30.0
 _REDIRECTS = 16
+_CLAIM_RACES = 3
 
 
 class ChildView(BaseModel):
@@ -175,8 +178,14 @@ class SubagentControl:
         self._pending_children: dict[str, _Pending] = {}
         self.tasks.on_done(self._forget_pending)
         self._admin_servers: list[AdminServer] = []
+        self._forwarder: Forwarder | None = None
         if self._runtime is not None:
             self._runtime.start()  # recovers what a crash left before the first send
+            if store is not None and store.inbox is not None:
+                self._forwarder = Forwarder(
+                    self._runtime, store, self._serve_forwarded, self.tasks.kill_here
+                )
+                self._runtime.forward_kill = self._forwarder.kill
 
     @classmethod
     def open(cls, url: str, **options: Any) -> SubagentControl:
@@ -321,7 +330,7 @@ class SubagentControl:
         op: Operation,
     ) -> SendResult:
         self._check_open()
-        root = self._require_store()
+        self._require_store()
         self._check_parent(parent)
         if not isinstance(child_id, str) or not child_id:
             raise SubagentControlError(
@@ -337,6 +346,40 @@ class SubagentControl:
         send = SendMessage(
             parent=parent, message=blocks, source=source, origin=op.message(blocks, source)
         )
+        for attempt in range(_CLAIM_RACES):
+            try:
+                return self._route(child_id, send)
+            except SubagentControlError as exc:
+                if exc.code is not ErrorCode.OWNERSHIP_CONFLICT or self._forwarder is None:
+                    raise
+                # Its activation runs in another live runtime: forward it there (SPEC §9).
+                holder = self._forwarder.holder_of(child_id)
+                if holder is None:
+                    if attempt + 1 < _CLAIM_RACES:
+                        continue  # the holder let the child go meanwhile: route it again
+                    raise  # or a live agent here squats on the child's id
+                return self._forwarder.forward(
+                    child_id, holder, parent_session=parent.session_id, message=blocks,
+                    source=source,
+                )  # fmt: skip
+        raise AssertionError("unreachable")
+
+    def _serve_forwarded(self, item: InboxItem) -> SendResult:
+        """Deliver a message another runtime forwarded here: steer only, as the sender's
+        parent session (not registered here: it lives in the sender's runtime)."""
+        self._check_open()
+        parent = AgentHandle(self.agents, item.parent_session, model=None, depth=0)
+        send = SendMessage(
+            parent=parent,
+            message=tuple(TextBlock.model_validate(block) for block in item.message),
+            source=MessageSource.model_validate(item.source),
+            forwarded=item.inbox_id,
+        )
+        return self._route(item.child_id, send)
+
+    def _route(self, child_id: str, send: SendMessage) -> SendResult:
+        """Hand ``send`` to the child's supervisor here and return what it did."""
+        root = self._require_store()
         for _ in range(_REDIRECTS):
             route = self._routes.get(child_id)
             try:
@@ -435,6 +478,8 @@ class SubagentControl:
         deadline = time.monotonic() + budget
         for server in servers:
             server.close()
+        if self._forwarder is not None:
+            self._forwarder.stop_listening()
         if self._passivator is not None:
             self._passivator.stop()
         if self._root is not None:
@@ -448,6 +493,8 @@ class SubagentControl:
         if self._root is not None:
             with contextlib.suppress(pykka.ActorDeadError, pykka.Timeout):
                 self._root.shutdown(max(1.0, deadline - time.monotonic()))
+        if self._forwarder is not None:
+            self._forwarder.close()
         if self._runtime is not None:
             self._runtime.close()
         if self._store is not None:

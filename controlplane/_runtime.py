@@ -27,7 +27,7 @@ from controlplane._lifecycle import log_lifecycle
 from controlplane._task_types import RuntimeInfo, TaskSnapshot
 
 if TYPE_CHECKING:
-    from controlplane._tasks import TaskService
+    from controlplane._tasks import ForeignKill, TaskService
     from persistence import SqlStore
 
 __all__ = ["Runtime", "new_runtime_id"]
@@ -81,6 +81,9 @@ class Runtime:
         self._boot = _boot_id()
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
+        self.forward_kill: ForeignKill | None = None
+        """How a kill reaches a live runtime's Task (PostgreSQL: forwarding); unset, it is
+        refused with ``OWNERSHIP_CONFLICT``."""
         store.ledger.register_runtime(
             self.id, host=self._host, pid=os.getpid(), boot_id=self._boot, lease_ttl_s=lease_ttl_s
         )
@@ -150,10 +153,14 @@ class Runtime:
     def kill_foreign(self, task: TaskSnapshot, reason: str) -> None:
         """`tasks.kill` of a running Task that another runtime holds: if that runtime is
         dead the Task is settled ``interrupted`` now; a live one's Task cannot be reached
-        from here yet (SPEC §9 routing), so the caller is told which runtime holds it."""
+        from here on SQLite, so the caller is told which runtime holds it; on PostgreSQL
+        the kill is forwarded to it (`forward_kill`)."""
         runtime = self._runtime_of(task)
         if runtime is None or self._is_dead(runtime, self._store.ledger.suspects()[0]):
             self.interrupt(task, runtime)
+            return
+        if self.forward_kill is not None:
+            self.forward_kill(task, reason)
             return
         raise SubagentControlError(
             ErrorCode.OWNERSHIP_CONFLICT,
@@ -162,6 +169,15 @@ class Runtime:
             task_id=task.id,
             child_id=task.child_id,
         )
+
+    def is_dead_id(self, runtime_id: str) -> bool:
+        """Whether the runtime ``runtime_id`` is dead (closed, lapsed, its process gone,
+        or not in the store at all)."""
+        now = self._store.ledger.suspects()[0]
+        for runtime in self._store.ledger.runtimes():
+            if runtime.runtime_id == runtime_id:
+                return self._is_dead(runtime, now)
+        return True
 
     def _runtime_of(self, task: TaskSnapshot) -> RuntimeInfo | None:
         for runtime in self._store.ledger.runtimes():

@@ -354,6 +354,15 @@ class TaskService:
         with self._lock:
             return [t.snapshot() for t in self._live.values() if t.outcome is None]
 
+    def kill_here(self, task_id: str, reason: str) -> bool:
+        """Abort a Task running in this runtime (a kill another runtime forwarded here,
+        its requester already fenced there); False if it does not run here."""
+        task = self._live.get(task_id)
+        if task is None or task.outcome is not None:
+            return False
+        self._abort(task, reason)
+        return True
+
     def kill_owned_by(self, owner: str, reason: str) -> int:
         """Abort every running Task owned by ``owner``; returns how many were aborted."""
         with self._lock:
@@ -452,8 +461,9 @@ class TaskService:
         Killing a settled Task changes nothing.
 
         Raises:
-            SubagentControlError: ``TASK_NOT_FOUND``; ``OWNERSHIP_CONFLICT`` for a Task
-                that runs in another live runtime.
+            SubagentControlError: ``TASK_NOT_FOUND``; for a Task that runs in another
+                live runtime, ``OWNERSHIP_CONFLICT`` on SQLite, and on PostgreSQL (which
+                forwards the kill there) ``NOT_DELIVERED`` if that runtime did not take it.
         """
         snapshot = self._fenced(task_id, requester)
         if snapshot.status.is_terminal:

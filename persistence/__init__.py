@@ -7,11 +7,22 @@ from __future__ import annotations
 
 import logging
 
+from persistence._inbox import Inbox, InboxItem, Listener
 from persistence._ledger import Fence, Settlement, TaskLedger, is_expired
 from persistence._retry import RetryPolicy
 from persistence._store import SqlStore
 
-__all__ = ["Fence", "RetryPolicy", "Settlement", "SqlStore", "TaskLedger", "is_expired"]
+__all__ = [
+    "Fence",
+    "Inbox",
+    "InboxItem",
+    "Listener",
+    "RetryPolicy",
+    "Settlement",
+    "SqlStore",
+    "TaskLedger",
+    "is_expired",
+]
 
 # A library logs; the application decides where it goes. Without a handler anywhere,
 # logging's last resort would print the store's retry warnings to the host's stderr.

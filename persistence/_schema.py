@@ -37,6 +37,7 @@ from controlplane.contract import (
 __all__ = [
     "CHILDREN",
     "EVENTS",
+    "INBOX",
     "RUNTIMES",
     "SCHEMA_VERSION",
     "SEGMENTS",
@@ -44,6 +45,7 @@ __all__ = [
     "Base",
     "ChildRow",
     "EventRow",
+    "InboxRow",
     "RuntimeRow",
     "SchemaVersionRow",
     "SegmentRow",
@@ -63,6 +65,7 @@ EVENTS: Final = "subagent_events"
 SEGMENTS: Final = "subagent_segments"
 RUNTIMES: Final = "subagent_runtimes"
 TASKS: Final = "subagent_tasks"
+INBOX: Final = "subagent_inbox"
 _VERSION_TABLE: Final = "subagent_schema"
 
 # Any constant works; it only has to be the same in every process that opens the store.
@@ -246,6 +249,32 @@ class RuntimeRow(Base):
     closed_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
 
 
+class InboxRow(Base):
+    """A message forwarded from one runtime to the runtime that runs its child (SPEC §9).
+
+    ``state`` moves by compare-and-set only: ``pending`` → ``taken`` (the target runtime
+    took it) or ``abandoned`` (the sender gave up first, so it is never delivered), then
+    ``taken`` → ``answered`` (with ``reply``) or ``abandoned`` (the target died first). A
+    ``kill`` row carries a `tasks.kill` of a Task the target runs instead of a message. The
+    sender deletes the row once it has its outcome. PostgreSQL only; the table exists on
+    both backends so a store's schema does not depend on where it was created.
+    """
+
+    __tablename__ = INBOX
+
+    inbox_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(16))  # "send" (a message) or "kill" (a Task)
+    child_id: Mapped[Identifier]
+    target_runtime: Mapped[str] = mapped_column(String(64))
+    sender_runtime: Mapped[str] = mapped_column(String(64))
+    parent_session: Mapped[Identifier]
+    message: Mapped[str] = mapped_column(Text)
+    source: Mapped[str] = mapped_column(Text)
+    state: Mapped[str] = mapped_column(String(16))
+    reply: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[UtcTime]
+
+
 class TaskRow(Base):
     """A Task: written when it is admitted, updated once when it settles.
 
@@ -304,9 +333,9 @@ def _add_segments(conn: Connection) -> None:
 
 def _add_tasks(conn: Connection) -> None:
     """Version 4: Tasks and the runtimes that run them are kept in the store, and a child's
-    header carries its claim (SPEC §9)."""
+    header carries its claim, and an inbox carries messages forwarded between runtimes (SPEC §9)."""
     tables = Base.metadata.tables
-    Base.metadata.create_all(conn, tables=[tables[RUNTIMES], tables[TASKS]])
+    Base.metadata.create_all(conn, tables=[tables[RUNTIMES], tables[TASKS], tables[INBOX]])
     present = {column["name"] for column in inspect(conn).get_columns(CHILDREN)}
     for name, statement in _CLAIM_COLUMNS.items():
         if name not in present:

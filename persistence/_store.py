@@ -39,6 +39,7 @@ from persistence._codec import (
     stored_events,
 )
 from persistence._database import Database
+from persistence._inbox import Inbox
 from persistence._ledger import (
     Fence,
     Settlement,
@@ -157,6 +158,8 @@ class SqlStore:
             self._sql.placeholder, row_locks=self._sql.lock_child is not None
         )
         self._claims = Claims(self)
+        self.inbox = Inbox(self) if self._db.backend.name == "postgresql" else None
+        """Messages forwarded between runtimes (PostgreSQL; None on SQLite, SPEC §9)."""
         self.ledger = TaskLedger(self._db, self._run)
         """The store's Tasks and runtimes (SPEC §9)."""
         try:

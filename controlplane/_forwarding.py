@@ -1,0 +1,306 @@
+"""Routing across runtimes on PostgreSQL: a send to a child that another live runtime runs
+is forwarded to it through the database (SPEC §9).
+
+The sender (runtime B) writes the message to the store's inbox and notifies the holder
+(runtime A) in one transaction, then waits for A's answer. A's listener hands the message to
+a worker, which takes it (compare-and-set), sends it to the child's supervisor as a
+steer-only message, commits the steering record as a local steer does, and writes the answer
+and notifies B in one transaction. The promise is the local one, exactly once or not
+delivered:
+
+- A never took it within `TAKE_S` (stopped, overloaded, deaf): B takes it back
+  (compare-and-set) and raises ``NOT_DELIVERED``; A can no longer take it.
+- A took it and answered: B returns A's answer (``steered`` with A's Task id, or A's
+  refusal raised as such).
+- A took it and died before answering: B settles A's Tasks ``interrupted`` (which takes A's
+  claim and its fencing number away, so A can never write again), then looks for the
+  steering record, which names the inbox id: found, ``steered`` with the Task of its turn;
+  not found, ``NOT_DELIVERED``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+from controlplane._content import MessageSource, TextBlock
+from controlplane._errors import ErrorCode, SubagentControlError
+from controlplane._session import EventKind
+from controlplane._spec import SendResult
+from controlplane._task_types import TaskSnapshot
+
+if TYPE_CHECKING:
+    from controlplane._runtime import Runtime
+    from persistence import Inbox, InboxItem, Listener, SqlStore
+
+__all__ = ["TAKE_S", "Forwarder"]
+
+log = logging.getLogger(__name__)
+
+TAKE_S = 3.0
+"""How long a forwarded message waits for its target to take it before it is taken back."""
+_POLL_S = 0.5
+_READY_S = 10.0
+_WORKERS = 8
+
+Serve = Callable[["InboxItem"], SendResult]
+"""Deliver a message taken from the inbox here (steer only); raises the refusal."""
+KillHere = Callable[[str, str], bool]
+"""Abort a Task of this runtime, given its id and the reason; False if it is not here."""
+
+
+class Forwarder:
+    """This runtime's end of the forwarding: it sends messages to other runtimes and
+    serves the ones they send here.
+
+    Args:
+        runtime: This runtime (its id, and whether another one is dead).
+        store: The shared store (PostgreSQL: it has an inbox).
+        serve: Delivers a message forwarded here to the child's supervisor, steer only.
+        kill_here: Kills a Task of this runtime whose kill was forwarded here.
+    """
+
+    def __init__(
+        self, runtime: Runtime, store: SqlStore, serve: Serve, kill_here: KillHere
+    ) -> None:
+        assert store.inbox is not None
+        self._runtime = runtime
+        self._store = store
+        self._inbox: Inbox = store.inbox
+        self._serve = serve
+        self._kill_here = kill_here
+        self._lock = threading.Lock()
+        self._waiting: dict[str, threading.Event] = {}
+        self._answers: dict[str, dict[str, Any]] = {}  # heard in notifications
+        self._workers = ThreadPoolExecutor(_WORKERS, thread_name_prefix="subagent-forwarded")
+        self._listener: Listener = self._inbox.listen(
+            runtime.id, on_message=self._on_message, on_reply=self._on_reply
+        )
+        if not self._listener.wait_ready(_READY_S):
+            log.warning("runtime %s: not listening yet; messages to it wait", runtime.id)
+
+    def stop_listening(self) -> None:
+        """Take no more messages (close has begun); those taken are still answered."""
+        self._listener.close()
+
+    def close(self) -> None:
+        """Stop listening and wait for the messages being served to be answered."""
+        self._listener.close()
+        self._workers.shutdown(wait=True)
+
+    def holder_of(self, child_id: str) -> str | None:
+        """The runtime that holds the child's claim now, if another one does."""
+        holder = self._inbox.holder_of(child_id)
+        return None if holder == self._runtime.id else holder
+
+    # -- the sender's side ---------------------------------------------------------------
+
+    def forward(
+        self,
+        child_id: str,
+        holder: str,
+        *,
+        parent_session: str,
+        message: tuple[TextBlock, ...],
+        source: MessageSource,
+    ) -> SendResult:
+        """Send ``message`` to ``child_id``'s activation in runtime ``holder``.
+
+        Raises:
+            SubagentControlError: the holder's refusal, or ``NOT_DELIVERED`` when it never
+                took the message or died without delivering it.
+        """
+        inbox_id = uuid.uuid4().hex
+        with self._posted(inbox_id) as woken:
+            self._inbox.post(
+                inbox_id,
+                child_id=child_id,
+                target=holder,
+                sender=self._runtime.id,
+                parent_session=parent_session,
+                message=[block.model_dump(mode="json") for block in message],
+                source=source.model_dump(mode="json"),
+            )
+            reply = self._outcome(inbox_id, child_id, holder, woken)
+        if reply is None:
+            return self._decide_without(inbox_id, child_id, holder)
+        return _answer_of(reply, child_id, holder)
+
+    def kill(self, task: TaskSnapshot, reason: str) -> None:
+        """`tasks.kill` of ``task``, which runs in another live runtime: the kill is
+        forwarded there, and returns once that runtime has aborted it (settlement follows,
+        as for a local kill). A runtime that dies first leaves its Task ``interrupted``.
+
+        Raises:
+            SubagentControlError: ``NOT_DELIVERED`` if that runtime did not take it.
+        """
+        holder = task.runtime_id or ""
+        inbox_id = uuid.uuid4().hex
+        with self._posted(inbox_id) as woken:
+            self._inbox.post(
+                inbox_id,
+                kind="kill",
+                child_id=task.child_id or "",
+                target=holder,
+                sender=self._runtime.id,
+                parent_session=task.owner_session,
+                message=[],
+                source={"task_id": task.id, "reason": reason},
+            )
+            try:
+                reply = self._outcome(inbox_id, task.child_id or "", holder, woken)
+            except SubagentControlError as exc:
+                exc.task_id = task.id
+                raise
+        if reply is None:  # it died with the Task: the sweep settles it `interrupted`
+            self._runtime.sweep()
+
+    @contextlib.contextmanager
+    def _posted(self, inbox_id: str) -> Iterator[threading.Event]:
+        """Wait for ``inbox_id``'s answer while the block runs; forget the row after it."""
+        woken = threading.Event()
+        with self._lock:
+            self._waiting[inbox_id] = woken
+        try:
+            yield woken
+        finally:
+            with self._lock:
+                self._waiting.pop(inbox_id, None)
+                self._answers.pop(inbox_id, None)
+            # Off the caller's path: the outcome is decided, the row is only clutter now.
+            with contextlib.suppress(RuntimeError):  # closing: a leftover row harms nothing
+                self._workers.submit(self._forget, inbox_id)
+
+    def _forget(self, inbox_id: str) -> None:
+        try:
+            self._inbox.forget(inbox_id)
+        except SubagentControlError as exc:  # a leftover row harms nothing
+            log.warning("forwarded message %s: not forgotten (%s)", inbox_id, exc.message)
+
+    def _outcome(
+        self,
+        inbox_id: str,
+        child_id: str,
+        holder: str,
+        woken: threading.Event,
+    ) -> dict[str, Any] | None:
+        """The holder's answer; None if it took the message and died without one (then
+        it can no longer answer: its late answer is dropped).
+
+        Raises:
+            SubagentControlError: ``NOT_DELIVERED`` if it did not take it in time.
+        """
+        take_by = time.monotonic() + TAKE_S
+        while True:
+            woken.wait(max(0.0, min(_POLL_S, take_by - time.monotonic())))
+            woken.clear()
+            with self._lock:
+                heard = self._answers.pop(inbox_id, None)
+            if heard is not None:
+                return heard
+            state, reply = self._inbox.state_of(inbox_id)
+            if state == "answered" and reply is not None:
+                return reply
+            if state is None or state == "abandoned":  # never so while we wait; be safe
+                return None
+            if state == "pending":
+                if time.monotonic() >= take_by and self._inbox.abandon(inbox_id, state="pending"):
+                    raise _not_delivered(
+                        child_id, f"runtime {holder} did not take it within {TAKE_S:g} s"
+                    )
+                continue
+            if state == "taken" and not self._runtime.is_dead_id(holder):
+                take_by = time.monotonic() + _POLL_S  # only the poll bounds the wait now
+                continue
+            if self._inbox.abandon(inbox_id, state="taken"):
+                return None
+            # It answered at the last moment: read it on the next round.
+
+    def _decide_without(self, inbox_id: str, child_id: str, holder: str) -> SendResult:
+        """The holder took the message and died: whether it was delivered is in the
+        transcript, once the holder can no longer write to it."""
+        self._runtime.sweep()  # its Tasks interrupted, its claims and fencing numbers gone
+        events = self._store.load(child_id).events
+        task_of_turn: dict[int, str] = {}
+        for event in events:
+            if event.kind == EventKind.TURN_START and isinstance(event.data, dict):
+                task_of_turn[event.turn] = str(event.data.get("task_id"))
+            if (
+                event.kind == EventKind.STEERING_MESSAGE
+                and isinstance(event.data, dict)
+                and event.data.get("forwarded") == inbox_id
+                and event.turn in task_of_turn
+            ):
+                return SendResult(route="steered", task_id=task_of_turn[event.turn])
+        raise _not_delivered(child_id, f"runtime {holder} ended before it delivered it")
+
+    # -- the holder's side ---------------------------------------------------------------
+
+    def _on_reply(self, inbox_id: str, answer: dict[str, Any] | None) -> None:
+        with self._lock:
+            woken = self._waiting.get(inbox_id)
+            if woken is not None and answer is not None:
+                self._answers[inbox_id] = answer
+        if woken is not None:
+            woken.set()
+
+    def _on_message(self, inbox_id: str) -> None:
+        # On a worker: taking and delivering wait for the database and the supervisor,
+        # and the listener must keep hearing answers meanwhile.
+        with contextlib.suppress(RuntimeError):  # closing: its sender takes it back
+            self._workers.submit(self._take, inbox_id)
+
+    def _take(self, inbox_id: str) -> None:
+        try:
+            item = self._inbox.take(inbox_id, self._runtime.id)
+            if item is None:
+                return  # its sender gave up on it first: never delivered
+            reply = self._deliver(item)
+            if not self._inbox.answer(inbox_id, item.sender_runtime, reply):
+                log.warning("forwarded message %s: answered after its sender left", inbox_id)
+        except Exception:  # unanswered, its sender decides from the transcript
+            log.exception("forwarded message %s: serving it failed", inbox_id)
+
+    def _deliver(self, item: InboxItem) -> dict[str, Any]:
+        if item.kind == "kill":
+            task_id = str(item.source.get("task_id"))
+            self._kill_here(task_id, str(item.source.get("reason")))
+            # Not running here any more: it settled meanwhile, so there is nothing to kill.
+            return {"route": "killed", "task_id": task_id}
+        try:
+            sent = self._serve(item)
+        except SubagentControlError as exc:
+            return {"code": exc.code.value, "message": exc.message, "task_id": exc.task_id}
+        except Exception as exc:
+            return {
+                "code": ErrorCode.INTERNAL.value,
+                "message": f"internal error ({exc}); the message was not delivered",
+                "task_id": None,
+            }
+        return {"route": sent.route, "task_id": sent.task_id}
+
+
+def _answer_of(reply: dict[str, Any], child_id: str, holder: str) -> SendResult:
+    if "route" in reply:
+        return SendResult(route=reply["route"], task_id=reply["task_id"])
+    raise SubagentControlError(
+        ErrorCode(reply["code"]),
+        f"{reply['message']} (answered by runtime {holder}, which runs the child)",
+        child_id=child_id,
+        task_id=reply.get("task_id"),
+    )
+
+
+def _not_delivered(child_id: str, why: str) -> SubagentControlError:
+    return SubagentControlError(
+        ErrorCode.NOT_DELIVERED,
+        f"child {child_id} runs in another runtime and {why}; the message was not "
+        "delivered; retry it",
+        child_id=child_id,
+    )

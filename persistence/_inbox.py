@@ -1,0 +1,296 @@
+"""Forwarding between runtimes on PostgreSQL: the inbox rows and the LISTEN connection
+(SPEC §9, routing across runtimes).
+
+A runtime sending to a child that another live runtime runs writes the message as an inbox
+row and notifies that runtime, in one transaction; the target takes it with
+compare-and-set (``pending`` → ``taken``), so a message the sender gave up on
+(``pending`` → ``abandoned``) can never be delivered late. The target writes its answer and
+notifies the sender, again in one transaction. Notifications only wake the waiters up:
+every decision reads the row, so a lost notification costs time, never a message.
+
+Each runtime listens on one channel derived from its id, on a connection of its own, in
+one thread (`Listener`); what it hears is handed to a callback that must not block.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from persistence._schema import CHILDREN, INBOX
+
+if TYPE_CHECKING:
+    from persistence._store import SqlStore
+
+__all__ = ["Inbox", "InboxItem", "Listener", "channel_of"]
+
+log = logging.getLogger(__name__)
+
+_POLL_S = 0.25
+_RECONNECT_S = 0.5
+
+MESSAGE = "m"
+"""Notification kind: a message waits in the inbox for the listening runtime."""
+REPLY = "r"
+"""Notification kind: the answer to a message the listening runtime forwarded is in."""
+
+
+def channel_of(runtime_id: str) -> str:
+    """The NOTIFY channel of a runtime: short (PostgreSQL allows 63 bytes) and a plain
+    identifier whatever the runtime id holds (a host name may have dots or capitals)."""
+    return "subagent_" + hashlib.sha256(runtime_id.encode()).hexdigest()[:40]
+
+
+@dataclass(frozen=True, slots=True)
+class InboxItem:
+    """A forwarded message, as its target took it."""
+
+    inbox_id: str
+    kind: str
+    """``send`` (a message to steer with) or ``kill`` (``source`` names the Task)."""
+    child_id: str
+    sender_runtime: str
+    parent_session: str
+    message: list[dict[str, Any]]
+    source: dict[str, Any]
+
+
+class Inbox:
+    """The store's inbox operations (PostgreSQL only); each is one short transaction."""
+
+    def __init__(self, store: SqlStore) -> None:
+        self._s = store
+
+    def post(
+        self,
+        inbox_id: str,
+        *,
+        kind: str = "send",
+        child_id: str,
+        target: str,
+        sender: str,
+        parent_session: str,
+        message: list[dict[str, Any]],
+        source: dict[str, Any],
+    ) -> None:
+        """Write the message for ``target`` and notify it, in one transaction."""
+
+        def op(_attempt: int) -> None:
+            with self._s._db.cursor(write=True) as cursor:
+                cursor.execute(
+                    _POST,
+                    (inbox_id, kind, child_id, target, sender, parent_session,
+                     json.dumps(message), json.dumps(source)),
+                )  # fmt: skip
+                cursor.execute(_NOTIFY, (channel_of(target), f"{MESSAGE}:{inbox_id}"))
+
+        self._s._run(f"forward a message to runtime {target}", op)
+
+    def take(self, inbox_id: str, runtime_id: str) -> InboxItem | None:
+        """Take a pending message addressed to ``runtime_id``; None if it is not pending
+        (its sender gave up, or it was taken already)."""
+
+        def op(attempt: int) -> tuple[Any, ...] | None:
+            # A retry also finds it 'taken': our first attempt may have committed, unheard
+            # (one notification per message, so nobody else takes it twice).
+            states = ("pending", "taken") if attempt > 1 else ("pending", "pending")
+            with self._s._db.cursor(write=True) as cursor:
+                cursor.execute(
+                    _TAKE,
+                    (inbox_id, runtime_id, *states),
+                )
+                row = cursor.fetchone()
+            return None if row is None else tuple(row)
+
+        row = self._s._run(f"take forwarded message {inbox_id}", op)
+        if row is None:
+            return None
+        kind, child_id, sender, parent_session, message, source = row
+        return InboxItem(
+            inbox_id=inbox_id,
+            kind=kind,
+            child_id=child_id,
+            sender_runtime=sender,
+            parent_session=parent_session,
+            message=json.loads(message),
+            source=json.loads(source),
+        )
+
+    def answer(self, inbox_id: str, sender: str, reply: dict[str, Any]) -> bool:
+        """Record the answer to a taken message and notify its sender, in one
+        transaction; False if the sender no longer waits for it (it decided without)."""
+
+        def op(_attempt: int) -> bool:
+            with self._s._db.cursor(write=True) as cursor:
+                text = json.dumps(reply)
+                cursor.execute(
+                    _ANSWER,
+                    (text, inbox_id),
+                )
+                answered = cursor.rowcount == 1
+                if answered:
+                    # The answer rides along when it fits (saving the sender a read); the
+                    # row holds it either way.
+                    payload = f"{REPLY}:{inbox_id}"
+                    if len(text) < _PAYLOAD_LIMIT:
+                        payload += f":{text}"
+                    cursor.execute(_NOTIFY, (channel_of(sender), payload))
+            return answered
+
+        return self._s._run(f"answer forwarded message {inbox_id}", op)
+
+    def abandon(self, inbox_id: str, *, state: str) -> bool:
+        """Give a message up if it is still in ``state`` (``pending``: never delivered;
+        ``taken``: its target is dead); whether this call did."""
+
+        def op(_attempt: int) -> bool:
+            with self._s._db.cursor(write=True) as cursor:
+                cursor.execute(
+                    _ABANDON,
+                    (inbox_id, state),
+                )
+                return cursor.rowcount == 1
+
+        return self._s._run(f"abandon forwarded message {inbox_id}", op)
+
+    def state_of(self, inbox_id: str) -> tuple[str | None, dict[str, Any] | None]:
+        """The message's state and answer (None, None once it is gone)."""
+
+        def op(_attempt: int) -> tuple[str | None, dict[str, Any] | None]:
+            with self._s._db.cursor(write=False) as cursor:
+                cursor.execute(_STATE, (inbox_id,))
+                row = cursor.fetchone()
+            if row is None:
+                return None, None
+            return row[0], None if row[1] is None else json.loads(row[1])
+
+        return self._s._run(f"read forwarded message {inbox_id}", op)
+
+    def forget(self, inbox_id: str) -> None:
+        """Delete the row once its sender has the outcome."""
+
+        def op(_attempt: int) -> None:
+            with self._s._db.cursor(write=True) as cursor:
+                cursor.execute(_FORGET, (inbox_id,))
+
+        self._s._run(f"forget forwarded message {inbox_id}", op)
+
+    def holder_of(self, child_id: str) -> str | None:
+        """The runtime whose claim the child carries now (None: unclaimed or unknown)."""
+
+        def op(_attempt: int) -> str | None:
+            with self._s._db.cursor(write=False) as cursor:
+                cursor.execute(_HOLDER, (child_id,))
+                row = cursor.fetchone()
+            return None if row is None else row[0]
+
+        return self._s._run(f"read the claim of child {child_id}", op)
+
+    def listen(
+        self,
+        runtime_id: str,
+        *,
+        on_message: Callable[[str], None],
+        on_reply: Callable[[str, dict[str, Any] | None], None],
+    ) -> Listener:
+        """Start listening on ``runtime_id``'s channel. For each notification, on the
+        listener's thread, ``on_message(inbox_id)`` (a message waits to be taken) or
+        ``on_reply(inbox_id, answer)`` (an answer is in; None if it did not fit into
+        the notification); neither may block."""
+        return Listener(self._s, channel_of(runtime_id), on_message, on_reply)
+
+
+# PostgreSQL's placeholders: the inbox is PostgreSQL's only.
+_POST = (
+    f"INSERT INTO {INBOX} (inbox_id, kind, child_id, target_runtime, sender_runtime, "
+    "parent_session, message, source, state, created_at) VALUES "
+    "(%s, %s, %s, %s, %s, %s, %s, %s, 'pending', now()) ON CONFLICT DO NOTHING"
+)
+_TAKE = (
+    f"UPDATE {INBOX} SET state = 'taken' WHERE inbox_id = %s AND target_runtime = %s "
+    "AND state IN (%s, %s) "
+    "RETURNING kind, child_id, sender_runtime, parent_session, message, source"
+)
+_ANSWER = (
+    f"UPDATE {INBOX} SET state = 'answered', reply = %s "
+    "WHERE inbox_id = %s AND state IN ('taken', 'answered')"
+)
+_ABANDON = (
+    f"UPDATE {INBOX} SET state = 'abandoned' WHERE inbox_id = %s AND state IN (%s, 'abandoned')"
+)
+_STATE = f"SELECT state, reply FROM {INBOX} WHERE inbox_id = %s"
+_FORGET = f"DELETE FROM {INBOX} WHERE inbox_id = %s"
+_HOLDER = f"SELECT claim_runtime FROM {CHILDREN} WHERE child_id = %s"
+_NOTIFY = "SELECT pg_notify(%s, %s)"
+_PAYLOAD_LIMIT = 7000  # PostgreSQL's is 8000 bytes; JSON text here is mostly ASCII
+
+
+class Listener:
+    """One thread with its own connection, listening on one channel (reconnecting if the
+    connection drops: a notification missed meanwhile only delays its waiter)."""
+
+    def __init__(
+        self,
+        store: SqlStore,
+        channel: str,
+        on_message: Callable[[str], None],
+        on_reply: Callable[[str, dict[str, Any] | None], None],
+    ) -> None:
+        self._store = store
+        self._channel = channel
+        self._on_message = on_message
+        self._on_reply = on_reply
+        self._stopped = threading.Event()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"{channel}-listener", daemon=True)
+        self._thread.start()
+
+    def wait_ready(self, timeout_s: float) -> bool:
+        """Wait until it listens (a message posted before that would go unheard)."""
+        return self._ready.wait(timeout_s)
+
+    def close(self) -> None:
+        """Stop listening and wait for the thread (at most one poll interval)."""
+        self._stopped.set()
+        self._thread.join(_POLL_S * 8)
+
+    def _run(self) -> None:
+        while not self._stopped.is_set():
+            try:
+                self._listen()
+            except Exception as exc:  # a dropped connection: listen again
+                log.warning("listener %s: %s; listening again", self._channel, exc)
+                self._stopped.wait(_RECONNECT_S)
+
+    def _listen(self) -> None:
+        raw = self._store._db.engine.raw_connection()
+        conn: Any = raw.driver_connection
+        raw.detach()  # this connection is the listener's, never the pool's again
+        try:
+            conn.rollback()
+            conn.autocommit = True
+            from psycopg import sql  # here only: PostgreSQL's driver, present with it
+
+            listen = sql.SQL("LISTEN {}").format(sql.Identifier(self._channel))
+            conn.execute(listen)
+            self._ready.set()
+            while not self._stopped.is_set():
+                for notice in conn.notifies(timeout=_POLL_S):
+                    kind, _, rest = str(notice.payload).partition(":")
+                    inbox_id, _, answer = rest.partition(":")
+                    try:
+                        if kind == MESSAGE:
+                            self._on_message(inbox_id)
+                        elif kind == REPLY:
+                            self._on_reply(inbox_id, json.loads(answer) if answer else None)
+                    except Exception:  # a bug in a callback must not end the listening
+                        log.exception("listener %s: handling %s failed", self._channel, notice)
+        finally:
+            with contextlib.suppress(Exception):
+                raw.close()

@@ -1,0 +1,238 @@
+"""SPEC §9 routing across runtimes: a send from this process (runtime B) to a child whose
+activation runs in another process (runtime A) is forwarded to A through PostgreSQL and
+answered there, exactly once or not delivered. On SQLite it is refused with
+``OWNERSHIP_CONFLICT`` naming A.
+
+Real OS processes (``restart_child.py``, ``claim_child.py``); every process a test starts
+is reaped, pass or fail.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from controlplane import (
+    ErrorCode,
+    EventKind,
+    SessionEvent,
+    SubagentControl,
+    SubagentControlError,
+    TaskStatus,
+    TextBlock,
+)
+from controlplane._forwarding import TAKE_S
+from tests.fakes import FakeProvider
+from tests.reliability.test_claims import Sender
+from tests.reliability.test_restarts import Child
+from tests.support import WAIT_S, idle_child
+
+pytestmark = pytest.mark.slow
+
+ROUNDS = 8
+
+
+@pytest.fixture
+def url(store_url: str) -> str:
+    return store_url
+
+
+@pytest.fixture
+def reaped() -> Iterator[list[Sender | Child]]:
+    made: list[Sender | Child] = []
+    yield made
+    for proc in made:
+        proc.reap()
+
+
+@pytest.fixture
+def control(url: str) -> Iterator[SubagentControl]:
+    control = SubagentControl.open(url, lease_ttl_s=30.0)
+    control.providers.register(FakeProvider())
+    yield control
+    control.close()
+
+
+def _postgres(url: str) -> bool:
+    return url.startswith("postgresql")
+
+
+def _carrying(events: list[SessionEvent], text: str) -> list[SessionEvent]:
+    return [e for e in events if isinstance(e.data, dict) and e.data.get("text") == text]
+
+
+def _opened_by(events: list[SessionEvent]) -> dict[str, int]:
+    return {
+        e.data["task_id"]: e.turn
+        for e in events
+        if e.kind == EventKind.TURN_START and isinstance(e.data, dict)
+    }
+
+
+def test_a_send_from_another_process_steers_its_running_child_exactly_once(
+    url: str, control: SubagentControl, reaped: list[Sender | Child]
+) -> None:
+    owner = Child(url, lease_ttl_s=30.0)
+    reaped.append(owner)
+    ready = owner.ready
+    parent = control.agents.register("restart-parent")
+    child = ready["running_child"]
+    assert control.store is not None
+
+    if not _postgres(url):
+        with pytest.raises(SubagentControlError) as refused:
+            control.send_message(parent, child, [TextBlock(text="from B")])
+        assert refused.value.code is ErrorCode.OWNERSHIP_CONFLICT
+        assert ready["runtime_id"] in refused.value.message
+        assert _carrying(control.store.load(child).events, "from B") == []
+        return
+
+    sent = control.send_message(parent, child, [TextBlock(text="from B")])
+    assert (sent.route, sent.task_id) == ("steered", ready["running_task"])
+    events = control.store.load(child).events  # durable before `steered` came back
+    (record,) = _carrying(events, "from B")
+    assert record.kind == EventKind.STEERING_MESSAGE
+    assert record.turn == _opened_by(events)[ready["running_task"]]
+    assert record.data["forwarded"]
+    assert record.source is not None
+    assert record.source.sender_session_id == "restart-parent"
+    # A's Task still runs there, and this runtime started nothing.
+    tasks = {t.id: t.status for t in control.tasks.list(parent)}
+    assert tasks == {
+        ready["done_task"]: TaskStatus.COMPLETED,
+        ready["running_task"]: TaskStatus.RUNNING,
+    }
+
+
+def test_a_forwarded_send_racing_the_end_of_the_turn_is_steered_or_not_delivered(
+    url: str, control: SubagentControl, reaped: list[Sender | Child]
+) -> None:
+    parent = control.agents.register("claim-parent")
+    child = idle_child(control, parent)
+    owner = Sender(url, child, "a")
+    reaped.append(owner)
+    assert owner.next_line().startswith("ready ")
+    steered: dict[str, str] = {}  # message text -> Task id
+    started: dict[str, str] = {}
+    refused: dict[str, ErrorCode] = {}
+    for number in range(ROUNDS):
+        owner.say(f"go {number}")
+        answer = owner.next_line()
+        if answer.startswith("started "):
+            started[f"a-{number}"] = answer.split()[1]
+        text = f"b-{number}"  # sent while A's 20 ms turn runs, or just after it ended
+        try:
+            sent = control.send_message(parent, child, [TextBlock(text=text)])
+        except SubagentControlError as exc:
+            refused[text] = exc.code
+        else:
+            (steered if sent.route == "steered" else started)[text] = sent.task_id
+            if sent.route == "started":
+                done = control.tasks.wait(sent.task_id, timeout=WAIT_S, requester=parent)
+                assert done.status is TaskStatus.COMPLETED
+        if answer.startswith("started "):
+            assert owner.next_line() == "settled completed"
+    owner.say("quit")
+    assert owner.next_line() == "closed"
+
+    assert control.store is not None
+    events = control.store.load(child).events
+    opened_by = _opened_by(events)
+    for text, task_id in steered.items():
+        (record,) = _carrying(events, text)  # exactly once, in the turn of its Task
+        assert record.kind == EventKind.STEERING_MESSAGE
+        assert record.turn == opened_by[task_id]
+    for text, task_id in started.items():
+        (record,) = _carrying(events, text)
+        assert record.kind == EventKind.USER_MESSAGE
+        assert record.turn == opened_by[task_id]
+    allowed = {ErrorCode.NOT_DELIVERED}
+    if not _postgres(url):
+        allowed.add(ErrorCode.OWNERSHIP_CONFLICT)  # SQLite does not forward
+    for text, code in refused.items():
+        assert code in allowed, (text, code)
+        assert _carrying(events, text) == []  # not delivered: nowhere
+    if _postgres(url):
+        assert steered or refused  # some sends met A's running turn
+
+
+def test_a_message_the_owner_never_takes_is_not_delivered_within_a_bound_and_is_nowhere(
+    url: str, control: SubagentControl, reaped: list[Sender | Child]
+) -> None:
+    if not _postgres(url):
+        pytest.skip("forwarding is PostgreSQL's; SQLite refuses at once")
+    owner = Child(url, lease_ttl_s=30.0)
+    reaped.append(owner)
+    ready = owner.ready
+    parent = control.agents.register("restart-parent")
+    child = ready["running_child"]
+    assert control.store is not None
+    owner.proc.send_signal(signal.SIGSTOP)
+    try:
+        began = time.monotonic()
+        with pytest.raises(SubagentControlError) as refused:
+            control.send_message(parent, child, [TextBlock(text="never taken")])
+        took = time.monotonic() - began
+    finally:
+        owner.proc.send_signal(signal.SIGCONT)
+    assert refused.value.code is ErrorCode.NOT_DELIVERED
+    assert took < TAKE_S + WAIT_S / 2
+    # Awake again, the owner hears the old notification but can no longer take the
+    # message; a new one is steered, and only the new one is in the transcript.
+    sent = control.send_message(parent, child, [TextBlock(text="taken")])
+    assert (sent.route, sent.task_id) == ("steered", ready["running_task"])
+    events = control.store.load(child).events
+    assert _carrying(events, "never taken") == []
+    (record,) = _carrying(events, "taken")
+    assert record.kind == EventKind.STEERING_MESSAGE
+
+
+def test_a_kill_from_another_process_kills_the_task_where_it_runs(
+    url: str, control: SubagentControl, reaped: list[Sender | Child]
+) -> None:
+    owner = Child(url, lease_ttl_s=30.0)
+    reaped.append(owner)
+    ready = owner.ready
+    parent = control.agents.register("restart-parent")
+    task_id = ready["running_task"]
+    if not _postgres(url):
+        with pytest.raises(SubagentControlError) as refused:
+            control.tasks.kill(task_id, requester=parent)
+        assert refused.value.code is ErrorCode.OWNERSHIP_CONFLICT
+        assert ready["runtime_id"] in refused.value.message
+        return
+    control.tasks.kill(task_id, requester=parent)
+    done = control.tasks.wait(task_id, timeout=WAIT_S, requester=parent)
+    assert done.status is TaskStatus.KILLED
+    assert done.runtime_id == ready["runtime_id"]  # settled there, not interrupted here
+
+
+def test_a_message_whose_holder_died_after_taking_it_is_decided_by_the_transcript(
+    url: str, control: SubagentControl, reaped: list[Sender | Child]
+) -> None:
+    if not _postgres(url):
+        pytest.skip("forwarding is PostgreSQL's")
+    owner = Child(url, lease_ttl_s=30.0)
+    reaped.append(owner)
+    ready = owner.ready
+    parent = control.agents.register("restart-parent")
+    child = ready["running_child"]
+    assert control.send_message(parent, child, [TextBlock(text="kept")]).route == "steered"
+    assert control.store is not None
+    (record,) = _carrying(control.store.load(child).events, "kept")
+    owner.proc.send_signal(signal.SIGKILL)
+    owner.proc.wait(10)
+    # What the sender does when the holder took a message and died unanswered: the dead
+    # runtime is fenced off first, then the steering record (which names the inbox id) says.
+    forwarder = control._forwarder
+    assert forwarder is not None
+    decided = forwarder._decide_without(record.data["forwarded"], child, ready["runtime_id"])
+    assert (decided.route, decided.task_id) == ("steered", ready["running_task"])
+    with pytest.raises(SubagentControlError) as lost:
+        forwarder._decide_without("never-written", child, ready["runtime_id"])
+    assert lost.value.code is ErrorCode.NOT_DELIVERED
+    running = control.tasks.get(ready["running_task"], requester=parent)
+    assert running.status is TaskStatus.INTERRUPTED
