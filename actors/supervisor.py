@@ -457,6 +457,7 @@ class ChildSupervisor(Actor):
                 task_status=(status or TaskStatus.RUNNING).value,
                 cancel_reason=current.signal.reason,
                 age_s=time.monotonic() - current.started,
+                fence=current.plan.fence,
             )
         return SupervisorNode(
             child_id=self._child_id,

@@ -449,7 +449,9 @@ class SubagentControl:
                 nodes = self._root.describe_all(timeout_s)
             except (pykka.ActorDeadError, pykka.Timeout):
                 nodes = []
-        return ActorTree(taken_at=utcnow(), closed=self._closed, supervisors=nodes)
+        return ActorTree(
+            taken_at=utcnow(), closed=self._closed, supervisors=nodes, runtime_id=self._runtime_id
+        )
 
     def serve_admin(self, path: str | os.PathLike[str]) -> AdminServer:
         """Serve the read-only admin socket (mode 0600) at ``path`` until `close`."""

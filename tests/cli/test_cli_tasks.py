@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import threading
 
 import pytest
 
 from controlplane import SubagentControl
 from controlplane._cli import main
 from tests.fakes import FakeProvider
-from tests.support import idle_child
+from tests.support import idle_child, text, wait_published
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
@@ -49,6 +50,32 @@ def test_tasks_and_runtimes_are_listed_from_the_store_after_the_runtime_closed(
     assert runtime["alive"] is False  # closed
     assert runtime["running_tasks"] == 0
     assert runtime["closed_at"] is not None
+    assert runtime["claims"] == []  # each turn's end released its claim
+
+
+def test_runtimes_show_which_runtime_holds_which_child_and_its_fence(
+    sqlite_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    gate = threading.Event()
+    provider = FakeProvider()
+    with SubagentControl.open(sqlite_url) as control:
+        control.providers.register(provider)
+        parent = control.agents.register("parent-1")
+        child = idle_child(control, parent)
+        provider.plan(result_gate=gate)
+        sent = control.send_message(parent, child, text("again"))
+        wait_published(control, child)
+        status, out = run(capsys, "runtimes", "--db", sqlite_url, "--json")
+        assert status == 0
+        (runtime,) = [json.loads(line) for line in out.splitlines()]
+        assert runtime["runtime_id"] == control.runtime_id
+        assert runtime["claims"] == [{"child_id": child, "task_id": sent.task_id, "fence": 2}]
+        status, out = run(capsys, "runtimes", "--db", sqlite_url)
+        assert f"{child}@2" in out
+        (node,) = control.dump_tree(timeout_s=1.0).supervisors
+        assert node.activation is not None
+        assert node.activation.fence == 2
+        gate.set()
 
 
 def test_an_empty_store_says_so(sqlite_url: str, capsys: pytest.CaptureFixture[str]) -> None:
