@@ -58,9 +58,11 @@ def test_retained_memory_stays_flat_once_more_tasks_have_settled_than_it_keeps(
     finally:
         tracemalloc.stop()
 
-    # Unbounded, each settled Task kept its record, snapshot, signal and notice (~2 KiB);
-    # bounded, what grows is noise (caches, the allocator), far below one Task each.
-    assert after - mid < ROUNDS * 256, f"{(after - mid) / ROUNDS:.0f} B per activation"
+    # Unbounded, each settled Task kept its record, snapshot, signal and notice (measured
+    # ~1.9 KB per activation with this test); bounded, what grows is noise from every
+    # thread of the process (caches, the allocator: 0–0.3 KB measured, more on a loaded
+    # machine), so the bar sits halfway.
+    assert after - mid < ROUNDS * 1024, f"{(after - mid) / ROUNDS:.0f} B per activation"
     # A Task that left memory still answers, from the store.
     oldest = control.tasks.get(first_ids[0], requester=parent)
     assert oldest.status is TaskStatus.COMPLETED
