@@ -17,9 +17,9 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import IO, TYPE_CHECKING, Any, Final
+from typing import IO, TYPE_CHECKING, Any, Final, TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from controlplane._admin import TREE_OP, encode_line
 from controlplane._errors import ErrorCode, SubagentControlError
@@ -75,6 +75,9 @@ class _Exit(Exception):
         super().__init__(message)
         self.status = status
         self.message = message
+
+
+M = TypeVar("M", bound=BaseModel)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -448,25 +451,20 @@ def _run_children(args: argparse.Namespace, out: IO[str]) -> None:
         children = store.list_children(args.parent)
     finally:
         store.close()
-    if args.json:
-        for meta in children:
-            out.write(meta.model_dump_json() + "\n")
-        return
-    if not children:
-        scope = f" of parent {args.parent}" if args.parent else ""
-        out.write(escape_controls(f"(no children{scope})") + "\n")
-        return
-    rows = [
-        (
+    _write_list(
+        out,
+        children,
+        as_json=args.json,
+        empty=f"(no children{f' of parent {args.parent}' if args.parent else ''})",
+        header=("CHILD", "PARENT", "DEPTH", "CREATED", "LABEL"),
+        row=lambda meta: (
             meta.child_id,
             meta.parent_session,
             str(meta.depth),
             meta.created_at.isoformat(timespec="seconds"),
             meta.label or "",
-        )
-        for meta in children
-    ]
-    _write_table(out, ("CHILD", "PARENT", "DEPTH", "CREATED", "LABEL"), rows)
+        ),
+    )
 
 
 def _run_tasks(args: argparse.Namespace, out: IO[str]) -> None:
@@ -475,16 +473,13 @@ def _run_tasks(args: argparse.Namespace, out: IO[str]) -> None:
         tasks = store.ledger.recent(args.owner) if store.keeps_tasks else []
     finally:
         store.close()
-    if args.json:
-        for task in tasks:
-            out.write(task.model_dump_json() + "\n")
-        return
-    if not tasks:
-        scope = f" of session {args.owner}" if args.owner else ""
-        out.write(escape_controls(f"(no tasks{scope})") + "\n")
-        return
-    rows = [
-        (
+    _write_list(
+        out,
+        tasks,
+        as_json=args.json,
+        empty=f"(no tasks{f' of session {args.owner}' if args.owner else ''})",
+        header=("TASK", "STATUS", "OWNER", "CHILD", "CREATED", "RUNTIME", "LABEL"),
+        row=lambda task: (
             task.id,
             task.status.value,
             task.owner_session,
@@ -492,10 +487,27 @@ def _run_tasks(args: argparse.Namespace, out: IO[str]) -> None:
             task.created_at.isoformat(timespec="seconds"),
             task.runtime_id or "",
             task.label,
-        )
-        for task in tasks
-    ]
-    _write_table(out, ("TASK", "STATUS", "OWNER", "CHILD", "CREATED", "RUNTIME", "LABEL"), rows)
+        ),
+    )
+
+
+def _write_list(
+    out: IO[str],
+    items: Sequence[M],
+    *,
+    as_json: bool,
+    empty: str,
+    header: Sequence[str],
+    row: Callable[[M], Sequence[str]],
+) -> None:
+    """An offline view's records: one JSON object per line, a table, or ``empty``."""
+    if as_json:
+        for item in items:
+            out.write(item.model_dump_json() + "\n")
+    elif not items:
+        out.write(escape_controls(empty) + "\n")
+    else:
+        _write_table(out, header, [row(item) for item in items])
 
 
 def _run_runtimes(args: argparse.Namespace, out: IO[str]) -> None:

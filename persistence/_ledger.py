@@ -153,28 +153,20 @@ class TaskLedger:
         def op(_attempt: int) -> RuntimeInfo:
             with self._db.connection(write=True) as conn:
                 now = self._now(conn)
+                info = RuntimeInfo(
+                    runtime_id=runtime_id,
+                    host=host,
+                    pid=pid,
+                    boot_id=boot_id,
+                    started_at=now,
+                    heartbeat_at=now,
+                    lease_ttl_s=lease_ttl_s,
+                )
                 known = select(RuntimeRow.runtime_id).where(RuntimeRow.runtime_id == runtime_id)
                 if conn.execute(known).first() is None:  # a retry may find it written
-                    conn.execute(
-                        insert(RuntimeRow).values(
-                            runtime_id=runtime_id,
-                            host=host,
-                            pid=pid,
-                            boot_id=boot_id,
-                            lease_ttl_s=lease_ttl_s,
-                            started_at=now,
-                            heartbeat_at=now,
-                        )
-                    )
-            return RuntimeInfo(
-                runtime_id=runtime_id,
-                host=host,
-                pid=pid,
-                boot_id=boot_id,
-                started_at=now,
-                heartbeat_at=now,
-                lease_ttl_s=lease_ttl_s,
-            )
+                    row = info.model_dump(exclude={"closed_at", "running_tasks"})
+                    conn.execute(insert(RuntimeRow).values(row))
+            return info
 
         return self._run(f"register runtime {runtime_id}", op)
 
