@@ -26,7 +26,9 @@ from benchmarks._harness import pg_server, scratch_dir
 from benchmarks._machine import load_average, machine_lines
 from benchmarks._report import Section, write_report
 
-SECTIONS = ("routing", "resume", "scale", "tasks", "store", "children", "telemetry")
+SECTIONS = (
+    "routing", "resume", "scale", "tasks", "store", "children", "telemetry", "forwarding",
+)  # fmt: skip
 _DOCS = Path(__file__).resolve().parents[1] / "docs"
 
 
@@ -108,6 +110,12 @@ def _runners(
 
         return run_telemetry(TelemetryConfig.quick() if quick else TelemetryConfig(), workdir)
 
+    def forwarding() -> Section:
+        from benchmarks.forwarding import ForwardingConfig, run_forwarding
+
+        config = ForwardingConfig.quick() if quick else ForwardingConfig()
+        return run_forwarding(config, pg_url, pg_note)
+
     return {
         "routing": routing,
         "resume": resume,
@@ -116,6 +124,7 @@ def _runners(
         "store": store,
         "children": children,
         "telemetry": telemetry,
+        "forwarding": forwarding,
     }
 
 

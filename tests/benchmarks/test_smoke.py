@@ -15,6 +15,7 @@ from benchmarks._harness import seed_child, sqlite_url
 from controlplane import EventKind
 from persistence import SqlStore
 from persistence._backend import Statements
+from tests.conftest import PG_URL_ENV, pg_base_url
 from tests.support import run_python
 
 
@@ -41,6 +42,30 @@ def test_quick_benchmark_run_writes_a_report_with_every_section_table(tmp_path: 
         assert plot.stat().st_size > 0
     if importlib.util.find_spec("opentelemetry") and importlib.util.find_spec("opentelemetry.sdk"):
         assert "| path | off p50 | off again / off | api p50 |" in report
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_quick_forwarding_run_times_a_forwarded_steer_and_takeovers_on_postgresql(
+    tmp_path: Path,
+) -> None:
+    url = pg_base_url()
+    if url is None:
+        pytest.skip(f"forwarding runs on PostgreSQL: set {PG_URL_ENV} to a reachable server")
+    out = tmp_path / "benchmarks.md"
+
+    done = run_python(
+        "-m", "benchmarks", "--quick", "--sections", "forwarding", "--out", str(out),
+        timeout=280,
+    )  # fmt: skip
+
+    assert done.returncode == 0, done.stderr[-4000:]
+    report = out.read_text(encoding="utf-8")
+    assert "## Forwarding across processes" in report
+    assert "| forwarded steer (B → A → B) |" in report
+    assert "| forwarded / baseline |" in report
+    assert "| this host |" in report
+    assert "| another host (emulated) |" in report
 
 
 def test_an_unknown_section_is_refused_before_anything_runs(tmp_path: Path) -> None:
