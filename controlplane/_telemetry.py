@@ -122,6 +122,8 @@ class _Api:
         self.set_span_in_context = trace.set_span_in_context
         self.get_current_span = trace.get_current_span
         self.get_tracer = trace.get_tracer
+        self.get_tracer_provider = trace.get_tracer_provider
+        self.proxy_provider = trace.ProxyTracerProvider
         self.link = Link
         self.error = StatusCode.ERROR
 
@@ -201,7 +203,7 @@ class Telemetry:
             logs stay); so does a missing ``opentelemetry-api``.
     """
 
-    __slots__ = ("_api", "_metrics", "_tracer", "runtime_id")
+    __slots__ = ("_api", "_global", "_metrics", "_tracer", "runtime_id")
 
     def __init__(
         self,
@@ -215,6 +217,7 @@ class Telemetry:
         self._api: _Api | None = None
         self._tracer: Tracer | None = None
         self._metrics: _Instruments | None = None
+        self._global = tracer_provider is None
         api = _load_api() if enabled else None
         if api is None:
             return
@@ -231,6 +234,19 @@ class Telemetry:
         """Emit from now on as ``other`` does (the benchmark compares modes on one control
         plane; activations already admitted keep what they began with)."""
         self._api, self._tracer, self._metrics = other._api, other._tracer, other._metrics
+        self._global = other._global
+
+    def _tracing(self) -> tuple[Tracer, _Api] | None:
+        """The tracer and the API, or None while no span can be recorded: the global
+        provider is still the API's proxy (no SDK set yet), whose spans are never recorded
+        — skipped, they cost nothing on the hot paths. Asked per operation, so an SDK set
+        later is used from then on."""
+        tracer, api = self._tracer, self._api
+        if tracer is None or api is None:
+            return None
+        if self._global and isinstance(api.get_tracer_provider(), api.proxy_provider):
+            return None
+        return tracer, api
 
     # -- caller-side operations ----------------------------------------------------------
 
@@ -261,23 +277,25 @@ class Telemetry:
             runtime_id=self.runtime_id, route=route, chars=chars,
             provider=descriptor.provider if descriptor else None,
         )  # fmt: skip
-        if self._tracer is None or self._api is None:
-            return ActivationTrace(self, task_id, child_id, route, origin, None)
-        span = self._tracer.start_span(
-            SPAN_ACTIVATION,
-            context=origin.context if origin else None,
-            links=_links(self._api, origin),
-        )
-        if span.is_recording():
-            span.set_attributes(
-                {
-                    OPERATION: "invoke_agent",
-                    AGENT_ID: child_id,
-                    TASK_ID: task_id,
-                    ROUTE: route,
-                    RUNTIME_ID: self.runtime_id,
-                }
+        span = None
+        tracing = self._tracing()
+        if tracing is not None:
+            tracer, api = tracing
+            span = tracer.start_span(
+                SPAN_ACTIVATION,
+                context=origin.context if origin else None,
+                links=_links(api, origin),
             )
+            if span.is_recording():
+                span.set_attributes(
+                    {
+                        OPERATION: "invoke_agent",
+                        AGENT_ID: child_id,
+                        TASK_ID: task_id,
+                        ROUTE: route,
+                        RUNTIME_ID: self.runtime_id,
+                    }
+                )
         trace = ActivationTrace(self, task_id, child_id, route, origin, span)
         if descriptor is not None:
             trace.describe(descriptor)
@@ -337,9 +355,10 @@ class Operation:
         self.origin = Origin(None, time.perf_counter())
 
     def __enter__(self) -> Operation:
-        tracer, api = self._telemetry._tracer, self._telemetry._api
-        if tracer is None or api is None:
+        tracing = self._telemetry._tracing()
+        if tracing is None:
             return self
+        tracer, api = tracing
         caller = api.get_current()
         span = tracer.start_span(self._name, context=caller)
         if span.is_recording():

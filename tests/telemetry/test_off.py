@@ -135,3 +135,44 @@ def test_the_control_plane_exposes_its_telemetry(
     control: SubagentControl, parent: AgentHandle
 ) -> None:
     assert control.telemetry.runtime_id == control.runtime_id
+
+
+@pytest.mark.slow
+def test_a_global_provider_set_after_the_control_plane_opened_is_used_from_then_on(
+    sqlite_url: str,
+) -> None:
+    # While the global provider is the API's proxy, no span is even created (the hot
+    # paths skip it); the check is made per operation, so a provider set later counts.
+    if not HAS_SDK:
+        pytest.skip(SDK_MISSING)
+    code = f"""
+        import threading
+        from opentelemetry import trace
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+        from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+        from controlplane import SubagentControl
+        from tests.fakes import FakeProvider
+        from tests.support import running_child, settle, text
+
+        provider = FakeProvider()
+        control = SubagentControl.open({sqlite_url!r})
+        control.providers.register(provider)
+        parent = control.agents.register("parent-1")
+        child_id, task_id, _ = running_child(control, parent, provider, threading.Event())
+        assert control.send_message(parent, child_id, text("before")).route == "steered"
+
+        exporter = InMemorySpanExporter()
+        sdk = TracerProvider()
+        sdk.add_span_processor(SimpleSpanProcessor(exporter))
+        trace.set_tracer_provider(sdk)
+        assert control.send_message(parent, child_id, text("after")).route == "steered"
+        control.tasks.kill(task_id, requester=parent)
+        settle(control, task_id, parent)
+        control.close()
+        print([s.name for s in exporter.get_finished_spans()])
+    """
+    done = run_python("-c", textwrap.dedent(code), timeout=60.0)
+    assert done.returncode == 0, done.stderr
+    # One send span (the second steer's); the activation began before: it has none.
+    assert done.stdout.strip() == str(["subagent.send"])
