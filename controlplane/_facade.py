@@ -346,6 +346,14 @@ class SubagentControl:
         send = SendMessage(
             parent=parent, message=blocks, source=source, origin=op.message(blocks, source)
         )
+        if self._forwarder is not None:
+            # Forwarded before: straight to that runtime, not first a claim here that would
+            # only find the child held there. None: not delivered there, route it here.
+            sent = self._forwarder.forward_known(
+                child_id, parent_session=parent.session_id, message=blocks, source=source
+            )
+            if sent is not None:
+                return sent
         for attempt in range(_CLAIM_RACES):
             try:
                 return self._route(child_id, send)
@@ -358,11 +366,19 @@ class SubagentControl:
                     if attempt + 1 < _CLAIM_RACES:
                         continue  # the holder let the child go meanwhile: route it again
                     raise  # or a live agent here squats on the child's id
-                return self._forwarder.forward(
+                sent = self._forwarder.forward(
                     child_id, holder, parent_session=parent.session_id, message=blocks,
                     source=source,
                 )  # fmt: skip
-        raise AssertionError("unreachable")
+                if sent is not None:
+                    return sent
+                # Not delivered there, and that runtime no longer runs the child: again.
+        raise SubagentControlError(
+            ErrorCode.NOT_DELIVERED,
+            f"child {child_id} kept moving between runtimes; the message was not delivered; "
+            "retry it",
+            child_id=child_id,
+        )
 
     def _serve_forwarded(self, item: InboxItem) -> SendResult:
         """Deliver a message another runtime forwarded here: steer only, as the sender's
@@ -449,9 +465,11 @@ class SubagentControl:
                 nodes = self._root.describe_all(timeout_s)
             except (pykka.ActorDeadError, pykka.Timeout):
                 nodes = []
+        forwarded = self._forwarder.in_flight() if self._forwarder is not None else []
         return ActorTree(
-            taken_at=utcnow(), closed=self._closed, supervisors=nodes, runtime_id=self._runtime_id
-        )
+            taken_at=utcnow(), closed=self._closed, supervisors=nodes,
+            runtime_id=self._runtime_id, forwarded=forwarded,
+        )  # fmt: skip
 
     def serve_admin(self, path: str | os.PathLike[str]) -> AdminServer:
         """Serve the read-only admin socket (mode 0600) at ``path`` until `close`."""

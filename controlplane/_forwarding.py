@@ -15,7 +15,21 @@ delivered:
 - A took it and died before answering: B settles A's Tasks ``interrupted`` (which takes A's
   claim and its fencing number away, so A can never write again), then looks for the
   steering record, which names the inbox id: found, ``steered`` with the Task of its turn;
-  not found, ``NOT_DELIVERED``.
+  not found, not delivered.
+- A died before taking it: B takes it back as soon as it sees A dead, and it is not
+  delivered.
+
+A message that was not delivered because A does not run the child (any more) — A died, or
+answered that it no longer holds the child — is handed back to the caller to route again
+(`forward` returns None): a resume here, a takeover of a dead runtime's child, or a forward
+to the runtime that holds the child now. Never both: it was not delivered anywhere.
+
+B remembers, per child, the runtime its last forward reached (`forward_known`), so the next
+message goes there directly instead of first trying to claim the child here, which would
+only find it held: an answer that A no longer holds it costs that guess one round trip.
+
+`dump_tree` shows the forwards in flight: on B each message waiting for its answer, on A
+each message being served (`in_flight`).
 """
 
 from __future__ import annotations
@@ -25,8 +39,10 @@ import logging
 import threading
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from controlplane._content import MessageSource, TextBlock
@@ -34,6 +50,7 @@ from controlplane._errors import ErrorCode, SubagentControlError
 from controlplane._session import EventKind
 from controlplane._spec import SendResult
 from controlplane._task_types import TaskSnapshot
+from controlplane._tree import ForwardedNode
 
 if TYPE_CHECKING:
     from controlplane._runtime import Runtime
@@ -46,13 +63,24 @@ log = logging.getLogger(__name__)
 TAKE_S = 3.0
 """How long a forwarded message waits for its target to take it before it is taken back."""
 _POLL_S = 0.5
+_FIRST_POLL_S = 0.05  # a healthy forward is answered well before; a dead target is seen soon
 _READY_S = 10.0
 _WORKERS = 8
+_KNOWN = 4096
+"""How many children's holders a runtime remembers (the least recently used go first)."""
 
 Serve = Callable[["InboxItem"], SendResult]
 """Deliver a message taken from the inbox here (steer only); raises the refusal."""
 KillHere = Callable[[str, str], bool]
 """Abort a Task of this runtime, given its id and the reason; False if it is not here."""
+
+
+@dataclass(frozen=True, slots=True)
+class _InFlight:
+    child_id: str
+    runtime_id: str
+    """The other end: the holder a message was sent to, or the sender of one served here."""
+    since: float  # time.monotonic()
 
 
 class Forwarder:
@@ -78,6 +106,9 @@ class Forwarder:
         self._lock = threading.Lock()
         self._waiting: dict[str, threading.Event] = {}
         self._answers: dict[str, dict[str, Any]] = {}  # heard in notifications
+        self._holders: OrderedDict[str, str] = OrderedDict()  # child id -> runtime id
+        self._sending: dict[str, _InFlight] = {}  # inbox id -> where it went
+        self._serving: dict[str, _InFlight] = {}  # inbox id -> where it came from
         self._workers = ThreadPoolExecutor(_WORKERS, thread_name_prefix="subagent-forwarded")
         self._listener: Listener = self._inbox.listen(
             runtime.id, on_message=self._on_message, on_reply=self._on_reply
@@ -99,7 +130,54 @@ class Forwarder:
         holder = self._inbox.holder_of(child_id)
         return None if holder == self._runtime.id else holder
 
+    def in_flight(self) -> list[ForwardedNode]:
+        """The messages this runtime forwarded and awaits answers to, and those it is
+        serving for other runtimes, oldest first."""
+        now = time.monotonic()
+        with self._lock:
+            ends = [("sending", self._sending), ("serving", self._serving)]
+            nodes = [
+                (
+                    flight.since,
+                    ForwardedNode(
+                        inbox_id=inbox_id,
+                        direction=direction,
+                        child_id=flight.child_id,
+                        runtime_id=flight.runtime_id,
+                        age_s=round(now - flight.since, 3),
+                    ),
+                )
+                for direction, flights in ends
+                for inbox_id, flight in flights.items()
+            ]
+        return [node for _, node in sorted(nodes, key=lambda pair: pair[0])]
+
     # -- the sender's side ---------------------------------------------------------------
+
+    def forward_known(
+        self,
+        child_id: str,
+        *,
+        parent_session: str,
+        message: tuple[TextBlock, ...],
+        source: MessageSource,
+    ) -> SendResult | None:
+        """`forward` to the runtime this one last reached ``child_id`` in, if any.
+
+        Returns:
+            Its answer; None when no runtime is known, or the message was not delivered
+            there because that runtime no longer runs the child: route it again.
+
+        Raises:
+            SubagentControlError: as `forward`.
+        """
+        with self._lock:
+            holder = self._holders.get(child_id)
+        if holder is None:
+            return None
+        return self.forward(
+            child_id, holder, parent_session=parent_session, message=message, source=source
+        )
 
     def forward(
         self,
@@ -109,28 +187,39 @@ class Forwarder:
         parent_session: str,
         message: tuple[TextBlock, ...],
         source: MessageSource,
-    ) -> SendResult:
+    ) -> SendResult | None:
         """Send ``message`` to ``child_id``'s activation in runtime ``holder``.
 
+        Returns:
+            The holder's answer; None when the message was not delivered because the
+            holder does not run the child (any more): it said so, or it died. Route it
+            again.
+
         Raises:
-            SubagentControlError: the holder's refusal, or ``NOT_DELIVERED`` when it never
-                took the message or died without delivering it.
+            SubagentControlError: the holder's refusal, or ``NOT_DELIVERED`` when it did not
+                take the message in time.
         """
         inbox_id = uuid.uuid4().hex
-        with self._posted(inbox_id) as woken:
-            self._inbox.post(
-                inbox_id,
-                child_id=child_id,
-                target=holder,
-                sender=self._runtime.id,
-                parent_session=parent_session,
-                message=[block.model_dump(mode="json") for block in message],
-                source=source.model_dump(mode="json"),
-            )
-            reply = self._outcome(inbox_id, child_id, holder, woken)
-        if reply is None:
-            return self._decide_without(inbox_id, child_id, holder)
-        return _answer_of(reply, child_id, holder)
+        sent: SendResult | None = None
+        try:
+            with self._posted(inbox_id, child_id, holder) as woken:
+                self._inbox.post(
+                    inbox_id,
+                    child_id=child_id,
+                    target=holder,
+                    sender=self._runtime.id,
+                    parent_session=parent_session,
+                    message=[block.model_dump(mode="json") for block in message],
+                    source=source.model_dump(mode="json"),
+                )
+                reply = self._outcome(inbox_id, child_id, holder, woken)
+            if reply is None:
+                sent = self._decide_without(inbox_id, child_id, holder)
+            else:
+                sent = _answer_of(reply, child_id, holder)
+            return sent
+        finally:
+            self._learn(child_id, holder, reached=sent is not None)
 
     def kill(self, task: TaskSnapshot, reason: str) -> None:
         """`tasks.kill` of ``task``, which runs in another live runtime: the kill is
@@ -142,7 +231,7 @@ class Forwarder:
         """
         holder = task.runtime_id or ""
         inbox_id = uuid.uuid4().hex
-        with self._posted(inbox_id) as woken:
+        with self._posted(inbox_id, task.child_id or "", holder) as woken:
             self._inbox.post(
                 inbox_id,
                 kind="kill",
@@ -161,18 +250,31 @@ class Forwarder:
         if reply is None:  # it died with the Task: the sweep settles it `interrupted`
             self._runtime.sweep()
 
+    def _learn(self, child_id: str, holder: str, *, reached: bool) -> None:
+        """Remember where a forward reached the child, or forget it did not."""
+        with self._lock:
+            if reached:
+                self._holders[child_id] = holder
+                self._holders.move_to_end(child_id)
+                while len(self._holders) > _KNOWN:
+                    self._holders.popitem(last=False)
+            elif self._holders.get(child_id) == holder:
+                del self._holders[child_id]
+
     @contextlib.contextmanager
-    def _posted(self, inbox_id: str) -> Iterator[threading.Event]:
+    def _posted(self, inbox_id: str, child_id: str, holder: str) -> Iterator[threading.Event]:
         """Wait for ``inbox_id``'s answer while the block runs; forget the row after it."""
         woken = threading.Event()
         with self._lock:
             self._waiting[inbox_id] = woken
+            self._sending[inbox_id] = _InFlight(child_id, holder, time.monotonic())
         try:
             yield woken
         finally:
             with self._lock:
                 self._waiting.pop(inbox_id, None)
                 self._answers.pop(inbox_id, None)
+                self._sending.pop(inbox_id, None)
             # Off the caller's path: the outcome is decided, the row is only clutter now.
             with contextlib.suppress(RuntimeError):  # closing: a leftover row harms nothing
                 self._workers.submit(self._forget, inbox_id)
@@ -190,16 +292,18 @@ class Forwarder:
         holder: str,
         woken: threading.Event,
     ) -> dict[str, Any] | None:
-        """The holder's answer; None if it took the message and died without one (then
-        it can no longer answer: its late answer is dropped).
+        """The holder's answer; None if it died with the message untaken or unanswered
+        (then it can no longer take or answer it: its late answer is dropped).
 
         Raises:
             SubagentControlError: ``NOT_DELIVERED`` if it did not take it in time.
         """
         take_by = time.monotonic() + TAKE_S
+        poll_s = _FIRST_POLL_S
         while True:
-            woken.wait(max(0.0, min(_POLL_S, take_by - time.monotonic())))
+            woken.wait(max(0.0, min(poll_s, take_by - time.monotonic())))
             woken.clear()
+            poll_s = min(_POLL_S, poll_s * 2)
             with self._lock:
                 heard = self._answers.pop(inbox_id, None)
             if heard is not None:
@@ -210,11 +314,16 @@ class Forwarder:
             if state is None or state == "abandoned":  # never so while we wait; be safe
                 return None
             if state == "pending":
-                if time.monotonic() >= take_by and self._inbox.abandon(inbox_id, state="pending"):
-                    raise _not_delivered(
-                        child_id, f"runtime {holder} did not take it within {TAKE_S:g} s"
-                    )
-                continue
+                late = time.monotonic() >= take_by
+                if not late and not self._runtime.is_dead_id(holder):
+                    continue
+                if self._inbox.abandon(inbox_id, state="pending"):
+                    if late:
+                        raise _not_delivered(
+                            child_id, f"runtime {holder} did not take it within {TAKE_S:g} s"
+                        )
+                    return None  # it died first: never delivered
+                continue  # taken at the last moment: wait for its answer
             if state == "taken" and not self._runtime.is_dead_id(holder):
                 take_by = time.monotonic() + _POLL_S  # only the poll bounds the wait now
                 continue
@@ -222,9 +331,9 @@ class Forwarder:
                 return None
             # It answered at the last moment: read it on the next round.
 
-    def _decide_without(self, inbox_id: str, child_id: str, holder: str) -> SendResult:
-        """The holder took the message and died: whether it was delivered is in the
-        transcript, once the holder can no longer write to it."""
+    def _decide_without(self, inbox_id: str, child_id: str, holder: str) -> SendResult | None:
+        """The holder died with the message: whether it was delivered is in the
+        transcript, once the holder can no longer write to it. None: it was not."""
         self._runtime.sweep()  # its Tasks interrupted, its claims and fencing numbers gone
         events = self._store.load(child_id).events
         task_of_turn: dict[int, str] = {}
@@ -238,7 +347,8 @@ class Forwarder:
                 and event.turn in task_of_turn
             ):
                 return SendResult(route="steered", task_id=task_of_turn[event.turn])
-        raise _not_delivered(child_id, f"runtime {holder} ended before it delivered it")
+        log.info("forwarded message %s: runtime %s ended before it delivered it", inbox_id, holder)
+        return None
 
     # -- the holder's side ---------------------------------------------------------------
 
@@ -261,9 +371,16 @@ class Forwarder:
             item = self._inbox.take(inbox_id, self._runtime.id)
             if item is None:
                 return  # its sender gave up on it first: never delivered
-            reply = self._deliver(item)
-            if not self._inbox.answer(inbox_id, item.sender_runtime, reply):
-                log.warning("forwarded message %s: answered after its sender left", inbox_id)
+            flight = _InFlight(item.child_id, item.sender_runtime, time.monotonic())
+            with self._lock:
+                self._serving[inbox_id] = flight
+            try:
+                reply = self._deliver(item)
+                if not self._inbox.answer(inbox_id, item.sender_runtime, reply):
+                    log.warning("forwarded message %s: answered after its sender left", inbox_id)
+            finally:
+                with self._lock:
+                    self._serving.pop(inbox_id, None)
         except Exception:  # unanswered, its sender decides from the transcript
             log.exception("forwarded message %s: serving it failed", inbox_id)
 
@@ -276,7 +393,15 @@ class Forwarder:
         try:
             sent = self._serve(item)
         except SubagentControlError as exc:
-            return {"code": exc.code.value, "message": exc.message, "task_id": exc.task_id}
+            refusal: dict[str, Any] = {
+                "code": exc.code.value, "message": exc.message, "task_id": exc.task_id
+            }  # fmt: skip
+            if (
+                exc.code is ErrorCode.NOT_DELIVERED
+                and self._inbox.holder_of(item.child_id) != self._runtime.id
+            ):
+                refusal["elsewhere"] = True  # not ours (any more): its sender routes it again
+            return refusal
         except Exception as exc:
             return {
                 "code": ErrorCode.INTERNAL.value,
@@ -286,9 +411,13 @@ class Forwarder:
         return {"route": sent.route, "task_id": sent.task_id}
 
 
-def _answer_of(reply: dict[str, Any], child_id: str, holder: str) -> SendResult:
+def _answer_of(reply: dict[str, Any], child_id: str, holder: str) -> SendResult | None:
     if "route" in reply:
         return SendResult(route=reply["route"], task_id=reply["task_id"])
+    if reply.get("elsewhere"):
+        log.info("child %s: runtime %s no longer runs it; routing the message again",
+                 child_id, holder)  # fmt: skip
+        return None
     raise SubagentControlError(
         ErrorCode(reply["code"]),
         f"{reply['message']} (answered by runtime {holder}, which runs the child)",

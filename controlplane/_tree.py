@@ -5,11 +5,12 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Final, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
     "ActivationNode",
     "ActorTree",
+    "ForwardedNode",
     "SupervisorNode",
     "SupervisorState",
     "escape_controls",
@@ -72,6 +73,21 @@ class SupervisorNode(BaseModel):
     activation: ActivationNode | None = None
 
 
+class ForwardedNode(BaseModel):
+    """A message in flight between runtimes (SPEC §9): on the sender, forwarded and
+    waiting for its answer (``sending``); on the runtime that runs the child, taken and
+    being delivered (``serving``)."""
+
+    model_config = _FROZEN
+
+    inbox_id: str
+    direction: Literal["sending", "serving"]
+    child_id: str
+    runtime_id: str
+    """The other end: where it was sent (``sending``), or where it came from (``serving``)."""
+    age_s: float
+
+
 class ActorTree(BaseModel):
     """The root actor and the supervisors under it."""
 
@@ -82,6 +98,8 @@ class ActorTree(BaseModel):
     supervisors: list[SupervisorNode]
     runtime_id: str | None = None
     """The runtime (process) the tree belongs to: it holds the claims of its activations."""
+    forwarded: list[ForwardedNode] = Field(default_factory=list)
+    """Messages in flight to or from other runtimes, oldest first."""
 
     def render(self) -> str:
         """A readable, indented text tree, one line per actor.
@@ -94,12 +112,15 @@ class ActorTree(BaseModel):
         noun = "supervisor" if count == 1 else "supervisors"
         closed = ", closed" if self.closed else ""
         runtime = f" runtime {self.runtime_id}" if self.runtime_id else ""
+        flying = f", {len(self.forwarded)} forwarded" if self.forwarded else ""
         lines = [
-            f"root{runtime} ({count} {noun}{closed}) at "
-            f"{self.taken_at.isoformat(timespec='seconds')}"
+            escape_controls(
+                f"root{runtime} ({count} {noun}{flying}{closed}) at "
+                f"{self.taken_at.isoformat(timespec='seconds')}"
+            )
         ]
         for i, sup in enumerate(self.supervisors):
-            last = i == count - 1
+            last = i == count - 1 and not self.forwarded
             quiet_s = max(0.0, (self.taken_at - sup.last_activity).total_seconds())
             task = ""
             if sup.task_id is not None and sup.activation is None:
@@ -123,4 +144,13 @@ class ActorTree(BaseModel):
                         f" {act.task_status}, age {act.age_s:.1f}s){cancel}"
                     )
                 )
+        for i, fwd in enumerate(self.forwarded):
+            way = "to" if fwd.direction == "sending" else "from"
+            lines.append(
+                escape_controls(
+                    f"{'└─' if i == len(self.forwarded) - 1 else '├─'} forwarded {fwd.inbox_id}"
+                    f" [{fwd.direction}] child={fwd.child_id} {way} runtime {fwd.runtime_id}"
+                    f" age {fwd.age_s:.1f}s"
+                )
+            )
         return "\n".join(lines)

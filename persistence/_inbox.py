@@ -8,6 +8,17 @@ compare-and-set (``pending`` → ``taken``), so a message the sender gave up on
 notifies the sender, again in one transaction. Notifications only wake the waiters up:
 every decision reads the row, so a lost notification costs time, never a message.
 
+Each operation is one statement, its own transaction (the store's PostgreSQL connections
+are in autocommit), and the hot ones — post, take, answer, forget — commit without waiting
+for the WAL flush (``synchronous_commit`` off for that transaction): a forwarded steer
+would otherwise wait for four flushes instead of one. Only the steering record, written by
+the target's transcript with a normal commit, must survive a crash of the database, and
+its flush carries every inbox write before it (the WAL is one sequence). A crash can lose
+an inbox write only with nothing durable after it: the row is then back in an earlier
+state, which every reader already handles (``pending``: taken back, never delivered;
+``taken``: decided from the transcript). Giving a message up (``abandon``) is rare and
+decides a ``NOT_DELIVERED``: it waits for its flush as usual.
+
 Each runtime listens on one channel derived from its id, on a connection of its own, in
 one thread (`Listener`); what it hears is handed to a callback that must not block.
 """
@@ -82,13 +93,13 @@ class Inbox:
         """Write the message for ``target`` and notify it, in one transaction."""
 
         def op(_attempt: int) -> None:
-            with self._s._db.cursor(write=True) as cursor:
+            with self._s._db.cursor(write=False) as cursor:  # one statement: autocommit
                 cursor.execute(
                     _POST,
                     (inbox_id, kind, child_id, target, sender, parent_session,
-                     json.dumps(message), json.dumps(source)),
+                     json.dumps(message), json.dumps(source), channel_of(target),
+                     f"{MESSAGE}:{inbox_id}"),
                 )  # fmt: skip
-                cursor.execute(_NOTIFY, (channel_of(target), f"{MESSAGE}:{inbox_id}"))
 
         self._s._run(f"forward a message to runtime {target}", op)
 
@@ -100,18 +111,15 @@ class Inbox:
             # A retry also finds it 'taken': our first attempt may have committed, unheard
             # (one notification per message, so nobody else takes it twice).
             states = ("pending", "taken") if attempt > 1 else ("pending", "pending")
-            with self._s._db.cursor(write=True) as cursor:
-                cursor.execute(
-                    _TAKE,
-                    (inbox_id, runtime_id, *states),
-                )
+            with self._s._db.cursor(write=False) as cursor:  # one statement: autocommit
+                cursor.execute(_TAKE, (inbox_id, runtime_id, *states))
                 row = cursor.fetchone()
             return None if row is None else tuple(row)
 
         row = self._s._run(f"take forwarded message {inbox_id}", op)
         if row is None:
             return None
-        kind, child_id, sender, parent_session, message, source = row
+        kind, child_id, sender, parent_session, message, source, _ = row
         return InboxItem(
             inbox_id=inbox_id,
             kind=kind,
@@ -125,23 +133,15 @@ class Inbox:
     def answer(self, inbox_id: str, sender: str, reply: dict[str, Any]) -> bool:
         """Record the answer to a taken message and notify its sender, in one
         transaction; False if the sender no longer waits for it (it decided without)."""
+        text = json.dumps(reply)
+        # The answer rides along when it fits (saving the sender a read); the row holds it
+        # either way.
+        payload = f"{REPLY}:{inbox_id}" + (f":{text}" if len(text) < _PAYLOAD_LIMIT else "")
 
         def op(_attempt: int) -> bool:
-            with self._s._db.cursor(write=True) as cursor:
-                text = json.dumps(reply)
-                cursor.execute(
-                    _ANSWER,
-                    (text, inbox_id),
-                )
-                answered = cursor.rowcount == 1
-                if answered:
-                    # The answer rides along when it fits (saving the sender a read); the
-                    # row holds it either way.
-                    payload = f"{REPLY}:{inbox_id}"
-                    if len(text) < _PAYLOAD_LIMIT:
-                        payload += f":{text}"
-                    cursor.execute(_NOTIFY, (channel_of(sender), payload))
-            return answered
+            with self._s._db.cursor(write=False) as cursor:  # one statement: autocommit
+                cursor.execute(_ANSWER, (text, inbox_id, channel_of(sender), payload))
+                return cursor.fetchone() is not None
 
         return self._s._run(f"answer forwarded message {inbox_id}", op)
 
@@ -150,11 +150,8 @@ class Inbox:
         ``taken``: its target is dead); whether this call did."""
 
         def op(_attempt: int) -> bool:
-            with self._s._db.cursor(write=True) as cursor:
-                cursor.execute(
-                    _ABANDON,
-                    (inbox_id, state),
-                )
+            with self._s._db.cursor(write=False) as cursor:  # one statement: autocommit
+                cursor.execute(_ABANDON, (inbox_id, state))
                 return cursor.rowcount == 1
 
         return self._s._run(f"abandon forwarded message {inbox_id}", op)
@@ -176,7 +173,7 @@ class Inbox:
         """Delete the row once its sender has the outcome."""
 
         def op(_attempt: int) -> None:
-            with self._s._db.cursor(write=True) as cursor:
+            with self._s._db.cursor(write=False) as cursor:  # one statement: autocommit
                 cursor.execute(_FORGET, (inbox_id,))
 
         self._s._run(f"forget forwarded message {inbox_id}", op)
@@ -206,28 +203,32 @@ class Inbox:
         return Listener(self._s, channel_of(runtime_id), on_message, on_reply)
 
 
-# PostgreSQL's placeholders: the inbox is PostgreSQL's only.
+# PostgreSQL's placeholders: the inbox is PostgreSQL's only. A write's RETURNING turns the
+# WAL flush off for its own transaction (see the module docstring), and notifies only when a
+# row was written.
+_NO_FLUSH = "set_config('synchronous_commit', 'off', true)"
 _POST = (
     f"INSERT INTO {INBOX} (inbox_id, kind, child_id, target_runtime, sender_runtime, "
     "parent_session, message, source, state, created_at) VALUES "
-    "(%s, %s, %s, %s, %s, %s, %s, %s, 'pending', now()) ON CONFLICT DO NOTHING"
+    "(%s, %s, %s, %s, %s, %s, %s, %s, 'pending', now()) ON CONFLICT DO NOTHING "
+    f"RETURNING {_NO_FLUSH}, pg_notify(%s, %s)"
 )
 _TAKE = (
     f"UPDATE {INBOX} SET state = 'taken' WHERE inbox_id = %s AND target_runtime = %s "
     "AND state IN (%s, %s) "
-    "RETURNING kind, child_id, sender_runtime, parent_session, message, source"
+    f"RETURNING kind, child_id, sender_runtime, parent_session, message, source, {_NO_FLUSH}"
 )
 _ANSWER = (
     f"UPDATE {INBOX} SET state = 'answered', reply = %s "
-    "WHERE inbox_id = %s AND state IN ('taken', 'answered')"
+    "WHERE inbox_id = %s AND state IN ('taken', 'answered') "
+    f"RETURNING {_NO_FLUSH}, pg_notify(%s, %s)"
 )
 _ABANDON = (
     f"UPDATE {INBOX} SET state = 'abandoned' WHERE inbox_id = %s AND state IN (%s, 'abandoned')"
 )
 _STATE = f"SELECT state, reply FROM {INBOX} WHERE inbox_id = %s"
-_FORGET = f"DELETE FROM {INBOX} WHERE inbox_id = %s"
+_FORGET = f"DELETE FROM {INBOX} WHERE inbox_id = %s RETURNING {_NO_FLUSH}"
 _HOLDER = f"SELECT claim_runtime FROM {CHILDREN} WHERE child_id = %s"
-_NOTIFY = "SELECT pg_notify(%s, %s)"
 _PAYLOAD_LIMIT = 7000  # PostgreSQL's is 8000 bytes; JSON text here is mostly ASCII
 
 

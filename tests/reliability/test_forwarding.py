@@ -9,15 +9,18 @@ is reaped, pass or fail.
 
 from __future__ import annotations
 
+import logging
 import signal
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import pytest
 
 from controlplane import (
     ErrorCode,
     EventKind,
+    MessageSource,
     SessionEvent,
     SubagentControl,
     SubagentControlError,
@@ -28,7 +31,7 @@ from controlplane._forwarding import TAKE_S
 from tests.fakes import FakeProvider
 from tests.reliability.test_claims import Sender
 from tests.reliability.test_restarts import Child
-from tests.support import WAIT_S, idle_child
+from tests.support import WAIT_S, eventually, idle_child, in_thread, running_child
 
 pytestmark = pytest.mark.slow
 
@@ -53,6 +56,18 @@ def control(url: str) -> Iterator[SubagentControl]:
     control = SubagentControl.open(url, lease_ttl_s=30.0)
     control.providers.register(FakeProvider())
     yield control
+    control.close()
+
+
+@pytest.fixture
+def holder(url: str) -> Iterator[tuple[SubagentControl, FakeProvider]]:
+    """Runtime A in this process, on the same store as `control` (runtime B)."""
+    if not _postgres(url):
+        pytest.skip("forwarding is PostgreSQL's")
+    provider = FakeProvider()
+    control = SubagentControl.open(url, lease_ttl_s=30.0)
+    control.providers.register(provider)
+    yield control, provider
     control.close()
 
 
@@ -107,9 +122,13 @@ def test_a_send_from_another_process_steers_its_running_child_exactly_once(
     }
 
 
-def test_a_forwarded_send_racing_the_end_of_the_turn_is_steered_or_not_delivered(
-    url: str, control: SubagentControl, reaped: list[Sender | Child]
+def test_a_forwarded_send_racing_the_end_of_the_turn_is_steered_resumed_or_not_delivered(
+    url: str,
+    control: SubagentControl,
+    reaped: list[Sender | Child],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
+    caplog.set_level(logging.INFO, logger="controlplane._forwarding")
     parent = control.agents.register("claim-parent")
     child = idle_child(control, parent)
     owner = Sender(url, child, "a")
@@ -156,7 +175,10 @@ def test_a_forwarded_send_racing_the_end_of_the_turn_is_steered_or_not_delivered
         assert code in allowed, (text, code)
         assert _carrying(events, text) == []  # not delivered: nowhere
     if _postgres(url):
-        assert steered or refused  # some sends met A's running turn
+        # Some sends met A's claim: steered there, refused, or handed back by A once its
+        # turn had ended (then resumed here: in `started`, checked above).
+        handed_back = [r for r in caplog.records if "no longer runs it" in r.getMessage()]
+        assert steered or refused or handed_back
 
 
 def test_a_message_the_owner_never_takes_is_not_delivered_within_a_bound_and_is_nowhere(
@@ -231,8 +253,107 @@ def test_a_message_whose_holder_died_after_taking_it_is_decided_by_the_transcrip
     assert forwarder is not None
     decided = forwarder._decide_without(record.data["forwarded"], child, ready["runtime_id"])
     assert (decided.route, decided.task_id) == ("steered", ready["running_task"])
-    with pytest.raises(SubagentControlError) as lost:
-        forwarder._decide_without("never-written", child, ready["runtime_id"])
-    assert lost.value.code is ErrorCode.NOT_DELIVERED
+    # Not in the transcript: not delivered, and handed back to be routed again.
+    assert forwarder._decide_without("never-written", child, ready["runtime_id"]) is None
     running = control.tasks.get(ready["running_task"], requester=parent)
     assert running.status is TaskStatus.INTERRUPTED
+
+
+def test_a_forwarded_send_is_in_both_runtimes_trees_while_in_flight_and_gone_after(
+    control: SubagentControl, holder: tuple[SubagentControl, FakeProvider]
+) -> None:
+    a, provider = holder
+    turn_ends = threading.Event()
+    child, task_id, plan = running_child(a, a.agents.register("tree-parent"), provider, turn_ends)
+    # A's run holds the forwarded message in its steer until the test lets it through.
+    assert plan.run is not None
+    assert plan.run.steer is not None
+    deliver, entered, let_through = plan.run.steer, threading.Event(), threading.Event()
+
+    def held_steer(message: Sequence[TextBlock], source: MessageSource) -> None:
+        entered.set()
+        assert let_through.wait(WAIT_S)
+        deliver(message, source)
+
+    plan.run.steer = held_steer
+    parent = control.agents.register("tree-parent")
+    sending = in_thread(lambda: control.send_message(parent, child, [TextBlock(text="held")]))
+    try:
+        assert entered.wait(WAIT_S)
+        sender_tree, holder_tree = control.dump_tree(), a.dump_tree()
+    finally:
+        let_through.set()
+    (sent,) = sender_tree.forwarded
+    assert (sent.direction, sent.child_id, sent.runtime_id) == ("sending", child, a.runtime_id)
+    (served,) = holder_tree.forwarded
+    assert (served.direction, served.child_id, served.runtime_id, served.inbox_id) == (
+        "serving", child, control.runtime_id, sent.inbox_id,
+    )  # fmt: skip
+    assert (
+        f"└─ forwarded {sent.inbox_id} [sending] child={child} to runtime {a.runtime_id}"
+        in sender_tree.render()
+    )
+    assert f"[serving] child={child} from runtime {control.runtime_id}" in holder_tree.render()
+
+    assert sending.result(WAIT_S).task_id == task_id
+    assert control.dump_tree().forwarded == []
+    eventually(lambda: a.dump_tree().forwarded == [], "the holder answered and let it go")
+    turn_ends.set()
+
+
+def test_a_runtime_that_no_longer_runs_the_child_hands_the_message_back_to_resume_it_here(
+    control: SubagentControl, holder: tuple[SubagentControl, FakeProvider]
+) -> None:
+    a, provider = holder
+    turn_ends = threading.Event()
+    child, task_id, _plan = running_child(a, a.agents.register("tree-parent"), provider, turn_ends)
+    parent = control.agents.register("tree-parent")
+    sent = control.send_message(parent, child, [TextBlock(text="steered there")])
+    assert (sent.route, sent.task_id) == ("steered", task_id)
+    turn_ends.set()  # A's turn ends and it lets the child go
+    assert a.tasks.wait(task_id, timeout=WAIT_S, requester="tree-parent").status.is_terminal
+    eventually(lambda: control._forwarder is not None and control._forwarder.holder_of(child)
+               is None, "A released its claim")  # fmt: skip
+
+    # B last reached the child in A and tries there first; A answers that it does not run
+    # it, and the message resumes it here, exactly once.
+    again = control.send_message(parent, child, [TextBlock(text="resumed here")])
+    assert again.route == "started"
+    done = control.tasks.wait(again.task_id, timeout=WAIT_S, requester=parent)
+    assert done.status is TaskStatus.COMPLETED
+    assert control.store is not None
+    events = control.store.load(child).events
+    (record,) = _carrying(events, "resumed here")
+    assert record.kind == EventKind.USER_MESSAGE
+    assert record.turn == _opened_by(events)[again.task_id]
+
+
+def test_a_message_to_a_holder_that_died_resumes_the_child_without_waiting_out_the_take_bound(
+    url: str, control: SubagentControl, reaped: list[Sender | Child]
+) -> None:
+    if not _postgres(url):
+        pytest.skip("forwarding is PostgreSQL's")
+    owner = Child(url, lease_ttl_s=30.0)
+    reaped.append(owner)
+    ready = owner.ready
+    parent = control.agents.register("restart-parent")
+    child = ready["running_child"]
+    # One forward there: this runtime now sends the child's messages straight to A.
+    assert control.send_message(parent, child, [TextBlock(text="first")]).route == "steered"
+    owner.proc.send_signal(signal.SIGKILL)
+    owner.proc.wait(10)
+
+    began = time.monotonic()
+    sent = control.send_message(parent, child, [TextBlock(text="after the kill")])
+    took = time.monotonic() - began
+    assert sent.route == "started"  # taken back from dead A, then resumed here
+    assert took < TAKE_S
+    assert control.tasks.get(ready["running_task"], requester=parent).status is (
+        TaskStatus.INTERRUPTED
+    )
+    control.tasks.wait(sent.task_id, timeout=WAIT_S, requester=parent)
+    assert control.store is not None
+    events = control.store.load(child).events
+    (record,) = _carrying(events, "after the kill")
+    assert record.kind == EventKind.USER_MESSAGE
+    assert record.turn == _opened_by(events)[sent.task_id]
