@@ -51,10 +51,11 @@ from controlplane._session import EventKind
 from controlplane._spec import SendResult
 from controlplane._task_types import TaskSnapshot
 from controlplane._tree import ForwardedNode
+from persistence import InboxItem
 
 if TYPE_CHECKING:
     from controlplane._runtime import Runtime
-    from persistence import Inbox, InboxItem, Listener, SqlStore
+    from persistence import Inbox, Listener, SqlStore
 
 __all__ = ["TAKE_S", "Forwarder"]
 
@@ -67,6 +68,7 @@ _FIRST_POLL_S = 0.05  # a healthy forward is answered well before; a dead target
 _READY_S = 10.0
 _WORKERS = 8
 _KNOWN = 4096
+_FORGET_BATCH = 32  # decided messages' rows, deleted together
 """How many children's holders a runtime remembers (the least recently used go first)."""
 
 Serve = Callable[["InboxItem"], SendResult]
@@ -81,6 +83,14 @@ class _InFlight:
     runtime_id: str
     """The other end: the holder a message was sent to, or the sender of one served here."""
     since: float  # time.monotonic()
+
+
+@dataclass(slots=True)
+class _Posted:
+    item: InboxItem
+    woken: threading.Event
+    written: bool = False
+    """Whether the message went as a row (too long for a notification)."""
 
 
 class Forwarder:
@@ -109,6 +119,7 @@ class Forwarder:
         self._holders: OrderedDict[str, str] = OrderedDict()  # child id -> runtime id
         self._sending: dict[str, _InFlight] = {}  # inbox id -> where it went
         self._serving: dict[str, _InFlight] = {}  # inbox id -> where it came from
+        self._decided: list[str] = []  # sent messages whose rows are left to forget
         self._workers = ThreadPoolExecutor(_WORKERS, thread_name_prefix="subagent-forwarded")
         self._listener: Listener = self._inbox.listen(
             runtime.id, on_message=self._on_message, on_reply=self._on_reply
@@ -121,9 +132,14 @@ class Forwarder:
         self._listener.close()
 
     def close(self) -> None:
-        """Stop listening and wait for the messages being served to be answered."""
+        """Stop listening, wait for the messages being served to be answered, and forget
+        the rows of the messages this runtime sent."""
         self._listener.close()
         self._workers.shutdown(wait=True)
+        with self._lock:
+            batch, self._decided = self._decided, []
+        if batch:
+            self._forget(batch)
 
     def holder_of(self, child_id: str) -> str | None:
         """The runtime that holds the child's claim now, if another one does."""
@@ -199,22 +215,21 @@ class Forwarder:
             SubagentControlError: the holder's refusal, or ``NOT_DELIVERED`` when it did not
                 take the message in time.
         """
-        inbox_id = uuid.uuid4().hex
+        item = InboxItem(
+            inbox_id=uuid.uuid4().hex,
+            kind="send",
+            child_id=child_id,
+            sender_runtime=self._runtime.id,
+            parent_session=parent_session,
+            message=[block.model_dump(mode="json") for block in message],
+            source=source.model_dump(mode="json"),
+        )
         sent: SendResult | None = None
         try:
-            with self._posted(inbox_id, child_id, holder) as woken:
-                self._inbox.post(
-                    inbox_id,
-                    child_id=child_id,
-                    target=holder,
-                    sender=self._runtime.id,
-                    parent_session=parent_session,
-                    message=[block.model_dump(mode="json") for block in message],
-                    source=source.model_dump(mode="json"),
-                )
-                reply = self._outcome(inbox_id, child_id, holder, woken)
+            with self._posted(item, holder) as posted:
+                reply = self._outcome(item, holder, posted)
             if reply is None:
-                sent = self._decide_without(inbox_id, child_id, holder)
+                sent = self._decide_without(item.inbox_id, child_id, holder)
             else:
                 sent = _answer_of(reply, child_id, holder)
             return sent
@@ -230,20 +245,18 @@ class Forwarder:
             SubagentControlError: ``NOT_DELIVERED`` if that runtime did not take it.
         """
         holder = task.runtime_id or ""
-        inbox_id = uuid.uuid4().hex
-        with self._posted(inbox_id, task.child_id or "", holder) as woken:
-            self._inbox.post(
-                inbox_id,
-                kind="kill",
-                child_id=task.child_id or "",
-                target=holder,
-                sender=self._runtime.id,
-                parent_session=task.owner_session,
-                message=[],
-                source={"task_id": task.id, "reason": reason},
-            )
+        item = InboxItem(
+            inbox_id=uuid.uuid4().hex,
+            kind="kill",
+            child_id=task.child_id or "",
+            sender_runtime=self._runtime.id,
+            parent_session=task.owner_session,
+            message=[],
+            source={"task_id": task.id, "reason": reason},
+        )
+        with self._posted(item, holder) as posted:
             try:
-                reply = self._outcome(inbox_id, task.child_id or "", holder, woken)
+                reply = self._outcome(item, holder, posted)
             except SubagentControlError as exc:
                 exc.task_id = task.id
                 raise
@@ -262,42 +275,44 @@ class Forwarder:
                 del self._holders[child_id]
 
     @contextlib.contextmanager
-    def _posted(self, inbox_id: str, child_id: str, holder: str) -> Iterator[threading.Event]:
-        """Wait for ``inbox_id``'s answer while the block runs; forget the row after it."""
-        woken = threading.Event()
+    def _posted(self, item: InboxItem, holder: str) -> Iterator[_Posted]:
+        """Post ``item`` to ``holder`` and wait for its answer while the block runs;
+        forget the row after it."""
+        inbox_id = item.inbox_id
+        posted = _Posted(item, threading.Event())
         with self._lock:
-            self._waiting[inbox_id] = woken
-            self._sending[inbox_id] = _InFlight(child_id, holder, time.monotonic())
+            self._waiting[inbox_id] = posted.woken
+            self._sending[inbox_id] = _InFlight(item.child_id, holder, time.monotonic())
         try:
-            yield woken
+            posted.written = self._inbox.post(item, target=holder)
+            yield posted
         finally:
             with self._lock:
                 self._waiting.pop(inbox_id, None)
                 self._answers.pop(inbox_id, None)
                 self._sending.pop(inbox_id, None)
-            # Off the caller's path: the outcome is decided, the row is only clutter now.
-            with contextlib.suppress(RuntimeError):  # closing: a leftover row harms nothing
-                self._workers.submit(self._forget, inbox_id)
+                self._decided.append(inbox_id)
+                batch = self._decided if len(self._decided) >= _FORGET_BATCH else []
+                if batch:
+                    self._decided = []
+            if batch:  # off the callers' path: the rows are only clutter now
+                with contextlib.suppress(RuntimeError):  # closing: `close` forgets them
+                    self._workers.submit(self._forget, batch)
 
-    def _forget(self, inbox_id: str) -> None:
+    def _forget(self, inbox_ids: list[str]) -> None:
         try:
-            self._inbox.forget(inbox_id)
+            self._inbox.forget(inbox_ids)
         except SubagentControlError as exc:  # a leftover row harms nothing
-            log.warning("forwarded message %s: not forgotten (%s)", inbox_id, exc.message)
+            log.warning("%d forwarded messages: not forgotten (%s)", len(inbox_ids), exc.message)
 
-    def _outcome(
-        self,
-        inbox_id: str,
-        child_id: str,
-        holder: str,
-        woken: threading.Event,
-    ) -> dict[str, Any] | None:
+    def _outcome(self, item: InboxItem, holder: str, posted: _Posted) -> dict[str, Any] | None:
         """The holder's answer; None if it died with the message untaken or unanswered
         (then it can no longer take or answer it: its late answer is dropped).
 
         Raises:
             SubagentControlError: ``NOT_DELIVERED`` if it did not take it in time.
         """
+        inbox_id, child_id, woken = item.inbox_id, item.child_id, posted.woken
         take_by = time.monotonic() + TAKE_S
         poll_s = _FIRST_POLL_S
         while True:
@@ -309,6 +324,8 @@ class Forwarder:
             if heard is not None:
                 return heard
             state, reply = self._inbox.state_of(inbox_id)
+            if state is None and not posted.written:
+                state = "pending"  # only its notification carries it: not taken yet
             if state == "answered" and reply is not None:
                 return reply
             if state is None or state == "abandoned":  # never so while we wait; be safe
@@ -317,7 +334,7 @@ class Forwarder:
                 late = time.monotonic() >= take_by
                 if not late and not self._runtime.is_dead_id(holder):
                     continue
-                if self._inbox.abandon(inbox_id, state="pending"):
+                if self._inbox.take_back(item, target=holder):
                     if late:
                         raise _not_delivered(
                             child_id, f"runtime {holder} did not take it within {TAKE_S:g} s"
@@ -360,15 +377,15 @@ class Forwarder:
         if woken is not None:
             woken.set()
 
-    def _on_message(self, inbox_id: str) -> None:
+    def _on_message(self, inbox_id: str, carried: InboxItem | None) -> None:
         # On a worker: taking and delivering wait for the database and the supervisor,
         # and the listener must keep hearing answers meanwhile.
         with contextlib.suppress(RuntimeError):  # closing: its sender takes it back
-            self._workers.submit(self._take, inbox_id)
+            self._workers.submit(self._take, inbox_id, carried)
 
-    def _take(self, inbox_id: str) -> None:
+    def _take(self, inbox_id: str, carried: InboxItem | None) -> None:
         try:
-            item = self._inbox.take(inbox_id, self._runtime.id)
+            item = self._inbox.take(inbox_id, self._runtime.id, carried)
             if item is None:
                 return  # its sender gave up on it first: never delivered
             flight = _InFlight(item.child_id, item.sender_runtime, time.monotonic())

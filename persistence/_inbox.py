@@ -1,23 +1,27 @@
 """Forwarding between runtimes on PostgreSQL: the inbox rows and the LISTEN connection
 (SPEC §9, routing across runtimes).
 
-A runtime sending to a child that another live runtime runs writes the message as an inbox
-row and notifies that runtime, in one transaction; the target takes it with
-compare-and-set (``pending`` → ``taken``), so a message the sender gave up on
-(``pending`` → ``abandoned``) can never be delivered late. The target writes its answer and
-notifies the sender, again in one transaction. Notifications only wake the waiters up:
-every decision reads the row, so a lost notification costs time, never a message.
+A runtime sending to a child that another live runtime runs notifies that runtime with the
+message in the notification; the target takes it by writing its inbox row as ``taken``
+(insert-if-absent: the row's key is the message's id), so a message whose sender gave up
+first (it wrote the row as ``abandoned``) can never be delivered late. A message too long
+for a notification (PostgreSQL's 8000 bytes) is written as a ``pending`` row first, and the
+notification only names it; taking it is then compare-and-set (``pending`` → ``taken``).
+The target writes its answer and notifies the sender in one transaction. Notifications
+about answers only wake the sender up: every decision reads the row, so a lost
+notification costs time, never a message (a lost message is taken back, not delivered).
 
 Each operation is one statement, its own transaction (the store's PostgreSQL connections
-are in autocommit), and the hot ones — post, take, answer, forget — commit without waiting
-for the WAL flush (``synchronous_commit`` off for that transaction): a forwarded steer
-would otherwise wait for four flushes instead of one. Only the steering record, written by
-the target's transcript with a normal commit, must survive a crash of the database, and
-its flush carries every inbox write before it (the WAL is one sequence). A crash can lose
-an inbox write only with nothing durable after it: the row is then back in an earlier
-state, which every reader already handles (``pending``: taken back, never delivered;
-``taken``: decided from the transcript). Giving a message up (``abandon``) is rare and
-decides a ``NOT_DELIVERED``: it waits for its flush as usual.
+are in autocommit), and the hot ones — take, answer, forget, and posting a long message —
+commit without waiting for the WAL flush (``synchronous_commit`` off for that
+transaction): a forwarded steer would otherwise wait for four flushes instead of one.
+Only the steering record, written by the target's transcript with a normal commit, must
+survive a crash of the database, and its flush carries every inbox write before it (the WAL
+is one sequence). A crash can lose an inbox write only with nothing durable after it: the
+row is then back in an earlier state, which every reader already handles (absent or
+``pending``: taken back, never delivered; ``taken``: decided from the transcript). Giving
+a message up (`Inbox.take_back`, `Inbox.abandon`) is rare and decides a ``NOT_DELIVERED``:
+it waits for its flush as usual.
 
 Each runtime listens on one channel derived from its id, on a connection of its own, in
 one thread (`Listener`); what it hears is handed to a callback that must not block.
@@ -71,6 +75,19 @@ class InboxItem:
     message: list[dict[str, Any]]
     source: dict[str, Any]
 
+    def carried(self) -> str:
+        """The item as the JSON a notification carries (its id travels beside it)."""
+        return json.dumps(
+            [self.kind, self.child_id, self.sender_runtime, self.parent_session,
+             self.message, self.source]
+        )  # fmt: skip
+
+    @classmethod
+    def from_carried(cls, inbox_id: str, text: str) -> InboxItem:
+        """The item a notification carried (`carried`)."""
+        kind, child_id, sender, parent_session, message, source = json.loads(text)
+        return cls(inbox_id, kind, child_id, sender, parent_session, message, source)
+
 
 class Inbox:
     """The store's inbox operations (PostgreSQL only); each is one short transaction."""
@@ -78,47 +95,58 @@ class Inbox:
     def __init__(self, store: SqlStore) -> None:
         self._s = store
 
-    def post(
-        self,
-        inbox_id: str,
-        *,
-        kind: str = "send",
-        child_id: str,
-        target: str,
-        sender: str,
-        parent_session: str,
-        message: list[dict[str, Any]],
-        source: dict[str, Any],
-    ) -> None:
-        """Write the message for ``target`` and notify it, in one transaction."""
+    def post(self, item: InboxItem, *, target: str) -> bool:
+        """Send ``item`` to ``target``: in the notification alone when it fits (nothing
+        is written; the target writes the row as it takes it), else as a ``pending`` row
+        and a notification naming it. Whether a row was written."""
+        carried = item.carried()
+        notice = f"{MESSAGE}:{item.inbox_id}:{carried}"
+        written = len(notice) >= _PAYLOAD_LIMIT
 
         def op(_attempt: int) -> None:
             with self._s._db.cursor(write=False) as cursor:  # one statement: autocommit
+                if not written:
+                    cursor.execute(_NOTIFY, (channel_of(target), notice))
+                    return
                 cursor.execute(
                     _POST,
-                    (inbox_id, kind, child_id, target, sender, parent_session,
-                     json.dumps(message), json.dumps(source), channel_of(target),
-                     f"{MESSAGE}:{inbox_id}"),
+                    (item.inbox_id, item.kind, item.child_id, target, item.sender_runtime,
+                     item.parent_session, json.dumps(item.message), json.dumps(item.source),
+                     channel_of(target), f"{MESSAGE}:{item.inbox_id}"),
                 )  # fmt: skip
 
         self._s._run(f"forward a message to runtime {target}", op)
+        return written
 
-    def take(self, inbox_id: str, runtime_id: str) -> InboxItem | None:
-        """Take a pending message addressed to ``runtime_id``; None if it is not pending
-        (its sender gave up, or it was taken already)."""
+    def take(
+        self, inbox_id: str, runtime_id: str, carried: InboxItem | None = None
+    ) -> InboxItem | None:
+        """Take a message addressed to ``runtime_id`` — the one the notification
+        ``carried``, or else its ``pending`` row; None if its sender gave it up, or it was
+        taken already."""
 
         def op(attempt: int) -> tuple[Any, ...] | None:
             # A retry also finds it 'taken': our first attempt may have committed, unheard
             # (one notification per message, so nobody else takes it twice).
-            states = ("pending", "taken") if attempt > 1 else ("pending", "pending")
             with self._s._db.cursor(write=False) as cursor:  # one statement: autocommit
-                cursor.execute(_TAKE, (inbox_id, runtime_id, *states))
+                if carried is None:
+                    states = ("pending", "taken") if attempt > 1 else ("pending", "pending")
+                    cursor.execute(_TAKE, (inbox_id, runtime_id, *states))
+                else:
+                    cursor.execute(
+                        _TAKE_CARRIED_AGAIN if attempt > 1 else _TAKE_CARRIED,
+                        (inbox_id, carried.kind, carried.child_id, runtime_id,
+                         carried.sender_runtime, carried.parent_session,
+                         json.dumps(carried.message), json.dumps(carried.source)),
+                    )  # fmt: skip
                 row = cursor.fetchone()
             return None if row is None else tuple(row)
 
         row = self._s._run(f"take forwarded message {inbox_id}", op)
         if row is None:
             return None
+        if carried is not None:
+            return carried
         kind, child_id, sender, parent_session, message, source, _ = row
         return InboxItem(
             inbox_id=inbox_id,
@@ -145,9 +173,25 @@ class Inbox:
 
         return self._s._run(f"answer forwarded message {inbox_id}", op)
 
+    def take_back(self, item: InboxItem, *, target: str) -> bool:
+        """Give a message up if its target has not taken it (its row is absent or
+        ``pending``): written ``abandoned``, it can never be taken. Whether this call did
+        (False: it was taken first)."""
+
+        def op(_attempt: int) -> bool:
+            with self._s._db.cursor(write=False) as cursor:  # one statement: autocommit
+                cursor.execute(
+                    _TAKE_BACK,
+                    (item.inbox_id, item.kind, item.child_id, target, item.sender_runtime,
+                     item.parent_session, json.dumps(item.message), json.dumps(item.source)),
+                )  # fmt: skip
+                return cursor.fetchone() is not None
+
+        return self._s._run(f"take back forwarded message {item.inbox_id}", op)
+
     def abandon(self, inbox_id: str, *, state: str) -> bool:
-        """Give a message up if it is still in ``state`` (``pending``: never delivered;
-        ``taken``: its target is dead); whether this call did."""
+        """Give a message up if it is still in ``state`` (``taken``: its target is dead);
+        whether this call did."""
 
         def op(_attempt: int) -> bool:
             with self._s._db.cursor(write=False) as cursor:  # one statement: autocommit
@@ -157,7 +201,8 @@ class Inbox:
         return self._s._run(f"abandon forwarded message {inbox_id}", op)
 
     def state_of(self, inbox_id: str) -> tuple[str | None, dict[str, Any] | None]:
-        """The message's state and answer (None, None once it is gone)."""
+        """The message's state and answer (None, None while it has no row: before a
+        notified message is taken, and once it is forgotten)."""
 
         def op(_attempt: int) -> tuple[str | None, dict[str, Any] | None]:
             with self._s._db.cursor(write=False) as cursor:
@@ -169,14 +214,14 @@ class Inbox:
 
         return self._s._run(f"read forwarded message {inbox_id}", op)
 
-    def forget(self, inbox_id: str) -> None:
-        """Delete the row once its sender has the outcome."""
+    def forget(self, inbox_ids: list[str]) -> None:
+        """Delete the rows of messages whose senders have their outcomes."""
 
         def op(_attempt: int) -> None:
             with self._s._db.cursor(write=False) as cursor:  # one statement: autocommit
-                cursor.execute(_FORGET, (inbox_id,))
+                cursor.execute(_FORGET, (inbox_ids,))
 
-        self._s._run(f"forget forwarded message {inbox_id}", op)
+        self._s._run(f"forget {len(inbox_ids)} forwarded message(s)", op)
 
     def holder_of(self, child_id: str) -> str | None:
         """The runtime whose claim the child carries now (None: unclaimed or unknown)."""
@@ -193,13 +238,14 @@ class Inbox:
         self,
         runtime_id: str,
         *,
-        on_message: Callable[[str], None],
+        on_message: Callable[[str, InboxItem | None], None],
         on_reply: Callable[[str, dict[str, Any] | None], None],
     ) -> Listener:
         """Start listening on ``runtime_id``'s channel. For each notification, on the
-        listener's thread, ``on_message(inbox_id)`` (a message waits to be taken) or
-        ``on_reply(inbox_id, answer)`` (an answer is in; None if it did not fit into
-        the notification); neither may block."""
+        listener's thread, ``on_message(inbox_id, carried)`` (a message waits to be
+        taken: the one the notification carried, None if it is in its ``pending`` row) or
+        ``on_reply(inbox_id, answer)`` (an answer is in; None if it did not fit into the
+        notification); neither may block."""
         return Listener(self._s, channel_of(runtime_id), on_message, on_reply)
 
 
@@ -212,6 +258,24 @@ _POST = (
     "parent_session, message, source, state, created_at) VALUES "
     "(%s, %s, %s, %s, %s, %s, %s, %s, 'pending', now()) ON CONFLICT DO NOTHING "
     f"RETURNING {_NO_FLUSH}, pg_notify(%s, %s)"
+)
+_COLUMNS = (
+    f"INSERT INTO {INBOX} AS i (inbox_id, kind, child_id, target_runtime, sender_runtime, "
+    "parent_session, message, source, state, created_at) VALUES "
+    "(%s, %s, %s, %s, %s, %s, %s, %s, "
+)
+_ITEM = "i.kind, i.child_id, i.sender_runtime, i.parent_session, i.message, i.source"
+_TAKE_CARRIED = (
+    f"{_COLUMNS}'taken', now()) ON CONFLICT (inbox_id) DO NOTHING RETURNING {_ITEM}, {_NO_FLUSH}"
+)
+_TAKE_CARRIED_AGAIN = (  # a retry: our first attempt may have committed unheard
+    f"{_COLUMNS}'taken', now()) ON CONFLICT (inbox_id) DO UPDATE SET state = 'taken' "
+    "WHERE i.state = 'taken' AND i.target_runtime = excluded.target_runtime "
+    f"RETURNING {_ITEM}, {_NO_FLUSH}"
+)
+_TAKE_BACK = (
+    f"{_COLUMNS}'abandoned', now()) ON CONFLICT (inbox_id) DO UPDATE SET state = 'abandoned' "
+    "WHERE i.state IN ('pending', 'abandoned') RETURNING 1"
 )
 _TAKE = (
     f"UPDATE {INBOX} SET state = 'taken' WHERE inbox_id = %s AND target_runtime = %s "
@@ -227,7 +291,8 @@ _ABANDON = (
     f"UPDATE {INBOX} SET state = 'abandoned' WHERE inbox_id = %s AND state IN (%s, 'abandoned')"
 )
 _STATE = f"SELECT state, reply FROM {INBOX} WHERE inbox_id = %s"
-_FORGET = f"DELETE FROM {INBOX} WHERE inbox_id = %s RETURNING {_NO_FLUSH}"
+_FORGET = f"DELETE FROM {INBOX} WHERE inbox_id = ANY(%s) RETURNING {_NO_FLUSH}"
+_NOTIFY = "SELECT pg_notify(%s, %s)"  # writes nothing: no WAL flush to wait for
 _HOLDER = f"SELECT claim_runtime FROM {CHILDREN} WHERE child_id = %s"
 _PAYLOAD_LIMIT = 7000  # PostgreSQL's is 8000 bytes; JSON text here is mostly ASCII
 
@@ -240,7 +305,7 @@ class Listener:
         self,
         store: SqlStore,
         channel: str,
-        on_message: Callable[[str], None],
+        on_message: Callable[[str, InboxItem | None], None],
         on_reply: Callable[[str, dict[str, Any] | None], None],
     ) -> None:
         self._store = store
@@ -284,12 +349,13 @@ class Listener:
             while not self._stopped.is_set():
                 for notice in conn.notifies(timeout=_POLL_S):
                     kind, _, rest = str(notice.payload).partition(":")
-                    inbox_id, _, answer = rest.partition(":")
+                    inbox_id, _, body = rest.partition(":")
                     try:
                         if kind == MESSAGE:
-                            self._on_message(inbox_id)
+                            carried = InboxItem.from_carried(inbox_id, body) if body else None
+                            self._on_message(inbox_id, carried)
                         elif kind == REPLY:
-                            self._on_reply(inbox_id, json.loads(answer) if answer else None)
+                            self._on_reply(inbox_id, json.loads(body) if body else None)
                     except Exception:  # a bug in a callback must not end the listening
                         log.exception("listener %s: handling %s failed", self._channel, notice)
         finally:

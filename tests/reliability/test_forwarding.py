@@ -36,6 +36,7 @@ from tests.support import WAIT_S, eventually, idle_child, in_thread, running_chi
 pytestmark = pytest.mark.slow
 
 ROUNDS = 8
+LONG = 9000  # characters: too long for a notification, so the message goes as a row
 
 
 @pytest.fixture
@@ -192,24 +193,38 @@ def test_a_message_the_owner_never_takes_is_not_delivered_within_a_bound_and_is_
     parent = control.agents.register("restart-parent")
     child = ready["running_child"]
     assert control.store is not None
+    # A short message travels in its notification, a long one as a row: both are taken
+    # back when the owner does not take them.
+    never = ["never taken", "never taken, long: " + "x" * LONG]
     owner.proc.send_signal(signal.SIGSTOP)
     try:
         began = time.monotonic()
-        with pytest.raises(SubagentControlError) as refused:
-            control.send_message(parent, child, [TextBlock(text="never taken")])
+        sends = [
+            in_thread(lambda text=text: control.send_message(parent, child, [TextBlock(text=text)]))
+            for text in never
+        ]
+        refusals = []
+        for send in sends:
+            with pytest.raises(SubagentControlError) as refused:
+                send.result(TAKE_S + WAIT_S)
+            refusals.append(refused.value.code)
         took = time.monotonic() - began
     finally:
         owner.proc.send_signal(signal.SIGCONT)
-    assert refused.value.code is ErrorCode.NOT_DELIVERED
+    assert refusals == [ErrorCode.NOT_DELIVERED] * 2
     assert took < TAKE_S + WAIT_S / 2
-    # Awake again, the owner hears the old notification but can no longer take the
-    # message; a new one is steered, and only the new one is in the transcript.
-    sent = control.send_message(parent, child, [TextBlock(text="taken")])
-    assert (sent.route, sent.task_id) == ("steered", ready["running_task"])
+    # Awake again, the owner hears the old notifications but can no longer take the
+    # messages; new ones are steered, and only the new ones are in the transcript.
+    taken = ["taken", "taken, long: " + "y" * LONG]
+    for text in taken:
+        sent = control.send_message(parent, child, [TextBlock(text=text)])
+        assert (sent.route, sent.task_id) == ("steered", ready["running_task"])
     events = control.store.load(child).events
-    assert _carrying(events, "never taken") == []
-    (record,) = _carrying(events, "taken")
-    assert record.kind == EventKind.STEERING_MESSAGE
+    for text in never:
+        assert _carrying(events, text) == []
+    for text in taken:
+        (record,) = _carrying(events, text)
+        assert record.kind == EventKind.STEERING_MESSAGE
 
 
 def test_a_kill_from_another_process_kills_the_task_where_it_runs(
