@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from controlplane import ActivationNode, ActorTree, SupervisorNode
+from controlplane._tree import ForwardedNode
 from tests.cli.cli_support import sample_tree
 
 TAKEN = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
@@ -78,3 +79,37 @@ def test_render_escapes_control_characters_in_ids_and_reasons() -> None:
     lines = tree.render().splitlines()
     assert len(lines) == 2
     assert lines[1].startswith("└─ supervisor c\\x1b[31m [idle] parent=p\\nforged line ")
+
+
+def test_render_lists_forwarded_messages_in_flight_after_the_supervisors() -> None:
+    tree = ActorTree(
+        taken_at=TAKEN,
+        closed=False,
+        runtime_id="host-1-abc",
+        supervisors=[
+            SupervisorNode(child_id="c1", parent_session="p", state="idle", last_activity=TAKEN)
+        ],
+        forwarded=[
+            ForwardedNode(
+                inbox_id="i1",
+                direction="sending",
+                child_id="c2",
+                runtime_id="host-2-def",
+                age_s=0.25,
+            ),
+            ForwardedNode(
+                inbox_id="i2",
+                direction="serving",
+                child_id="c1\x1b",
+                runtime_id="host-3-ghi",
+                age_s=1.0,
+            ),
+        ],
+    )
+    assert tree.render().splitlines() == [
+        "root runtime host-1-abc (1 supervisor, 2 forwarded) at 2026-01-02T03:04:05+00:00",
+        "├─ supervisor c1 [idle] parent=p held=0 mailbox=0 quiet=0.0s",
+        "├─ forwarded i1 [sending] child=c2 to runtime host-2-def age 0.2s",
+        "└─ forwarded i2 [serving] child=c1\\x1b from runtime host-3-ghi age 1.0s",
+    ]
+    assert ActorTree.model_validate_json(tree.model_dump_json()) == tree
