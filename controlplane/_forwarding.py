@@ -63,7 +63,7 @@ log = logging.getLogger(__name__)
 
 TAKE_S = 3.0
 """How long a forwarded message waits for its target to take it before it is taken back."""
-_POLL_S = 0.5
+_POLL_S = 0.25  # a lapsed target is seen this long after its lease at most (~3 reads)
 _FIRST_POLL_S = 0.05  # a healthy forward is answered well before; a dead target is seen soon
 _READY_S = 10.0
 _WORKERS = 8
