@@ -68,8 +68,8 @@ _FIRST_POLL_S = 0.05  # a healthy forward is answered well before; a dead target
 _READY_S = 10.0
 _WORKERS = 8
 _KNOWN = 4096
-_FORGET_BATCH = 32  # decided messages' rows, deleted together
 """How many children's holders a runtime remembers (the least recently used go first)."""
+_FORGET_BATCH = 32  # decided messages' rows, deleted together
 
 Serve = Callable[["InboxItem"], SendResult]
 """Deliver a message taken from the inbox here (steer only); raises the refusal."""
@@ -87,7 +87,6 @@ class _InFlight:
 
 @dataclass(slots=True)
 class _Posted:
-    item: InboxItem
     woken: threading.Event
     written: bool = False
     """Whether the message went as a row (too long for a notification)."""
@@ -279,7 +278,7 @@ class Forwarder:
         """Post ``item`` to ``holder`` and wait for its answer while the block runs;
         forget the row after it."""
         inbox_id = item.inbox_id
-        posted = _Posted(item, threading.Event())
+        posted = _Posted(threading.Event())
         with self._lock:
             self._waiting[inbox_id] = posted.woken
             self._sending[inbox_id] = _InFlight(item.child_id, holder, time.monotonic())
@@ -296,7 +295,7 @@ class Forwarder:
                 if batch:
                     self._decided = []
             if batch:  # off the callers' path: the rows are only clutter now
-                with contextlib.suppress(RuntimeError):  # closing: `close` forgets them
+                with contextlib.suppress(RuntimeError):  # closing: leftover rows harm nothing
                     self._workers.submit(self._forget, batch)
 
     def _forget(self, inbox_ids: list[str]) -> None:
