@@ -296,10 +296,11 @@ brackets, and a ratio is taken inside each round.
 (picked at random), forwarded to A: B's `NOTIFY` carries the message; A's listener hears
 it, a worker takes it by writing its inbox row (insert-if-absent, one statement), steers
 the run and commits the steering record (the one commit that waits for the WAL flush), and
-writes its answer and notifies B in one statement — and B returns `steered`. The baseline is one raw psycopg `NOTIFY`→`LISTEN` round trip between the two
-processes (B notifies A's raw listener, which notifies back from a second connection, all
-autocommit) plus one raw append (one event row, `INSERT` and `COMMIT`), each timed on its
-own in the same rounds. Goal: forwarded p50 ≤ {STEER_GOAL:g}× the baseline — {verdict}.
+writes its answer and notifies B in one statement — and B returns `steered`. The baseline
+is one raw psycopg `NOTIFY`→`LISTEN` round trip between the two processes (B notifies A's
+raw listener, which notifies back from a second connection, all autocommit) plus one raw
+append (one event row, `INSERT` and `COMMIT`), each timed on its own in the same rounds.
+Goal: forwarded p50 ≤ {STEER_GOAL:g}× the baseline — {verdict}.
 B sends a child's later messages straight to the runtime its last forward reached; the
 first one (last row, once per child before the rounds, so a handful of samples) first tries
 to claim the child here, finds it held, and reads who holds it.
