@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from sqlalchemy import Engine, Row, delete, event, func, insert, select, update
+from sqlalchemy import Engine, Row, delete, event, func, insert, select, text, update
 from sqlalchemy.engine.interfaces import DBAPICursor
 from sqlalchemy.pool import PoolProxiedConnection
 
@@ -30,6 +30,8 @@ from controlplane.contract import (
 from persistence._database import Database
 from persistence._schema import (
     CHILDREN,
+    NOTICE_PENDING,
+    RUNNING_TASK,
     TASKS,
     ChildRow,
     RuntimeRow,
@@ -61,6 +63,10 @@ Fence = tuple[str, int]
 """A writer's claim on a child: its runtime id and the fencing number it claimed under."""
 
 _RUNNING = TaskStatus.RUNNING.value
+# The partial indexes' own predicates, as literals: a bound parameter would hide from the
+# planner that a query only wants the rows the index holds.
+_IS_RUNNING = text(RUNNING_TASK)
+_HAS_NOTICE = text(NOTICE_PENDING)
 
 
 def settle_sql(p: str) -> str:
@@ -191,7 +197,7 @@ class TaskLedger:
         """Every runtime the store knows, oldest first, with its count of running Tasks."""
         running = (
             select(TaskRow.runtime_id, func.count().label("n"))
-            .where(TaskRow.status == _RUNNING)
+            .where(_IS_RUNNING)
             .group_by(TaskRow.runtime_id)
             .subquery()
         )
@@ -230,9 +236,7 @@ class TaskLedger:
         is closed or has a heartbeat older than its lease: dead to everyone. (A runtime
         whose process is gone is recognised by the caller, which knows its own host.)"""
         query = select(RuntimeRow).where(
-            RuntimeRow.runtime_id.in_(
-                select(TaskRow.runtime_id).where(TaskRow.status == _RUNNING).distinct()
-            )
+            RuntimeRow.runtime_id.in_(select(TaskRow.runtime_id).where(_IS_RUNNING).distinct())
         )
 
         def op(_attempt: int) -> tuple[datetime, list[RuntimeInfo]]:
@@ -328,7 +332,7 @@ class TaskLedger:
         """The running Tasks of these runtimes, oldest first."""
         query = (
             select(TaskRow)
-            .where(TaskRow.status == _RUNNING, TaskRow.runtime_id.in_(list(runtime_ids)))
+            .where(_IS_RUNNING, TaskRow.runtime_id.in_(list(runtime_ids)))
             .order_by(TaskRow.created_at)
         )
         return self._run("list running tasks", lambda _attempt: self._select(query))
@@ -338,7 +342,7 @@ class TaskLedger:
         every runtime (one UPDATE … RETURNING, so two drains never take the same row)."""
         statement = (
             update(TaskRow)
-            .where(TaskRow.owner_session == owner_session, TaskRow.notice_pending.is_(True))
+            .where(TaskRow.owner_session == owner_session, _HAS_NOTICE)
             .values(notice_pending=None)
             .returning(*TaskRow.__table__.columns)
         )

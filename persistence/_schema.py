@@ -38,6 +38,8 @@ __all__ = [
     "CHILDREN",
     "EVENTS",
     "INBOX",
+    "NOTICE_PENDING",
+    "RUNNING_TASK",
     "RUNTIMES",
     "SCHEMA_VERSION",
     "SEGMENTS",
@@ -57,7 +59,7 @@ __all__ = [
     "utc_time",
 ]
 
-SCHEMA_VERSION: Final = 4
+SCHEMA_VERSION: Final = 5
 """The version this code writes. Bump it with a migration in `_MIGRATIONS`."""
 
 CHILDREN: Final = "subagent_children"
@@ -275,6 +277,16 @@ class InboxRow(Base):
     created_at: Mapped[UtcTime]
 
 
+RUNNING_TASK: Final = "status = 'running'"
+"""A running Task, as the running index's predicate and its queries' (a literal)."""
+NOTICE_PENDING: Final = "notice_pending IS NOT NULL"
+"""A settled Task whose notice is not drained yet (``notice_pending`` is true or NULL)."""
+
+
+def _partial_index(name: str, *columns: str, where: str) -> Index:
+    return Index(name, *columns, sqlite_where=text(where), postgresql_where=text(where))
+
+
 class TaskRow(Base):
     """A Task: written when it is admitted, updated once when it settles.
 
@@ -282,14 +294,19 @@ class TaskRow(Base):
     is one, so the transcript and the Task never disagree. ``notice_pending`` is true from
     settlement until the owner drains the Task's completion notice (then NULL), so a drain
     finds its rows through an index and takes each once, in whatever runtime it runs.
+
+    Every index entry is a page written by each admission (a resume's critical path), so
+    the running and the pending-notice indexes are partial: they hold the few rows a sweep
+    or a drain looks for, not every Task ever run. A query meets them with the same
+    predicate as a literal (`RUNNING_TASK`, `NOTICE_PENDING`), which both databases need
+    to use a partial index.
     """
 
     __tablename__ = TASKS
     __table_args__ = (
         Index("ix_subagent_tasks_owner", "owner_session", "created_at"),
-        Index("ix_subagent_tasks_notices", "owner_session", "notice_pending"),
-        Index("ix_subagent_tasks_running", "status", "runtime_id"),
-        Index("ix_subagent_tasks_child", "child_id", "created_at"),
+        _partial_index("ix_subagent_tasks_notices", "owner_session", where=NOTICE_PENDING),
+        _partial_index("ix_subagent_tasks_running", "runtime_id", where=RUNNING_TASK),
     )
 
     task_id: Mapped[str] = mapped_column(String(64), primary_key=True)
@@ -349,7 +366,30 @@ _CLAIM_COLUMNS: Final = {
 }
 
 
-_MIGRATIONS: dict[int, Migration] = {1: _drop_last_seq, 2: _add_segments, 3: _add_tasks}
+def _partial_task_indexes(conn: Connection) -> None:
+    """Version 5: a Task's admission writes two index entries fewer. The running and the
+    pending-notice indexes become partial (only running Tasks, only undrained notices),
+    and the index on a Task's child goes (no query used it)."""
+    for name in _VERSION_4_TASK_INDEXES:
+        conn.execute(text(f"DROP INDEX IF EXISTS {name}"))
+    for index in Base.metadata.tables[TASKS].indexes:
+        if index.name in _VERSION_4_TASK_INDEXES:
+            index.create(conn)
+
+
+_VERSION_4_TASK_INDEXES: Final = (
+    "ix_subagent_tasks_notices",
+    "ix_subagent_tasks_running",
+    "ix_subagent_tasks_child",
+)
+
+
+_MIGRATIONS: dict[int, Migration] = {
+    1: _drop_last_seq,
+    2: _add_segments,
+    3: _add_tasks,
+    4: _partial_task_indexes,
+}
 """``_MIGRATIONS[n]`` upgrades a version-``n`` store to version ``n + 1``."""
 
 
