@@ -448,9 +448,9 @@ class SqlStore:
             cursor.execute(sql.append_one, row)
         else:
             cursor.execute(sql.append_one_fenced, (*row, *fence))
-        inserted = cursor.fetchone()
-        if inserted is not None:
-            return int(inserted[0])
+        inserted = cursor.fetchall()  # stepped to its end: no statement left open
+        if inserted:
+            return int(inserted[0][0])
         # Nothing inserted: say why (the child is missing, or the claim is not ours).
         _, holder, number = self._tail(cursor, child_id, locked=True)
         if fence is not None and (holder, number) != fence:
