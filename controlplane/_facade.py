@@ -8,7 +8,6 @@ import threading
 import time
 import uuid
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
@@ -39,7 +38,7 @@ from controlplane._runtime import Runtime, new_runtime_id
 from controlplane._session import NewEvent, utcnow
 from controlplane._signal import CancelSignal
 from controlplane._spec import ContinuableStart, ContinuableStartSpec, SendResult
-from controlplane._task_types import TaskSnapshot, TaskStatus
+from controlplane._task_types import TaskStatus
 from controlplane._tasks import TaskService
 from controlplane._telemetry import Operation, Telemetry
 from controlplane._tree import ActorTree
@@ -173,10 +172,6 @@ class SubagentControl:
                 self._passivator = Passivator(self._root.ref, passivate_after_s)
         self._lock = threading.Lock()
         self._closed = False
-        # Children started here whose initial Task is still running: listed by `children`
-        # before the store has them, forgotten once that Task settles.
-        self._pending_children: dict[str, _Pending] = {}
-        self.tasks.on_done(self._forget_pending)
         self._admin_servers: list[AdminServer] = []
         self._forwarder: Forwarder | None = None
         if self._runtime is not None:
@@ -284,15 +279,9 @@ class SubagentControl:
             created_at=task.created_at,
             trace=trace,
         )
-        with self._lock:
-            self._pending_children[child_id] = _Pending(
-                parent.session_id, spec.label, task.id, task.created_at
-            )
         try:
             root.spawn_child(SpawnChild(plan=plan))
         except BaseException as exc:
-            with self._lock:
-                self._pending_children.pop(child_id, None)
             self.tasks.discard(task.id)
             trace.end(None)
             raise _translate(exc, "nothing was started") from exc
@@ -431,19 +420,19 @@ class SubagentControl:
         Oldest first; ``running`` when the child's newest Task in this process is running.
         """
         session = parent.session_id if isinstance(parent, AgentHandle) else parent
-        # Pending first, then the store: a child leaves `pending` only after publication,
-        # so it is always in one of the two snapshots.
-        with self._lock:
-            found = {
-                child_id: (p.label, p.created_at)
-                for child_id, p in self._pending_children.items()
-                if p.owner == session
-            }
+        # The Tasks first, then the store: a child is durable from its publication on, and
+        # its initial Task runs until then, so it is always in one of the two snapshots.
+        # (A running Task whose child the store does not have yet is a start on its way.)
+        latest_tasks = self.tasks.latest_by_child(session)
+        found = {
+            child_id: (task.label, task.created_at)
+            for child_id, task in latest_tasks.items()
+            if task.status is TaskStatus.RUNNING
+        }
         if self._store is not None:
             for meta in self._store.list_children(session):
                 found[meta.child_id] = (meta.label or "", meta.created_at)
         views = []
-        latest_tasks = self.tasks.latest_by_child(session)
         for child_id, (label, created) in found.items():
             latest = latest_tasks.get(child_id)
             views.append(
@@ -559,22 +548,8 @@ class SubagentControl:
                 f"parent session {parent.session_id!r} is not live in this control plane",
             )
 
-    def _forget_pending(self, snapshot: TaskSnapshot) -> None:
-        with self._lock:
-            pending = self._pending_children.get(snapshot.child_id or "")
-            if pending is not None and pending.task_id == snapshot.id:
-                del self._pending_children[snapshot.child_id or ""]
-
     def _kill_tasks_of(self, agent: AgentHandle) -> None:
         self.tasks.kill_owned_by(agent.session_id, f"owner session {agent.session_id} disposed")
-
-
-@dataclass(frozen=True, slots=True)
-class _Pending:
-    owner: str
-    label: str
-    task_id: str
-    created_at: datetime
 
 
 def _check_option(name: str, problem: str | None) -> None:

@@ -239,6 +239,23 @@ def test_output_is_empty_while_running_and_the_detail_once_failed(
     assert control.tasks.output(started.task_id, requester=parent) == "went wrong"
 
 
+def test_children_lists_a_starting_child_until_its_start_fails_before_publication(
+    control: SubagentControl, parent: AgentHandle, provider: FakeProvider
+) -> None:
+    # A child is listed from its running initial Task until the store has it; a start that
+    # fails before publication leaves no child, so once its Task settles it is not listed.
+    release = threading.Event()
+    provider.plan(start_gate=release, fail_start=RuntimeError("no model"))
+    doomed = start_child(control, parent, label="doomed")
+
+    assert [(v.child_id, v.label, v.running) for v in control.children(parent)] == [
+        (doomed.child_id, "doomed", True)
+    ]
+    release.set()
+    assert settle(control, doomed.task_id, parent).status is TaskStatus.FAILED
+    assert control.children(parent) == []
+
+
 def test_children_lists_every_child_of_the_parent_oldest_first(
     control: SubagentControl, parent: AgentHandle, stranger: AgentHandle, provider: FakeProvider
 ) -> None:
