@@ -268,20 +268,29 @@ class ActivationTranscript:
             receipt._settle(None)
 
     def _write(self, events: list[NewEvent]) -> None:
-        self._fenced(lambda: self._store.append(self._child_id, events, fence=self._fence))
+        # The hot path (a steer's record): `_fenced` spelled out, without a closure.
+        try:
+            self._store.append(self._child_id, events, fence=self._fence)
+        except SubagentControlError as exc:
+            self._refused(exc)
+            raise
 
     def _fenced(self, write: Callable[[], object]) -> None:
-        """Run a write; one refused because this runtime lost the claim ends the turn:
-        the activation is cancelled (its Task settles ``interrupted``), and this writer
-        refuses everything after it."""
+        """Run a write; one refused because this runtime lost the claim ends the turn."""
         try:
             write()
         except SubagentControlError as exc:
-            if exc.code is ErrorCode.FENCED:
-                self._state = "closed"
-                if self._signal is not None:
-                    self._signal.abort(exc.message, cause=ErrorCode.FENCED)
+            self._refused(exc)
             raise
+
+    def _refused(self, exc: SubagentControlError) -> None:
+        """A write refused because this runtime lost the claim (FENCED) ends the turn: the
+        activation is cancelled (its Task settles ``interrupted``), and this writer refuses
+        everything after it."""
+        if exc.code is ErrorCode.FENCED:
+            self._state = "closed"
+            if self._signal is not None:
+                self._signal.abort(exc.message, cause=ErrorCode.FENCED)
 
 
 def _not_delivered(child_id: str, why: str) -> SubagentControlError:
