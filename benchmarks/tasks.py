@@ -161,7 +161,11 @@ def _read_cost(config: TasksConfig, store: TaskStore) -> dict[str, list[float]]:
         ledger = control.store.ledger if control.store is not None else None
         assert ledger is not None
         picks = store.sample
-        rngs = {kind: random.Random(5) for kind in _READ_KINDS}
+        # Each kind its own rows: with one sequence for all, the kinds of a turn read the
+        # same 20 rows one after another, and the second kind on a connection (the raw
+        # select after raw+model's, `TaskLedger.get` after `tasks.get`'s) found their
+        # pages in that connection's cache, which a random read of a large store does not.
+        rngs = {kind: random.Random(5 + n) for n, kind in enumerate(_READ_KINDS)}
 
         def pick(kind: str) -> tuple[str, str]:
             return picks[rngs[kind].randrange(len(picks))]
@@ -276,10 +280,10 @@ Ready time with {large:,} settled Tasks / with {small:,}, per run, in this proce
 
 **`tasks.get` of a stored Task not in memory** (another runtime's, closed) against one
 raw `sqlite3` primary-key select of the same row (`SELECT` of every column, `fetchone`,
-on a connection kept open on the same file). Random rows of a 1,000-row sample, after a
-warm-up; {config.rounds} rounds of {config.get_ops} reads per kind, interleaved in turns
-of 20. Between them: `TaskLedger.get` (the store's read, no owner fence) and the raw
-select plus building the frozen `TaskSnapshot` by hand:
+on a connection kept open on the same file). Random rows of a 1,000-row sample (each kind
+its own sequence), after a warm-up; {config.rounds} rounds of {config.get_ops} reads per
+kind, interleaved in turns of 20. Between them: `TaskLedger.get` (the store's read, no
+owner fence) and the raw select plus building the frozen `TaskSnapshot` by hand:
 
 {_read_table(reads, get_ratio)}
 
@@ -401,15 +405,16 @@ The difference, {fmt_s(extra)} per resume (p50 with − p50 without, per round),
 admission: timed where it runs, on the supervisor thread before the activation starts,
 each `SqlStore.admit_claiming` (the claim read, the claim update and the Task `INSERT` in
 one `BEGIN IMMEDIATE` transaction, on the store's cursor path) took {fmt_s(on_route)}
-(p50 per round).
+(p50 per round). Most of it is the commit, which writes one WAL page per b-tree the
+transaction changed: the child's header, the Task table, its primary key, its owner index
+and its (partial) running index.
 
-A new child's start still admits its Task on its own through `TaskLedger.admit`:
-SQLAlchemy's ORM-enabled `insert(TaskRow)`, built, cache-keyed and executed on a pooled
-`Connection` whose `BEGIN IMMEDIATE` and commit pass through the engine's events. Timed
-alone in a tight loop on one store ({len(writes["admit"])} rounds, p50, interleaved), it
-takes {fmt_s(admit)} against {fmt_s(append)} for `SqlStore.append` of one event (the
-store's hot path: a raw DBAPI cursor and a statement compiled once per dialect) — also a
-one-row write transaction — {_ratio_text(writes["admit"], writes["append"])} apart.
+A new child's start admits its Task on its own through `TaskLedger.admit`: the same
+`INSERT` on the store's cursor path, in a transaction of its own. Timed alone in a tight
+loop on one store ({len(writes["admit"])} rounds, p50, interleaved), it takes
+{fmt_s(admit)} against {fmt_s(append)} for `SqlStore.append` of one event (the store's hot
+path, also a one-row write transaction) — {_ratio_text(writes["admit"], writes["append"])}
+apart.
 """
 
 

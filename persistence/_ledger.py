@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import threading
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -405,14 +406,15 @@ class _PointReader:
         self._lock = threading.Lock()
         self._conn: PoolProxiedConnection | None = None
         self._cursor: DBAPICursor | None = None
-        self._pid = os.getpid()
         self._open = not db.backend.single_connection
+        self._inherited = False
         if self._open:
             event.listen(db.engine, "engine_disposed", self._close)
+            _READERS.add(self)
 
     def one(self, statement: str, params: tuple[Any, ...]) -> tuple[Any, ...] | None:
         """The row of a select that finds at most one, or None."""
-        if not (self._open and self._pid == os.getpid() and self._lock.acquire(blocking=False)):
+        if not (self._open and self._lock.acquire(blocking=False)):
             with self._db.cursor(write=False) as cursor:
                 cursor.execute(statement, params)
                 rows = cursor.fetchall()
@@ -438,13 +440,33 @@ class _PointReader:
         if conn is not None:
             conn.invalidate()
 
+    def _forked(self) -> None:
+        """In a forked child: the connection is the parent's, never to be used or closed
+        here (nor the lock, which a thread of the parent may have held)."""
+        self._lock = threading.Lock()
+        self._open = False
+        self._inherited = True
+
     def _close(self, _engine: Engine) -> None:
         with self._lock:
             self._open = False
+            if self._inherited:
+                return
             conn, self._conn, self._cursor = self._conn, None, None
         if conn is not None:
             conn.detach()  # closed for good, not handed back to the pool just disposed of
             conn.close()
+
+
+_READERS: weakref.WeakSet[_PointReader] = weakref.WeakSet()
+
+
+def _after_fork() -> None:
+    for reader in list(_READERS):
+        reader._forked()
+
+
+os.register_at_fork(after_in_child=_after_fork)
 
 
 def _settled_values(outcome: TaskOutcome, when: datetime) -> dict[str, Any]:

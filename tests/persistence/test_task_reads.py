@@ -3,6 +3,7 @@ snapshot it builds is the one validation would build."""
 
 from __future__ import annotations
 
+import multiprocessing
 import threading
 import uuid
 from datetime import timedelta
@@ -116,6 +117,28 @@ def test_reads_from_many_threads_at_once_each_find_their_own_task(store_url: str
             thread.join(timeout=30)
 
     assert not wrong
+
+
+def test_a_forked_child_reads_without_the_parents_read_connection_and_leaves_it_working(
+    sqlite_url: str,
+) -> None:
+    with SqlStore(sqlite_url, retry=RetryPolicy.immediate()) as store:
+        task = running_task()
+        store.ledger.admit(task)
+        assert store.ledger.get(task.id) == task  # the parent's read connection is open
+        child = multiprocessing.get_context("fork").Process(
+            target=_read_in_child, args=(store, task)
+        )
+        child.start()
+        child.join(timeout=30)
+        assert child.exitcode == 0
+        assert store.ledger.get(task.id) == task
+
+
+def _read_in_child(store: SqlStore, task: TaskSnapshot) -> None:
+    found = store.ledger.get(task.id)
+    store.close()  # leaves the parent's connection alone
+    raise SystemExit(0 if found == task else 1)
 
 
 @pytest.mark.postgres
