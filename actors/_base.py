@@ -11,14 +11,19 @@ The inbox is a `queue.SimpleQueue` rather than pykka's `queue.Queue`: the same F
 three `threading.Condition` objects (~3 KiB) a `queue.Queue` carries and the Python-level
 locking each message pays through them. A live child has two actors, so this is memory per
 live child and time per steer.
+
+An actor class with `Actor.pooled_loop` runs its loop on a reused worker thread
+(`actors._pool`) instead of a new one: the same pykka loop, minus a thread start.
 """
 
 from __future__ import annotations
 
 import queue
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import pykka
+
+from actors._pool import actor_threads
 
 if TYPE_CHECKING:
     from pykka._actor import ActorInbox
@@ -30,6 +35,18 @@ __all__ = ["Actor"]
 class Actor(pykka.ThreadingActor):
     """A `pykka.ThreadingActor` that leaves nothing behind when its thread cannot start."""
 
+    pooled_loop: ClassVar[bool] = False
+    """Run the loop on an idle worker of `actors._pool.actor_threads` (a new worker thread
+    if none waits). The workers are daemon threads, so this needs ``use_daemon_thread``."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if cls.pooled_loop and not cls.use_daemon_thread:
+            raise TypeError(
+                f"{cls.__name__}: pooled_loop needs use_daemon_thread (the pool's workers are "
+                "daemon threads, which would let the process exit under a non-daemon actor)"
+            )
+
     @staticmethod
     def _create_actor_inbox() -> ActorInbox:
         inbox: queue.SimpleQueue[Envelope[Any]] = queue.SimpleQueue()
@@ -37,7 +54,10 @@ class Actor(pykka.ThreadingActor):
 
     def _start_actor_loop(self) -> None:
         try:
-            super()._start_actor_loop()
+            if self.pooled_loop:
+                actor_threads.run(self._actor_loop, type(self).__name__)
+            else:
+                super()._start_actor_loop()
         except BaseException:
             # Re-raised as is (KeyboardInterrupt included): only the registration and the
             # "alive" state are undone, so the failed start is what the caller sees.

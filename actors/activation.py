@@ -73,6 +73,8 @@ class ActivationActor(Actor):
     # A provider that ignores its signal must not keep the process alive after close()
     # gave up waiting for it; every other actor is non-daemon and always stopped.
     use_daemon_thread = True
+    # A resume starts one of these every time: on a reused thread, it skips a thread start.
+    pooled_loop = True
 
     def __init__(
         self, context: ActorContext, plan: ActivationPlan, supervisor: pykka.ActorRef[Any]

@@ -1,0 +1,140 @@
+"""Reused threads for actors' loops: an activation starts on an idle worker, not a new thread.
+
+Starting a thread costs a few hundred microseconds on these machines (the starter waits
+until the new thread runs); handing a loop to a worker that waits for one costs one wake-up.
+A resume starts an activation actor every time, so its latency pays the difference.
+
+Only the thread is shared. The loop a worker runs is pykka's own `_actor_loop`, untouched,
+so every stop and error rule of pykka holds as on a thread of its own: an ``Exception`` in
+a handler goes to the asker or ``on_failure``; a ``BaseException`` stops every actor; a
+stop answers what is queued behind it with `pykka.ActorDeadError`; a ``tell`` that races a
+stop is dropped. What a new thread would start with, each loop starts with too: an empty
+`contextvars.Context` and the `threading` module's trace and profile hooks. A loop that
+lets an exception escape (pykka lets a ``BaseException`` from ``on_start`` through) ends its
+worker the way it would end its own thread, through `threading.excepthook`; the worker is
+never reused.
+
+Workers are daemon threads, so only daemon actors may use them (`Actor.pooled_loop`): a
+non-daemon actor on one would let the process exit under it. An idle worker never keeps the
+process alive, and at most `LoopPool.max_idle` wait, each for `LoopPool.idle_s` seconds.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import itertools
+import os
+import queue
+import sys
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+__all__ = ["LoopPool", "actor_threads"]
+
+
+@dataclass(frozen=True, slots=True)
+class _Job:
+    loop: Callable[[], None]
+    name: str
+
+
+_IDLE_NAME = "actor-pool-idle"
+
+
+class LoopPool:
+    """Daemon worker threads, each running one actor loop at a time.
+
+    Invariant, under ``_lock``: ``_idle`` == workers waiting for a job − jobs queued. A
+    submitter that finds ``_idle`` > 0 takes one (decrements it) and queues its job, so a
+    queued job always has a waiting worker to run it.
+    """
+
+    def __init__(self, *, max_idle: int = 16, idle_s: float = 30.0) -> None:
+        self.max_idle = max_idle
+        """How many workers may wait for a job at once; a worker freed beyond it ends."""
+        self.idle_s = idle_s
+        """How long a worker waits for a job before it ends."""
+        self._reset()
+
+    def _reset(self) -> None:
+        # Also the state of a forked child, where none of the parent's workers exists.
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._idle = 0
+        self._serial = itertools.count()
+
+    def run(self, loop: Callable[[], None], name: str) -> None:
+        """Run ``loop`` on an idle worker, or on a new daemon thread named ``name-N``.
+
+        Raises:
+            RuntimeError: The new thread could not start (no idle worker, and the
+                process is at its thread limit); ``loop`` will never run.
+        """
+        job = _Job(loop, f"{name}-{next(self._serial)}")
+        with self._lock:
+            if self._idle > 0:
+                self._idle -= 1
+                self._jobs.put(job)
+                return
+        thread = threading.Thread(target=self._work, args=(job,), name=job.name, daemon=True)
+        thread.start()
+
+    def idle(self) -> int:
+        """How many workers wait for a job right now."""
+        with self._lock:
+            return self._idle
+
+    def wait_idle(self, count: int, timeout_s: float) -> bool:
+        """Block until at least ``count`` workers wait for a job; whether they did within
+        ``timeout_s`` (a test's sync point: a loop's worker is freed after its actor
+        stopped)."""
+        with self._changed:
+            return self._changed.wait_for(lambda: self._idle >= count, timeout_s)
+
+    def drain(self) -> None:
+        """End every idle worker (the next `run` starts a thread)."""
+        with self._lock:
+            for _ in range(self._idle):
+                self._jobs.put(None)
+            self._idle = 0
+
+    # -- a worker ---------------------------------------------------------------------
+
+    def _work(self, job: _Job | None) -> None:
+        thread = threading.current_thread()
+        while job is not None:
+            thread.name = job.name
+            # What a new thread starts with: the module's hooks and an empty context.
+            sys.settrace(threading.gettrace())
+            sys.setprofile(threading.getprofile())
+            contextvars.Context().run(job.loop)
+            del job  # nothing of the finished actor stays reachable from an idle worker
+            thread.name = _IDLE_NAME
+            job = self._next()
+
+    def _next(self) -> _Job | None:
+        """The next job for this worker, or None: it ends."""
+        with self._lock:
+            if self._idle >= self.max_idle:
+                return None
+            self._idle += 1
+            self._changed.notify_all()
+        try:
+            return self._jobs.get(timeout=self.idle_s)
+        except queue.Empty:
+            with self._lock:
+                try:
+                    # A job queued as the wait ran out is this worker's to run (or a drain's
+                    # None, which already took it off the count).
+                    return self._jobs.get_nowait()
+                except queue.Empty:
+                    self._idle -= 1
+                    return None
+
+
+actor_threads = LoopPool()
+"""The process's pool for pooled actors' loops."""
+
+os.register_at_fork(after_in_child=actor_threads._reset)
