@@ -7,12 +7,15 @@ plane on the store — nothing cached — and times ``send_message`` until ``pro
 is called with the rebuilt child (store load, authorization, descriptor fold, the request
 with every earlier event). The rivals restore the same messages from their SQLite files
 through fresh connections (see `benchmarks._rivals`). Within a run every system is timed
-back to back, in an order that rotates between runs.
+back to back, in an order that rotates between runs, each after a collection of what the
+previous one left (a closed control plane's reference cycles would otherwise be collected
+inside the next system's span).
 """
 
 from __future__ import annotations
 
 import contextlib
+import gc
 import sqlite3
 import time
 from collections.abc import Callable
@@ -69,6 +72,9 @@ def run_resume(config: ResumeConfig, workdir: Path, pg_url: str | None, pg_note:
                 order = list(systems.items())
                 shift = run % len(order)
                 for name, measure in order[shift:] + order[:shift]:
+                    # What the system measured before left behind (a closed control plane's
+                    # cycles, a rival's objects) is collected here, not in the next span.
+                    gc.collect()
                     timings.setdefault(name, {}).setdefault(length, []).append(measure(length))
     series = {name: {n: spread(v) for n, v in per.items()} for name, per in timings.items()}
     return _section(config, series, timings, notes, rows)
@@ -211,8 +217,11 @@ called with the rebuilt child, against restoring the same messages with LangGrap
 `SqliteSaver.get_tuple` (the thread's latest checkpoint, `messages` channel) and the OpenAI
 Agents SDK's `SQLiteSession.get_items()`. Median of {config.runs} runs (min–max); every run
 opens new connections; the OS page cache is warm for all systems alike; the benchmark's
-own objects are frozen out of the garbage collector (`gc.freeze()`), so a collection costs
-each system only what it allocates. Messages average
+own objects are frozen out of the garbage collector (`gc.freeze()`) and the garbage of the
+previous measure is collected before each one, so a collection costs each system only what it
+allocates. Our activation actor runs on a reused worker thread (`actors._pool`), as in any
+process that ran an activation before; the supervisor's thread is started per run. Messages
+average
 ~950 characters (users 100–600, assistants 200–2,000); one user message then four
 assistant messages per turn. Our transcript also holds `turn/start`/`turn/end` per turn
 and the descriptor, so it has ~1.4 events per message, written as a live child writes them
