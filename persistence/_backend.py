@@ -33,7 +33,6 @@ STATEMENT_TIMEOUT_S: Final = 30.0
 """The default bound of a statement: far above a 10,000-event load."""
 
 _EVENT_COLUMNS: Final = "seq, turn, kind, data, source, created_at"
-_INSERTED: Final = "child_id, seq, turn, kind, data, source, batch_id, created_at"
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,12 +62,6 @@ class Statements:
     Open rows always follow the last segment, so a segment is consulted only when the
     child has none."""
     insert: str
-    append_one: str
-    """One event appended after the child's last ``seq`` in one statement, returning its
-    ``seq``: no row when the child does not exist (`append_one_fenced`: or when the
-    writer's claim is not the child's). Takes the event's row without ``child_id`` and
-    ``seq``, then the child id (then the claim's runtime and fencing number)."""
-    append_one_fenced: str
     landed: str
     """The open rows a batch wrote."""
     open_rows: str
@@ -85,17 +78,6 @@ class Statements:
         ``segments=False`` reads a store written before version 3, which has no segments
         table (the read-only view of an older store; it never writes).
         """
-        # The child's highest seq, from its open rows, else its last segment, else 0.
-        last = (
-            f"coalesce((SELECT max(e.seq) FROM {EVENTS} e WHERE e.child_id = c.child_id), "
-            f"(SELECT s.last_seq FROM {SEGMENTS} s WHERE s.child_id = c.child_id "
-            f"ORDER BY s.first_seq DESC LIMIT 1), 0)"
-        )
-        one = (
-            f"INSERT INTO {EVENTS} ({_INSERTED}) "
-            f"SELECT c.child_id, {last} + 1, {p}, {p}, {p}, {p}, {p}, {p} "
-            f"FROM {CHILDREN} c WHERE c.child_id = {p}"
-        )
         return cls(
             placeholder=p,
             header=(
@@ -119,14 +101,20 @@ class Statements:
                 else None
             ),
             last_seq=(
-                f"SELECT {last}, c.claim_runtime, c.fence FROM {CHILDREN} c WHERE c.child_id = {p}"
+                f"SELECT coalesce((SELECT max(e.seq) FROM {EVENTS} e "
+                f"WHERE e.child_id = c.child_id), (SELECT s.last_seq FROM {SEGMENTS} s "
+                f"WHERE s.child_id = c.child_id ORDER BY s.first_seq DESC LIMIT 1), 0), "
+                f"c.claim_runtime, c.fence "
+                f"FROM {CHILDREN} c WHERE c.child_id = {p}"
                 if segments
                 else f"SELECT (SELECT coalesce(max(e.seq), 0) FROM {EVENTS} e "
                 f"WHERE e.child_id = c.child_id) FROM {CHILDREN} c WHERE c.child_id = {p}"
             ),
-            insert=f"INSERT INTO {EVENTS} ({_INSERTED}) VALUES ({', '.join([p] * 8)})",
-            append_one=f"{one} RETURNING seq",
-            append_one_fenced=f"{one} AND c.claim_runtime = {p} AND c.fence = {p} RETURNING seq",
+            insert=(
+                f"INSERT INTO {EVENTS} "
+                f"(child_id, seq, turn, kind, data, source, batch_id, created_at) "
+                f"VALUES ({p}, {p}, {p}, {p}, {p}, {p}, {p}, {p})"
+            ),
             landed=(
                 f"SELECT {_EVENT_COLUMNS} FROM {EVENTS} "
                 f"WHERE child_id = {p} AND batch_id = {p} ORDER BY seq"

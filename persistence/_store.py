@@ -397,27 +397,25 @@ class SqlStore:
         fence: Fence | None = None,
     ) -> list[SessionEvent]:
         sql = self._sql
-        stamp = sqlite_time(created_at) if self._db.backend.text_times else created_at
         with self._db.cursor(write=True) as cursor:
-            if attempt == 1 and len(pending) == 1:
-                # A steer's record, a provider's event: one statement reads the tail,
-                # checks the claim and inserts.
-                first = self._append_one(cursor, child_id, pending[0], batch, stamp, fence)
+            # First, under the child's lock: an earlier attempt whose commit is still in
+            # flight then finishes before the retry below looks for its rows.
+            last, holder, number = self._tail(cursor, child_id)
+            if attempt > 1:
+                landed = self._landed(cursor, child_id, batch)
+                if landed:  # before the claim check: a landed turn end released the claim
+                    return landed
+            if fence is not None and (holder, number) != fence:
+                raise _fenced(child_id, fence, holder)
+            first = last + 1
+            stamp = sqlite_time(created_at) if self._db.backend.text_times else created_at
+            rows = [
+                (child_id, seq, p.turn, p.kind, p.data_json, p.source_json, batch, stamp)
+                for seq, p in enumerate(pending, start=first)
+            ]
+            if len(rows) == 1:  # a steer's record: execute costs less than executemany
+                cursor.execute(sql.insert, rows[0])
             else:
-                # First, under the child's lock: an earlier attempt whose commit is still
-                # in flight then finishes before the retry below looks for its rows.
-                last, holder, number = self._tail(cursor, child_id)
-                if attempt > 1:
-                    landed = self._landed(cursor, child_id, batch)
-                    if landed:  # before the claim check: a landed turn end released it
-                        return landed
-                if fence is not None and (holder, number) != fence:
-                    raise _fenced(child_id, fence, holder)
-                first = last + 1
-                rows = [
-                    (child_id, seq, p.turn, p.kind, p.data_json, p.source_json, batch, stamp)
-                    for seq, p in enumerate(pending, start=first)
-                ]
                 cursor.executemany(sql.insert, rows)
             if any(p.kind == EventKind.TURN_END for p in pending):
                 self._seal(cursor, child_id)
@@ -427,37 +425,6 @@ class SqlStore:
                     cursor.execute(self._release_sql, (child_id, fence[1]))
         self._committed()
         return stored_events(pending, first, created_at)
-
-    def _append_one(
-        self,
-        cursor: DBAPICursor,
-        child_id: str,
-        event: PendingEvent,
-        batch: str,
-        stamp: object,
-        fence: Fence | None,
-    ) -> int:
-        """Insert one event after the child's last, in one statement; its ``seq``.
-
-        A first attempt only: a retry must first look for its own earlier commit."""
-        sql = self._sql
-        if sql.lock_child is not None:
-            self._lock_child(cursor, child_id)
-        row = (event.turn, event.kind, event.data_json, event.source_json, batch, stamp, child_id)
-        if fence is None:
-            cursor.execute(sql.append_one, row)
-        else:
-            cursor.execute(sql.append_one_fenced, (*row, *fence))
-        inserted = cursor.fetchall()  # stepped to its end: no statement left open
-        if inserted:
-            return int(inserted[0][0])
-        # Nothing inserted: say why (the child is missing, or the claim is not ours).
-        _, holder, number = self._tail(cursor, child_id, locked=True)
-        if fence is not None and (holder, number) != fence:
-            raise _fenced(child_id, fence, holder)
-        raise SubagentControlError(  # pragma: no cover - the lock keeps both rows still
-            ErrorCode.INTERNAL, f"child {child_id}: the append inserted nothing"
-        )
 
     def admit_claiming(self, task: TaskSnapshot, *, is_dead: IsDead) -> int | None:
         """Admit a resume's Task and claim its child for the Task's runtime, in one
@@ -514,29 +481,22 @@ class SqlStore:
                 landed += [e for e in decode_segment(events) if span[0] <= e.seq <= span[1]]
         return landed
 
-    def _tail(
-        self, cursor: DBAPICursor, child_id: str, *, locked: bool = False
-    ) -> tuple[int, str | None, int]:
+    def _tail(self, cursor: DBAPICursor, child_id: str) -> tuple[int, str | None, int]:
         """The child's highest ``seq``, its claim's runtime and its fencing number, read
-        under the lock that serializes its appends (taken here on PostgreSQL unless
-        ``locked``; SQLite's write transaction already holds it)."""
-        if not locked and self._sql.lock_child is not None:
-            self._lock_child(cursor, child_id)
-        cursor.execute(self._sql.last_seq, (child_id,))
+        under the lock that serializes its appends (taken here on PostgreSQL; SQLite's
+        write transaction already holds it)."""
+        sql = self._sql
+        if sql.lock_child is not None:
+            # A statement of its own: the next one then reads with a snapshot taken after
+            # the lock was granted, so it sees the previous holder's rows.
+            cursor.execute(sql.lock_child, (child_id,))
+            if cursor.fetchone() is None:
+                raise _not_found(child_id)
+        cursor.execute(sql.last_seq, (child_id,))
         row = cursor.fetchone()
         if row is None:
             raise _not_found(child_id)
         return int(row[0]), row[1], int(row[2])
-
-    def _lock_child(self, cursor: DBAPICursor, child_id: str) -> None:
-        """Take the lock that serializes the child's appends (PostgreSQL: its header row).
-
-        A statement of its own: the next one then reads with a snapshot taken after the
-        lock was granted, so it sees the previous holder's rows."""
-        assert self._sql.lock_child is not None
-        cursor.execute(self._sql.lock_child, (child_id,))
-        if cursor.fetchone() is None:
-            raise _not_found(child_id)
 
     def _require(self, child_id: str) -> None:
         with self._db.cursor(write=False) as cursor:
