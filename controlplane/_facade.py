@@ -307,7 +307,10 @@ class SubagentControl:
                 ``INVALID_INPUT``, ``CLOSED``, ``PERSISTENCE_UNAVAILABLE``), except
                 ``DURABILITY_FAILED``: the running turn has it, the transcript may not.
         """
-        with self._telemetry.send(child_id) as op:
+        telemetry = self._telemetry
+        if telemetry.quiet():  # nothing to record: no span, metric or log line
+            return self._send(parent, child_id, message, source, None)
+        with telemetry.send(child_id) as op:
             return op.sent(self._send(parent, child_id, message, source, op))
 
     def _send(
@@ -316,7 +319,7 @@ class SubagentControl:
         child_id: str,
         message: Sequence[TextBlock],
         source: MessageSource | None,
-        op: Operation,
+        op: Operation | None,
     ) -> SendResult:
         self._check_open()
         self._require_store()
@@ -333,7 +336,10 @@ class SubagentControl:
             source or MessageSource(kind="coordinator", sender_session_id=parent.session_id)
         )
         send = SendMessage(
-            parent=parent, message=blocks, source=source, origin=op.message(blocks, source)
+            parent=parent,
+            message=blocks,
+            source=source,
+            origin=op.message(blocks, source) if op is not None else None,
         )
         if self._forwarder is not None:
             # Forwarded before: straight to that runtime, not first a claim here that would

@@ -19,6 +19,7 @@ from controlplane._tree import escape_controls
 __all__ = [
     "LIFECYCLE_LOGGER",
     "current_scope",
+    "lifecycle_enabled",
     "log_kill",
     "log_lifecycle",
     "log_settled",
@@ -65,6 +66,11 @@ def current_scope() -> tuple[str | None, str | None]:
     """The (child id, Task id) bound to this thread by `scoped`, if any."""
     scope = _SCOPE.get()
     return (None, None) if scope is None else (scope.child_id, scope.task_id)
+
+
+def lifecycle_enabled(level: int) -> bool:
+    """Whether the lifecycle logger would emit a line at ``level``."""
+    return _log.isEnabledFor(level)
 
 
 def log_lifecycle(

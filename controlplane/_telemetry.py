@@ -31,7 +31,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final
 
 from controlplane._errors import SubagentControlError
-from controlplane._lifecycle import current_scope, log_lifecycle, scoped
+from controlplane._lifecycle import current_scope, lifecycle_enabled, log_lifecycle, scoped
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
@@ -123,6 +123,9 @@ class _Api:
         self.get_current_span = trace.get_current_span
         self.get_tracer = trace.get_tracer
         self.get_tracer_provider = trace.get_tracer_provider
+        from opentelemetry import metrics
+
+        self.get_meter_provider = metrics.get_meter_provider
         self.proxy_provider = trace.ProxyTracerProvider
         self.link = Link
         self.error = StatusCode.ERROR
@@ -203,7 +206,7 @@ class Telemetry:
             logs stay); so does a missing ``opentelemetry-api``.
     """
 
-    __slots__ = ("_api", "_global", "_metrics", "_tracer", "runtime_id")
+    __slots__ = ("_api", "_global", "_meter_proxy", "_metrics", "_tracer", "runtime_id")
 
     def __init__(
         self,
@@ -218,12 +221,20 @@ class Telemetry:
         self._tracer: Tracer | None = None
         self._metrics: _Instruments | None = None
         self._global = tracer_provider is None
+        # The API's stand-in global meter provider, while no SDK has replaced it.
+        self._meter_proxy: object | None = None
         api = _load_api() if enabled else None
         if api is None:
             return
         self._api = api
         self._tracer = api.get_tracer(INSTRUMENTATION, tracer_provider=tracer_provider)
         self._metrics = _Instruments(meter_provider)
+        if meter_provider is None:
+            current = api.get_meter_provider()
+            # Private in the API, so recognized by name: were it renamed, metrics would
+            # only be thought configured (the hot paths keep emitting to the stand-in).
+            if type(current).__name__ == "_ProxyMeterProvider":
+                self._meter_proxy = current
 
     @property
     def enabled(self) -> bool:
@@ -235,6 +246,23 @@ class Telemetry:
         plane; activations already admitted keep what they began with)."""
         self._api, self._tracer, self._metrics = other._api, other._tracer, other._metrics
         self._global = other._global
+        self._meter_proxy = other._meter_proxy
+
+    def quiet(self) -> bool:
+        """Whether a send has nothing to emit: no span could be recorded (see `_tracing`),
+        no meter provider is set (only the API's stand-in), and the lifecycle logger drops
+        INFO. The steer then skips its `Operation` altogether. Asked per call, so a
+        provider or a log level the host sets later counts from then on."""
+        if lifecycle_enabled(logging.INFO):
+            return False
+        api = self._api
+        if self._metrics is not None and (
+            api is None
+            or self._meter_proxy is None
+            or api.get_meter_provider() is not self._meter_proxy
+        ):
+            return False
+        return self._tracing() is None
 
     def _tracing(self) -> tuple[Tracer, _Api] | None:
         """The tracer and the API, or None while no span can be recorded: the global

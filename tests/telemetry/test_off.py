@@ -176,3 +176,59 @@ def test_a_global_provider_set_after_the_control_plane_opened_is_used_from_then_
     assert done.returncode == 0, done.stderr
     # One send span (the second steer's); the activation began before: it has none.
     assert done.stdout.strip() == str(["subagent.send"])
+
+
+@pytest.mark.slow
+def test_a_send_skipped_as_quiet_is_recorded_once_the_host_sets_a_meter_or_a_log_level(
+    sqlite_url: str,
+) -> None:
+    # With nothing configured a send emits nothing and skips its bookkeeping; the check is
+    # made per call, so a meter provider or an INFO level set later counts at once.
+    if not HAS_SDK:
+        pytest.skip(SDK_MISSING)
+    code = f"""
+        import logging, threading
+        from opentelemetry import metrics
+        from opentelemetry.sdk.metrics import MeterProvider
+        from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+        from controlplane import SubagentControl
+        from tests.fakes import FakeProvider
+        from tests.support import running_child, settle, text
+
+        lines = []
+        class Keep(logging.Handler):
+            def emit(self, record):
+                lines.append(record.subagent_event)
+        logger = logging.getLogger("controlplane.lifecycle")
+        logger.addHandler(Keep())
+        logger.setLevel(logging.WARNING)
+
+        provider = FakeProvider()
+        control = SubagentControl.open({sqlite_url!r})
+        control.providers.register(provider)
+        parent = control.agents.register("parent-1")
+        child_id, task_id, _ = running_child(control, parent, provider, threading.Event())
+        assert control.telemetry.quiet()
+        assert control.send_message(parent, child_id, text("quiet")).route == "steered"
+
+        reader = InMemoryMetricReader()
+        metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+        assert not control.telemetry.quiet()
+        assert control.send_message(parent, child_id, text("metered")).route == "steered"
+        logger.setLevel(logging.INFO)
+        assert control.send_message(parent, child_id, text("logged")).route == "steered"
+        control.tasks.kill(task_id, requester=parent)
+        settle(control, task_id, parent)
+        control.close()
+        sends = [
+            point.value
+            for r in reader.get_metrics_data().resource_metrics
+            for s in r.scope_metrics for m in s.metrics if m.name == "subagent.sends"
+            for point in m.data.data_points
+        ]
+        print(sum(sends), lines.count("steer"))
+    """
+    done = run_python("-c", textwrap.dedent(code), timeout=60.0)
+    assert done.returncode == 0, done.stderr
+    # Counted: the two sends after the meter was set; logged: the one after INFO was.
+    assert done.stdout.split() == ["2", "1"]
