@@ -287,7 +287,7 @@ class ChildSupervisor(Actor):
         except SubagentControlError as exc:
             exc.task_id = current.task_id
             return exc
-        current.plan.trace.steered(len(text_of(message)), source.kind)
+        current.plan.trace.steered(message, source.kind)
         return Steered(receipt)
 
     def _resume(self, send: SendMessage) -> SupervisorAnswer:

@@ -567,9 +567,11 @@ class ActivationTrace:
         if self._span is not None:
             self._span.add_event("subagent.published")
 
-    def steered(self, chars: int, source_kind: str) -> None:
-        """A message was handed to the running turn (an event on the activation's span)."""
+    def steered(self, message: Sequence[TextBlock], source_kind: str) -> None:
+        """A message was handed to the running turn (an event on the activation's span,
+        with the message's length: measured only when there is a span)."""
         if self._span is not None:
+            chars = sum(len(block.text) for block in message)
             self._span.add_event("subagent.steered", {CHARS: chars, SOURCE: source_kind})
 
     def end(self, outcome: TaskOutcome | None) -> None:
