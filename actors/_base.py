@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import pykka
 
-from actors._pool import actor_threads
+from actors._pool import pool_for
 
 if TYPE_CHECKING:
     from pykka._actor import ActorInbox
@@ -36,16 +36,8 @@ class Actor(pykka.ThreadingActor):
     """A `pykka.ThreadingActor` that leaves nothing behind when its thread cannot start."""
 
     pooled_loop: ClassVar[bool] = False
-    """Run the loop on an idle worker of `actors._pool.actor_threads` (a new worker thread
-    if none waits). The workers are daemon threads, so this needs ``use_daemon_thread``."""
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        if cls.pooled_loop and not cls.use_daemon_thread:
-            raise TypeError(
-                f"{cls.__name__}: pooled_loop needs use_daemon_thread (the pool's workers are "
-                "daemon threads, which would let the process exit under a non-daemon actor)"
-            )
+    """Run the loop on an idle worker of `actors._pool` (daemon or not, as
+    ``use_daemon_thread`` says), or on a new worker thread if none waits."""
 
     @staticmethod
     def _create_actor_inbox() -> ActorInbox:
@@ -55,7 +47,7 @@ class Actor(pykka.ThreadingActor):
     def _start_actor_loop(self) -> None:
         try:
             if self.pooled_loop:
-                actor_threads.run(self._actor_loop, type(self).__name__)
+                pool_for(daemon=self.use_daemon_thread).run(self._actor_loop, type(self).__name__)
             else:
                 super()._start_actor_loop()
         except BaseException:

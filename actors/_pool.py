@@ -14,9 +14,12 @@ lets an exception escape (pykka lets a ``BaseException`` from ``on_start`` throu
 worker the way it would end its own thread, through `threading.excepthook`; the worker is
 never reused.
 
-Workers are daemon threads, so only daemon actors may use them (`Actor.pooled_loop`): a
-non-daemon actor on one would let the process exit under it. An idle worker never keeps the
-process alive, and at most `LoopPool.max_idle` wait, each for `LoopPool.idle_s` seconds.
+A worker is a daemon thread or not as the actor it runs asks (`use_daemon_thread`): there
+is a pool of each. An idle worker never keeps the process alive: a non-daemon one ends when
+the interpreter starts to exit, before it waits for the non-daemon threads (as
+`concurrent.futures` workers do), so the process still waits exactly for the non-daemon
+actors that were not stopped, as pykka's own threads make it. At most `LoopPool.max_idle`
+workers wait, each for `LoopPool.idle_s` seconds.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-__all__ = ["LoopPool", "actor_threads"]
+__all__ = ["LoopPool", "actor_threads", "non_daemon_actor_threads", "pool_for"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,19 +46,23 @@ _IDLE_NAME = "actor-pool-idle"
 
 
 class LoopPool:
-    """Daemon worker threads, each running one actor loop at a time.
+    """Worker threads (all daemon, or none), each running one actor loop at a time.
 
     Invariant, under ``_lock``: ``_idle`` == workers waiting for a job − jobs queued. A
     submitter that finds ``_idle`` > 0 takes one (decrements it) and queues its job, so a
     queued job always has a waiting worker to run it.
     """
 
-    def __init__(self, *, max_idle: int = 16, idle_s: float = 30.0) -> None:
+    def __init__(self, *, daemon: bool = True, max_idle: int = 16, idle_s: float = 30.0) -> None:
+        self.daemon = daemon
         self.max_idle = max_idle
         """How many workers may wait for a job at once; a worker freed beyond it ends."""
         self.idle_s = idle_s
         """How long a worker waits for a job before it ends."""
         self._reset()
+        if not daemon:
+            # Run by `threading._shutdown` before it joins the non-daemon threads.
+            threading._register_atexit(self._exiting)  # type: ignore[attr-defined]
 
     def _reset(self) -> None:
         # Also the state of a forked child, where none of the parent's workers exists.
@@ -64,9 +71,16 @@ class LoopPool:
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._idle = 0
         self._serial = itertools.count()
+        self._exited = False
+
+    def _exiting(self) -> None:
+        """The interpreter exits: idle workers end now, busy ones once their loop ends."""
+        with self._lock:
+            self._exited = True
+        self.drain()
 
     def run(self, loop: Callable[[], None], name: str) -> None:
-        """Run ``loop`` on an idle worker, or on a new daemon thread named ``name-N``.
+        """Run ``loop`` on an idle worker, or on a new worker thread named ``name-N``.
 
         Raises:
             RuntimeError: The new thread could not start (no idle worker, and the
@@ -78,7 +92,7 @@ class LoopPool:
                 self._idle -= 1
                 self._jobs.put(job)
                 return
-        thread = threading.Thread(target=self._work, args=(job,), name=job.name, daemon=True)
+        thread = threading.Thread(target=self._work, args=(job,), name=job.name, daemon=self.daemon)
         thread.start()
 
     def idle(self) -> int:
@@ -117,7 +131,7 @@ class LoopPool:
     def _next(self) -> _Job | None:
         """The next job for this worker, or None: it ends."""
         with self._lock:
-            if self._idle >= self.max_idle:
+            if self._exited or self._idle >= self.max_idle:
                 return None
             self._idle += 1
             self._changed.notify_all()
@@ -135,6 +149,14 @@ class LoopPool:
 
 
 actor_threads = LoopPool()
-"""The process's pool for pooled actors' loops."""
+"""The process's daemon workers, for pooled daemon actors' loops."""
+non_daemon_actor_threads = LoopPool(daemon=False)
+"""The process's non-daemon workers, for pooled non-daemon actors' loops."""
 
 os.register_at_fork(after_in_child=actor_threads._reset)
+os.register_at_fork(after_in_child=non_daemon_actor_threads._reset)
+
+
+def pool_for(*, daemon: bool) -> LoopPool:
+    """The process's pool of daemon or of non-daemon workers."""
+    return actor_threads if daemon else non_daemon_actor_threads

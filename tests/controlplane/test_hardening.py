@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from actors._pool import actor_threads
+from actors._pool import actor_threads, non_daemon_actor_threads
 from actors._transcript import ActivationTranscript
 from controlplane import (
     AgentHandle,
@@ -65,8 +65,9 @@ def fail_thread_start(monkeypatch: pytest.MonkeyPatch) -> Callable[[str], None]:
     monkeypatch.setattr(threading.Thread, "start", start)
     # A pooled actor (the activation) starts no thread while a worker waits for it: keep
     # none waiting, so each of its starts is a thread start the test can fail.
-    monkeypatch.setattr(actor_threads, "max_idle", 0)
-    actor_threads.drain()
+    for pool in (actor_threads, non_daemon_actor_threads):
+        monkeypatch.setattr(pool, "max_idle", 0)
+        pool.drain()
     return armed.append
 
 
