@@ -370,8 +370,8 @@ def _partial_task_indexes(conn: Connection) -> None:
     """Version 5: a Task's admission writes two index entries fewer. The running and the
     pending-notice indexes become partial (only running Tasks, only undrained notices),
     and the index on a Task's child goes (no query used it)."""
-    for name in _VERSION_4_TASK_INDEXES:
-        conn.execute(text(f"DROP INDEX IF EXISTS {name}"))
+    for statement in _DROP_VERSION_4_TASK_INDEXES:
+        conn.execute(text(statement))
     for index in Base.metadata.tables[TASKS].indexes:
         if index.name in _VERSION_4_TASK_INDEXES:
             index.create(conn)
@@ -381,6 +381,12 @@ _VERSION_4_TASK_INDEXES: Final = (
     "ix_subagent_tasks_notices",
     "ix_subagent_tasks_running",
     "ix_subagent_tasks_child",
+)
+# Spelled out, not formatted at run time: no SQL here is built from a variable.
+_DROP_VERSION_4_TASK_INDEXES: Final = (
+    "DROP INDEX IF EXISTS ix_subagent_tasks_notices",
+    "DROP INDEX IF EXISTS ix_subagent_tasks_running",
+    "DROP INDEX IF EXISTS ix_subagent_tasks_child",
 )
 
 
