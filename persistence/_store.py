@@ -164,6 +164,8 @@ class SqlStore:
         """The store's Tasks and runtimes (SPEC §9)."""
         try:
             self._run("open the store", self._check if read_only else self._open)
+            if not read_only:  # read-only: no write ever takes the one connection open
+                self._run("open the store", lambda _attempt: self._db.open_reader())
         except BaseException:
             self._db.close()
             raise

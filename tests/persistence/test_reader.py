@@ -1,0 +1,103 @@
+"""A writable store opens its first read's connection when it opens, not on that read's path
+(issue 18: a cold resume's load paid 0.6-0.9 ms for it on SQLite).
+
+A running control plane holds one connection for good by its first send: SQLite's first
+write keeps its own (the kept writer), PostgreSQL's inbox listener keeps one. The pool must
+still hold one for the read that follows.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine, event
+
+from controlplane import ErrorCode, SubagentControlError
+from persistence import RetryPolicy, SqlStore
+from tests.persistence.conftest import message, new_child
+
+
+@contextmanager
+def connects_counted() -> Iterator[list[object]]:
+    """The DBAPI connections every engine made while the block ran (the store's engine is
+    made inside its constructor, so the listener is on all of them)."""
+    made: list[object] = []
+
+    def count(dbapi_connection: object, _record: Any) -> None:
+        made.append(dbapi_connection)
+
+    event.listen(Engine, "connect", count)
+    try:
+        yield made
+    finally:
+        event.remove(Engine, "connect", count)
+
+
+def test_the_first_read_after_a_write_opens_no_connection(store_url: str) -> None:
+    with SqlStore(store_url, retry=RetryPolicy.immediate()) as store, connects_counted() as made:
+        # As a control plane's inbox listener does on PostgreSQL (SQLite's first write
+        # keeps a connection of its own instead).
+        listener = None if store_url.startswith("sqlite") else store._db.engine.raw_connection()
+        try:
+            meta = new_child(store)
+            store.append(meta.child_id, [message(1)])
+            assert [e.seq for e in store.load(meta.child_id).events] == [1]
+        finally:
+            if listener is not None:
+                listener.close()
+        assert made == []
+
+
+def test_a_writable_store_opens_two_connections_and_a_read_only_store_one(sqlite_url: str) -> None:
+    with connects_counted() as made:
+        SqlStore(sqlite_url).close()
+    assert len(made) == 2
+    with connects_counted() as made, SqlStore(sqlite_url, read_only=True) as store:
+        assert store.list_children() == []
+    # Read-only: no write ever takes the connection its check used, so reads reuse it.
+    assert len(made) == 1
+
+
+def test_closing_the_store_closes_the_connection_opened_for_reads(sqlite_url: str) -> None:
+    with connects_counted() as made:
+        store = SqlStore(sqlite_url)
+    store.close()
+    assert len(made) == 2
+    for connection in made:
+        assert isinstance(connection, sqlite3.Connection)
+        with pytest.raises(sqlite3.ProgrammingError, match="closed"):
+            connection.execute("SELECT 1")
+
+
+def test_a_read_connection_that_cannot_open_fails_the_open_like_any_connection(
+    sqlite_url: str,
+) -> None:
+    made: list[object] = []
+
+    def refuse_all_but_the_first(dbapi_connection: object, _record: Any) -> None:
+        made.append(dbapi_connection)
+        if len(made) > 1:
+            raise sqlite3.OperationalError("unable to open database file")
+
+    event.listen(Engine, "connect", refuse_all_but_the_first)
+    try:
+        with pytest.raises(SubagentControlError) as raised:
+            SqlStore(sqlite_url, retry=RetryPolicy.immediate(max_attempts=2))
+    finally:
+        event.remove(Engine, "connect", refuse_all_but_the_first)
+    assert raised.value.code == ErrorCode.STORE_UNAVAILABLE
+    assert raised.value.message.startswith("could not open the store: ")
+    assert "unable to open database file" in raised.value.message
+    with SqlStore(sqlite_url) as store:  # nothing was left half-open
+        assert store.list_children() == []
+
+
+def test_an_in_memory_store_keeps_its_one_connection() -> None:
+    with connects_counted() as made, SqlStore("sqlite://") as store:
+        meta = new_child(store)
+        assert store.load(meta.child_id).meta == meta
+    assert len(made) == 1
