@@ -37,14 +37,22 @@ class SteeringReceipt:
     other queued ones) unless a write of the turn got there first.
     """
 
-    __slots__ = ("_error", "_transcript", "_written", "event", "task_id")
+    __slots__ = ("_error", "_transcript", "_written", "event", "forwarded", "task_id")
 
-    def __init__(self, transcript: ActivationTranscript, event: NewEvent, task_id: str) -> None:
+    def __init__(
+        self,
+        transcript: ActivationTranscript,
+        event: NewEvent,
+        task_id: str,
+        forwarded: str | None = None,
+    ) -> None:
         self._transcript = transcript
         self._written = False
         self._error: SubagentControlError | None = None
         self.event = event
         self.task_id = task_id
+        self.forwarded = forwarded
+        """The inbox id of a forwarded message: its record's write also answers it."""
 
     def commit(self) -> None:
         """Return once the ``steering/message`` is durable.
@@ -69,7 +77,10 @@ class ActivationTranscript:
     whatever the run writes first, or the turn's end — writes the queued records before
     anything else, so a message is always in the transcript before any reply it causes.
     The supervisor thus hands the message over without waiting for the database, and the
-    sender's thread does the write it was going to wait for anyway.
+    sender's thread does the write it was going to wait for anyway. A forwarded message's
+    answer to the runtime that sent it goes in the same transaction as its record
+    (`persistence.SqlStore.append`'s ``answer_steered``): the holder pays no transaction
+    of its own for it, and the sender hears ``steered`` exactly when the record commits.
     """
 
     def __init__(
@@ -178,6 +189,8 @@ class ActivationTranscript:
         (whose data names the inbox id of a ``forwarded`` message).
 
         The caller must `SteeringReceipt.commit` the receipt before it reports delivery.
+        A ``forwarded`` message is answered ``steered`` (into ``task_id``) to its sender
+        by the transaction that writes its record, whichever write of the turn that is.
 
         Raises:
             SubagentControlError: ``NOT_DELIVERED`` if the run refuses it (nothing queued).
@@ -197,7 +210,7 @@ class ActivationTranscript:
                 deliver()
             except BaseException as exc:  # escaping, it would stop every actor
                 raise _not_delivered(self._child_id, f"the turn settled first ({exc})") from exc
-            receipt = SteeringReceipt(self, event, task_id)
+            receipt = SteeringReceipt(self, event, task_id, forwarded)
             self._queued.append(receipt)
             return receipt
 
@@ -250,8 +263,9 @@ class ActivationTranscript:
         queued, self._queued = self._queued, []
         if not queued:
             return
+        steered = [(r.forwarded, r.task_id) for r in queued if r.forwarded is not None]
         try:
-            self._write([receipt.event for receipt in queued])
+            self._write([receipt.event for receipt in queued], answer_steered=steered)
         except BaseException as exc:
             # Whatever escapes (a store error, a bug, KeyboardInterrupt in the committing
             # thread), every receipt taken off the queue ends failed, never "written" by
@@ -267,10 +281,14 @@ class ActivationTranscript:
         for receipt in queued:
             receipt._settle(None)
 
-    def _write(self, events: list[NewEvent]) -> None:
+    def _write(
+        self, events: list[NewEvent], *, answer_steered: Sequence[tuple[str, str]] = ()
+    ) -> None:
         # The hot path (a steer's record): `_fenced` spelled out, without a closure.
         try:
-            self._store.append(self._child_id, events, fence=self._fence)
+            self._store.append(
+                self._child_id, events, fence=self._fence, answer_steered=answer_steered
+            )
         except SubagentControlError as exc:
             self._refused(exc)
             raise

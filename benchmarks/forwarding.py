@@ -2,7 +2,7 @@
 
 - Forwarded steer: runtime A (`benchmarks._forward_peer`, another process) runs children;
   this process's runtime B sends them ``send_message``, which is forwarded to A through the
-  database (the inbox row and NOTIFY, A's steer and its record, A's answer) and comes back
+  database (the inbox row and NOTIFY, A's steer, its record and A's answer) and comes back
   ``steered``. Against the raw baseline, measured in the same rounds, interleaved: one raw
   psycopg NOTIFY→LISTEN round trip between the two processes (B notifies, A's raw listener
   notifies back from a second connection) plus one raw append (an ``INSERT`` of one event
@@ -294,9 +294,9 @@ brackets, and a ratio is taken inside each round.
 
 **Forwarded steer:** B's `send_message` to one of A's {config.children} running children
 (picked at random), forwarded to A: B's `NOTIFY` carries the message; A's listener hears
-it, a worker takes it by writing its inbox row (insert-if-absent, one statement), steers
-the run and commits the steering record (the one commit that waits for the WAL flush), and
-writes its answer and notifies B in one statement — and B returns `steered`. The baseline
+it, a worker takes it by writing its inbox row (insert-if-absent, one statement) and
+steers the run, and the steering record's transaction (the one commit that waits for the
+WAL flush) also writes A's answer and notifies B — and B returns `steered`. The baseline
 is one raw psycopg `NOTIFY`→`LISTEN` round trip between the two processes (B notifies A's
 raw listener, which notifies back from a second connection, all autocommit) plus one raw
 append (one event row, `INSERT` and `COMMIT`), each timed on its own in the same rounds.

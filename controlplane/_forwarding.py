@@ -3,19 +3,26 @@ is forwarded to it through the database (SPEC §9).
 
 The sender (runtime B) writes the message to the store's inbox and notifies the holder
 (runtime A) in one transaction, then waits for A's answer. A's listener hands the message to
-a worker, which takes it (compare-and-set), sends it to the child's supervisor as a
-steer-only message, commits the steering record as a local steer does, and writes the answer
-and notifies B in one transaction. The promise is the local one, exactly once or not
-delivered:
+a worker, which takes it (compare-and-set: once taken, B can no longer take it back, only
+give it up when A is dead) and sends it to the child's supervisor as a steer-only message.
+The steering record, which names the inbox id, is committed as a local steer's is, and that
+same transaction answers the message (``steered`` with A's Task id: the inbox row becomes
+``answered``) and notifies B, at commit (`persistence.SqlStore.append`'s
+``answer_steered``): the record and the answer are durable together or not at all, and A
+spends two transactions on a forwarded steer, the take and the record. A refusal, or a
+kill's answer, is written and notified in a transaction of its own. The promise is the local
+one, exactly once or not delivered:
 
 - A never took it within `TAKE_S` (stopped, overloaded, deaf): B takes it back
   (compare-and-set) and raises ``NOT_DELIVERED``; A can no longer take it.
 - A took it and answered: B returns A's answer (``steered`` with A's Task id, or A's
   refusal raised as such).
-- A took it and died before answering: B settles A's Tasks ``interrupted`` (which takes A's
-  claim and its fencing number away, so A can never write again), then looks for the
-  steering record, which names the inbox id: found, ``steered`` with the Task of its turn;
-  not found, not delivered.
+- A took it and died before answering: B gives it up (the row, still ``taken``, becomes
+  ``abandoned``, so a late answer no longer lands), settles A's Tasks ``interrupted``
+  (which takes A's claim and its fencing number away, so A can never write again), then
+  looks for the steering record: found, ``steered`` with the Task of its turn (A, seen dead
+  but only paused, committed it after B gave up and before the fencing); not found, not
+  delivered.
 - A died before taking it: B takes it back as soon as it sees A dead, and it is not
   delivered.
 
@@ -392,7 +399,11 @@ class Forwarder:
                 self._serving[inbox_id] = flight
             try:
                 reply = self._deliver(item)
-                if not self._inbox.answer(inbox_id, item.sender_runtime, reply):
+                # `steered` only ever comes back once the steering record is written, and
+                # that transaction answered it (`persistence.SqlStore.append`).
+                if reply.get("route") != "steered" and not self._inbox.answer(
+                    inbox_id, item.sender_runtime, reply
+                ):
                     log.warning("forwarded message %s: answered after its sender left", inbox_id)
             finally:
                 with self._lock:

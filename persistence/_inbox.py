@@ -7,21 +7,24 @@ message in the notification; the target takes it by writing its inbox row as ``t
 first (it wrote the row as ``abandoned``) can never be delivered late. A message too long
 for a notification (PostgreSQL's 8000 bytes) is written as a ``pending`` row first, and the
 notification only names it; taking it is then compare-and-set (``pending`` → ``taken``).
-The target writes its answer and notifies the sender in one transaction. Notifications
-about answers only wake the sender up: every decision reads the row, so a lost
-notification costs time, never a message (a lost message is taken back, not delivered).
+The target writes its answer and notifies the sender in one transaction: for a message it
+steered, the transaction that writes the steering record (`Inbox.answer_steered`, run by
+`SqlStore.append`), so the record and its answer commit together or not at all; for a
+refusal or a kill, one of its own (`Inbox.answer`). Notifications about answers only wake
+the sender up: every decision reads the row, so a lost notification costs time, never a
+message (a lost message is taken back, not delivered).
 
-Each operation is one statement, its own transaction (the store's PostgreSQL connections
-are in autocommit), and the hot ones — take, answer, forget, and posting a long message —
-commit without waiting for the WAL flush (``synchronous_commit`` off for that
-transaction): a forwarded steer would otherwise wait for four flushes instead of one.
-Only the steering record, written by the target's transcript with a normal commit, must
-survive a crash of the database, and its flush carries every inbox write before it (the WAL
-is one sequence). A crash can lose an inbox write only with nothing durable after it: the
-row is then back in an earlier state, which every reader already handles (absent or
-``pending``: taken back, never delivered; ``taken``: decided from the transcript). Giving
-a message up (`Inbox.take_back`, `Inbox.abandon`) is rare and decides a ``NOT_DELIVERED``:
-it waits for its flush as usual.
+Each other operation is one statement, its own transaction (the store's PostgreSQL
+connections are in autocommit), and the hot ones — take, answer, forget, and posting a long
+message — commit without waiting for the WAL flush (``synchronous_commit`` off for that
+transaction): a forwarded steer would otherwise wait for several flushes instead of one.
+Only the steering record (and the answer written with it), committed by the target's
+transcript with a normal commit, must survive a crash of the database, and its flush
+carries every inbox write before it (the WAL is one sequence). A crash can lose an inbox
+write only with nothing durable after it: the row is then back in an earlier state, which
+every reader already handles (absent or ``pending``: taken back, never delivered;
+``taken``: decided from the transcript). Giving a message up (`Inbox.take_back`,
+`Inbox.abandon`) is rare and decides a ``NOT_DELIVERED``: it waits for its flush as usual.
 
 Each runtime listens on one channel derived from its id, on a connection of its own, in
 one thread (`Listener`); what it hears is handed to a callback that must not block.
@@ -34,16 +37,18 @@ import hashlib
 import json
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from persistence._schema import CHILDREN, INBOX
 
 if TYPE_CHECKING:
+    from sqlalchemy.engine.interfaces import DBAPICursor
+
     from persistence._store import SqlStore
 
-__all__ = ["Inbox", "InboxItem", "Listener", "channel_of"]
+__all__ = ["Inbox", "InboxItem", "Listener", "channel_of", "steered_answer"]
 
 log = logging.getLogger(__name__)
 
@@ -58,8 +63,15 @@ REPLY = "r"
 
 def channel_of(runtime_id: str) -> str:
     """The NOTIFY channel of a runtime: short (PostgreSQL allows 63 bytes) and a plain
-    identifier whatever the runtime id holds (a host name may have dots or capitals)."""
-    return "subagent_" + hashlib.sha256(runtime_id.encode()).hexdigest()[:40]
+    identifier whatever the runtime id holds (a host name may have dots or capitals).
+    `_CHANNEL_OF_SENDER` computes the same in SQL."""
+    return _CHANNEL_PREFIX + hashlib.sha256(runtime_id.encode()).hexdigest()[:_CHANNEL_HEX]
+
+
+def steered_answer(task_id: str) -> dict[str, Any]:
+    """The answer to a forwarded message the target steered into its Task ``task_id``, as
+    the forwarding (`controlplane._forwarding`) writes and reads every answer."""
+    return {"route": "steered", "task_id": task_id}
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,9 +174,7 @@ class Inbox:
         """Record the answer to a taken message and notify its sender, in one
         transaction; False if the sender no longer waits for it (it decided without)."""
         text = json.dumps(reply)
-        # The answer rides along when it fits (saving the sender a read); the row holds it
-        # either way.
-        payload = f"{REPLY}:{inbox_id}" + (f":{text}" if len(text) < _PAYLOAD_LIMIT else "")
+        payload = _reply_payload(inbox_id, text)
 
         def op(_attempt: int) -> bool:
             with self._s._db.cursor(write=False) as cursor:  # one statement: autocommit
@@ -172,6 +182,22 @@ class Inbox:
                 return cursor.fetchone() is not None
 
         return self._s._run(f"answer forwarded message {inbox_id}", op)
+
+    def answer_steered(self, cursor: DBAPICursor, steered: Sequence[tuple[str, str]]) -> None:
+        """Inside the caller's transaction — the append that writes the steering records
+        of forwarded messages — answer each (inbox id, Task id) `steered_answer` and
+        notify its sender (PostgreSQL delivers the notification at commit): the answer
+        and the record commit together or not at all.
+
+        A message its sender gave up meanwhile (its target looked dead: the row is
+        ``abandoned``) keeps its row as it is, as `answer` would: the sender decides from
+        the transcript once the target can no longer write, and finds the record or not.
+        """
+        for inbox_id, task_id in steered:
+            text = json.dumps(steered_answer(task_id))
+            cursor.execute(_ANSWER_STEERED, (text, inbox_id, _reply_payload(inbox_id, text)))
+            if cursor.fetchone() is None:
+                log.warning("forwarded message %s: answered after its sender left", inbox_id)
 
     def take_back(self, item: InboxItem, *, target: str) -> bool:
         """Give a message up if its target has not taken it (its row is absent or
@@ -287,6 +313,16 @@ _ANSWER = (
     "WHERE inbox_id = %s AND state IN ('taken', 'answered') "
     f"RETURNING {_NO_FLUSH}, pg_notify(%s, %s)"
 )
+_CHANNEL_PREFIX = "subagent_"
+_CHANNEL_HEX = 40
+_CHANNEL_OF_SENDER = (  # `channel_of(sender_runtime)`, for a statement that has the row
+    f"'{_CHANNEL_PREFIX}' || "
+    f"left(encode(sha256(convert_to(sender_runtime, 'UTF8')), 'hex'), {_CHANNEL_HEX})"
+)
+_ANSWER_STEERED = (  # inside the steering record's transaction, which waits for its flush
+    f"UPDATE {INBOX} SET state = 'answered', reply = %s WHERE inbox_id = %s AND state = 'taken' "
+    f"RETURNING pg_notify({_CHANNEL_OF_SENDER}, %s)"
+)
 _ABANDON = (
     f"UPDATE {INBOX} SET state = 'abandoned' WHERE inbox_id = %s AND state IN (%s, 'abandoned')"
 )
@@ -295,6 +331,12 @@ _FORGET = f"DELETE FROM {INBOX} WHERE inbox_id = ANY(%s) RETURNING {_NO_FLUSH}"
 _NOTIFY = "SELECT pg_notify(%s, %s)"  # writes nothing: no WAL flush to wait for
 _HOLDER = f"SELECT claim_runtime FROM {CHILDREN} WHERE child_id = %s"
 _PAYLOAD_LIMIT = 7000  # PostgreSQL's is 8000 bytes; JSON text here is mostly ASCII
+
+
+def _reply_payload(inbox_id: str, text: str) -> str:
+    """The notification of an answer: it rides along when it fits (saving the sender a
+    read); the row holds it either way."""
+    return f"{REPLY}:{inbox_id}" + (f":{text}" if len(text) < _PAYLOAD_LIMIT else "")
 
 
 class Listener:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import os
 import secrets
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
 from typing import Any, TypeVar
@@ -227,6 +227,7 @@ class SqlStore:
         *,
         settle: Settlement | None = None,
         fence: Fence | None = None,
+        answer_steered: Sequence[tuple[str, str]] = (),
     ) -> list[SessionEvent]:
         """Append a batch of events to a child's transcript, all or nothing.
 
@@ -238,6 +239,11 @@ class SqlStore:
         ``turn/end`` and its Task's outcome are never apart), and releases the claim.
         ``fence`` (runtime id, fencing number) makes the append conditional on the writer
         still holding the child's claim: otherwise it raises ``FENCED``, writing nothing.
+        ``answer_steered`` lists (inbox id, Task id) of forwarded messages whose steering
+        records these events are (SPEC §9): each one's inbox row is answered ``steered``
+        into that Task, and its sender notified, in the same transaction
+        (`persistence._inbox.Inbox.answer_steered`). PostgreSQL only: SQLite has no inbox,
+        and refuses it with ``INVALID_INPUT``.
 
         Returns:
             The stored events, with their ``seq`` and ``created_at``.
@@ -250,6 +256,10 @@ class SqlStore:
             raise _read_only(f"append to child {child_id!r}")
         child_id = check_child_id(child_id)
         pending = prepare_events(events)
+        if answer_steered and self.inbox is None:
+            raise _unanswerable(child_id, "this store has no inbox (forwarding is PostgreSQL's)")
+        if answer_steered and not pending:
+            raise _unanswerable(child_id, "no steering record is written with the answers")
         if not pending:
             self._run(f"find child {child_id}", lambda _attempt: self._require(child_id))
             return []
@@ -257,7 +267,7 @@ class SqlStore:
         return self._run(
             f"append to child {child_id}",
             lambda attempt: self._append(
-                child_id, pending, batch, created_at, attempt, settle, fence
+                child_id, pending, batch, created_at, attempt, settle, fence, answer_steered
             ),
         )
 
@@ -397,6 +407,7 @@ class SqlStore:
         attempt: int,
         settle: Settlement | None = None,
         fence: Fence | None = None,
+        answer_steered: Sequence[tuple[str, str]] = (),
     ) -> list[SessionEvent]:
         sql = self._sql
         with self._db.cursor(write=True) as cursor:
@@ -419,6 +430,9 @@ class SqlStore:
                 cursor.execute(sql.insert, rows[0])
             else:
                 cursor.executemany(sql.insert, rows)
+            if answer_steered:  # the records and their answers: together or not at all
+                assert self.inbox is not None  # checked by `append`
+                self.inbox.answer_steered(cursor, answer_steered)
             if any(p.kind == EventKind.TURN_END for p in pending):
                 self._seal(cursor, child_id)
             if settle is not None:
@@ -600,6 +614,15 @@ def _fenced(child_id: str, fence: Fence, holder: str | None) -> SubagentControlE
         f"child {child_id}: runtime {fence[0]} lost its claim (fencing number {fence[1]}; the "
         f"child is now {'held by runtime ' + holder if holder else 'released'}); nothing was "
         "written",
+        child_id=child_id,
+    )
+
+
+def _unanswerable(child_id: str, why: str) -> SubagentControlError:
+    return SubagentControlError(
+        ErrorCode.INVALID_INPUT,
+        f"cannot answer forwarded messages in an append to child {child_id}: {why}; nothing "
+        "was written",
         child_id=child_id,
     )
 

@@ -1,0 +1,313 @@
+"""SPEC §9 forwarding: the holder's answer to a steered forwarded message is written in the
+same transaction as the message's steering record, so the two commit together or not at
+all, and the holder spends no transaction of its own on the answer.
+
+PostgreSQL only (SQLite has no inbox: it refuses the answer). The store-level tests drive
+`SqlStore.append` directly; the others run the sender (runtime B) here and the holder
+(runtime A) in this process or in another OS process (``restart_child.py``), reaped pass or
+fail.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import random
+import signal
+import threading
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+import pytest
+
+from controlplane import (
+    ChildMeta,
+    ErrorCode,
+    EventKind,
+    NewEvent,
+    SessionEvent,
+    SubagentControl,
+    SubagentControlError,
+    TaskStatus,
+    TextBlock,
+)
+from persistence import InboxItem, RetryPolicy, SqlStore
+from persistence._schema import INBOX
+from tests.fakes import FakeProvider
+from tests.reliability.test_restarts import Child
+from tests.support import WAIT_S, eventually, in_thread, running_child
+
+pytestmark = pytest.mark.slow
+
+SENDER = "sender.Example-Ünï:42"  # dots, capitals, non-ASCII: the channel is a hash of it
+HOLDER = "holder-runtime"
+
+
+@pytest.fixture
+def url(pg_url: str) -> str:
+    return pg_url
+
+
+@pytest.fixture
+def store(url: str) -> Iterator[SqlStore]:
+    with SqlStore(url, retry=RetryPolicy.immediate()) as opened:
+        yield opened
+
+
+def _child(store: SqlStore) -> str:
+    child_id = str(uuid.uuid4())
+    store.create_child(ChildMeta(child_id=child_id, parent_session="p", depth=1))
+    return child_id
+
+
+def _taken(store: SqlStore, child_id: str) -> str:
+    """A message from `SENDER`, taken by `HOLDER` as a notification carried it."""
+    assert store.inbox is not None
+    item = InboxItem(uuid.uuid4().hex, "send", child_id, SENDER, "p", [], {})
+    assert store.inbox.take(item.inbox_id, HOLDER, item) == item
+    return item.inbox_id
+
+
+def _record(inbox_id: str, text: str = "steer") -> NewEvent:
+    data = {"text": text, "forwarded": inbox_id}
+    return NewEvent(kind=EventKind.STEERING_MESSAGE, turn=1, data=data)
+
+
+def _forwarded(events: list[SessionEvent], inbox_id: str) -> list[SessionEvent]:
+    return [e for e in events if isinstance(e.data, dict) and e.data.get("forwarded") == inbox_id]
+
+
+def _carrying(events: list[SessionEvent], text: str) -> list[SessionEvent]:
+    return [e for e in events if isinstance(e.data, dict) and e.data.get("text") == text]
+
+
+def _libpq(url: str) -> str:
+    return url.replace("postgresql+psycopg://", "postgresql://", 1)
+
+
+# -- the store -------------------------------------------------------------------------
+
+
+def test_a_steering_records_append_answers_its_message_and_notifies_the_sender_at_commit(
+    store: SqlStore,
+) -> None:
+    assert store.inbox is not None
+    child_id = _child(store)
+    inbox_id = _taken(store, child_id)
+    heard: queue.Queue[tuple[str, dict[str, Any] | None]] = queue.Queue()
+    listener = store.inbox.listen(
+        SENDER, on_message=lambda *_: None, on_reply=lambda i, a: heard.put((i, a))
+    )
+    try:
+        assert listener.wait_ready(WAIT_S)
+        store.append(child_id, [_record(inbox_id)], answer_steered=[(inbox_id, "task-1")])
+        # On the sender's own channel (`channel_of`, computed in SQL from the row).
+        answer = {"route": "steered", "task_id": "task-1"}
+        assert heard.get(timeout=WAIT_S) == (inbox_id, answer)
+    finally:
+        listener.close()
+    assert store.inbox.state_of(inbox_id) == ("answered", answer)
+    assert len(_forwarded(store.load(child_id).events, inbox_id)) == 1
+
+
+def test_an_append_refused_writes_neither_the_steering_record_nor_the_answer(
+    store: SqlStore,
+) -> None:
+    assert store.inbox is not None
+    child_id = _child(store)
+    inbox_id = _taken(store, child_id)
+    with pytest.raises(SubagentControlError) as refused:  # this runtime lost the claim
+        store.append(
+            child_id, [_record(inbox_id)], fence=(HOLDER, 7), answer_steered=[(inbox_id, "t")]
+        )
+    assert refused.value.code is ErrorCode.FENCED
+    assert store.inbox.state_of(inbox_id) == ("taken", None)
+    assert _forwarded(store.load(child_id).events, inbox_id) == []
+
+
+def test_an_append_whose_commit_went_unheard_is_retried_and_answers_once(
+    store: SqlStore,
+) -> None:
+    assert store.inbox is not None
+    child_id = _child(store)
+    inbox_id = _taken(store, child_id)
+    lost = [psycopg.errors.SerializationFailure("could not serialize access (test)")]
+
+    def lose_the_first_acknowledgement() -> None:
+        if lost:
+            raise lost.pop()
+
+    store._after_commit = lose_the_first_acknowledgement  # the documented test seam
+    try:
+        store.append(child_id, [_record(inbox_id)], answer_steered=[(inbox_id, "task-1")])
+    finally:
+        store._after_commit = None
+    assert lost == []  # the retry found its committed rows, and wrote nothing again
+    assert len(_forwarded(store.load(child_id).events, inbox_id)) == 1
+    assert store.inbox.state_of(inbox_id) == ("answered", {"route": "steered", "task_id": "task-1"})
+
+
+def test_a_steering_record_is_written_even_if_its_sender_gave_the_message_up(
+    store: SqlStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The sender abandons a taken message only once it saw the holder dead; it then decides
+    # from the transcript, once the holder can no longer write (SPEC §9).
+    assert store.inbox is not None
+    child_id = _child(store)
+    inbox_id = _taken(store, child_id)
+    assert store.inbox.abandon(inbox_id, state="taken")
+    caplog.set_level(logging.WARNING, logger="persistence._inbox")
+    store.append(child_id, [_record(inbox_id)], answer_steered=[(inbox_id, "task-1")])
+    assert store.inbox.state_of(inbox_id) == ("abandoned", None)
+    assert len(_forwarded(store.load(child_id).events, inbox_id)) == 1
+    assert f"forwarded message {inbox_id}: answered after its sender left" in caplog.text
+
+
+def test_sqlite_has_no_inbox_and_refuses_to_answer_with_an_append(sqlite_url: str) -> None:
+    with SqlStore(sqlite_url) as sqlite:
+        child_id = _child(sqlite)
+        with pytest.raises(SubagentControlError) as refused:
+            sqlite.append(child_id, [_record("m")], answer_steered=[("m", "task-1")])
+        assert refused.value.code is ErrorCode.INVALID_INPUT
+        assert "no inbox" in refused.value.message
+        assert sqlite.load(child_id).events == []
+
+
+# -- two runtimes ----------------------------------------------------------------------
+
+
+@pytest.fixture
+def control(url: str) -> Iterator[SubagentControl]:
+    control = SubagentControl.open(url, lease_ttl_s=30.0)
+    control.providers.register(FakeProvider())
+    yield control
+    control.close()
+
+
+@pytest.fixture
+def holder(url: str) -> Iterator[tuple[SubagentControl, FakeProvider]]:
+    """Runtime A in this process, on the same store as `control` (runtime B)."""
+    provider = FakeProvider()
+    control = SubagentControl.open(url, lease_ttl_s=30.0)
+    control.providers.register(provider)
+    yield control, provider
+    control.close()
+
+
+def test_the_holder_answers_a_steer_with_its_record_and_only_refusals_and_kills_on_their_own(
+    control: SubagentControl,
+    holder: tuple[SubagentControl, FakeProvider],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    a, provider = holder
+    turn_ends = threading.Event()
+    child, task_id, _plan = running_child(a, a.agents.register("p"), provider, turn_ends)
+    assert a._forwarder is not None
+    inbox = a._forwarder._inbox
+    answered_alone: list[dict[str, Any]] = []
+    answer = inbox.answer
+
+    def spy(inbox_id: str, sender: str, reply: dict[str, Any]) -> bool:
+        answered_alone.append(reply)
+        return answer(inbox_id, sender, reply)
+
+    monkeypatch.setattr(inbox, "answer", spy)
+    parent = control.agents.register("p")
+    for number in range(3):
+        sent = control.send_message(parent, child, [TextBlock(text=f"steer {number}")])
+        assert (sent.route, sent.task_id) == ("steered", task_id)
+    assert answered_alone == []  # each was answered by its record's transaction
+    assert control.store is not None
+    events = control.store.load(child).events
+    for number in range(3):
+        (record,) = _carrying(events, f"steer {number}")
+        assert control.store.inbox is not None
+        state = control.store.inbox.state_of(record.data["forwarded"])
+        assert state == ("answered", {"route": "steered", "task_id": task_id})
+
+    control.tasks.kill(task_id, requester=parent)  # a kill is answered on its own, as before
+    assert answered_alone == [{"route": "killed", "task_id": task_id}]
+    done = control.tasks.wait(task_id, timeout=WAIT_S, requester=parent)
+    assert done.status is TaskStatus.KILLED
+
+
+@pytest.fixture
+def reaped() -> Iterator[list[Child]]:
+    made: list[Child] = []
+    yield made
+    for proc in made:
+        proc.reap()
+
+
+def test_a_holder_killed_while_its_steering_record_commits_leaves_neither_record_nor_answer(
+    url: str, control: SubagentControl, reaped: list[Child]
+) -> None:
+    owner = Child(url, lease_ttl_s=30.0)
+    reaped.append(owner)
+    ready = owner.ready
+    parent = control.agents.register("restart-parent")
+    child = ready["running_child"]
+    assert control.store is not None
+    inbox = control.store.inbox
+    assert inbox is not None
+
+    # A healthy forward first: steered into A's Task, its record and its answer both in.
+    sent = control.send_message(parent, child, [TextBlock(text="first")])
+    assert (sent.route, sent.task_id) == ("steered", ready["running_task"])
+    (first,) = _carrying(control.store.load(child).events, "first")
+    answer = {"route": "steered", "task_id": ready["running_task"]}
+    assert inbox.state_of(first.data["forwarded"]) == ("answered", answer)
+
+    # Then every answer waits, inside its transaction, for a lock this test holds: A is
+    # killed while its next steering record's transaction waits there.
+    key = random.randrange(1, 2**31)
+    with (
+        psycopg.connect(_libpq(url), autocommit=True) as conn,
+        psycopg.connect(_libpq(url), autocommit=True) as lock,
+    ):
+        conn.execute(
+            "CREATE FUNCTION hold_answers() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+            f"IF NEW.state = 'answered' THEN PERFORM pg_advisory_xact_lock({key}); END IF; "
+            "RETURN NEW; END $$"
+        )
+        conn.execute(
+            f"CREATE TRIGGER hold_answers BEFORE UPDATE ON {INBOX} "
+            "FOR EACH ROW EXECUTE FUNCTION hold_answers()"
+        )
+        lock.execute("SELECT pg_advisory_lock(%s)", (key,))
+        try:
+            sending = in_thread(
+                lambda: control.send_message(parent, child, [TextBlock(text="second")])
+            )
+            waiting: list[int] = []
+
+            def an_answer_waits() -> bool:
+                rows = conn.execute(
+                    "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND NOT granted "
+                    "AND classid = 0 AND objid = %s",
+                    (key,),
+                ).fetchall()
+                waiting[:] = [row[0] for row in rows]
+                return bool(waiting)
+
+            eventually(an_answer_waits, "A's answer waits for the lock")
+            # The answer waits: the steering record has not committed either.
+            assert _carrying(control.store.load(child).events, "second") == []
+            owner.proc.send_signal(signal.SIGKILL)
+            owner.proc.wait(WAIT_S)
+            (pid,) = waiting  # its connection's transaction ends now, uncommitted
+            conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        finally:
+            lock.execute("SELECT pg_advisory_unlock(%s)", (key,))
+        conn.execute(f"DROP TRIGGER hold_answers ON {INBOX}")
+
+    # A died before delivering it: B hands it back and resumes the child here, once.
+    again = sending.result(WAIT_S)
+    assert again.route == "started"
+    interrupted = control.tasks.get(ready["running_task"], requester=parent)
+    assert interrupted.status is TaskStatus.INTERRUPTED
+    control.tasks.wait(again.task_id, timeout=WAIT_S, requester=parent)
+    (record,) = _carrying(control.store.load(child).events, "second")
+    assert record.kind == EventKind.USER_MESSAGE
