@@ -112,6 +112,10 @@ class _Current:
 class ChildSupervisor(Actor):
     """Owns one child's association and decides, in arrival order, where messages go."""
 
+    # A cold resume starts one of these first: on a reused thread, it skips a thread start
+    # (its loop is pykka's own, so stop and error rules hold as on a thread of its own).
+    pooled_loop = True
+
     def __init__(
         self,
         context: ActorContext,

@@ -24,6 +24,7 @@ import pytest
 from actors._base import Actor
 from actors._pool import LoopPool
 from actors.activation import ActivationActor
+from actors.supervisor import ChildSupervisor
 from tests.support import WAIT_S, eventually, run_python
 
 _var: contextvars.ContextVar[str] = contextvars.ContextVar("test_actor_pool", default="unset")
@@ -261,6 +262,9 @@ def test_a_worker_that_a_loop_escaped_dies_like_its_own_thread_and_is_not_reused
 def test_a_pooled_actor_runs_on_a_worker_that_is_a_daemon_thread_as_it_asks() -> None:
     assert ActivationActor.pooled_loop
     assert ActivationActor.use_daemon_thread
+    # A cold resume starts a supervisor first: on a non-daemon worker, as pykka's own.
+    assert ChildSupervisor.pooled_loop
+    assert not ChildSupervisor.use_daemon_thread
     daemon, non_daemon = _Pooled.start(), _PooledNonDaemon.start()
 
     assert daemon.ask("x", timeout=WAIT_S) == "x"
