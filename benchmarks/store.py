@@ -10,10 +10,11 @@ same work back to back in this process, on the same database:
   input checks (plain-JSON copy), the retry policy, the connection handling and building
   the returned models: what the ratio prices.
 - load: the header ``SELECT``, the events ``SELECT`` (sealed segments merged with open
-  rows, in ``seq`` order), and ``json.loads`` of each row's data (of a segment: all its
-  events at once), for transcripts of 100, 1,000 and 10,000 events written without a
-  ``turn/end`` (so every event is its own row: the slower case). The store also builds a
-  `LoadedSession` of frozen models.
+  rows, in ``seq`` order; on SQLite a segment's events read as a BLOB, as the store reads
+  them), and ``json.loads`` of each row's data (of a segment: all its events at once), for
+  transcripts of 100, 1,000 and 10,000 events written without a ``turn/end`` (so every
+  event is its own row: the slower case). The store also builds a `LoadedSession` of
+  frozen models.
 
 On SQLite it also prices ``durable_os_crash=True`` (``synchronous=FULL``) against the
 default on one-event appends (`benchmarks._durability`).
@@ -98,16 +99,19 @@ def run(*, quick: bool, workdir: Path, pg_url: str | None) -> str:
 
 
 # The store's own statements, written out (a test holds them equal to persistence's).
+# EVENTS_SQL's ``{sealed}`` is how a segment's events are read: SEALED[placeholder].
 HEADER_SQL = (
     "SELECT parent_session, depth, seed_length, label, created_at "
     "FROM subagent_children WHERE child_id = {p}"
 )
 EVENTS_SQL = (
-    "SELECT first_seq, NULL, NULL, events, NULL, NULL FROM subagent_segments "
+    "SELECT first_seq, NULL, NULL, {sealed}, NULL, NULL FROM subagent_segments "
     "WHERE child_id = {p} UNION ALL "
     "SELECT seq, turn, kind, data, source, created_at FROM subagent_events "
     "WHERE child_id = {p} ORDER BY 1"
 )
+SEALED = {"?": "CAST(events AS BLOB)", "%s": "events"}
+"""SQLite hands a BLOB to the JSON decoder as bytes, where TEXT is first decoded into a str."""
 LOCK_CHILD_SQL = "SELECT 1 FROM subagent_children WHERE child_id = {p} FOR NO KEY UPDATE"
 LAST_SEQ_SQL = (
     "SELECT coalesce((SELECT max(e.seq) FROM subagent_events e "
@@ -130,7 +134,8 @@ class _RawDriver:
         self._begin = begin
         self._text_times = text_times
         self._header, self._events, self._last_seq, self._insert = (
-            sql.format(p=placeholder) for sql in (HEADER_SQL, EVENTS_SQL, LAST_SEQ_SQL, INSERT_SQL)
+            sql.format(p=placeholder, sealed=SEALED[placeholder])
+            for sql in (HEADER_SQL, EVENTS_SQL, LAST_SEQ_SQL, INSERT_SQL)
         )
         # PostgreSQL serializes a child's appends on its header row; SQLite on BEGIN IMMEDIATE.
         self._lock_child = LOCK_CHILD_SQL.format(p=placeholder) if placeholder == "%s" else None

@@ -49,7 +49,8 @@ class Statements:
     """A child's whole transcript in ``seq`` order, in one statement (so one snapshot):
     its sealed segments as ``first_seq, NULL, NULL, events, NULL, NULL`` (a NULL turn
     marks them), merged with its open rows as ``seq, turn, kind, data, source,
-    created_at``. Takes the child id `events_binds` times."""
+    created_at``. Takes the child id `events_binds` times. With ``blob_segments`` a
+    segment's ``events`` arrive as bytes (see `build`)."""
     events_binds: int
     exists: str
     lock_child: str | None
@@ -72,12 +73,19 @@ class Statements:
     """The segments that hold a batch's events, with their batch lists."""
 
     @classmethod
-    def build(cls, p: str, *, row_locks: bool, segments: bool = True) -> Statements:
+    def build(
+        cls, p: str, *, row_locks: bool, blob_segments: bool = False, segments: bool = True
+    ) -> Statements:
         """The statements with placeholder ``p`` (``?`` for sqlite3, ``%s`` for psycopg).
 
-        ``segments=False`` reads a store written before version 3, which has no segments
-        table (the read-only view of an older store; it never writes).
+        ``blob_segments`` (SQLite) reads a segment's ``events`` as a BLOB: the JSON
+        decoder takes the stored UTF-8 bytes as they are, where sqlite3 would first
+        decode TEXT into a str (measured: 2-3% of a 10,000-message load of ASCII text; a
+        third of one whose text is not all ASCII, which orjson would then re-encode).
+        ``segments=False`` reads a store written before version 3, which has no
+        segments table (the read-only view of an older store; it never writes).
         """
+        sealed = "CAST(events AS BLOB)" if blob_segments else "events"
         return cls(
             placeholder=p,
             header=(
@@ -85,7 +93,7 @@ class Statements:
                 f"FROM {CHILDREN} WHERE child_id = {p}"
             ),
             events=(
-                f"SELECT first_seq, NULL, NULL, events, NULL, NULL FROM {SEGMENTS} "
+                f"SELECT first_seq, NULL, NULL, {sealed}, NULL, NULL FROM {SEGMENTS} "
                 f"WHERE child_id = {p} UNION ALL "
                 f"SELECT {_EVENT_COLUMNS} FROM {EVENTS} WHERE child_id = {p} ORDER BY 1"
                 if segments
@@ -277,7 +285,7 @@ def _sqlite(url: URL, settings: ConnectionSettings) -> tuple[Engine, Backend]:
         serialize_writes=True,
         single_connection=in_memory,
         text_times=True,
-        sql=Statements.build("?", row_locks=False),
+        sql=Statements.build("?", row_locks=False, blob_segments=True),
     )
 
 

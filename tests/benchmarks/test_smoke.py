@@ -14,7 +14,7 @@ from benchmarks import store as bench
 from benchmarks._harness import seed_child, sqlite_url
 from controlplane import EventKind
 from persistence import SqlStore
-from persistence._backend import Statements
+from persistence._backend import ConnectionSettings, open_engine
 from tests.conftest import PG_URL_ENV, pg_base_url
 from tests.support import run_python
 
@@ -95,11 +95,14 @@ def test_a_seeded_child_is_written_in_the_batches_a_real_child_is(tmp_path: Path
     assert events[0].created_at == events[2].created_at != events[3].created_at
 
 
-@pytest.mark.parametrize(("placeholder", "row_locks"), [("?", False), ("%s", True)])
-def test_the_store_benchmarks_raw_side_runs_the_stores_own_statements(
-    placeholder: str, row_locks: bool
-) -> None:
-    ours = Statements.build(placeholder, row_locks=row_locks)
+@pytest.mark.parametrize("url", ["sqlite://", "postgresql+psycopg://nobody@localhost/db"])
+def test_the_store_benchmarks_raw_side_runs_the_stores_own_statements(url: str) -> None:
+    # The statements the store runs on each backend (no connection is made).
+    settings = ConnectionSettings(lock_timeout_s=5, statement_timeout_s=30, durable_os_crash=False)
+    engine, backend = open_engine(url, settings)
+    engine.dispose()
+    ours = backend.sql
+    placeholder = ours.placeholder
     raw = {
         "header": bench.HEADER_SQL,
         "events": bench.EVENTS_SQL,
@@ -107,5 +110,7 @@ def test_the_store_benchmarks_raw_side_runs_the_stores_own_statements(
         "insert": bench.INSERT_SQL,
     }
     for name, sql in raw.items():
-        assert sql.format(p=placeholder) == getattr(ours, name), name
+        stores = getattr(ours, name)
+        assert sql.format(p=placeholder, sealed=bench.SEALED[placeholder]) == stores, name
+    row_locks = backend.name == "postgresql"
     assert (bench.LOCK_CHILD_SQL.format(p=placeholder) if row_locks else None) == ours.lock_child
