@@ -7,87 +7,28 @@ SIGKILL, SIGSTOP and SIGCONT; every process a test starts is reaped, pass or fai
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
-import threading
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from controlplane import EventKind, SessionEvent, SubagentControl, TaskStatus, TextBlock
 from tests.fakes import FakeProvider
+from tests.reliability.processes import Reaper, Sender, reaping
 from tests.reliability.test_restarts import Child
 from tests.support import WAIT_S, eventually, idle_child
 
-SENDER = Path(__file__).with_name("claim_child.py")
-REPO = SENDER.parents[2]
 PARENT = "claim-parent"
 PROCESSES = 3
 ROUNDS = 6
 
 pytestmark = pytest.mark.slow
 
-
-class Sender:
-    """A ``claim_child.py`` process, driven line by line."""
-
-    def __init__(self, url: str, child_id: str, name: str) -> None:
-        self.name = name
-        self.proc = subprocess.Popen(
-            [sys.executable, str(SENDER), url, child_id, name],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env={**os.environ, "PYTHONPATH": str(REPO)},
-            cwd=REPO,
-            text=True,
-        )
-        self.lines: list[str] = []
-        self._taken = 0
-        self._cond = threading.Condition()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            with self._cond:
-                self.lines.append(line.strip())
-                self._cond.notify_all()
-
-    def next_line(self) -> str:
-        """The next line it prints (waited for, bounded)."""
-        with self._cond:
-            got = self._cond.wait_for(lambda: len(self.lines) > self._taken, WAIT_S * 3)
-            if not got:
-                pytest.fail(f"{self.name} said only {self.lines!r}")
-            self._taken += 1
-            return self.lines[self._taken - 1]
-
-    def say(self, line: str) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(line + "\n")
-        self.proc.stdin.flush()
-
-    def reap(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(10)
+reaped = pytest.fixture(reaping, name="reaped")
 
 
 @pytest.fixture
 def url(store_url: str) -> str:
     return store_url
-
-
-@pytest.fixture
-def reaped() -> Iterator[list[Sender | Child]]:
-    made: list[Sender | Child] = []
-    yield made
-    for proc in made:
-        proc.reap()
 
 
 def _turns(events: list[SessionEvent]) -> dict[int, list[SessionEvent]]:
@@ -99,13 +40,12 @@ def _turns(events: list[SessionEvent]) -> dict[int, list[SessionEvent]]:
 
 
 def test_simultaneous_sends_from_three_processes_never_start_two_activations(
-    url: str, reaped: list[Sender | Child]
+    url: str, reaped: Reaper
 ) -> None:
     with SubagentControl.open(url) as control:
         control.providers.register(FakeProvider())
         child = idle_child(control, control.agents.register(PARENT))
-    senders = [Sender(url, child, f"p{i}") for i in range(PROCESSES)]
-    reaped.extend(senders)
+    senders = [reaped.add(Sender(url, child, f"p{i}")) for i in range(PROCESSES)]
     for sender in senders:
         assert sender.next_line().startswith("ready ")
 
@@ -169,10 +109,9 @@ def test_simultaneous_sends_from_three_processes_never_start_two_activations(
 
 
 def test_a_stopped_owner_is_taken_over_and_its_late_writes_are_refused(
-    url: str, reaped: list[Sender | Child]
+    url: str, reaped: Reaper
 ) -> None:
-    zombie = Child(url, lease_ttl_s=0.5, steer=True)
-    reaped.append(zombie)
+    zombie = reaped.add(Child(url, lease_ttl_s=0.5, steer=True))
     ready = zombie.ready
     zombie.proc.send_signal(signal.SIGSTOP)
     control = SubagentControl.open(url, lease_ttl_s=10.0)
@@ -219,15 +158,12 @@ def test_a_stopped_owner_is_taken_over_and_its_late_writes_are_refused(
         control.close()
 
 
-def test_a_killed_owner_is_resumed_at_once_by_a_live_runtime(
-    url: str, reaped: list[Sender | Child]
-) -> None:
+def test_a_killed_owner_is_resumed_at_once_by_a_live_runtime(url: str, reaped: Reaper) -> None:
     control = SubagentControl.open(url, lease_ttl_s=30.0)
     try:
         control.providers.register(FakeProvider())
         parent = control.agents.register("restart-parent")
-        owner = Child(url, lease_ttl_s=30.0)
-        reaped.append(owner)
+        owner = reaped.add(Child(url, lease_ttl_s=30.0))
         ready = owner.ready
         owner.proc.send_signal(signal.SIGKILL)
         owner.proc.wait(10)

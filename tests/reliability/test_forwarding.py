@@ -14,10 +14,12 @@ import signal
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 
 import pytest
 
 from controlplane import (
+    AgentHandle,
     ErrorCode,
     EventKind,
     MessageSource,
@@ -29,7 +31,7 @@ from controlplane import (
 )
 from controlplane._forwarding import TAKE_S
 from tests.fakes import FakeProvider
-from tests.reliability.test_claims import Sender
+from tests.reliability.processes import Reaper, Sender, reaping
 from tests.reliability.test_restarts import Child
 from tests.support import WAIT_S, eventually, idle_child, in_thread, running_child
 
@@ -44,12 +46,7 @@ def url(store_url: str) -> str:
     return store_url
 
 
-@pytest.fixture
-def reaped() -> Iterator[list[Sender | Child]]:
-    made: list[Sender | Child] = []
-    yield made
-    for proc in made:
-        proc.reap()
+reaped = pytest.fixture(reaping, name="reaped")
 
 
 @pytest.fixture
@@ -63,8 +60,7 @@ def control(url: str) -> Iterator[SubagentControl]:
 @pytest.fixture
 def holder(url: str) -> Iterator[tuple[SubagentControl, FakeProvider]]:
     """Runtime A in this process, on the same store as `control` (runtime B)."""
-    if not _postgres(url):
-        pytest.skip("forwarding is PostgreSQL's")
+    _forwarding_only(url)
     provider = FakeProvider()
     control = SubagentControl.open(url, lease_ttl_s=30.0)
     control.providers.register(provider)
@@ -74,6 +70,45 @@ def holder(url: str) -> Iterator[tuple[SubagentControl, FakeProvider]]:
 
 def _postgres(url: str) -> bool:
     return url.startswith("postgresql")
+
+
+def _forwarding_only(url: str) -> None:
+    if not _postgres(url):
+        pytest.skip("forwarding is PostgreSQL's; SQLite refuses at once")
+
+
+@dataclass(frozen=True)
+class Owner:
+    """Runtime A in another process (``restart_child.py``): a child whose first Task is
+    done and whose second runs there, under a parent this runtime (B) registered too."""
+
+    process: Child
+    parent: AgentHandle
+    """The parent, in runtime B."""
+    child: str
+    task: str
+    """The Task running in A."""
+    done_task: str
+    runtime_id: str
+
+    def kill(self) -> None:
+        """SIGKILL, and wait until it is gone."""
+        self.process.proc.send_signal(signal.SIGKILL)
+        self.process.proc.wait(10)
+
+
+def _owner(url: str, control: SubagentControl, reaped: Reaper) -> Owner:
+    """Runtime A (`Owner`), started and ready."""
+    process = reaped.add(Child(url, lease_ttl_s=30.0))
+    ready = process.ready
+    return Owner(
+        process,
+        control.agents.register("restart-parent"),
+        child=ready["running_child"],
+        task=ready["running_task"],
+        done_task=ready["done_task"],
+        runtime_id=ready["runtime_id"],
+    )
 
 
 def _carrying(events: list[SessionEvent], text: str) -> list[SessionEvent]:
@@ -88,52 +123,53 @@ def _opened_by(events: list[SessionEvent]) -> dict[str, int]:
     }
 
 
+def _once(events: list[SessionEvent], text: str, kind: str, task_id: str) -> SessionEvent:
+    """The one event carrying ``text``, which is a ``kind`` in the turn ``task_id`` opened."""
+    carrying = _carrying(events, text)
+    assert len(carrying) == 1, (text, carrying)
+    (record,) = carrying
+    assert record.kind == kind, (text, record)
+    assert record.turn == _opened_by(events)[task_id], (text, record)
+    return record
+
+
 def test_a_send_from_another_process_steers_its_running_child_exactly_once(
-    url: str, control: SubagentControl, reaped: list[Sender | Child]
+    url: str, control: SubagentControl, reaped: Reaper
 ) -> None:
-    owner = Child(url, lease_ttl_s=30.0)
-    reaped.append(owner)
-    ready = owner.ready
-    parent = control.agents.register("restart-parent")
-    child = ready["running_child"]
+    owner = _owner(url, control, reaped)
+    parent, child = owner.parent, owner.child
     assert control.store is not None
 
     if not _postgres(url):
         with pytest.raises(SubagentControlError) as refused:
             control.send_message(parent, child, [TextBlock(text="from B")])
         assert refused.value.code is ErrorCode.OWNERSHIP_CONFLICT
-        assert ready["runtime_id"] in refused.value.message
+        assert owner.runtime_id in refused.value.message
         assert _carrying(control.store.load(child).events, "from B") == []
         return
 
     sent = control.send_message(parent, child, [TextBlock(text="from B")])
-    assert (sent.route, sent.task_id) == ("steered", ready["running_task"])
+    assert (sent.route, sent.task_id) == ("steered", owner.task)
     events = control.store.load(child).events  # durable before `steered` came back
-    (record,) = _carrying(events, "from B")
-    assert record.kind == EventKind.STEERING_MESSAGE
-    assert record.turn == _opened_by(events)[ready["running_task"]]
+    record = _once(events, "from B", EventKind.STEERING_MESSAGE, owner.task)
     assert record.data["forwarded"]
     assert record.source is not None
     assert record.source.sender_session_id == "restart-parent"
     # A's Task still runs there, and this runtime started nothing.
     tasks = {t.id: t.status for t in control.tasks.list(parent)}
-    assert tasks == {
-        ready["done_task"]: TaskStatus.COMPLETED,
-        ready["running_task"]: TaskStatus.RUNNING,
-    }
+    assert tasks == {owner.done_task: TaskStatus.COMPLETED, owner.task: TaskStatus.RUNNING}
 
 
 def test_a_forwarded_send_racing_the_end_of_the_turn_is_steered_resumed_or_not_delivered(
     url: str,
     control: SubagentControl,
-    reaped: list[Sender | Child],
+    reaped: Reaper,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO, logger="controlplane._forwarding")
     parent = control.agents.register("claim-parent")
     child = idle_child(control, parent)
-    owner = Sender(url, child, "a")
-    reaped.append(owner)
+    owner = reaped.add(Sender(url, child, "a"))
     assert owner.next_line().startswith("ready ")
     steered: dict[str, str] = {}  # message text -> Task id
     started: dict[str, str] = {}
@@ -160,15 +196,10 @@ def test_a_forwarded_send_racing_the_end_of_the_turn_is_steered_resumed_or_not_d
 
     assert control.store is not None
     events = control.store.load(child).events
-    opened_by = _opened_by(events)
     for text, task_id in steered.items():
-        (record,) = _carrying(events, text)  # exactly once, in the turn of its Task
-        assert record.kind == EventKind.STEERING_MESSAGE
-        assert record.turn == opened_by[task_id]
+        _once(events, text, EventKind.STEERING_MESSAGE, task_id)
     for text, task_id in started.items():
-        (record,) = _carrying(events, text)
-        assert record.kind == EventKind.USER_MESSAGE
-        assert record.turn == opened_by[task_id]
+        _once(events, text, EventKind.USER_MESSAGE, task_id)
     allowed = {ErrorCode.NOT_DELIVERED}
     if not _postgres(url):
         allowed.add(ErrorCode.OWNERSHIP_CONFLICT)  # SQLite does not forward
@@ -183,20 +214,16 @@ def test_a_forwarded_send_racing_the_end_of_the_turn_is_steered_resumed_or_not_d
 
 
 def test_a_message_the_owner_never_takes_is_not_delivered_within_a_bound_and_is_nowhere(
-    url: str, control: SubagentControl, reaped: list[Sender | Child]
+    url: str, control: SubagentControl, reaped: Reaper
 ) -> None:
-    if not _postgres(url):
-        pytest.skip("forwarding is PostgreSQL's; SQLite refuses at once")
-    owner = Child(url, lease_ttl_s=30.0)
-    reaped.append(owner)
-    ready = owner.ready
-    parent = control.agents.register("restart-parent")
-    child = ready["running_child"]
+    _forwarding_only(url)
+    owner = _owner(url, control, reaped)
+    parent, child = owner.parent, owner.child
     assert control.store is not None
     # A short message travels in its notification, a long one as a row: both are taken
     # back when the owner does not take them.
     never = ["never taken", "never taken, long: " + "x" * LONG]
-    owner.proc.send_signal(signal.SIGSTOP)
+    owner.process.proc.send_signal(signal.SIGSTOP)
     try:
         began = time.monotonic()
         sends = [
@@ -210,7 +237,7 @@ def test_a_message_the_owner_never_takes_is_not_delivered_within_a_bound_and_is_
             refusals.append(refused.value.code)
         took = time.monotonic() - began
     finally:
-        owner.proc.send_signal(signal.SIGCONT)
+        owner.process.proc.send_signal(signal.SIGCONT)
     assert refusals == [ErrorCode.NOT_DELIVERED] * 2
     assert took < TAKE_S + WAIT_S / 2
     # Awake again, the owner hears the old notifications but can no longer take the
@@ -218,59 +245,61 @@ def test_a_message_the_owner_never_takes_is_not_delivered_within_a_bound_and_is_
     taken = ["taken", "taken, long: " + "y" * LONG]
     for text in taken:
         sent = control.send_message(parent, child, [TextBlock(text=text)])
-        assert (sent.route, sent.task_id) == ("steered", ready["running_task"])
+        assert (sent.route, sent.task_id) == ("steered", owner.task)
     events = control.store.load(child).events
     for text in never:
         assert _carrying(events, text) == []
     for text in taken:
-        (record,) = _carrying(events, text)
-        assert record.kind == EventKind.STEERING_MESSAGE
+        _once(events, text, EventKind.STEERING_MESSAGE, owner.task)
 
 
 def test_a_kill_from_another_process_kills_the_task_where_it_runs(
-    url: str, control: SubagentControl, reaped: list[Sender | Child]
+    url: str, control: SubagentControl, reaped: Reaper
 ) -> None:
-    owner = Child(url, lease_ttl_s=30.0)
-    reaped.append(owner)
-    ready = owner.ready
-    parent = control.agents.register("restart-parent")
-    task_id = ready["running_task"]
+    owner = _owner(url, control, reaped)
+    parent = owner.parent
     if not _postgres(url):
         with pytest.raises(SubagentControlError) as refused:
-            control.tasks.kill(task_id, requester=parent)
+            control.tasks.kill(owner.task, requester=parent)
         assert refused.value.code is ErrorCode.OWNERSHIP_CONFLICT
-        assert ready["runtime_id"] in refused.value.message
+        assert owner.runtime_id in refused.value.message
         return
-    control.tasks.kill(task_id, requester=parent)
-    done = control.tasks.wait(task_id, timeout=WAIT_S, requester=parent)
+    control.tasks.kill(owner.task, requester=parent)
+    done = control.tasks.wait(owner.task, timeout=WAIT_S, requester=parent)
     assert done.status is TaskStatus.KILLED
-    assert done.runtime_id == ready["runtime_id"]  # settled there, not interrupted here
+    assert done.runtime_id == owner.runtime_id  # settled there, not interrupted here
+
+
+def _steered_there_then_killed(
+    url: str, control: SubagentControl, reaped: Reaper, text: str
+) -> Owner:
+    """PostgreSQL: ``text`` forwarded from here and steered into A's running Task, then A
+    killed (SIGKILL, waited for); skips on SQLite."""
+    _forwarding_only(url)
+    owner = _owner(url, control, reaped)
+    sent = control.send_message(owner.parent, owner.child, [TextBlock(text=text)])
+    assert (sent.route, sent.task_id) == ("steered", owner.task)
+    owner.kill()
+    return owner
 
 
 def test_a_message_whose_holder_died_after_taking_it_is_decided_by_the_transcript(
-    url: str, control: SubagentControl, reaped: list[Sender | Child]
+    url: str, control: SubagentControl, reaped: Reaper
 ) -> None:
-    if not _postgres(url):
-        pytest.skip("forwarding is PostgreSQL's")
-    owner = Child(url, lease_ttl_s=30.0)
-    reaped.append(owner)
-    ready = owner.ready
-    parent = control.agents.register("restart-parent")
-    child = ready["running_child"]
-    assert control.send_message(parent, child, [TextBlock(text="kept")]).route == "steered"
+    owner = _steered_there_then_killed(url, control, reaped, "kept")
+    parent, child = owner.parent, owner.child
     assert control.store is not None
-    (record,) = _carrying(control.store.load(child).events, "kept")
-    owner.proc.send_signal(signal.SIGKILL)
-    owner.proc.wait(10)
+    events = control.store.load(child).events
+    record = _once(events, "kept", EventKind.STEERING_MESSAGE, owner.task)
     # What the sender does when the holder took a message and died unanswered: the dead
     # runtime is fenced off first, then the steering record (which names the inbox id) says.
     forwarder = control._forwarder
     assert forwarder is not None
-    decided = forwarder._decide_without(record.data["forwarded"], child, ready["runtime_id"])
-    assert (decided.route, decided.task_id) == ("steered", ready["running_task"])
+    decided = forwarder._decide_without(record.data["forwarded"], child, owner.runtime_id)
+    assert (decided.route, decided.task_id) == ("steered", owner.task)
     # Not in the transcript: not delivered, and handed back to be routed again.
-    assert forwarder._decide_without("never-written", child, ready["runtime_id"]) is None
-    running = control.tasks.get(ready["running_task"], requester=parent)
+    assert forwarder._decide_without("never-written", child, owner.runtime_id) is None
+    running = control.tasks.get(owner.task, requester=parent)
     assert running.status is TaskStatus.INTERRUPTED
 
 
@@ -338,37 +367,23 @@ def test_a_runtime_that_no_longer_runs_the_child_hands_the_message_back_to_resum
     assert done.status is TaskStatus.COMPLETED
     assert control.store is not None
     events = control.store.load(child).events
-    (record,) = _carrying(events, "resumed here")
-    assert record.kind == EventKind.USER_MESSAGE
-    assert record.turn == _opened_by(events)[again.task_id]
+    _once(events, "resumed here", EventKind.USER_MESSAGE, again.task_id)
 
 
 def test_a_message_to_a_holder_that_died_resumes_the_child_without_waiting_out_the_take_bound(
-    url: str, control: SubagentControl, reaped: list[Sender | Child]
+    url: str, control: SubagentControl, reaped: Reaper
 ) -> None:
-    if not _postgres(url):
-        pytest.skip("forwarding is PostgreSQL's")
-    owner = Child(url, lease_ttl_s=30.0)
-    reaped.append(owner)
-    ready = owner.ready
-    parent = control.agents.register("restart-parent")
-    child = ready["running_child"]
     # One forward there: this runtime now sends the child's messages straight to A.
-    assert control.send_message(parent, child, [TextBlock(text="first")]).route == "steered"
-    owner.proc.send_signal(signal.SIGKILL)
-    owner.proc.wait(10)
+    owner = _steered_there_then_killed(url, control, reaped, "first")
+    parent, child = owner.parent, owner.child
 
     began = time.monotonic()
     sent = control.send_message(parent, child, [TextBlock(text="after the kill")])
     took = time.monotonic() - began
     assert sent.route == "started"  # taken back from dead A, then resumed here
     assert took < TAKE_S
-    assert control.tasks.get(ready["running_task"], requester=parent).status is (
-        TaskStatus.INTERRUPTED
-    )
+    assert control.tasks.get(owner.task, requester=parent).status is TaskStatus.INTERRUPTED
     control.tasks.wait(sent.task_id, timeout=WAIT_S, requester=parent)
     assert control.store is not None
     events = control.store.load(child).events
-    (record,) = _carrying(events, "after the kill")
-    assert record.kind == EventKind.USER_MESSAGE
-    assert record.turn == _opened_by(events)[sent.task_id]
+    _once(events, "after the kill", EventKind.USER_MESSAGE, sent.task_id)

@@ -30,13 +30,8 @@ Every process is reaped, pass or fail. Figures go to the summary file
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -62,12 +57,12 @@ from tests.reliability.load import (
     account,
     start_children,
 )
+from tests.reliability.processes import LinesProcess, Reaper, reaping
 from tests.reliability.stepping import Clock
 from tests.reliability.stress_child import PARENT, ExclusiveSteppingProvider
 from tests.reliability.summary import backend_of, write_summary
 
 SCRIPT = Path(__file__).with_name("stress_child.py")
-REPO = SCRIPT.parents[2]
 PROCESSES = 3
 # Sends per sender thread in each process: sized so each backend's run stays within ~30 s
 # on two cores.
@@ -78,76 +73,25 @@ SEND_S = 120.0
 pytestmark = pytest.mark.slow
 
 
-class Worker:
-    """A ``stress_child.py`` process, driven line by line."""
+class Worker(LinesProcess):
+    """A ``stress_child.py`` process, driven line by line; its stderr kept in ``workdir``."""
 
     def __init__(
         self, url: str, name: str, children: list[str], sends: int, workdir: Path, seed: int
     ) -> None:
-        self.name = name
         self.out = workdir / f"{name}.jsonl"
-        self.err = workdir / f"{name}.stderr"
-        locks = workdir / "locks"
-        with self.err.open("w") as err:
-            self.proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    str(SCRIPT),
-                    url,
-                    name,
-                    ",".join(children),
-                    str(sends),
-                    str(locks),
-                    str(self.out),
-                ],
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=err,  # a file: a chatty process never blocks on a full pipe
-                env={
-                    **os.environ,
-                    "PYTHONPATH": str(REPO),
-                    "SUBAGENT_CONTROL_STRESS_SEED": str(seed),
-                },
-                cwd=REPO,
-                text=True,
-            )
-        self.lines: list[str] = []
-        self._taken = 0
-        self._cond = threading.Condition()
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            with self._cond:
-                self.lines.append(line.strip())
-                self._cond.notify_all()
-        with self._cond:
-            self.lines.append("<exited>")
-            self._cond.notify_all()
-
-    def next_line(self, timeout: float) -> str:
-        """The next line it prints (waited for, bounded)."""
-        with self._cond:
-            if not self._cond.wait_for(lambda: len(self.lines) > self._taken, timeout):
-                pytest.fail(f"{self.name} said only {self.lines!r}; {self.stderr()}")
-            self._taken += 1
-            return self.lines[self._taken - 1]
-
-    def expect(self, prefix: str, timeout: float) -> str:
-        """The next line, which must start with ``prefix``; the rest of it."""
-        line = self.next_line(timeout)
-        if not line.startswith(prefix):
-            pytest.fail(f"{self.name} said {line!r}, not {prefix!r}…; {self.stderr()}")
-        return line.removeprefix(prefix)
-
-    def say(self, line: str) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(line + "\n")
-        self.proc.stdin.flush()
-
-    def stderr(self) -> str:
-        return self.err.read_text(errors="replace")[-3000:]
+        super().__init__(
+            SCRIPT,
+            url,
+            name,
+            ",".join(children),
+            str(sends),
+            str(workdir / "locks"),
+            str(self.out),
+            name=name,
+            stderr=workdir / f"{name}.stderr",
+            env={"SUBAGENT_CONTROL_STRESS_SEED": str(seed)},
+        )
 
     def report(self) -> tuple[list[Sent], dict[str, str], dict[str, Any]]:
         """What every send was told, each refusal's message by text, and the figures."""
@@ -173,18 +117,8 @@ class Worker:
             )
         return sent, refusals, figures
 
-    def reap(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(10)
 
-
-@pytest.fixture
-def reaped() -> Iterator[list[Worker]]:
-    made: list[Worker] = []
-    yield made
-    for worker in made:
-        worker.reap()
+reaped = pytest.fixture(reaping, name="reaped")
 
 
 def test_the_double_activation_probe_sees_two_activations_of_one_child_at_once(
@@ -220,14 +154,13 @@ class Reports:
 
 
 def _run_workers(
-    url: str, children: list[str], sends: int, workdir: Path, reaped: list[Worker]
+    url: str, children: list[str], sends: int, workdir: Path, reaped: Reaper
 ) -> tuple[Reports, float]:
     """Run the load in `PROCESSES` workers at once; their reports and the sending time."""
     workers = [
-        Worker(url, f"p{index}", children, sends, workdir, SEED + index)
+        reaped.add(Worker(url, f"p{index}", children, sends, workdir, SEED + index))
         for index in range(PROCESSES)
     ]
-    reaped.extend(workers)
     reports = Reports({worker.name: worker.expect("ready ", READY_S) for worker in workers})
     go = time.monotonic()
     for worker in workers:
@@ -308,7 +241,7 @@ def _crossings(reports: Reports, tasks: dict[str, TaskSnapshot]) -> dict[str, in
 
 @pytest.mark.timeout(180)
 def test_concurrent_sends_from_several_processes_are_each_delivered_once_or_refused(
-    store_url: str, tmp_path: Path, reaped: list[Worker]
+    store_url: str, tmp_path: Path, reaped: Reaper
 ) -> None:
     url, backend = store_url, backend_of(store_url)
     sends = SENDS_PER_THREAD[backend]
