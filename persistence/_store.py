@@ -241,9 +241,9 @@ class SqlStore:
         still holding the child's claim: otherwise it raises ``FENCED``, writing nothing.
         ``answer_steered`` lists (inbox id, Task id) of forwarded messages whose steering
         records these events are (SPEC §9): each one's inbox row is answered ``steered``
-        into that Task, and its sender notified, in the same transaction
-        (`persistence._inbox.Inbox.answer_steered`). PostgreSQL only: SQLite has no inbox,
-        and refuses it with ``INVALID_INPUT``.
+        into that Task, and its sender notified, in the same transaction (for a single
+        record, in the statement that inserts it: `persistence._inbox.Inbox`). PostgreSQL
+        only: SQLite has no inbox, and refuses it with ``INVALID_INPUT``.
 
         Returns:
             The stored events, with their ``seq`` and ``created_at``.
@@ -426,13 +426,18 @@ class SqlStore:
                 (child_id, seq, p.turn, p.kind, p.data_json, p.source_json, batch, stamp)
                 for seq, p in enumerate(pending, start=first)
             ]
-            if len(rows) == 1:  # a steer's record: execute costs less than executemany
-                cursor.execute(sql.insert, rows[0])
+            # Forwarded steers' answers commit with their records, together or not at all.
+            inbox = self.inbox if answer_steered else None  # there: `append` checked
+            if inbox is not None and len(rows) == 1 and len(answer_steered) == 1:
+                # The common case, one record and its answer: one statement for both.
+                inbox.insert_answering(cursor, sql.insert, rows[0], answer_steered[0])
             else:
-                cursor.executemany(sql.insert, rows)
-            if answer_steered:  # the records and their answers: together or not at all
-                assert self.inbox is not None  # checked by `append`
-                self.inbox.answer_steered(cursor, answer_steered)
+                if len(rows) == 1:  # a steer's record: execute costs less than executemany
+                    cursor.execute(sql.insert, rows[0])
+                else:
+                    cursor.executemany(sql.insert, rows)
+                if inbox is not None:
+                    inbox.answer_steered(cursor, answer_steered)
             if any(p.kind == EventKind.TURN_END for p in pending):
                 self._seal(cursor, child_id)
             if settle is not None:

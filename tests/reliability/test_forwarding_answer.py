@@ -112,6 +112,35 @@ def test_a_steering_records_append_answers_its_message_and_notifies_the_sender_a
     assert len(_forwarded(store.load(child_id).events, inbox_id)) == 1
 
 
+def test_an_append_of_several_steering_records_answers_each_of_their_messages(
+    store: SqlStore,
+) -> None:
+    # Several steers queued before one write of the turn go as one batch.
+    assert store.inbox is not None
+    child_id = _child(store)
+    inbox_ids = [_taken(store, child_id) for _ in range(3)]
+    heard: queue.Queue[tuple[str, dict[str, Any] | None]] = queue.Queue()
+    listener = store.inbox.listen(
+        SENDER, on_message=lambda *_: None, on_reply=lambda i, a: heard.put((i, a))
+    )
+    try:
+        assert listener.wait_ready(WAIT_S)
+        store.append(
+            child_id,
+            [_record(inbox_id) for inbox_id in inbox_ids],
+            answer_steered=[(inbox_id, f"task-{inbox_id}") for inbox_id in inbox_ids],
+        )
+        answers = {inbox_id: {"route": "steered", "task_id": f"task-{inbox_id}"}
+                   for inbox_id in inbox_ids}  # fmt: skip
+        assert dict(heard.get(timeout=WAIT_S) for _ in inbox_ids) == answers
+    finally:
+        listener.close()
+    events = store.load(child_id).events
+    for inbox_id in inbox_ids:
+        assert store.inbox.state_of(inbox_id) == ("answered", answers[inbox_id])
+        assert len(_forwarded(events, inbox_id)) == 1
+
+
 def test_an_append_refused_writes_neither_the_steering_record_nor_the_answer(
     store: SqlStore,
 ) -> None:
