@@ -36,6 +36,7 @@ from controlplane import (
 from persistence import InboxItem, RetryPolicy, SqlStore
 from persistence._schema import INBOX
 from tests.fakes import FakeProvider
+from tests.reliability.processes import Reaper, reaping
 from tests.reliability.test_restarts import Child
 from tests.support import WAIT_S, eventually, in_thread, running_child
 
@@ -262,19 +263,13 @@ def test_the_holder_answers_a_steer_with_its_record_and_only_refusals_and_kills_
     assert done.status is TaskStatus.KILLED
 
 
-@pytest.fixture
-def reaped() -> Iterator[list[Child]]:
-    made: list[Child] = []
-    yield made
-    for proc in made:
-        proc.reap()
+reaped = pytest.fixture(reaping, name="reaped")
 
 
 def test_a_holder_killed_while_its_steering_record_commits_leaves_neither_record_nor_answer(
-    url: str, control: SubagentControl, reaped: list[Child]
+    url: str, control: SubagentControl, reaped: Reaper
 ) -> None:
-    owner = Child(url, lease_ttl_s=30.0)
-    reaped.append(owner)
+    owner = reaped.add(Child(url, lease_ttl_s=30.0))
     ready = owner.ready
     parent = control.agents.register("restart-parent")
     child = ready["running_child"]
