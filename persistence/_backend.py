@@ -85,7 +85,11 @@ class Statements:
         ``segments=False`` reads a store written before version 3, which has no
         segments table (the read-only view of an older store; it never writes).
         """
-        sealed = "CAST(events AS BLOB)" if blob_segments else "events"
+        segment_rows = (
+            f"SELECT first_seq, NULL, NULL, CAST(events AS BLOB), NULL, NULL FROM {SEGMENTS} "
+            if blob_segments
+            else f"SELECT first_seq, NULL, NULL, events, NULL, NULL FROM {SEGMENTS} "
+        )
         return cls(
             placeholder=p,
             header=(
@@ -93,8 +97,7 @@ class Statements:
                 f"FROM {CHILDREN} WHERE child_id = {p}"
             ),
             events=(
-                f"SELECT first_seq, NULL, NULL, {sealed}, NULL, NULL FROM {SEGMENTS} "
-                f"WHERE child_id = {p} UNION ALL "
+                segment_rows + f"WHERE child_id = {p} UNION ALL "
                 f"SELECT {_EVENT_COLUMNS} FROM {EVENTS} WHERE child_id = {p} ORDER BY 1"
                 if segments
                 else f"SELECT {_EVENT_COLUMNS} FROM {EVENTS} WHERE child_id = {p} ORDER BY seq"
