@@ -1,5 +1,5 @@
 """The base of every actor here: pykka's `ThreadingActor`, minus one leak, on a lighter
-inbox.
+inbox, answering on a lighter future.
 
 `pykka.Actor.start` registers the actor *before* it starts the actor's thread. When the
 thread cannot start (``RuntimeError: can't start new thread`` at the process's thread
@@ -12,6 +12,11 @@ three `threading.Condition` objects (~3 KiB) a `queue.Queue` carries and the Pyt
 locking each message pays through them. A live child has two actors, so this is memory per
 live child and time per steer.
 
+An ``ask``'s reply is a `Reply`: pykka's `ThreadingFuture` contract (``get`` with a timeout
+raising `pykka.Timeout`, ``set``/``set_exception`` once, get hooks for ``map``/``join``)
+on two plain locks instead of a `threading.Condition`, whose Python-level ``wait`` and
+``notify`` every steer paid for.
+
 An actor class with `Actor.pooled_loop` runs its loop on a reused worker thread
 (`actors._pool`) instead of a new one: the same pykka loop, minus a thread start.
 """
@@ -19,7 +24,9 @@ An actor class with `Actor.pooled_loop` runs its loop on a reused worker thread
 from __future__ import annotations
 
 import queue
-from typing import TYPE_CHECKING, Any, ClassVar
+import sys
+import threading
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import pykka
 
@@ -28,8 +35,10 @@ from actors._pool import pool_for
 if TYPE_CHECKING:
     from pykka._actor import ActorInbox
     from pykka._envelope import Envelope
+    from pykka._future import GetHookFunc
+    from pykka._types import OptExcInfo
 
-__all__ = ["Actor"]
+__all__ = ["Actor", "Reply"]
 
 
 class Actor(pykka.ThreadingActor):
@@ -38,6 +47,10 @@ class Actor(pykka.ThreadingActor):
     pooled_loop: ClassVar[bool] = False
     """Run the loop on an idle worker of `actors._pool` (daemon or not, as
     ``use_daemon_thread`` says), or on a new worker thread if none waits."""
+
+    @staticmethod
+    def _create_future() -> pykka.Future[Any]:
+        return Reply()
 
     @staticmethod
     def _create_actor_inbox() -> ActorInbox:
@@ -56,3 +69,69 @@ class Actor(pykka.ThreadingActor):
             pykka.ActorRegistry.unregister(self.actor_ref)
             self.actor_stopped.set()
             raise
+
+
+T = TypeVar("T")
+
+
+class Reply(pykka.ThreadingFuture[T]):
+    """A `pykka.ThreadingFuture` on two locks: ``_done`` is held until the value (or a get
+    hook) is in, and every ``get`` passes through it; under ``_guard``, ``set`` and
+    ``set_exception`` succeed once, and never after a get hook, and a get hook never after
+    them (`queue.Full`), as pykka's do. Nothing of `pykka.ThreadingFuture`'s own state is
+    used. One difference: a ``get`` already waiting when a get hook is set returns the
+    hook's value (pykka's waits on until its timeout)."""
+
+    def __init__(self) -> None:
+        pykka.Future.__init__(self)  # the get hook's state only
+        self._guard = threading.Lock()
+        self._done = threading.Lock()
+        self._done.acquire()
+        self._value: Any = None
+        self._exc_info: OptExcInfo | None = None
+        self._in = False
+
+    def get(self, *, timeout: float | None = None) -> Any:
+        done = self._done
+        if not done.acquire(timeout=-1 if timeout is None else max(timeout, 0.0)):
+            raise pykka.Timeout(f"{timeout} seconds")
+        done.release()  # open for good: every later `get` passes at once
+        if self._get_hook is not None:
+            return pykka.Future.get(self, timeout=timeout)  # the hook waits on its own
+        exc_info = self._exc_info
+        if exc_info is None:
+            return self._value
+        exc_type, exc_value, exc_traceback = exc_info
+        assert exc_type is not None
+        if exc_value is None:
+            exc_value = exc_type()
+        if exc_value.__traceback__ is not exc_traceback:
+            raise exc_value.with_traceback(exc_traceback)
+        raise exc_value
+
+    def set(self, value: Any | None = None) -> None:
+        with self._guard:
+            self._claim()
+            self._value = value
+        self._done.release()
+
+    def set_exception(self, exc_info: OptExcInfo | None = None) -> None:
+        assert exc_info is None or len(exc_info) == 3
+        with self._guard:
+            self._claim()
+            self._exc_info = exc_info if exc_info is not None else sys.exc_info()
+        self._done.release()
+
+    def set_get_hook(self, func: GetHookFunc[T]) -> None:
+        with self._guard:
+            if self._in:
+                raise queue.Full
+            first = self._get_hook is None
+            pykka.Future.set_get_hook(self, func)  # a later hook replaces it, as in pykka
+        if first:
+            self._done.release()
+
+    def _claim(self) -> None:
+        if self._in or self._get_hook is not None:
+            raise queue.Full
+        self._in = True

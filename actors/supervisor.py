@@ -12,6 +12,7 @@ import logging
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any, cast
 
 import pykka
@@ -51,7 +52,6 @@ from controlplane.contract import (
     TaskStatus,
     TextBlock,
     text_of,
-    utcnow,
 )
 
 __all__ = [
@@ -134,7 +134,7 @@ class ChildSupervisor(Actor):
         self._child_id = child_id
         self._parent_session = parent_session
         self._current: _Current | None = None
-        self._last_activity = utcnow()
+        self._last_activity_s = time.time()  # as a float: set on every message
         # Since when it has had no activation and no message (monotonic); None while busy.
         self._idle_since: float | None = None if initial is not None else time.monotonic()
         if initial is not None:
@@ -153,7 +153,7 @@ class ChildSupervisor(Actor):
                 return self._describe()
             if isinstance(message, PassivateIfIdle):  # nor is being offered to retire
                 return self._passivate_if_idle(message.idle_for_s)
-            self._last_activity = utcnow()
+            self._last_activity_s = time.time()
             try:
                 return self._handle(message)
             finally:
@@ -472,7 +472,7 @@ class ChildSupervisor(Actor):
             task_status=status.value if status else None,
             held_messages=len(current.held) if current else 0,
             mailbox_depth=mailbox_depth(self.actor_ref),
-            last_activity=self._last_activity,
+            last_activity=datetime.fromtimestamp(self._last_activity_s, UTC),
             activation=activation,
         )
 
