@@ -43,6 +43,7 @@ __all__ = [
     "RUNTIMES",
     "SCHEMA_VERSION",
     "SEGMENTS",
+    "SEGMENTS_SINCE",
     "TASKS",
     "Base",
     "ChildRow",
@@ -61,6 +62,8 @@ __all__ = [
 
 SCHEMA_VERSION: Final = 5
 """The version this code writes. Bump it with a migration in `_MIGRATIONS`."""
+SEGMENTS_SINCE: Final = 3
+"""The first version with sealed segments: an older store, read as it is, has none."""
 
 CHILDREN: Final = "subagent_children"
 EVENTS: Final = "subagent_events"

@@ -51,6 +51,7 @@ from persistence._ledger import (
 from persistence._retry import Retrier, RetryListener, RetryPolicy
 from persistence._schema import (
     SCHEMA_VERSION,
+    SEGMENTS_SINCE,
     ChildRow,
     EventRow,
     check_schema,
@@ -330,7 +331,7 @@ class SqlStore:
         with self._db.connection(write=False) as conn:
             version = check_schema(conn)
         self._version = version
-        if version < SCHEMA_VERSION:
+        if version < SEGMENTS_SINCE:
             self._sql = self._db.sql.without_segments()
 
     def _create(

@@ -17,6 +17,7 @@ from controlplane import ChildMeta, EventKind, MessageSource, NewEvent
 from controlplane._json import MAX_DEPTH
 from persistence import RetryPolicy, SqlStore
 from persistence._codec import decode_events, to_json
+from persistence._schema import SCHEMA_VERSION
 from persistence._segments import SEGMENT_CHARS, SEGMENT_EVENTS, decode_segment, seal
 from tests.persistence.conftest import (
     LostAck,
@@ -224,11 +225,18 @@ def test_concurrent_appends_that_end_turns_keep_every_event_once_in_order(
     assert len({(d["t"], d["n"], d["i"]) for d in data}) == threads * appends * 2
 
 
-def test_a_read_only_store_reads_sealed_turns(store_url: str) -> None:
+@pytest.mark.parametrize("version", [3, 4, SCHEMA_VERSION])
+def test_a_read_only_store_reads_sealed_turns(store_url: str, version: int) -> None:
+    # Read as it is, an older store's segments are read too: every version since 3 has them
+    # (a read-only store on version 3 or 4 once read none of its sealed events).
     with SqlStore(store_url, retry=RetryPolicy.immediate()) as store:
         meta = new_child(store)
         store.append(meta.child_id, [*varied(), turn_end()])
         expected = store.load(meta.child_id)
+    engine = raw_engine(store_url)
+    with engine.begin() as conn:
+        conn.execute(sa.text("UPDATE subagent_schema SET version = :v"), {"v": version})
+    engine.dispose()
     with SqlStore(store_url, read_only=True) as looking:
         assert looking.load(meta.child_id) == expected
 
