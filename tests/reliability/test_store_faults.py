@@ -97,12 +97,9 @@ class FlakyStore(SqlStore):
         batch: str,
         created_at: datetime,
         attempt: int,
-        settle: Any = None,
-        fence: Any = None,
+        *rest: Any,  # settle, fence, answer_steered: passed on as they came
     ) -> list[SessionEvent]:
-        write = partial(
-            super()._append, child_id, pending, batch, created_at, attempt, settle, fence
-        )
+        write = partial(super()._append, child_id, pending, batch, created_at, attempt, *rest)
         return self._attempt(self.append_faults.get(child_id), child_id in self.poisoned, write)
 
     def _create(
