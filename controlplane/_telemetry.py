@@ -25,10 +25,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextvars import Token
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
 
 from controlplane._errors import SubagentControlError
 from controlplane._lifecycle import current_scope, lifecycle_enabled, log_lifecycle, scoped
@@ -97,6 +97,8 @@ CHARS: Final = "subagent.message.chars"
 SOURCE: Final = "subagent.message.source"
 CAUSE: Final = "subagent.retry.cause"
 
+_P = TypeVar("_P")
+
 _ID_LIMIT = 200
 _DETAIL_LIMIT = 1000
 # Seconds. A steer is ~0.1-1 ms, a resume's hand-off a few ms, a turn seconds to hours.
@@ -122,13 +124,44 @@ class _Api:
         self.set_span_in_context = trace.set_span_in_context
         self.get_current_span = trace.get_current_span
         self.get_tracer = trace.get_tracer
-        self.get_tracer_provider = trace.get_tracer_provider
         from opentelemetry import metrics
+        from opentelemetry.metrics import _internal as metrics_internal
 
-        self.get_meter_provider = metrics.get_meter_provider
+        # Asked on every send (`Telemetry.quiet`).
+        self.get_tracer_provider = _provider_getter(
+            trace, "_TRACER_PROVIDER", trace.get_tracer_provider
+        )
+        self.get_meter_provider = _provider_getter(
+            metrics_internal, "_METER_PROVIDER", metrics.get_meter_provider
+        )
         self.proxy_provider = trace.ProxyTracerProvider
         self.link = Link
         self.error = StatusCode.ERROR
+
+
+def _provider_getter(module: Any, name: str, getter: Callable[[], _P]) -> Callable[[], _P]:
+    """``getter`` (the API's global-provider getter), without its cost while no provider
+    is set: it then looks the environment up for a provider to load on every call (~3 µs,
+    a caught KeyError), where this reads the global the getter returns.
+
+    The first call here is the API's own, so a provider the environment names is loaded
+    now, as the API's first call would load it; one set in code later is seen as set (a
+    global provider is set once). The global is private to the API: where it is not found
+    by ``name``, the API's getter is returned unchanged."""
+    first = getter()
+    if not hasattr(module, name):
+        return getter
+    # The API's stand-in (a proxy) while nothing is set; unknown if a provider was set
+    # already (were it unset again, as tests do, the getter is asked).
+    stand_in = first if getattr(module, name) is None else None
+
+    def current() -> _P:
+        provider = getattr(module, name)
+        if provider is not None:
+            return cast("_P", provider)
+        return stand_in if stand_in is not None else getter()
+
+    return current
 
 
 _api_lock = threading.Lock()

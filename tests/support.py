@@ -220,10 +220,12 @@ def eventually(predicate: Callable[[], bool], what: str, timeout: float = WAIT_S
         pause.wait(0.001)
 
 
-def run_python(*args: str, timeout: float) -> subprocess.CompletedProcess[str]:
+def run_python(
+    *args: str, timeout: float, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """Run ``python ARGS`` in a fresh interpreter from the repository root, which it imports
-    from; its output is captured as text."""
-    env = dict(os.environ)
+    from, with ``env`` added to this one's environment; its output is captured as text."""
+    env = {**os.environ, **(env or {})}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     return subprocess.run(
         [sys.executable, *args],

@@ -232,3 +232,46 @@ def test_a_send_skipped_as_quiet_is_recorded_once_the_host_sets_a_meter_or_a_log
     assert done.returncode == 0, done.stderr
     # Counted: the two sends after the meter was set; logged: the one after INFO was.
     assert done.stdout.split() == ["2", "1"]
+
+
+def test_while_no_provider_is_set_the_providers_global_is_read_not_the_environment() -> None:
+    # The API's getter looks the environment up on every call while nothing is set (~3 µs
+    # a send, twice); the quiet check reads the global instead, and still sees a provider
+    # set later, and asks the getter again if the global is unset after a provider.
+    from types import SimpleNamespace
+
+    from controlplane._telemetry import _provider_getter
+
+    stand_in, sdk = object(), object()
+    module = SimpleNamespace(_PROVIDER=None)
+    calls: list[None] = []
+
+    def getter() -> object:
+        calls.append(None)
+        return module._PROVIDER or stand_in
+
+    current = _provider_getter(module, "_PROVIDER", getter)
+    assert [current() for _ in range(3)] == [stand_in] * 3
+    assert len(calls) == 1  # the first, at load: it would load an environment's provider
+    module._PROVIDER = sdk
+    assert current() is sdk
+    assert len(calls) == 1
+    # A global the API no longer has by that name: its getter is used as it is.
+    assert _provider_getter(SimpleNamespace(), "_PROVIDER", getter) is getter
+
+
+def test_a_provider_the_environment_names_is_loaded_and_recorded_to(sqlite_url: str) -> None:
+    if not HAS_SDK:
+        pytest.skip(SDK_MISSING)
+    code = f"""
+        from opentelemetry import trace
+        from controlplane import SubagentControl
+
+        control = SubagentControl.open({sqlite_url!r})
+        print(control.telemetry.quiet(), type(trace.get_tracer_provider()).__module__)
+        control.close()
+    """
+    env = {"OTEL_PYTHON_TRACER_PROVIDER": "sdk_tracer_provider"}
+    done = run_python("-c", textwrap.dedent(code), timeout=60.0, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "opentelemetry.sdk.trace"]
