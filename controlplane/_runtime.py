@@ -180,10 +180,9 @@ class Runtime:
         return True
 
     def _runtime_of(self, task: TaskSnapshot) -> RuntimeInfo | None:
-        for runtime in self._store.ledger.runtimes():
-            if runtime.runtime_id == task.runtime_id:
-                return runtime
-        return None
+        if task.runtime_id is None:
+            return None
+        return self._store.ledger.runtime(task.runtime_id)
 
     def _is_dead(self, runtime: RuntimeInfo, now: datetime) -> bool:
         from persistence import is_expired

@@ -214,6 +214,26 @@ class TaskLedger:
 
         return self._run("list runtimes", op)
 
+    def runtime(self, runtime_id: str) -> RuntimeInfo | None:
+        """One runtime by id, with its count of running Tasks; None if the store has no
+        such runtime (a kill of a Task held elsewhere reads the one it needs)."""
+        running = (
+            select(func.count())
+            .select_from(TaskRow)
+            .where(_IS_RUNNING, TaskRow.runtime_id == runtime_id)
+            .scalar_subquery()
+        )
+        query = select(*RuntimeRow.__table__.c, running.label("running")).where(
+            RuntimeRow.runtime_id == runtime_id
+        )
+
+        def op(_attempt: int) -> RuntimeInfo | None:
+            with self._db.connection(write=False) as conn:
+                row = conn.execute(query).first()
+            return None if row is None else _runtime(row, int(row.running))
+
+        return self._run(f"read runtime {runtime_id}", op)
+
     def claims(self) -> dict[str, list[tuple[str, str | None, int]]]:
         """Which runtime holds which child: runtime id → ``(child id, Task id, fencing
         number)`` for every claimed child."""

@@ -177,3 +177,21 @@ def test_closing_the_store_closes_its_read_connection(pg_url: str) -> None:
             "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (name,)
         ).fetchone() or (None,)
     assert left == 0
+
+
+def test_one_runtime_is_read_by_id_as_the_listing_shows_it(store_url: str) -> None:
+    # A kill of a Task held elsewhere reads the one runtime it needs, not every runtime.
+    with SqlStore(store_url, retry=RetryPolicy.immediate()) as store:
+        ledger = store.ledger
+        for n in range(3):
+            ledger.register_runtime(f"runtime-{n}", host="h", pid=n, boot_id=None, lease_ttl_s=5)
+        mine = running_task()
+        ledger.admit(mine.model_copy(update={"runtime_id": "runtime-1"}))
+        ledger.close_runtime("runtime-2")
+        listed = {runtime.runtime_id: runtime for runtime in ledger.runtimes()}
+        for runtime_id, info in listed.items():
+            assert ledger.runtime(runtime_id) == info
+        holder = ledger.runtime("runtime-1")
+        assert holder is not None
+        assert holder.running_tasks == 1
+        assert ledger.runtime("no-such-runtime") is None
