@@ -36,6 +36,7 @@ from controlplane._acp import THREAD_PREFIX
 
 pytest.importorskip("acp", reason="the acp extra is not installed")
 from controlplane import AcpProvider
+from tests.support import eventually
 
 AGENT = Path(__file__).with_name("acp_agent.py")
 WAIT_S = 15.0
@@ -243,7 +244,9 @@ def test_the_agents_own_processes_do_not_outlive_the_activation(
     assert settle(control, task_id, parent).status is TaskStatus.COMPLETED
     pids = agents.pids()
     assert len(pids) == 2
-    assert not [pid for pid in pids if alive(pid)]
+    # The agent is reaped before its Task settles; its grandchild, left behind, was sent
+    # SIGKILL, which the kernel completes on its own time (under load, not always at once).
+    eventually(lambda: not [pid for pid in pids if alive(pid)], "the agent's processes ended")
 
 
 @pytest.mark.parametrize(
