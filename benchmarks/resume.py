@@ -219,9 +219,8 @@ Agents SDK's `SQLiteSession.get_items()`. Median of {config.runs} runs (min–ma
 opens new connections; the OS page cache is warm for all systems alike; the benchmark's
 own objects are frozen out of the garbage collector (`gc.freeze()`) and the garbage of the
 previous measure is collected before each one, so a collection costs each system only what it
-allocates. Our activation actor runs on a reused worker thread (`actors._pool`), as in any
-process that ran an activation before; the supervisor's thread is started per run. Messages
-average
+allocates. Our supervisor and activation actors run on reused worker threads
+(`actors._pool`), as in any process that ran an activation before. Messages average
 ~950 characters (users 100–600, assistants 200–2,000); one user message then four
 assistant messages per turn. Our transcript also holds `turn/start`/`turn/end` per turn
 and the descriptor, so it has ~1.4 events per message, written as a live child writes them
