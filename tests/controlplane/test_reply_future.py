@@ -8,6 +8,7 @@ import queue
 import sys
 import threading
 from collections.abc import Callable
+from importlib.metadata import version
 from typing import Any
 
 import pykka
@@ -18,8 +19,17 @@ from actors._base import Actor, Reply
 WAIT_S = 10.0
 
 Make = Callable[[], pykka.Future[Any]]
+# The contract is pykka's since 4.3 (a value after a get hook refused, a negative timeout a
+# timeout): older pykka versions, which pyproject.toml still admits, differ in those corners.
+_PYKKA = tuple(int(part) for part in version("pykka").split(".")[:2])
 FUTURES = [
-    pytest.param(pykka.ThreadingFuture, id="pykka"),
+    pytest.param(
+        pykka.ThreadingFuture,
+        id="pykka",
+        marks=pytest.mark.skipif(
+            _PYKKA < (4, 3), reason=f"pykka {version('pykka')} predates the 4.3 contract"
+        ),
+    ),
     pytest.param(Reply, id="reply"),
 ]
 
