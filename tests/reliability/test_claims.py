@@ -8,6 +8,9 @@ SIGKILL, SIGSTOP and SIGCONT; every process a test starts is reaped, pass or fai
 from __future__ import annotations
 
 import signal
+import sqlite3
+import threading
+from pathlib import Path
 
 import pytest
 
@@ -29,6 +32,39 @@ reaped = pytest.fixture(reaping, name="reaped")
 @pytest.fixture
 def url(store_url: str) -> str:
     return store_url
+
+
+def _stop_between_writes(child: Child, url: str) -> None:
+    """SIGSTOP ``child`` at a moment it holds no SQLite write lock: SQLite's lock is the
+    whole database's, so a runtime stopped inside a write transaction locks every other
+    writer out until it continues or dies (a limit of SQLite, not of the claims). Stopped
+    inside one, it is let go on and stopped again (PostgreSQL locks rows only: the first
+    stop stands)."""
+    pause = threading.Event()
+    for _ in range(100):
+        child.proc.send_signal(signal.SIGSTOP)
+        eventually(lambda: _state(child.proc.pid) == "T", "the child stopped")
+        if not url.startswith("sqlite") or _writable(url.removeprefix("sqlite:///")):
+            return
+        child.proc.send_signal(signal.SIGCONT)
+        pause.wait(0.005)  # let it finish the write it was in
+    pytest.fail("the child held the write lock at each of 100 stops")
+
+
+def _state(pid: int) -> str:
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+
+
+def _writable(path: str) -> bool:
+    probe = sqlite3.connect(path, timeout=0, isolation_level=None)
+    try:
+        probe.execute("BEGIN IMMEDIATE")
+        probe.execute("ROLLBACK")
+        return True
+    except sqlite3.OperationalError:
+        return False
+    finally:
+        probe.close()
 
 
 def _turns(events: list[SessionEvent]) -> dict[int, list[SessionEvent]]:
@@ -113,7 +149,7 @@ def test_a_stopped_owner_is_taken_over_and_its_late_writes_are_refused(
 ) -> None:
     zombie = reaped.add(Child(url, lease_ttl_s=0.5, steer=True))
     ready = zombie.ready
-    zombie.proc.send_signal(signal.SIGSTOP)
+    _stop_between_writes(zombie, url)
     control = SubagentControl.open(url, lease_ttl_s=10.0)
     try:
         control.providers.register(FakeProvider())
