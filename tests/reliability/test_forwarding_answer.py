@@ -17,6 +17,7 @@ import signal
 import threading
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import psycopg
@@ -91,24 +92,32 @@ def _libpq(url: str) -> str:
 # -- the store -------------------------------------------------------------------------
 
 
-def test_a_steering_records_append_answers_its_message_and_notifies_the_sender_at_commit(
-    store: SqlStore,
-) -> None:
+@contextmanager
+def _sender_hears(store: SqlStore) -> Iterator[queue.Queue[tuple[str, dict[str, Any] | None]]]:
+    """The answers SENDER's listener hears (inbox id, answer) while the block runs."""
     assert store.inbox is not None
-    child_id = _child(store)
-    inbox_id = _taken(store, child_id)
     heard: queue.Queue[tuple[str, dict[str, Any] | None]] = queue.Queue()
     listener = store.inbox.listen(
         SENDER, on_message=lambda *_: None, on_reply=lambda i, a: heard.put((i, a))
     )
     try:
         assert listener.wait_ready(WAIT_S)
+        yield heard
+    finally:
+        listener.close()
+
+
+def test_a_steering_records_append_answers_its_message_and_notifies_the_sender_at_commit(
+    store: SqlStore,
+) -> None:
+    assert store.inbox is not None
+    child_id = _child(store)
+    inbox_id = _taken(store, child_id)
+    with _sender_hears(store) as heard:
         store.append(child_id, [_record(inbox_id)], answer_steered=[(inbox_id, "task-1")])
         # On the sender's own channel (`channel_of`, computed in SQL from the row).
         answer = {"route": "steered", "task_id": "task-1"}
         assert heard.get(timeout=WAIT_S) == (inbox_id, answer)
-    finally:
-        listener.close()
     assert store.inbox.state_of(inbox_id) == ("answered", answer)
     assert len(_forwarded(store.load(child_id).events, inbox_id)) == 1
 
@@ -120,12 +129,7 @@ def test_an_append_of_several_steering_records_answers_each_of_their_messages(
     assert store.inbox is not None
     child_id = _child(store)
     inbox_ids = [_taken(store, child_id) for _ in range(3)]
-    heard: queue.Queue[tuple[str, dict[str, Any] | None]] = queue.Queue()
-    listener = store.inbox.listen(
-        SENDER, on_message=lambda *_: None, on_reply=lambda i, a: heard.put((i, a))
-    )
-    try:
-        assert listener.wait_ready(WAIT_S)
+    with _sender_hears(store) as heard:
         store.append(
             child_id,
             [_record(inbox_id) for inbox_id in inbox_ids],
@@ -134,8 +138,6 @@ def test_an_append_of_several_steering_records_answers_each_of_their_messages(
         answers = {inbox_id: {"route": "steered", "task_id": f"task-{inbox_id}"}
                    for inbox_id in inbox_ids}  # fmt: skip
         assert dict(heard.get(timeout=WAIT_S) for _ in inbox_ids) == answers
-    finally:
-        listener.close()
     events = store.load(child_id).events
     for inbox_id in inbox_ids:
         assert store.inbox.state_of(inbox_id) == ("answered", answers[inbox_id])
