@@ -30,10 +30,11 @@ from benchmarks._stats import Spread, percentile, sample_interleaved, spread
 from benchmarks._task_rows import TASKS
 from controlplane import EventKind, NewEvent, TaskSnapshot, TaskStatus
 from persistence import SqlStore
+from persistence._claims import IsDead
 
 __all__ = ["ROUTE_KINDS", "SIDES", "RouteFigures", "measure_routes", "measure_writes"]
 
-SIDES = ("with", "without")
+SIDES = ("with", "without", "bare")
 ROUTE_KINDS = ("resume", "settled", "steer")
 _EVENT = NewEvent(kind=EventKind.STEERING_MESSAGE, turn=1, data={"text": TEXT}, source=SOURCE)
 
@@ -53,22 +54,56 @@ class RouteFigures:
         self.p50.setdefault(kind, []).append(percentile(samples, 50))
         self.p90.setdefault(kind, []).append(percentile(samples, 90))
 
-    def ratio(self, kind: str, q: int = 50) -> Spread:
-        """With Task rows over without, per round, at percentile ``q`` (50 or 90)."""
+    def ratio(self, kind: str, q: int = 50, *, base: str = "without") -> Spread:
+        """With Task rows over ``base`` (a side), per round, at percentile ``q`` (50 or
+        90)."""
         per_round = self.p50 if q == 50 else self.p90
-        with_, without = per_round[f"{kind} with"], per_round[f"{kind} without"]
-        return spread([a / b for a, b in zip(with_, without, strict=True)])
+        with_, other = per_round[f"{kind} with"], per_round[f"{kind} {base}"]
+        return spread([a / b for a, b in zip(with_, other, strict=True)])
 
 
-def without_task_rows(plane: Plane) -> None:
+def without_task_rows(plane: Plane, *, keep_claims: bool) -> None:
     """Take the Task service's ledger away, before any Task starts: no admission
     ``INSERT``, no settlement ``UPDATE`` of its own, notices kept in memory, and no store
     read for a Task it does not hold. The settlement written with a turn's ``turn/end``
-    stays in that transaction as one ``UPDATE`` statement that finds no row."""
+    stays in that transaction as one ``UPDATE`` statement that finds no row.
+
+    With ``keep_claims`` a resume still claims its child before the provider is called
+    (SPEC §9's one activation per child across runtimes, which needs no Task row): the
+    shipped claim, read and update under the child's lock, in a transaction of its own
+    (`_claim_only`), so its appends carry the fencing number and its ``turn/end``
+    releases the claim as shipped. Without, a resume writes nothing before the provider
+    is called: the route as it was before SPEC §9."""
     tasks = plane.control.tasks
+    store = plane.control.store
+    runtime = plane.control._runtime
     if getattr(tasks, "_ledger", None) is None or tasks.running():
         raise RuntimeError("TaskService no longer keeps its ledger in _ledger; fix the baseline")
+    if store is None or runtime is None:
+        raise RuntimeError("the plane has no store or runtime; fix the baseline")
     tasks._ledger = None
+    if keep_claims:
+        tasks.on_claim(_claim_only(store, runtime._is_dead))
+    else:
+        tasks._claimer = None
+
+
+def _claim_only(store: SqlStore, is_dead: IsDead) -> Callable[[TaskSnapshot], int | None]:
+    """`SqlStore.admit_claiming` without its Task ``INSERT``: the same claim statements
+    (`Claims.claim_of`, `Claims.claim`) on the store's cursor path, retried alike."""
+    claims = store._claims
+
+    def claim(task: TaskSnapshot) -> int | None:
+        def attempt(_attempt: int) -> int | None:
+            with store._db.cursor(write=True) as cursor:
+                held = claims.claim_of(cursor, task.child_id)
+                fence = claims.claim(cursor, task, task.runtime_id or "", held, is_dead)
+            store._committed()
+            return fence
+
+        return store._run(f"claim child {task.child_id}", attempt)
+
+    return claim
 
 
 class _TimedAdmit:
@@ -95,7 +130,8 @@ def measure_routes(
     planes = {side: Plane.open(sqlite_url(path)) for side, path in paths.items()}
     out = RouteFigures()
     try:
-        without_task_rows(planes["without"])
+        without_task_rows(planes["without"], keep_claims=True)
+        without_task_rows(planes["bare"], keep_claims=False)
         idle: dict[str, list[str]] = {}
         running: dict[str, list[str]] = {}
         for side, plane in planes.items():
@@ -126,7 +162,7 @@ def measure_routes(
         for plane in planes.values():
             plane.close()
     out.task_rows = {side: _count_rows(path) for side, path in paths.items()}
-    if out.task_rows["without"] != 0 or out.task_rows["with"] == 0:
+    if out.task_rows["without"] or out.task_rows["bare"] or not out.task_rows["with"]:
         raise RuntimeError(f"the baseline did not remove the Task rows: {out.task_rows}")
     return out
 
@@ -142,11 +178,12 @@ def _resume_round(
     round_no: int,
     out: RouteFigures,
 ) -> None:
-    """``count`` resumes per side, alternating sides, the first side alternating too."""
+    """``count`` resumes per side, the sides taking turns, the first side rotating."""
     to_provider: dict[str, list[float]] = {side: [] for side in SIDES}
     to_settled: dict[str, list[float]] = {side: [] for side in SIDES}
     for i in range(count):
-        for side in SIDES if (i + round_no) % 2 == 0 else SIDES[::-1]:
+        first = (i + round_no) % len(SIDES)
+        for side in SIDES[first:] + SIDES[:first]:
             resumed = planes[side].resume(idle[side][i % len(idle[side])])
             to_provider[side].append(resumed.to_provider_s)
             to_settled[side].append(resumed.to_settled_s)

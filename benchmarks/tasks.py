@@ -3,8 +3,9 @@
 - Route cost: the resume route (``send_message`` to an idle child → ``provider.resume``)
   and the steer, on a control plane that keeps Task rows against one that does not, in the
   same process, interleaved. The baseline is today's `SubagentControl` whose Task service
-  has its ledger taken away before any Task starts (`_task_routes.without_task_rows`).
-  Goals: resume
+  has its ledger taken away before any Task starts (`_task_routes.without_task_rows`); it
+  still claims a resume's child, which SPEC §9 needs with or without Task rows. A third
+  plane claims nothing either: the route before SPEC §9, for the record. Goals: resume
   ≤ +10%, steer unchanged within noise.
 - Readiness: `SubagentControl.open` and the first send, in a fresh interpreter, on a store
   holding 1,000 vs 1,000,000 settled Tasks (`benchmarks._task_rows`). Goal: flat.
@@ -37,7 +38,13 @@ from benchmarks._stats import (
     sample_interleaved,
     spread,
 )
-from benchmarks._task_routes import ROUTE_KINDS, RouteFigures, measure_routes, measure_writes
+from benchmarks._task_routes import (
+    ROUTE_KINDS,
+    SIDES,
+    RouteFigures,
+    measure_routes,
+    measure_writes,
+)
 from benchmarks._task_rows import TASKS, TaskStore, fill_settled_tasks, snapshot_from
 from controlplane import SubagentControl
 
@@ -230,28 +237,38 @@ store's cursor path), for a new child's start on its own (`TaskLedger.admit`) �
 when it settles, in the same transaction as the turn's `turn/end` (which also releases the
 claim).
 
-**Cost of the Task rows on the routes.** Two control planes in this process, each on its
+**Cost of the Task rows on the routes.** Three control planes in this process, each on its
 own store file seeded alike ({config.resume_pool} idle children of 10 messages,
-{config.live} live children): one as shipped, one whose Task service has no ledger
-(`control.tasks._ledger = None` before any Task starts). A resume's Task row and its
-claim are one transaction, written by the Task service, so the baseline loses both: the
-claim read, the claim update and the Task `INSERT` — hence its appends carry no fencing
-number (that check rides in a statement they run anyway) and its `turn/end` releases no
-claim. It also loses any settlement `UPDATE` of its own (written only when a turn had no
-`turn/end`), keeps notices in memory, and never reads a Task from the store; the
-settlement inside `turn/end` stays one `UPDATE` statement in that transaction, which there
-matches no row. The ratio so prices the Task row and the claim together.
+{config.live} live children):
 
-Each of {config.rounds} rounds times {config.steer_ops} steers per side (turns of 20,
-sides alternating) and {config.resume_ops} resumes per side (alternating, the first side
-alternating too); a ratio is taken inside each round. After the run the shipped store
-held {routes.task_rows["with"]:,} Task rows, the baseline's {routes.task_rows["without"]}.
+- *with Task rows*: as shipped;
+- *without* (the baseline): its Task service has no ledger (`control.tasks._ledger = None`
+  before any Task starts), so it writes no Task row: no admission `INSERT`, no settlement
+  `UPDATE` of its own (written only when a turn had no `turn/end`), notices kept in
+  memory, no Task read from the store; the settlement inside `turn/end` stays one `UPDATE`
+  statement in that transaction, which there matches no row. A resume still claims its
+  child before the provider is called — the shipped claim read and update under the
+  child's lock, in a transaction of its own — because SPEC §9's one activation per child
+  across runtimes needs that claim whether or not Tasks are kept; its appends carry the
+  fencing number and its `turn/end` releases the claim, as shipped;
+- *bare*: no ledger and no claim either, so a resume writes nothing before
+  `provider.resume` — the route before SPEC §9, for the record.
+
+The shipped admission writes the Task row inside the claim's transaction (one round trip,
+as the claim alone), so *with / without* prices the Task row and *with / bare* the claim
+and the Task row together. Each of {config.rounds} rounds times {config.steer_ops} steers
+per side (turns of 20, the sides taking turns) and {config.resume_ops} resumes per side
+(the sides taking turns, the first side rotating); a ratio is taken inside each round.
+After the run the shipped store held {routes.task_rows["with"]:,} Task rows, the others
+{routes.task_rows["without"]} and {routes.task_rows["bare"]}.
 
 {_route_table(routes, config.live)}
 
 Resume route, with Task rows / without, p50: {fmt_ratio(resume)}, {resume.median - 1:+.0%} —
 goal ≤ +10%: {"met" if resume_met else "**not met**"}. Steer p50: {fmt_ratio(steer)} —
-{steer_verdict}.
+{steer_verdict}. With the claim priced in too (with / bare), the resume route is
+{fmt_ratio(routes.ratio("resume", base="bare"))}: the claim is SPEC §9's one added round
+trip (issue 15), not a cost of keeping Tasks.
 {_admission(figures.writes, routes)}
 
 **Open and first send with {small:,} vs {large:,} settled Tasks in the store.** Each store
@@ -333,12 +350,13 @@ def _route_table(routes: RouteFigures, live: int) -> str:
             rows.append(
                 [
                     f"{labels[kind]}, p{q}",
-                    fmt_s(spread(per_round[f"{kind} with"])),
-                    fmt_s(spread(per_round[f"{kind} without"])),
+                    *(fmt_s(spread(per_round[f"{kind} {side}"])) for side in SIDES),
                     fmt_ratio(routes.ratio(kind, q)),
+                    fmt_ratio(routes.ratio(kind, q, base="bare")),
                 ]
             )
-    return table(["", "with Task rows", "without (baseline)", "with / without"], rows)
+    header = ["", "with Task rows", "without (baseline)", "bare", "with / without"]
+    return table([*header, "with / bare"], rows)
 
 
 def _ready_table(stores: dict[int, TaskStore], ready: dict[int, list[Any]]) -> str:
@@ -391,23 +409,28 @@ def _read_table(reads: dict[int, dict[str, list[float]]], ratio: dict[int, Sprea
 
 
 def _admission(writes: dict[str, list[float]], routes: RouteFigures) -> str:
-    """What the baseline does not pay on the resume route: the admission write."""
+    """What the baselines do not pay on the resume route: the Task row, and the claim."""
     admit, append = spread(writes["admit"]), spread(writes["append"])
-    extra = spread(
-        [
-            a - b
-            for a, b in zip(routes.p50["resume with"], routes.p50["resume without"], strict=True)
-        ]
+    row, whole = (
+        spread(
+            [
+                a - b
+                for a, b in zip(
+                    routes.p50["resume with"], routes.p50[f"resume {base}"], strict=True
+                )
+            ]
+        )
+        for base in ("without", "bare")
     )
     on_route = spread(routes.p50["admit"])
     return f"""
-The difference, {fmt_s(extra)} per resume (p50 with − p50 without, per round), is the
-admission: timed where it runs, on the supervisor thread before the activation starts,
-each `SqlStore.admit_claiming` (the claim read, the claim update and the Task `INSERT` in
-one `BEGIN IMMEDIATE` transaction, on the store's cursor path) took {fmt_s(on_route)}
-(p50 per round). Most of it is the commit, which writes one WAL page per b-tree the
-transaction changed: the child's header, the Task table, its primary key, its owner index
-and its (partial) running index.
+Per resume (p50 with − p50 of the other side, per round) the Task row costs {fmt_s(row)}:
+its `INSERT` inside the claim's transaction, and the pages it adds to that commit (the
+Task table, its primary key, its owner index and its partial running index). The claim
+and the row together cost {fmt_s(whole)}: timed where it runs, on the supervisor thread
+before the activation starts, each `SqlStore.admit_claiming` (the claim read, the claim
+update and the Task `INSERT` in one `BEGIN IMMEDIATE` transaction, on the store's cursor
+path) took {fmt_s(on_route)} (p50 per round).
 
 A new child's start admits its Task on its own through `TaskLedger.admit`: the same
 `INSERT` on the store's cursor path, in a transaction of its own. Timed alone in a tight

@@ -237,16 +237,16 @@ class TaskService:
                 )
             self._live[task.id] = task
         snapshot = task.snapshot()
-        if self._ledger is not None:
-            try:
-                if claim_child and self._claimer is not None:
-                    task.fence = self._claimer(snapshot)
-                else:
-                    self._ledger.admit(snapshot)
-            except BaseException:
-                with self._lock:
-                    self._live.pop(task.id, None)
-                raise
+        claimer = self._claimer if claim_child else None
+        try:
+            if claimer is not None:
+                task.fence = claimer(snapshot)
+            elif self._ledger is not None:
+                self._ledger.admit(snapshot)
+        except BaseException:
+            with self._lock:
+                self._live.pop(task.id, None)
+            raise
         return snapshot
 
     def discard(self, task_id: str) -> None:

@@ -107,21 +107,42 @@ class Claims:
     ) -> int | None:
         sql = self._s._claim_sql
         with self._s._db.cursor(write=True) as cursor:
-            # The child's header only, under its lock: a claim reads no transcript rows
-            # unless it takes over an open turn.
-            claim = None
-            if task.child_id is not None:
-                cursor.execute(sql.claim_of, (task.child_id,))
-                claim = cursor.fetchone()
+            claim = self.claim_of(cursor, task.child_id)
             if attempt > 1:  # our earlier attempt may have committed, unheard
                 cursor.execute(sql.task_status, (task.id,))
                 if cursor.fetchone() is not None:
                     return int(claim[2]) if claim is not None and claim[0] == runtime_id else None
-            if claim is not None:
-                self._take_claim(cursor, task, runtime_id, claim, is_dead)
+            fence = self.claim(cursor, task, runtime_id, claim, is_dead)
             cursor.execute(sql.admit, admit_params(task, self._s._stamp(task.created_at)))
         self._s._committed()
-        return None if claim is None else int(claim[2]) + 1
+        return fence
+
+    def claim_of(
+        self, cursor: DBAPICursor, child_id: str | None
+    ) -> tuple[str | None, str | None, int] | None:
+        """The child's claim (runtime, Task, fencing number), read under the child's lock;
+        None for a child not in the store. The child's header only: a claim reads no
+        transcript rows unless it takes over an open turn."""
+        if child_id is None:
+            return None
+        cursor.execute(self._s._claim_sql.claim_of, (child_id,))
+        row = cursor.fetchone()
+        return None if row is None else (row[0], row[1], int(row[2]))
+
+    def claim(
+        self,
+        cursor: DBAPICursor,
+        task: TaskSnapshot,
+        runtime_id: str,
+        claim: tuple[str | None, str | None, int] | None,
+        is_dead: IsDead,
+    ) -> int | None:
+        """Claim the child for ``task`` inside the caller's transaction; the new fencing
+        number, or None for a child not in the store (``claim`` as `claim_of` read it)."""
+        if claim is None:
+            return None
+        self._take_claim(cursor, task, runtime_id, claim, is_dead)
+        return claim[2] + 1
 
     def _take_claim(
         self,
