@@ -175,7 +175,7 @@ class Claims:
                     "continue it"
                 )
                 outcome = TaskOutcome(status=TaskStatus.INTERRUPTED, detail=detail)
-                tail = self._s._tail(cursor, child_id)
+                tail = self._s._appends.tail(cursor, child_id)
                 self._interrupt_in(cursor, old, tail, (held_by_task, outcome, utcnow()))
         cursor.execute(sql.claim, (runtime_id, task.id, fence + 1, child_id))
 
@@ -205,7 +205,7 @@ class Claims:
                 (child_id, last[0] + 1, turn, pending.kind, pending.data_json, None,
                  self._s._batch(), stamp),
             )  # fmt: skip
-            self._s._seal(cursor, child_id)
+            self._s._appends.seal(cursor, child_id)
         # Its claim is gone, and its fencing number with it: its runtime never writes again.
         cursor.execute(self._s._claim_sql.revoke, (child_id, task.id))
         return True
@@ -228,7 +228,7 @@ class Claims:
         if child_id is None:
             return None
         try:  # first: the child's lock, as every append takes it
-            return self._s._tail(cursor, child_id)
+            return self._s._appends.tail(cursor, child_id)
         except SubagentControlError as exc:
             if exc.code is ErrorCode.CHILD_NOT_FOUND:
                 return None  # never published: no transcript, no claim

@@ -10,14 +10,11 @@ from datetime import datetime
 from types import TracebackType
 from typing import Any, TypeVar
 
-from sqlalchemy import Select, insert, select
-from sqlalchemy import exc as sa_exc
-from sqlalchemy.engine.interfaces import DBAPICursor
+from sqlalchemy import Select, select
 
 from controlplane.contract import (
     ChildMeta,
     ErrorCode,
-    EventKind,
     LoadedSession,
     NewEvent,
     SessionEvent,
@@ -26,6 +23,7 @@ from controlplane.contract import (
     seconds_problem,
     utcnow,
 )
+from persistence._appends import Appends, not_found
 from persistence._backend import LOCK_TIMEOUT_S, STATEMENT_TIMEOUT_S, ConnectionSettings
 from persistence._claims import Claims, ClaimStatements, IsDead
 from persistence._codec import (
@@ -36,7 +34,6 @@ from persistence._codec import (
     gc_paused,
     prepare_events,
     prepare_meta,
-    stored_events,
 )
 from persistence._database import Database
 from persistence._inbox import Inbox
@@ -45,7 +42,6 @@ from persistence._ledger import (
     Settlement,
     TaskLedger,
     release_sql,
-    settle_params,
     settle_sql,
 )
 from persistence._retry import Retrier, RetryListener, RetryPolicy
@@ -53,13 +49,11 @@ from persistence._schema import (
     SCHEMA_VERSION,
     SEGMENTS_SINCE,
     ChildRow,
-    EventRow,
     check_schema,
     ensure_schema,
     sqlite_time,
     utc_time,
 )
-from persistence._segments import batch_range, decode_segment, seal
 
 __all__ = ["SqlStore"]
 
@@ -158,6 +152,7 @@ class SqlStore:
         self._claim_sql = ClaimStatements.build(
             self._sql.placeholder, row_locks=self._sql.lock_child is not None
         )
+        self._appends = Appends(self)
         self._claims = Claims(self)
         self.inbox = Inbox(self) if self._db.backend.name == "postgresql" else None
         """Messages forwarded between runtimes (PostgreSQL; None on SQLite, SPEC §9)."""
@@ -343,61 +338,8 @@ class SqlStore:
         attempt: int,
         claim: tuple[str, str] | None = None,
     ) -> list[SessionEvent]:
-        try:
-            with self._db.session(write=True) as session:
-                session.add(
-                    ChildRow(
-                        child_id=meta.child_id,
-                        parent_session=meta.parent_session,
-                        depth=meta.depth,
-                        seed_length=meta.seed_length,
-                        label=meta.label,
-                        created_batch=batch,
-                        created_at=meta.created_at,
-                        claim_runtime=claim[0] if claim else None,
-                        claim_task=claim[1] if claim else None,
-                        fence=1 if claim else 0,
-                    )
-                )
-                if pending:
-                    session.flush()  # the header first: the events' foreign key needs it
-                    session.execute(
-                        insert(EventRow),
-                        [
-                            {
-                                "child_id": meta.child_id,
-                                "seq": seq,
-                                "turn": p.turn,
-                                "kind": p.kind,
-                                "data": p.data_json,
-                                "source": p.source_json,
-                                "batch_id": batch,
-                                "created_at": created_at,
-                            }
-                            for seq, p in enumerate(pending, start=1)
-                        ],
-                    )
-        except sa_exc.IntegrityError as exc:
-            if attempt > 1:  # perhaps our own earlier attempt, whose commit went unheard
-                landed = self._created_by(meta.child_id, batch)
-                if landed is not None:
-                    return landed
-            raise SubagentControlError(
-                ErrorCode.CHILD_EXISTS,
-                f"child {meta.child_id} already exists; a child id is used once",
-                child_id=meta.child_id,
-            ) from exc
-        self._committed()
-        return stored_events(pending, 1, created_at)
-
-    def _created_by(self, child_id: str, batch: str) -> list[SessionEvent] | None:
-        """The events ``create_child`` call ``batch`` wrote, or None if it wrote nothing."""
-        with self._db.session(write=False) as session:
-            header = session.get(ChildRow, child_id)
-        if header is None or header.created_batch != batch:
-            return None
-        with self._db.cursor(write=False) as cursor:
-            return self._landed(cursor, child_id, batch)
+        """One attempt of `create_child` (a test seam: fault tests wrap it)."""
+        return self._appends.create(meta, pending, batch, created_at, attempt, claim)
 
     def _append(
         self,
@@ -410,43 +352,10 @@ class SqlStore:
         fence: Fence | None = None,
         answer_steered: Sequence[tuple[str, str]] = (),
     ) -> list[SessionEvent]:
-        sql = self._sql
-        with self._db.cursor(write=True) as cursor:
-            # First, under the child's lock: an earlier attempt whose commit is still in
-            # flight then finishes before the retry below looks for its rows.
-            last, holder, number = self._tail(cursor, child_id)
-            if attempt > 1:
-                landed = self._landed(cursor, child_id, batch)
-                if landed:  # before the claim check: a landed turn end released the claim
-                    return landed
-            if fence is not None and (holder, number) != fence:
-                raise _fenced(child_id, fence, holder)
-            first = last + 1
-            stamp = sqlite_time(created_at) if self._db.backend.text_times else created_at
-            rows = [
-                (child_id, seq, p.turn, p.kind, p.data_json, p.source_json, batch, stamp)
-                for seq, p in enumerate(pending, start=first)
-            ]
-            # Forwarded steers' answers commit with their records, together or not at all.
-            inbox = self.inbox if answer_steered else None  # there: `append` checked
-            if inbox is not None and len(rows) == 1 and len(answer_steered) == 1:
-                # The common case, one record and its answer: one statement for both.
-                inbox.insert_answering(cursor, sql.insert, rows[0], answer_steered[0])
-            else:
-                if len(rows) == 1:  # a steer's record: execute costs less than executemany
-                    cursor.execute(sql.insert, rows[0])
-                else:
-                    cursor.executemany(sql.insert, rows)
-                if inbox is not None:
-                    inbox.answer_steered(cursor, answer_steered)
-            if any(p.kind == EventKind.TURN_END for p in pending):
-                self._seal(cursor, child_id)
-            if settle is not None:
-                cursor.execute(self._settle_sql, settle_params(settle, self._stamp(settle[2])))
-                if fence is not None:  # the turn is over: the claim goes with it
-                    cursor.execute(self._release_sql, (child_id, fence[1]))
-        self._committed()
-        return stored_events(pending, first, created_at)
+        """One attempt of `append` (a test seam: fault tests wrap it)."""
+        return self._appends.append(
+            child_id, pending, batch, created_at, attempt, settle, fence, answer_steered
+        )
 
     def admit_claiming(self, task: TaskSnapshot, *, is_dead: IsDead) -> int | None:
         """Admit a resume's Task and claim its child for the Task's runtime, in one
@@ -476,55 +385,11 @@ class SqlStore:
     def _stamp(self, when: datetime) -> object:
         return sqlite_time(when) if self._db.backend.text_times else when
 
-    def _seal(self, cursor: DBAPICursor, child_id: str) -> None:
-        """Move the child's open rows into segments, inside the append that ended a turn
-        (so under the child's lock): a later load reads one row per turn."""
-        sql = self._sql
-        cursor.execute(sql.open_rows, (child_id,))
-        segments = seal(cursor.fetchall())
-        cursor.executemany(sql.insert_segment, [(child_id, *segment) for segment in segments])
-        cursor.execute(sql.delete_sealed, (child_id, segments[-1].last_seq))
-
-    def _landed(self, cursor: DBAPICursor, child_id: str, batch: str) -> list[SessionEvent]:
-        """The events batch ``batch`` wrote, open or sealed since ([] for none).
-
-        Open rows first: a seal moves rows into a segment and never back, so rows missed
-        here because they were just sealed are found in the segments read after.
-        """
-        sql = self._sql
-        cursor.execute(sql.landed, (child_id, batch))
-        landed = decode_events(cursor)
-        if landed:
-            return landed
-        cursor.execute(sql.landed_sealed, (child_id, f'%"{batch}"%'))
-        for batches, events in cursor.fetchall():
-            span = batch_range(batches, batch)
-            if span is not None:
-                landed += [e for e in decode_segment(events) if span[0] <= e.seq <= span[1]]
-        return landed
-
-    def _tail(self, cursor: DBAPICursor, child_id: str) -> tuple[int, str | None, int]:
-        """The child's highest ``seq``, its claim's runtime and its fencing number, read
-        under the lock that serializes its appends (taken here on PostgreSQL; SQLite's
-        write transaction already holds it)."""
-        sql = self._sql
-        if sql.lock_child is not None:
-            # A statement of its own: the next one then reads with a snapshot taken after
-            # the lock was granted, so it sees the previous holder's rows.
-            cursor.execute(sql.lock_child, (child_id,))
-            if cursor.fetchone() is None:
-                raise _not_found(child_id)
-        cursor.execute(sql.last_seq, (child_id,))
-        row = cursor.fetchone()
-        if row is None:
-            raise _not_found(child_id)
-        return int(row[0]), row[1], int(row[2])
-
     def _require(self, child_id: str) -> None:
         with self._db.cursor(write=False) as cursor:
             cursor.execute(self._sql.exists, (child_id,))
             if cursor.fetchone() is None:
-                raise _not_found(child_id)
+                raise not_found(child_id)
 
     def _load(self, child_id: str) -> LoadedSession:
         # Two statements, no transaction: the header never changes and events are only
@@ -534,7 +399,7 @@ class SqlStore:
             cursor.execute(sql.header, (child_id,))
             header = cursor.fetchone()
             if header is None:
-                raise _not_found(child_id)
+                raise not_found(child_id)
             cursor.execute(sql.events, (child_id,) * sql.events_binds)
             if self._pause_gc:
                 with gc_paused():
@@ -614,28 +479,10 @@ def _read_only(action: str) -> SubagentControlError:
     )
 
 
-def _fenced(child_id: str, fence: Fence, holder: str | None) -> SubagentControlError:
-    return SubagentControlError(
-        ErrorCode.FENCED,
-        f"child {child_id}: runtime {fence[0]} lost its claim (fencing number {fence[1]}; the "
-        f"child is now {'held by runtime ' + holder if holder else 'released'}); nothing was "
-        "written",
-        child_id=child_id,
-    )
-
-
 def _unanswerable(child_id: str, why: str) -> SubagentControlError:
     return SubagentControlError(
         ErrorCode.INVALID_INPUT,
         f"cannot answer forwarded messages in an append to child {child_id}: {why}; nothing "
         "was written",
-        child_id=child_id,
-    )
-
-
-def _not_found(child_id: str) -> SubagentControlError:
-    return SubagentControlError(
-        ErrorCode.CHILD_NOT_FOUND,
-        f"child {child_id} is not in the store; check the id",
         child_id=child_id,
     )

@@ -172,8 +172,8 @@ def test_a_create_retried_after_its_turn_was_sealed_still_finds_its_own_events(
     engine.dispose()
 
     assert stored_rows(store_url, meta.child_id)[0] == 0
-    assert store._created_by(meta.child_id, batch) == created
-    assert store._created_by(meta.child_id, "0" * 32) is None
+    assert store._appends.created_by(meta.child_id, batch) == created
+    assert store._appends.created_by(meta.child_id, "0" * 32) is None
 
 
 def test_an_older_stores_open_rows_are_sealed_at_its_next_turn_end(store_url: str) -> None:

@@ -1,0 +1,224 @@
+"""Writing a child's transcript: its creation and its appends, one attempt each.
+
+Every write runs under the child's lock (PostgreSQL: its header row; SQLite: the write
+transaction): the tail read (`Appends.tail`) hands out ``seq`` and checks the writer's
+claim at no extra statement, the ``turn/end`` append seals the turn's open rows into a
+segment, and a retried attempt first looks for an earlier attempt's rows by its batch id
+(`Appends.landed`), so a commit whose acknowledgement was lost is never applied twice.
+`SqlStore` validates and retries; `persistence._claims.Claims` shares the tail and the
+seal when it closes a dead runtime's open turn.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+from sqlalchemy import exc as sa_exc
+from sqlalchemy import insert
+from sqlalchemy.engine.interfaces import DBAPICursor
+
+from controlplane.contract import (
+    ChildMeta,
+    ErrorCode,
+    EventKind,
+    SessionEvent,
+    SubagentControlError,
+)
+from persistence._codec import PendingEvent, decode_events, stored_events
+from persistence._ledger import Fence, Settlement, settle_params
+from persistence._schema import ChildRow, EventRow, sqlite_time
+from persistence._segments import batch_range, decode_segment
+from persistence._segments import seal as seal_rows
+
+if TYPE_CHECKING:
+    from persistence._store import SqlStore
+
+__all__ = ["Appends", "not_found"]
+
+
+class Appends:
+    """`SqlStore`'s write path (kept apart so the store module stays readable): the store
+    runs `create` and `append` under its retry policy."""
+
+    def __init__(self, store: SqlStore) -> None:
+        self._s = store
+
+    def create(
+        self,
+        meta: ChildMeta,
+        pending: list[PendingEvent],
+        batch: str,
+        created_at: datetime,
+        attempt: int,
+        claim: tuple[str, str] | None = None,
+    ) -> list[SessionEvent]:
+        try:
+            with self._s._db.session(write=True) as session:
+                session.add(
+                    ChildRow(
+                        child_id=meta.child_id,
+                        parent_session=meta.parent_session,
+                        depth=meta.depth,
+                        seed_length=meta.seed_length,
+                        label=meta.label,
+                        created_batch=batch,
+                        created_at=meta.created_at,
+                        claim_runtime=claim[0] if claim else None,
+                        claim_task=claim[1] if claim else None,
+                        fence=1 if claim else 0,
+                    )
+                )
+                if pending:
+                    session.flush()  # the header first: the events' foreign key needs it
+                    session.execute(
+                        insert(EventRow),
+                        [
+                            {
+                                "child_id": meta.child_id,
+                                "seq": seq,
+                                "turn": p.turn,
+                                "kind": p.kind,
+                                "data": p.data_json,
+                                "source": p.source_json,
+                                "batch_id": batch,
+                                "created_at": created_at,
+                            }
+                            for seq, p in enumerate(pending, start=1)
+                        ],
+                    )
+        except sa_exc.IntegrityError as exc:
+            if attempt > 1:  # perhaps our own earlier attempt, whose commit went unheard
+                landed = self.created_by(meta.child_id, batch)
+                if landed is not None:
+                    return landed
+            raise SubagentControlError(
+                ErrorCode.CHILD_EXISTS,
+                f"child {meta.child_id} already exists; a child id is used once",
+                child_id=meta.child_id,
+            ) from exc
+        self._s._committed()
+        return stored_events(pending, 1, created_at)
+
+    def created_by(self, child_id: str, batch: str) -> list[SessionEvent] | None:
+        """The events ``create_child`` call ``batch`` wrote, or None if it wrote nothing."""
+        with self._s._db.session(write=False) as session:
+            header = session.get(ChildRow, child_id)
+        if header is None or header.created_batch != batch:
+            return None
+        with self._s._db.cursor(write=False) as cursor:
+            return self.landed(cursor, child_id, batch)
+
+    def append(
+        self,
+        child_id: str,
+        pending: list[PendingEvent],
+        batch: str,
+        created_at: datetime,
+        attempt: int,
+        settle: Settlement | None = None,
+        fence: Fence | None = None,
+        answer_steered: Sequence[tuple[str, str]] = (),
+    ) -> list[SessionEvent]:
+        sql = self._s._sql
+        with self._s._db.cursor(write=True) as cursor:
+            # First, under the child's lock: an earlier attempt whose commit is still in
+            # flight then finishes before the retry below looks for its rows.
+            last, holder, number = self.tail(cursor, child_id)
+            if attempt > 1:
+                landed = self.landed(cursor, child_id, batch)
+                if landed:  # before the claim check: a landed turn end released the claim
+                    return landed
+            if fence is not None and (holder, number) != fence:
+                raise _fenced(child_id, fence, holder)
+            first = last + 1
+            stamp = sqlite_time(created_at) if self._s._db.backend.text_times else created_at
+            rows = [
+                (child_id, seq, p.turn, p.kind, p.data_json, p.source_json, batch, stamp)
+                for seq, p in enumerate(pending, start=first)
+            ]
+            # Forwarded steers' answers commit with their records, together or not at all.
+            inbox = self._s.inbox if answer_steered else None  # there: `append` checked
+            if inbox is not None and len(rows) == 1 and len(answer_steered) == 1:
+                # The common case, one record and its answer: one statement for both.
+                inbox.insert_answering(cursor, sql.insert, rows[0], answer_steered[0])
+            else:
+                if len(rows) == 1:  # a steer's record: execute costs less than executemany
+                    cursor.execute(sql.insert, rows[0])
+                else:
+                    cursor.executemany(sql.insert, rows)
+                if inbox is not None:
+                    inbox.answer_steered(cursor, answer_steered)
+            if any(p.kind == EventKind.TURN_END for p in pending):
+                self.seal(cursor, child_id)
+            if settle is not None:
+                cursor.execute(
+                    self._s._settle_sql, settle_params(settle, self._s._stamp(settle[2]))
+                )
+                if fence is not None:  # the turn is over: the claim goes with it
+                    cursor.execute(self._s._release_sql, (child_id, fence[1]))
+        self._s._committed()
+        return stored_events(pending, first, created_at)
+
+    def seal(self, cursor: DBAPICursor, child_id: str) -> None:
+        """Move the child's open rows into segments, inside the append that ended a turn
+        (so under the child's lock): a later load reads one row per turn."""
+        sql = self._s._sql
+        cursor.execute(sql.open_rows, (child_id,))
+        segments = seal_rows(cursor.fetchall())
+        cursor.executemany(sql.insert_segment, [(child_id, *segment) for segment in segments])
+        cursor.execute(sql.delete_sealed, (child_id, segments[-1].last_seq))
+
+    def landed(self, cursor: DBAPICursor, child_id: str, batch: str) -> list[SessionEvent]:
+        """The events batch ``batch`` wrote, open or sealed since ([] for none).
+
+        Open rows first: a seal moves rows into a segment and never back, so rows missed
+        here because they were just sealed are found in the segments read after.
+        """
+        sql = self._s._sql
+        cursor.execute(sql.landed, (child_id, batch))
+        landed = decode_events(cursor)
+        if landed:
+            return landed
+        cursor.execute(sql.landed_sealed, (child_id, f'%"{batch}"%'))
+        for batches, events in cursor.fetchall():
+            span = batch_range(batches, batch)
+            if span is not None:
+                landed += [e for e in decode_segment(events) if span[0] <= e.seq <= span[1]]
+        return landed
+
+    def tail(self, cursor: DBAPICursor, child_id: str) -> tuple[int, str | None, int]:
+        """The child's highest ``seq``, its claim's runtime and its fencing number, read
+        under the lock that serializes its appends (taken here on PostgreSQL; SQLite's
+        write transaction already holds it)."""
+        sql = self._s._sql
+        if sql.lock_child is not None:
+            # A statement of its own: the next one then reads with a snapshot taken after
+            # the lock was granted, so it sees the previous holder's rows.
+            cursor.execute(sql.lock_child, (child_id,))
+            if cursor.fetchone() is None:
+                raise not_found(child_id)
+        cursor.execute(sql.last_seq, (child_id,))
+        row = cursor.fetchone()
+        if row is None:
+            raise not_found(child_id)
+        return int(row[0]), row[1], int(row[2])
+
+
+def _fenced(child_id: str, fence: Fence, holder: str | None) -> SubagentControlError:
+    return SubagentControlError(
+        ErrorCode.FENCED,
+        f"child {child_id}: runtime {fence[0]} lost its claim (fencing number {fence[1]}; the "
+        f"child is now {'held by runtime ' + holder if holder else 'released'}); nothing was "
+        "written",
+        child_id=child_id,
+    )
+
+
+def not_found(child_id: str) -> SubagentControlError:
+    return SubagentControlError(
+        ErrorCode.CHILD_NOT_FOUND,
+        f"child {child_id} is not in the store; check the id",
+        child_id=child_id,
+    )
