@@ -4,41 +4,42 @@ A Task row is written when the Task is admitted and updated once when it settles
 runtime row is renewed by its heartbeat. Nothing here is on the steer path. The Task's
 settlement that ends a published turn is written by `SqlStore.append` in the turn's own
 transaction (`settle_sql`), so the transcript and the Task never disagree.
+
+This module holds the operations on those rows; what they are built from lives apart:
+the hand-written SQL the claims and the append share (`_task_sql`), a row as its frozen
+snapshot (`_task_snapshots`) and the kept connection of the point reads (`_point_reader`).
+The names the store and the claims import from here are re-exported, so they still can.
 """
 
 from __future__ import annotations
 
-import os
-import threading
-import weakref
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from sqlalchemy import Engine, Row, delete, event, func, insert, select, text, update
-from sqlalchemy.engine.interfaces import DBAPICursor
-from sqlalchemy.pool import PoolProxiedConnection
+from sqlalchemy import delete, func, insert, select, text, update
 
-from controlplane.contract import (
-    ErrorCode,
-    RuntimeInfo,
-    TaskOutcome,
-    TaskSnapshot,
-    TaskStatus,
-    utcnow,
-)
+from controlplane.contract import RuntimeInfo, TaskOutcome, TaskSnapshot, TaskStatus, utcnow
 from persistence._database import Database
+from persistence._point_reader import PointReader
 from persistence._schema import (
-    CHILDREN,
     NOTICE_PENDING,
     RUNNING_TASK,
-    TASKS,
     ChildRow,
     RuntimeRow,
     TaskRow,
     sqlite_time,
     utc_time,
+)
+from persistence._task_snapshots import snapshot_of, snapshot_of_columns
+from persistence._task_sql import (
+    Fence,
+    Settlement,
+    TaskStatements,
+    admit_params,
+    release_sql,
+    settle_params,
+    settle_sql,
 )
 
 __all__ = [
@@ -57,76 +58,11 @@ __all__ = [
 T = TypeVar("T")
 Runner = Callable[[str, Callable[[int], Any]], Any]
 
-Settlement = tuple[str, TaskOutcome, datetime]
-"""A Task's settlement to write: its id, its outcome, when it settled."""
-
-Fence = tuple[str, int]
-"""A writer's claim on a child: its runtime id and the fencing number it claimed under."""
-
 _RUNNING = TaskStatus.RUNNING.value
 # The partial indexes' own predicates, as literals: a bound parameter would hide from the
 # planner that a query only wants the rows the index holds.
 _IS_RUNNING = text(RUNNING_TASK)
 _HAS_NOTICE = text(NOTICE_PENDING)
-
-
-def settle_sql(p: str) -> str:
-    """The Task settlement as one raw statement with placeholder ``p``: it changes a
-    running Task only, so a settlement is written once whoever tries it."""
-    return (
-        f"UPDATE {TASKS} SET status = {p}, output = {p}, detail = {p}, code = {p}, "
-        f"settled_at = {p}, notice_pending = {p} WHERE task_id = {p} AND status = {p}"
-    )
-
-
-def release_sql(p: str) -> str:
-    """Release a child's claim taken under a fencing number (takes child id, number)."""
-    return (
-        f"UPDATE {CHILDREN} SET claim_runtime = NULL, claim_task = NULL "
-        f"WHERE child_id = {p} AND fence = {p}"
-    )
-
-
-_TASK_COLUMNS = (
-    "task_id, label, owner_session, child_id, runtime_id, status, output, detail, code, "
-    "created_at, settled_at"
-)
-"""What a Task's snapshot is built from, in `_snapshot`'s order (``kind`` is always
-``subagent``)."""
-
-
-@dataclass(frozen=True, slots=True)
-class TaskStatements:
-    """The Task rows' hand-written SQL, with the driver's placeholder."""
-
-    admit: str
-    task: str
-    """One Task's `_TASK_COLUMNS`, by id."""
-
-    @classmethod
-    def build(cls, p: str) -> TaskStatements:
-        """The statements with placeholder ``p``."""
-        return cls(
-            admit=(
-                f"INSERT INTO {TASKS} (task_id, kind, label, owner_session, child_id, "
-                f"runtime_id, status, created_at) VALUES ({p}, {p}, {p}, {p}, {p}, {p}, {p}, {p})"
-            ),
-            task=f"SELECT {_TASK_COLUMNS} FROM {TASKS} WHERE task_id = {p}",
-        )
-
-
-def admit_params(task: TaskSnapshot, stamp: Any) -> tuple[Any, ...]:
-    """The parameters of `TaskStatements.admit` (``stamp``: ``created_at`` for the driver)."""
-    return (task.id, task.kind, task.label, task.owner_session, task.child_id,
-            task.runtime_id or "", _RUNNING, stamp)  # fmt: skip
-
-
-def settle_params(settlement: Settlement, stamp: object) -> tuple[Any, ...]:
-    """The parameters of `settle_sql` (``stamp`` is ``settled_at`` as the driver takes it)."""
-    task_id, outcome, _when = settlement
-    code = outcome.code.value if outcome.code is not None else None
-    return (outcome.status.value, outcome.output, outcome.detail, code, stamp, True, task_id,
-            _RUNNING)  # fmt: skip
 
 
 class TaskLedger:
@@ -138,7 +74,7 @@ class TaskLedger:
         self._runner = run
         self._sql = TaskStatements.build(db.sql.placeholder)
         self._postgres = db.backend.name == "postgresql"
-        self._reader = _PointReader(db)
+        self._reader = PointReader(db)
 
     # -- runtimes --------------------------------------------------------------------
 
@@ -325,7 +261,7 @@ class TaskLedger:
 
         def op(_attempt: int) -> TaskSnapshot | None:
             row = self._reader.one(self._sql.task, (task_id,))
-            return None if row is None else _snapshot(*row)
+            return None if row is None else snapshot_of_columns(*row)
 
         return self._run(f"read task {task_id}", op)
 
@@ -403,92 +339,6 @@ class TaskLedger:
         return utcnow()
 
 
-class _PointReader:
-    """One connection kept out of the pool for the Tasks' point reads, and its cursor.
-
-    A pooled read pays a checkout and a reset on return, together about as much as the
-    primary-key select itself (measured). Reads need no transaction (the driver runs in
-    autocommit on both backends), and each read fetches its statement to the end, which
-    ends the statement's read snapshot with it: the next read, from any thread, sees
-    every commit made before it began (SQLite's WAL readers do not block the writer). The
-    driver keeps the statement prepared between reads (sqlite3's statement cache;
-    psycopg prepares a statement run often on the server).
-
-    One thread at a time reads here; another one meanwhile takes a pooled connection
-    rather than wait, as does a forked process (the connection is its parent's) and an
-    in-memory database (one connection, which only the store's lock may use). A failed
-    read drops the connection (the retry policy's next attempt opens a new one); the
-    store's close disposes of its engine, and the connection goes with it.
-    """
-
-    def __init__(self, db: Database) -> None:
-        self._db = db
-        self._lock = threading.Lock()
-        self._conn: PoolProxiedConnection | None = None
-        self._cursor: DBAPICursor | None = None
-        self._open = not db.backend.single_connection
-        self._inherited = False
-        if self._open:
-            event.listen(db.engine, "engine_disposed", self._close)
-            _READERS.add(self)
-
-    def one(self, statement: str, params: tuple[Any, ...]) -> tuple[Any, ...] | None:
-        """The row of a select that finds at most one, or None."""
-        if not (self._open and self._lock.acquire(blocking=False)):
-            with self._db.cursor(write=False) as cursor:
-                cursor.execute(statement, params)
-                rows = cursor.fetchall()
-            return rows[0] if rows else None
-        try:
-            kept = self._cursor
-            if kept is None:
-                self._conn = self._db.engine.raw_connection()
-                kept = self._cursor = self._conn.cursor()
-            kept.execute(statement, params)
-            rows = kept.fetchall()  # to the end: the statement holds no snapshot after
-            return rows[0] if rows else None
-        except BaseException:
-            # Whatever failed (the database, the connection, an interrupt mid-read), the
-            # next read starts on a new connection: this one may be unsound.
-            self._drop()
-            raise
-        finally:
-            self._lock.release()
-
-    def _drop(self) -> None:
-        conn, self._conn, self._cursor = self._conn, None, None
-        if conn is not None:
-            conn.invalidate()
-
-    def _forked(self) -> None:
-        """In a forked child: the connection is the parent's, never to be used or closed
-        here (nor the lock, which a thread of the parent may have held)."""
-        self._lock = threading.Lock()
-        self._open = False
-        self._inherited = True
-
-    def _close(self, _engine: Engine) -> None:
-        with self._lock:
-            self._open = False
-            if self._inherited:
-                return
-            conn, self._conn, self._cursor = self._conn, None, None
-        if conn is not None:
-            conn.detach()  # closed for good, not handed back to the pool just disposed of
-            conn.close()
-
-
-_READERS: weakref.WeakSet[_PointReader] = weakref.WeakSet()
-
-
-def _after_fork() -> None:
-    for reader in list(_READERS):
-        reader._forked()
-
-
-os.register_at_fork(after_in_child=_after_fork)
-
-
 def _settled_values(outcome: TaskOutcome, when: datetime) -> dict[str, Any]:
     return {
         "status": outcome.status.value,
@@ -498,92 +348,6 @@ def _settled_values(outcome: TaskOutcome, when: datetime) -> dict[str, Any]:
         "settled_at": when,
         "notice_pending": True,
     }
-
-
-def snapshot_of(row: Row[Any]) -> TaskSnapshot:
-    """A Task row, read by name, as the frozen snapshot callers see."""
-    return _snapshot(
-        row.task_id, row.label, row.owner_session, row.child_id, row.runtime_id, row.status,
-        row.output, row.detail, row.code, row.created_at, row.settled_at,
-    )  # fmt: skip
-
-
-def _snapshot(
-    task_id: str,
-    label: str,
-    owner_session: str,
-    child_id: str | None,
-    runtime_id: str,
-    status_value: str,
-    output: str | None,
-    detail: str | None,
-    code: str | None,
-    created_at: object,
-    settled_at: object,
-) -> TaskSnapshot:
-    """A Task's `_TASK_COLUMNS` as its frozen snapshot, built without validation: every
-    value comes from a row this store wrote from a validated snapshot (`_constructed`)."""
-    status = _STATUSES[status_value]
-    outcome = None
-    if status is not TaskStatus.RUNNING:
-        outcome = _constructed(
-            TaskOutcome,
-            {
-                "status": status,
-                "output": output,
-                "detail": detail,
-                "code": _CODES[code] if code else None,
-            },
-            _OUTCOME_SET,
-        )
-    settled = None if settled_at is None else utc_time(settled_at)
-    return _constructed(
-        TaskSnapshot,
-        {
-            "id": task_id,
-            "kind": _KIND,
-            "label": label,
-            "owner_session": owner_session,
-            "status": status,
-            "outcome": outcome,
-            "child_id": child_id,
-            "runtime_id": runtime_id or None,
-            "created_at": utc_time(created_at),
-            "settled_at": settled,
-            "ended_at": settled,
-        },
-        _SNAPSHOT_SET,
-    )
-
-
-M = TypeVar("M", TaskSnapshot, TaskOutcome)
-
-_STATUSES = {status.value: status for status in TaskStatus}
-_CODES = {code.value: code for code in ErrorCode}
-_KIND = TaskSnapshot.model_fields["kind"].default
-_OUTCOME_SET = frozenset(TaskOutcome.model_fields)
-_SNAPSHOT_SET = frozenset(TaskSnapshot.model_fields) - {"kind"}
-_new = object.__new__
-_set = object.__setattr__
-
-
-def _constructed(cls: type[M], values: dict[str, Any], fields_set: frozenset[str]) -> M:
-    """What ``cls.model_construct(**values)`` returns, ``values`` holding every field in
-    declaration order (``fields_set``: those not left at their default).
-
-    ``model_construct`` walks every field in Python and cost more than validating does
-    (pydantic 2.14: ~18 µs for a settled Task against ~8 µs validated, more than the
-    primary-key select); this sets the four slots it sets, and nothing else. Valid for
-    frozen models without private attributes or extras, as both here are; a test checks
-    the result against validation for every status, so a pydantic that changes its
-    slots fails there, not in a caller.
-    """
-    model = _new(cls)
-    _set(model, "__dict__", values)
-    _set(model, "__pydantic_fields_set__", set(fields_set))
-    _set(model, "__pydantic_extra__", None)
-    _set(model, "__pydantic_private__", None)
-    return model
 
 
 def _runtime(row: Any, running: int) -> RuntimeInfo:

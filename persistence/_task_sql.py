@@ -1,0 +1,88 @@
+"""The Task rows' hand-written SQL and the parameters it takes.
+
+A new child's start admits its Task, and a published turn settles its Task, on a raw
+cursor rather than through the ORM (the ORM costs several times the statement, measured).
+The statements live here, apart from `TaskLedger`, because three writers share them: the
+ledger's own admission, the claims' start and resume (`persistence._claims`), and the
+append that settles a turn in its own transaction (`SqlStore.append`). Each takes the
+driver's placeholder, so one text serves both backends.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from controlplane.contract import TaskOutcome, TaskSnapshot, TaskStatus
+from persistence._schema import CHILDREN, TASKS
+from persistence._task_snapshots import TASK_COLUMNS
+
+__all__ = [
+    "Fence",
+    "Settlement",
+    "TaskStatements",
+    "admit_params",
+    "release_sql",
+    "settle_params",
+    "settle_sql",
+]
+
+Settlement = tuple[str, TaskOutcome, datetime]
+"""A Task's settlement to write: its id, its outcome, when it settled."""
+
+Fence = tuple[str, int]
+"""A writer's claim on a child: its runtime id and the fencing number it claimed under."""
+
+_RUNNING = TaskStatus.RUNNING.value
+
+
+def settle_sql(p: str) -> str:
+    """The Task settlement as one raw statement with placeholder ``p``: it changes a
+    running Task only, so a settlement is written once whoever tries it."""
+    return (
+        f"UPDATE {TASKS} SET status = {p}, output = {p}, detail = {p}, code = {p}, "
+        f"settled_at = {p}, notice_pending = {p} WHERE task_id = {p} AND status = {p}"
+    )
+
+
+def release_sql(p: str) -> str:
+    """Release a child's claim taken under a fencing number (takes child id, number)."""
+    return (
+        f"UPDATE {CHILDREN} SET claim_runtime = NULL, claim_task = NULL "
+        f"WHERE child_id = {p} AND fence = {p}"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class TaskStatements:
+    """The Task rows' hand-written SQL, with the driver's placeholder."""
+
+    admit: str
+    task: str
+    """One Task's `TASK_COLUMNS`, by id."""
+
+    @classmethod
+    def build(cls, p: str) -> TaskStatements:
+        """The statements with placeholder ``p``."""
+        return cls(
+            admit=(
+                f"INSERT INTO {TASKS} (task_id, kind, label, owner_session, child_id, "
+                f"runtime_id, status, created_at) VALUES ({p}, {p}, {p}, {p}, {p}, {p}, {p}, {p})"
+            ),
+            task=f"SELECT {TASK_COLUMNS} FROM {TASKS} WHERE task_id = {p}",
+        )
+
+
+def admit_params(task: TaskSnapshot, stamp: Any) -> tuple[Any, ...]:
+    """The parameters of `TaskStatements.admit` (``stamp``: ``created_at`` for the driver)."""
+    return (task.id, task.kind, task.label, task.owner_session, task.child_id,
+            task.runtime_id or "", _RUNNING, stamp)  # fmt: skip
+
+
+def settle_params(settlement: Settlement, stamp: object) -> tuple[Any, ...]:
+    """The parameters of `settle_sql` (``stamp`` is ``settled_at`` as the driver takes it)."""
+    task_id, outcome, _when = settlement
+    code = outcome.code.value if outcome.code is not None else None
+    return (outcome.status.value, outcome.output, outcome.detail, code, stamp, True, task_id,
+            _RUNNING)  # fmt: skip
