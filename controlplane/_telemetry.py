@@ -3,45 +3,64 @@
 Depends only on ``opentelemetry-api``, and only when it is installed (the ``otel`` extra):
 without it every hook here is a no-op costing an attribute test, and with it but no SDK
 configured the API's own no-op tracer and meter answer (the spans are never recorded).
-The API is imported when a control plane is built, never at ``import controlplane``.
+The API is imported when a control plane is built, never at ``import controlplane``
+(`controlplane._otel` loads it, and names everything emitted).
 
 Everything the actors and the facade emit goes through one `Telemetry` per control plane:
 
 - ``subagent.start`` and ``subagent.send`` spans on the caller's thread, children of the
-  caller's current span (the parent's tool call);
+  caller's current span (the parent's tool call): an `Operation`, here;
 - one ``subagent.activation`` span per activation, from admission to settlement, a child of
-  the start or send that admitted it, with child spans for its phases (`PHASES`);
+  the start or send that admitted it, with child spans for its phases (`PHASES`): an
+  `ActivationTrace` (`controlplane._activation_trace`);
 - the metric instruments (`METRICS`);
 - the lifecycle log lines it owns (`controlplane._lifecycle`): start, publish, steer,
   retry.
 
-Names follow the OpenTelemetry GenAI semantic conventions where one fits
-(``gen_ai.agent.id``, ``gen_ai.operation.name``, ``gen_ai.request.model``,
-``gen_ai.provider.name``, ``error.type``); the rest are ``subagent.*``.
+This module is the one the rest of the code imports these from.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
-from collections.abc import Callable, Sequence
-from contextvars import Token
+from collections.abc import Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Final
 
+from controlplane._activation_trace import ActivationTrace, Origin
 from controlplane._errors import SubagentControlError
 from controlplane._lifecycle import current_scope, lifecycle_enabled, log_lifecycle, scoped
+from controlplane._otel import (
+    AGENT_ID,
+    CAUSE,
+    CHARS,
+    ERROR_TYPE,
+    INSTRUMENTATION,
+    METRICS,
+    OPERATION,
+    PHASES,
+    ROUTE,
+    RUNTIME_ID,
+    SOURCE,
+    SPAN_ACTIVATION,
+    SPAN_SEND,
+    SPAN_START,
+    TASK_ID,
+    Api,
+    Instruments,
+    clip,
+    error_type,
+    load_api,
+)
 
 if TYPE_CHECKING:
-    from opentelemetry.context import Context
-    from opentelemetry.metrics import Counter, Histogram, MeterProvider, UpDownCounter
-    from opentelemetry.trace import Span, SpanContext, Tracer, TracerProvider
+    from opentelemetry.metrics import MeterProvider
+    from opentelemetry.trace import Span, Tracer, TracerProvider
 
     from controlplane._content import MessageSource, TextBlock
     from controlplane._descriptor import Descriptor
     from controlplane._spec import ContinuableStart, SendResult
-    from controlplane._task_types import TaskOutcome
 
 __all__ = [
     "METRICS",
@@ -54,177 +73,7 @@ __all__ = [
     "Telemetry",
 ]
 
-INSTRUMENTATION: Final = "subagent-control"
-
-SPAN_START: Final = "subagent.start"
-SPAN_SEND: Final = "subagent.send"
-SPAN_ACTIVATION: Final = "subagent.activation"
-PHASES: Final = (
-    "subagent.load",
-    "subagent.provider.start",
-    "subagent.provider.resume",
-    "subagent.publish",
-    "subagent.dispose",
-)
-"""The child spans of an activation."""
-
-METRICS: Final = {
-    "subagent.activations": ("{activation}", "activations settled, by route and outcome"),
-    "subagent.sends": ("{message}", "send_message calls, by route or error code"),
-    "subagent.store.retries": ("{retry}", "store retries of transient failures, by cause"),
-    "subagent.steer.duration": ("s", "send_message until steered"),
-    "subagent.resume.latency": ("s", "send_message until provider.resume"),
-    "subagent.activation.duration": ("s", "admission until settlement"),
-    "subagent.activations.live": ("{activation}", "admitted, not yet settled"),
-    "subagent.messages.held": ("{message}", "messages waiting for publication"),
-    "subagent.supervisors.live": ("{supervisor}", "child supervisors running"),
-}
-"""Every metric: its unit and what it counts (three counters, three histograms in seconds,
-three up-down counters)."""
-
-AGENT_ID: Final = "gen_ai.agent.id"
-OPERATION: Final = "gen_ai.operation.name"
-REQUEST_MODEL: Final = "gen_ai.request.model"
-GENAI_PROVIDER: Final = "gen_ai.provider.name"
-ERROR_TYPE: Final = "error.type"
-TASK_ID: Final = "subagent.task.id"
-ROUTE: Final = "subagent.route"
-PROVIDER: Final = "subagent.provider"
-OUTCOME: Final = "subagent.outcome.status"
-DETAIL: Final = "subagent.outcome.detail"
-RUNTIME_ID: Final = "subagent.runtime.id"
-CHARS: Final = "subagent.message.chars"
-SOURCE: Final = "subagent.message.source"
-CAUSE: Final = "subagent.retry.cause"
-
-_P = TypeVar("_P")
-
 _ID_LIMIT = 200
-_DETAIL_LIMIT = 1000
-# Seconds. A steer is ~0.1-1 ms, a resume's hand-off a few ms, a turn seconds to hours.
-_FAST_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
-                 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)  # fmt: skip
-_TURN_BUCKETS = (0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 1800.0, 3600.0,
-                 7200.0, 21600.0, 86400.0)  # fmt: skip
-
-
-# -- spans and metrics ------------------------------------------------------------------
-
-
-class _Api:
-    """The parts of ``opentelemetry-api`` used on hot paths, looked up once."""
-
-    def __init__(self) -> None:
-        from opentelemetry import context, trace
-        from opentelemetry.trace import Link, StatusCode
-
-        self.get_current = context.get_current
-        self.attach = context.attach
-        self.detach = context.detach
-        self.set_span_in_context = trace.set_span_in_context
-        self.get_current_span = trace.get_current_span
-        self.get_tracer = trace.get_tracer
-        from opentelemetry import metrics
-        from opentelemetry.metrics import _internal as metrics_internal
-
-        # Asked on every send (`Telemetry.quiet`).
-        self.get_tracer_provider = _provider_getter(
-            trace, "_TRACER_PROVIDER", trace.get_tracer_provider
-        )
-        self.get_meter_provider = _provider_getter(
-            metrics_internal, "_METER_PROVIDER", metrics.get_meter_provider
-        )
-        self.proxy_provider = trace.ProxyTracerProvider
-        self.link = Link
-        self.error = StatusCode.ERROR
-
-
-def _provider_getter(module: Any, name: str, getter: Callable[[], _P]) -> Callable[[], _P]:
-    """``getter`` (the API's global-provider getter), without its cost while no provider
-    is set: it then looks the environment up for a provider to load on every call (~3 µs,
-    a caught KeyError), where this reads the global the getter returns.
-
-    The first call here is the API's own, so a provider the environment names is loaded
-    now, as the API's first call would load it; one set in code later is seen as set (a
-    global provider is set once). The global is private to the API: where it is not found
-    by ``name``, the API's getter is returned unchanged."""
-    first = getter()
-    if not hasattr(module, name):
-        return getter
-    # The API's stand-in (a proxy) while nothing is set; unknown if a provider was set
-    # already (were it unset again, as tests do, the getter is asked).
-    stand_in = first if getattr(module, name) is None else None
-
-    def current() -> _P:
-        provider = getattr(module, name)
-        if provider is not None:
-            return cast("_P", provider)
-        return stand_in if stand_in is not None else getter()
-
-    return current
-
-
-_api_lock = threading.Lock()
-_api_loaded: list[_Api | None] = []
-
-
-def _load_api() -> _Api | None:
-    """The API, or None when ``opentelemetry-api`` is not installed (tried once)."""
-    with _api_lock:
-        if not _api_loaded:
-            try:
-                _api_loaded.append(_Api())
-            except ImportError:
-                _api_loaded.append(None)
-        return _api_loaded[0]
-
-
-class Origin:
-    """Where a start or a send came from, handed to the activation it admits: the trace
-    context it ran under (its own span current in it), when it began
-    (`time.perf_counter`), and the caller's own span. In memory only: a send forwarded to
-    another process does not carry it yet. Immutable (a plain class, not a dataclass, so
-    the pydantic messages that carry it check only its type)."""
-
-    __slots__ = ("caller", "context", "started")
-
-    def __init__(
-        self, context: Context | None, started: float, caller: SpanContext | None = None
-    ) -> None:
-        self.context = context
-        self.started = started
-        self.caller = caller
-
-
-class _Instruments:
-    """The metric instruments of one meter."""
-
-    def __init__(self, provider: MeterProvider | None) -> None:
-        from opentelemetry import metrics
-
-        meter = metrics.get_meter(INSTRUMENTATION, meter_provider=provider)
-        self.activations: Counter = meter.create_counter(*_named("subagent.activations"))
-        self.sends: Counter = meter.create_counter(*_named("subagent.sends"))
-        self.retries: Counter = meter.create_counter(*_named("subagent.store.retries"))
-        self.steer_s = _histogram(meter, "subagent.steer.duration", _FAST_BUCKETS)
-        self.resume_s = _histogram(meter, "subagent.resume.latency", _FAST_BUCKETS)
-        self.activation_s = _histogram(meter, "subagent.activation.duration", _TURN_BUCKETS)
-        up_down = meter.create_up_down_counter
-        self.live: UpDownCounter = up_down(*_named("subagent.activations.live"))
-        self.held: UpDownCounter = up_down(*_named("subagent.messages.held"))
-        self.supervisors: UpDownCounter = up_down(*_named("subagent.supervisors.live"))
-
-
-def _named(name: str) -> tuple[str, str, str]:
-    unit, description = METRICS[name]
-    return name, unit, description
-
-
-def _histogram(meter: Any, name: str, buckets: tuple[float, ...]) -> Histogram:
-    histogram: Histogram = meter.create_histogram(
-        *_named(name), explicit_bucket_boundaries_advisory=list(buckets)
-    )
-    return histogram
 
 
 class Telemetry:
@@ -250,18 +99,18 @@ class Telemetry:
         enabled: bool = True,
     ) -> None:
         self.runtime_id = runtime_id
-        self._api: _Api | None = None
+        self._api: Api | None = None
         self._tracer: Tracer | None = None
-        self._metrics: _Instruments | None = None
+        self._metrics: Instruments | None = None
         self._global = tracer_provider is None
         # The API's stand-in global meter provider, while no SDK has replaced it.
         self._meter_proxy: object | None = None
-        api = _load_api() if enabled else None
+        api = load_api() if enabled else None
         if api is None:
             return
         self._api = api
         self._tracer = api.get_tracer(INSTRUMENTATION, tracer_provider=tracer_provider)
-        self._metrics = _Instruments(meter_provider)
+        self._metrics = Instruments(meter_provider)
         if meter_provider is None:
             current = api.get_meter_provider()
             # Private in the API, so recognized by name: were it renamed, metrics would
@@ -297,7 +146,7 @@ class Telemetry:
             return False
         return self._tracing() is None
 
-    def _tracing(self) -> tuple[Tracer, _Api] | None:
+    def _tracing(self) -> tuple[Tracer, Api] | None:
         """The tracer and the API, or None while no span can be recorded: the global
         provider is still the API's proxy (no SDK set yet), whose spans are never recorded
         — skipped, they cost nothing on the hot paths. Asked per operation, so an SDK set
@@ -391,7 +240,7 @@ class Telemetry:
         return scoped(self.runtime_id, child_id, task_id)
 
 
-def _links(api: _Api, origin: Origin | None) -> list[Any] | None:
+def _links(api: Api, origin: Origin | None) -> list[Any] | None:
     """A link to the caller's own span (the tool call that started or sent): the
     activation stays reachable from it even where the start or send span is dropped."""
     if origin is None or origin.caller is None or not origin.caller.is_valid:
@@ -439,7 +288,7 @@ class Operation:
     ) -> None:
         if exc is None:
             return
-        code = exc.code.value if isinstance(exc, SubagentControlError) else type(exc).__name__
+        code = error_type(exc)
         task_id = exc.task_id if isinstance(exc, SubagentControlError) else None
         event = "send refused" if self._name == SPAN_SEND else "start refused"
         log_lifecycle(
@@ -451,7 +300,7 @@ class Operation:
             metrics.sends.add(1, {ERROR_TYPE: code})
         span, api = self._span, self._telemetry._api
         if span is not None and api is not None:
-            span.set_status(api.error, _clip(str(exc)))
+            span.set_status(api.error, clip(str(exc)))
             self._end(span, task_id, ERROR_TYPE, code)
 
     def message(self, blocks: Sequence[TextBlock], source: MessageSource | None = None) -> Origin:
@@ -517,184 +366,6 @@ class Operation:
             attributes[key] = value
         span.set_attributes(attributes)
         span.end()
-
-
-class ActivationTrace:
-    """One activation's span and timings, from admission to settlement. Thread-safe: the
-    supervisor adds steer events while the activation's thread runs its phases."""
-
-    __slots__ = ("_api", "_ended", "_lock", "_span", "_started", "_telemetry", "_tracer",
-                 "child_id", "origin", "route", "task_id")  # fmt: skip
-
-    def __init__(
-        self,
-        telemetry: Telemetry,
-        task_id: str,
-        child_id: str,
-        route: str,
-        origin: Origin | None,
-        span: Span | None,
-    ) -> None:
-        self._telemetry = telemetry
-        self.task_id = task_id
-        self.child_id = child_id
-        self.route = route
-        self.origin = origin
-        self._span = span if span is not None and span.is_recording() else None
-        # Kept from admission: the phases and the end go where the activation began.
-        self._api, self._tracer = telemetry._api, telemetry._tracer
-        self._started = time.perf_counter()
-        self._lock = threading.Lock()
-        self._ended = False
-
-    def phase(self, name: str, *, current: bool = False) -> _Phase | _NoPhase:
-        """A child span around one phase (`PHASES`); ``current`` makes it the thread's
-        current span meanwhile, so what the provider instruments nests under it."""
-        if self._span is None or self._api is None or self._tracer is None:
-            return _NO_PHASE
-        return _Phase(self._api, self._tracer, self._span, name, current)
-
-    def loading(self) -> _Phase | _NoPhase:
-        """The ``subagent.load`` phase: a resume reads the child from the store."""
-        return self.phase(PHASES[0])
-
-    def calling_provider(self, *, resumed: bool) -> _Phase | _NoPhase:
-        """The ``subagent.provider.start``/``.resume`` phase (current on this thread, so a
-        provider's own spans nest under it); a resume's latency ends as it begins."""
-        if resumed:
-            self.provider_called()
-        return self.phase(PHASES[2] if resumed else PHASES[1], current=True)
-
-    def publishing(self) -> _Phase | _NoPhase:
-        """The ``subagent.publish`` phase: the frame (and a new child's header) written."""
-        return self.phase(PHASES[3])
-
-    def disposing(self) -> _Phase | _NoPhase:
-        """The ``subagent.dispose`` phase: the run released."""
-        return self.phase(PHASES[4])
-
-    def describe(self, descriptor: Descriptor) -> None:
-        """Name the provider and model once the descriptor is known (a resume folds it)."""
-        span = self._span
-        if span is None:
-            return
-        attributes = {PROVIDER: descriptor.provider}
-        if descriptor.agent_model:
-            attributes[REQUEST_MODEL] = descriptor.agent_model
-        if descriptor.agent_provider:
-            attributes[GENAI_PROVIDER] = descriptor.agent_provider
-        span.set_attributes(attributes)
-
-    def provider_called(self) -> None:
-        """``provider.resume`` is being called: the resume latency ends here."""
-        metrics = self._telemetry._metrics
-        if metrics is not None and self.route == "resumed" and self.origin is not None:
-            metrics.resume_s.record(time.perf_counter() - self.origin.started)
-
-    def published(self) -> None:
-        """The run is published: the child is durable and takes steers."""
-        log_lifecycle(
-            logging.INFO, "publish", child_id=self.child_id, task_id=self.task_id,
-            runtime_id=self._telemetry.runtime_id, route=self.route,
-        )  # fmt: skip
-        if self._span is not None:
-            self._span.add_event("subagent.published")
-
-    def steered(self, message: Sequence[TextBlock], source_kind: str) -> None:
-        """A message was handed to the running turn (an event on the activation's span,
-        with the message's length: measured only when there is a span)."""
-        if self._span is not None:
-            chars = sum(len(block.text) for block in message)
-            self._span.add_event("subagent.steered", {CHARS: chars, SOURCE: source_kind})
-
-    def end(self, outcome: TaskOutcome | None) -> None:
-        """The Task settled with ``outcome`` (None: it was never admitted after all, and
-        is not counted). Only the first call counts."""
-        with self._lock:
-            if self._ended:
-                return
-            self._ended = True
-        metrics = self._telemetry._metrics
-        status = outcome.status.value if outcome is not None else None
-        if metrics is not None:
-            metrics.live.add(-1, {ROUTE: self.route})
-            if status is not None:
-                attributes = {ROUTE: self.route, OUTCOME: status}
-                metrics.activations.add(1, attributes)
-                metrics.activation_s.record(time.perf_counter() - self._started, attributes)
-        span, api = self._span, self._api
-        if span is None or api is None:
-            return
-        if outcome is None:
-            span.set_status(api.error, "the activation was never admitted")
-        else:
-            attributes = {OUTCOME: status or ""}
-            if outcome.detail:
-                attributes[DETAIL] = _clip(outcome.detail)
-            if outcome.code is not None:
-                attributes[ERROR_TYPE] = outcome.code.value
-            span.set_attributes(attributes)
-            if status in ("failed", "interrupted"):
-                span.set_status(api.error, _clip(outcome.detail or status))
-        span.end()
-
-
-class _Phase:
-    """A phase's child span of a recorded activation span."""
-
-    __slots__ = ("_api", "_current", "_name", "_parent", "_span", "_token", "_tracer")
-
-    def __init__(self, api: _Api, tracer: Tracer, parent: Span, name: str, current: bool) -> None:
-        self._api = api
-        self._tracer = tracer
-        self._parent = parent
-        self._name = name
-        self._current = current
-        self._span: Span | None = None
-        self._token: Token[Any] | None = None
-
-    def __enter__(self) -> None:
-        api = self._api
-        parent = api.set_span_in_context(self._parent)
-        span = self._span = self._tracer.start_span(self._name, context=parent)
-        if self._current:
-            self._token = api.attach(api.set_span_in_context(span, parent))
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        span = self._span
-        if span is None:
-            return
-        if self._token is not None:
-            self._api.detach(self._token)
-        if exc is not None:
-            code = exc.code.value if isinstance(exc, SubagentControlError) else type(exc).__name__
-            span.set_attribute(ERROR_TYPE, code)
-            span.set_status(self._api.error, _clip(str(exc)))
-        span.end()
-
-
-class _NoPhase:
-    """The phase of an activation whose span is not recorded: nothing at all."""
-
-    __slots__ = ()
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-
-_NO_PHASE: Final = _NoPhase()
-
-
-def _clip(text: str) -> str:
-    return text if len(text) <= _DETAIL_LIMIT else text[: _DETAIL_LIMIT - 1] + "…"
 
 
 NO_TELEMETRY: Final = Telemetry(enabled=False)
