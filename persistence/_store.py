@@ -27,7 +27,6 @@ from persistence._appends import Appends, not_found
 from persistence._backend import LOCK_TIMEOUT_S, STATEMENT_TIMEOUT_S, ConnectionSettings
 from persistence._claims import Claims, ClaimStatements, IsDead
 from persistence._codec import (
-    PendingEvent,
     check_child_id,
     construct,
     decode_events,
@@ -37,13 +36,7 @@ from persistence._codec import (
 )
 from persistence._database import Database
 from persistence._inbox import Inbox
-from persistence._ledger import (
-    Fence,
-    Settlement,
-    TaskLedger,
-    release_sql,
-    settle_sql,
-)
+from persistence._ledger import TaskLedger
 from persistence._retry import Retrier, RetryListener, RetryPolicy
 from persistence._schema import (
     SCHEMA_VERSION,
@@ -54,6 +47,7 @@ from persistence._schema import (
     sqlite_time,
     utc_time,
 )
+from persistence._task_sql import Fence, Settlement, release_sql, settle_sql
 
 __all__ = ["SqlStore"]
 
@@ -213,7 +207,7 @@ class SqlStore:
         batch, created_at = _next_batch(), utcnow()
         return self._run(
             f"create child {meta.child_id}",
-            lambda attempt: self._create(meta, pending, batch, created_at, attempt, claim),
+            lambda attempt: self._appends.create(meta, pending, batch, created_at, attempt, claim),
         )
 
     def append(
@@ -262,7 +256,7 @@ class SqlStore:
         batch, created_at = _next_batch(), utcnow()
         return self._run(
             f"append to child {child_id}",
-            lambda attempt: self._append(
+            lambda attempt: self._appends.append(
                 child_id, pending, batch, created_at, attempt, settle, fence, answer_steered
             ),
         )
@@ -328,34 +322,6 @@ class SqlStore:
         self._version = version
         if version < SEGMENTS_SINCE:
             self._sql = self._db.sql.without_segments()
-
-    def _create(
-        self,
-        meta: ChildMeta,
-        pending: list[PendingEvent],
-        batch: str,
-        created_at: datetime,
-        attempt: int,
-        claim: tuple[str, str] | None = None,
-    ) -> list[SessionEvent]:
-        """One attempt of `create_child` (a test seam: fault tests wrap it)."""
-        return self._appends.create(meta, pending, batch, created_at, attempt, claim)
-
-    def _append(
-        self,
-        child_id: str,
-        pending: list[PendingEvent],
-        batch: str,
-        created_at: datetime,
-        attempt: int,
-        settle: Settlement | None = None,
-        fence: Fence | None = None,
-        answer_steered: Sequence[tuple[str, str]] = (),
-    ) -> list[SessionEvent]:
-        """One attempt of `append` (a test seam: fault tests wrap it)."""
-        return self._appends.append(
-            child_id, pending, batch, created_at, attempt, settle, fence, answer_steered
-        )
 
     def admit_claiming(self, task: TaskSnapshot, *, is_dead: IsDead) -> int | None:
         """Admit a resume's Task and claim its child for the Task's runtime, in one

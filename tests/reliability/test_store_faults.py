@@ -30,6 +30,8 @@ from controlplane import (
     TaskStatus,
 )
 from persistence import RetryPolicy, SqlStore
+from persistence._appends import Appends
+from persistence._codec import PendingEvent
 from tests.fakes import FakeProvider
 from tests.reliability.transcripts import frame_problems
 from tests.support import (
@@ -74,6 +76,7 @@ class FlakyStore(SqlStore):
             max_attempts=ATTEMPTS, on_retry=lambda _n, exc: self.retries.append(str(exc))
         )
         super().__init__(url, retry=policy)
+        self._appends = _FlakyAppends(self)
 
     def _attempt(
         self,
@@ -90,30 +93,40 @@ class FlakyStore(SqlStore):
             raise self._error()
         return stored
 
-    def _append(
+
+class _FlakyAppends(Appends):
+    """The store's write path, each attempt run through `FlakyStore._attempt`."""
+
+    def __init__(self, store: FlakyStore) -> None:
+        super().__init__(store)
+        self._flaky = store
+
+    def append(
         self,
         child_id: str,
-        pending: list,
+        pending: list[PendingEvent],
         batch: str,
         created_at: datetime,
         attempt: int,
         *rest: Any,  # settle, fence, answer_steered: passed on as they came
     ) -> list[SessionEvent]:
-        write = partial(super()._append, child_id, pending, batch, created_at, attempt, *rest)
-        return self._attempt(self.append_faults.get(child_id), child_id in self.poisoned, write)
+        write = partial(super().append, child_id, pending, batch, created_at, attempt, *rest)
+        flaky = self._flaky
+        return flaky._attempt(flaky.append_faults.get(child_id), child_id in flaky.poisoned, write)
 
-    def _create(
+    def create(
         self,
         meta: ChildMeta,
-        pending: list,
+        pending: list[PendingEvent],
         batch: str,
         created_at: datetime,
         attempt: int,
         claim: Any = None,
     ) -> list[SessionEvent]:
         label = meta.label or ""
-        write = partial(super()._create, meta, pending, batch, created_at, attempt, claim)
-        return self._attempt(self.create_faults.get(label), label in self.doomed, write)
+        write = partial(super().create, meta, pending, batch, created_at, attempt, claim)
+        flaky = self._flaky
+        return flaky._attempt(flaky.create_faults.get(label), label in flaky.doomed, write)
 
 
 @pytest.fixture
