@@ -8,9 +8,10 @@ from __future__ import annotations
 import logging
 
 from persistence._inbox import Inbox, InboxItem, Listener
-from persistence._ledger import Fence, Settlement, TaskLedger, is_expired
+from persistence._ledger import TaskLedger, is_expired
 from persistence._retry import RetryPolicy
 from persistence._store import SqlStore
+from persistence._task_sql import Fence, Settlement
 
 __all__ = [
     "Fence",

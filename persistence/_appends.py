@@ -27,10 +27,10 @@ from controlplane.contract import (
     SubagentControlError,
 )
 from persistence._codec import PendingEvent, decode_events, stored_events
-from persistence._ledger import Fence, Settlement, settle_params
 from persistence._schema import ChildRow, EventRow, sqlite_time
 from persistence._segments import batch_range, decode_segment
 from persistence._segments import seal as seal_rows
+from persistence._task_sql import Fence, Settlement, settle_params
 
 if TYPE_CHECKING:
     from persistence._store import SqlStore

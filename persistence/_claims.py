@@ -31,8 +31,8 @@ from controlplane.contract import (
     utcnow,
 )
 from persistence._codec import from_json, prepare_events
-from persistence._ledger import Settlement, TaskStatements, admit_params, settle_params
 from persistence._schema import CHILDREN, RUNTIMES, TASKS, utc_time
+from persistence._task_sql import Settlement, TaskStatements, admit_params, settle_params
 
 if TYPE_CHECKING:
     from persistence._store import SqlStore

@@ -8,7 +8,6 @@ transaction (`settle_sql`), so the transcript and the Task never disagree.
 This module holds the operations on those rows; what they are built from lives apart:
 the hand-written SQL the claims and the append share (`_task_sql`), a row as its frozen
 snapshot (`_task_snapshots`) and the kept connection of the point reads (`_point_reader`).
-The names the store and the claims import from here are re-exported, so they still can.
 """
 
 from __future__ import annotations
@@ -32,28 +31,9 @@ from persistence._schema import (
     utc_time,
 )
 from persistence._task_snapshots import snapshot_of, snapshot_of_columns
-from persistence._task_sql import (
-    Fence,
-    Settlement,
-    TaskStatements,
-    admit_params,
-    release_sql,
-    settle_params,
-    settle_sql,
-)
+from persistence._task_sql import Settlement, TaskStatements, admit_params
 
-__all__ = [
-    "Fence",
-    "Settlement",
-    "TaskLedger",
-    "TaskStatements",
-    "admit_params",
-    "is_expired",
-    "release_sql",
-    "settle_params",
-    "settle_sql",
-    "snapshot_of",
-]
+__all__ = ["TaskLedger", "is_expired"]
 
 T = TypeVar("T")
 Runner = Callable[[str, Callable[[int], Any]], Any]
