@@ -59,7 +59,7 @@ class TasksConfig:
     """How much to measure."""
 
     rounds: int = 7
-    resume_ops: int = 40
+    resume_ops: int = 120
     resume_pool: int = 8
     live: int = 100
     steer_ops: int = 200
