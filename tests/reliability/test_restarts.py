@@ -33,6 +33,8 @@ SCRIPT = Path(__file__).with_name("restart_child.py")
 REPO = SCRIPT.parents[2]
 PARENT = "restart-parent"
 READY_S = 45.0
+# A lease whose background sweep (every third of it) comes long after any test's timeout.
+NO_BACKGROUND_SWEEP_S = 3600.0
 
 pytestmark = pytest.mark.slow
 
@@ -156,14 +158,18 @@ def test_a_task_killed_mid_turn_reads_interrupted_and_its_child_resumes_after_a_
 def test_two_runtimes_sweeping_a_lapsed_runtime_settle_each_task_once(
     url: str, children: list[Child]
 ) -> None:
-    child = Child(url, lease_ttl_s=0.5)
-    children.append(child)
-    ready = child.ready
-    # Stopped, not dead: its pid lives, so only its lapsed lease makes it dead.
-    child.proc.send_signal(signal.SIGSTOP)
-    first = reopen(url, lease_ttl_s=60.0)
-    second = reopen(url, lease_ttl_s=60.0)
+    # Both sweepers open before the child exists: a runtime sweeps as it opens, and one
+    # opened after the stop would settle the Task itself whenever it took longer than the
+    # lease's last third to open (under load). Their leases are long enough that their
+    # background sweeps never run during the test: the two below are the only ones.
+    first = reopen(url, lease_ttl_s=NO_BACKGROUND_SWEEP_S)
+    second = reopen(url, lease_ttl_s=NO_BACKGROUND_SWEEP_S)
     try:
+        child = Child(url, lease_ttl_s=0.5)
+        children.append(child)
+        ready = child.ready
+        # Stopped, not dead: its pid lives, so only its lapsed lease makes it dead.
+        child.proc.send_signal(signal.SIGSTOP)
         assert first.store is not None
         stopped = ready["runtime_id"]
 
