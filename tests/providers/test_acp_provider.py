@@ -250,16 +250,22 @@ def test_the_agents_own_processes_do_not_outlive_the_activation(
 
 
 @pytest.mark.parametrize(
-    ("flags", "detail"),
+    ("flags", "start_timeout_s", "detail"),
     [
-        (("--crash-on", "initialize"), "exited with code 3 while starting"),
-        (("--hang-on", "initialize"), "did not answer initialize"),
+        # The crash must come before the start bound, however slowly the agent's
+        # interpreter starts under load: the default bound. Only the hang needs a short one.
+        (("--crash-on", "initialize"), 10.0, "exited with code 3 while starting"),
+        (("--hang-on", "initialize"), 0.5, "did not answer initialize"),
     ],
 )
 def test_an_agent_that_crashes_or_hangs_while_starting_fails_the_task_and_leaves_no_child(
-    control: SubagentControl, agents: Agents, flags: tuple[str, ...], detail: str
+    control: SubagentControl,
+    agents: Agents,
+    flags: tuple[str, ...],
+    start_timeout_s: float,
+    detail: str,
 ) -> None:
-    register(control, agents, *flags, start_timeout_s=0.5)
+    register(control, agents, *flags, start_timeout_s=start_timeout_s)
     parent = control.agents.register("parent-1")
     child_id, task_id = start(control, parent, "hello")
 
