@@ -10,12 +10,15 @@ from __future__ import annotations
 import signal
 import sqlite3
 import threading
+import uuid
 from pathlib import Path
 
 import pytest
+import sqlalchemy as sa
 
 from controlplane import EventKind, SessionEvent, SubagentControl, TaskStatus, TextBlock
 from tests.fakes import FakeProvider
+from tests.persistence.conftest import libpq_url
 from tests.reliability.processes import Reaper, Sender, reaping
 from tests.reliability.test_restarts import Child
 from tests.support import WAIT_S, eventually, idle_child
@@ -34,37 +37,62 @@ def url(store_url: str) -> str:
     return store_url
 
 
-def _stop_between_writes(child: Child, url: str) -> None:
-    """SIGSTOP ``child`` at a moment it holds no SQLite write lock: SQLite's lock is the
-    whole database's, so a runtime stopped inside a write transaction locks every other
-    writer out until it continues or dies (a limit of SQLite, not of the claims). Stopped
-    inside one, it is let go on and stopped again (PostgreSQL locks rows only: the first
-    stop stands)."""
+def _stop_between_writes(child: Child, url: str, name: str) -> None:
+    """SIGSTOP ``child`` at a moment it is inside no write transaction. Stopped inside one,
+    it keeps its locks until it continues or dies: on SQLite the whole database's write lock,
+    so every other writer is locked out; on PostgreSQL the row locks of the child it was
+    writing to, so the very takeover the test waits for cannot claim that child (a limit of
+    the databases, not of the claims). Stopped inside one, it is let go on and stopped
+    again. ``name`` is the application name in the child's URL (PostgreSQL)."""
     pause = threading.Event()
     for _ in range(100):
         child.proc.send_signal(signal.SIGSTOP)
         eventually(lambda: _state(child.proc.pid) == "T", "the child stopped")
-        if not url.startswith("sqlite") or _writable(url.removeprefix("sqlite:///")):
+        if _outside_transactions(url, name):
             return
         child.proc.send_signal(signal.SIGCONT)
         pause.wait(0.005)  # let it finish the write it was in
-    pytest.fail("the child held the write lock at each of 100 stops")
+    pytest.fail("the child was inside a write transaction at each of 100 stops")
 
 
 def _state(pid: int) -> str:
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
 
 
-def _writable(path: str) -> bool:
-    probe = sqlite3.connect(path, timeout=0, isolation_level=None)
-    try:
-        probe.execute("BEGIN IMMEDIATE")
-        probe.execute("ROLLBACK")
-        return True
-    except sqlite3.OperationalError:
-        return False
-    finally:
-        probe.close()
+def _named(url: str, name: str) -> str:
+    """``url`` whose connections carry the application name ``name`` (PostgreSQL), so
+    `_outside_transactions` can find them; a SQLite URL unchanged."""
+    if url.startswith("sqlite"):
+        return url
+    return (
+        sa.make_url(url)
+        .update_query_dict({"application_name": name})
+        .render_as_string(hide_password=False)
+    )
+
+
+def _outside_transactions(url: str, name: str) -> bool:
+    """Whether the (stopped) process whose connections are named ``name`` holds no write
+    transaction open: SQLite, the write lock is free; PostgreSQL, every connection of it is
+    idle (not in a transaction, nor running a statement that may leave one open)."""
+    if url.startswith("sqlite"):
+        probe = sqlite3.connect(url.removeprefix("sqlite:///"), timeout=0, isolation_level=None)
+        try:
+            probe.execute("BEGIN IMMEDIATE")
+            probe.execute("ROLLBACK")
+            return True
+        except sqlite3.OperationalError:
+            return False
+        finally:
+            probe.close()
+    import psycopg
+
+    with psycopg.connect(libpq_url(url), autocommit=True) as admin:
+        states = admin.execute(
+            "SELECT state FROM pg_stat_activity WHERE application_name = %s", (name,)
+        ).fetchall()
+    assert states, f"no connection of {name} on the server"
+    return all(state == "idle" for (state,) in states)
 
 
 def _turns(events: list[SessionEvent]) -> dict[int, list[SessionEvent]]:
@@ -147,9 +175,10 @@ def test_simultaneous_sends_from_three_processes_never_start_two_activations(
 def test_a_stopped_owner_is_taken_over_and_its_late_writes_are_refused(
     url: str, reaped: Reaper
 ) -> None:
-    zombie = reaped.add(Child(url, lease_ttl_s=0.5, steer=True))
+    name = f"claims-zombie-{uuid.uuid4().hex[:8]}"
+    zombie = reaped.add(Child(_named(url, name), lease_ttl_s=0.5, steer=True))
     ready = zombie.ready
-    _stop_between_writes(zombie, url)
+    _stop_between_writes(zombie, url, name)
     control = SubagentControl.open(url, lease_ttl_s=10.0)
     try:
         control.providers.register(FakeProvider())
