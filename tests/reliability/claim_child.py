@@ -24,13 +24,17 @@ from tests.fakes import FakeProvider
 PARENT = "claim-parent"
 WATCHDOG_S = 90.0
 TURN_S = 0.02
+LEASE_TTL_S = 30.0
 
 
 def main(url: str, child_id: str, name: str) -> None:
     watchdog = threading.Timer(WATCHDOG_S, os._exit, args=(3,))
     watchdog.daemon = True
     watchdog.start()
-    control = SubagentControl.open(url, lease_ttl_s=1.0, close_timeout_s=5.0)
+    # No test stops or kills a sender, so nothing waits for its lease to lapse; a short one
+    # would let a heartbeat late under load (0.78 s apart, measured, where a 1 s lease
+    # lapses past 1 s) make it dead to the others mid-turn, and its child be taken over.
+    control = SubagentControl.open(url, lease_ttl_s=LEASE_TTL_S, close_timeout_s=5.0)
     provider = FakeProvider()
     control.providers.register(provider)
     parent = control.agents.register(PARENT)
