@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-__all__ = ["ErrorCode", "SubagentControlError"]
+__all__ = ["ClaimConflict", "ErrorCode", "SubagentControlError"]
 
 
 class ErrorCode(StrEnum):
@@ -70,3 +70,24 @@ def _rebuild(
     code: ErrorCode, message: str, child_id: str | None, task_id: str | None
 ) -> SubagentControlError:
     return SubagentControlError(code, message, child_id=child_id, task_id=task_id)
+
+
+class ClaimConflict(SubagentControlError):
+    """``OWNERSHIP_CONFLICT`` because another live runtime holds the child's claim (SPEC §9),
+    not because a live agent here uses the child's id: on PostgreSQL the sender forwards
+    the message to that runtime instead (`controlplane._forwarding`).
+
+    Attributes:
+        runtime_id: The runtime that held the claim when it was read.
+    """
+
+    def __init__(self, message: str, *, child_id: str, runtime_id: str) -> None:
+        super().__init__(ErrorCode.OWNERSHIP_CONFLICT, message, child_id=child_id)
+        self.runtime_id = runtime_id
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuild_claim_conflict, (self.message, self.child_id, self.runtime_id))
+
+
+def _rebuild_claim_conflict(message: str, child_id: str, runtime_id: str) -> ClaimConflict:
+    return ClaimConflict(message, child_id=child_id, runtime_id=runtime_id)

@@ -30,7 +30,7 @@ from actors import (
 from controlplane._agents import AgentHandle, AgentRegistry
 from controlplane._content import MessageSource, TextBlock
 from controlplane._descriptor import Descriptor
-from controlplane._errors import ErrorCode, SubagentControlError
+from controlplane._errors import ClaimConflict, ErrorCode, SubagentControlError
 from controlplane._forwarding import Forwarder
 from controlplane._json import count_problem, plain_json, seconds_problem, storable_text
 from controlplane._provider import ProviderRegistry
@@ -349,18 +349,16 @@ class SubagentControl:
             )
             if sent is not None:
                 return sent
-        for attempt in range(_CLAIM_RACES):
+        for _attempt in range(_CLAIM_RACES):
             try:
                 return self._route(child_id, send)
-            except SubagentControlError as exc:
-                if exc.code is not ErrorCode.OWNERSHIP_CONFLICT or self._forwarder is None:
-                    raise
+            except ClaimConflict:
+                if self._forwarder is None:
+                    raise  # SQLite: no forwarding; the error names the runtime (SPEC §9)
                 # Its activation runs in another live runtime: forward it there (SPEC §9).
                 holder = self._forwarder.holder_of(child_id)
                 if holder is None:
-                    if attempt + 1 < _CLAIM_RACES:
-                        continue  # the holder let the child go meanwhile: route it again
-                    raise  # or a live agent here squats on the child's id
+                    continue  # the holder let the child go meanwhile: route it again
                 sent = self._forwarder.forward(
                     child_id, holder, parent_session=parent.session_id, message=blocks,
                     source=source,

@@ -8,7 +8,7 @@ the contract and never on each other's internals.
 from controlplane._agents import AgentHandle, AgentRegistry
 from controlplane._content import MessageSource, ModelSelector, TextBlock, text_of
 from controlplane._descriptor import Descriptor, fold_descriptor
-from controlplane._errors import ErrorCode, SubagentControlError
+from controlplane._errors import ClaimConflict, ErrorCode, SubagentControlError
 from controlplane._json import JsonValue, dumps, plain_json, seconds_problem, storable_text
 from controlplane._provider import (
     ProviderRegistry,
@@ -45,6 +45,7 @@ __all__ = [
     "AgentRegistry",
     "CancelSignal",
     "ChildMeta",
+    "ClaimConflict",
     "ContinuableStart",
     "ContinuableStartSpec",
     "Descriptor",

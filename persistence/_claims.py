@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy.engine.interfaces import DBAPICursor
 
 from controlplane.contract import (
+    ClaimConflict,
     ErrorCode,
     EventKind,
     NewEvent,
@@ -160,12 +161,12 @@ class Claims:
             info = self._runtime_row(cursor, holder)
             now = self._db_now(cursor)
             if holder != runtime_id and info is not None and not is_dead(info, now):
-                raise SubagentControlError(
-                    ErrorCode.OWNERSHIP_CONFLICT,
+                raise ClaimConflict(
                     f"child {child_id} is running in runtime {holder} (process {info.pid} on "
                     f"{info.host}); the message was not delivered: send it to that runtime, "
                     "or retry once its task has settled",
                     child_id=child_id,
+                    runtime_id=holder,
                 )
             if held_by_task is not None:
                 old = task.model_copy(update={"id": held_by_task, "runtime_id": holder})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 import threading
 from collections.abc import Callable
 
@@ -15,6 +16,7 @@ from controlplane import (
     TaskSnapshot,
     TaskStatus,
 )
+from controlplane.contract import ClaimConflict, SubagentControlError
 from tests.fakes import FakeProvider, completed
 from tests.support import WAIT_S, raises, settle, start_child, task_ids
 
@@ -277,3 +279,18 @@ def test_children_lists_every_child_of_the_parent_oldest_first(
     assert [v.task_id for v in views] == [first.task_id, second.task_id]
     release.set()
     settle(control, second.task_id, parent)
+
+
+def test_a_claim_conflict_is_an_ownership_conflict_that_names_its_runtime_and_pickles() -> None:
+    # Only the sender's forwarding tells it apart (controlplane._facade); a caller sees an
+    # ordinary OWNERSHIP_CONFLICT, also after crossing a process boundary.
+    conflict = ClaimConflict("held elsewhere", child_id="c-1", runtime_id="rt-2")
+    assert isinstance(conflict, SubagentControlError)
+    assert (conflict.code, conflict.child_id, conflict.task_id) == (
+        ErrorCode.OWNERSHIP_CONFLICT, "c-1", None,
+    )  # fmt: skip
+    back = pickle.loads(pickle.dumps(conflict))
+    assert isinstance(back, ClaimConflict)
+    assert (back.code, back.message, back.child_id, back.runtime_id) == (
+        ErrorCode.OWNERSHIP_CONFLICT, "held elsewhere", "c-1", "rt-2",
+    )  # fmt: skip

@@ -345,6 +345,39 @@ def test_a_forwarded_send_is_in_both_runtimes_trees_while_in_flight_and_gone_aft
     turn_ends.set()
 
 
+def test_a_claim_let_go_between_the_refusal_and_the_lookup_is_not_an_ownership_conflict(
+    control: SubagentControl,
+    holder: tuple[SubagentControl, FakeProvider],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Found by the cross-process stress test (once, seed 82137): the claim here was refused
+    # because A held the child, but when the sender asked who holds it, nobody did (A had
+    # let it go). Every such race is routed again; if it keeps happening the message is
+    # NOT_DELIVERED, "retry it" — never OWNERSHIP_CONFLICT naming a runtime that no longer
+    # holds the child (on PostgreSQL that code means a live agent here uses the child's id).
+    a, provider = holder
+    turn_ends = threading.Event()
+    child, _task_id, _plan = running_child(a, a.agents.register("tree-parent"), provider, turn_ends)
+    parent = control.agents.register("tree-parent")
+    assert control._forwarder is not None
+    lookups: list[str] = []
+
+    def let_go_meanwhile(child_id: str) -> str | None:
+        lookups.append(child_id)
+        return None
+
+    monkeypatch.setattr(control._forwarder, "holder_of", let_go_meanwhile)
+
+    with pytest.raises(SubagentControlError) as refused:
+        control.send_message(parent, child, [TextBlock(text="never delivered")])
+    assert refused.value.code is ErrorCode.NOT_DELIVERED, refused.value
+    assert "kept moving between runtimes" in refused.value.message
+    assert lookups == [child] * 3  # every refusal was looked up and routed again
+    turn_ends.set()
+    assert control.store is not None
+    assert _carrying(control.store.load(child).events, "never delivered") == []
+
+
 def test_a_runtime_that_no_longer_runs_the_child_hands_the_message_back_to_resume_it_here(
     control: SubagentControl, holder: tuple[SubagentControl, FakeProvider]
 ) -> None:
