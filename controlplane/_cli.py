@@ -18,7 +18,6 @@ from controlplane._cli_store import run_children, run_runtimes, run_tasks, run_t
 from controlplane._cli_tree import run_top, run_tree
 from controlplane._errors import ErrorCode, SubagentControlError
 from controlplane._exit_status import (
-    EXIT_ERROR_REPLY,
     EXIT_FAILURE,
     EXIT_NOT_FOUND,
     EXIT_OK,
@@ -27,15 +26,7 @@ from controlplane._exit_status import (
     CommandExit,
 )
 
-__all__ = [
-    "EXIT_ERROR_REPLY",
-    "EXIT_FAILURE",
-    "EXIT_NOT_FOUND",
-    "EXIT_OK",
-    "EXIT_UNREACHABLE",
-    "EXIT_USAGE",
-    "main",
-]
+__all__ = ["main"]
 
 _EPILOG: Final = """\
 exit status:

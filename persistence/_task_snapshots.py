@@ -3,17 +3,18 @@
 A Task read by id is on a caller's path, and pydantic's validation (or its
 `model_construct`) cost more than the primary-key select itself (measured). Every value
 here comes from a row this store wrote from a validated snapshot, so the model is built
-by setting its slots directly. That trick depends on pydantic's internals, which is why it
-lives on its own, next to the column list whose order it reads.
+by setting its slots directly (`persistence._codec.construct`, as `load` builds events),
+from the column list kept here beside the function that reads it by position.
 """
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import Any
 
 from sqlalchemy import Row
 
 from controlplane.contract import ErrorCode, TaskOutcome, TaskSnapshot, TaskStatus
+from persistence._codec import construct
 from persistence._schema import utc_time
 
 __all__ = ["TASK_COLUMNS", "snapshot_of", "snapshot_of_columns"]
@@ -48,11 +49,12 @@ def snapshot_of_columns(
     settled_at: object,
 ) -> TaskSnapshot:
     """A Task's `TASK_COLUMNS` as its frozen snapshot, built without validation: every
-    value comes from a row this store wrote from a validated snapshot (`_constructed`)."""
+    value comes from a row this store wrote from a validated snapshot
+    (`persistence._codec.construct`)."""
     status = _STATUSES[status_value]
     outcome = None
     if status is not TaskStatus.RUNNING:
-        outcome = _constructed(
+        outcome = construct(
             TaskOutcome,
             {
                 "status": status,
@@ -63,7 +65,7 @@ def snapshot_of_columns(
             _OUTCOME_SET,
         )
     settled = None if settled_at is None else utc_time(settled_at)
-    return _constructed(
+    return construct(
         TaskSnapshot,
         {
             "id": task_id,
@@ -82,31 +84,8 @@ def snapshot_of_columns(
     )
 
 
-M = TypeVar("M", TaskSnapshot, TaskOutcome)
-
 _STATUSES = {status.value: status for status in TaskStatus}
 _CODES = {code.value: code for code in ErrorCode}
 _KIND = TaskSnapshot.model_fields["kind"].default
 _OUTCOME_SET = frozenset(TaskOutcome.model_fields)
 _SNAPSHOT_SET = frozenset(TaskSnapshot.model_fields) - {"kind"}
-_new = object.__new__
-_set = object.__setattr__
-
-
-def _constructed(cls: type[M], values: dict[str, Any], fields_set: frozenset[str]) -> M:
-    """What ``cls.model_construct(**values)`` returns, ``values`` holding every field in
-    declaration order (``fields_set``: those not left at their default).
-
-    ``model_construct`` walks every field in Python and cost more than validating does
-    (pydantic 2.14: ~18 µs for a settled Task against ~8 µs validated, more than the
-    primary-key select); this sets the four slots it sets, and nothing else. Valid for
-    frozen models without private attributes or extras, as both here are; a test checks
-    the result against validation for every status, so a pydantic that changes its
-    slots fails there, not in a caller.
-    """
-    model = _new(cls)
-    _set(model, "__dict__", values)
-    _set(model, "__pydantic_fields_set__", set(fields_set))
-    _set(model, "__pydantic_extra__", None)
-    _set(model, "__pydantic_private__", None)
-    return model

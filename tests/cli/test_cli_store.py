@@ -10,13 +10,8 @@ import pytest
 import sqlalchemy as sa
 
 from controlplane import ChildMeta, MessageSource, NewEvent, SessionEvent
-from controlplane._cli import (
-    EXIT_NOT_FOUND,
-    EXIT_OK,
-    EXIT_UNREACHABLE,
-    EXIT_USAGE,
-    main,
-)
+from controlplane._cli import main
+from controlplane._exit_status import EXIT_NOT_FOUND, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE
 from persistence import SqlStore
 from tests.persistence.conftest import as_version_1, raw_engine
 from tests.support import run_python

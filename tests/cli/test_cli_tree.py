@@ -12,13 +12,8 @@ import pytest
 
 from controlplane import ActorTree
 from controlplane._admin import AdminServer
-from controlplane._cli import (
-    EXIT_ERROR_REPLY,
-    EXIT_OK,
-    EXIT_UNREACHABLE,
-    EXIT_USAGE,
-    main,
-)
+from controlplane._cli import main
+from controlplane._exit_status import EXIT_ERROR_REPLY, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE
 from tests.cli.cli_support import sample_tree, start_ready_process, stop_process
 from tests.support import run_python
 

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from controlplane import AgentHandle, SubagentControl
-from controlplane._cli import EXIT_OK, EXIT_UNREACHABLE, main
+from controlplane._cli import main
+from controlplane._exit_status import EXIT_OK, EXIT_UNREACHABLE
 from controlplane._top import render
 from tests.cli.cli_support import REPO_ROOT, sample_tree
 from tests.fakes import FakeProvider
