@@ -150,7 +150,7 @@ class SqlStore:
         self._claims = Claims(self)
         self.inbox = Inbox(self) if self._db.backend.name == "postgresql" else None
         """Messages forwarded between runtimes (PostgreSQL; None on SQLite, SPEC §9)."""
-        self.ledger = TaskLedger(self._db, self._run)
+        self.ledger = TaskLedger(self._db, self._run, self._claims.settle)
         """The store's Tasks and runtimes (SPEC §9)."""
         try:
             self._run("open the store", self._check if read_only else self._open)
