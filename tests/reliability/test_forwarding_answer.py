@@ -181,6 +181,26 @@ def test_an_append_whose_commit_went_unheard_is_retried_and_answers_once(
     assert store.inbox.state_of(inbox_id) == ("answered", {"route": "steered", "task_id": "task-1"})
 
 
+def test_a_refusal_never_replaces_the_steered_answer_committed_with_the_record(
+    store: SqlStore,
+) -> None:
+    # The holder's record committed and answered `steered`, but the acknowledgement was
+    # lost past its retries (a server restart): the steer raised DURABILITY_FAILED, which
+    # the holder then sends as its answer. The record is the truth, and stays the answer.
+    assert store.inbox is not None
+    child_id = _child(store)
+    inbox_id = _taken(store, child_id)
+    store.append(child_id, [_record(inbox_id)], answer_steered=[(inbox_id, "task-1")])
+    refusal = {"code": "DURABILITY_FAILED", "message": "could not record it", "task_id": None}
+    assert not store.inbox.answer(inbox_id, refusal)
+    assert store.inbox.state_of(inbox_id) == ("answered", {"route": "steered", "task_id": "task-1"})
+    # A refusal whose own commit went unheard is answered again by the retry, unchanged.
+    other = _taken(store, child_id)
+    assert store.inbox.answer(other, refusal)
+    assert store.inbox.answer(other, refusal)
+    assert store.inbox.state_of(other) == ("answered", refusal)
+
+
 def test_a_steering_record_is_written_even_if_its_sender_gave_the_message_up(
     store: SqlStore, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -241,9 +261,9 @@ def test_the_holder_answers_a_steer_with_its_record_and_only_refusals_and_kills_
     answered_alone: list[dict[str, Any]] = []
     answer = inbox.answer
 
-    def spy(inbox_id: str, sender: str, reply: dict[str, Any]) -> bool:
+    def spy(inbox_id: str, reply: dict[str, Any]) -> bool:
         answered_alone.append(reply)
-        return answer(inbox_id, sender, reply)
+        return answer(inbox_id, reply)
 
     monkeypatch.setattr(inbox, "answer", spy)
     parent = control.agents.register("p")

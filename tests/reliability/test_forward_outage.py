@@ -1,0 +1,62 @@
+"""SPEC §9 "Outages": a send whose outcome the store could not confirm never reports a
+failure for a message that was delivered.
+
+A forwarded send's sender (this process) polls for the holder's answer while a private
+PostgreSQL server (`pg_fault.PostgresServer`) is crashed and started again; the holder is
+another OS process (``slow_holder.py``) whose run takes the message only once the server
+is down, so its steering record and answer commit after the restart. The sender's retry
+budget is shorter than the outage: its reads fail while it waits. Before, the send raised
+``STORE_UNAVAILABLE`` although the holder had the message and its record was in the
+transcript; a caller that retried duplicated it.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from controlplane import SubagentControl
+from persistence import RetryPolicy
+from tests.reliability.pg_fault import PostgresServer
+from tests.reliability.processes import LinesProcess, Reaper, reaping
+from tests.support import WAIT_S, in_thread, inbound, text
+
+pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+
+HOLDER = Path(__file__).with_name("slow_holder.py")
+PARENT = "outage-parent"
+OUTAGE_S = 1.5
+SENDER_BUDGET_S = 1.0
+"""Shorter than the outage: the sender's reads fail while it waits for the answer."""
+
+reaped = pytest.fixture(reaping, name="reaped")
+
+
+def test_a_forwarded_steer_answered_across_a_server_restart_is_steered_not_a_store_failure(
+    pg_server: PostgresServer, reaped: Reaper
+) -> None:
+    url = pg_server.new_database()
+    holder = reaped.add(LinesProcess(HOLDER, url, name="holder"))
+    ready = json.loads(holder.expect("READY "))
+    child_id = ready["child_id"]
+    policy = RetryPolicy(max_total_s=SENDER_BUDGET_S)
+    with SubagentControl.open(url, retry=policy) as control:
+        parent = control.agents.register(PARENT)
+        sending = in_thread(
+            lambda: control.send_message(parent, child_id, text("through the restart"))
+        )
+        holder.expect("STEERING")  # taken: the holder's run is about to take it
+        pg_server.crash()
+        holder.say("go")  # its steering record and answer wait for the server
+        time.sleep(OUTAGE_S)  # the outage itself, not a synchronisation
+        pg_server.start()
+
+        result = sending.result(timeout=WAIT_S)
+
+        assert (result.route, result.task_id) == ("steered", ready["task_id"])
+        assert control.store is not None
+        stored = control.store.load(child_id).events
+        assert len(inbound(stored, "through the restart")) == 1
