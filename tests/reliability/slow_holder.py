@@ -1,13 +1,15 @@
 """The forwarding outage tests' holder process: a runtime running one child whose run takes
 each steered message only on cue.
 
-Usage: ``python tests/reliability/slow_holder.py URL``
+Usage: ``python tests/reliability/slow_holder.py URL [BUDGET_S [refuse]]``
 
 It starts one child of ``outage-parent`` whose turn runs until the process is killed, and
 prints ``READY <json>`` (the child, its Task, the runtime). For each message steered into
 the run it prints ``STEERING`` and waits for a line ``go`` on stdin before the run takes
 it (so a test can restart the database while the sender waits for the answer); the
-steering record and the answer follow as usual. A watchdog ends it after ``WATCHDOG_S``.
+steering record and the answer follow as usual. With ``refuse`` the run refuses it
+instead, so the holder answers a refusal. ``BUDGET_S`` is its store's retry budget
+(default the store's own). A watchdog ends it after ``WATCHDOG_S``.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from controlplane import ContinuableStartSpec, MessageSource, SubagentControl, TextBlock
+from persistence import RetryPolicy
 from tests.fakes import FakeProvider
 from tests.support import wait_published
 
@@ -29,8 +32,9 @@ PARENT = "outage-parent"
 WATCHDOG_S = 60.0
 
 
-def main(url: str) -> None:
-    control = SubagentControl.open(url)  # the default retry budget: it rides through
+def main(url: str, budget_s: float | None, refuse: bool) -> None:
+    retry = RetryPolicy() if budget_s is None else RetryPolicy(max_total_s=budget_s)
+    control = SubagentControl.open(url, retry=retry)
     provider = FakeProvider()
     control.providers.register(provider)
     parent = control.agents.register(PARENT)
@@ -57,6 +61,8 @@ def main(url: str) -> None:
     def steer(message: Sequence[TextBlock], source: MessageSource) -> None:
         print("STEERING", flush=True)
         cue.wait(WATCHDOG_S)
+        if refuse:
+            raise RuntimeError("the run refused it (on purpose)")
         take(message, source)
 
     plan.run.steer = steer
@@ -71,4 +77,8 @@ def main(url: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(
+        sys.argv[1],
+        float(sys.argv[2]) if len(sys.argv) > 2 else None,
+        sys.argv[3:] == ["refuse"],
+    )

@@ -18,11 +18,11 @@ from pathlib import Path
 
 import pytest
 
-from controlplane import SubagentControl
+from controlplane import ErrorCode, SubagentControl, SubagentControlError
 from persistence import RetryPolicy
 from tests.reliability.pg_fault import PostgresServer
 from tests.reliability.processes import LinesProcess, Reaper, reaping
-from tests.support import WAIT_S, in_thread, inbound, text
+from tests.support import WAIT_S, eventually, in_thread, inbound, text
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
@@ -60,3 +60,57 @@ def test_a_forwarded_steer_answered_across_a_server_restart_is_steered_not_a_sto
         assert control.store is not None
         stored = control.store.load(child_id).events
         assert len(inbound(stored, "through the restart")) == 1
+
+
+def test_a_forwarded_steer_whose_outcome_the_store_cannot_confirm_in_time_is_durability_failed(
+    pg_server: PostgresServer, reaped: Reaper
+) -> None:
+    # The server stays down past the sender's bound (TAKE_S plus its retry budget): it
+    # cannot know whether the holder took the message, so it never says it did not.
+    url = pg_server.new_database()
+    holder = reaped.add(LinesProcess(HOLDER, url, name="holder"))
+    ready = json.loads(holder.expect("READY "))
+    child_id = ready["child_id"]
+    with SubagentControl.open(url, retry=RetryPolicy(max_total_s=0.3)) as control:
+        parent = control.agents.register(PARENT)
+        sending = in_thread(lambda: control.send_message(parent, child_id, text("unconfirmed")))
+        holder.expect("STEERING")
+        pg_server.crash()
+        holder.say("go")  # the run has it; its record waits for the server
+
+        with pytest.raises(SubagentControlError) as unconfirmed:
+            sending.result(timeout=WAIT_S)
+
+        assert unconfirmed.value.code is ErrorCode.DURABILITY_FAILED, unconfirmed.value
+        assert "transcript" in unconfirmed.value.message
+        pg_server.start()
+        store = control.store
+        assert store is not None
+        eventually(  # the holder rides through: its record lands once the server is back
+            lambda: len(inbound(store.load(child_id).events, "unconfirmed")) == 1,
+            "the holder's steering record is in the transcript",
+        )
+
+
+def test_a_holder_answers_its_refusal_once_the_server_is_back_however_short_its_budget(
+    pg_server: PostgresServer, reaped: Reaper
+) -> None:
+    # The holder's budget is shorter than the outage: its answer fails, and it must answer
+    # all the same, or the sender waits for it as long as the holder lives.
+    url = pg_server.new_database()
+    holder = reaped.add(LinesProcess(HOLDER, url, "0.3", "refuse", name="holder"))
+    ready = json.loads(holder.expect("READY "))
+    with SubagentControl.open(url) as control:
+        parent = control.agents.register(PARENT)
+        sending = in_thread(lambda: control.send_message(parent, ready["child_id"], text("no")))
+        holder.expect("STEERING")
+        pg_server.crash()
+        holder.say("go")  # refused: the answer waits for the server
+        time.sleep(OUTAGE_S)  # the outage itself, not a synchronisation
+        pg_server.start()
+
+        with pytest.raises(SubagentControlError) as refused:
+            sending.result(timeout=WAIT_S)
+
+        assert refused.value.code is ErrorCode.NOT_DELIVERED, refused.value
+        assert "refused it" in refused.value.message
