@@ -35,12 +35,19 @@ SENDER_BUDGET_S = 1.0
 reaped = pytest.fixture(reaping, name="reaped")
 
 
+def holder_of_a_child(
+    pg_server: PostgresServer, reaped: Reaper, *args: str
+) -> tuple[str, LinesProcess, dict[str, str]]:
+    """A fresh database's URL, and a holder process running one child there (``READY``)."""
+    url = pg_server.new_database()
+    holder = reaped.add(LinesProcess(HOLDER, url, *args, name="holder"))
+    return url, holder, json.loads(holder.expect("READY "))
+
+
 def test_a_forwarded_steer_answered_across_a_server_restart_is_steered_not_a_store_failure(
     pg_server: PostgresServer, reaped: Reaper
 ) -> None:
-    url = pg_server.new_database()
-    holder = reaped.add(LinesProcess(HOLDER, url, name="holder"))
-    ready = json.loads(holder.expect("READY "))
+    url, holder, ready = holder_of_a_child(pg_server, reaped)
     child_id = ready["child_id"]
     policy = RetryPolicy(max_total_s=SENDER_BUDGET_S)
     with SubagentControl.open(url, retry=policy) as control:
@@ -67,9 +74,7 @@ def test_a_forwarded_steer_whose_outcome_the_store_cannot_confirm_in_time_is_dur
 ) -> None:
     # The server stays down past the sender's bound (TAKE_S plus its retry budget): it
     # cannot know whether the holder took the message, so it never says it did not.
-    url = pg_server.new_database()
-    holder = reaped.add(LinesProcess(HOLDER, url, name="holder"))
-    ready = json.loads(holder.expect("READY "))
+    url, holder, ready = holder_of_a_child(pg_server, reaped)
     child_id = ready["child_id"]
     with SubagentControl.open(url, retry=RetryPolicy(max_total_s=0.3)) as control:
         parent = control.agents.register(PARENT)
@@ -97,9 +102,7 @@ def test_a_holder_answers_its_refusal_once_the_server_is_back_however_short_its_
 ) -> None:
     # The holder's budget is shorter than the outage: its answer fails, and it must answer
     # all the same, or the sender waits for it as long as the holder lives.
-    url = pg_server.new_database()
-    holder = reaped.add(LinesProcess(HOLDER, url, "0.3", "refuse", name="holder"))
-    ready = json.loads(holder.expect("READY "))
+    url, holder, ready = holder_of_a_child(pg_server, reaped, "0.3", "refuse")
     with SubagentControl.open(url) as control:
         parent = control.agents.register(PARENT)
         sending = in_thread(lambda: control.send_message(parent, ready["child_id"], text("no")))

@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 
 import pytest
 
-from controlplane import ErrorCode, EventKind, SubagentControl, TaskStatus
+from controlplane import AgentHandle, ErrorCode, EventKind, SubagentControl, TaskStatus
 from persistence import RetryPolicy
 from tests.fakes import FakeProvider
 from tests.reliability.pg_fault import PostgresServer
@@ -33,62 +35,77 @@ LEASE_S = 1.5
 """The heartbeat (every third of it) retries refused settlements."""
 
 
-def open_control(pg_server: PostgresServer, provider: FakeProvider) -> SubagentControl:
+@dataclass
+class Turn:
+    """A control plane on a fresh database of the private server, with one running child
+    whose turn ends when ``gate`` is set."""
+
+    control: SubagentControl
+    provider: FakeProvider
+    parent: AgentHandle
+    gate: threading.Event
+    child_id: str
+    task_id: str
+
+
+@pytest.fixture
+def turn(pg_server: PostgresServer) -> Iterator[Turn]:
+    provider = FakeProvider()
     control = SubagentControl.open(
         pg_server.new_database(), retry=RetryPolicy(max_total_s=BUDGET_S), lease_ttl_s=LEASE_S
     )
-    control.providers.register(provider)
-    return control
+    with control:
+        control.providers.register(provider)
+        parent = control.agents.register("parent")
+        gate = threading.Event()
+        child_id, task_id, _ = running_child(control, parent, provider, gate)
+        try:
+            yield Turn(control, provider, parent, gate, child_id, task_id)
+        finally:
+            if not pg_server.is_up():  # a test failing mid-outage leaves the server up
+                pg_server.start()
 
 
 def test_a_turn_ending_during_a_restart_longer_than_the_budget_is_interrupted_and_closed_once_back(
-    pg_server: PostgresServer,
+    pg_server: PostgresServer, turn: Turn
 ) -> None:
-    provider = FakeProvider()
-    with open_control(pg_server, provider) as control:
-        parent = control.agents.register("parent")
-        gate = threading.Event()
-        child_id, task_id, _ = running_child(control, parent, provider, gate)
-        pg_server.crash()
-        gate.set()  # the turn ends while the server is down
+    control, parent, gate = turn.control, turn.parent, turn.gate
+    child_id, task_id = turn.child_id, turn.task_id
+    pg_server.crash()
+    gate.set()  # the turn ends while the server is down
 
-        snapshot = settle(control, task_id, parent)
+    snapshot = settle(control, task_id, parent)
 
-        assert snapshot.status is TaskStatus.INTERRUPTED, snapshot
-        assert snapshot.outcome is not None
-        assert snapshot.outcome.code is ErrorCode.STORE_UNAVAILABLE
-        time.sleep(OUTAGE_S)  # the outage itself, not a synchronisation
-        pg_server.start()
-        ledger = control.store.ledger if control.store is not None else None
-        assert ledger is not None
-        eventually(  # the heartbeat writes it, with the turn's end
-            lambda: (ledger.get(task_id) or snapshot).status is TaskStatus.INTERRUPTED,
-            "the interrupted settlement is in the store",
-        )
-        stored = events(control, child_id)
-        assert stored[-1].kind == EventKind.TURN_END
-        assert stored[-1].data == {"task_id": task_id, "status": "interrupted"}
-        again = control.send_message(parent, child_id, text("go on"))
-        assert settle(control, again.task_id, parent).status is TaskStatus.COMPLETED
-        stored = events(control, child_id)
-        assert frame_problems(stored, all_ended=True) == []
-        assert [turn.task_id for turn in turns_of(stored)] == [task_id, again.task_id]
+    assert snapshot.status is TaskStatus.INTERRUPTED, snapshot
+    assert snapshot.outcome is not None
+    assert snapshot.outcome.code is ErrorCode.STORE_UNAVAILABLE
+    time.sleep(OUTAGE_S)  # the outage itself, not a synchronisation
+    pg_server.start()
+    ledger = control.store.ledger if control.store is not None else None
+    assert ledger is not None
+    eventually(  # the heartbeat writes it, with the turn's end
+        lambda: (ledger.get(task_id) or snapshot).status is TaskStatus.INTERRUPTED,
+        "the interrupted settlement is in the store",
+    )
+    stored = events(control, child_id)
+    assert stored[-1].kind == EventKind.TURN_END
+    assert stored[-1].data == {"task_id": task_id, "status": "interrupted"}
+    again = control.send_message(parent, child_id, text("go on"))
+    assert settle(control, again.task_id, parent).status is TaskStatus.COMPLETED
+    stored = events(control, child_id)
+    assert frame_problems(stored, all_ended=True) == []
+    assert [ended.task_id for ended in turns_of(stored)] == [task_id, again.task_id]
 
 
 def test_a_local_steer_whose_record_cannot_be_written_during_a_restart_is_durability_failed(
-    pg_server: PostgresServer,
+    pg_server: PostgresServer, turn: Turn
 ) -> None:
-    provider = FakeProvider()
-    with open_control(pg_server, provider) as control:
-        parent = control.agents.register("parent")
-        gate = threading.Event()
-        child_id, task_id, _ = running_child(control, parent, provider, gate)
-        pg_server.crash()
-        try:
-            with raises(ErrorCode.DURABILITY_FAILED):
-                control.send_message(parent, child_id, text("kept by the run"))
-            assert provider.steered_texts(child_id) == ["kept by the run"]
-        finally:
-            pg_server.start()
-        gate.set()
-        assert settle(control, task_id, parent).status.is_terminal
+    control, parent, gate = turn.control, turn.parent, turn.gate
+    child_id, task_id, provider = turn.child_id, turn.task_id, turn.provider
+    pg_server.crash()
+    with raises(ErrorCode.DURABILITY_FAILED):
+        control.send_message(parent, child_id, text("kept by the run"))
+    assert provider.steered_texts(child_id) == ["kept by the run"]
+    pg_server.start()
+    gate.set()
+    assert settle(control, task_id, parent).status.is_terminal
