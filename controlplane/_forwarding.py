@@ -14,7 +14,9 @@ kill's answer, is written and notified in a transaction of its own. The promise 
 one, exactly once or not delivered:
 
 - A never took it within `TAKE_S` (stopped, overloaded, deaf): B takes it back
-  (compare-and-set) and raises ``NOT_DELIVERED``; A can no longer take it.
+  (compare-and-set) and raises ``NOT_DELIVERED``; A can no longer take it. Meanwhile B
+  notifies A again every `_NOTIFY_AGAIN_S`: A's listener may have missed the first
+  notification while it was connecting again (a server restart, a dropped connection).
 - A took it and answered: B returns A's answer (``steered`` with A's Task id, or A's
   refusal raised as such).
 - A took it and died before answering: B gives it up (the row, still ``taken``, becomes
@@ -83,6 +85,10 @@ TAKE_S = 3.0
 """How long a forwarded message waits for its target to take it before it is taken back."""
 _POLL_S = 0.25  # a lapsed target is seen this long after its lease at most (~3 reads)
 _FIRST_POLL_S = 0.05  # a healthy forward is answered well before; a dead target is seen soon
+_NOTIFY_AGAIN_S = 0.5
+"""A message not taken this long after its last notification is notified again: its
+target's listener may have been between two connections (it listens again 0.5 s after
+its connection drops)."""
 _READY_S = 10.0
 _WORKERS = 8
 _KNOWN = 4096
@@ -338,6 +344,7 @@ class Forwarder:
         # Posting failed: it may have gone out all the same, so take it back at once.
         take_by = now if posted.unsent is not None else now + TAKE_S
         ask = _Asking(child_id, holder, now + TAKE_S + self._store.retry_budget_s)
+        notify_at, written = now + _NOTIFY_AGAIN_S, posted.written
         poll_s = _FIRST_POLL_S
         while True:
             woken.wait(max(0.0, min(poll_s, take_by - time.monotonic())))
@@ -360,6 +367,9 @@ class Forwarder:
             if state == "pending":
                 late = time.monotonic() >= take_by
                 if not late and not ask(lambda: self._runtime.is_dead_id(holder)):
+                    if time.monotonic() >= notify_at:  # its listener may have missed it
+                        ask(lambda: self._inbox.notify_again(item, target=holder, written=written))
+                        notify_at = time.monotonic() + _NOTIFY_AGAIN_S
                     continue
                 if not ask(lambda: self._inbox.take_back(item, target=holder)):
                     continue  # taken at the last moment (or unknown): wait for its answer

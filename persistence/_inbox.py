@@ -114,8 +114,7 @@ class Inbox:
         """Send ``item`` to ``target``: in the notification alone when it fits (nothing
         is written; the target writes the row as it takes it), else as a ``pending`` row
         and a notification naming it. Whether a row was written."""
-        carried = item.carried()
-        notice = f"{MESSAGE}:{item.inbox_id}:{carried}"
+        notice = _notice(item, written=False)
         written = len(notice) >= _PAYLOAD_LIMIT
 
         def op(_attempt: int) -> None:
@@ -127,11 +126,24 @@ class Inbox:
                     _POST,
                     (item.inbox_id, item.kind, item.child_id, target, item.sender_runtime,
                      item.parent_session, json.dumps(item.message), json.dumps(item.source),
-                     channel_of(target), f"{MESSAGE}:{item.inbox_id}"),
+                     channel_of(target), _notice(item, written=True)),
                 )  # fmt: skip
 
         self._s._run(f"forward a message to runtime {target}", op)
         return written
+
+    def notify_again(self, item: InboxItem, *, target: str, written: bool) -> None:
+        """Notify ``target`` of a posted ``item`` once more, as `post` did (its listener
+        may have missed that: it listens again only after a pause when its connection
+        drops, e.g. with a server restart). Taking it stays once: the take is
+        compare-and-set, and the target takes a message it was notified of twice once."""
+        notice = _notice(item, written=written)
+
+        def op(_attempt: int) -> None:
+            with self._s._db.cursor(write=False) as cursor:  # writes nothing: autocommit
+                cursor.execute(_NOTIFY, (channel_of(target), notice))
+
+        self._s._run(f"forward a message to runtime {target} again", op)
 
     def take(
         self, inbox_id: str, runtime_id: str, carried: InboxItem | None = None
@@ -344,6 +356,13 @@ _FORGET = f"DELETE FROM {INBOX} WHERE inbox_id = ANY(%s) RETURNING {_NO_FLUSH}"
 _NOTIFY = "SELECT pg_notify(%s, %s)"  # writes nothing: no WAL flush to wait for
 _HOLDER = f"SELECT claim_runtime FROM {CHILDREN} WHERE child_id = %s"
 _PAYLOAD_LIMIT = 7000  # PostgreSQL's is 8000 bytes; JSON text here is mostly ASCII
+
+
+def _notice(item: InboxItem, *, written: bool) -> str:
+    """The notification of a posted message: it carries the message, or names its row."""
+    if written:
+        return f"{MESSAGE}:{item.inbox_id}"
+    return f"{MESSAGE}:{item.inbox_id}:{item.carried()}"
 
 
 def _steered_params(inbox_id: str, task_id: str) -> tuple[str, str, str]:

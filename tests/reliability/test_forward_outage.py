@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from controlplane import ErrorCode, SubagentControl, SubagentControlError
 from persistence import RetryPolicy
-from tests.reliability.pg_fault import PostgresServer
+from tests.reliability.pg_fault import PostgresServer, TcpProxy
 from tests.reliability.processes import LinesProcess, Reaper, reaping
 from tests.support import WAIT_S, eventually, in_thread, inbound, text
 
@@ -117,3 +118,27 @@ def test_a_holder_answers_its_refusal_once_the_server_is_back_however_short_its_
 
         assert refused.value.code is ErrorCode.NOT_DELIVERED, refused.value
         assert "refused it" in refused.value.message
+
+
+def test_a_forwarded_steer_posted_while_the_holder_listens_again_is_delivered_not_refused(
+    pg_server: PostgresServer, reaped: Reaper, tcp_proxy_factory: Callable[[int], TcpProxy]
+) -> None:
+    # The holder's connections go through a proxy that resets them: its listener is
+    # between two connections (it listens again after a pause) when the message is
+    # posted, so the notification is lost. Before, the sender took it back after TAKE_S:
+    # NOT_DELIVERED, a steer failed by a blip shorter than any retry budget.
+    proxy = tcp_proxy_factory(pg_server.port)
+    url = pg_server.new_database()
+    holder = reaped.add(LinesProcess(HOLDER, proxy.url(url), name="holder"))
+    ready = json.loads(holder.expect("READY "))
+    holder.say("go")  # its run takes every message at once
+    with SubagentControl.open(url) as control:
+        parent = control.agents.register(PARENT)
+        proxy.reset()
+
+        result = control.send_message(parent, ready["child_id"], text("after the blip"))
+
+        assert (result.route, result.task_id) == ("steered", ready["task_id"])
+        assert control.store is not None
+        stored = control.store.load(ready["child_id"]).events
+        assert len(inbound(stored, "after the blip")) == 1
