@@ -185,3 +185,37 @@ def _inbox_states(store: SqlStore) -> dict[str, int]:
     with store._db.engine.connect() as conn:
         rows = conn.execute(text("SELECT state, count(*) FROM subagent_inbox GROUP BY state"))
         return {str(state): int(n) for state, n in rows}
+
+
+def test_a_forwards_polls_read_its_targets_row_only_however_many_runtimes_the_store_knows(
+    store_url: str, control: SubagentControl, reaped: Reaper
+) -> None:
+    if not store_url.startswith("postgresql"):
+        pytest.skip("forwarding is PostgreSQL's; SQLite refuses at once")
+    owner = _owner(store_url, control, reaped)
+    store = _store(control)
+    for i in range(40):  # runtimes that other processes opened
+        store.ledger.register_runtime(
+            f"other-{i}", host="elsewhere", pid=1, boot_id=None, lease_ttl_s=30.0
+        )
+    sending = threading.get_ident()
+    reads: list[tuple[str, Any]] = []
+
+    def seen(_conn: Any, _cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
+        # The sending thread's only: the heartbeat thread reads the table on its own.
+        if threading.get_ident() == sending and "subagent_runtimes" in statement:
+            reads.append((statement, parameters))
+
+    owner.process.proc.send_signal(signal.SIGSTOP)  # it never takes: the sender polls
+    event.listen(store._db.engine, "before_cursor_execute", seen)
+    try:
+        with pytest.raises(SubagentControlError) as refused:
+            control.send_message(owner.parent, owner.child, [TextBlock(text="polled")])
+    finally:
+        event.remove(store._db.engine, "before_cursor_execute", seen)
+        owner.process.proc.send_signal(signal.SIGCONT)
+    assert refused.value.code is ErrorCode.NOT_DELIVERED
+    assert len(reads) >= 5, reads  # a poll every 0.25 s at most, for TAKE_S
+    for statement, parameters in reads:
+        assert "WHERE subagent_runtimes.runtime_id =" in statement, statement
+        assert owner.runtime_id in str(parameters), parameters
