@@ -17,11 +17,12 @@ late, or whose store was down, keeps everything.
   take of the message (its sender was told ``NOT_DELIVERED``); the target itself deletes
   it once its one take was refused (`controlplane._forwarding`). Rows are never touched
   on a live sender's behalf (`persistence.Inbox.expire`).
-- A gone runtime's row goes once no running Task and no child's claim names it (the sweep
-  settles and releases those first), and only if it did not renew meanwhile
+- A gone runtime's row goes once no running Task names it (the sweep settles those
+  first, and releases their claims), and only if it did not renew meanwhile
   (`persistence.TaskLedger.expire_runtimes`). A settled Task keeps its ``runtime_id``:
   the id alone, like a closed process's pid, still says where it ran; a runtime missing
-  from the store is dead to every check (`Runtime.is_dead_id`, a kill's lookup).
+  from the store is dead to every check (`Runtime.is_dead_id`, a kill's lookup, a claim's
+  takeover).
 """
 
 from __future__ import annotations

@@ -181,8 +181,11 @@ class TaskLedger:
 
     def expire_runtimes(self, gone: Sequence[RuntimeInfo]) -> int:
         """Delete the rows of runtimes dead for good that nothing refers to any more; how
-        many went. A row stays while a running Task or a child's claim names it (the sweep
-        settles those first), and if it renewed since it was read (it was not dead)."""
+        many went. A row stays while a running Task names it (the sweep, which finds those
+        through the row, settles them first), and if it renewed since it was read (it was
+        not dead). A claim left naming a deleted runtime is taken over as a dead one's (a
+        holder missing from the store is dead to `Claims`): no index on the children's
+        claims is scanned here every heartbeat."""
 
         def op(_attempt: int) -> int:
             deleted = 0
@@ -190,13 +193,11 @@ class TaskLedger:
                 for runtime in gone:
                     rid = runtime.runtime_id
                     running = select(TaskRow.task_id).where(_IS_RUNNING, TaskRow.runtime_id == rid)
-                    claimed = select(ChildRow.child_id).where(ChildRow.claim_runtime == rid)
                     result = conn.execute(
                         delete(RuntimeRow).where(
                             RuntimeRow.runtime_id == rid,
                             RuntimeRow.heartbeat_at <= runtime.heartbeat_at,
                             ~exists(running),
-                            ~exists(claimed),
                         )
                     )
                     deleted += result.rowcount
