@@ -12,6 +12,7 @@ from __future__ import annotations
 import signal
 import threading
 from collections.abc import Iterator
+from functools import partial
 from typing import Any
 
 import pytest
@@ -23,7 +24,7 @@ from controlplane._runtime import Runtime, _boot_id
 from persistence import SqlStore
 from tests.fakes import FakeProvider
 from tests.reliability.processes import Reaper, Sender, reaping
-from tests.reliability.test_forwarding import LONG, _owner
+from tests.reliability.test_forwarding import LONG, Owner, _owner
 from tests.support import WAIT_S, eventually, in_thread, running_child
 
 pytestmark = pytest.mark.slow
@@ -43,6 +44,22 @@ def control(store_url: str) -> Iterator[SubagentControl]:
     control.close()
 
 
+@pytest.fixture
+def owner(store_url: str, control: SubagentControl, reaped: Reaper) -> Owner:
+    """Runtime A in another process, running a child this runtime forwards to."""
+    if not store_url.startswith("postgresql"):
+        pytest.skip("forwarding is PostgreSQL's; SQLite refuses at once")
+    return _owner(store_url, control, reaped)
+
+
+def _register_others(store: SqlStore) -> None:
+    """Rows of 40 runtimes that other processes opened (and are not expired yet)."""
+    for i in range(40):
+        store.ledger.register_runtime(
+            f"other-{i}", host="elsewhere", pid=1, boot_id=None, lease_ttl_s=30.0
+        )
+
+
 def _runtime(control: SubagentControl) -> Runtime:
     runtime = control._runtime
     assert runtime is not None
@@ -54,13 +71,11 @@ def _store(control: SubagentControl) -> SqlStore:
     return control.store
 
 
-def _inbox_rows(store: SqlStore) -> dict[str, int]:
-    """Inbox rows per sender runtime."""
+def _inbox_rows(store: SqlStore, by: str = "sender_runtime") -> dict[str, int]:
+    """Inbox rows per sender runtime (or per value of the column ``by``)."""
+    query = text(f"SELECT {by}, count(*) FROM subagent_inbox GROUP BY {by}")
     with store._db.engine.connect() as conn:
-        rows = conn.execute(
-            text("SELECT sender_runtime, count(*) FROM subagent_inbox GROUP BY sender_runtime")
-        )
-        return {str(sender): int(n) for sender, n in rows}
+        return {str(value): int(n) for value, n in conn.execute(query)}
 
 
 def _runtime_ids(store: SqlStore) -> set[str]:
@@ -123,10 +138,7 @@ def test_a_forwards_liveness_check_of_its_target_reads_that_runtimes_row_only(
     control: SubagentControl,
 ) -> None:
     store = _store(control)
-    for i in range(40):  # runtimes that other processes opened, and never expired yet
-        store.ledger.register_runtime(
-            f"other-{i}", host="elsewhere", pid=1, boot_id=None, lease_ttl_s=30.0
-        )
+    _register_others(store)
     statements: list[tuple[str, Any]] = []
 
     def seen(_conn: Any, _cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
@@ -148,56 +160,40 @@ def test_a_forwards_liveness_check_of_its_target_reads_that_runtimes_row_only(
 
 
 def test_a_message_taken_back_leaves_no_row_once_its_late_target_heard_of_it(
-    store_url: str, control: SubagentControl, reaped: Reaper
+    control: SubagentControl, owner: Owner
 ) -> None:
     # Whoever sent it: a sender SIGKILLed after it gave up never forgets the row, and
     # `expire_leftovers` keeps it while the target lives (it refuses the target's late take).
-    if not store_url.startswith("postgresql"):
-        pytest.skip("forwarding is PostgreSQL's; SQLite refuses at once")
-    owner = _owner(store_url, control, reaped)
     store = _store(control)
     owner.process.proc.send_signal(signal.SIGSTOP)
     try:
         sends = [
-            in_thread(lambda text=text: control.send_message(
-                owner.parent, owner.child, [TextBlock(text=text)]))
-            for text in ["never taken", "never taken, long: " + "x" * LONG]
-        ]  # fmt: skip
+            in_thread(partial(control.send_message, owner.parent, owner.child, [TextBlock(text=t)]))
+            for t in ["never taken", "never taken, long: " + "x" * LONG]
+        ]
         for send in sends:
             with pytest.raises(SubagentControlError) as refused:
                 send.result(TAKE_S + WAIT_S)
             assert refused.value.code is ErrorCode.NOT_DELIVERED
-        assert _inbox_states(store) == {"abandoned": 2}
+        assert _inbox_rows(store, by="state") == {"abandoned": 2}
     finally:
         owner.process.proc.send_signal(signal.SIGCONT)
     # Awake, the target hears both notifications late, cannot take either, and deletes
     # their rows: this runtime, their live sender, has not forgotten them yet (a batch).
     eventually(
-        lambda: _inbox_states(store) == {},
-        f"the late target deleted the rows that refused it ({_inbox_states(store)})",
+        lambda: _inbox_rows(store, by="state") == {},
+        f"the late target deleted the rows that refused it ({_inbox_rows(store, by='state')})",
     )
     events = store.load(owner.child).events
     assert not [e for e in events if isinstance(e.data, dict) and "never taken" in
                 str(e.data.get("text"))]  # fmt: skip
 
 
-def _inbox_states(store: SqlStore) -> dict[str, int]:
-    with store._db.engine.connect() as conn:
-        rows = conn.execute(text("SELECT state, count(*) FROM subagent_inbox GROUP BY state"))
-        return {str(state): int(n) for state, n in rows}
-
-
 def test_a_forwards_polls_read_its_targets_row_only_however_many_runtimes_the_store_knows(
-    store_url: str, control: SubagentControl, reaped: Reaper
+    control: SubagentControl, owner: Owner
 ) -> None:
-    if not store_url.startswith("postgresql"):
-        pytest.skip("forwarding is PostgreSQL's; SQLite refuses at once")
-    owner = _owner(store_url, control, reaped)
     store = _store(control)
-    for i in range(40):  # runtimes that other processes opened
-        store.ledger.register_runtime(
-            f"other-{i}", host="elsewhere", pid=1, boot_id=None, lease_ttl_s=30.0
-        )
+    _register_others(store)
     sending = threading.get_ident()
     reads: list[tuple[str, Any]] = []
 
