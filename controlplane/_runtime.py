@@ -18,7 +18,7 @@ import os
 import socket
 import threading
 import uuid
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -172,12 +172,25 @@ class Runtime:
 
     def is_dead_id(self, runtime_id: str) -> bool:
         """Whether the runtime ``runtime_id`` is dead (closed, lapsed, its process gone,
-        or not in the store at all)."""
-        now = self._store.ledger.suspects()[0]
-        for runtime in self._store.ledger.runtimes():
-            if runtime.runtime_id == runtime_id:
-                return self._is_dead(runtime, now)
-        return True
+        or not in the store at all). Reads its one row: a forward polls this."""
+        lease = self._store.ledger.lease(runtime_id)
+        return lease is None or self._is_dead(*lease)
+
+    def expire(self) -> None:
+        """Delete what runtimes gone for good left in the store (`controlplane._expiry`)."""
+        from controlplane._expiry import expire_leftovers
+
+        expire_leftovers(self._store, self.id, is_gone=self.is_gone)
+
+    def is_gone(self, runtime: RuntimeInfo, now: datetime) -> bool:
+        """Whether a runtime is dead for good, not merely late: closed, its process gone,
+        or lapsed for longer than any outage (`controlplane._expiry.RETAIN_LAPSED_S`)."""
+        from controlplane._expiry import RETAIN_LAPSED_S
+
+        lapsed = now - runtime.heartbeat_at > timedelta(
+            seconds=runtime.lease_ttl_s + RETAIN_LAPSED_S
+        )
+        return runtime.closed_at is not None or lapsed or self._process_gone(runtime)
 
     def _runtime_of(self, task: TaskSnapshot) -> RuntimeInfo | None:
         if task.runtime_id is None:
@@ -187,8 +200,9 @@ class Runtime:
     def _is_dead(self, runtime: RuntimeInfo, now: datetime) -> bool:
         from persistence import is_expired
 
-        if is_expired(runtime, now):
-            return True
+        return is_expired(runtime, now) or self._process_gone(runtime)
+
+    def _process_gone(self, runtime: RuntimeInfo) -> bool:
         # Same host and boot: a process that is gone is dead now, not after its lease.
         return (
             runtime.host == self._host
@@ -208,6 +222,7 @@ class Runtime:
                               self.id)  # fmt: skip
                 self._tasks.flush()
                 self.sweep()
+                self.expire()  # after the sweep: it releases what the dead held
             except SubagentControlError as exc:
                 log.warning("runtime %s: heartbeat or sweep failed (%s); retrying",
                             self.id, exc.message)  # fmt: skip

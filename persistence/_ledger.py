@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from sqlalchemy import delete, func, insert, select, text, update
+from sqlalchemy import delete, exists, func, insert, literal, select, text, update
 
 from controlplane.contract import RuntimeInfo, TaskOutcome, TaskSnapshot, TaskStatus, utcnow
 from persistence._database import Database
@@ -149,6 +149,61 @@ class TaskLedger:
             return None if row is None else _runtime(row, int(row.running))
 
         return self._run(f"read runtime {runtime_id}", op)
+
+    def lease(self, runtime_id: str) -> tuple[RuntimeInfo, datetime] | None:
+        """One runtime's row, read by its key, and the clock its lease is judged on, in one
+        statement; None if the store has no such runtime. A forward asks this of its target
+        every poll: its cost must not grow with the runtimes the store has known. The
+        row's ``running_tasks`` is not counted (0)."""
+        clock = func.now() if self._postgres else literal(None)
+        query = select(*RuntimeRow.__table__.c, clock.label("db_now")).where(
+            RuntimeRow.runtime_id == runtime_id
+        )
+
+        def op(_attempt: int) -> tuple[RuntimeInfo, datetime] | None:
+            with self._db.connection(write=False) as conn:
+                row = conn.execute(query).first()
+                if row is None:
+                    return None
+                now = utc_time(row.db_now) if self._postgres else self._now(conn)
+            return _runtime(row, 0), now
+
+        return self._run(f"read runtime {runtime_id}", op)
+
+    def now(self) -> datetime:
+        """The clock leases are judged on (`_now`)."""
+
+        def op(_attempt: int) -> datetime:
+            with self._db.connection(write=False) as conn:
+                return self._now(conn)
+
+        return self._run("read the clock", op)
+
+    def expire_runtimes(self, gone: Sequence[RuntimeInfo]) -> int:
+        """Delete the rows of runtimes dead for good that nothing refers to any more; how
+        many went. A row stays while a running Task names it (the sweep, which finds those
+        through the row, settles them first), and if it renewed since it was read (it was
+        not dead). A claim left naming a deleted runtime is taken over as a dead one's (a
+        holder missing from the store is dead to `Claims`): no index on the children's
+        claims is scanned here every heartbeat."""
+
+        def op(_attempt: int) -> int:
+            deleted = 0
+            with self._db.connection(write=True) as conn:
+                for runtime in gone:
+                    rid = runtime.runtime_id
+                    running = select(TaskRow.task_id).where(_IS_RUNNING, TaskRow.runtime_id == rid)
+                    result = conn.execute(
+                        delete(RuntimeRow).where(
+                            RuntimeRow.runtime_id == rid,
+                            RuntimeRow.heartbeat_at <= runtime.heartbeat_at,
+                            ~exists(running),
+                        )
+                    )
+                    deleted += result.rowcount
+            return deleted
+
+        return self._run(f"expire {len(gone)} dead runtime(s)", op)
 
     def claims(self) -> dict[str, list[tuple[str, str | None, int]]]:
         """Which runtime holds which child: runtime id → ``(child id, Task id, fencing
