@@ -8,6 +8,13 @@ its lease lapsed, or (same host, same boot) its process gone — is settled ``in
 and its child's open turn closed, once, however many runtimes sweep at the same moment
 (`persistence.SqlStore.interrupt`). The first sweep runs before `SubagentControl` returns, so
 the next runtime to open the store recovers what a crash left.
+
+A lapsed lease is taken for death only once this runtime's own renewals have run unbroken
+for a full lease of the other's since the last outage it saw, and since it opened
+(`controlplane._lease`): leases that lapsed because the store was down say nothing about
+who is alive. What needs no store — a closed row, a process gone on this host and boot — is
+judged at once, so the next runtime to open the store on the crashed one's host still
+recovers at once.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from controlplane._errors import ErrorCode, SubagentControlError
+from controlplane._lease import Renewals
 from controlplane._lifecycle import log_lifecycle
 from controlplane._task_types import RuntimeInfo, TaskSnapshot
 
@@ -87,6 +95,8 @@ class Runtime:
         store.ledger.register_runtime(
             self.id, host=self._host, pid=os.getpid(), boot_id=self._boot, lease_ttl_s=lease_ttl_s
         )
+        self.renewals = Renewals(lease_ttl_s)
+        """This runtime's own renewals: when it may take another's lapsed lease for death."""
 
     def start(self) -> None:
         """Sweep once now (what a crash left is recovered before the first send), then keep
@@ -185,17 +195,31 @@ class Runtime:
         return self._store.ledger.runtime(task.runtime_id)
 
     def _is_dead(self, runtime: RuntimeInfo, now: datetime) -> bool:
+        """Closed, its process gone, or its lease lapsed while this runtime could have seen
+        it renewed. A lapse this runtime cannot vouch for (its own renewals broke within
+        the other's lease: the store was down, or it was not looking) is unknown, and
+        unknown is alive: nothing is swept, taken over or settled on it."""
         from persistence import is_expired
 
-        if is_expired(runtime, now):
+        if runtime.closed_at is not None:
             return True
         # Same host and boot: a process that is gone is dead now, not after its lease.
-        return (
+        if (
             runtime.host == self._host
             and self._boot is not None
             and runtime.boot_id == self._boot
             and _pid_gone(runtime.pid)
-        )
+        ):
+            return True
+        if not is_expired(runtime, now):
+            return False
+        steady_s = self.renewals.steady_for()
+        if steady_s >= runtime.lease_ttl_s:
+            return True
+        log.info("runtime %s: the lease of runtime %s lapsed, but this runtime has renewed its "
+                 "own without a break for only %.2fs of its %gs lease: not judged dead yet",
+                 self.id, runtime.runtime_id, steady_s, runtime.lease_ttl_s)  # fmt: skip
+        return False
 
     # -- the thread ----------------------------------------------------------------------
 
@@ -203,9 +227,7 @@ class Runtime:
         period = self._lease_ttl_s / 3
         while not self._stopped.wait(period):
             try:
-                if not self._store.ledger.heartbeat(self.id):
-                    log.error("runtime %s: its row is closed or gone; it is dead to the others",
-                              self.id)  # fmt: skip
+                self._renew()
                 self._tasks.flush()
                 self.sweep()
             except SubagentControlError as exc:
@@ -213,3 +235,17 @@ class Runtime:
                             self.id, exc.message)  # fmt: skip
             except Exception:  # a bug here must not end the heartbeat: others would sweep us
                 log.exception("runtime %s: heartbeat or sweep failed", self.id)
+
+    def _renew(self) -> None:
+        """Renew this runtime's lease, and record how it went in `renewals`."""
+        sent_at = self.renewals.sending()
+        try:
+            alive = self._store.ledger.heartbeat(self.id)
+        except BaseException:
+            self.renewals.failed(sent_at)
+            raise
+        if alive:
+            self.renewals.renewed(sent_at)
+            return
+        self.renewals.failed(sent_at)
+        log.error("runtime %s: its row is closed or gone; it is dead to the others", self.id)
