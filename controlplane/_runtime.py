@@ -25,8 +25,6 @@ import os
 import socket
 import threading
 import uuid
-from datetime import datetime
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from controlplane._errors import ErrorCode, SubagentControlError
@@ -36,26 +34,17 @@ from controlplane._task_types import RuntimeInfo, TaskSnapshot
 
 if TYPE_CHECKING:
     from controlplane._tasks import ForeignKill, TaskService
-    from persistence import SqlStore
+    from persistence import LeaseNow, SqlStore
 
 __all__ = ["Runtime", "new_runtime_id"]
 
 log = logging.getLogger(__name__)
-
-_BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 
 
 def new_runtime_id() -> str:
     """A runtime id unique across processes, machines and restarts: host, pid, and 48
     random bits (the host and pid make it readable in the tree and the CLI)."""
     return f"{socket.gethostname()[:40]}-{os.getpid()}-{uuid.uuid4().hex[:12]}"
-
-
-def _boot_id() -> str | None:
-    try:
-        return _BOOT_ID.read_text().strip() or None
-    except OSError:
-        return None
 
 
 def _pid_gone(pid: int) -> bool:
@@ -85,8 +74,10 @@ class Runtime:
         self._store = store
         self._tasks = tasks
         self._lease_ttl_s = lease_ttl_s
-        self._host = socket.gethostname()[:255]
-        self._boot = _boot_id()
+        from persistence import boot_id, host_name
+
+        self._host = host_name()
+        self._boot = boot_id()
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
         self.forward_kill: ForeignKill | None = None
@@ -194,7 +185,7 @@ class Runtime:
             return None
         return self._store.ledger.runtime(task.runtime_id)
 
-    def _is_dead(self, runtime: RuntimeInfo, now: datetime) -> bool:
+    def _is_dead(self, runtime: RuntimeInfo, now: LeaseNow) -> bool:
         """Closed, its process gone, or its lease lapsed while this runtime could have seen
         it renewed. A lapse this runtime cannot vouch for (its own renewals broke within
         the other's lease: the store was down, or it was not looking) is unknown, and

@@ -8,6 +8,7 @@ test starts is reaped, pass or fail.
 
 from __future__ import annotations
 
+import signal
 import sqlite3
 import threading
 from collections.abc import Iterator
@@ -17,17 +18,28 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from controlplane import EventKind
-from persistence import SqlStore
+from controlplane import (
+    ErrorCode,
+    EventKind,
+    SendResult,
+    SubagentControl,
+    SubagentControlError,
+    TaskStatus,
+    TextBlock,
+)
+from persistence import SqlStore, is_expired
+from tests.fakes import FakeProvider
 from tests.reliability.processes import LinesProcess, Reaper, reaping
-from tests.support import WAIT_S, eventually
+from tests.support import WAIT_S, eventually, raises, text
 
 pytestmark = pytest.mark.slow
 
 reaped = pytest.fixture(reaping, name="reaped")
 
 LEASE_CHILD = Path(__file__).with_name("lease_child.py")
+PARENT = "lease-parent"
 LEASE_TTL_S = 2.0
+SKEW_S = 120.0
 
 
 class LeaseRuntime(LinesProcess):
@@ -107,3 +119,60 @@ def test_a_sqlite_outage_longer_than_the_lease_sweeps_no_live_runtime(
         threading.Event().wait(3 * LEASE_TTL_S)
     _steady(runtimes, 1.5)  # each has judged the other again since the store came back
     _all_completed(sqlite_url, runtimes)
+
+
+@pytest.mark.parametrize("shift_s", [SKEW_S, -SKEW_S], ids=["ahead", "behind"])
+def test_wall_clocks_apart_by_minutes_take_no_live_child_over(
+    sqlite_url: str, reaped: Reaper, shift_s: float
+) -> None:
+    true = reaped.add(LeaseRuntime(sqlite_url, "true clock"))
+    skewed = reaped.add(LeaseRuntime(sqlite_url, f"clock {shift_s:+g} s", shift_s=shift_s))
+    runtimes = [true, skewed]
+    _steady(runtimes, 2)
+    # Each holds its child: a send from the other is refused, never a takeover.
+    assert skewed.send(true.child_id) == "refused OWNERSHIP_CONFLICT"
+    assert true.send(skewed.child_id) == "refused OWNERSHIP_CONFLICT"
+    _all_completed(sqlite_url, runtimes)
+
+
+def test_a_runtime_just_opened_takes_a_lapsed_lease_for_death_only_after_a_lease(
+    sqlite_url: str, reaped: Reaper
+) -> None:
+    # It cannot know whether the store was out of reach just before it opened: a lease
+    # that lapsed then says nothing. A process gone on this host would be dead at once;
+    # a stopped one is alive to its pid, so only its lease speaks.
+    stopped = reaped.add(LeaseRuntime(sqlite_url, "stopped"))
+    stopped.proc.send_signal(signal.SIGSTOP)
+    with SqlStore(sqlite_url, read_only=True) as store:
+
+        def lapsed() -> bool:
+            now, suspects = store.ledger.suspects()
+            return any(r.runtime_id == stopped.runtime_id and is_expired(r, now) for r in suspects)
+
+        eventually(lapsed, "the stopped runtime's lease lapsed", WAIT_S + LEASE_TTL_S)
+    control = SubagentControl.open(sqlite_url, lease_ttl_s=LEASE_TTL_S)
+    try:
+        control.providers.register(FakeProvider())
+        parent = control.agents.register(PARENT)
+        with raises(ErrorCode.OWNERSHIP_CONFLICT, match="its lease lapsed"):
+            control.send_message(parent, stopped.child_id, [TextBlock(text="too soon")])
+        sent: list[SendResult] = []
+
+        def taken_over() -> bool:
+            try:
+                sent.append(control.send_message(parent, stopped.child_id, text("go on")))
+            except SubagentControlError as exc:
+                if exc.code is not ErrorCode.OWNERSHIP_CONFLICT:
+                    raise
+                return False
+            return True
+
+        eventually(taken_over, "the child taken over", WAIT_S + LEASE_TTL_S)
+        assert sent[0].route == "started"
+        done = control.tasks.wait(sent[0].task_id, timeout=WAIT_S, requester=parent)
+        assert done.status is TaskStatus.COMPLETED
+        assert control.tasks.get(stopped.task_id, requester=parent).status is (
+            TaskStatus.INTERRUPTED
+        )
+    finally:
+        control.close()
