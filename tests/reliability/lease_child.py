@@ -13,6 +13,9 @@ It starts one child whose turn runs until released and prints ``ready <runtime i
 - ``release``: ends its child's turn and prints ``settled <status>`` once its Task settles.
 - ``quit`` (or end of input): closes the runtime.
 
+With ``LEASE_CHILD_PROBE`` set to a folder, every activation holds that child's
+`pg_fault.LockProbe` lock while it acts, so two at once are recorded there.
+
 ``CLOCK_SHIFT_S`` moves this process's wall clock (every ``utcnow`` of the package and
 ``time.time``) by that many seconds, as a host whose clock is off would: the clock-skew
 tests run one such process beside a true one. A watchdog ends it after ``WATCHDOG_S``.
@@ -40,6 +43,7 @@ from controlplane import (
     TextBlock,
 )
 from tests.fakes import FakeProvider
+from tests.reliability.pg_fault import LockProbe
 from tests.support import wait_published
 
 PARENT = "lease-parent"
@@ -61,6 +65,22 @@ def shift_clock(seconds: float) -> None:
             module.utcnow = shifted  # type: ignore[attr-defined]
 
 
+class ProbedProvider(FakeProvider):
+    """A `FakeProvider` whose activations hold their child's probe lock while they act."""
+
+    def __init__(self, probe: LockProbe) -> None:
+        super().__init__()
+        self._probe = probe
+
+    def _enter(self, child_id: str) -> None:
+        super()._enter(child_id)
+        self._probe.enter(child_id, f"process {os.getpid()}")
+
+    def _leave(self, child_id: str) -> None:
+        self._probe.exit(child_id)
+        super()._leave(child_id)
+
+
 def main(url: str, lease_ttl_s: float, shift_s: float) -> None:
     watchdog = threading.Timer(WATCHDOG_S, os._exit, args=(3,))
     watchdog.daemon = True
@@ -71,7 +91,8 @@ def main(url: str, lease_ttl_s: float, shift_s: float) -> None:
     control = SubagentControl.open(url, lease_ttl_s=lease_ttl_s, close_timeout_s=5.0)
     if shift_s:
         shift_clock(shift_s)  # and whatever the open loaded
-    provider = FakeProvider()
+    probe = os.environ.get("LEASE_CHILD_PROBE")
+    provider = FakeProvider() if probe is None else ProbedProvider(LockProbe(probe))
     control.providers.register(provider)
     parent = control.agents.register(PARENT)
     gate = threading.Event()

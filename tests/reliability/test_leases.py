@@ -29,6 +29,7 @@ from controlplane import (
 )
 from persistence import SqlStore, is_expired
 from tests.fakes import FakeProvider
+from tests.reliability.pg_fault import LockProbe, PostgresServer
 from tests.reliability.processes import LinesProcess, Reaper, reaping
 from tests.support import WAIT_S, eventually, raises, text
 
@@ -45,8 +46,11 @@ SKEW_S = 120.0
 class LeaseRuntime(LinesProcess):
     """A ``lease_child.py`` runtime running one live child."""
 
-    def __init__(self, url: str, name: str, *, shift_s: float = 0.0) -> None:
-        super().__init__(LEASE_CHILD, url, str(LEASE_TTL_S), str(shift_s), name=name)
+    def __init__(
+        self, url: str, name: str, *, shift_s: float = 0.0, probe: Path | None = None
+    ) -> None:
+        env = {} if probe is None else {"LEASE_CHILD_PROBE": str(probe)}
+        super().__init__(LEASE_CHILD, url, str(LEASE_TTL_S), str(shift_s), name=name, env=env)
         self.runtime_id, self.child_id, self.task_id = self.expect("ready ", WAIT_S).split()
 
     def steady_s(self) -> float:
@@ -119,6 +123,28 @@ def test_a_sqlite_outage_longer_than_the_lease_sweeps_no_live_runtime(
         threading.Event().wait(3 * LEASE_TTL_S)
     _steady(runtimes, 1.5)  # each has judged the other again since the store came back
     _all_completed(sqlite_url, runtimes)
+
+
+@pytest.mark.postgres
+def test_a_postgresql_restart_longer_than_the_lease_sweeps_no_live_runtime(
+    pg_server: PostgresServer, reaped: Reaper, tmp_path: Path
+) -> None:
+    url = pg_server.new_database()
+    probe = LockProbe(tmp_path / "probe")
+    runtimes = [
+        reaped.add(LeaseRuntime(url, name, probe=probe.directory)) for name in ("first", "second")
+    ]
+    first, second = runtimes
+    _steady(runtimes, 1.5)  # each would judge the other's lapsed lease now
+    pg_server.restart(3 * LEASE_TTL_S)  # every lease lapses meanwhile
+    _steady(runtimes, 1.5)  # each has judged the other again since the server came back
+    # Each still runs its child: a send from the other is forwarded and steered there,
+    # never a takeover and a second activation.
+    assert first.send(second.child_id) == f"steered {second.task_id}"
+    assert second.send(first.child_id) == f"steered {first.task_id}"
+    assert probe.violations() == []
+    _all_completed(url, runtimes)
+    assert probe.violations() == []
 
 
 @pytest.mark.parametrize("shift_s", [SKEW_S, -SKEW_S], ids=["ahead", "behind"])
