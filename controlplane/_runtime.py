@@ -192,15 +192,7 @@ class Runtime:
         unknown is alive: nothing is swept, taken over or settled on it."""
         from persistence import is_expired
 
-        if runtime.closed_at is not None:
-            return True
-        # Same host and boot: a process that is gone is dead now, not after its lease.
-        if (
-            runtime.host == self._host
-            and self._boot is not None
-            and runtime.boot_id == self._boot
-            and _pid_gone(runtime.pid)
-        ):
+        if runtime.closed_at is not None or self._process_gone(runtime):
             return True
         if not is_expired(runtime, now):
             return False
@@ -211,6 +203,15 @@ class Runtime:
                  "own without a break for only %.2fs of its %gs lease: not judged dead yet",
                  self.id, runtime.runtime_id, steady_s, runtime.lease_ttl_s)  # fmt: skip
         return False
+
+    def _process_gone(self, runtime: RuntimeInfo) -> bool:
+        # Same host and boot: a process that is gone is dead now, not after its lease.
+        return (
+            runtime.host == self._host
+            and self._boot is not None
+            and runtime.boot_id == self._boot
+            and _pid_gone(runtime.pid)
+        )
 
     # -- the thread ----------------------------------------------------------------------
 
