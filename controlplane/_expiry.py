@@ -29,13 +29,12 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from datetime import datetime
 from typing import TYPE_CHECKING, Final
 
 from controlplane._task_types import RuntimeInfo
 
 if TYPE_CHECKING:
-    from persistence import SqlStore
+    from persistence import LeaseNow, SqlStore
 
 __all__ = ["RETAIN_LAPSED_S", "expire_leftovers"]
 
@@ -47,7 +46,7 @@ kept: it may be alive behind a partition or a store outage, and renew again."""
 
 
 def expire_leftovers(
-    store: SqlStore, own_id: str, *, is_gone: Callable[[RuntimeInfo, datetime], bool]
+    store: SqlStore, own_id: str, *, is_gone: Callable[[RuntimeInfo, LeaseNow], bool]
 ) -> tuple[int, int]:
     """Delete the inbox rows and runtime rows of runtimes gone for good; how many of each
     went (inbox rows, runtime rows)."""

@@ -20,8 +20,8 @@ from sqlalchemy import event, text
 
 from controlplane import ErrorCode, SubagentControl, SubagentControlError, TextBlock
 from controlplane._forwarding import TAKE_S
-from controlplane._runtime import Runtime, _boot_id
-from persistence import SqlStore
+from controlplane._runtime import Runtime
+from persistence import SqlStore, boot_id
 from tests.fakes import FakeProvider
 from tests.reliability.processes import Reaper, Sender, reaping
 from tests.reliability.test_forwarding import LONG, Owner, _owner
@@ -85,7 +85,7 @@ def _runtime_ids(store: SqlStore) -> set[str]:
 def test_what_sigkilled_and_closed_runtimes_leave_is_expired_and_a_live_senders_rows_stay(
     store_url: str, control: SubagentControl, reaped: Reaper
 ) -> None:
-    if _boot_id() is None:
+    if boot_id() is None:
         pytest.skip("no kernel boot id: a SIGKILLed process is gone only after its lease + 1 h")
     postgres = store_url.startswith("postgresql")
     store = _store(control)
