@@ -39,6 +39,8 @@ from controlplane import AcpProvider
 from tests.support import eventually
 
 AGENT = Path(__file__).with_name("acp_agent.py")
+HARNESS = Path(__file__).with_name("acp_harness.py")
+SDK_AGENT = Path(__file__).with_name("sdk_example_agent.py")
 WAIT_S = 15.0
 
 
@@ -386,3 +388,95 @@ def test_a_start_whose_activation_was_already_cancelled_spawns_nothing(agents: A
         AcpProvider(agents.command()).start(request, signal)
     assert caught.value.code is ErrorCode.CANCELLED
     assert agents.pids() == []
+
+
+def test_a_kill_mid_prompt_reaps_an_agent_that_ignores_eof_and_sigterm_and_its_wrapper(
+    control: SubagentControl, agents: Agents
+) -> None:
+    # The agent answers session/cancel at once, then neither exits on EOF nor on SIGTERM:
+    # only SIGKILL ends it, and a cancellation landing while it is reaped must not skip it.
+    flags = ("--wrapper", "--hang-on", "session/prompt", "--ignore-eof", "--ignore-sigterm")
+    register(control, agents, *flags, grace_s=0.5)
+    parent = control.agents.register("parent-1")
+    _, task_id = start(control, parent, "never stop")
+    eventually(lambda: agents.state.joinpath("prompts.jsonl").exists(), "the prompt arrived")
+
+    control.tasks.kill(task_id, requester=parent)
+
+    assert settle(control, task_id, parent).status is TaskStatus.KILLED
+    pids = agents.pids()
+    assert len(pids) == 2  # the wrapper and the agent it runs
+    eventually(lambda: not [pid for pid in pids if alive(pid)], "the agent's processes ended")
+
+
+def test_a_finished_turn_of_an_agent_that_ignores_eof_settles_without_waiting_out_the_grace(
+    control: SubagentControl, agents: Agents
+) -> None:
+    # A grace period longer than the wait: the Task settles only if the agent, done with its
+    # turn, is asked to exit (SIGTERM) rather than waited for.
+    register(control, agents, "--ignore-eof", grace_s=2 * WAIT_S)
+    parent = control.agents.register("parent-1")
+    _, task_id = start(control, parent, "hello")
+    assert settle(control, task_id, parent).status is TaskStatus.COMPLETED
+    assert not [pid for pid in agents.pids() if alive(pid)]
+
+
+def test_a_sigkilled_harness_leaves_no_agent_process_behind(
+    sqlite_url: str, agents: Agents
+) -> None:
+    flags = ("--wrapper", "--grandchild", "--ignore-eof", "--hang-on", "session/prompt")
+    harness = subprocess.Popen(
+        [sys.executable, str(HARNESS), sqlite_url, *agents.command(*flags)],
+        stdin=subprocess.PIPE,  # it waits on this until killed
+        cwd=Path(__file__).parents[2],
+    )
+    try:
+        eventually(lambda: agents.state.joinpath("prompts.jsonl").exists(), "the prompt arrived")
+        pids = agents.pids()
+        assert len(pids) == 3  # the wrapper, the agent, the agent's grandchild
+    finally:
+        harness.kill()
+        harness.wait(WAIT_S)
+        if harness.stdin is not None:
+            harness.stdin.close()
+    # Its guard gives the agent's group SIGTERM, and SIGKILL after the 0.5 s grace.
+    eventually(lambda: not [pid for pid in pids if alive(pid)], "the agent's processes ended")
+
+
+def test_the_sdks_example_agent_answers_resumes_and_is_reaped_promptly(
+    control: SubagentControl, tmp_path: Path
+) -> None:
+    # A third-party peer: it does not exit when its stdin closes (~0.2 s of asyncio
+    # teardown), streams chunks with no message id (one message per turn here), and does
+    # not advertise session/load, so a resume opens a new session primed with the transcript.
+    command = [sys.executable, str(SDK_AGENT)]
+    control.providers.register(AcpProvider(command, start_timeout_s=10.0, grace_s=2 * WAIT_S))
+    parent = control.agents.register("parent-1")
+    child_id, task_id = start(control, parent, "hello")
+    first = settle(control, task_id, parent)
+    again = control.send_message(parent, child_id, [TextBlock(text="and again")])
+    second = settle(control, again.task_id, parent)
+
+    assert first.outcome is not None
+    assert first.outcome.output == "Client sent:hello"
+    assert second.outcome is not None
+    assert (second.outcome.output or "").startswith("Client sent:You are continuing")
+    assert (second.outcome.output or "").endswith("and again")
+    replies = [e.data for e in events(control, child_id) if e.kind == EventKind.ASSISTANT_MESSAGE]
+    assert len(replies) == 2
+    assert running(SDK_AGENT) == []  # each reaped before its Task settled
+
+
+def running(script: Path) -> list[int]:
+    """The live processes whose command line names ``script`` (from /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = entry.joinpath("cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue  # ended meanwhile
+        if str(script).encode() in argv and alive(int(entry.name)):
+            found.append(int(entry.name))
+    return found
