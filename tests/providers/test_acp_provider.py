@@ -480,3 +480,39 @@ def running(script: Path) -> list[int]:
         if str(script).encode() in argv and alive(int(entry.name)):
             found.append(int(entry.name))
     return found
+
+
+def test_a_kill_while_the_agent_starts_a_resume_keeps_the_message_in_a_turn_closed_killed(
+    control: SubagentControl, agents: Agents
+) -> None:
+    hang = agents.state.parent / "hang"  # the agent hangs in initialize once this exists
+    fifo = agents.state.parent / "announce"
+    os.mkfifo(fifo)
+    flags = ("--hang-on", "initialize", "--hang-if-exists", str(hang), "--announce", str(fifo))
+    register(control, agents, *flags, start_timeout_s=60.0)
+    parent = control.agents.register("parent-1")
+    child_id, task_id = start(control, parent, "hello")
+    assert settle(control, task_id, parent).status is TaskStatus.COMPLETED
+    hang.touch()
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        again = control.send_message(parent, child_id, [TextBlock(text="carry on")])
+        assert again.route == "started"
+        ready, _, _ = select.select([reader], [], [], WAIT_S)
+        assert ready, "the agent never got stuck in initialize"
+        assert os.read(reader, 100) == b"hanging in initialize\n"
+    finally:
+        os.close(reader)
+
+    control.tasks.kill(again.task_id, requester=parent)
+
+    assert settle(control, again.task_id, parent).status is TaskStatus.KILLED
+    turn_2 = [e for e in events(control, child_id) if e.turn == 2]
+    assert [e.kind for e in turn_2] == [
+        EventKind.TURN_START,
+        EventKind.USER_MESSAGE,
+        EventKind.TURN_END,
+    ]
+    assert turn_2[1].data == {"text": "carry on"}
+    assert turn_2[2].data == {"task_id": again.task_id, "status": "killed"}
+    assert not [pid for pid in agents.pids() if alive(pid)]
