@@ -421,19 +421,29 @@ def test_a_finished_turn_of_an_agent_that_ignores_eof_settles_without_waiting_ou
     assert not [pid for pid in agents.pids() if alive(pid)]
 
 
+@pytest.mark.parametrize(
+    "flags",
+    [
+        pytest.param(("--hang-on", "session/prompt"), id="mid-prompt"),
+        pytest.param(("--hang-on", "initialize"), id="while-starting"),
+    ],
+)
 def test_a_sigkilled_harness_leaves_no_agent_process_behind(
-    sqlite_url: str, agents: Agents
+    sqlite_url: str, agents: Agents, flags: tuple[str, ...]
 ) -> None:
-    flags = ("--wrapper", "--grandchild", "--ignore-eof", "--hang-on", "session/prompt")
+    # The agent runs under a wrapper, ignores EOF and left a grandchild in its group.
+    flags = ("--wrapper", "--grandchild", "--ignore-eof", *flags)
     harness = subprocess.Popen(
         [sys.executable, str(HARNESS), sqlite_url, *agents.command(*flags)],
         stdin=subprocess.PIPE,  # it waits on this until killed
         cwd=Path(__file__).parents[2],
     )
     try:
-        eventually(lambda: agents.state.joinpath("prompts.jsonl").exists(), "the prompt arrived")
+        # The wrapper, the agent and the agent's grandchild.
+        eventually(lambda: len(agents.pids()) == 3, "the agent and its grandchild started")
+        if "session/prompt" in flags:
+            eventually(lambda: agents.state.joinpath("prompts.jsonl").exists(), "prompted")
         pids = agents.pids()
-        assert len(pids) == 3  # the wrapper, the agent, the agent's grandchild
     finally:
         harness.kill()
         harness.wait(WAIT_S)
