@@ -409,6 +409,21 @@ def test_a_kill_mid_prompt_reaps_an_agent_that_ignores_eof_and_sigterm_and_its_w
     eventually(lambda: not [pid for pid in pids if alive(pid)], "the agent's processes ended")
 
 
+def test_close_mid_prompt_reaps_an_agent_that_ignores_eof_and_sigterm_and_its_wrapper(
+    sqlite_url: str, agents: Agents
+) -> None:
+    flags = ("--wrapper", "--hang-on", "session/prompt", "--ignore-eof", "--ignore-sigterm")
+    with SubagentControl.open(sqlite_url) as control:
+        register(control, agents, *flags, grace_s=0.5)
+        parent = control.agents.register("parent-1")
+        start(control, parent, "never stop")
+        eventually(lambda: agents.state.joinpath("prompts.jsonl").exists(), "the prompt arrived")
+        pids = agents.pids()
+    # close() returned: the wrapper was reaped, the agent under it sent SIGKILL.
+    eventually(lambda: not [pid for pid in pids if alive(pid)], "the agent's processes ended")
+    assert not [t for t in _threads() if t.startswith(THREAD_PREFIX)]
+
+
 def test_a_finished_turn_of_an_agent_that_ignores_eof_settles_without_waiting_out_the_grace(
     control: SubagentControl, agents: Agents
 ) -> None:
