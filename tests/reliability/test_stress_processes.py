@@ -14,8 +14,8 @@ single-process stress test does (`load.account`):
 
 - ``steered``: exactly one ``steering/message`` with its text and source, in the turn of the
   Task the caller was told, wherever that Task ran;
-- ``started``: exactly one ``user/message`` opening the new Task's turn, or nowhere when the
-  Task was killed before publication;
+- ``started``: exactly one ``user/message`` opening the new Task's turn, also when the Task
+  was killed while its provider started (its turn then ends ``killed``);
 - refused: nowhere.
 
 Double activations are caught by a file lock per child that every activation, in any
@@ -326,7 +326,7 @@ def test_concurrent_sends_from_several_processes_are_each_delivered_once_or_refu
             "messages_sent": len(reports.sent),
             "steered": tally["delivered/steered"],
             "started": tally["delivered/started"],
-            "started_killed_before_publication": tally["started/killed before publication"],
+            "started_killed": tally["started/killed"],
             "refused": {
                 key.removeprefix("refused/"): value
                 for key, value in sorted(tally.items())
