@@ -118,7 +118,11 @@ class Serving:
             log.exception("forwarded message %s: taking it failed", inbox_id)
             return
         if item is None:
-            return  # its sender gave up on it first: never delivered
+            # Its sender gave up on it first: never delivered. The row that refused this
+            # take, the only one there is, is clutter now, whether or not its sender lives
+            # to forget it.
+            self._forget(inbox_id)
+            return
         flight = InFlight(item.child_id, item.sender_runtime, time.monotonic())
         with self._lock:
             self._serving[inbox_id] = flight
@@ -133,6 +137,12 @@ class Serving:
         finally:
             with self._lock:
                 self._serving.pop(inbox_id, None)
+
+    def _forget(self, inbox_id: str) -> None:
+        try:
+            self._inbox.forget([inbox_id])
+        except SubagentControlError as exc:  # a leftover row harms nothing
+            log.warning("forwarded message %s: not forgotten (%s)", inbox_id, exc.message)
 
     def _answer(self, inbox_id: str, reply: dict[str, Any]) -> None:
         """Answer a message taken here, however long the store takes to come back: its
