@@ -244,7 +244,7 @@ class TaskService:
                 # turn open: written first, the claim below finds the turn closed as the
                 # Task says (else the takeover would close it with words of its own).
                 if self._unsaved:
-                    self.flush()
+                    self.flush(child_id)
                 task.fence = claimer(snapshot)
             elif self._ledger is not None:
                 self._ledger.admit(snapshot)
@@ -336,15 +336,29 @@ class TaskService:
             elif task_id in self._recent:
                 self._recent[task_id] = stored
 
-    def flush(self) -> int:
-        """Retry the settlements the store refused; returns how many are still unsaved."""
+    def flush(self, child_id: str | None = None) -> int:
+        """Retry the settlements the store refused (only those of ``child_id``'s Tasks,
+        when given); returns how many are still unsaved."""
         with self._lock:
-            pending = list(self._unsaved.values())
-            self._unsaved.clear()
+            pending = [
+                settlement
+                for task_id, settlement in self._unsaved.items()
+                if child_id is None or self._child_of(task_id) == child_id
+            ]
+            for settlement in pending:
+                del self._unsaved[settlement[0]]
         for settlement in pending:
             self._save(settlement)
         with self._lock:
             return len(self._unsaved)
+
+    def _child_of(self, task_id: str) -> str | None:
+        """Under the lock: the child of a Task this runtime still remembers."""
+        task = self._live.get(task_id)
+        if task is not None:
+            return task.child_id
+        recent = self._recent.get(task_id)
+        return None if recent is None else recent.child_id
 
     def release(self, task_id: str) -> None:
         """Mark a settled Task's activation as gone; `wait` returns from here on."""
