@@ -16,9 +16,9 @@ import random
 import signal
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 import pytest
@@ -42,6 +42,8 @@ from tests.reliability.test_restarts import Child
 from tests.support import WAIT_S, eventually, in_thread, running_child
 
 pytestmark = pytest.mark.slow
+
+T = TypeVar("T")
 
 SENDER = "sender.Example-Ünï:42"  # dots, capitals, non-ASCII: the channel is a hash of it
 HOLDER = "holder-runtime"
@@ -357,3 +359,48 @@ def test_a_holder_killed_while_its_steering_record_commits_leaves_neither_record
     control.tasks.wait(again.task_id, timeout=WAIT_S, requester=parent)
     (record,) = _carrying(control.store.load(child).events, "second")
     assert record.kind == EventKind.USER_MESSAGE
+
+
+class _PostUnheard(SqlStore):
+    """A sender's store whose post of a forwarded message commits, then fails on every
+    attempt, as a server crashing right after the commit would; the failure is reported
+    only once the holder has taken the message."""
+
+    def __init__(self, url: str) -> None:
+        self._libpq_url = _libpq(url)
+        super().__init__(url, retry=RetryPolicy.immediate(max_attempts=2))
+
+    def _run(self, action: str, operation: Callable[[int], T]) -> T:
+        if not action.startswith("forward a message to runtime") or action.endswith(" again"):
+            return super()._run(action, operation)
+
+        def attempt(number: int) -> T:
+            if number == 1:
+                operation(number)
+                eventually(self._taken, "the holder takes the message")
+            raise psycopg.OperationalError("server closed the connection unexpectedly")
+
+        return super()._run(action, attempt)
+
+    def _taken(self) -> bool:
+        with psycopg.connect(self._libpq_url) as conn:
+            row = conn.execute(f"SELECT count(*) FROM {INBOX} WHERE state <> 'pending'").fetchone()
+        return row is not None and row[0] > 0
+
+
+def test_a_forward_whose_post_committed_unheard_is_answered_not_reported_unavailable(
+    url: str, holder: tuple[SubagentControl, FakeProvider]
+) -> None:
+    a, provider = holder
+    child, task_id, _plan = running_child(a, a.agents.register("p"), provider, threading.Event())
+    with SubagentControl(_PostUnheard(url), lease_ttl_s=30.0) as sender:
+        sender.providers.register(FakeProvider())
+        parent = sender.agents.register("p")
+
+        sent = sender.send_message(parent, child, [TextBlock(text="posted unheard")])
+
+        # Before, the post's failure was raised (STORE_UNAVAILABLE: not delivered) while
+        # the holder had taken the message and steered it.
+        assert (sent.route, sent.task_id) == ("steered", task_id)
+        assert sender.store is not None
+        assert len(_carrying(sender.store.load(child).events, "posted unheard")) == 1
