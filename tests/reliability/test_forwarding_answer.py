@@ -287,6 +287,60 @@ def test_the_holder_answers_a_steer_with_its_record_and_only_refusals_and_kills_
     assert done.status is TaskStatus.KILLED
 
 
+def test_a_message_notified_twice_is_delivered_once_even_when_the_second_take_is_retried(
+    control: SubagentControl,
+    holder: tuple[SubagentControl, FakeProvider],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A sender's post retried after a commit whose acknowledgement was lost notifies the
+    # holder twice. The second take finds the row taken; had its first attempt failed
+    # transiently, its retry (which must accept a row its own first attempt may have
+    # taken) would take it again, and the run would get the message twice.
+    a, provider = holder
+    child, _task_id, plan = running_child(a, a.agents.register("p"), provider, threading.Event())
+    assert plan.run is not None
+    assert plan.run.steer is not None
+    steer, first_entered, first_may_go = plan.run.steer, threading.Event(), threading.Event()
+
+    def held_first(message: Any, source: Any) -> None:
+        if not first_entered.is_set():
+            first_entered.set()
+            first_may_go.wait(WAIT_S)
+        steer(message, source)
+
+    plan.run.steer = held_first
+    assert a._forwarder is not None
+    serving, store = a._forwarder._serving, a.store
+    assert store is not None
+    message = [{"type": "text", "text": "twice notified"}]
+    sender = control.runtime_id
+    item = InboxItem(uuid.uuid4().hex, "send", child, sender, "p", message, {"kind": "coordinator"})
+    first = in_thread(lambda: serving._take(item.inbox_id, item))
+    assert first_entered.wait(WAIT_S)  # taken, and being delivered
+    run = store._run
+    failed_once: list[str] = []
+
+    def first_take_attempt_fails(action: str, operation: Callable[[int], T]) -> T:
+        if not action.startswith("take forwarded message") or failed_once:
+            return run(action, operation)
+
+        def attempt(number: int) -> T:
+            if number == 1:
+                failed_once.append(action)
+                raise psycopg.errors.SerializationFailure("could not serialize access (test)")
+            return operation(number)
+
+        return run(action, attempt)
+
+    monkeypatch.setattr(store, "_run", first_take_attempt_fails)
+    serving._take(item.inbox_id, item)  # the second notification of the same message
+    first_may_go.set()
+    first.result(timeout=WAIT_S)
+
+    assert provider.steered_texts(child) == ["twice notified"]
+    assert len(_carrying(store.load(child).events, "twice notified")) == 1
+
+
 reaped = pytest.fixture(reaping, name="reaped")
 
 
