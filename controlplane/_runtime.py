@@ -8,6 +8,13 @@ its lease lapsed, or (same host, same boot) its process gone — is settled ``in
 and its child's open turn closed, once, however many runtimes sweep at the same moment
 (`persistence.SqlStore.interrupt`). The first sweep runs before `SubagentControl` returns, so
 the next runtime to open the store recovers what a crash left.
+
+The runtime also judges its own lease (`controlplane._own_lease`): when no renewal has
+succeeded for two thirds of the lease, a watchdog that never waits on the store fences the
+runtime: every activation is cancelled (its Task settles ``interrupted``, "lease lost") and
+new Tasks are refused. Once a renewal succeeds again, this thread writes those Tasks'
+settlements with their turns' ends (unless a runtime that took the child over did first)
+and admits new Tasks; a later send re-claims the child like any resume.
 """
 
 from __future__ import annotations
@@ -17,6 +24,7 @@ import logging
 import os
 import socket
 import threading
+import time
 import uuid
 from datetime import datetime
 from pathlib import Path
@@ -24,6 +32,7 @@ from typing import TYPE_CHECKING
 
 from controlplane._errors import ErrorCode, SubagentControlError
 from controlplane._lifecycle import log_lifecycle
+from controlplane._own_lease import OwnLease
 from controlplane._task_types import RuntimeInfo, TaskSnapshot
 
 if TYPE_CHECKING:
@@ -84,24 +93,41 @@ class Runtime:
         self.forward_kill: ForeignKill | None = None
         """How a kill reaches a live runtime's Task (PostgreSQL: forwarding); unset, it is
         refused with ``OWNERSHIP_CONFLICT``."""
+        self.lease = OwnLease(runtime_id, lease_ttl_s, tasks.fence)
+        """This runtime's own lease and its watchdog."""
+        tasks.on_interrupt(self._interrupt_own)
+        sent = self.lease.sending()
         store.ledger.register_runtime(
             self.id, host=self._host, pid=os.getpid(), boot_id=self._boot, lease_ttl_s=lease_ttl_s
         )
+        self.lease.renewed(sent)
 
     def start(self) -> None:
         """Sweep once now (what a crash left is recovered before the first send), then keep
         the heartbeat and the sweep going on one background thread."""
         self.sweep()
+        self.lease.start()
         self._thread = threading.Thread(
             target=self._run, name=f"subagent-runtime:{self.id}", daemon=True
         )
         self._thread.start()
 
     def close(self) -> None:
-        """Stop the thread and give the runtime's claims up at once (closed in the store)."""
+        """Stop the thread and give the runtime's claims up at once (closed in the store).
+
+        The heartbeat thread may be in a store call that waits out its deadline (a
+        partition): close waits for it a lease at most, then leaves it (a daemon) and
+        records nothing more, as a crash would leave it: its lease lapses, and any Task it
+        could not record is settled by another runtime or by the next to open the store.
+        """
         self._stopped.set()
+        self.lease.stop()
         if self._thread is not None:
-            self._thread.join()
+            self._thread.join(self._lease_ttl_s)
+            if self._thread.is_alive():
+                log.warning("runtime %s: its heartbeat is stuck in a store call; closing "
+                            "without recording the close", self.id)  # fmt: skip
+                return
         with contextlib.suppress(SubagentControlError):
             self._tasks.flush()
         try:
@@ -139,6 +165,12 @@ class Runtime:
                 runtime_id=self.id, status="interrupted", dead_runtime=task.runtime_id,
             )  # fmt: skip
         return settled
+
+    def _interrupt_own(self, task: TaskSnapshot) -> bool:
+        """Write the settlement of a Task of this runtime that was fenced (its lease lost,
+        or its claim taken): ``interrupted`` with its turn's end, once."""
+        detail = task.outcome.detail if task.outcome is not None else None
+        return self._store.interrupt(task, detail or "interrupted: this runtime lost its lease")
 
     def claim(self, task: TaskSnapshot) -> int | None:
         """Admit a resume's Task and claim its child for this runtime (taking over a dead
@@ -201,12 +233,20 @@ class Runtime:
 
     def _run(self) -> None:
         period = self._lease_ttl_s / 3
-        while not self._stopped.wait(period):
+        due = time.monotonic() + period
+        # Renewals keep their pace from when each was sent, whatever the flush and the
+        # sweep after it cost: the watchdog times the lease from the sends.
+        while not self._stopped.wait(max(0.0, due - time.monotonic())):
+            sent = self.lease.sending()
+            due = sent + period
             try:
-                if not self._store.ledger.heartbeat(self.id):
-                    log.error("runtime %s: its row is closed or gone; it is dead to the others",
-                              self.id)  # fmt: skip
-                self._tasks.flush()
+                if self._store.ledger.heartbeat(self.id):
+                    self.lease.renewed(sent)
+                else:
+                    self.lease.lose("its row is closed or gone; it is dead to the others")
+                fenced = self._tasks.suspended
+                if self._tasks.flush() == 0 and fenced is not None and not self.lease.lapsed:
+                    self._tasks.readmit(fenced)
                 self.sweep()
             except SubagentControlError as exc:
                 log.warning("runtime %s: heartbeat or sweep failed (%s); retrying",
