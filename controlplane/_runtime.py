@@ -119,6 +119,7 @@ class Runtime:
         partition): close waits for it a lease at most, then leaves it (a daemon) and
         records nothing more, as a crash would leave it: its lease lapses, and any Task it
         could not record is settled by another runtime or by the next to open the store.
+        Its own store calls are bounded by a lease too.
         """
         self._stopped.set()
         self.lease.stop()
@@ -128,12 +129,13 @@ class Runtime:
                 log.warning("runtime %s: its heartbeat is stuck in a store call; closing "
                             "without recording the close", self.id)  # fmt: skip
                 return
-        with contextlib.suppress(SubagentControlError):
-            self._tasks.flush()
-        try:
-            self._store.ledger.close_runtime(self.id)
-        except SubagentControlError as exc:
-            log.warning("runtime %s: could not record its close (%s)", self.id, exc.message)
+        with self._store.deadline(self._lease_ttl_s):
+            with contextlib.suppress(SubagentControlError):
+                self._tasks.flush()
+            try:
+                self._store.ledger.close_runtime(self.id)
+            except SubagentControlError as exc:
+                log.warning("runtime %s: could not record its close (%s)", self.id, exc.message)
 
     # -- the sweep ---------------------------------------------------------------------
 
@@ -240,14 +242,19 @@ class Runtime:
             sent = self.lease.sending()
             due = sent + period
             try:
-                if self._store.ledger.heartbeat(self.id):
+                # Bounded, so that a silent network costs one renewal, not the thread: the
+                # next goes out on time (the watchdog does not wait for either).
+                with self._store.deadline(period):
+                    alive = self._store.ledger.heartbeat(self.id)
+                if alive:
                     self.lease.renewed(sent)
                 else:
                     self.lease.lose("its row is closed or gone; it is dead to the others")
-                fenced = self._tasks.suspended
-                if self._tasks.flush() == 0 and fenced is not None and not self.lease.lapsed:
-                    self._tasks.readmit(fenced)
-                self.sweep()
+                with self._store.deadline(self._lease_ttl_s):
+                    fenced = self._tasks.suspended
+                    if self._tasks.flush() == 0 and fenced is not None and not self.lease.lapsed:
+                        self._tasks.readmit(fenced)
+                    self.sweep()
             except SubagentControlError as exc:
                 log.warning("runtime %s: heartbeat or sweep failed (%s); retrying",
                             self.id, exc.message)  # fmt: skip
