@@ -11,7 +11,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.pool import ConnectionPoolEntry, StaticPool
 
 from controlplane.contract import ErrorCode, SubagentControlError
-from persistence._deadlines import SILENCE_GRACE_S, bounded_connection_class
+from persistence._deadlines import SILENCE_GRACE_S, bounded_connection_class, connect_bounded
 from persistence._schema import CHILDREN, EVENTS, SEGMENTS
 
 __all__ = [
@@ -46,6 +46,7 @@ PG_NETWORK_BOUNDS: Final[dict[str, int]] = {
 LOCK_TIMEOUT_S: Final = 5.0
 """The default bound of a lock wait: far above any append's hold of a child's lock."""
 STATEMENT_TIMEOUT_S: Final = 30.0
+_IDLE_IN_TRANSACTION_FLOOR_S: Final = 1.0
 """The default bound of a statement: far above a 10,000-event load."""
 
 _EVENT_COLUMNS: Final = "seq, turn, kind, data, source, created_at"
@@ -326,7 +327,7 @@ def _postgresql(url: URL, settings: ConnectionSettings) -> tuple[Engine, Backend
 
     @event.listens_for(engine, "do_connect")
     def connect(_dialect: Any, _record: Any, cargs: Any, cparams: Any) -> Any:
-        return bounded.connect(*cargs, **cparams)
+        return connect_bounded(bounded, cargs, cparams)
 
     @event.listens_for(engine, "connect")
     def configure(dbapi_connection: Any, _record: ConnectionPoolEntry) -> None:
@@ -356,10 +357,20 @@ def _pg_options(url: URL, settings: ConnectionSettings) -> str:
     first error, would never get a say. Past ``lock_timeout`` the wait fails with
     SQLSTATE 55P03, past ``statement_timeout`` with 57014; both are transient. Set at
     connect time, they cost nothing per statement.
+
+    ``idle_in_transaction_session_timeout`` (the lock timeout too) is the same bound seen
+    from the other side: a client that went silent inside a write transaction (partitioned,
+    paused) would keep its row locks, the child's among them, for as long as the server
+    believes the connection alive, and no other runtime could take the child over. A
+    transaction idle for longer than anyone waits for its locks is ended by the server
+    (never sooner than `_IDLE_IN_TRANSACTION_FLOOR_S`: a tiny lock timeout must not end
+    the store's own transactions between two statements).
     """
     bounds = (
         f"-c lock_timeout={_milliseconds(settings.lock_timeout_s)} "
-        f"-c statement_timeout={_milliseconds(settings.statement_timeout_s)}"
+        f"-c statement_timeout={_milliseconds(settings.statement_timeout_s)} "
+        "-c idle_in_transaction_session_timeout="
+        f"{_milliseconds(max(settings.lock_timeout_s, _IDLE_IN_TRANSACTION_FLOOR_S))}"
     )
     given = url.query.get("options", ())
     return " ".join([bounds, *([given] if isinstance(given, str) else given)])

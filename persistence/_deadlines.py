@@ -11,7 +11,8 @@ the client bounds every wait for the server itself:
   fails as a lost connection (transient: the retry policy reconnects) and the pool drops
   the connection. The bound is the statement timeout plus `SILENCE_GRACE_S` (a live server
   answers within ``statement_timeout``, if only to cancel the statement), or less inside
-  `call_deadline`. psycopg's own wait runs untouched (its C loop is the hot path); the
+  `call_deadline` (whose connects get its time, 2 s at least: libpq's floor). psycopg's
+  own wait runs untouched (its C loop is the hot path); the
   watch costs a dictionary entry per wait.
 - `call_deadline` bounds every store call a thread makes inside it, retries included:
   the runtime's heartbeat must fail in time for the next one, and `close` must return
@@ -23,13 +24,20 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import socket
 import threading
 import time
 from collections.abc import Iterator
 from typing import Any, Final
 
-__all__ = ["SILENCE_GRACE_S", "bounded_connection_class", "call_deadline", "time_left"]
+__all__ = [
+    "SILENCE_GRACE_S",
+    "bounded_connection_class",
+    "call_deadline",
+    "connect_bounded",
+    "time_left",
+]
 
 log = logging.getLogger(__name__)
 
@@ -72,13 +80,14 @@ class _Reaper:
         until = time.monotonic() + bound
         with self._cond:
             ticket = next(self._tickets)
+            sooner = until < self._next_until()  # than the reaper sleeps until
             self._waits[ticket] = (until, fd)
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, name="subagent-store-deadlines", daemon=True
                 )
                 self._thread.start()
-            elif until < self._next_until():
+            elif sooner:
                 self._cond.notify()
         return ticket
 
@@ -125,6 +134,21 @@ def _shut_down(fd: int) -> None:
 
 
 _REAPER = _Reaper()
+
+
+def connect_bounded(connection_class: Any, cargs: Any, cparams: dict[str, Any]) -> Any:
+    """Connect with ``connection_class``, the connect timeout cut to this thread's
+    `call_deadline` (libpq's floor is 2 s); none at all once the deadline has passed."""
+    left = time_left()
+    if left is not None:
+        import psycopg
+
+        if left <= 0:
+            raise psycopg.OperationalError("no time left to connect (the call's deadline passed)")
+        given = int(cparams.get("connect_timeout") or 0)
+        cut = max(2, math.ceil(left))
+        cparams = {**cparams, "connect_timeout": cut if given <= 0 else min(given, cut)}
+    return connection_class.connect(*cargs, **cparams)
 
 
 def bounded_connection_class(silence_s: float) -> Any:
