@@ -97,10 +97,15 @@ class Runtime:
         """This runtime's own lease and its watchdog."""
         tasks.on_interrupt(self._interrupt_own)
         sent = self.lease.sending()
-        store.ledger.register_runtime(
-            self.id, host=self._host, pid=os.getpid(), boot_id=self._boot, lease_ttl_s=lease_ttl_s
-        )
+        self._register()
         self.lease.renewed(sent)
+
+    def _register(self) -> None:
+        """Write this runtime's row, its heartbeat fresh, unless it exists (even closed)."""
+        self._store.ledger.register_runtime(
+            self.id, host=self._host, pid=os.getpid(), boot_id=self._boot,
+            lease_ttl_s=self._lease_ttl_s,
+        )  # fmt: skip
 
     def start(self) -> None:
         """Sweep once now (what a crash left is recovered before the first send), then keep
@@ -250,6 +255,11 @@ class Runtime:
                     self.lease.renewed(sent)
                 else:
                     self.lease.lose("its row is closed or gone; it is dead to the others")
+                    # A row deleted while this runtime was cut off (expired) comes back
+                    # fresh, and the next renewal re-arms the lease; a closed one stays
+                    # closed, and the runtime fenced.
+                    with self._store.deadline(period):
+                        self._register()
                 with self._store.deadline(self._lease_ttl_s):
                     fenced = self._tasks.suspended
                     if self._tasks.flush() == 0 and fenced is not None and not self.lease.lapsed:

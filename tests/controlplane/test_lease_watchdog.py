@@ -26,6 +26,7 @@ from controlplane import (
     InProcessProvider,
     ModelReply,
     ModelRequest,
+    ScriptedModel,
     SubagentControl,
     SubagentControlError,
     TaskStatus,
@@ -34,6 +35,7 @@ from controlplane import (
 )
 from controlplane.contract import CancelSignal
 from persistence import SqlStore
+from persistence._schema import RUNTIMES
 from tests.support import WAIT_S, eventually, raises, wait_published
 
 LEASE_S = 1.5
@@ -191,3 +193,44 @@ def test_a_runtime_whose_store_hangs_stops_its_activations_before_its_lease_can_
         return True
 
     eventually(resumed, "a send after the outage resumed the child", timeout=LEASE_S * 4)
+
+
+def test_a_runtime_whose_row_was_expired_while_it_was_cut_off_registers_again_and_takes_work(
+    control: SubagentControl, db: str
+) -> None:
+    # What a runtime cut off for long finds when the store answers again: the others
+    # settled its Tasks and expired its row. It must not act on a lease it no longer has,
+    # nor refuse work for ever: it writes its row again, and once renewed takes work.
+    control.providers.register(InProcessProvider(ScriptedModel(["ok"]), name="plain"))
+    parent = control.agents.register("parent")
+    start = control.start_continuable(
+        ContinuableStartSpec(
+            provider="plain", label="idle", parent=parent, prompt=[TextBlock(text="go")]
+        )
+    )
+    assert control.tasks.wait(start.task_id, timeout=WAIT_S, requester=parent).status is (
+        TaskStatus.COMPLETED
+    )
+    store = control.store
+    assert store is not None
+    with sqlite3.connect(db, isolation_level=None, timeout=WAIT_S) as raw:
+        raw.execute(f"DELETE FROM {RUNTIMES} WHERE runtime_id = ?", (control.runtime_id,))
+
+    def registered() -> bool:
+        row = store.ledger.runtime(control.runtime_id)
+        return row is not None and row.closed_at is None
+
+    eventually(registered, "the runtime wrote its row again", timeout=LEASE_S * 4)
+
+    def resumed() -> bool:
+        try:
+            res = control.send_message(parent, start.child_id, [TextBlock(text="again")])
+        except SubagentControlError as exc:  # refused until a renewal re-arms the lease
+            if exc.code is not ErrorCode.STORE_UNAVAILABLE:
+                raise
+            return False
+        done = control.tasks.wait(res.task_id, timeout=WAIT_S, requester=parent)
+        assert done.status is TaskStatus.COMPLETED, done
+        return True
+
+    eventually(resumed, "a send resumed the child", timeout=LEASE_S * 4)
