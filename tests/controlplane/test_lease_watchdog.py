@@ -131,7 +131,7 @@ def test_a_runtime_whose_store_hangs_stops_its_activations_before_its_lease_can_
 
     locker = sqlite3.connect(db, isolation_level=None, timeout=WAIT_S)
     locker.execute("BEGIN EXCLUSIVE")  # every write of the runtime now waits
-    locked_at = time.monotonic()
+    locked_at = time.monotonic()  # every renewal sent from now on hangs
     try:
         # The runtime's own answer, while its store still hangs.
         snap = control.tasks.wait(start.task_id, timeout=LEASE_S * 2, requester=parent)
@@ -141,7 +141,6 @@ def test_a_runtime_whose_store_hangs_stops_its_activations_before_its_lease_can_
         assert snap.outcome.detail is not None
         assert "interrupted" in snap.outcome.detail
         assert "lease lost" in snap.outcome.detail
-        assert answered_at - locked_at < LEASE_S, "the local answer waited on the store"
 
         # Fenced before the lease could lapse: the watchdog fired at most two thirds of
         # the lease after the last renewal that succeeded was sent.
@@ -152,6 +151,9 @@ def test_a_runtime_whose_store_hangs_stops_its_activations_before_its_lease_can_
         assert last_renewal_sent < locked_at
         assert calls.cancelled_at is not None
         assert calls.cancelled_at < last_renewal_sent + LEASE_S
+        # The runtime's own answer came before the lease could lapse for anyone (not after
+        # the store call the heartbeat is stuck in, which waits out a 60 s busy timeout).
+        assert answered_at < last_renewal_sent + LEASE_S, "the local answer waited"
         # Nothing acted after the fence.
         assert all(at <= calls.cancelled_at for _what, at in calls.calls), calls.calls
         assert [what for what, _at in calls.calls] == ["model", "tool", "model"]
