@@ -20,6 +20,9 @@ runtime judges its own lease, on its own clock, and never by asking the store:
   may take the children over.
 - It runs on its own thread and takes no lock a store call holds: the heartbeat thread may
   be stuck in a store call for as long as that call's deadline; the watchdog still fires.
+
+The renewals themselves are recorded in one place, `controlplane._lease.Renewals` (which
+also says when this runtime may judge others dead); the watchdog reads its last success.
 """
 
 from __future__ import annotations
@@ -28,7 +31,10 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Final
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from controlplane._lease import Renewals
 
 __all__ = ["FENCE_AT", "OwnLease"]
 
@@ -45,9 +51,12 @@ class OwnLease:
     Args:
         runtime_id: The runtime's id (for the thread's name and the log).
         lease_ttl_s: The lease others judge this runtime by.
+        renewals: The runtime's record of its renewals (`Renewals.last_renewed`).
         on_lapse: Called on the watchdog's thread with the reason (``lease lost: …``) once
             per lapse: no renewal sent in the last ``FENCE_AT * lease_ttl_s`` seconds
             succeeded. It must not block on the store.
+        registered_at: When (on the clock) the runtime's row was sent, fresh: the lease
+            until the first renewal.
         clock: The monotonic clock (seconds); shared by every process on one host.
     """
 
@@ -55,42 +64,50 @@ class OwnLease:
         self,
         runtime_id: str,
         lease_ttl_s: float,
+        renewals: Renewals,
         on_lapse: Callable[[str], object],
         *,
+        registered_at: float,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._runtime_id = runtime_id
         self._ttl = lease_ttl_s
         self._fence_after = lease_ttl_s * FENCE_AT
+        self._renewals = renewals
         self._on_lapse = on_lapse
+        self._registered_at = registered_at
         self._clock = clock
         self._changed = threading.Condition(threading.Lock())
-        self._last_ok = clock()  # the runtime's row is written fresh right after this
+        self._lost_at: float | None = None  # the store said the lease is gone, then
         self._lapsed = False
         self._stopped = False
         self._thread: threading.Thread | None = None
 
+    def _last_ok(self) -> float:
+        """When the last renewal that succeeded was sent (-inf once the store said the
+        lease is gone, until a renewal sent later succeeds)."""
+        last = self._renewals.last_renewed
+        last = self._registered_at if last is None else max(last, self._registered_at)
+        if self._lost_at is not None:
+            if last <= self._lost_at:
+                return float("-inf")
+            self._lost_at = None
+        return last
+
     # -- the renewals (the heartbeat thread) --------------------------------------------
 
-    def sending(self) -> float:
-        """The clock's reading as a renewal is about to be sent (pass it to `renewed`)."""
-        return self._clock()
-
-    def renewed(self, sent_at: float) -> None:
-        """A renewal sent at ``sent_at`` succeeded. It re-arms a lapsed lease only if it
-        was sent recently enough to hold the lease for a while yet."""
+    def renewed(self) -> None:
+        """A renewal succeeded (recorded in `Renewals`). It re-arms a lapsed lease only if
+        it was sent recently enough to hold the lease for a while yet."""
         with self._changed:
-            if sent_at <= self._last_ok:
-                return
-            self._last_ok = sent_at
-            if self._clock() < sent_at + self._fence_after:
+            if self._clock() < self._last_ok() + self._fence_after:
                 self._lapsed = False
             self._changed.notify_all()
 
     def lose(self, why: str) -> None:
         """Fence now: the store says this runtime's lease is gone (its row closed)."""
         with self._changed:
-            self._last_ok = float("-inf")
+            self._lost_at = self._clock()
             self._changed.notify_all()
         log.error("runtime %s: %s", self._runtime_id, why)
 
@@ -102,7 +119,8 @@ class OwnLease:
     @property
     def deadline(self) -> float:
         """When (on the clock) the watchdog fences the runtime unless a renewal succeeds."""
-        return self._last_ok + self._fence_after
+        with self._changed:
+            return self._last_ok() + self._fence_after
 
     # -- the watchdog -------------------------------------------------------------------
 
@@ -127,13 +145,13 @@ class OwnLease:
                 while True:
                     if self._stopped:
                         return
-                    left = self._last_ok + self._fence_after - self._clock()
+                    last_ok = self._last_ok()
+                    left = last_ok + self._fence_after - self._clock()
                     if left <= 0 and not self._lapsed:
                         break
                     # Lapsed already: sleep until a renewal re-arms it (or the stop).
                     self._changed.wait(left if left > 0 else None)
                 self._lapsed = True
-                last_ok = self._last_ok
             self._fire(last_ok)
 
     def _fire(self, last_ok: float) -> None:

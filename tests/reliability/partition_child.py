@@ -48,6 +48,7 @@ from persistence import is_expired
 from tests.support import wait_published
 
 PARENT = "partition-parent"
+_NOT_YET = (ErrorCode.OWNERSHIP_CONFLICT, ErrorCode.NOT_DELIVERED)
 TOOL_S = 30.0
 WATCHDOG_S = 120.0
 
@@ -152,14 +153,23 @@ def run_b(url: str, lease_ttl_s: float, log: str, child_id: str, runtime_id: str
     assert store is not None
     deadline = time.monotonic() + WATCHDOG_S
     pause = threading.Event()
-    while time.monotonic() < deadline:  # until A is dead to everyone
-        now = store.ledger.suspects()[0]  # the database's clock
+    while time.monotonic() < deadline:  # until A's lease lapsed in the store
+        now = store.ledger.suspects()[0]  # the clock leases are judged on
         row = store.ledger.runtime(runtime_id)
         if row is not None and is_expired(row, now):
             break
         pause.wait(0.02)
-    acts.record("takeover")
-    sent = control.send_message(parent, child_id, [text("take over")])
+    # B judges a lapsed lease only once its own renewals have run a full lease unbroken
+    # (SPEC §9 "Outages"): until then A holds the child, and the send is refused.
+    while True:
+        acts.record("takeover")  # the last one is the attempt that claimed the child
+        try:
+            sent = control.send_message(parent, child_id, [text("take over")])
+            break
+        except SubagentControlError as exc:
+            if time.monotonic() > deadline or exc.code not in _NOT_YET:
+                raise
+        pause.wait(0.05)
     snap = control.tasks.wait(sent.task_id, timeout=lease_ttl_s * 3, requester=parent)
     took = {"route": sent.route, "task_id": sent.task_id, "status": snap.status.value}
     print("TOOK " + json.dumps(took), flush=True)
