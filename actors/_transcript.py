@@ -228,6 +228,9 @@ class ActivationTranscript:
         with self._lock:
             if self._state != "open":
                 raise _not_delivered(self._child_id, "its turn has ended")
+            if self._signal is not None and self._signal.cause is ErrorCode.FENCED:
+                why = f"its turn was stopped ({self._signal.reason})"
+                raise _not_delivered(self._child_id, why)
             try:
                 deliver()
             except BaseException as exc:  # escaping, it would stop every actor
@@ -308,6 +311,7 @@ class ActivationTranscript:
     ) -> None:
         # The hot path (a steer's record): `_fenced` spelled out, without a closure.
         try:
+            self._refuse_if_fenced()
             self._store.append(
                 self._child_id, events, fence=self._fence, answer_steered=answer_steered
             )
@@ -318,10 +322,23 @@ class ActivationTranscript:
     def _fenced(self, write: Callable[[], object]) -> None:
         """Run a write; one refused because this runtime lost the claim ends the turn."""
         try:
+            self._refuse_if_fenced()
             write()
         except SubagentControlError as exc:
             self._refused(exc)
             raise
+
+    def _refuse_if_fenced(self) -> None:
+        """Refuse a write here, without a store call, once the control plane fenced the
+        activation (its runtime lost the claim, or could not renew its lease and may be
+        cut off from the store: a write would wait out the store's deadlines, SPEC §9)."""
+        signal = self._signal
+        if signal is not None and signal.cause is ErrorCode.FENCED:
+            raise SubagentControlError(
+                ErrorCode.FENCED,
+                f"child {self._child_id}: {signal.reason}; nothing was written",
+                child_id=self._child_id,
+            )
 
     def _refused(self, exc: SubagentControlError) -> None:
         """A write refused because this runtime lost the claim (FENCED) ends the turn: the

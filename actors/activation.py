@@ -129,6 +129,8 @@ class ActivationActor(Actor):
                     frame = [] if framed else prepared.frame
                     prepared.transcript.publish(frame, header=prepared.header)
             except SubagentControlError as exc:
+                if plan.signal.cause is ErrorCode.FENCED:  # fenced while publishing
+                    raise _Settle(aborted(plan.signal)) from exc
                 raise _Settle(failed(exc.message, exc.code)) from exc
             published = framed = True
             plan.trace.published()
@@ -352,7 +354,9 @@ class ActivationActor(Actor):
         try:
             transcript.close(end, settle=(task_id, outcome, settled_at))
         except SubagentControlError as exc:
-            if exc.code is ErrorCode.FENCED:  # taken over: the new claimant settled it
+            # Taken over (the new claimant settled it), or fenced by the lease watchdog
+            # while the end was being written (the runtime writes it once it can).
+            if exc.code is ErrorCode.FENCED or self._plan.signal.cause is ErrorCode.FENCED:
                 return aborted(self._plan.signal), False
             return unrecorded(outcome, exc), False
         return outcome, True

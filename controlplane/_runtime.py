@@ -15,6 +15,13 @@ for a full lease of the other's since the last outage it saw, and since it opene
 who is alive. What needs no store — a closed row, a process gone on this host and boot — is
 judged at once, so the next runtime to open the store on the crashed one's host still
 recovers at once.
+
+The runtime also judges its own lease (`controlplane._own_lease`): when no renewal has
+succeeded for two thirds of the lease, a watchdog that never waits on the store fences the
+runtime: every activation is cancelled (its Task settles ``interrupted``, "lease lost") and
+new Tasks are refused. Once a renewal succeeds again, this thread writes those Tasks'
+settlements with their turns' ends (unless a runtime that took the child over did first)
+and admits new Tasks; a later send re-claims the child like any resume.
 """
 
 from __future__ import annotations
@@ -24,12 +31,14 @@ import logging
 import os
 import socket
 import threading
+import time
 import uuid
 from typing import TYPE_CHECKING
 
 from controlplane._errors import ErrorCode, SubagentControlError
 from controlplane._lease import Renewals
 from controlplane._lifecycle import log_lifecycle
+from controlplane._own_lease import OwnLease
 from controlplane._task_types import RuntimeInfo, TaskSnapshot
 
 if TYPE_CHECKING:
@@ -83,32 +92,57 @@ class Runtime:
         self.forward_kill: ForeignKill | None = None
         """How a kill reaches a live runtime's Task (PostgreSQL: forwarding); unset, it is
         refused with ``OWNERSHIP_CONFLICT``."""
-        store.ledger.register_runtime(
-            self.id, host=self._host, pid=os.getpid(), boot_id=self._boot, lease_ttl_s=lease_ttl_s
-        )
+        sent = time.monotonic()  # before the row is written: the lease's first renewal
+        self._register()
         self.renewals = Renewals(lease_ttl_s)
         """This runtime's own renewals: when it may take another's lapsed lease for death."""
+        self.lease = OwnLease(
+            runtime_id, lease_ttl_s, self.renewals, tasks.fence, registered_at=sent
+        )
+        """The watchdog that fences this runtime when its renewals stop succeeding."""
+        tasks.on_interrupt(self._interrupt_own)
+
+    def _register(self) -> None:
+        """Write this runtime's row, its heartbeat fresh, unless it exists (even closed)."""
+        self._store.ledger.register_runtime(
+            self.id, host=self._host, pid=os.getpid(), boot_id=self._boot,
+            lease_ttl_s=self._lease_ttl_s,
+        )  # fmt: skip
 
     def start(self) -> None:
         """Sweep once now (what a crash left is recovered before the first send), then keep
         the heartbeat and the sweep going on one background thread."""
         self.sweep()
+        self.lease.start()
         self._thread = threading.Thread(
             target=self._run, name=f"subagent-runtime:{self.id}", daemon=True
         )
         self._thread.start()
 
     def close(self) -> None:
-        """Stop the thread and give the runtime's claims up at once (closed in the store)."""
+        """Stop the thread and give the runtime's claims up at once (closed in the store).
+
+        The heartbeat thread may be in a store call that waits out its deadline (a
+        partition): close waits for it a lease at most, then leaves it (a daemon) and
+        records nothing more, as a crash would leave it: its lease lapses, and any Task it
+        could not record is settled by another runtime or by the next to open the store.
+        Its own store calls are bounded by a lease too.
+        """
         self._stopped.set()
+        self.lease.stop()
         if self._thread is not None:
-            self._thread.join()
-        with contextlib.suppress(SubagentControlError):
-            self._tasks.flush()
-        try:
-            self._store.ledger.close_runtime(self.id)
-        except SubagentControlError as exc:
-            log.warning("runtime %s: could not record its close (%s)", self.id, exc.message)
+            self._thread.join(self._lease_ttl_s)
+            if self._thread.is_alive():
+                log.warning("runtime %s: its heartbeat is stuck in a store call; closing "
+                            "without recording the close", self.id)  # fmt: skip
+                return
+        with self._store.deadline(self._lease_ttl_s):
+            with contextlib.suppress(SubagentControlError):
+                self._tasks.flush()
+            try:
+                self._store.ledger.close_runtime(self.id)
+            except SubagentControlError as exc:
+                log.warning("runtime %s: could not record its close (%s)", self.id, exc.message)
 
     # -- the sweep ---------------------------------------------------------------------
 
@@ -140,6 +174,12 @@ class Runtime:
                 runtime_id=self.id, status="interrupted", dead_runtime=task.runtime_id,
             )  # fmt: skip
         return settled
+
+    def _interrupt_own(self, task: TaskSnapshot) -> bool:
+        """Write the settlement of a Task of this runtime that was fenced (its lease lost,
+        or its claim taken): ``interrupted`` with its turn's end, once."""
+        detail = task.outcome.detail if task.outcome is not None else None
+        return self._store.interrupt(task, detail or "interrupted: this runtime lost its lease")
 
     def claim(self, task: TaskSnapshot) -> int | None:
         """Admit a resume's Task and claim its child for this runtime (taking over a dead
@@ -230,28 +270,43 @@ class Runtime:
 
     def _run(self) -> None:
         period = self._lease_ttl_s / 3
-        while not self._stopped.wait(period):
+        due = time.monotonic() + period
+        # Renewals keep their pace from when each was sent, whatever the flush and the
+        # sweep after it cost: the watchdog times the lease from the sends.
+        while not self._stopped.wait(max(0.0, due - time.monotonic())):
+            due = time.monotonic() + period
             try:
-                self._renew()
-                self._tasks.flush()
-                self.sweep()
-                self.expire()  # after the sweep: it releases what the dead held
+                self._renew(period)
+                with self._store.deadline(self._lease_ttl_s):
+                    fenced = self._tasks.suspended
+                    if self._tasks.flush() == 0 and fenced is not None and not self.lease.lapsed:
+                        self._tasks.readmit(fenced)
+                    self.sweep()
+                    self.expire()  # after the sweep: it releases what the dead held
             except SubagentControlError as exc:
                 log.warning("runtime %s: heartbeat or sweep failed (%s); retrying",
                             self.id, exc.message)  # fmt: skip
             except Exception:  # a bug here must not end the heartbeat: others would sweep us
                 log.exception("runtime %s: heartbeat or sweep failed", self.id)
 
-    def _renew(self) -> None:
-        """Renew this runtime's lease, and record how it went in `renewals`."""
+    def _renew(self, bound_s: float) -> None:
+        """Renew this runtime's lease, within ``bound_s`` (a silent network costs one
+        renewal, not the thread: the next goes out on time, and the watchdog waits for
+        neither), record how it went in `renewals` and tell the watchdog."""
         sent_at = self.renewals.sending()
         try:
-            alive = self._store.ledger.heartbeat(self.id)
+            with self._store.deadline(bound_s):
+                alive = self._store.ledger.heartbeat(self.id)
         except BaseException:
             self.renewals.failed(sent_at)
             raise
         if alive:
             self.renewals.renewed(sent_at)
+            self.lease.renewed()
             return
         self.renewals.failed(sent_at)
-        log.error("runtime %s: its row is closed or gone; it is dead to the others", self.id)
+        self.lease.lose("its row is closed or gone; it is dead to the others")
+        # A row deleted while this runtime was cut off (expired) comes back fresh, and the
+        # next renewal re-arms the lease; a closed one stays closed, and the runtime fenced.
+        with self._store.deadline(bound_s):
+            self._register()

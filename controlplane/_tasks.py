@@ -23,7 +23,15 @@ from controlplane._signal import CancelSignal
 from controlplane._task_types import TaskOutcome, TaskSnapshot, TaskStatus
 from controlplane._telemetry import Telemetry
 
-__all__ = ["Claimer", "ForeignKill", "TaskLedgerPort", "TaskListener", "TaskNotice", "TaskService"]
+__all__ = [
+    "Claimer",
+    "ForeignKill",
+    "Interrupter",
+    "TaskLedgerPort",
+    "TaskListener",
+    "TaskNotice",
+    "TaskService",
+]
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +117,10 @@ Claimer = Callable[[TaskSnapshot], int | None]
 ForeignKill = Callable[[TaskSnapshot, str], None]
 """Kills a running Task of another runtime (the runtime decides how), given the reason."""
 
+Interrupter = Callable[[TaskSnapshot], object]
+"""Writes a fenced Task's ``interrupted`` settlement with its turn's end (the runtime's
+`persistence.SqlStore.interrupt`); raises ``SubagentControlError`` when the store refuses."""
+
 
 class TaskService:
     """Registers, settles and exposes Tasks. Thread-safe.
@@ -148,6 +160,11 @@ class TaskService:
         self._live: dict[str, _Task] = {}  # activations that exist: running or unreleased
         self._recent: OrderedDict[str, TaskSnapshot] = OrderedDict()
         self._unsaved: dict[str, tuple[str, TaskOutcome, datetime]] = {}
+        # Fenced Tasks' settlements, written by the runtime's thread (`flush`), never by
+        # the activation's: its runtime may be cut off from the store (SPEC §9).
+        self._unsaved_fenced: dict[str, TaskSnapshot] = {}
+        self._interrupter: Interrupter | None = None
+        self._suspended: str | None = None  # why new Tasks are refused for now
         self._listeners: list[TaskListener] = []
         self._notices: dict[str, deque[TaskNotice]] = {}  # without a ledger only
         self._surfaces: set[str] = set()
@@ -184,6 +201,40 @@ class TaskService:
     def on_foreign_kill(self, kill: ForeignKill) -> None:
         """How `kill` reaches a running Task of another runtime (set by the runtime)."""
         self._foreign_kill = kill
+
+    def on_interrupt(self, interrupter: Interrupter) -> None:
+        """How a fenced Task's settlement reaches the store (set by the runtime)."""
+        self._interrupter = interrupter
+
+    # -- fencing (the runtime's lease watchdog, SPEC §9) ------------------------------
+
+    def fence(self, reason: str) -> int:
+        """Stop acting: abort every running Task (cause ``FENCED``: they settle
+        ``interrupted`` with ``reason``) and refuse new ones until `readmit`. Takes no
+        store call: the watchdog calls it when the store may be unreachable. Returns how
+        many were aborted."""
+        with self._lock:
+            self._suspended = reason
+            running = [t for t in self._live.values() if t.outcome is None]
+        aborted = 0
+        for task in running:
+            if task.signal.abort(reason, cause=ErrorCode.FENCED):
+                aborted += 1
+                log_kill(task.child_id, task.id, self._runtime_id, reason)
+        return aborted
+
+    @property
+    def suspended(self) -> str | None:
+        """Why new Tasks are refused (the last `fence`'s reason), or None."""
+        return self._suspended
+
+    def readmit(self, fenced: str) -> None:
+        """Accept new Tasks again (the runtime renewed its lease and wrote its fenced
+        Tasks' settlements), unless a later `fence` than the one read as ``fenced``
+        happened meanwhile."""
+        with self._lock:
+            if self._suspended is fenced:
+                self._suspended = None
 
     # -- producer side (the control plane) -------------------------------------------
 
@@ -227,6 +278,13 @@ class TaskService:
                 raise SubagentControlError(
                     ErrorCode.CLOSED, "the control plane is closed; nothing was started"
                 )
+            if self._suspended is not None:
+                raise SubagentControlError(
+                    ErrorCode.STORE_UNAVAILABLE,
+                    f"this runtime cannot act until it renews its lease ({self._suspended}); "
+                    "nothing was started; retry once the store is reachable",
+                    child_id=child_id,
+                )
             self.require_surface()
             if self._max_live is not None and len(self._live) >= self._max_live:
                 raise SubagentControlError(
@@ -243,7 +301,7 @@ class TaskService:
                 # A settlement the store refused may hold this child's claim and leave its
                 # turn open: written first, the claim below finds the turn closed as the
                 # Task says (else the takeover would close it with words of its own).
-                if self._unsaved:
+                if self._unsaved or self._unsaved_fenced:
                     self.flush(child_id)
                 task.fence = claimer(snapshot)
             elif self._ledger is not None:
@@ -294,7 +352,11 @@ class TaskService:
             listeners = list(self._listeners)
         log_settled(snapshot, self._runtime_id)
         if self._ledger is not None and not persisted:
-            self._save((task_id, outcome, settled_at))
+            if outcome.code is ErrorCode.FENCED and self._interrupter is not None:
+                with self._lock:
+                    self._unsaved_fenced[task_id] = snapshot
+            else:
+                self._save((task_id, outcome, settled_at))
         for listener in listeners:
             try:
                 listener(snapshot)
@@ -337,8 +399,9 @@ class TaskService:
                 self._recent[task_id] = stored
 
     def flush(self, child_id: str | None = None) -> int:
-        """Retry the settlements the store refused (only those of ``child_id``'s Tasks,
-        when given); returns how many are still unsaved."""
+        """Retry the settlements the store refused, and write the fenced Tasks' (with
+        their turns' ends); only those of ``child_id``'s Tasks, when given. Returns how
+        many are still unsaved."""
         with self._lock:
             pending = [
                 settlement
@@ -347,10 +410,25 @@ class TaskService:
             ]
             for settlement in pending:
                 del self._unsaved[settlement[0]]
+            fenced = [
+                snapshot
+                for snapshot in self._unsaved_fenced.values()
+                if child_id is None or snapshot.child_id == child_id
+            ]
         for settlement in pending:
             self._save(settlement)
+        for snapshot in fenced:
+            assert self._interrupter is not None
+            try:
+                self._interrupter(snapshot)  # False: someone settled it already; fine
+            except SubagentControlError as exc:
+                log.warning("could not record the interruption of task %s (%s); will retry",
+                            snapshot.id, exc.message)  # fmt: skip
+                continue
+            with self._lock:
+                self._unsaved_fenced.pop(snapshot.id, None)
         with self._lock:
-            return len(self._unsaved)
+            return len(self._unsaved) + len(self._unsaved_fenced)
 
     def _child_of(self, task_id: str) -> str | None:
         """Under the lock: the child of a Task this runtime still remembers."""

@@ -11,6 +11,7 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.pool import ConnectionPoolEntry, StaticPool
 
 from controlplane.contract import ErrorCode, SubagentControlError
+from persistence._deadlines import SILENCE_GRACE_S, bounded_connection_class, connect_bounded
 from persistence._schema import CHILDREN, EVENTS, SEGMENTS
 
 __all__ = [
@@ -26,10 +27,26 @@ __all__ = [
 WRITE_OPTION: Final = "subagent_write"
 """Execution option marking an engine whose transactions write (SQLite: BEGIN IMMEDIATE)."""
 
-PG_CONNECT_TIMEOUT_S: Final = 10
+PG_NETWORK_BOUNDS: Final[dict[str, int]] = {
+    # Each bound is far under the default lease (10 s), so a store call on a dead network
+    # fails, and the retry policy reconnects, well before the runtime's lease could lapse.
+    # (The lease watchdog does not wait for them: it fences the runtime on its own clock.)
+    "connect_timeout": 3,  # seconds to connect (libpq reads under 2 as 2)
+    # A peer that stopped answering is found in 2 + 3 x 1 = 5 s of silence on an idle
+    # connection ...
+    "keepalives": 1,
+    "keepalives_idle": 2,
+    "keepalives_interval": 1,
+    "keepalives_count": 3,
+    # ... and sent bytes left unacknowledged for 5 s drop a busy one (Linux).
+    "tcp_user_timeout": 5000,
+}
+"""The libpq connection parameters that bound a PostgreSQL connection on a dead network
+(a URL that sets one keeps its own)."""
 LOCK_TIMEOUT_S: Final = 5.0
 """The default bound of a lock wait: far above any append's hold of a child's lock."""
 STATEMENT_TIMEOUT_S: Final = 30.0
+_IDLE_IN_TRANSACTION_FLOOR_S: Final = 1.0
 """The default bound of a statement: far above a 10,000-event load."""
 
 _EVENT_COLUMNS: Final = "seq, turn, kind, data, source, created_at"
@@ -298,11 +315,19 @@ def _postgresql(url: URL, settings: ConnectionSettings) -> tuple[Engine, Backend
     elif url.drivername != "postgresql+psycopg":
         raise _bad_url(url, "the PostgreSQL store uses psycopg 3 (postgresql+psycopg://)")
     connect_args: dict[str, Any] = {"options": _pg_options(url, settings)}
-    if "connect_timeout" not in url.query:
-        connect_args["connect_timeout"] = PG_CONNECT_TIMEOUT_S
+    connect_args.update(
+        {name: value for name, value in PG_NETWORK_BOUNDS.items() if name not in url.query}
+    )
     # Driver-level autocommit: reads of append-only rows need no transaction (saving the
     # BEGIN and COMMIT round trips), and every write transaction is opened explicitly.
     engine = create_engine(url, isolation_level="AUTOCOMMIT", connect_args=connect_args)
+    # A silent network that still acknowledges bytes (a proxy holding them) escapes the
+    # TCP bounds: every wait for the server is bounded on the client too (_deadlines).
+    bounded = bounded_connection_class(settings.statement_timeout_s + SILENCE_GRACE_S)
+
+    @event.listens_for(engine, "do_connect")
+    def connect(_dialect: Any, _record: Any, cargs: Any, cparams: Any) -> Any:
+        return connect_bounded(bounded, cargs, cparams)
 
     @event.listens_for(engine, "connect")
     def configure(dbapi_connection: Any, _record: ConnectionPoolEntry) -> None:
@@ -332,10 +357,20 @@ def _pg_options(url: URL, settings: ConnectionSettings) -> str:
     first error, would never get a say. Past ``lock_timeout`` the wait fails with
     SQLSTATE 55P03, past ``statement_timeout`` with 57014; both are transient. Set at
     connect time, they cost nothing per statement.
+
+    ``idle_in_transaction_session_timeout`` (the lock timeout too) is the same bound seen
+    from the other side: a client that went silent inside a write transaction (partitioned,
+    paused) would keep its row locks, the child's among them, for as long as the server
+    believes the connection alive, and no other runtime could take the child over. A
+    transaction idle for longer than anyone waits for its locks is ended by the server
+    (never sooner than `_IDLE_IN_TRANSACTION_FLOOR_S`: a tiny lock timeout must not end
+    the store's own transactions between two statements).
     """
     bounds = (
         f"-c lock_timeout={_milliseconds(settings.lock_timeout_s)} "
-        f"-c statement_timeout={_milliseconds(settings.statement_timeout_s)}"
+        f"-c statement_timeout={_milliseconds(settings.statement_timeout_s)} "
+        "-c idle_in_transaction_session_timeout="
+        f"{_milliseconds(max(settings.lock_timeout_s, _IDLE_IN_TRANSACTION_FLOOR_S))}"
     )
     given = url.query.get("options", ())
     return " ".join([bounds, *([given] if isinstance(given, str) else given)])

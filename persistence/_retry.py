@@ -14,6 +14,7 @@ import tenacity
 from sqlalchemy import exc as sa_exc
 
 from controlplane.contract import ErrorCode, SubagentControlError, seconds_problem
+from persistence._deadlines import time_left
 
 __all__ = ["Retrier", "RetryListener", "RetryPolicy", "describe", "is_transient", "retry_cause"]
 
@@ -195,12 +196,21 @@ def _tenacity_controller(policy: RetryPolicy, listeners: list[RetryListener]) ->
     if policy.max_attempts is not None:
         stop = stop | tenacity.stop_after_attempt(policy.max_attempts)
     return tenacity.Retrying(
-        stop=stop,
+        stop=stop | _PastCallDeadline(),
         wait=wait,
         retry=tenacity.retry_if_exception(is_transient),
         before_sleep=before_sleep,
         reraise=True,
     )
+
+
+class _PastCallDeadline(tenacity.stop.stop_base):
+    """Stops when no retry would end before the thread's `call_deadline`
+    (`persistence._deadlines`)."""
+
+    def __call__(self, retry_state: tenacity.RetryCallState) -> bool:
+        left = time_left()
+        return left is not None and left <= (retry_state.upcoming_sleep or 0.0)
 
 
 def is_transient(error: BaseException) -> bool:

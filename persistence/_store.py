@@ -6,6 +6,7 @@ import itertools
 import os
 import secrets
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from datetime import datetime
 from types import TracebackType
 from typing import Any, TypeVar
@@ -35,6 +36,7 @@ from persistence._codec import (
     prepare_meta,
 )
 from persistence._database import Database
+from persistence._deadlines import call_deadline
 from persistence._inbox import Inbox
 from persistence._ledger import TaskLedger
 from persistence._retry import Retrier, RetryListener, RetryPolicy
@@ -289,6 +291,11 @@ class SqlStore:
         if parent_session is not None:
             query = query.where(ChildRow.parent_session == parent_session)
         return self._run("list children", lambda _attempt: self._list(query))
+
+    def deadline(self, seconds: float) -> AbstractContextManager[None]:
+        """Bound every store call this thread makes inside the block, retries included,
+        to end within ``seconds`` (a silent network's waits are cut, on PostgreSQL)."""
+        return call_deadline(seconds)
 
     def close(self) -> None:
         """Close every pooled connection; later calls raise ``CLOSED``. Idempotent."""

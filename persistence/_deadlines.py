@@ -1,0 +1,176 @@
+"""Client-side deadlines of store calls, so that a silent network cannot hang a thread.
+
+A partition that keeps connections open and passes no byte is the one fault the server
+cannot bound: ``statement_timeout`` runs on the server, which never hears the statement,
+and TCP's own checks (``tcp_user_timeout``, keepalives) see nothing wrong when something in
+between (a proxy, a load balancer, a NAT box) acknowledges the bytes and holds them. So
+the client bounds every wait for the server itself:
+
+- Each wait of a PostgreSQL connection for its server (a statement, a fetch, a COMMIT)
+  is watched: past its bound a reaper thread shuts the connection's socket down, the wait
+  fails as a lost connection (transient: the retry policy reconnects) and the pool drops
+  the connection. The bound is the statement timeout plus `SILENCE_GRACE_S` (a live server
+  answers within ``statement_timeout``, if only to cancel the statement), or less inside
+  `call_deadline` (whose connects get its time, 2 s at least: libpq's floor). psycopg's
+  own wait runs untouched (its C loop is the hot path); the
+  watch costs a dictionary entry per wait.
+- `call_deadline` bounds every store call a thread makes inside it, retries included:
+  the runtime's heartbeat must fail in time for the next one, and `close` must return
+  while the network is silent. On SQLite (a local file, no network) lock waits are bounded
+  by the busy timeout; the deadline stops the retries.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any, Final
+
+__all__ = [
+    "SILENCE_GRACE_S",
+    "bounded_connection_class",
+    "call_deadline",
+    "connect_bounded",
+    "time_left",
+]
+
+log = logging.getLogger(__name__)
+
+SILENCE_GRACE_S: Final = 2.0
+"""How long past the statement timeout a PostgreSQL connection may stay silent."""
+
+_local = threading.local()
+
+
+@contextlib.contextmanager
+def call_deadline(seconds: float) -> Iterator[None]:
+    """Bound every store call this thread makes in the block, retries included, to end
+    within ``seconds`` of entering it (an enclosing deadline that ends sooner wins)."""
+    outer: float | None = getattr(_local, "until", None)
+    until = time.monotonic() + seconds
+    _local.until = until if outer is None else min(outer, until)
+    try:
+        yield
+    finally:
+        _local.until = outer
+
+
+def time_left() -> float | None:
+    """Seconds left before this thread's `call_deadline` (None outside one)."""
+    until: float | None = getattr(_local, "until", None)
+    return None if until is None else until - time.monotonic()
+
+
+class _Reaper:
+    """One thread per process that shuts down the sockets of waits past their bound."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._waits: dict[int, tuple[float, int]] = {}  # ticket -> (until, socket fd)
+        self._reaped: set[int] = set()
+        self._tickets = iter(range(1, 1 << 62))
+        self._thread: threading.Thread | None = None
+
+    def watch(self, fd: int, bound: float) -> int:
+        until = time.monotonic() + bound
+        with self._cond:
+            ticket = next(self._tickets)
+            sooner = until < self._next_until()  # than the reaper sleeps until
+            self._waits[ticket] = (until, fd)
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="subagent-store-deadlines", daemon=True
+                )
+                self._thread.start()
+            elif sooner:
+                self._cond.notify()
+        return ticket
+
+    def done(self, ticket: int) -> bool:
+        """End a watch; whether its socket was shut down for silence."""
+        with self._cond:
+            self._waits.pop(ticket, None)
+            if ticket in self._reaped:
+                self._reaped.discard(ticket)
+                return True
+            return False
+
+    def _next_until(self) -> float:
+        return min((until for until, _fd in self._waits.values()), default=float("inf"))
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                now = time.monotonic()
+                overdue = [(t, fd) for t, (until, fd) in self._waits.items() if until <= now]
+                for ticket, fd in overdue:
+                    # Under the lock: the wait cannot end (and its connection close, its fd
+                    # be reused) before the shutdown reaches the right socket.
+                    del self._waits[ticket]
+                    self._reaped.add(ticket)
+                    _shut_down(fd)
+                if not overdue:
+                    next_until = self._next_until()
+                    self._cond.wait(None if next_until == float("inf") else next_until - now)
+
+
+def _shut_down(fd: int) -> None:
+    try:
+        # A second socket object on the same descriptor: shutdown acts on the connection
+        # (the waiting thread's poll wakes at once), detach leaves the descriptor open for
+        # its owner to close.
+        sock = socket.socket(fileno=fd)
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        finally:
+            sock.detach()
+    except OSError as exc:  # already closed or reset: the wait ends on its own
+        log.debug("could not shut down a silent store connection: %s", exc)
+
+
+_REAPER = _Reaper()
+
+
+def connect_bounded(connection_class: Any, cargs: Any, cparams: dict[str, Any]) -> Any:
+    """Connect with ``connection_class``, the connect timeout cut to this thread's
+    `call_deadline` (libpq's floor is 2 s); none at all once the deadline has passed."""
+    left = time_left()
+    if left is not None:
+        import psycopg
+
+        if left <= 0:
+            raise psycopg.OperationalError("no time left to connect (the call's deadline passed)")
+        given = int(cparams.get("connect_timeout") or 0)
+        cut = max(2, math.ceil(left))
+        cparams = {**cparams, "connect_timeout": cut if given <= 0 else min(given, cut)}
+    return connection_class.connect(*cargs, **cparams)
+
+
+def bounded_connection_class(silence_s: float) -> Any:
+    """A psycopg ``Connection`` subclass whose every wait for the server fails after
+    ``silence_s`` seconds (or when this thread's `call_deadline` ends, if sooner)."""
+    import psycopg
+
+    class BoundedConnection(psycopg.Connection[Any]):
+        def wait(self, *args: Any, **kwargs: Any) -> Any:
+            left = time_left()
+            bound = silence_s if left is None else max(0.0, min(silence_s, left))
+            ticket = _REAPER.watch(self.pgconn.socket, bound)
+            try:
+                return super().wait(*args, **kwargs)
+            except psycopg.OperationalError as exc:
+                if _REAPER.done(ticket):
+                    raise psycopg.OperationalError(
+                        f"the database did not answer within {bound:.3g}s (a silent network?); "
+                        "the connection was closed"
+                    ) from exc
+                raise
+            finally:
+                _REAPER.done(ticket)
+
+    return BoundedConnection
