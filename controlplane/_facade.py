@@ -31,6 +31,7 @@ from controlplane._agents import AgentHandle, AgentRegistry
 from controlplane._content import MessageSource, TextBlock
 from controlplane._descriptor import Descriptor
 from controlplane._errors import ClaimConflict, ErrorCode, SubagentControlError
+from controlplane._exit import close_at_exit, closed
 from controlplane._forwarding import Forwarder
 from controlplane._json import count_problem, plain_json, seconds_problem, storable_text
 from controlplane._provider import ProviderRegistry
@@ -181,6 +182,7 @@ class SubagentControl:
                     self._runtime, store, self._serve_forwarded, self.tasks.kill_here
                 )
                 self._runtime.forward_kill = self._forwarder.kill
+        close_at_exit(self)  # a script that never calls close() still exits, settled
 
     @classmethod
     def open(cls, url: str, **options: Any) -> SubagentControl:
@@ -480,13 +482,15 @@ class SubagentControl:
         """Cancel every activation, wait for their settlement, then stop actors and store.
 
         Idempotent. Activations that do not settle within the timeout are abandoned (their
-        daemon threads cannot keep the process alive).
+        daemon threads cannot keep the process alive). A control plane still open when the
+        interpreter exits is closed then, within a bound (`controlplane._exit`).
         """
         with self._lock:
             if self._closed:
                 return
             self._closed = True
             servers, self._admin_servers = self._admin_servers, []
+        closed(self)
         budget = self._close_timeout_s if timeout_s is None else timeout_s
         deadline = time.monotonic() + budget
         for server in servers:
