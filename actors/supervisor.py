@@ -310,8 +310,9 @@ class ChildSupervisor(Actor):
                 self._retire()
                 return SubagentControlError(
                     ErrorCode.CHILD_NOT_FOUND,
-                    f"there is no child {self._child_id}; the message was not delivered and "
-                    "no task was started; check the id",
+                    f"there is no child {self._child_id} in the store (a child is stored once "
+                    "its first run is published); the message was not delivered and no task "
+                    "was started; check the id",
                     child_id=self._child_id,
                 )
             return exc

@@ -9,6 +9,9 @@ committed before that answer, yet the model read it after. So each ``assistant/m
 loop writes says how many of its turn's steering messages its call had read
 (``steering_seen``), and the rebuild holds every steering message back until the reply that
 read it, or the turn's end. The live model's conversation and the resumed one are the same.
+(One exception: a steered message whose record failed to write, ``DURABILITY_FAILED``, was
+read by the live model but is not in the transcript, so the count runs one ahead of the
+records and a later steering message is placed one reply early.)
 
 A Chat Completions conversation is stricter still: an assistant message that calls tools
 must be followed by one ``tool`` message per call before anything else; holding steering

@@ -20,7 +20,6 @@ import atexit
 import os
 import threading
 import time
-import weakref
 from typing import Protocol
 
 __all__ = ["EXIT_CLOSE_S", "EXIT_GRACE_S", "close_at_exit", "closed"]
@@ -36,8 +35,9 @@ class _Closable(Protocol):
 
 
 _lock = threading.Lock()
-# Weak: a control plane the program dropped is not kept alive for this hook's sake.
-_open: weakref.WeakSet[_Closable] = weakref.WeakSet()
+# Strong references: a control plane the program dropped without closing it still runs
+# (its actors and runtime thread go on), so it must still be closed at exit.
+_open: set[_Closable] = set()
 
 
 def close_at_exit(control: _Closable) -> None:
