@@ -9,9 +9,10 @@ has joined the program's own non-daemon threads, so a thread still using a contr
 never cut short by it.
 
 Bounded: each close gets `EXIT_CLOSE_S` and runs on a daemon thread the hook waits for at
-most `EXIT_GRACE_S` longer (a store that hangs, a provider that ignores its signal). What is
-not closed by then is left as a crash leaves it: the next runtime to open the store settles
-its Tasks ``interrupted`` and closes their turns (SPEC §9).
+most `EXIT_GRACE_S` longer (a store that hangs, a provider that ignores its signal). A Task
+whose activation has not settled by then is left running in the store, as a crash leaves it
+(never settled over an open turn): the next runtime to open the store, or a live one within
+two leases, settles it ``interrupted`` and closes its turn (SPEC §9).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import atexit
 import os
 import threading
 import time
-from typing import Protocol
+from collections.abc import Callable
 
 __all__ = ["EXIT_CLOSE_S", "EXIT_GRACE_S", "close_at_exit", "closed"]
 
@@ -30,43 +31,40 @@ EXIT_GRACE_S = 5.0
 """How much longer the exit waits for the closes to finish (store writes, actor stops)."""
 
 
-class _Closable(Protocol):
-    def close(self, *, timeout_s: float | None = None) -> None: ...
-
-
 _lock = threading.Lock()
 # Strong references: a control plane the program dropped without closing it still runs
 # (its actors and runtime thread go on), so it must still be closed at exit.
-_open: set[_Closable] = set()
+_open: dict[object, Callable[[float], None]] = {}
 
 
-def close_at_exit(control: _Closable) -> None:
-    """Close ``control`` at interpreter exit unless it was closed before (`closed`)."""
+def close_at_exit(control: object, close: Callable[[float], None]) -> None:
+    """At interpreter exit, call ``close(EXIT_CLOSE_S)`` unless ``control`` was closed
+    before (`closed`)."""
     with _lock:
-        _open.add(control)
+        _open[control] = close
 
 
-def closed(control: _Closable) -> None:
+def closed(control: object) -> None:
     """``control`` is closed: nothing is left for the exit to do."""
     with _lock:
-        _open.discard(control)
+        _open.pop(control, None)
 
 
 def _close_all() -> None:
     with _lock:
-        controls = list(_open)
+        closes = list(_open.values())
         _open.clear()
-    if not controls:
+    if not closes:
         return
     deadline = time.monotonic() + EXIT_CLOSE_S + EXIT_GRACE_S
     closers = [
         threading.Thread(
-            target=control.close,
-            kwargs={"timeout_s": EXIT_CLOSE_S},
+            target=close,
+            args=(EXIT_CLOSE_S,),
             name="subagent-control-exit-close",
             daemon=True,  # past the bound it is cut off like the rest: a crash, at worst
         )
-        for control in controls
+        for close in closes
     ]
     for closer in closers:
         closer.start()

@@ -105,9 +105,9 @@ def assert_settled_and_continuable(url: str, child_id: str, task_id: str) -> Non
 
 @pytest.mark.parametrize("mode", ["return", "pipe"])
 def test_a_script_that_ends_without_close_exits_and_its_child_is_settled(
-    mode: str, tmp_path: Path
+    mode: str, store_url: str, tmp_path: Path
 ) -> None:
-    url = f"sqlite:///{tmp_path}/state.db"
+    url = store_url
 
     child_id, task_id, _took = run_child(url, mode, tmp_path)
 
@@ -119,6 +119,9 @@ def test_a_script_whose_model_ignores_the_kill_still_exits_within_the_bound(
 ) -> None:
     url = f"sqlite:///{tmp_path}/state.db"
 
-    _child_id, _task_id, took = run_child(url, "stuck", tmp_path)
+    child_id, task_id, took = run_child(url, "stuck", tmp_path)
 
     assert took < EXIT_BOUND_S
+    # Left as a crash leaves it, never settled over its open turn: the next open settles
+    # it interrupted and closes the turn before the child's next one.
+    assert_settled_and_continuable(url, child_id, task_id)
