@@ -70,17 +70,20 @@ class SteeringReceipt:
 class ActivationTranscript:
     """Writes one activation's turn to the child's transcript, in order.
 
-    One lock orders every write of the turn: the frame, the provider's events, steering
-    messages and the turn end. Provider writes before publication are held and written right
-    after the frame. A steer runs ``run.steer`` and queues its ``steering/message`` under the
-    same lock; the next write of the turn — the sender's own `SteeringReceipt.commit`, or
-    whatever the run writes first, or the turn's end — writes the queued records before
-    anything else, so a message is always in the transcript before any reply it causes.
-    The supervisor thus hands the message over without waiting for the database, and the
-    sender's thread does the write it was going to wait for anyway. A forwarded message's
-    answer to the runtime that sent it goes in the same transaction as its record
-    (`persistence.SqlStore.append`'s ``answer_steered``): the holder pays no transaction
-    of its own for it, and the sender hears ``steered`` exactly when the record commits.
+    One lock orders every write of the turn: the frame, the provider's events, steering messages
+    and the turn end. Provider writes before publication are held and written right after the
+    frame. A resumed turn writes its frame first (`write_frame`), before the provider starts, so
+    the message that resumed it is durable whatever the start does; its provider's early writes
+    are still held until publication, and a turn that ends unpublished still gets its
+    ``turn/end``. A steer runs ``run.steer`` and queues its ``steering/message`` under the same
+    lock; the next write of the turn — the sender's own `SteeringReceipt.commit`, or whatever
+    the run writes first, or the turn's end — writes the queued records before anything else, so
+    a message is always in the transcript before any reply it causes. The supervisor thus hands
+    the message over without waiting for the database, and the sender's thread does the write it
+    was going to wait for anyway. A forwarded message's answer to the runtime that sent it goes
+    in the same transaction as its record (`persistence.SqlStore.append`'s ``answer_steered``):
+    the holder pays no transaction of its own for it, and the sender hears ``steered`` exactly
+    when the record commits.
     """
 
     def __init__(
@@ -102,7 +105,9 @@ class ActivationTranscript:
         self._task_id = task_id
         self._signal = signal
         self._lock = threading.Lock()
-        self._state: Literal["held", "open", "closed"] = "held"
+        # held: nothing written; framed: the frame written, the provider's writes held;
+        # open: published, every write goes straight to the store; closed: ended.
+        self._state: Literal["held", "framed", "open", "closed"] = "held"
         self._held: list[NewEvent] = []
         self._queued: list[SteeringReceipt] = []  # delivered, record not yet written
 
@@ -124,7 +129,7 @@ class ActivationTranscript:
             source=source,
         )
         with self._lock:
-            if self._state == "held":
+            if self._state in ("held", "framed"):
                 self._held.append(event)
             elif self._state == "open":
                 self._write_queued()
@@ -152,6 +157,21 @@ class ActivationTranscript:
             ),
         ]
 
+    def write_frame(self, frame: Sequence[NewEvent]) -> None:
+        """Write the frame of an existing child's turn now, before its run is published; the
+        provider's writes stay held until `publish` (called with no frame).
+
+        Raises:
+            SubagentControlError: ``DURABILITY_FAILED`` if the store keeps failing.
+        """
+        with self._lock:
+            try:
+                self._fenced(lambda: self._store.append(self._child_id, frame, fence=self._fence))
+            except SubagentControlError as exc:
+                self._state = "closed"
+                raise _durability(self._child_id, "record the turn's message", exc) from exc
+            self._state = "framed"
+
     def publish(self, frame: Sequence[NewEvent], *, header: ChildMeta | None = None) -> None:
         """Write the frame (with the header for a new child), then the held events, at once.
 
@@ -161,7 +181,9 @@ class ActivationTranscript:
         with self._lock:
             events = [*frame, *self._held]
             try:
-                if header is not None:
+                if not events:
+                    pass  # framed already, and the provider wrote nothing while it started
+                elif header is not None:
                     claim = None
                     if self._fence is not None and self._task_id is not None:
                         claim = (self._fence[0], self._task_id)
@@ -225,7 +247,7 @@ class ActivationTranscript:
             SubagentControlError: ``DURABILITY_FAILED`` if ``turn/end`` cannot be written.
         """
         with self._lock:
-            was_open, self._state = self._state == "open", "closed"
+            was_open, self._state = self._state in ("open", "framed"), "closed"
             self._held = []
             self._write_queued()  # delivered during the turn: recorded before its end
             if not was_open or end is None:

@@ -2,12 +2,17 @@
 
 It owns the Task's producer: begin (load, authorize, fold the descriptor, call the
 provider), publish the run to its supervisor, await the result, dispose the run, and only
-then record the Task outcome. Its mailbox is blocked for the whole turn on purpose: nothing
-is ever sent to it; cancellation reaches it out-of-band through its `CancelSignal`.
+then record the Task outcome. A resume writes its turn's frame (``turn/start`` and the
+message that resumed it) before it calls the provider, so the message is durable whatever
+the start does; a new child's frame is written at publication, with its header.
+
+Its mailbox is blocked for the whole turn on purpose: nothing is ever sent to it;
+cancellation reaches it out-of-band through its `CancelSignal`.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from dataclasses import dataclass
 from datetime import datetime
@@ -104,19 +109,27 @@ class ActivationActor(Actor):
         plan = self._plan
         run: SubagentRun | None = None
         prepared: _Prepared | None = None
-        published = False
+        published = framed = False
         try:
             prepared = self._prepare()
+            if prepared.header is None:
+                self._write_frame(prepared)
+                framed = True
+                # The load may have taken long: a kill that came meanwhile wins over the
+                # provider (and its turn ends with the message in it).
+                if plan.signal.aborted:
+                    raise _Settle(aborted(plan.signal))
             run = self._call_provider(prepared)
             if plan.signal.aborted:
                 # Killed while the provider was starting: never publish a run we must drop.
                 raise _Settle(aborted(plan.signal))
             try:
-                with plan.trace.publishing():
-                    prepared.transcript.publish(prepared.frame, header=prepared.header)
+                with plan.trace.publishing() if not framed else contextlib.nullcontext():
+                    frame = [] if framed else prepared.frame
+                    prepared.transcript.publish(frame, header=prepared.header)
             except SubagentControlError as exc:
                 raise _Settle(failed(exc.message, exc.code)) from exc
-            published = True
+            published = framed = True
             plan.trace.published()
             self._tell(Published(task_id=plan.task_id, run=run, transcript=prepared.transcript))
             outcome = self._await_result(run)
@@ -131,10 +144,23 @@ class ActivationActor(Actor):
             outcome = self._dispose(run, outcome)
         settled_at, persisted = utcnow(), False
         if prepared is not None:
-            outcome, persisted = self._end_turn(prepared.transcript, outcome, published, settled_at)
+            outcome, persisted = self._end_turn(prepared.transcript, outcome, framed, settled_at)
         settled = self._ctx.tasks.settle(plan.task_id, outcome, at=settled_at, persisted=persisted)
         plan.trace.end(settled.outcome)
         self._tell(ActivationEnded(task_id=plan.task_id, durable=published or self._loaded))
+
+    def _write_frame(self, prepared: _Prepared) -> None:
+        """Make a resumed turn's message durable before the provider starts (SPEC §5: every
+        delivered message is in the transcript): ``started`` was answered, so whatever the
+        start does — a kill, a failure — the message is in its turn, closed by its outcome.
+        A new child has no transcript until publication, and a failed start leaves none
+        (SPEC §5 start 4), so its frame waits for `publish`.
+        """
+        try:
+            with self._plan.trace.publishing():
+                prepared.transcript.write_frame(prepared.frame)
+        except SubagentControlError as exc:
+            raise _Settle(failed(exc.message, exc.code)) from exc
 
     def _prepare(self) -> _Prepared:
         plan = self._plan
@@ -192,9 +218,6 @@ class ActivationActor(Actor):
                 failed(f"child {child} is unavailable: {exc.message}", ErrorCode.NOT_RESUMABLE)
             ) from exc
         self._loaded = True
-        # The load may have taken long: a kill that arrived meanwhile wins over the provider.
-        if plan.signal.aborted:
-            raise _Settle(aborted(plan.signal))
         if loaded.meta.parent_session != plan.parent.session_id:
             raise _Settle(
                 failed(
@@ -309,14 +332,14 @@ class ActivationActor(Actor):
         self,
         transcript: ActivationTranscript,
         outcome: TaskOutcome,
-        published: bool,
+        framed: bool,
         settled_at: datetime,
     ) -> tuple[TaskOutcome, bool]:
         """Close the turn: ``turn/end`` and the Task's settlement in one transaction.
         Returns the outcome (``DURABILITY_FAILED`` if the end could not be written) and
         whether the settlement was written with it."""
         task_id = self._plan.task_id
-        if not published:
+        if not framed:
             transcript.close(None)
             return outcome, False
         end = {"task_id": task_id, "status": outcome.status.value}

@@ -6,8 +6,12 @@ loop in a thread of the run's own. `start` returns once the prompt is on its way
 failure to spawn, initialize or open the session fails the start with the agent's own
 words and leaves no child behind; after that the run's result is the prompt's.
 
-Kill: ``session/cancel``, then (if the agent does not stop within the grace period) SIGTERM,
-then SIGKILL, to the agent's whole process group. Every exit path reaps the process.
+Kill: ``session/cancel``; if the agent does not end its prompt within the grace period, the
+prompt is abandoned. Then, on every way out of the run (answered, cancelled, failed), the
+agent is reaped: EOF on its stdin, SIGTERM to its whole process group promptly after, and
+SIGKILL after the grace period (`controlplane._acp_client.reap`). Once reaping began nothing
+interrupts it: a kill or a cancellation that lands meanwhile cannot skip a signal. A harness
+that dies without reaping leaves the group to its guard (`controlplane._acp_guard`).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from controlplane._acp_client import (
     spawn,
     stop_reason_of,
 )
+from controlplane._acp_guard import GroupGuard
 from controlplane._agent_loop import start_cancelled
 from controlplane._agents import AgentHandle
 from controlplane._content import MessageSource, TextBlock, text_of
@@ -63,8 +68,9 @@ class AcpProvider:
         permission: How permission requests are answered: ``deny`` (default) or ``allow``.
         start_timeout_s: How long the agent may take to answer ``initialize`` and open the
             session.
-        grace_s: How long a cancelled or finished agent may take to exit before SIGTERM, and
-            again before SIGKILL.
+        grace_s: How long a cancelled agent may take to end its prompt, and how long an
+            agent may take to exit after SIGTERM (sent 0.1 s after its stdin closed) before
+            SIGKILL.
 
     Raises:
         ImportError: the ``acp`` extra is not installed.
@@ -153,6 +159,9 @@ class AcpRun:
         self._result: SubagentResult | None = None
         self._error: Exception | None = None
         self._prompting = False
+        self._prompt: asyncio.Future[Any] | None = None  # the session/prompt request
+        self._reaping = False  # past the conversation: nothing may cancel the task now
+        self._canceller: asyncio.Task[None] | None = None
         self._conn: Any = None
         self._session_id: str | None = None
         self._thread = threading.Thread(
@@ -215,9 +224,11 @@ class AcpRun:
         assert task is not None
         self._loop = asyncio.get_running_loop()
         self._signal.add_callback(lambda _reason: self._call_soon(self._on_abort, task))
-        process = drain = None
+        process = drain = guard = None
         try:
+            guard = await GroupGuard.start(provider._grace_s)
             process = await spawn(provider._argv, provider._cwd, provider._env)
+            guard.watch(process.pid)
             assert process.stderr is not None
             drain = asyncio.ensure_future(self._stderr.drain(process.stderr))
             await self._converse(process)
@@ -228,6 +239,7 @@ class AcpRun:
         except Exception as exc:
             self._error = await self._failure(exc, process)
         finally:
+            self._reaping = True
             if process is not None:
                 await reap(process, provider._grace_s)
                 # Read the pipes to their end, so the process transport closes itself
@@ -238,6 +250,8 @@ class AcpRun:
             if drain is not None:
                 with contextlib.suppress(Exception):
                     await asyncio.wait_for(drain, provider._grace_s)
+            if guard is not None:
+                await guard.release(provider._grace_s)
 
     async def _converse(self, process: asyncio.subprocess.Process) -> None:
         import acp
@@ -255,8 +269,9 @@ class AcpRun:
             self._conn, self._session_id = conn, session_id
             self._recorder.recording = True
             self._prompting = True
+            self._prompt = asyncio.ensure_future(conn.prompt(session_id=session_id, prompt=blocks))
             self._started.set()
-            response = await conn.prompt(session_id=session_id, prompt=blocks)
+            response = await self._prompt
             self._recorder.flush()
             if self._recorder.failure is not None:
                 raise self._recorder.failure
@@ -286,19 +301,22 @@ class AcpRun:
         return session.session_id, blocks
 
     def _on_abort(self, task: asyncio.Task[None]) -> None:
-        if self._conn is None or task.done():
+        if self._reaping or task.done():
+            return  # the turn is over: `reap` is ending the agent, and must not be cut short
+        if self._prompt is None:
             task.cancel()  # still starting: stop where it is; `_main` reaps the process
             return
-        task.get_loop().create_task(self._cancel_prompt(task))
+        self._canceller = task.get_loop().create_task(self._cancel_prompt(self._prompt))
 
-    async def _cancel_prompt(self, task: asyncio.Task[None]) -> None:
+    async def _cancel_prompt(self, prompt: asyncio.Future[Any]) -> None:
         # A well-behaved agent answers the prompt `cancelled`; one that does not within the
-        # grace period has its task cancelled, and `_main` escalates to SIGTERM and SIGKILL.
+        # grace period has its prompt abandoned (never the run's task: that may be reaping
+        # by then), and `_main` reaps the agent.
+        grace_s = self._provider._grace_s
         with contextlib.suppress(Exception):
-            await self._conn.cancel(session_id=self._session_id)
-        _, pending = await asyncio.wait({task}, timeout=self._provider._grace_s)
-        if pending:
-            task.cancel()
+            await asyncio.wait_for(self._conn.cancel(session_id=self._session_id), grace_s)
+        await asyncio.wait({prompt}, timeout=grace_s)
+        prompt.cancel()
 
     def _finish(self, stop_reason: str) -> None:
         output = self._recorder.output

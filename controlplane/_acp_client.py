@@ -3,7 +3,8 @@
 `AcpRecorder` is the ``acp.Client`` the agent talks to: it turns ``session/update``
 notifications into the child's transcript (``assistant/message`` per message, ``tool/call``
 and ``tool/result``) and answers permission requests by policy. The process helpers start
-the agent in its own process group and always reap it, and whatever it started.
+the agent in its own process group and always reap it, and whatever it started
+(`controlplane._acp_guard` covers the case where this process does not live to).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from controlplane._provider import StopReason, TranscriptWriter
 from controlplane._session import EventKind, SessionEvent
 
 __all__ = [
+    "EXIT_ON_EOF_S",
     "SESSION_EVENT",
     "AcpRecorder",
     "PermissionPolicy",
@@ -49,6 +51,8 @@ _STOP_REASONS = {
     "max_turn_requests": "max-turn-requests",
 }
 _PRIMER_CHARS = 100_000
+EXIT_ON_EOF_S = 0.1
+"""How long `reap` lets an agent whose stdin it closed exit on its own before SIGTERM."""
 _STDERR_LINES_LOGGED = 200
 
 
@@ -204,21 +208,34 @@ async def spawn(
 
 
 async def reap(process: asyncio.subprocess.Process, grace_s: float) -> None:
-    """End the agent: EOF on stdin, then SIGTERM, then SIGKILL, each after ``grace_s``;
-    always wait for it, and kill whatever is left in its process group."""
+    """End the agent and wait for it, then kill whatever is left in its process group.
+
+    EOF on its stdin, then SIGTERM to its group once it had `EXIT_ON_EOF_S` to leave on its
+    own, then SIGKILL after ``grace_s``. The turn is over when this runs (it answered, or was
+    cancelled), so an agent that ignores EOF — a server that outlives its client — is not
+    waited for the whole grace period: SIGTERM is the request to exit, and the grace period
+    is what it gets to honour it. A cancellation of the caller does not skip a step: it
+    jumps straight to SIGKILL (then re-raises), so nothing outlives the run.
+    """
     if process.stdin is not None:
         with contextlib.suppress(Exception):
             process.stdin.close()
-    for sig in (None, signal.SIGTERM, signal.SIGKILL):
-        if sig is not None:
-            _signal_group(process.pid, sig)
-        try:
-            await asyncio.wait_for(asyncio.shield(process.wait()), grace_s)
-            break
-        except TimeoutError:
-            continue
-    await process.wait()
-    _signal_group(process.pid, signal.SIGKILL)  # grandchildren the agent left behind
+    try:
+        for sig, wait_s in (
+            (None, min(EXIT_ON_EOF_S, grace_s)),
+            (signal.SIGTERM, grace_s),
+            (signal.SIGKILL, None),
+        ):
+            if sig is not None:
+                _signal_group(process.pid, sig)
+            try:
+                await asyncio.wait_for(asyncio.shield(process.wait()), wait_s)
+                break
+            except TimeoutError:
+                continue
+    finally:
+        # Its grandchildren (or, when cancelled, the agent too): the child watcher reaps it.
+        _signal_group(process.pid, signal.SIGKILL)
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:

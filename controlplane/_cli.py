@@ -108,7 +108,7 @@ def _parser() -> argparse.ArgumentParser:
         type=_positive_float,
         default=5.0,
         metavar="SECONDS",
-        help="give up after this long (default: %(default)s)",
+        help="give up after this long, connect to the reply's last byte (default: %(default)s)",
     )
     tree.set_defaults(run=run_tree)
 

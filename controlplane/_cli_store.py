@@ -128,7 +128,7 @@ def run_runtimes(args: argparse.Namespace, out: IO[str]) -> None:
     try:
         runtimes = store.ledger.runtimes() if store.keeps_tasks else []
         claims = store.ledger.claims() if store.keeps_tasks else {}
-        now = utcnow()
+        now = store.ledger.lease_now(utcnow())  # SQLite: the host's boot clock too
     finally:
         store.close()
     if args.json:

@@ -1,7 +1,12 @@
 """``subagent-control tree`` and ``top``: a running process's actor tree, asked over the
 admin socket it serves (`controlplane._admin`). The client side only: a bounded connect, one
 request line, one reply line, each failure an exit status with a message that says what to
-check."""
+check.
+
+``--timeout`` is one deadline for the whole exchange, connect to last byte: a server that
+trickles its reply a byte at a time would otherwise keep every read inside a per-read timeout
+forever. A reply is read as JSON only as deep as the decoder nests (a tree is six levels); a
+deeper one is an answer that is not a tree, never a `RecursionError`."""
 
 from __future__ import annotations
 
@@ -75,8 +80,9 @@ def _request_tree(path: str, *, timeout_s: float) -> ActorTree:
         except OSError as exc:
             raise CommandExit(EXIT_UNREACHABLE, f"cannot connect to {path}: {exc}") from None
         try:
+            _before(conn, deadline)
             conn.sendall(encode_line({"op": TREE_OP}))
-            line = _read_reply(conn)
+            line = _read_reply(conn, deadline)
         except TimeoutError:
             raise CommandExit(EXIT_UNREACHABLE, f"no reply on {path} within {timeout_s}s") from None
         except OSError as exc:
@@ -120,11 +126,20 @@ def _no_socket(path: str) -> str:
     )
 
 
-def _read_reply(conn: socket.socket) -> bytes:
+def _before(conn: socket.socket, deadline: float) -> None:
+    """Bound the next socket call by what is left of the deadline."""
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError
+    conn.settimeout(left)
+
+
+def _read_reply(conn: socket.socket, deadline: float) -> bytes:
     data = bytearray()
     while b"\n" not in data:
         if len(data) > _MAX_REPLY_BYTES:
             raise CommandExit(EXIT_ERROR_REPLY, "the admin socket sent an oversized reply")
+        _before(conn, deadline)
         chunk = conn.recv(65536)
         if not chunk:
             break
@@ -139,6 +154,10 @@ def _parse_reply(path: str, line: bytes) -> ActorTree:
         reply = json.loads(line.decode("utf-8"))
     except (UnicodeDecodeError, ValueError):
         raise CommandExit(EXIT_ERROR_REPLY, f"{path} did not answer with JSON") from None
+    except RecursionError:  # the decoder's own bound on nesting, raised before any harm
+        raise CommandExit(
+            EXIT_ERROR_REPLY, f"{path} answered with JSON nested too deeply to be a tree"
+        ) from None
     if not isinstance(reply, dict):
         raise CommandExit(
             EXIT_ERROR_REPLY, f"{path} answered with {type(reply).__name__}, not a reply"
@@ -146,8 +165,10 @@ def _parse_reply(path: str, line: bytes) -> ActorTree:
     if reply.get("ok") is not True:
         error = reply.get("error")
         error = error if isinstance(error, dict) else {}
-        code = error.get("code", "?")
-        message = error.get("message", "no message")
+        # Shown only when they are text: anything else would print as its repr, as big and
+        # as deep as the server made it.
+        code = _text(error.get("code"), "?")
+        message = _text(error.get("message"), "no message")
         raise CommandExit(
             EXIT_ERROR_REPLY, f"the admin socket answered an error [{code}]: {message}"
         )
@@ -157,3 +178,7 @@ def _parse_reply(path: str, line: bytes) -> ActorTree:
         raise CommandExit(
             EXIT_ERROR_REPLY, f"{path} answered with a tree this CLI cannot read: {exc}"
         ) from None
+
+
+def _text(value: object, default: str) -> str:
+    return value if isinstance(value, str) else default

@@ -393,7 +393,11 @@ class Forwarder:
         try:
             item = self._inbox.take(inbox_id, self._runtime.id, carried)
             if item is None:
-                return  # its sender gave up on it first: never delivered
+                # Its sender gave up on it first: never delivered. The row that refused this
+                # take, the only one there is (one notification per message), is clutter
+                # now, whether or not its sender lives to forget it.
+                self._forget([inbox_id])
+                return
             flight = _InFlight(item.child_id, item.sender_runtime, time.monotonic())
             with self._lock:
                 self._serving[inbox_id] = flight

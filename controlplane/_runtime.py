@@ -8,6 +8,13 @@ its lease lapsed, or (same host, same boot) its process gone — is settled ``in
 and its child's open turn closed, once, however many runtimes sweep at the same moment
 (`persistence.SqlStore.interrupt`). The first sweep runs before `SubagentControl` returns, so
 the next runtime to open the store recovers what a crash left.
+
+A lapsed lease is taken for death only once this runtime's own renewals have run unbroken
+for a full lease of the other's since the last outage it saw, and since it opened
+(`controlplane._lease`): leases that lapsed because the store was down say nothing about
+who is alive. What needs no store — a closed row, a process gone on this host and boot — is
+judged at once, so the next runtime to open the store on the crashed one's host still
+recovers at once.
 """
 
 from __future__ import annotations
@@ -18,36 +25,26 @@ import os
 import socket
 import threading
 import uuid
-from datetime import datetime
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from controlplane._errors import ErrorCode, SubagentControlError
+from controlplane._lease import Renewals
 from controlplane._lifecycle import log_lifecycle
 from controlplane._task_types import RuntimeInfo, TaskSnapshot
 
 if TYPE_CHECKING:
     from controlplane._tasks import ForeignKill, TaskService
-    from persistence import SqlStore
+    from persistence import LeaseNow, SqlStore
 
 __all__ = ["Runtime", "new_runtime_id"]
 
 log = logging.getLogger(__name__)
-
-_BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 
 
 def new_runtime_id() -> str:
     """A runtime id unique across processes, machines and restarts: host, pid, and 48
     random bits (the host and pid make it readable in the tree and the CLI)."""
     return f"{socket.gethostname()[:40]}-{os.getpid()}-{uuid.uuid4().hex[:12]}"
-
-
-def _boot_id() -> str | None:
-    try:
-        return _BOOT_ID.read_text().strip() or None
-    except OSError:
-        return None
 
 
 def _pid_gone(pid: int) -> bool:
@@ -77,8 +74,10 @@ class Runtime:
         self._store = store
         self._tasks = tasks
         self._lease_ttl_s = lease_ttl_s
-        self._host = socket.gethostname()[:255]
-        self._boot = _boot_id()
+        from persistence import boot_id, host_name
+
+        self._host = host_name()
+        self._boot = boot_id()
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
         self.forward_kill: ForeignKill | None = None
@@ -87,6 +86,8 @@ class Runtime:
         store.ledger.register_runtime(
             self.id, host=self._host, pid=os.getpid(), boot_id=self._boot, lease_ttl_s=lease_ttl_s
         )
+        self.renewals = Renewals(lease_ttl_s)
+        """This runtime's own renewals: when it may take another's lapsed lease for death."""
 
     def start(self) -> None:
         """Sweep once now (what a crash left is recovered before the first send), then keep
@@ -172,23 +173,51 @@ class Runtime:
 
     def is_dead_id(self, runtime_id: str) -> bool:
         """Whether the runtime ``runtime_id`` is dead (closed, lapsed, its process gone,
-        or not in the store at all)."""
-        now = self._store.ledger.suspects()[0]
-        for runtime in self._store.ledger.runtimes():
-            if runtime.runtime_id == runtime_id:
-                return self._is_dead(runtime, now)
-        return True
+        or not in the store at all). Reads its one row: a forward polls this."""
+        lease = self._store.ledger.lease(runtime_id)
+        return lease is None or self._is_dead(*lease)
+
+    def expire(self) -> None:
+        """Delete what runtimes gone for good left in the store (`controlplane._expiry`)."""
+        from controlplane._expiry import expire_leftovers
+
+        expire_leftovers(self._store, self.id, is_gone=self.is_gone)
+
+    def is_gone(self, runtime: RuntimeInfo, now: LeaseNow) -> bool:
+        """Whether a runtime is dead for good, not merely late: closed, its process gone,
+        or lapsed for longer than any outage (`controlplane._expiry.RETAIN_LAPSED_S`),
+        judged on the lease's own clock."""
+        from controlplane._expiry import RETAIN_LAPSED_S
+        from persistence import is_expired
+
+        retained = runtime.model_copy(update={"lease_ttl_s": runtime.lease_ttl_s + RETAIN_LAPSED_S})
+        return is_expired(retained, now) or self._process_gone(runtime)
 
     def _runtime_of(self, task: TaskSnapshot) -> RuntimeInfo | None:
         if task.runtime_id is None:
             return None
         return self._store.ledger.runtime(task.runtime_id)
 
-    def _is_dead(self, runtime: RuntimeInfo, now: datetime) -> bool:
+    def _is_dead(self, runtime: RuntimeInfo, now: LeaseNow) -> bool:
+        """Closed, its process gone, or its lease lapsed while this runtime could have seen
+        it renewed. A lapse this runtime cannot vouch for (its own renewals broke within
+        the other's lease: the store was down, or it was not looking) is unknown, and
+        unknown is alive: nothing is swept, taken over or settled on it."""
         from persistence import is_expired
 
-        if is_expired(runtime, now):
+        if runtime.closed_at is not None or self._process_gone(runtime):
             return True
+        if not is_expired(runtime, now):
+            return False
+        steady_s = self.renewals.steady_for()
+        if steady_s >= runtime.lease_ttl_s:
+            return True
+        log.info("runtime %s: the lease of runtime %s lapsed, but this runtime has renewed its "
+                 "own without a break for only %.2fs of its %gs lease: not judged dead yet",
+                 self.id, runtime.runtime_id, steady_s, runtime.lease_ttl_s)  # fmt: skip
+        return False
+
+    def _process_gone(self, runtime: RuntimeInfo) -> bool:
         # Same host and boot: a process that is gone is dead now, not after its lease.
         return (
             runtime.host == self._host
@@ -203,13 +232,26 @@ class Runtime:
         period = self._lease_ttl_s / 3
         while not self._stopped.wait(period):
             try:
-                if not self._store.ledger.heartbeat(self.id):
-                    log.error("runtime %s: its row is closed or gone; it is dead to the others",
-                              self.id)  # fmt: skip
+                self._renew()
                 self._tasks.flush()
                 self.sweep()
+                self.expire()  # after the sweep: it releases what the dead held
             except SubagentControlError as exc:
                 log.warning("runtime %s: heartbeat or sweep failed (%s); retrying",
                             self.id, exc.message)  # fmt: skip
             except Exception:  # a bug here must not end the heartbeat: others would sweep us
                 log.exception("runtime %s: heartbeat or sweep failed", self.id)
+
+    def _renew(self) -> None:
+        """Renew this runtime's lease, and record how it went in `renewals`."""
+        sent_at = self.renewals.sending()
+        try:
+            alive = self._store.ledger.heartbeat(self.id)
+        except BaseException:
+            self.renewals.failed(sent_at)
+            raise
+        if alive:
+            self.renewals.renewed(sent_at)
+            return
+        self.renewals.failed(sent_at)
+        log.error("runtime %s: its row is closed or gone; it is dead to the others", self.id)

@@ -84,4 +84,7 @@ class RuntimeInfo(BaseModel):
     heartbeat_at: datetime
     lease_ttl_s: float
     closed_at: datetime | None = None
+    heartbeat_boot_s: float | None = None
+    """SQLite: the host's boot clock (``CLOCK_BOOTTIME``, seconds) at the last heartbeat,
+    under ``boot_id``; its lease is judged on it, not on ``heartbeat_at``'s wall clock."""
     running_tasks: int = 0

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import logging
 
+from persistence._host_clock import LeaseNow, boot_id, host_name, is_expired
 from persistence._inbox import Inbox, InboxItem, Listener
-from persistence._ledger import TaskLedger, is_expired
+from persistence._ledger import TaskLedger
 from persistence._retry import RetryPolicy
 from persistence._store import SqlStore
 from persistence._task_sql import Fence, Settlement
@@ -17,11 +18,14 @@ __all__ = [
     "Fence",
     "Inbox",
     "InboxItem",
+    "LeaseNow",
     "Listener",
     "RetryPolicy",
     "Settlement",
     "SqlStore",
     "TaskLedger",
+    "boot_id",
+    "host_name",
     "is_expired",
 ]
 

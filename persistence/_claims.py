@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
 from typing import TYPE_CHECKING
 
 from sqlalchemy.engine.interfaces import DBAPICursor
@@ -33,6 +32,7 @@ from controlplane.contract import (
 )
 from persistence._appends import not_found
 from persistence._codec import from_json, prepare_events
+from persistence._host_clock import LeaseNow, is_expired
 from persistence._schema import CHILDREN, RUNTIMES, TASKS, utc_time
 from persistence._task_sql import Settlement, TaskStatements, admit_params, settle_params
 
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 
 __all__ = ["ClaimStatements", "Claims", "IsDead"]
 
-IsDead = Callable[[RuntimeInfo, datetime], bool]
+IsDead = Callable[[RuntimeInfo, LeaseNow], bool]
 """Whether a runtime is dead at a given time (decided by the caller, which knows its host)."""
 
 
@@ -166,10 +166,17 @@ class Claims:
             info = self._runtime_row(cursor, holder)
             now = self._db_now(cursor)
             if holder != runtime_id and info is not None and not is_dead(info, now):
+                unsure = (
+                    " (its lease lapsed, but this runtime has not yet renewed its own without "
+                    "a break for a full lease — it opened, or lost the store, too recently to "
+                    "tell a dead runtime from one an outage kept silent; retry after the lease)"
+                    if is_expired(info, now)
+                    else ""
+                )
                 raise ClaimConflict(
                     f"child {child_id} is running in runtime {holder} (process {info.pid} on "
-                    f"{info.host}); the message was not delivered: send it to that runtime, "
-                    "or retry once its task has settled",
+                    f"{info.host}){unsure}; the message was not delivered: send it to that "
+                    "runtime, or retry once its task has settled",
                     child_id=child_id,
                     runtime_id=holder,
                 )
@@ -245,7 +252,7 @@ class Claims:
         row = cursor.fetchone()
         if row is None:
             return None
-        host, pid, boot_id, ttl, started, heartbeat, closed = row
+        host, pid, boot_id, ttl, started, heartbeat, closed, heartbeat_boot_s = row
         return RuntimeInfo(
             runtime_id=runtime_id,
             host=host,
@@ -255,14 +262,15 @@ class Claims:
             started_at=utc_time(started),
             heartbeat_at=utc_time(heartbeat),
             closed_at=None if closed is None else utc_time(closed),
+            heartbeat_boot_s=heartbeat_boot_s,
         )
 
-    def _db_now(self, cursor: DBAPICursor) -> datetime:
+    def _db_now(self, cursor: DBAPICursor) -> LeaseNow:
         if self._s._db.backend.name == "postgresql":
             cursor.execute(_PG_NOW)
             (now,) = cursor.fetchone() or (None,)
-            return utc_time(now)
-        return utcnow()
+            return self._s.ledger.lease_now(utc_time(now))
+        return self._s.ledger.lease_now(utcnow())
 
 
 _PG_NOW = "SELECT now()"
@@ -300,7 +308,7 @@ class ClaimStatements:
                 f"fence = fence + 1 WHERE child_id = {p} AND claim_task = {p}"
             ),
             runtime=(
-                f"SELECT host, pid, boot_id, lease_ttl_s, started_at, heartbeat_at, closed_at "
-                f"FROM {RUNTIMES} WHERE runtime_id = {p}"
+                "SELECT host, pid, boot_id, lease_ttl_s, started_at, heartbeat_at, closed_at, "
+                f"heartbeat_boot_s FROM {RUNTIMES} WHERE runtime_id = {p}"
             ),
         )

@@ -43,7 +43,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from persistence._schema import CHILDREN, INBOX
+from persistence._schema import CHILDREN, INBOX, RUNTIMES
 
 if TYPE_CHECKING:
     from sqlalchemy.engine.interfaces import DBAPICursor
@@ -260,6 +260,19 @@ class Inbox:
 
         self._s._run(f"forget {len(inbox_ids)} forwarded message(s)", op)
 
+    def expire(self, gone: list[str]) -> int:
+        """Delete the rows whose senders are dead for good (``gone``, or no longer in the
+        store): nobody waits for their outcome. An ``abandoned`` row stays while its target
+        may still take the message its notification carried: the row is what refuses that
+        late take, and its sender was told ``NOT_DELIVERED``. How many went."""
+
+        def op(_attempt: int) -> int:
+            with self._s._db.cursor(write=False) as cursor:  # one statement: autocommit
+                cursor.execute(_EXPIRE, (gone, gone))
+                return int(cursor.rowcount)
+
+        return self._s._run(f"expire the inbox rows of {len(gone)} dead runtime(s)", op)
+
     def holder_of(self, child_id: str) -> str | None:
         """The runtime whose claim the child carries now (None: unclaimed or unknown)."""
 
@@ -340,6 +353,12 @@ _ABANDON = (
 )
 _STATE = f"SELECT state, reply FROM {INBOX} WHERE inbox_id = %s"
 _FORGET = f"DELETE FROM {INBOX} WHERE inbox_id = ANY(%s) RETURNING {_NO_FLUSH}"
+_EXPIRE = (  # a sender (or target) gone: named dead for good, or no longer in the store
+    f"DELETE FROM {INBOX} AS i WHERE (i.sender_runtime = ANY(%s) OR NOT EXISTS "
+    f"(SELECT 1 FROM {RUNTIMES} r WHERE r.runtime_id = i.sender_runtime)) "
+    "AND (i.state <> 'abandoned' OR i.target_runtime = ANY(%s) OR NOT EXISTS "
+    f"(SELECT 1 FROM {RUNTIMES} r WHERE r.runtime_id = i.target_runtime))"
+)
 _NOTIFY = "SELECT pg_notify(%s, %s)"  # writes nothing: no WAL flush to wait for
 _HOLDER = f"SELECT claim_runtime FROM {CHILDREN} WHERE child_id = %s"
 _PAYLOAD_LIMIT = 7000  # PostgreSQL's is 8000 bytes; JSON text here is mostly ASCII

@@ -13,13 +13,14 @@ snapshot (`_task_snapshots`) and the kept connection of the point reads (`_point
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, TypeVar
 
-from sqlalchemy import delete, func, insert, select, text, update
+from sqlalchemy import delete, exists, func, insert, literal, select, text, update
 
 from controlplane.contract import RuntimeInfo, TaskOutcome, TaskSnapshot, TaskStatus, utcnow
 from persistence._database import Database
+from persistence._host_clock import LeaseNow, boot_seconds
 from persistence._point_reader import PointReader
 from persistence._schema import (
     NOTICE_PENDING,
@@ -33,7 +34,7 @@ from persistence._schema import (
 from persistence._task_snapshots import snapshot_of, snapshot_of_columns
 from persistence._task_sql import Settlement, TaskStatements, admit_params
 
-__all__ = ["TaskLedger", "is_expired"]
+__all__ = ["TaskLedger"]
 
 T = TypeVar("T")
 Runner = Callable[[str, Callable[[int], Any]], Any]
@@ -74,6 +75,7 @@ class TaskLedger:
                     started_at=now,
                     heartbeat_at=now,
                     lease_ttl_s=lease_ttl_s,
+                    heartbeat_boot_s=self._boot_now(),
                 )
                 known = select(RuntimeRow.runtime_id).where(RuntimeRow.runtime_id == runtime_id)
                 if conn.execute(known).first() is None:  # a retry may find it written
@@ -91,7 +93,7 @@ class TaskLedger:
                 result = conn.execute(
                     update(RuntimeRow)
                     .where(RuntimeRow.runtime_id == runtime_id, RuntimeRow.closed_at.is_(None))
-                    .values(heartbeat_at=self._now(conn))
+                    .values(heartbeat_at=self._now(conn), heartbeat_boot_s=self._boot_now())
                 )
                 return bool(result.rowcount)
 
@@ -150,6 +152,61 @@ class TaskLedger:
 
         return self._run(f"read runtime {runtime_id}", op)
 
+    def lease(self, runtime_id: str) -> tuple[RuntimeInfo, LeaseNow] | None:
+        """One runtime's row, read by its key, and the clock its lease is judged on, in one
+        statement; None if the store has no such runtime. A forward asks this of its target
+        every poll: its cost must not grow with the runtimes the store has known. The
+        row's ``running_tasks`` is not counted (0)."""
+        clock = func.now() if self._postgres else literal(None)
+        query = select(*RuntimeRow.__table__.c, clock.label("db_now")).where(
+            RuntimeRow.runtime_id == runtime_id
+        )
+
+        def op(_attempt: int) -> tuple[RuntimeInfo, LeaseNow] | None:
+            with self._db.connection(write=False) as conn:
+                row = conn.execute(query).first()
+                if row is None:
+                    return None
+                now = utc_time(row.db_now) if self._postgres else self._now(conn)
+            return _runtime(row, 0), self.lease_now(now)
+
+        return self._run(f"read runtime {runtime_id}", op)
+
+    def now(self) -> LeaseNow:
+        """Now on the clocks leases are judged by (`lease_now`)."""
+
+        def op(_attempt: int) -> LeaseNow:
+            with self._db.connection(write=False) as conn:
+                return self.lease_now(self._now(conn))
+
+        return self._run("read the clock", op)
+
+    def expire_runtimes(self, gone: Sequence[RuntimeInfo]) -> int:
+        """Delete the rows of runtimes dead for good that nothing refers to any more; how
+        many went. A row stays while a running Task names it (the sweep, which finds those
+        through the row, settles them first), and if it renewed since it was read (it was
+        not dead). A claim left naming a deleted runtime is taken over as a dead one's (a
+        holder missing from the store is dead to `Claims`): no index on the children's
+        claims is scanned here every heartbeat."""
+
+        def op(_attempt: int) -> int:
+            deleted = 0
+            with self._db.connection(write=True) as conn:
+                for runtime in gone:
+                    rid = runtime.runtime_id
+                    running = select(TaskRow.task_id).where(_IS_RUNNING, TaskRow.runtime_id == rid)
+                    result = conn.execute(
+                        delete(RuntimeRow).where(
+                            RuntimeRow.runtime_id == rid,
+                            RuntimeRow.heartbeat_at <= runtime.heartbeat_at,
+                            ~exists(running),
+                        )
+                    )
+                    deleted += result.rowcount
+            return deleted
+
+        return self._run(f"expire {len(gone)} dead runtime(s)", op)
+
     def claims(self) -> dict[str, list[tuple[str, str | None, int]]]:
         """Which runtime holds which child: runtime id → ``(child id, Task id, fencing
         number)`` for every claimed child."""
@@ -168,17 +225,18 @@ class TaskLedger:
 
         return self._run("list claims", op)
 
-    def suspects(self) -> tuple[datetime, list[RuntimeInfo]]:
-        """The database's clock now, and every runtime that still has a running Task and
-        is closed or has a heartbeat older than its lease: dead to everyone. (A runtime
-        whose process is gone is recognised by the caller, which knows its own host.)"""
+    def suspects(self) -> tuple[LeaseNow, list[RuntimeInfo]]:
+        """Now on the clocks leases are judged by (`lease_now`), and every runtime that
+        still has a running Task: those closed or whose lease lapsed are dead to
+        everyone. (A runtime whose process is gone is recognised by the caller, which
+        knows its own host.)"""
         query = select(RuntimeRow).where(
             RuntimeRow.runtime_id.in_(select(TaskRow.runtime_id).where(_IS_RUNNING).distinct())
         )
 
-        def op(_attempt: int) -> tuple[datetime, list[RuntimeInfo]]:
+        def op(_attempt: int) -> tuple[LeaseNow, list[RuntimeInfo]]:
             with self._db.connection(write=False) as conn:
-                now = self._now(conn)
+                now = self.lease_now(self._now(conn))
                 return now, [_runtime(row, 0) for row in conn.execute(query)]
 
         return self._run("find dead runtimes", op)
@@ -311,6 +369,15 @@ class TaskLedger:
     def _stamp(self, when: datetime) -> object:
         return sqlite_time(when) if self._db.backend.text_times else when
 
+    def lease_now(self, wall: datetime) -> LeaseNow:
+        """Now for judging leases, ``wall`` being the database's clock (PostgreSQL: that
+        alone) or this host's (SQLite: with the host's boot clock, which every process on
+        it shares and no wall clock moves)."""
+        return LeaseNow(wall=wall) if self._postgres else LeaseNow.here(wall)
+
+    def _boot_now(self) -> float | None:
+        return None if self._postgres else boot_seconds()
+
     def _now(self, conn: Any) -> datetime:
         """The database's clock on PostgreSQL (hosts' clocks may drift apart; the shared
         server's is one for all); this host's on SQLite, which only one host shares."""
@@ -342,11 +409,5 @@ def _runtime(row: Any, running: int) -> RuntimeInfo:
         lease_ttl_s=row.lease_ttl_s,
         closed_at=None if closed is None else utc_time(closed),
         running_tasks=running,
+        heartbeat_boot_s=row.heartbeat_boot_s,
     )
-
-
-def is_expired(runtime: RuntimeInfo, now: datetime) -> bool:
-    """Whether a runtime is dead to everyone: closed, or its lease lapsed."""
-    if runtime.closed_at is not None:
-        return True
-    return runtime.heartbeat_at + timedelta(seconds=runtime.lease_ttl_s) < now

@@ -32,6 +32,8 @@ _SQLITE_LOCKED = 6
 _PG_TRANSIENT_SQLSTATES = frozenset({"40001", "40P01", "55P03", "57014", "57P01", "57P02", "57P03"})
 _PG_CONNECTION_CLASS = "08"  # connection_exception and its subclasses
 
+_IMMEDIATE_ATTEMPTS = 8
+
 RetryHook = Callable[[int, BaseException], None]
 """Called before each retry with the number of the attempt that failed and its error."""
 
@@ -43,25 +45,31 @@ attempt that failed and its cause (`retry_cause`); it must not raise."""
 @dataclass(frozen=True, kw_only=True, slots=True)
 class RetryPolicy:
     """How the store retries transient failures (busy/locked SQLite, dropped connections,
-    serialization failures, deadlocks).
+    serialization failures, deadlocks, a server restarting).
 
-    Attempts are bounded by count *and* by time: no new attempt starts once the next wait
-    would end more than ``max_total_s`` after the first failure. Waits grow exponentially
-    from ``initial_backoff_s`` up to ``max_backoff_s``, with full jitter so that competing
-    writers spread out. Anything else (bad input, a missing table, a constraint) fails at
-    once.
+    Retries are bounded by time: no new attempt starts once the next wait would end more
+    than ``max_total_s`` after the first failure, so an outage shorter than that budget
+    (a PostgreSQL restart, a failover) is ridden through however many attempts it takes.
+    A count bound (``max_attempts``) may be set as well; the default has none, because a
+    count that runs out first (8 attempts took ~0.8 s) turns a routine restart into failed
+    turns and steers. Waits grow exponentially from ``initial_backoff_s`` up to
+    ``max_backoff_s``, with full jitter so that competing writers spread out. Anything
+    else (bad input, a missing table, a constraint) fails at once.
 
     Attributes:
-        max_attempts: Attempts in all, the first one included (1: never retry).
-        max_total_s: Time budget in seconds for the retries and their waits.
+        max_attempts: Attempts in all, the first one included (1: never retry); None
+            (the default): as many as ``max_total_s`` allows.
+        max_total_s: Time budget in seconds for the retries and their waits: the longest
+            store outage an operation rides through.
         initial_backoff_s: Upper bound of the first (jittered) wait.
         max_backoff_s: Upper bound of any single wait.
-        wait: ``False`` retries at once (for tests); the bounds still apply.
+        wait: ``False`` retries at once (for tests); the bounds still apply, and an
+            immediate policy keeps a count bound (8 unless given) so that it cannot spin.
         on_retry: Called before each retry as ``on_retry(failed_attempt, error)``; it must
             not raise. Tests use it to observe a retry without sleeping.
     """
 
-    max_attempts: int = 8
+    max_attempts: int | None = None
     max_total_s: float = 20.0
     initial_backoff_s: float = 0.01
     max_backoff_s: float = 1.0
@@ -69,10 +77,14 @@ class RetryPolicy:
     on_retry: RetryHook | None = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.max_attempts, bool) or not isinstance(self.max_attempts, int):
-            raise _invalid("max_attempts must be an int")
-        if self.max_attempts < 1:
-            raise _invalid("max_attempts must be at least 1")
+        attempts = self.max_attempts
+        if attempts is not None:
+            if isinstance(attempts, bool) or not isinstance(attempts, int):
+                raise _invalid("max_attempts must be an int or None")
+            if attempts < 1:
+                raise _invalid("max_attempts must be at least 1")
+        elif not self.wait:
+            raise _invalid("a policy that does not wait needs max_attempts")
         for name in ("max_total_s", "initial_backoff_s", "max_backoff_s"):
             problem = seconds_problem(getattr(self, name))
             if problem is not None:
@@ -80,7 +92,9 @@ class RetryPolicy:
 
     @classmethod
     def immediate(cls, **options: Any) -> RetryPolicy:
-        """A policy that retries without waiting (tests); other options as the constructor."""
+        """A policy that retries without waiting (tests); other options as the constructor,
+        with at most 8 attempts unless ``max_attempts`` says otherwise."""
+        options.setdefault("max_attempts", _IMMEDIATE_ATTEMPTS)
         return cls(**options, wait=False)
 
 
@@ -177,9 +191,11 @@ def _tenacity_controller(policy: RetryPolicy, listeners: list[RetryListener]) ->
                 except Exception:  # an observer must never change what the store does
                     _log.exception("a store retry listener failed")
 
+    stop: tenacity.stop.stop_base = tenacity.stop_before_delay(policy.max_total_s)
+    if policy.max_attempts is not None:
+        stop = stop | tenacity.stop_after_attempt(policy.max_attempts)
     return tenacity.Retrying(
-        stop=tenacity.stop_after_attempt(policy.max_attempts)
-        | tenacity.stop_before_delay(policy.max_total_s),
+        stop=stop,
         wait=wait,
         retry=tenacity.retry_if_exception(is_transient),
         before_sleep=before_sleep,

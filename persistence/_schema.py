@@ -60,7 +60,7 @@ __all__ = [
     "utc_time",
 ]
 
-SCHEMA_VERSION: Final = 5
+SCHEMA_VERSION: Final = 6
 """The version this code writes. Bump it with a migration in `_MIGRATIONS`."""
 SEGMENTS_SINCE: Final = 3
 """The first version with sealed segments: an older store, read as it is, has none."""
@@ -252,6 +252,9 @@ class RuntimeRow(Base):
     started_at: Mapped[UtcTime]
     heartbeat_at: Mapped[UtcTime]
     closed_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
+    # SQLite: the heartbeat on the host's boot clock, which no process's wall clock moves
+    # (`persistence._host_clock`); NULL on PostgreSQL, which judges by the server's clock.
+    heartbeat_boot_s: Mapped[float | None] = mapped_column(Float)
 
 
 class InboxRow(Base):
@@ -261,7 +264,9 @@ class InboxRow(Base):
     took it) or ``abandoned`` (the sender gave up first, so it is never delivered), then
     ``taken`` → ``answered`` (with ``reply``) or ``abandoned`` (the target died first). A
     ``kill`` row carries a `tasks.kill` of a Task the target runs instead of a message. The
-    sender deletes the row once it has its outcome. PostgreSQL only; the table exists on
+    sender deletes the row once it has its outcome; a live runtime deletes the rows of a
+    sender gone for good, and a target the row refused deletes it (`controlplane._expiry`).
+    PostgreSQL only; the table exists on
     both backends so a store's schema does not depend on where it was created.
     """
 
@@ -393,11 +398,24 @@ _DROP_VERSION_4_TASK_INDEXES: Final = (
 )
 
 
+def _add_boot_clock(conn: Connection) -> None:
+    """Version 6: a runtime's heartbeat is also kept on the host's boot clock (SQLite leases
+    are judged on it, not on each process's wall clock). Old rows have none: judged by the
+    wall clock, as before."""
+    present = {column["name"] for column in inspect(conn).get_columns(RUNTIMES)}
+    if "heartbeat_boot_s" not in present:
+        conn.execute(text(_ADD_BOOT_CLOCK))
+
+
+_ADD_BOOT_CLOCK: Final = f"ALTER TABLE {RUNTIMES} ADD COLUMN heartbeat_boot_s FLOAT"
+
+
 _MIGRATIONS: dict[int, Migration] = {
     1: _drop_last_seq,
     2: _add_segments,
     3: _add_tasks,
     4: _partial_task_indexes,
+    5: _add_boot_clock,
 }
 """``_MIGRATIONS[n]`` upgrades a version-``n`` store to version ``n + 1``."""
 

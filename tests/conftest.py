@@ -18,6 +18,7 @@ import pytest
 
 from controlplane import AgentHandle, SubagentControl
 from tests.fakes import FakeProvider
+from tests.reliability.pg_fault import pg_server, tcp_proxy_factory  # noqa: F401 (fixtures)
 from tests.support import PARENT_MODEL, MakeControl
 
 PG_URL_ENV = "SUBAGENT_CONTROL_TEST_PG_URL"

@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import json
 import threading
+from datetime import timedelta
 
 import pytest
+import sqlalchemy as sa
 
 from controlplane import SubagentControl
 from controlplane._cli import main
+from controlplane.contract import utcnow
+from persistence._schema import sqlite_time
 from tests.fakes import FakeProvider
 from tests.support import idle_child, text, wait_published
 
@@ -88,3 +92,24 @@ def test_an_empty_store_says_so(sqlite_url: str, capsys: pytest.CaptureFixture[s
     status, out = run(capsys, "runtimes", "--db", sqlite_url)
     assert status == 0
     assert "dead" in out.splitlines()[1]
+
+
+def test_runtimes_judge_a_sqlite_lease_on_the_boot_clock_not_the_wall_clock(
+    sqlite_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from persistence import RetryPolicy, SqlStore, boot_id, host_name
+
+    with SqlStore(sqlite_url, retry=RetryPolicy.immediate()) as store:
+        store.ledger.register_runtime(
+            "skewed", host=host_name(), pid=1, boot_id=boot_id(), lease_ttl_s=10.0
+        )
+        # Renewed just now by a process whose wall clock runs two minutes behind.
+        with store._db.connection(write=True) as conn:
+            conn.execute(
+                sa.text("UPDATE subagent_runtimes SET heartbeat_at = :at"),
+                {"at": sqlite_time(utcnow() - timedelta(seconds=120))},
+            )
+    status, out = run(capsys, "runtimes", "--db", sqlite_url, "--json")
+    assert status == 0
+    (runtime,) = [json.loads(line) for line in out.splitlines()]
+    assert runtime["alive"] is (boot_id() is not None)  # no boot clock: the wall's verdict

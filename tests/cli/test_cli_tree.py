@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -202,3 +203,46 @@ def test_usage_errors_exit_with_the_usage_code(
     status, out, err = run(capsys, *argv)
     assert (status, out) == (EXIT_USAGE, "")
     assert "usage:" in err
+
+
+@pytest.fixture
+def misbehaving_server(sock_dir: Path, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A real process serving the admin socket in the mode the test is parametrized with
+    (`tests.cli.serve_fake_tree`); reaped pass or fail."""
+    path = str(sock_dir / "admin.sock")
+    proc = start_ready_process(["-m", "tests.cli.serve_fake_tree", path, request.param])
+    try:
+        yield path
+    finally:
+        stop_process(proc)
+
+
+@pytest.mark.parametrize("misbehaving_server", ["trickle"], indirect=True)
+def test_tree_timeout_is_a_deadline_for_the_whole_reply_not_for_each_read(
+    misbehaving_server: str,
+) -> None:
+    # A byte every 0.4 s: every read succeeds well within 1 s, the reply never ends.
+    started = time.monotonic()
+    cli = run_python(
+        "-m", "controlplane._cli", "tree", "--socket", misbehaving_server, "--timeout", "1",
+        timeout=40,
+    )  # fmt: skip
+    elapsed = time.monotonic() - started
+    assert (cli.returncode, cli.stdout) == (EXIT_UNREACHABLE, ""), cli.stderr
+    assert "no reply" in cli.stderr
+    assert "within 1.0s" in cli.stderr
+    assert "Traceback" not in cli.stderr
+    # The interpreter's start-up is in there too (seconds on a loaded machine); a per-read
+    # timeout would run into the subprocess timeout instead.
+    assert elapsed < 30
+
+
+@pytest.mark.parametrize("misbehaving_server", ["deep"], indirect=True)
+def test_tree_on_a_deeply_nested_reply_exits_with_the_error_reply_code_and_no_traceback(
+    misbehaving_server: str,
+) -> None:
+    cli = run_python("-m", "controlplane._cli", "tree", "--socket", misbehaving_server, timeout=60)
+    assert (cli.returncode, cli.stdout) == (EXIT_ERROR_REPLY, ""), cli.stderr
+    assert cli.stderr.startswith("subagent-control: ")
+    assert "nested" in cli.stderr
+    assert "Traceback" not in cli.stderr

@@ -261,6 +261,29 @@ def test_kill_while_the_resume_is_starting_rolls_back_and_records_killed(
     assert snapshot.status is TaskStatus.KILLED
     assert plan.rolled_back.is_set()
     assert provider.total_live() == 0
+    # `started` was answered: the message is in the transcript, in a turn closed `killed`.
+    turn_2 = [e for e in events(control, child_id) if e.turn == 2]
+    assert kinds(turn_2) == [EventKind.TURN_START, EventKind.USER_MESSAGE, EventKind.TURN_END]
+    assert turn_2[1].data == {"text": "carry on"}
+    assert turn_2[1].source == MessageSource(kind="coordinator", sender_session_id="parent-1")
+    assert turn_2[2].data == {"task_id": result.task_id, "status": "killed"}
+
+
+def test_a_resume_whose_provider_fails_to_start_keeps_its_message_in_a_closed_turn(
+    control: SubagentControl, parent: AgentHandle, provider: FakeProvider
+) -> None:
+    child_id = idle_child(control, parent)
+    provider.plan(fail_start=RuntimeError("the agent would not start"), writes=[("x/y", {})])
+    result = control.send_message(parent, child_id, text("carry on"))
+
+    snapshot = settle(control, result.task_id, parent)
+
+    assert snapshot.status is TaskStatus.FAILED
+    turn_2 = [e for e in events(control, child_id) if e.turn == 2]
+    # Its provider's writes during the failed start are dropped; the message is not.
+    assert kinds(turn_2) == [EventKind.TURN_START, EventKind.USER_MESSAGE, EventKind.TURN_END]
+    assert turn_2[1].data == {"text": "carry on"}
+    assert turn_2[2].data == {"task_id": result.task_id, "status": "failed"}
 
 
 def test_a_kill_right_after_a_follow_up_never_leaves_a_provider_run_behind(

@@ -204,12 +204,22 @@ def test_retry_policy_bounds_must_be_sensible() -> None:
         {"initial_backoff_s": -1},
         {"max_backoff_s": float("inf")},
         {"max_total_s": "10"},
+        {"max_attempts": None, "wait": False},  # no wait and no count: it would spin
     ):
         with pytest.raises(SubagentControlError) as raised:
             RetryPolicy(**bad)  # type: ignore[arg-type]
         assert raised.value.code == ErrorCode.INVALID_INPUT
     assert RetryPolicy.immediate().wait is False
+    assert RetryPolicy.immediate().max_attempts == 8
     assert RetryPolicy().wait is True
+
+
+def test_the_default_policy_is_bounded_by_time_alone() -> None:
+    # A count bound ran out after ~0.8 s of waits, long before the 20 s budget: a routine
+    # PostgreSQL restart failed running turns and steers (tests/reliability/test_outages.py).
+    policy = RetryPolicy()
+    assert policy.max_attempts is None
+    assert policy.max_total_s == 20.0
 
 
 def test_batch_ids_never_repeat_within_a_process_nor_across_a_fork() -> None:

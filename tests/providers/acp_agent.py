@@ -5,9 +5,12 @@ It answers ``initialize``, ``session/new``, ``session/load`` (with ``--load-sess
 sessions live in ``--state DIR``, so another process can load them) and ``session/prompt``
 (streaming ``agent_message_chunk`` updates: ``echo: <prompt>``, plus what it remembers of
 the session), and honours ``session/cancel``. Flags make it misbehave on purpose: crash or
-hang in a method, ignore cancellation or SIGTERM, call a tool, ask for a permission, spawn
-a grandchild process. Every process appends its pid (and its grandchild's) to
-``DIR/pids`` and every prompt it receives to ``DIR/prompts.jsonl``, for the tests to check.
+hang in a method (``--hang-if-exists FILE``: only while FILE exists), ignore cancellation,
+SIGTERM or the end of its stdin, call a tool, ask for a permission, spawn a grandchild
+process in its process group, or run as a wrapper (``--wrapper``: a process that spawns the
+real agent on its own stdio and waits for it, as Codex's ACP adapter runs under node). Every
+process appends its pid (and its grandchild's) to ``DIR/pids`` and every prompt it receives
+to ``DIR/prompts.jsonl``, for the tests to check.
 """
 
 from __future__ import annotations
@@ -73,11 +76,16 @@ class Agent:
         if self.args.crash_on == method:
             print(f"acp_agent: crashing on {method} as asked", file=sys.stderr, flush=True)
             os._exit(3)
-        if self.args.hang_on == method and method != "session/prompt":
+        if self.hangs_on(method) and method != "session/prompt":
             if self.args.announce:  # a FIFO the test reads: "I am stuck now"
                 with open(self.args.announce, "w") as fifo:
                     fifo.write(f"hanging in {method}\n")
             threading.Event().wait()  # never answers
+
+    def hangs_on(self, method: str) -> bool:
+        if self.args.hang_on != method:
+            return False
+        return self.args.hang_if_exists is None or os.path.exists(self.args.hang_if_exists)
 
     def handle(self, message: dict[str, Any]) -> None:
         method, params = message.get("method"), message.get("params") or {}
@@ -122,7 +130,7 @@ class Agent:
             log.write(json.dumps({"session": session_id, "texts": texts}) + "\n")
         history = self.history(session_id)
         cancelled = _cancelled.setdefault(session_id, threading.Event())
-        if self.args.hang_on == "session/prompt":
+        if self.hangs_on("session/prompt"):
             chunk(session_id, "agent_message_chunk", "working on it")
             if self.args.ignore_cancel:
                 threading.Event().wait()
@@ -186,14 +194,19 @@ def main() -> None:
     parser.add_argument("--load-session", action="store_true")
     parser.add_argument("--crash-on")
     parser.add_argument("--hang-on")
+    parser.add_argument("--hang-if-exists", help="hang (--hang-on) only while this file exists")
     parser.add_argument("--announce", help="a FIFO to write to when hanging")
     parser.add_argument("--ignore-cancel", action="store_true")
     parser.add_argument("--ignore-sigterm", action="store_true")
     parser.add_argument("--tool-call", action="store_true")
     parser.add_argument("--ask-permission", action="store_true")
+    parser.add_argument("--ignore-eof", action="store_true")
     parser.add_argument("--grandchild", action="store_true")
+    parser.add_argument("--wrapper", action="store_true")
     parser.add_argument("--stop-reason", default="end_turn")
     args = parser.parse_args()
+    if args.wrapper:
+        wrap([arg for arg in sys.argv[1:] if arg != "--wrapper"], Path(args.state))
     agent = Agent(args)
     pids = [os.getpid()]
     if args.ignore_sigterm:
@@ -209,6 +222,17 @@ def main() -> None:
         # Requests run in their own threads, so a session/cancel is read while a prompt runs.
         worker = threading.Thread(target=_safely, args=(agent, message), daemon=True)
         worker.start()
+    if args.ignore_eof:  # a server that outlives its client: it must be told to go
+        threading.Event().wait()
+
+
+def wrap(argv: list[str], state: Path) -> None:
+    """Run the real agent on our stdio, wait for it, exit with its code (never returns)."""
+    state.mkdir(parents=True, exist_ok=True)
+    with (state / "pids").open("a") as log:
+        log.write(f"{os.getpid()}\n")
+    real = subprocess.Popen([sys.executable, __file__, *argv])  # same group, same stdio
+    sys.exit(real.wait())
 
 
 def _safely(agent: Agent, message: dict[str, Any]) -> None:

@@ -39,6 +39,8 @@ from controlplane import AcpProvider
 from tests.support import eventually
 
 AGENT = Path(__file__).with_name("acp_agent.py")
+HARNESS = Path(__file__).with_name("acp_harness.py")
+SDK_AGENT = Path(__file__).with_name("sdk_example_agent.py")
 WAIT_S = 15.0
 
 
@@ -386,3 +388,156 @@ def test_a_start_whose_activation_was_already_cancelled_spawns_nothing(agents: A
         AcpProvider(agents.command()).start(request, signal)
     assert caught.value.code is ErrorCode.CANCELLED
     assert agents.pids() == []
+
+
+def test_a_kill_mid_prompt_reaps_an_agent_that_ignores_eof_and_sigterm_and_its_wrapper(
+    control: SubagentControl, agents: Agents
+) -> None:
+    # The agent answers session/cancel at once, then neither exits on EOF nor on SIGTERM:
+    # only SIGKILL ends it, and a cancellation landing while it is reaped must not skip it.
+    flags = ("--wrapper", "--hang-on", "session/prompt", "--ignore-eof", "--ignore-sigterm")
+    register(control, agents, *flags, grace_s=0.5)
+    parent = control.agents.register("parent-1")
+    _, task_id = start(control, parent, "never stop")
+    eventually(lambda: agents.state.joinpath("prompts.jsonl").exists(), "the prompt arrived")
+
+    control.tasks.kill(task_id, requester=parent)
+
+    assert settle(control, task_id, parent).status is TaskStatus.KILLED
+    pids = agents.pids()
+    assert len(pids) == 2  # the wrapper and the agent it runs
+    eventually(lambda: not [pid for pid in pids if alive(pid)], "the agent's processes ended")
+
+
+def test_close_mid_prompt_reaps_an_agent_that_ignores_eof_and_sigterm_and_its_wrapper(
+    sqlite_url: str, agents: Agents
+) -> None:
+    flags = ("--wrapper", "--hang-on", "session/prompt", "--ignore-eof", "--ignore-sigterm")
+    with SubagentControl.open(sqlite_url) as control:
+        register(control, agents, *flags, grace_s=0.5)
+        parent = control.agents.register("parent-1")
+        start(control, parent, "never stop")
+        eventually(lambda: agents.state.joinpath("prompts.jsonl").exists(), "the prompt arrived")
+        pids = agents.pids()
+    # close() returned: the wrapper was reaped, the agent under it sent SIGKILL.
+    eventually(lambda: not [pid for pid in pids if alive(pid)], "the agent's processes ended")
+    assert not [t for t in _threads() if t.startswith(THREAD_PREFIX)]
+
+
+def test_a_finished_turn_of_an_agent_that_ignores_eof_settles_without_waiting_out_the_grace(
+    control: SubagentControl, agents: Agents
+) -> None:
+    # A grace period longer than the wait: the Task settles only if the agent, done with its
+    # turn, is asked to exit (SIGTERM) rather than waited for.
+    register(control, agents, "--ignore-eof", grace_s=2 * WAIT_S)
+    parent = control.agents.register("parent-1")
+    _, task_id = start(control, parent, "hello")
+    assert settle(control, task_id, parent).status is TaskStatus.COMPLETED
+    assert not [pid for pid in agents.pids() if alive(pid)]
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        pytest.param(("--hang-on", "session/prompt"), id="mid-prompt"),
+        pytest.param(("--hang-on", "initialize"), id="while-starting"),
+    ],
+)
+def test_a_sigkilled_harness_leaves_no_agent_process_behind(
+    sqlite_url: str, agents: Agents, flags: tuple[str, ...]
+) -> None:
+    # The agent runs under a wrapper, ignores EOF and left a grandchild in its group.
+    flags = ("--wrapper", "--grandchild", "--ignore-eof", *flags)
+    harness = subprocess.Popen(
+        [sys.executable, str(HARNESS), sqlite_url, *agents.command(*flags)],
+        stdin=subprocess.PIPE,  # it waits on this until killed
+        cwd=Path(__file__).parents[2],
+    )
+    try:
+        # The wrapper, the agent and the agent's grandchild.
+        eventually(lambda: len(agents.pids()) == 3, "the agent and its grandchild started")
+        if "session/prompt" in flags:
+            eventually(lambda: agents.state.joinpath("prompts.jsonl").exists(), "prompted")
+        pids = agents.pids()
+    finally:
+        harness.kill()
+        harness.wait(WAIT_S)
+        if harness.stdin is not None:
+            harness.stdin.close()
+    # Its guard gives the agent's group SIGTERM, and SIGKILL after the 0.5 s grace.
+    eventually(lambda: not [pid for pid in pids if alive(pid)], "the agent's processes ended")
+
+
+def test_the_sdks_example_agent_answers_resumes_and_is_reaped_promptly(
+    control: SubagentControl, tmp_path: Path
+) -> None:
+    # A third-party peer: it does not exit when its stdin closes (~0.2 s of asyncio
+    # teardown), streams chunks with no message id (one message per turn here), and does
+    # not advertise session/load, so a resume opens a new session primed with the transcript.
+    command = [sys.executable, str(SDK_AGENT)]
+    control.providers.register(AcpProvider(command, start_timeout_s=10.0, grace_s=2 * WAIT_S))
+    parent = control.agents.register("parent-1")
+    child_id, task_id = start(control, parent, "hello")
+    first = settle(control, task_id, parent)
+    again = control.send_message(parent, child_id, [TextBlock(text="and again")])
+    second = settle(control, again.task_id, parent)
+
+    assert first.outcome is not None
+    assert first.outcome.output == "Client sent:hello"
+    assert second.outcome is not None
+    assert (second.outcome.output or "").startswith("Client sent:You are continuing")
+    assert (second.outcome.output or "").endswith("and again")
+    replies = [e.data for e in events(control, child_id) if e.kind == EventKind.ASSISTANT_MESSAGE]
+    assert len(replies) == 2
+    assert running(SDK_AGENT) == []  # each reaped before its Task settled
+
+
+def running(script: Path) -> list[int]:
+    """The live processes whose command line names ``script`` (from /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = entry.joinpath("cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue  # ended meanwhile
+        if str(script).encode() in argv and alive(int(entry.name)):
+            found.append(int(entry.name))
+    return found
+
+
+def test_a_kill_while_the_agent_starts_a_resume_keeps_the_message_in_a_turn_closed_killed(
+    control: SubagentControl, agents: Agents
+) -> None:
+    hang = agents.state.parent / "hang"  # the agent hangs in initialize once this exists
+    fifo = agents.state.parent / "announce"
+    os.mkfifo(fifo)
+    flags = ("--hang-on", "initialize", "--hang-if-exists", str(hang), "--announce", str(fifo))
+    register(control, agents, *flags, start_timeout_s=60.0)
+    parent = control.agents.register("parent-1")
+    child_id, task_id = start(control, parent, "hello")
+    assert settle(control, task_id, parent).status is TaskStatus.COMPLETED
+    hang.touch()
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        again = control.send_message(parent, child_id, [TextBlock(text="carry on")])
+        assert again.route == "started"
+        ready, _, _ = select.select([reader], [], [], WAIT_S)
+        assert ready, "the agent never got stuck in initialize"
+        assert os.read(reader, 100) == b"hanging in initialize\n"
+    finally:
+        os.close(reader)
+
+    control.tasks.kill(again.task_id, requester=parent)
+
+    assert settle(control, again.task_id, parent).status is TaskStatus.KILLED
+    turn_2 = [e for e in events(control, child_id) if e.turn == 2]
+    assert [e.kind for e in turn_2] == [
+        EventKind.TURN_START,
+        EventKind.USER_MESSAGE,
+        EventKind.TURN_END,
+    ]
+    assert turn_2[1].data == {"text": "carry on"}
+    assert turn_2[2].data == {"task_id": again.task_id, "status": "killed"}
+    assert not [pid for pid in agents.pids() if alive(pid)]

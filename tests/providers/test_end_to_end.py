@@ -320,3 +320,35 @@ def test_a_truncated_turn_fails_with_its_stop_reason(open_control: OpenControl) 
     assert snapshot.status is TaskStatus.FAILED
     assert snapshot.outcome is not None
     assert snapshot.outcome.detail == "max-tokens"
+
+
+def test_every_follow_up_killed_at_once_is_in_the_transcript_in_a_turn_closed_by_its_outcome(
+    open_control: OpenControl,
+) -> None:
+    # A kill right after `started` lands anywhere: in the load, before the provider call,
+    # while the loop starts, mid-turn. Wherever it lands, the message was accepted, so it is
+    # in its Task's turn, and the turn ends with the Task's status (SPEC §5 send_message 4).
+    control = open_control(ScriptedModel(echo=True))
+    parent = register_parent(control)
+    started = start(control, parent)
+    settle(control, started.task_id, parent)
+    outcomes = {}
+    for n in range(40):
+        sent = control.send_message(parent, started.child_id, [TextBlock(text=f"follow-up {n}")])
+        assert sent.route == "started"
+        control.tasks.kill(sent.task_id, requester=parent)
+        outcomes[sent.task_id] = (f"follow-up {n}", settle(control, sent.task_id, parent).status)
+
+    turns: dict[int, list[SessionEvent]] = {}
+    for event in stored(control, started.child_id):
+        turns.setdefault(event.turn, []).append(event)
+    by_task = {t[0].data["task_id"]: t for t in turns.values() if t[0].turn > 1}
+    assert set(by_task) == set(outcomes)
+    for task_id, (message, status) in outcomes.items():
+        turn = by_task[task_id]
+        assert [e.kind for e in turn[:2]] == [EventKind.TURN_START, EventKind.USER_MESSAGE]
+        assert turn[1].data == {"text": message}
+        assert turn[1].source == COORDINATOR
+        assert turn[-1].kind == EventKind.TURN_END
+        assert turn[-1].data == {"task_id": task_id, "status": status.value}
+    assert TaskStatus.KILLED in {status for _, status in outcomes.values()}

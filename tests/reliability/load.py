@@ -263,15 +263,17 @@ def _check(
         return "refused but stored" if where else None
     assert sent.task_id is not None
     if sent.route == "started" and sent.task_id not in published:
+        # A resume's message is written before its provider starts: only a child that was
+        # never published (its first start killed) has no turn for it.
         task = tasks.get(sent.task_id)
         outcome = task.outcome if task else None
-        if outcome is not None and outcome.status is TaskStatus.KILLED:
-            tally["started/killed before publication"] += 1
-        elif outcome is not None and outcome.code is ErrorCode.NOT_RESUMABLE:
+        if outcome is not None and outcome.code is ErrorCode.NOT_RESUMABLE:
             tally["started/child never published"] += 1
-        else:
-            return f"started Task never published, yet its outcome is {outcome}"
-        return "stored although its Task never published" if where else None
+            return "stored although its child never published" if where else None
+        return f"started Task has no turn (its message is nowhere), its outcome is {outcome}"
+    task = tasks.get(sent.task_id)
+    if sent.route == "started" and task is not None and task.status is TaskStatus.KILLED:
+        tally["started/killed"] += 1
     tally[f"delivered/{sent.route}"] += 1
     tally[f"phase/{sent.phase}/{sent.route}"] += 1
     kind = EventKind.STEERING_MESSAGE if sent.route == "steered" else EventKind.USER_MESSAGE

@@ -46,7 +46,9 @@ from tests.reliability.stepping import Clock, SteppingProvider, _Fate
 __all__ = ["ExclusiveSteppingProvider", "ProcessLoad"]
 
 PARENT = "stress-parent"
-WATCHDOG_S = 150.0
+WATCHDOG_S = float(os.environ.get("SUBAGENT_CONTROL_STRESS_WATCHDOG_S", "150"))
+LEASE_ENV = "SUBAGENT_CONTROL_STRESS_LEASE_S"
+"""Set to open each worker's runtime with that ``lease_ttl_s`` (the restart stress run)."""
 
 
 class ExclusiveSteppingProvider(SteppingProvider):
@@ -160,7 +162,8 @@ def main(url: str, name: str, children: list[str], sends: int, locks: Path, out:
     seed = int(os.environ["SUBAGENT_CONTROL_STRESS_SEED"])
     clock = Clock()
     provider = ExclusiveSteppingProvider(clock, seed=seed, locks=locks)
-    control = SubagentControl.open(url, close_timeout_s=SETTLE_S)
+    lease = {"lease_ttl_s": float(os.environ[LEASE_ENV])} if LEASE_ENV in os.environ else {}
+    control = SubagentControl.open(url, close_timeout_s=SETTLE_S, **lease)
     control.providers.register(provider)
     parent = control.agents.register(PARENT)
     latest = {child_id: "" for child_id in children}  # no Task of ours to kill yet

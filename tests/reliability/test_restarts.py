@@ -26,6 +26,7 @@ from controlplane import (
     TaskStatus,
     TextBlock,
 )
+from persistence import is_expired
 from tests.fakes import FakeProvider
 from tests.support import WAIT_S, eventually, in_thread
 
@@ -176,10 +177,7 @@ def test_two_runtimes_sweeping_a_lapsed_runtime_settle_each_task_once(
         def lapsed() -> bool:
             assert first.store is not None
             now, suspects = first.store.ledger.suspects()
-            return any(
-                r.runtime_id == stopped and r.heartbeat_at.timestamp() + 0.5 < now.timestamp()
-                for r in suspects
-            )
+            return any(r.runtime_id == stopped and is_expired(r, now) for r in suspects)
 
         eventually(lapsed, "the stopped runtime's lease lapsed")
         barrier = threading.Barrier(2)

@@ -8,8 +8,8 @@ transcripts:
 
 - ``steered``: exactly one ``steering/message`` with its text and source, in the turn of the
   Task the caller was told;
-- ``started``: exactly one ``user/message`` opening the turn of the new Task, or, when that
-  Task was killed before its run was published, nowhere (the Task reports ``killed``);
+- ``started``: exactly one ``user/message`` opening the turn of the new Task, also when that
+  Task was killed before its run was published (its turn then ends ``killed``);
 - refused (``NOT_DELIVERED``; ``CLOSED`` once closing): nowhere in any transcript.
 
 The provider counts live activations per child under a lock: never more than one.

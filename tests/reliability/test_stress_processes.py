@@ -14,8 +14,8 @@ single-process stress test does (`load.account`):
 
 - ``steered``: exactly one ``steering/message`` with its text and source, in the turn of the
   Task the caller was told, wherever that Task ran;
-- ``started``: exactly one ``user/message`` opening the new Task's turn, or nowhere when the
-  Task was killed before publication;
+- ``started``: exactly one ``user/message`` opening the new Task's turn, also when the Task
+  was killed while its provider started (its turn then ends ``killed``);
 - refused: nowhere.
 
 Double activations are caught by a file lock per child that every activation, in any
@@ -32,6 +32,7 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -77,7 +78,15 @@ class Worker(LinesProcess):
     """A ``stress_child.py`` process, driven line by line; its stderr kept in ``workdir``."""
 
     def __init__(
-        self, url: str, name: str, children: list[str], sends: int, workdir: Path, seed: int
+        self,
+        url: str,
+        name: str,
+        children: list[str],
+        sends: int,
+        workdir: Path,
+        seed: int,
+        *,
+        env: Mapping[str, str] | None = None,
     ) -> None:
         self.out = workdir / f"{name}.jsonl"
         super().__init__(
@@ -90,7 +99,7 @@ class Worker(LinesProcess):
             str(self.out),
             name=name,
             stderr=workdir / f"{name}.stderr",
-            env={"SUBAGENT_CONTROL_STRESS_SEED": str(seed)},
+            env={**(env or {}), "SUBAGENT_CONTROL_STRESS_SEED": str(seed)},
         )
 
     def report(self) -> tuple[list[Sent], dict[str, str], dict[str, Any]]:
@@ -153,18 +162,29 @@ class Reports:
         return sum(int(f[figure]) for f in self.figures.values())
 
 
-def _run_workers(
-    url: str, children: list[str], sends: int, workdir: Path, reaped: Reaper
+def run_workers(
+    urls: list[str],
+    children: list[str],
+    sends: int,
+    workdir: Path,
+    reaped: Reaper,
+    *,
+    during: Callable[[], None] | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> tuple[Reports, float]:
-    """Run the load in `PROCESSES` workers at once; their reports and the sending time."""
+    """Run the load in one worker per URL at once (worker ``p<i>`` opens ``urls[i]``);
+    their reports and the sending time. ``during`` runs here once every worker was told to
+    go, before the test waits for them to have sent (a fault schedule)."""
     workers = [
-        reaped.add(Worker(url, f"p{index}", children, sends, workdir, SEED + index))
-        for index in range(PROCESSES)
+        reaped.add(Worker(url, f"p{index}", children, sends, workdir, SEED + index, env=env))
+        for index, url in enumerate(urls)
     ]
     reports = Reports({worker.name: worker.expect("ready ", READY_S) for worker in workers})
     go = time.monotonic()
     for worker in workers:
         worker.say("go")
+    if during is not None:
+        during()
     for worker in workers:
         assert worker.next_line(SEND_S) == "sent", worker.stderr()
     sending_s = time.monotonic() - go
@@ -179,7 +199,7 @@ def _run_workers(
     return reports, sending_s
 
 
-def _stored_once(sent: list[Sent], events: list[SessionEvent]) -> dict[str, int]:
+def stored_once(sent: list[Sent], events: list[SessionEvent]) -> dict[str, int]:
     """Lost, duplicated and refused-but-stored messages, counted straight from the stored
     inbound events (`account` fails each as a violation too), and the forwarded records."""
     inbound = [
@@ -259,7 +279,7 @@ def test_concurrent_sends_from_several_processes_are_each_delivered_once_or_refu
             control.tasks.wait(task_id, timeout=SETTLE_S, requester=parent)
         setup_runtime = control.runtime_id
 
-    reports, sending_s = _run_workers(url, children, sends, tmp_path, reaped)
+    reports, sending_s = run_workers([url] * PROCESSES, children, sends, tmp_path, reaped)
 
     # On SQLite a send to a child another process runs is refused (OWNERSHIP_CONFLICT); on
     # PostgreSQL it is forwarded and may be refused there (NOT_DELIVERED).
@@ -276,7 +296,7 @@ def test_concurrent_sends_from_several_processes_are_each_delivered_once_or_refu
         events = [e for child_id in children for e in control.store.load(child_id).events]
     elapsed = time.monotonic() - began
 
-    stored = _stored_once(reports.sent, events)
+    stored = stored_once(reports.sent, events)
     crossings = _crossings(reports, tasks)
     figures = reports.figures.values()
     overlaps = setup.overlaps + [child for f in figures for child in f["overlaps"]]
@@ -306,7 +326,7 @@ def test_concurrent_sends_from_several_processes_are_each_delivered_once_or_refu
             "messages_sent": len(reports.sent),
             "steered": tally["delivered/steered"],
             "started": tally["delivered/started"],
-            "started_killed_before_publication": tally["started/killed before publication"],
+            "started_killed": tally["started/killed"],
             "refused": {
                 key.removeprefix("refused/"): value
                 for key, value in sorted(tally.items())
