@@ -48,6 +48,7 @@ STEERING_SEEN = "steering_seen"
 they were delivered, the model call that wrote the reply had read. Absent (a reply written by
 another provider, or before the key existed): every one committed before the reply."""
 
+_TURN_OPENERS = frozenset({EventKind.TURN_START, EventKind.USER_MESSAGE})
 _INBOUND: dict[str, Literal["user"]] = {
     EventKind.USER_MESSAGE: "user",
     EventKind.STEERING_MESSAGE: "user",
@@ -92,14 +93,16 @@ class _Rebuild:
         self.messages: list[ChatMessage] = []
         self.assistant_at: int | None = None  # the reply that tool calls attach to
         self.open_calls: list[str] = []  # calls still waiting for their result, in order
-        # Inbound messages the model has not read yet, each marked whether it is steering.
-        self.held: list[tuple[ChatMessage, bool]] = []
+        self.held: list[ChatMessage] = []  # steering messages the model has not read yet
         self.turn: int | None = None
         self.steering_placed = 0  # the turn's steering messages placed so far
 
     def run(self, events: Iterable[SessionEvent]) -> list[ChatMessage]:
         for event in events:
-            if event.turn != self.turn or event.kind == EventKind.TURN_START:
+            # A turn opens with its frame and its prompt (``user/message``; mid-turn
+            # messages are ``steering/message``): the prompt alone marks it in a fork's
+            # seed, copied from a parent's history as turn 0, with or without frames.
+            if event.turn != self.turn or event.kind in _TURN_OPENERS:
                 self._end_turn()  # what a turn's model never read, it left unanswered
                 self.turn = event.turn
             data = event.data if isinstance(event.data, dict) else {}
@@ -115,9 +118,8 @@ class _Rebuild:
                 text = data.get("text")
                 if isinstance(text, str):
                     message = ChatMessage(role="user", text=text, source=event.source)
-                    steering = event.kind == EventKind.STEERING_MESSAGE
-                    if steering or self.open_calls:
-                        self.held.append((message, steering))  # read at the model's next call
+                    if event.kind == EventKind.STEERING_MESSAGE:
+                        self.held.append(message)  # read at the model's next call
                     else:
                         self.messages.append(message)
                         self.assistant_at = None
@@ -174,18 +176,13 @@ class _Rebuild:
             )
         self.open_calls = []
 
-    def _place(self, steering: int | None) -> None:
-        """Put held messages into the conversation: every one (None), or those before the
-        held steering message that comes after ``steering`` of them."""
-        cut = len(self.held)
-        if steering is not None:
-            steering_at = [i for i, (_, is_steering) in enumerate(self.held) if is_steering]
-            if max(0, steering) < len(steering_at):
-                cut = steering_at[max(0, steering)]
+    def _place(self, count: int | None) -> None:
+        """Put the first ``count`` held messages (all: None) into the conversation."""
+        cut = len(self.held) if count is None else max(0, count)
         placed, self.held = self.held[:cut], self.held[cut:]
         if placed:
-            self.messages.extend(message for message, _ in placed)
-            self.steering_placed += sum(steering for _, steering in placed)
+            self.messages.extend(placed)
+            self.steering_placed += len(placed)
             self.assistant_at = None
 
     def _end_turn(self) -> None:

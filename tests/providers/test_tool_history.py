@@ -136,6 +136,24 @@ def test_a_message_no_reply_read_before_the_turn_ended_closes_that_turn() -> Non
     ]
 
 
+def test_a_seed_of_two_turns_without_frames_places_each_turns_steering_by_its_own_count() -> None:
+    # A fork's seed: a parent's history copied as turn 0, here without its frames; each
+    # turn's prompt (user/message) starts its count of steering messages again.
+    history = chat_history(
+        events(
+            (EventKind.USER_MESSAGE, {"text": "one"}, USER),
+            (EventKind.STEERING_MESSAGE, {"text": "a"}, HUMAN),
+            (EventKind.ASSISTANT_MESSAGE, {"text": "r1", "steering_seen": 0}),
+            (EventKind.ASSISTANT_MESSAGE, {"text": "r2", "steering_seen": 1}),
+            (EventKind.USER_MESSAGE, {"text": "two"}, USER),
+            (EventKind.STEERING_MESSAGE, {"text": "b"}, HUMAN),
+            (EventKind.ASSISTANT_MESSAGE, {"text": "r3", "steering_seen": 0}),
+            (EventKind.ASSISTANT_MESSAGE, {"text": "r4", "steering_seen": 1}),
+        )
+    )
+    assert [m.text for m in history] == ["one", "r1", "a", "r2", "two", "r3", "b", "r4"]
+
+
 def test_a_call_without_a_result_is_answered_as_interrupted() -> None:
     # The turn was killed (or the process died) while the tool ran.
     history = chat_history(
