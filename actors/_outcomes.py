@@ -11,7 +11,7 @@ from controlplane.contract import (
     TaskStatus,
 )
 
-__all__ = ["aborted", "error_text", "failed", "killed"]
+__all__ = ["aborted", "error_text", "failed", "killed", "unrecorded"]
 
 
 def failed(detail: str, code: ErrorCode | None = None) -> TaskOutcome:
@@ -39,6 +39,21 @@ def aborted(signal: CancelSignal) -> TaskOutcome:
             code=ErrorCode.FENCED,
         )
     return killed(signal.reason)
+
+
+def unrecorded(outcome: TaskOutcome, exc: SubagentControlError) -> TaskOutcome:
+    """The outcome of a turn whose end the store could not take: ``interrupted`` (its
+    ``turn/end``, with that status, is written once the store is back), never ``failed``:
+    a store outage ends running Tasks interrupted, never more (SPEC §9 "Outages")."""
+    earlier = outcome.detail or outcome.status.value
+    return TaskOutcome(
+        status=TaskStatus.INTERRUPTED,
+        detail=(
+            f"interrupted: the turn ended ({earlier}) but the store could not record it "
+            f"({exc.message}); send the child a message to continue it"
+        ),
+        code=ErrorCode.STORE_UNAVAILABLE,
+    )
 
 
 def error_text(exc: BaseException) -> str:

@@ -21,7 +21,7 @@ from typing import Any
 import pykka
 
 from actors._base import Actor
-from actors._outcomes import aborted, error_text, failed
+from actors._outcomes import aborted, error_text, failed, unrecorded
 from actors._transcript import ActivationTranscript, message_data
 from actors.context import ActorContext
 from actors.messages import ActivationEnded, ActivationPlan, Published, Settling
@@ -336,8 +336,13 @@ class ActivationActor(Actor):
         settled_at: datetime,
     ) -> tuple[TaskOutcome, bool]:
         """Close the turn: ``turn/end`` and the Task's settlement in one transaction.
-        Returns the outcome (``DURABILITY_FAILED`` if the end could not be written) and
-        whether the settlement was written with it."""
+        Returns the outcome and whether the settlement was written with it.
+
+        A store that could not take the end (down longer than its retry budget) ends the
+        Task ``interrupted`` (SPEC §9 "Outages": an outage may end running Tasks
+        interrupted, never more); its claim stays held, and the settlement the Task
+        service writes once the store is back closes the turn with it (``turn/end``
+        status ``interrupted``), so no later turn begins on top of an open one."""
         task_id = self._plan.task_id
         if not framed:
             transcript.close(None)
@@ -348,8 +353,7 @@ class ActivationActor(Actor):
         except SubagentControlError as exc:
             if exc.code is ErrorCode.FENCED:  # taken over: the new claimant settled it
                 return aborted(self._plan.signal), False
-            earlier = outcome.detail or outcome.status.value
-            return failed(f"{earlier}; {exc.message}", ErrorCode.DURABILITY_FAILED), False
+            return unrecorded(outcome, exc), False
         return outcome, True
 
     def _tell(self, message: Published | Settling | ActivationEnded) -> None:

@@ -307,7 +307,9 @@ class SubagentControl:
             SubagentControlError: the message was not delivered (``NOT_DELIVERED``,
                 ``TASK_NOT_FOUND``, ``OWNERSHIP_CONFLICT``, ``UNAUTHORIZED``,
                 ``INVALID_INPUT``, ``CLOSED``, ``PERSISTENCE_UNAVAILABLE``), except
-                ``DURABILITY_FAILED``: the running turn has it, the transcript may not.
+                ``DURABILITY_FAILED``: the running turn has it, the transcript may not
+                (forwarded to another runtime while the store failed past its bound:
+                the turn may have it; look in the transcript before sending it again).
         """
         telemetry = self._telemetry
         if telemetry.quiet():  # nothing to record: no span, metric or log line

@@ -14,7 +14,9 @@ kill's answer, is written and notified in a transaction of its own. The promise 
 one, exactly once or not delivered:
 
 - A never took it within `TAKE_S` (stopped, overloaded, deaf): B takes it back
-  (compare-and-set) and raises ``NOT_DELIVERED``; A can no longer take it.
+  (compare-and-set) and raises ``NOT_DELIVERED``; A can no longer take it. Meanwhile B
+  notifies A again every `_NOTIFY_AGAIN_S`: A's listener may have missed the first
+  notification while it was connecting again (a server restart, a dropped connection).
 - A took it and answered: B returns A's answer (``steered`` with A's Task id, or A's
   refusal raised as such).
 - A took it and died before answering: B gives it up (the row, still ``taken``, becomes
@@ -25,6 +27,14 @@ one, exactly once or not delivered:
   delivered.
 - A died before taking it: B takes it back as soon as it sees A dead, and it is not
   delivered.
+- The store fails while B waits (a restart, a failover: SPEC §9 "Outages"): a read that
+  failed says nothing about the message, so B asks again — A's answer may also come
+  as a notification once B's listener is back — for up to `TAKE_S` plus the store's
+  retry budget, and reports only what the store shows: the answer, or ``NOT_DELIVERED``
+  once its take-back stood. Past that bound, nobody can tell whether A took it:
+  ``DURABILITY_FAILED`` (it may be in the transcript), never a failure to deliver.
+  A's take is durable before the message reaches the run, and A answers every message
+  it took however long the store takes to come back (`controlplane._forward_serving`).
 
 A message that was not delivered because A does not run the child (any more) — A died, or
 answered that it no longer holds the child — is handed back to the caller to route again
@@ -50,10 +60,11 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from controlplane._content import MessageSource, TextBlock
 from controlplane._errors import ErrorCode, SubagentControlError
+from controlplane._forward_serving import InFlight, KillHere, Serve, Serving
 from controlplane._session import EventKind
 from controlplane._spec import SendResult
 from controlplane._task_types import TaskSnapshot
@@ -68,28 +79,21 @@ __all__ = ["TAKE_S", "Forwarder"]
 
 log = logging.getLogger(__name__)
 
+_T = TypeVar("_T")
+
 TAKE_S = 3.0
 """How long a forwarded message waits for its target to take it before it is taken back."""
 _POLL_S = 0.25  # a lapsed target is seen this long after its lease at most (~3 reads)
 _FIRST_POLL_S = 0.05  # a healthy forward is answered well before; a dead target is seen soon
+_NOTIFY_AGAIN_S = 0.5
+"""A message not taken this long after its last notification is notified again: its
+target's listener may have been between two connections (it listens again 0.5 s after
+its connection drops)."""
 _READY_S = 10.0
 _WORKERS = 8
 _KNOWN = 4096
 """How many children's holders a runtime remembers (the least recently used go first)."""
 _FORGET_BATCH = 32  # decided messages' rows, deleted together
-
-Serve = Callable[["InboxItem"], SendResult]
-"""Deliver a message taken from the inbox here (steer only); raises the refusal."""
-KillHere = Callable[[str, str], bool]
-"""Abort a Task of this runtime, given its id and the reason; False if it is not here."""
-
-
-@dataclass(frozen=True, slots=True)
-class _InFlight:
-    child_id: str
-    runtime_id: str
-    """The other end: the holder a message was sent to, or the sender of one served here."""
-    since: float  # time.monotonic()
 
 
 @dataclass(slots=True)
@@ -97,6 +101,9 @@ class _Posted:
     woken: threading.Event
     written: bool = False
     """Whether the message went as a row (too long for a notification)."""
+    unsent: SubagentControlError | None = None
+    """Why posting it failed: it may still have gone out (a commit whose acknowledgement
+    was lost), so it is taken back, or found taken, before anything is reported."""
 
 
 class Forwarder:
@@ -117,29 +124,30 @@ class Forwarder:
         self._runtime = runtime
         self._store = store
         self._inbox: Inbox = store.inbox
-        self._serve = serve
-        self._kill_here = kill_here
         self._lock = threading.Lock()
         self._waiting: dict[str, threading.Event] = {}
         self._answers: dict[str, dict[str, Any]] = {}  # heard in notifications
         self._holders: OrderedDict[str, str] = OrderedDict()  # child id -> runtime id
-        self._sending: dict[str, _InFlight] = {}  # inbox id -> where it went
-        self._serving: dict[str, _InFlight] = {}  # inbox id -> where it came from
+        self._sending: dict[str, InFlight] = {}  # inbox id -> where it went
         self._decided: list[str] = []  # sent messages whose rows are left to forget
         self._workers = ThreadPoolExecutor(_WORKERS, thread_name_prefix="subagent-forwarded")
+        self._serving = Serving(runtime.id, self._inbox, self._workers, serve, kill_here)
         self._listener: Listener = self._inbox.listen(
-            runtime.id, on_message=self._on_message, on_reply=self._on_reply
+            runtime.id, on_message=self._serving.on_message, on_reply=self._on_reply
         )
         if not self._listener.wait_ready(_READY_S):
             log.warning("runtime %s: not listening yet; messages to it wait", runtime.id)
 
     def stop_listening(self) -> None:
-        """Take no more messages (close has begun); those taken are still answered."""
+        """Take no more messages (close has begun); those taken are still answered
+        (unless the store is failing: their senders then decide from the transcript)."""
+        self._serving.closing()
         self._listener.close()
 
     def close(self) -> None:
         """Stop listening, wait for the messages being served to be answered, and forget
         the rows of the messages this runtime sent."""
+        self._serving.closing()
         self._listener.close()
         self._workers.shutdown(wait=True)
         with self._lock:
@@ -156,8 +164,9 @@ class Forwarder:
         """The messages this runtime forwarded and awaits answers to, and those it is
         serving for other runtimes, oldest first."""
         now = time.monotonic()
+        serving = self._serving.in_flight()
         with self._lock:
-            ends = [("sending", self._sending), ("serving", self._serving)]
+            ends = [("sending", self._sending), ("serving", serving)]
             nodes = [
                 (
                     flight.since,
@@ -288,9 +297,14 @@ class Forwarder:
         posted = _Posted(threading.Event())
         with self._lock:
             self._waiting[inbox_id] = posted.woken
-            self._sending[inbox_id] = _InFlight(item.child_id, holder, time.monotonic())
+            self._sending[inbox_id] = InFlight(item.child_id, holder, time.monotonic())
         try:
-            posted.written = self._inbox.post(item, target=holder)
+            try:
+                posted.written = self._inbox.post(item, target=holder)
+            except SubagentControlError as exc:
+                if exc.code is not ErrorCode.STORE_UNAVAILABLE:
+                    raise
+                posted.unsent = exc
             yield posted
         finally:
             with self._lock:
@@ -315,11 +329,22 @@ class Forwarder:
         """The holder's answer; None if it died with the message untaken or unanswered
         (then it can no longer take or answer it: its late answer is dropped).
 
+        A store that fails meanwhile (a restart, a failover) is asked again: a read that
+        failed says nothing about the message, so it is never reported as its failure.
+
         Raises:
-            SubagentControlError: ``NOT_DELIVERED`` if it did not take it in time.
+            SubagentControlError: ``NOT_DELIVERED`` if it did not take it in time (or
+                ``STORE_UNAVAILABLE`` if posting it failed and it was taken back: never
+                delivered either); ``DURABILITY_FAILED`` if the store stayed unreachable
+                past the forwarding deadline plus its retry budget, so that nobody can
+                tell whether the holder took it.
         """
         inbox_id, child_id, woken = item.inbox_id, item.child_id, posted.woken
-        take_by = time.monotonic() + TAKE_S
+        now = time.monotonic()
+        # Posting failed: it may have gone out all the same, so take it back at once.
+        take_by = now if posted.unsent is not None else now + TAKE_S
+        ask = _Asking(child_id, holder, now + TAKE_S + self._store.retry_budget_s)
+        notify_at, written = now + _NOTIFY_AGAIN_S, posted.written
         poll_s = _FIRST_POLL_S
         while True:
             woken.wait(max(0.0, min(poll_s, take_by - time.monotonic())))
@@ -329,7 +354,10 @@ class Forwarder:
                 heard = self._answers.pop(inbox_id, None)
             if heard is not None:
                 return heard
-            state, reply = self._inbox.state_of(inbox_id)
+            read = ask(lambda: self._inbox.state_of(inbox_id))
+            if read is None:
+                continue  # the store failed: nothing learnt, ask again
+            state, reply = read
             if state is None and not posted.written:
                 state = "pending"  # only its notification carries it: not taken yet
             if state == "answered" and reply is not None:
@@ -338,29 +366,38 @@ class Forwarder:
                 return None
             if state == "pending":
                 late = time.monotonic() >= take_by
-                if not late and not self._runtime.is_dead_id(holder):
+                if not late and not ask(lambda: self._runtime.is_dead_id(holder)):
+                    if time.monotonic() >= notify_at:  # its listener may have missed it
+                        ask(lambda: self._inbox.notify_again(item, target=holder, written=written))
+                        notify_at = time.monotonic() + _NOTIFY_AGAIN_S
                     continue
-                if self._inbox.take_back(item, target=holder):
-                    if late:
-                        raise _not_delivered(
-                            child_id, f"runtime {holder} did not take it within {TAKE_S:g} s"
-                        )
-                    return None  # it died first: never delivered
-                continue  # taken at the last moment: wait for its answer
-            if state == "taken" and not self._runtime.is_dead_id(holder):
+                if not ask(lambda: self._inbox.take_back(item, target=holder)):
+                    continue  # taken at the last moment (or unknown): wait for its answer
+                if posted.unsent is not None:
+                    raise posted.unsent  # taken back: it never went anywhere
+                if late:
+                    raise _not_delivered(
+                        child_id, f"runtime {holder} did not take it within {TAKE_S:g} s"
+                    )
+                return None  # it died first: never delivered
+            if state == "taken" and ask(lambda: self._runtime.is_dead_id(holder)) is not True:
                 take_by = time.monotonic() + _POLL_S  # only the poll bounds the wait now
                 continue
-            if self._inbox.abandon(inbox_id, state="taken"):
+            if ask(lambda: self._inbox.abandon(inbox_id, state="taken")):
                 return None
             # It answered at the last moment: read it on the next round.
 
     def _decide_without(self, inbox_id: str, child_id: str, holder: str) -> SendResult | None:
         """The holder died with the message: whether it was delivered is in the
         transcript, once the holder can no longer write to it. None: it was not."""
-        self._runtime.sweep()  # its Tasks interrupted, its claims and fencing numbers gone
-        events = self._store.load(child_id).events
+        ask = _Asking(child_id, holder, time.monotonic() + self._store.retry_budget_s)
+        pause = threading.Event()  # never set: a bounded pause between failed rounds
+        while ask(self._runtime.sweep) is None:  # its Tasks interrupted, its claims gone
+            pause.wait(_POLL_S)
+        while (loaded := ask(lambda: self._store.load(child_id))) is None:
+            pause.wait(_POLL_S)
         task_of_turn: dict[int, str] = {}
-        for event in events:
+        for event in loaded.events:
             if event.kind == EventKind.TURN_START and isinstance(event.data, dict):
                 task_of_turn[event.turn] = str(event.data.get("task_id"))
             if (
@@ -383,64 +420,6 @@ class Forwarder:
         if woken is not None:
             woken.set()
 
-    def _on_message(self, inbox_id: str, carried: InboxItem | None) -> None:
-        # On a worker: taking and delivering wait for the database and the supervisor,
-        # and the listener must keep hearing answers meanwhile.
-        with contextlib.suppress(RuntimeError):  # closing: its sender takes it back
-            self._workers.submit(self._take, inbox_id, carried)
-
-    def _take(self, inbox_id: str, carried: InboxItem | None) -> None:
-        try:
-            item = self._inbox.take(inbox_id, self._runtime.id, carried)
-            if item is None:
-                # Its sender gave up on it first: never delivered. The row that refused this
-                # take, the only one there is (one notification per message), is clutter
-                # now, whether or not its sender lives to forget it.
-                self._forget([inbox_id])
-                return
-            flight = _InFlight(item.child_id, item.sender_runtime, time.monotonic())
-            with self._lock:
-                self._serving[inbox_id] = flight
-            try:
-                reply = self._deliver(item)
-                # `steered` only ever comes back once the steering record is written, and
-                # that transaction answered it (`persistence.SqlStore.append`).
-                if reply.get("route") != "steered" and not self._inbox.answer(
-                    inbox_id, item.sender_runtime, reply
-                ):
-                    log.warning("forwarded message %s: answered after its sender left", inbox_id)
-            finally:
-                with self._lock:
-                    self._serving.pop(inbox_id, None)
-        except Exception:  # unanswered, its sender decides from the transcript
-            log.exception("forwarded message %s: serving it failed", inbox_id)
-
-    def _deliver(self, item: InboxItem) -> dict[str, Any]:
-        if item.kind == "kill":
-            task_id = str(item.source.get("task_id"))
-            self._kill_here(task_id, str(item.source.get("reason")))
-            # Not running here any more: it settled meanwhile, so there is nothing to kill.
-            return {"route": "killed", "task_id": task_id}
-        try:
-            sent = self._serve(item)
-        except SubagentControlError as exc:
-            refusal: dict[str, Any] = {
-                "code": exc.code.value, "message": exc.message, "task_id": exc.task_id
-            }  # fmt: skip
-            if (
-                exc.code is ErrorCode.NOT_DELIVERED
-                and self._inbox.holder_of(item.child_id) != self._runtime.id
-            ):
-                refusal["elsewhere"] = True  # not ours (any more): its sender routes it again
-            return refusal
-        except Exception as exc:
-            return {
-                "code": ErrorCode.INTERNAL.value,
-                "message": f"internal error ({exc}); the message was not delivered",
-                "task_id": None,
-            }
-        return {"route": sent.route, "task_id": sent.task_id}
-
 
 def _answer_of(reply: dict[str, Any], child_id: str, holder: str) -> SendResult | None:
     if "route" in reply:
@@ -462,5 +441,42 @@ def _not_delivered(child_id: str, why: str) -> SubagentControlError:
         ErrorCode.NOT_DELIVERED,
         f"child {child_id} runs in another runtime and {why}; the message was not "
         "delivered; retry it",
+        child_id=child_id,
+    )
+
+
+class _Asking:
+    """A sender's store calls once its message is posted: a call the store fails
+    (``STORE_UNAVAILABLE`` after its own retries) answers None — nothing learnt, ask
+    again — until ``give_up_at``, then raises `_unconfirmed`: whether the message was
+    delivered is unknown, and it is never reported as not delivered."""
+
+    __slots__ = ("_child_id", "_give_up_at", "_holder")
+
+    def __init__(self, child_id: str, holder: str, give_up_at: float) -> None:
+        self._child_id = child_id
+        self._holder = holder
+        self._give_up_at = give_up_at
+
+    def __call__(self, call: Callable[[], _T]) -> _T | None:
+        try:
+            return call()
+        except SubagentControlError as exc:
+            if exc.code is not ErrorCode.STORE_UNAVAILABLE:
+                raise
+            if time.monotonic() >= self._give_up_at:
+                raise _unconfirmed(self._child_id, self._holder, exc) from exc
+            log.warning("child %s: a message forwarded to runtime %s awaits its outcome; "
+                        "the store failed (%s), asking again", self._child_id, self._holder,
+                        exc.message)  # fmt: skip
+            return None
+
+
+def _unconfirmed(child_id: str, holder: str, exc: SubagentControlError) -> SubagentControlError:
+    return SubagentControlError(
+        ErrorCode.DURABILITY_FAILED,
+        f"child {child_id} runs in runtime {holder}, which may have taken the message, but "
+        f"the store could not confirm it ({exc.message}); it may be in the child's "
+        "transcript: look there before sending it again",
         child_id=child_id,
     )

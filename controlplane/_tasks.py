@@ -240,6 +240,11 @@ class TaskService:
         claimer = self._claimer if claim_child else None
         try:
             if claimer is not None:
+                # A settlement the store refused may hold this child's claim and leave its
+                # turn open: written first, the claim below finds the turn closed as the
+                # Task says (else the takeover would close it with words of its own).
+                if self._unsaved:
+                    self.flush(child_id)
                 task.fence = claimer(snapshot)
             elif self._ledger is not None:
                 self._ledger.admit(snapshot)
@@ -298,24 +303,62 @@ class TaskService:
         return snapshot
 
     def _save(self, settlement: tuple[str, TaskOutcome, datetime]) -> None:
+        """Write a settlement that no ``turn/end`` carried (the store closes the Task's
+        open turn with it); one the store refuses is kept for `flush`, the child's claim
+        still held meanwhile, so no later turn of it begins before this one's end."""
         assert self._ledger is not None
         try:
-            self._ledger.settle(settlement)
+            written = self._ledger.settle(settlement)
         except SubagentControlError as exc:
             log.warning("could not record the settlement of task %s (%s); will retry",
                         settlement[0], exc.message)  # fmt: skip
             with self._lock:
                 self._unsaved[settlement[0]] = settlement
+            return
+        if not written:
+            self._adopt(settlement[0])
 
-    def flush(self) -> int:
-        """Retry the settlements the store refused; returns how many are still unsaved."""
+    def _adopt(self, task_id: str) -> None:
+        """The store settled the Task first (another runtime's sweep or takeover, or our
+        own earlier write whose acknowledgement was lost): this runtime answers what the
+        store says from now on."""
+        assert self._ledger is not None
+        try:
+            stored = self._ledger.get(task_id)
+        except SubagentControlError:
+            return
+        if stored is None or stored.outcome is None:
+            return
         with self._lock:
-            pending = list(self._unsaved.values())
-            self._unsaved.clear()
+            task = self._live.get(task_id)
+            if task is not None:
+                task.outcome, task.settled_at = stored.outcome, stored.settled_at
+            elif task_id in self._recent:
+                self._recent[task_id] = stored
+
+    def flush(self, child_id: str | None = None) -> int:
+        """Retry the settlements the store refused (only those of ``child_id``'s Tasks,
+        when given); returns how many are still unsaved."""
+        with self._lock:
+            pending = [
+                settlement
+                for task_id, settlement in self._unsaved.items()
+                if child_id is None or self._child_of(task_id) == child_id
+            ]
+            for settlement in pending:
+                del self._unsaved[settlement[0]]
         for settlement in pending:
             self._save(settlement)
         with self._lock:
             return len(self._unsaved)
+
+    def _child_of(self, task_id: str) -> str | None:
+        """Under the lock: the child of a Task this runtime still remembers."""
+        task = self._live.get(task_id)
+        if task is not None:
+            return task.child_id
+        recent = self._recent.get(task_id)
+        return None if recent is None else recent.child_id
 
     def release(self, task_id: str) -> None:
         """Mark a settled Task's activation as gone; `wait` returns from here on."""

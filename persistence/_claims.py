@@ -47,7 +47,8 @@ IsDead = Callable[[RuntimeInfo, LeaseNow], bool]
 
 class Claims:
     """`SqlStore`'s claim operations (kept apart so the store module stays readable); the
-    store delegates `SqlStore.admit_claiming` and `SqlStore.interrupt` here."""
+    store delegates `SqlStore.admit_claiming` and `SqlStore.interrupt` here, and its
+    ledger the settlements that no ``turn/end`` carried (`Claims.settle`)."""
 
     def __init__(self, store: SqlStore) -> None:
         self._s = store
@@ -96,12 +97,38 @@ class Claims:
         def op(_attempt: int) -> bool:
             with self._s._db.cursor(write=True) as cursor:
                 last = self._tail_or_none(cursor, task.child_id)
-                settled = self._interrupt_in(cursor, task, last, settlement)
+                settled = self._interrupt_in(cursor, task.id, task.child_id, last, settlement)
             if settled:
                 self._s._committed()
             return settled
 
         return self._s._run(f"settle interrupted task {task.id}", op)
+
+    def settle(self, settlement: Settlement) -> bool:
+        """Settle a running Task whose settlement was not written with its turn's end (it
+        never published, or its ``turn/end`` could not be written): the settlement, its
+        child's open turn closed by a ``turn/end`` with the Task's status (only a turn
+        this Task opened, still the child's open tail), and its claim released, in one
+        transaction under the child's lock. A Task is never settled with its turn left
+        open, so no later turn can begin on top of it (SPEC §9 "Outages").
+
+        Returns:
+            Whether this call settled it (False: it had settled already, or is unknown).
+        """
+        task_id = settlement[0]
+
+        def op(_attempt: int) -> bool:
+            with self._s._db.cursor(write=True) as cursor:
+                cursor.execute(self._s._claim_sql.task_child, (task_id,))
+                row = cursor.fetchone()
+                child_id = None if row is None else row[0]
+                last = self._tail_or_none(cursor, child_id)
+                settled = self._interrupt_in(cursor, task_id, child_id, last, settlement)
+            if settled:
+                self._s._committed()
+            return settled
+
+        return self._s._run(f"settle task {task_id}", op)
 
     # -- one attempt -------------------------------------------------------------------
 
@@ -181,7 +208,6 @@ class Claims:
                     runtime_id=holder,
                 )
             if held_by_task is not None:
-                old = task.model_copy(update={"id": held_by_task, "runtime_id": holder})
                 detail = (
                     f"interrupted: its runtime {holder} ended before the task settled "
                     f"(taken over by runtime {runtime_id}); send the child a message to "
@@ -189,16 +215,21 @@ class Claims:
                 )
                 outcome = TaskOutcome(status=TaskStatus.INTERRUPTED, detail=detail)
                 tail = self._s._appends.tail(cursor, child_id)
-                self._interrupt_in(cursor, old, tail, (held_by_task, outcome, utcnow()))
+                settlement = (held_by_task, outcome, utcnow())
+                self._interrupt_in(cursor, held_by_task, child_id, tail, settlement)
         cursor.execute(sql.claim, (runtime_id, task.id, fence + 1, child_id))
 
     def _interrupt_in(
         self,
         cursor: DBAPICursor,
-        task: TaskSnapshot,
+        task_id: str,
+        child_id: str | None,
         last: tuple[int, str | None, int] | None,
         settlement: Settlement,
     ) -> bool:
+        """Inside the caller's transaction, under the child's lock (``last``, its tail,
+        None for no transcript): settle the running Task, close the open turn it opened
+        with a ``turn/end`` of the settlement's status, take its claim away."""
         sql = self._s._sql
         stamp = self._s._stamp(settlement[2])
         # The settlement first: it changes a running Task only, and its row lock makes a
@@ -206,12 +237,11 @@ class Claims:
         cursor.execute(self._s._settle_sql, settle_params(settlement, stamp))
         if cursor.rowcount != 1:
             return False
-        child_id = task.child_id
         if child_id is None or last is None:
             return True
-        turn = self._open_turn_of(cursor, child_id, task.id)
+        turn = self._open_turn_of(cursor, child_id, task_id)
         if turn is not None:
-            end = {"task_id": task.id, "status": TaskStatus.INTERRUPTED.value}
+            end = {"task_id": task_id, "status": settlement[1].status.value}
             (pending,) = prepare_events([NewEvent(kind=EventKind.TURN_END, turn=turn, data=end)])
             cursor.execute(
                 sql.insert,
@@ -220,7 +250,7 @@ class Claims:
             )  # fmt: skip
             self._s._appends.seal(cursor, child_id)
         # Its claim is gone, and its fencing number with it: its runtime never writes again.
-        cursor.execute(self._s._claim_sql.revoke, (child_id, task.id))
+        cursor.execute(self._s._claim_sql.revoke, (child_id, task_id))
         return True
 
     def _open_turn_of(self, cursor: DBAPICursor, child_id: str, task_id: str) -> int | None:
@@ -281,6 +311,8 @@ class ClaimStatements:
     """The claims' SQL, with the driver's placeholder, built once per store."""
 
     task_status: str
+    task_child: str
+    """A Task's child id (takes the Task id)."""
     admit: str
     claim_of: str
     """A child's claim (runtime, Task, fencing number), read under the child's lock."""
@@ -296,6 +328,7 @@ class ClaimStatements:
         claim_of = f"SELECT claim_runtime, claim_task, fence FROM {CHILDREN} WHERE child_id = {p}"
         return cls(
             task_status=f"SELECT status FROM {TASKS} WHERE task_id = {p}",
+            task_child=f"SELECT child_id FROM {TASKS} WHERE task_id = {p}",
             admit=TaskStatements.build(p).admit,
             # Not FOR UPDATE: the events' foreign-key checks take KEY SHARE on this row.
             claim_of=claim_of + " FOR NO KEY UPDATE" if row_locks else claim_of,

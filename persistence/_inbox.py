@@ -16,15 +16,16 @@ the sender up: every decision reads the row, so a lost notification costs time, 
 message (a lost message is taken back, not delivered).
 
 Each other operation is one statement, its own transaction (the store's PostgreSQL
-connections are in autocommit), and the hot ones — take, answer, forget, and posting a long
-message — commit without waiting for the WAL flush (``synchronous_commit`` off for that
-transaction): a forwarded steer would otherwise wait for several flushes instead of one.
-Only the steering record (and the answer written with it), committed by the target's
-transcript with a normal commit, must survive a crash of the database, and its flush
-carries every inbox write before it (the WAL is one sequence). A crash can lose an inbox
-write only with nothing durable after it: the row is then back in an earlier state, which
-every reader already handles (absent or ``pending``: taken back, never delivered;
-``taken``: decided from the transcript). Giving a message up (`Inbox.take_back`,
+connections are in autocommit). Forgetting rows and posting a long message commit without
+waiting for the WAL flush (``synchronous_commit`` off for that transaction): a database
+crash that loses one leaves the row in an earlier state, which every reader handles (a
+post lost is never taken, so never delivered). A take and a refusal must survive a crash
+of the database server that the runtimes outlive, and wait for their flush: a take is
+followed by a delivery into the run, an effect outside the database (a take lost with the
+server would let the sender take the message back, ``NOT_DELIVERED``, while the run has
+it), and a refusal lost would leave its sender waiting on a ``taken`` row for as long as
+the target lives. The steering record (and the answer written with it) is committed with
+a normal commit by the target's transcript. Giving a message up (`Inbox.take_back`,
 `Inbox.abandon`) is rare and decides a ``NOT_DELIVERED``: it waits for its flush as usual.
 
 Each runtime listens on one channel derived from its id, on a connection of its own, in
@@ -113,8 +114,7 @@ class Inbox:
         """Send ``item`` to ``target``: in the notification alone when it fits (nothing
         is written; the target writes the row as it takes it), else as a ``pending`` row
         and a notification naming it. Whether a row was written."""
-        carried = item.carried()
-        notice = f"{MESSAGE}:{item.inbox_id}:{carried}"
+        notice = _notice(item, written=False)
         written = len(notice) >= _PAYLOAD_LIMIT
 
         def op(_attempt: int) -> None:
@@ -126,11 +126,24 @@ class Inbox:
                     _POST,
                     (item.inbox_id, item.kind, item.child_id, target, item.sender_runtime,
                      item.parent_session, json.dumps(item.message), json.dumps(item.source),
-                     channel_of(target), f"{MESSAGE}:{item.inbox_id}"),
+                     channel_of(target), _notice(item, written=True)),
                 )  # fmt: skip
 
         self._s._run(f"forward a message to runtime {target}", op)
         return written
+
+    def notify_again(self, item: InboxItem, *, target: str, written: bool) -> None:
+        """Notify ``target`` of a posted ``item`` once more, as `post` did (its listener
+        may have missed that: it listens again only after a pause when its connection
+        drops, e.g. with a server restart). Taking it stays once: the take is
+        compare-and-set, and the target takes a message it was notified of twice once."""
+        notice = _notice(item, written=written)
+
+        def op(_attempt: int) -> None:
+            with self._s._db.cursor(write=False) as cursor:  # writes nothing: autocommit
+                cursor.execute(_NOTIFY, (channel_of(target), notice))
+
+        self._s._run(f"forward a message to runtime {target} again", op)
 
     def take(
         self, inbox_id: str, runtime_id: str, carried: InboxItem | None = None
@@ -161,7 +174,7 @@ class Inbox:
             return None
         if carried is not None:
             return carried
-        kind, child_id, sender, parent_session, message, source, _ = row
+        kind, child_id, sender, parent_session, message, source = row
         return InboxItem(
             inbox_id=inbox_id,
             kind=kind,
@@ -172,15 +185,17 @@ class Inbox:
             source=json.loads(source),
         )
 
-    def answer(self, inbox_id: str, sender: str, reply: dict[str, Any]) -> bool:
+    def answer(self, inbox_id: str, reply: dict[str, Any]) -> bool:
         """Record the answer to a taken message and notify its sender, in one
-        transaction; False if the sender no longer waits for it (it decided without)."""
+        transaction; False if the sender no longer waits for it (it decided without), or
+        the message has another answer already: a steering record whose commit went
+        unheard answered it ``steered``, and that answer is the truth, never replaced."""
         text = json.dumps(reply)
         payload = _reply_payload(inbox_id, text)
 
         def op(_attempt: int) -> bool:
             with self._s._db.cursor(write=False) as cursor:  # one statement: autocommit
-                cursor.execute(_ANSWER, (text, inbox_id, channel_of(sender), payload))
+                cursor.execute(_ANSWER, (text, inbox_id, text, payload))
                 return cursor.fetchone() is not None
 
         return self._s._run(f"answer forwarded message {inbox_id}", op)
@@ -299,9 +314,9 @@ class Inbox:
         return Listener(self._s, channel_of(runtime_id), on_message, on_reply)
 
 
-# PostgreSQL's placeholders: the inbox is PostgreSQL's only. A write's RETURNING turns the
-# WAL flush off for its own transaction (see the module docstring), and notifies only when a
-# row was written.
+# PostgreSQL's placeholders: the inbox is PostgreSQL's only. A post's or a forget's RETURNING
+# turns the WAL flush off for its own transaction (see the module docstring); a write notifies
+# only when a row was written.
 _NO_FLUSH = "set_config('synchronous_commit', 'off', true)"
 _POST = (
     f"INSERT INTO {INBOX} (inbox_id, kind, child_id, target_runtime, sender_runtime, "
@@ -315,13 +330,11 @@ _COLUMNS = (
     "(%s, %s, %s, %s, %s, %s, %s, %s, "
 )
 _ITEM = "i.kind, i.child_id, i.sender_runtime, i.parent_session, i.message, i.source"
-_TAKE_CARRIED = (
-    f"{_COLUMNS}'taken', now()) ON CONFLICT (inbox_id) DO NOTHING RETURNING {_ITEM}, {_NO_FLUSH}"
-)
+_TAKE_CARRIED = f"{_COLUMNS}'taken', now()) ON CONFLICT (inbox_id) DO NOTHING RETURNING {_ITEM}"
 _TAKE_CARRIED_AGAIN = (  # a retry: our first attempt may have committed unheard
     f"{_COLUMNS}'taken', now()) ON CONFLICT (inbox_id) DO UPDATE SET state = 'taken' "
     "WHERE i.state = 'taken' AND i.target_runtime = excluded.target_runtime "
-    f"RETURNING {_ITEM}, {_NO_FLUSH}"
+    f"RETURNING {_ITEM}"
 )
 _TAKE_BACK = (
     f"{_COLUMNS}'abandoned', now()) ON CONFLICT (inbox_id) DO UPDATE SET state = 'abandoned' "
@@ -330,18 +343,18 @@ _TAKE_BACK = (
 _TAKE = (
     f"UPDATE {INBOX} SET state = 'taken' WHERE inbox_id = %s AND target_runtime = %s "
     "AND state IN (%s, %s) "
-    f"RETURNING kind, child_id, sender_runtime, parent_session, message, source, {_NO_FLUSH}"
-)
-_ANSWER = (
-    f"UPDATE {INBOX} SET state = 'answered', reply = %s "
-    "WHERE inbox_id = %s AND state IN ('taken', 'answered') "
-    f"RETURNING {_NO_FLUSH}, pg_notify(%s, %s)"
+    "RETURNING kind, child_id, sender_runtime, parent_session, message, source"
 )
 _CHANNEL_PREFIX = "subagent_"
 _CHANNEL_HEX = 40
 _CHANNEL_OF_SENDER = (  # `channel_of(sender_runtime)`, for a statement that has the row
     f"'{_CHANNEL_PREFIX}' || "
     f"left(encode(sha256(convert_to(sender_runtime, 'UTF8')), 'hex'), {_CHANNEL_HEX})"
+)
+_ANSWER = (  # a retry finds its own answer there: the same reply, answered again
+    f"UPDATE {INBOX} SET state = 'answered', reply = %s "
+    "WHERE inbox_id = %s AND (state = 'taken' OR (state = 'answered' AND reply = %s)) "
+    f"RETURNING pg_notify({_CHANNEL_OF_SENDER}, %s)"
 )
 _ANSWER_STEERED = (  # inside the steering record's transaction, which waits for its flush
     f"UPDATE {INBOX} SET state = 'answered', reply = %s WHERE inbox_id = %s AND state = 'taken' "
@@ -362,6 +375,13 @@ _EXPIRE = (  # a sender (or target) gone: named dead for good, or no longer in t
 _NOTIFY = "SELECT pg_notify(%s, %s)"  # writes nothing: no WAL flush to wait for
 _HOLDER = f"SELECT claim_runtime FROM {CHILDREN} WHERE child_id = %s"
 _PAYLOAD_LIMIT = 7000  # PostgreSQL's is 8000 bytes; JSON text here is mostly ASCII
+
+
+def _notice(item: InboxItem, *, written: bool) -> str:
+    """The notification of a posted message: it carries the message, or names its row."""
+    if written:
+        return f"{MESSAGE}:{item.inbox_id}"
+    return f"{MESSAGE}:{item.inbox_id}:{item.carried()}"
 
 
 def _steered_params(inbox_id: str, task_id: str) -> tuple[str, str, str]:

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy import delete, exists, func, insert, literal, select, text, update
 
-from controlplane.contract import RuntimeInfo, TaskOutcome, TaskSnapshot, TaskStatus, utcnow
+from controlplane.contract import RuntimeInfo, TaskSnapshot, TaskStatus, utcnow
 from persistence._database import Database
 from persistence._host_clock import LeaseNow, boot_seconds
 from persistence._point_reader import PointReader
@@ -50,9 +50,10 @@ class TaskLedger:
     """The store's Task and runtime rows. Every operation is one short transaction, run
     under the store's retry policy (``run``)."""
 
-    def __init__(self, db: Database, run: Runner) -> None:
+    def __init__(self, db: Database, run: Runner, settle: Callable[[Settlement], bool]) -> None:
         self._db = db
         self._runner = run
+        self._settle = settle
         self._sql = TaskStatements.build(db.sql.placeholder)
         self._postgres = db.backend.name == "postgresql"
         self._reader = PointReader(db)
@@ -259,30 +260,11 @@ class TaskLedger:
         self._run(f"record task {task.id}", op)
 
     def settle(self, settlement: Settlement) -> bool:
-        """Write a Task's settlement; False if it was no longer running (settled before)."""
-        task_id, outcome, when = settlement
-
-        def op(_attempt: int) -> bool:
-            with self._db.connection(write=True) as conn:
-                result = conn.execute(
-                    update(TaskRow)
-                    .where(TaskRow.task_id == task_id, TaskRow.status == _RUNNING)
-                    .values(_settled_values(outcome, when))
-                )
-                # A Task that settles before its turn was published holds its child's
-                # claim (a resume's): it goes with the Task.
-                child = select(TaskRow.child_id).where(TaskRow.task_id == task_id)
-                conn.execute(
-                    update(ChildRow)
-                    .where(
-                        ChildRow.child_id == child.scalar_subquery(),
-                        ChildRow.claim_task == task_id,
-                    )
-                    .values(claim_runtime=None, claim_task=None)
-                )
-                return bool(result.rowcount)
-
-        return self._run(f"settle task {task_id}", op)
+        """Write a Task's settlement that no ``turn/end`` carried (it never published, or
+        its turn's end could not be written); False if it was no longer running (settled
+        before). Its child's open turn, if the Task opened it, is closed in the same
+        transaction, and its claim goes with it (`persistence._claims.Claims.settle`)."""
+        return self._settle(settlement)
 
     def forget(self, task_id: str) -> None:
         """Delete a Task that was admitted but never started (its caller was told so)."""
@@ -384,17 +366,6 @@ class TaskLedger:
         if self._postgres:
             return utc_time(conn.execute(select(func.now())).scalar_one())
         return utcnow()
-
-
-def _settled_values(outcome: TaskOutcome, when: datetime) -> dict[str, Any]:
-    return {
-        "status": outcome.status.value,
-        "output": outcome.output,
-        "detail": outcome.detail,
-        "code": outcome.code.value if outcome.code is not None else None,
-        "settled_at": when,
-        "notice_pending": True,
-    }
 
 
 def _runtime(row: Any, running: int) -> RuntimeInfo:

@@ -135,7 +135,8 @@ class SqlStore:
         )
         self._db = Database(url, settings)
         self._sql = self._db.sql
-        self._retrier = Retrier(retry or RetryPolicy(), self._db.errors)
+        self._retry = retry or RetryPolicy()
+        self._retrier = Retrier(self._retry, self._db.errors)
         self._closed = False
         self._read_only = read_only
         self._after_commit: Callable[[], None] | None = None
@@ -150,7 +151,7 @@ class SqlStore:
         self._claims = Claims(self)
         self.inbox = Inbox(self) if self._db.backend.name == "postgresql" else None
         """Messages forwarded between runtimes (PostgreSQL; None on SQLite, SPEC §9)."""
-        self.ledger = TaskLedger(self._db, self._run)
+        self.ledger = TaskLedger(self._db, self._run, self._claims.settle)
         """The store's Tasks and runtimes (SPEC §9)."""
         try:
             self._run("open the store", self._check if read_only else self._open)
@@ -164,6 +165,12 @@ class SqlStore:
     def url(self) -> str:
         """The store's URL, password hidden (safe to log)."""
         return self._db.url
+
+    @property
+    def retry_budget_s(self) -> float:
+        """How long an operation keeps retrying a failing database (the retry policy's
+        ``max_total_s``): the longest outage it rides through."""
+        return self._retry.max_total_s
 
     def on_retry(self, listener: RetryListener) -> None:
         """Call ``listener(action, failed_attempt, cause)`` before every retry of a transient

@@ -16,9 +16,9 @@ import random
 import signal
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 import pytest
@@ -42,6 +42,8 @@ from tests.reliability.test_restarts import Child
 from tests.support import WAIT_S, eventually, in_thread, running_child
 
 pytestmark = pytest.mark.slow
+
+T = TypeVar("T")
 
 SENDER = "sender.Example-Ünï:42"  # dots, capitals, non-ASCII: the channel is a hash of it
 HOLDER = "holder-runtime"
@@ -181,6 +183,26 @@ def test_an_append_whose_commit_went_unheard_is_retried_and_answers_once(
     assert store.inbox.state_of(inbox_id) == ("answered", {"route": "steered", "task_id": "task-1"})
 
 
+def test_a_refusal_never_replaces_the_steered_answer_committed_with_the_record(
+    store: SqlStore,
+) -> None:
+    # The holder's record committed and answered `steered`, but the acknowledgement was
+    # lost past its retries (a server restart): the steer raised DURABILITY_FAILED, which
+    # the holder then sends as its answer. The record is the truth, and stays the answer.
+    assert store.inbox is not None
+    child_id = _child(store)
+    inbox_id = _taken(store, child_id)
+    store.append(child_id, [_record(inbox_id)], answer_steered=[(inbox_id, "task-1")])
+    refusal = {"code": "DURABILITY_FAILED", "message": "could not record it", "task_id": None}
+    assert not store.inbox.answer(inbox_id, refusal)
+    assert store.inbox.state_of(inbox_id) == ("answered", {"route": "steered", "task_id": "task-1"})
+    # A refusal whose own commit went unheard is answered again by the retry, unchanged.
+    other = _taken(store, child_id)
+    assert store.inbox.answer(other, refusal)
+    assert store.inbox.answer(other, refusal)
+    assert store.inbox.state_of(other) == ("answered", refusal)
+
+
 def test_a_steering_record_is_written_even_if_its_sender_gave_the_message_up(
     store: SqlStore, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -241,9 +263,9 @@ def test_the_holder_answers_a_steer_with_its_record_and_only_refusals_and_kills_
     answered_alone: list[dict[str, Any]] = []
     answer = inbox.answer
 
-    def spy(inbox_id: str, sender: str, reply: dict[str, Any]) -> bool:
+    def spy(inbox_id: str, reply: dict[str, Any]) -> bool:
         answered_alone.append(reply)
-        return answer(inbox_id, sender, reply)
+        return answer(inbox_id, reply)
 
     monkeypatch.setattr(inbox, "answer", spy)
     parent = control.agents.register("p")
@@ -263,6 +285,60 @@ def test_the_holder_answers_a_steer_with_its_record_and_only_refusals_and_kills_
     assert answered_alone == [{"route": "killed", "task_id": task_id}]
     done = control.tasks.wait(task_id, timeout=WAIT_S, requester=parent)
     assert done.status is TaskStatus.KILLED
+
+
+def test_a_message_notified_twice_is_delivered_once_even_when_the_second_take_is_retried(
+    control: SubagentControl,
+    holder: tuple[SubagentControl, FakeProvider],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A sender's post retried after a commit whose acknowledgement was lost notifies the
+    # holder twice. The second take finds the row taken; had its first attempt failed
+    # transiently, its retry (which must accept a row its own first attempt may have
+    # taken) would take it again, and the run would get the message twice.
+    a, provider = holder
+    child, _task_id, plan = running_child(a, a.agents.register("p"), provider, threading.Event())
+    assert plan.run is not None
+    assert plan.run.steer is not None
+    steer, first_entered, first_may_go = plan.run.steer, threading.Event(), threading.Event()
+
+    def held_first(message: Any, source: Any) -> None:
+        if not first_entered.is_set():
+            first_entered.set()
+            first_may_go.wait(WAIT_S)
+        steer(message, source)
+
+    plan.run.steer = held_first
+    assert a._forwarder is not None
+    serving, store = a._forwarder._serving, a.store
+    assert store is not None
+    message = [{"type": "text", "text": "twice notified"}]
+    sender = control.runtime_id
+    item = InboxItem(uuid.uuid4().hex, "send", child, sender, "p", message, {"kind": "coordinator"})
+    first = in_thread(lambda: serving._take(item.inbox_id, item))
+    assert first_entered.wait(WAIT_S)  # taken, and being delivered
+    run = store._run
+    failed_once: list[str] = []
+
+    def first_take_attempt_fails(action: str, operation: Callable[[int], T]) -> T:
+        if not action.startswith("take forwarded message") or failed_once:
+            return run(action, operation)
+
+        def attempt(number: int) -> T:
+            if number == 1:
+                failed_once.append(action)
+                raise psycopg.errors.SerializationFailure("could not serialize access (test)")
+            return operation(number)
+
+        return run(action, attempt)
+
+    monkeypatch.setattr(store, "_run", first_take_attempt_fails)
+    serving._take(item.inbox_id, item)  # the second notification of the same message
+    first_may_go.set()
+    first.result(timeout=WAIT_S)
+
+    assert provider.steered_texts(child) == ["twice notified"]
+    assert len(_carrying(store.load(child).events, "twice notified")) == 1
 
 
 reaped = pytest.fixture(reaping, name="reaped")
@@ -337,3 +413,48 @@ def test_a_holder_killed_while_its_steering_record_commits_leaves_neither_record
     control.tasks.wait(again.task_id, timeout=WAIT_S, requester=parent)
     (record,) = _carrying(control.store.load(child).events, "second")
     assert record.kind == EventKind.USER_MESSAGE
+
+
+class _PostUnheard(SqlStore):
+    """A sender's store whose post of a forwarded message commits, then fails on every
+    attempt, as a server crashing right after the commit would; the failure is reported
+    only once the holder has taken the message."""
+
+    def __init__(self, url: str) -> None:
+        self._libpq_url = _libpq(url)
+        super().__init__(url, retry=RetryPolicy.immediate(max_attempts=2))
+
+    def _run(self, action: str, operation: Callable[[int], T]) -> T:
+        if not action.startswith("forward a message to runtime") or action.endswith(" again"):
+            return super()._run(action, operation)
+
+        def attempt(number: int) -> T:
+            if number == 1:
+                operation(number)
+                eventually(self._taken, "the holder takes the message")
+            raise psycopg.OperationalError("server closed the connection unexpectedly")
+
+        return super()._run(action, attempt)
+
+    def _taken(self) -> bool:
+        with psycopg.connect(self._libpq_url) as conn:
+            row = conn.execute(f"SELECT count(*) FROM {INBOX} WHERE state <> 'pending'").fetchone()
+        return row is not None and row[0] > 0
+
+
+def test_a_forward_whose_post_committed_unheard_is_answered_not_reported_unavailable(
+    url: str, holder: tuple[SubagentControl, FakeProvider]
+) -> None:
+    a, provider = holder
+    child, task_id, _plan = running_child(a, a.agents.register("p"), provider, threading.Event())
+    with SubagentControl(_PostUnheard(url), lease_ttl_s=30.0) as sender:
+        sender.providers.register(FakeProvider())
+        parent = sender.agents.register("p")
+
+        sent = sender.send_message(parent, child, [TextBlock(text="posted unheard")])
+
+        # Before, the post's failure was raised (STORE_UNAVAILABLE: not delivered) while
+        # the holder had taken the message and steered it.
+        assert (sent.route, sent.task_id) == ("steered", task_id)
+        assert sender.store is not None
+        assert len(_carrying(sender.store.load(child).events, "posted unheard")) == 1

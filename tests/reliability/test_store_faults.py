@@ -200,13 +200,21 @@ def test_a_steer_whose_append_keeps_failing_raises_durability_failed_and_writes_
     assert provider.steered_texts(child_id) == ["remember this"]
     assert stored(store, child_id) == before
     assert len(store.retries) == ATTEMPTS - 1
-    # The turn cannot record its end either: the Task says so.
+    # The turn cannot record its end through the poisoned append either: its Task ends
+    # interrupted (SPEC §9 "Outages"), and its settlement, written apart, closes the turn.
     hold.set()
     snapshot = settle(control, task_id, parent)
-    outcome = failed_outcome(snapshot)
-    assert outcome.code is ErrorCode.DURABILITY_FAILED
-    assert "durability failed" in (outcome.detail or "")
-    assert stored(store, child_id) == before
+    assert snapshot.status is TaskStatus.INTERRUPTED, snapshot
+    assert snapshot.outcome is not None
+    assert snapshot.outcome.code is ErrorCode.STORE_UNAVAILABLE
+    assert "durability failed" in (snapshot.outcome.detail or "")
+    after = stored(store, child_id)
+    assert after[: len(before)] == before
+    (end,) = after[len(before) :]
+    assert (end.kind, end.data) == (
+        EventKind.TURN_END,
+        {"task_id": task_id, "status": "interrupted"},
+    )
 
 
 def test_a_store_failing_for_one_child_does_not_stop_the_control_plane_serving_others(

@@ -1,0 +1,193 @@
+"""The holder's side of forwarding (SPEC §9): a message another runtime forwarded here is
+taken, delivered to the child's supervisor (steer only) and answered.
+
+A take is durable before the message reaches the run (`persistence.Inbox.take`), and
+every message taken here is answered, however long the store takes to come back: its
+sender waits for the answer as long as this runtime lives. A steered message is answered
+by the transaction of its steering record; anything else (a refusal, a kill) here. A
+message notified twice (its sender's post was retried through a failing store) is taken
+once. `controlplane._forwarding` holds the sender's side and the whole protocol.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from controlplane._errors import ErrorCode, SubagentControlError
+from controlplane._spec import SendResult
+
+if TYPE_CHECKING:
+    from persistence import Inbox, InboxItem
+
+__all__ = ["InFlight", "KillHere", "Serve", "Serving"]
+
+log = logging.getLogger(__name__)
+
+_RETRY_S = 0.25  # between answers the failing store refused
+_REMEMBERED = 4096
+"""How many taken messages' ids a runtime remembers (a duplicate notification comes
+within moments of the first)."""
+
+Serve = Callable[["InboxItem"], SendResult]
+"""Deliver a message taken from the inbox here (steer only); raises the refusal."""
+KillHere = Callable[[str, str], bool]
+"""Abort a Task of this runtime, given its id and the reason; False if it is not here."""
+
+
+@dataclass(frozen=True, slots=True)
+class InFlight:
+    """A forwarded message awaiting its answer, for the tree dump."""
+
+    child_id: str
+    runtime_id: str
+    """The other end: the holder a message was sent to, or the sender of one served here."""
+    since: float  # time.monotonic()
+
+
+class Serving:
+    """Takes, delivers and answers the messages forwarded to this runtime.
+
+    Args:
+        runtime_id: This runtime's id.
+        inbox: The store's inbox.
+        workers: Where messages are served (the listener must never block).
+        serve: Delivers a message forwarded here to the child's supervisor, steer only.
+        kill_here: Kills a Task of this runtime whose kill was forwarded here.
+    """
+
+    def __init__(
+        self,
+        runtime_id: str,
+        inbox: Inbox,
+        workers: ThreadPoolExecutor,
+        serve: Serve,
+        kill_here: KillHere,
+    ) -> None:
+        self._runtime_id = runtime_id
+        self._inbox = inbox
+        self._workers = workers
+        self._serve = serve
+        self._kill_here = kill_here
+        self._lock = threading.Lock()
+        self._serving: dict[str, InFlight] = {}  # inbox id -> where it came from
+        self._taken: OrderedDict[str, None] = OrderedDict()  # taken here, newest last
+        self._closing = threading.Event()  # answers still owed stop waiting for the store
+
+    def closing(self) -> None:
+        """Close has begun: an answer the store refuses is not tried again (its sender
+        decides from the transcript once this runtime is closed)."""
+        self._closing.set()
+
+    def in_flight(self) -> dict[str, InFlight]:
+        """The messages being served here, by inbox id."""
+        with self._lock:
+            return dict(self._serving)
+
+    def on_message(self, inbox_id: str, carried: InboxItem | None) -> None:
+        # On a worker: taking and delivering wait for the database and the supervisor,
+        # and the listener must keep hearing answers meanwhile.
+        with contextlib.suppress(RuntimeError):  # closing: its sender takes it back
+            self._workers.submit(self._take, inbox_id, carried)
+
+    def _take(self, inbox_id: str, carried: InboxItem | None) -> None:
+        with self._lock:
+            if inbox_id in self._taken:
+                return  # notified again (its sender's post was retried): taken once here
+            self._taken[inbox_id] = None
+            while len(self._taken) > _REMEMBERED:
+                self._taken.popitem(last=False)
+        try:
+            item = self._inbox.take(inbox_id, self._runtime_id, carried)
+        except SubagentControlError as exc:
+            # Perhaps taken all the same (its acknowledgement lost with the server): its
+            # sender would wait for an answer as long as this runtime lives. Never
+            # delivered here, so that is the answer (a row never taken takes none).
+            log.warning("forwarded message %s: not taken (%s)", inbox_id, exc.message)
+            why = f"runtime {self._runtime_id} could not take it ({exc.message})"
+            self._answer(inbox_id, _refusal(ErrorCode.NOT_DELIVERED, why))
+            return
+        except Exception:  # a bug: untaken, its sender takes it back
+            log.exception("forwarded message %s: taking it failed", inbox_id)
+            return
+        if item is None:
+            # Its sender gave up on it first: never delivered. The row that refused this
+            # take, the only one there is, is clutter now, whether or not its sender lives
+            # to forget it.
+            self._forget(inbox_id)
+            return
+        flight = InFlight(item.child_id, item.sender_runtime, time.monotonic())
+        with self._lock:
+            self._serving[inbox_id] = flight
+        try:
+            reply = self._deliver(item)
+            # `steered` only ever comes back once the steering record is written, and
+            # that transaction answered it (`persistence.SqlStore.append`).
+            if reply.get("route") != "steered":
+                self._answer(inbox_id, reply)
+        except Exception:  # unanswered, its sender decides from the transcript
+            log.exception("forwarded message %s: serving it failed", inbox_id)
+        finally:
+            with self._lock:
+                self._serving.pop(inbox_id, None)
+
+    def _forget(self, inbox_id: str) -> None:
+        try:
+            self._inbox.forget([inbox_id])
+        except SubagentControlError as exc:  # a leftover row harms nothing
+            log.warning("forwarded message %s: not forgotten (%s)", inbox_id, exc.message)
+
+    def _answer(self, inbox_id: str, reply: dict[str, Any]) -> None:
+        """Answer a message taken here, however long the store takes to come back: its
+        sender waits for the answer as long as this runtime lives (once it has closed,
+        the sender decides from the transcript)."""
+        while True:
+            try:
+                if not self._inbox.answer(inbox_id, reply):
+                    log.warning("forwarded message %s: its sender left, or it was answered "
+                                "with its steering record first", inbox_id)  # fmt: skip
+                return
+            except SubagentControlError as exc:
+                if exc.code is not ErrorCode.STORE_UNAVAILABLE or self._closing.wait(_RETRY_S):
+                    log.warning("forwarded message %s: unanswered (%s)", inbox_id, exc.message)
+                    return
+
+    def _deliver(self, item: InboxItem) -> dict[str, Any]:
+        if item.kind == "kill":
+            task_id = str(item.source.get("task_id"))
+            self._kill_here(task_id, str(item.source.get("reason")))
+            # Not running here any more: it settled meanwhile, so there is nothing to kill.
+            return {"route": "killed", "task_id": task_id}
+        try:
+            sent = self._serve(item)
+        except SubagentControlError as exc:
+            refusal: dict[str, Any] = {
+                "code": exc.code.value, "message": exc.message, "task_id": exc.task_id
+            }  # fmt: skip
+            if exc.code is ErrorCode.NOT_DELIVERED and not self._holds(item.child_id):
+                refusal["elsewhere"] = True  # not ours (any more): its sender routes it again
+            return refusal
+        except Exception as exc:
+            return _refusal(ErrorCode.INTERNAL, f"internal error ({exc})")
+        return {"route": sent.route, "task_id": sent.task_id}
+
+    def _holds(self, child_id: str) -> bool:
+        """Whether this runtime holds the child's claim (yes while the store cannot say:
+        the refusal then stands, not delivered, and is not routed again)."""
+        try:
+            return self._inbox.holder_of(child_id) == self._runtime_id
+        except SubagentControlError:
+            return True
+
+
+def _refusal(code: ErrorCode, why: str) -> dict[str, Any]:
+    """A holder's answer that it did not deliver a message."""
+    return {"code": code.value, "message": f"{why}; the message was not delivered",
+            "task_id": None}  # fmt: skip
