@@ -19,6 +19,12 @@ on two plain locks instead of a `threading.Condition`, whose Python-level ``wait
 
 An actor class with `Actor.pooled_loop` runs its loop on a reused worker thread
 (`actors._pool`) instead of a new one: the same pykka loop, minus a thread start.
+
+Every actor runs on a daemon thread (pykka's default is non-daemon). A script that returns
+from ``main`` without `SubagentControl.close`, or dies of an exception (a broken pipe), must
+still exit; non-daemon actors would keep its interpreter alive for ever. The control plane
+closes what is still open at exit, within a bound (`controlplane._exit`), so the actors are
+stopped in order when they can be, and cut off like a crash when they cannot.
 """
 
 from __future__ import annotations
@@ -43,6 +49,8 @@ __all__ = ["Actor", "Reply"]
 
 class Actor(pykka.ThreadingActor):
     """A `pykka.ThreadingActor` that leaves nothing behind when its thread cannot start."""
+
+    use_daemon_thread: ClassVar[bool] = True
 
     pooled_loop: ClassVar[bool] = False
     """Run the loop on an idle worker of `actors._pool` (daemon or not, as

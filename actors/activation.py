@@ -76,9 +76,8 @@ class _Prepared:
 class ActivationActor(Actor):
     """Runs one activation from begin to recorded outcome, then stops itself."""
 
-    # A provider that ignores its signal must not keep the process alive after close()
-    # gave up waiting for it; every other actor is non-daemon and always stopped.
-    use_daemon_thread = True
+    # Daemon, as every actor here (`actors._base`): a provider that ignores its signal must
+    # not keep the process alive after close() gave up waiting for it.
     # A resume starts one of these every time: on a reused thread, it skips a thread start.
     pooled_loop = True
 

@@ -228,7 +228,8 @@ class Passivator:
         self._sweep = Sweep(idle_for_s=idle_for_s)
         self._period_s = min(idle_for_s / 2, self._MAX_PERIOD_S)
         self._stopped = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="subagent-passivator")
+        # Daemon: a script that never calls close() must still exit (see `actors._base`).
+        self._thread = threading.Thread(target=self._run, name="subagent-passivator", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:

@@ -305,6 +305,16 @@ class ChildSupervisor(Actor):
                 claim_child=True,  # no second activation, in any runtime
             )
         except SubagentControlError as exc:
+            if exc.code is ErrorCode.CHILD_NOT_FOUND:
+                # Refused at the claim, with no Task: nothing here to keep a thread for.
+                self._retire()
+                return SubagentControlError(
+                    ErrorCode.CHILD_NOT_FOUND,
+                    f"there is no child {self._child_id} in the store (a child is stored once "
+                    "its first run is published); the message was not delivered and no task "
+                    "was started; check the id",
+                    child_id=self._child_id,
+                )
             return exc
         trace = self._ctx.telemetry.activation(
             task_id=task.id,

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 
 from controlplane._agents import AgentHandle
 from controlplane._chat_history import (
+    STEERING_SEEN,
     TOOL_CALL,
     TOOL_RESULT,
     chat_history,
@@ -192,10 +193,12 @@ class AgentLoopRun:
         history = list(self._template.messages)
         output = ""
         stop_reason: str = StopReason.COMPLETED
+        seen = 0  # this turn's steered messages the model has been shown, in delivery order
         try:
             while True:
                 with self._lock:
                     history.extend(self._queue)
+                    seen += len(self._queue)
                     self._queue.clear()
                 if self._signal.aborted:
                     stop_reason = StopReason.ABORTED
@@ -207,7 +210,12 @@ class AgentLoopRun:
                     stop_reason = StopReason.ABORTED
                     break
                 calls = _unique_ids(reply.tool_calls, len(history))
-                self._transcript.append(EventKind.ASSISTANT_MESSAGE, {"text": reply.text})
+                # A message steered during the call is recorded before this reply, yet the
+                # model reads it only at the next call: the reply says which it read, so a
+                # resumed child's conversation is the one this model saw (`chat_history`).
+                self._transcript.append(
+                    EventKind.ASSISTANT_MESSAGE, {"text": reply.text, STEERING_SEEN: seen}
+                )
                 history.append(ChatMessage(role="assistant", text=reply.text, tool_calls=calls))
                 if reply.text:
                     output = reply.text

@@ -31,6 +31,7 @@ from controlplane._agents import AgentHandle, AgentRegistry
 from controlplane._content import MessageSource, TextBlock
 from controlplane._descriptor import Descriptor
 from controlplane._errors import ClaimConflict, ErrorCode, SubagentControlError
+from controlplane._exit import close_at_exit, closed
 from controlplane._forwarding import Forwarder
 from controlplane._json import count_problem, plain_json, seconds_problem, storable_text
 from controlplane._provider import ProviderRegistry
@@ -181,6 +182,7 @@ class SubagentControl:
                     self._runtime, store, self._serve_forwarded, self.tasks.kill_here
                 )
                 self._runtime.forward_kill = self._forwarder.kill
+        close_at_exit(self, self._close_at_exit)  # a script that never calls close() exits
 
     @classmethod
     def open(cls, url: str, **options: Any) -> SubagentControl:
@@ -482,14 +484,25 @@ class SubagentControl:
         """Cancel every activation, wait for their settlement, then stop actors and store.
 
         Idempotent. Activations that do not settle within the timeout are abandoned (their
-        daemon threads cannot keep the process alive).
+        daemon threads cannot keep the process alive). A control plane still open when the
+        interpreter exits is closed then, within a bound (`controlplane._exit`).
         """
+        self._close(self._close_timeout_s if timeout_s is None else timeout_s, abandon=True)
+
+    def _close_at_exit(self, timeout_s: float) -> None:
+        """`close` at interpreter exit. Past the deadline, a Task whose activation has not
+        settled is left running in the store, as a crash leaves it (the next runtime settles
+        it ``interrupted`` and closes its turn), not settled ``killed`` over an open turn:
+        after the exit nobody here can read it, and the store must stay consistent."""
+        self._close(timeout_s, abandon=False)
+
+    def _close(self, budget: float, *, abandon: bool) -> None:
         with self._lock:
             if self._closed:
                 return
             self._closed = True
             servers, self._admin_servers = self._admin_servers, []
-        budget = self._close_timeout_s if timeout_s is None else timeout_s
+        closed(self)
         deadline = time.monotonic() + budget
         for server in servers:
             server.close()
@@ -502,9 +515,10 @@ class SubagentControl:
                 self._root.stop_accepting(_ROOT_TIMEOUT_S)
         for task_id in self.tasks.close("control plane closed"):
             self.tasks.wait_released(task_id, max(0.0, deadline - time.monotonic()))
-        # Past the deadline: what has not settled is killed here, so no Task reads
-        # `running` after close (its daemon thread may still end later; it writes nothing).
-        self.tasks.abandon("killed: the control plane closed before the run stopped")
+        if abandon:
+            # Past the deadline: what has not settled is killed here, so no Task reads
+            # `running` after close (its daemon thread may still end later; it writes nothing).
+            self.tasks.abandon("killed: the control plane closed before the run stopped")
         if self._root is not None:
             with contextlib.suppress(pykka.ActorDeadError, pykka.Timeout):
                 self._root.shutdown(max(1.0, deadline - time.monotonic()))

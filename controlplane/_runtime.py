@@ -183,11 +183,11 @@ class Runtime:
 
     def claim(self, task: TaskSnapshot) -> int | None:
         """Admit a resume's Task and claim its child for this runtime (taking over a dead
-        runtime's claim); the fencing number, or None for a child not in the store.
+        runtime's claim); the fencing number.
 
         Raises:
             SubagentControlError: ``OWNERSHIP_CONFLICT`` naming the live runtime that holds
-                the child.
+                the child; ``CHILD_NOT_FOUND`` for a child not in the store.
         """
         return self._store.admit_claiming(task, is_dead=self._is_dead)
 

@@ -30,6 +30,7 @@ from controlplane.contract import (
     TaskStatus,
     utcnow,
 )
+from persistence._appends import not_found
 from persistence._codec import from_json, prepare_events
 from persistence._host_clock import LeaseNow, is_expired
 from persistence._schema import CHILDREN, RUNTIMES, TASKS, utc_time
@@ -60,12 +61,13 @@ class Claims:
         and its open turn closed, in the same transaction.
 
         Returns:
-            The new fencing number; None when the child is not in the store (the Task is
-            admitted unclaimed, and its load will fail).
+            The new fencing number.
 
         Raises:
             SubagentControlError: ``OWNERSHIP_CONFLICT`` naming the live runtime that holds
-                the child (nothing is written).
+                the child; ``CHILD_NOT_FOUND`` when the child is not in the store (read
+                under the lock the claim takes anyway, so the refusal costs no round trip).
+                Either way nothing is written.
         """
         runtime_id = task.runtime_id or ""
         return self._s._run(
@@ -136,6 +138,9 @@ class Claims:
         sql = self._s._claim_sql
         with self._s._db.cursor(write=True) as cursor:
             claim = self.claim_of(cursor, task.child_id)
+            if claim is None:
+                # No Task for a child that is not there: the sender hears it at once.
+                raise not_found(task.child_id or "")
             if attempt > 1:  # our earlier attempt may have committed, unheard
                 cursor.execute(sql.task_status, (task.id,))
                 if cursor.fetchone() is not None:

@@ -342,11 +342,12 @@ class SqlStore:
         transaction (see `persistence._claims.Claims.admit_claiming`).
 
         Returns:
-            The new fencing number; None when the child is not in the store.
+            The new fencing number.
 
         Raises:
             SubagentControlError: ``OWNERSHIP_CONFLICT`` naming the live runtime that holds
-                the child (nothing is written).
+                the child; ``CHILD_NOT_FOUND`` for a child not in the store (nothing is
+                written either way).
         """
         return self._claims.admit_claiming(task, is_dead=is_dead)
 

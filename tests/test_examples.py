@@ -101,3 +101,27 @@ def test_acp_child_runs_an_agent_and_continues_it(tmp_path: Path) -> None:
     assert "turn 1 ('remember otter') -> completed: echo: remember otter" in out
     assert "(remembered: remember otter)" in out
     assert "acp/session" in out
+
+
+def test_quickstart_piped_to_a_reader_that_goes_early_exits(tmp_path: Path) -> None:
+    # `python examples/quickstart.py | head -3`: the demo dies of a BrokenPipeError with
+    # both children mid-turn and no close(); it must still exit (issue 24).
+    demo = subprocess.Popen(
+        [sys.executable, str(ROOT / "examples" / "quickstart.py"), "--db",
+         f"sqlite:///{tmp_path}/state.db"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        cwd=ROOT,
+        text=True,
+    )  # fmt: skip
+    try:
+        assert demo.stdout is not None
+        for _ in range(3):
+            demo.stdout.readline()
+        demo.stdout.close()
+        demo.wait(30)
+    finally:
+        if demo.poll() is None:
+            demo.kill()
+            demo.wait(10)
+    assert demo.returncode is not None

@@ -24,6 +24,7 @@ import pytest
 from actors._base import Actor
 from actors._pool import LoopPool
 from actors.activation import ActivationActor
+from actors.root import RootActor
 from actors.supervisor import ChildSupervisor
 from tests.support import WAIT_S, eventually, run_python
 
@@ -262,9 +263,11 @@ def test_a_worker_that_a_loop_escaped_dies_like_its_own_thread_and_is_not_reused
 def test_a_pooled_actor_runs_on_a_worker_that_is_a_daemon_thread_as_it_asks() -> None:
     assert ActivationActor.pooled_loop
     assert ActivationActor.use_daemon_thread
-    # A cold resume starts a supervisor first: on a non-daemon worker, as pykka's own.
+    # A cold resume starts a supervisor first; daemon too, so a script that never calls
+    # close() still exits (the close at exit stops it in order).
     assert ChildSupervisor.pooled_loop
-    assert not ChildSupervisor.use_daemon_thread
+    assert ChildSupervisor.use_daemon_thread
+    assert RootActor.use_daemon_thread
     daemon, non_daemon = _Pooled.start(), _PooledNonDaemon.start()
 
     assert daemon.ask("x", timeout=WAIT_S) == "x"
@@ -372,7 +375,8 @@ _EXIT_PRELUDE = """
     from actors._pool import non_daemon_actor_threads
 
     class Lasting(Actor):
-        pooled_loop = True  # and non-daemon, as pykka's actors are by default
+        pooled_loop = True
+        use_daemon_thread = False  # as pykka's actors are by default (ours are daemon)
 
         def on_receive(self, message: Any) -> Any:
             return message

@@ -27,8 +27,10 @@ from tests.support import (
     events,
     failed_outcome,
     kinds,
+    raises,
     settle,
     start_child,
+    supervised,
     task_ids,
     text,
 )
@@ -155,16 +157,20 @@ def test_send_returns_started_at_once_without_waiting_for_the_provider(
     assert settle(control, result.task_id, parent).status is TaskStatus.COMPLETED
 
 
-def test_a_child_that_cannot_be_loaded_fails_not_resumable_unavailable(
+def test_a_send_to_an_id_that_is_no_child_is_refused_at_once_and_starts_nothing(
     control: SubagentControl, parent: AgentHandle, provider: FakeProvider
 ) -> None:
-    result = control.send_message(parent, str(uuid.uuid4()), text("anyone?"))
+    unknown = str(uuid.uuid4())
 
-    assert result.route == "started"
-    snapshot = settle(control, result.task_id, parent)
-    outcome = failed_outcome(snapshot)
-    assert outcome.code is ErrorCode.NOT_RESUMABLE
-    assert "unavailable" in (outcome.detail or "")
+    with raises(ErrorCode.CHILD_NOT_FOUND, match="no task was started"):
+        control.send_message(parent, unknown, text("anyone?"))
+
+    # One answer, at once, as the tool handlers give: no Task (in memory or in the store),
+    # no child, no supervisor left holding a thread for the id.
+    assert control.tasks.list(parent) == []
+    assert control.store is not None
+    assert control.store.list_children(parent.session_id) == []
+    assert unknown not in supervised(control)
     assert provider.resumes == []
 
 

@@ -214,17 +214,10 @@ def test_start_failing_before_publication_leaves_no_resumable_child(
     assert not is_durable(control, started.child_id)
     assert control.store is not None
     assert control.store.list_children(parent.session_id) == []
-    # A follow-up cannot bring it back: refused, or a Task that fails without a provider call.
-    try:
-        result = control.send_message(parent, started.child_id, text("are you there?"))
-    except SubagentControlError as exc:
-        refused: ErrorCode | None = exc.code
-    else:
-        refused = None
-        follow_up = settle(control, result.task_id, parent)
-        outcome = failed_outcome(follow_up)
-        assert outcome.code is ErrorCode.NOT_RESUMABLE
-    assert refused is not ErrorCode.DURABILITY_FAILED
+    # A follow-up cannot bring it back: refused at once, with no Task and no provider call.
+    with pytest.raises(SubagentControlError) as refused:
+        control.send_message(parent, started.child_id, text("are you there?"))
+    assert refused.value.code is ErrorCode.CHILD_NOT_FOUND
     assert provider.resumes == []
     assert not is_durable(control, started.child_id)
 

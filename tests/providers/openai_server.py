@@ -23,7 +23,8 @@ __all__ = ["ChatServer", "Step"]
 Step = dict[str, Any]
 """``{"text", "tool_calls", "finish"}`` for a reply; ``{"status", "message", "headers"}``
 for an error; ``{"hang": True, "text"}`` to stream the text, then wait for the client to
-go; ``"stall": True`` in any step holds the answer until `ChatServer.answer` is set."""
+go; ``"stall": True`` in any step holds the answer until `ChatServer.answer` is set;
+``"pause": n`` in a streamed step streams ``n`` chunks, then holds the rest the same way."""
 
 
 class ChatServer:
@@ -37,6 +38,7 @@ class ChatServer:
         self.disconnected = threading.Event()  # a hung stream saw its client go
         self.hanging = threading.Event()  # a hung stream is waiting for its client
         self.stalled = threading.Event()  # a stalled request is waiting for `answer`
+        self.paused = threading.Event()  # a paused stream is waiting for `answer`
         self.answer = threading.Event()  # lets stalled requests answer
         self._http = _QuietServer(("127.0.0.1", 0), _handler(self))
         self._http.daemon_threads = True
@@ -135,7 +137,10 @@ class _ChatHandler(BaseHTTPRequestHandler):
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         try:
-            for chunk in _chunks(body, step):
+            for n, chunk in enumerate(_chunks(body, step)):
+                if n == step.get("pause"):
+                    self.chat.paused.set()
+                    self.chat.answer.wait(30.0)
                 self._write_chunk(f"data: {json.dumps(chunk)}\n\n".encode())
             if step.get("hang"):
                 self.chat.hanging.set()

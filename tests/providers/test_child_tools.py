@@ -66,10 +66,10 @@ def test_a_tool_call_is_run_and_the_model_answers_from_its_result(runs: Runs) ->
     assert result.stop_reason == "completed"
     assert result.output == [TextBlock(text="it is 5")]
     assert transcript.written == [
-        Written(EventKind.ASSISTANT_MESSAGE, {"text": ""}, None),
+        Written(EventKind.ASSISTANT_MESSAGE, {"text": "", "steering_seen": 0}, None),
         Written("tool/call", {"id": "c1", "name": "add", "arguments": {"a": 2, "b": 3}}, None),
         Written("tool/result", {"id": "c1", "output": "5"}, None),
-        Written(EventKind.ASSISTANT_MESSAGE, {"text": "it is 5"}, None),
+        Written(EventKind.ASSISTANT_MESSAGE, {"text": "it is 5", "steering_seen": 0}, None),
     ]
     second = model.calls[1].messages
     assert second[1].tool_calls == [ToolCall(id="c1", name="add", arguments='{"a": 2, "b": 3}')]

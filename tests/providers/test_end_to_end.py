@@ -112,17 +112,18 @@ def test_a_started_child_completes_with_its_reply_and_its_transcript_in_order(
         EventKind.ASSISTANT_MESSAGE,
         EventKind.TURN_END,
     ]
-    assert events[3].data == {"text": "three facts"}
+    assert events[3].data == {"text": "three facts", "steering_seen": 0}
     assert events[3].source is None
     # Settled: the durable child stays, its live agent and loop thread are gone.
     assert control.agents.get(started.child_id) is None
     assert loop_threads() == []
 
 
-def test_a_message_steered_mid_turn_is_recorded_before_the_reply_it_causes(
-    open_control: OpenControl,
-) -> None:
-    model = ScriptedModel(["first", "second"], gated=True)
+def steered_during_the_first_call(
+    open_control: OpenControl, replies: list[str]
+) -> tuple[ScriptedModel, SubagentControl, AgentHandle, ContinuableStart]:
+    """A child whose first model call (gated) was running when "focus on B" was steered."""
+    model = ScriptedModel(replies, gated=True)
     control = open_control(model)
     parent = register_parent(control)
     started = start(control, parent)
@@ -130,6 +131,15 @@ def test_a_message_steered_mid_turn_is_recorded_before_the_reply_it_causes(
     sent = control.send_message(parent, started.child_id, [TextBlock(text="focus on B")])
     assert sent.route == "steered"
     assert sent.task_id == started.task_id
+    return model, control, parent, started
+
+
+def test_a_message_steered_mid_turn_is_recorded_before_the_reply_it_causes(
+    open_control: OpenControl,
+) -> None:
+    model, control, parent, started = steered_during_the_first_call(
+        open_control, ["first", "second"]
+    )
     model.release(2)
     snapshot = settle(control, started.task_id, parent)
     assert snapshot.outcome is not None
@@ -143,6 +153,35 @@ def test_a_message_steered_mid_turn_is_recorded_before_the_reply_it_causes(
     assert model.calls[1].messages[-1] == ChatMessage(
         role="user", text="focus on B", source=COORDINATOR
     )
+
+
+def test_a_child_resumed_after_a_steer_mid_call_sees_the_conversation_its_live_model_saw(
+    open_control: OpenControl,
+) -> None:
+    # The steer lands while the model writes "first": it is committed before that reply,
+    # but the live model read it only at its next call, after "first".
+    model, control, parent, started = steered_during_the_first_call(
+        open_control, ["first", "second", "third"]
+    )
+    model.release(2)
+    settle(control, started.task_id, parent)
+    live = model.calls[1].messages
+    assert [(m.role, m.text) for m in live] == [
+        ("user", "research X"),
+        ("assistant", "first"),
+        ("user", "focus on B"),
+    ]
+
+    resumed = control.send_message(parent, started.child_id, [TextBlock(text="and then?")])
+    assert resumed.route == "started"
+    model.release()
+    settle(control, resumed.task_id, parent)
+
+    assert model.calls[2].messages == [
+        *live,
+        ChatMessage(role="assistant", text="second"),
+        ChatMessage(role="user", text="and then?", source=COORDINATOR),
+    ]
 
 
 def test_a_follow_up_after_the_turn_resumes_the_child_with_its_persona_and_history(

@@ -6,6 +6,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,9 +15,12 @@ from controlplane import (
     CancelSignal,
     ChatMessage,
     ChildTool,
+    ContinuableStartSpec,
     ErrorCode,
+    InProcessProvider,
     ModelRequest,
     ModelSelector,
+    SubagentControl,
     SubagentControlError,
     TextBlock,
     ToolCall,
@@ -164,6 +168,43 @@ def test_a_child_calls_a_tool_and_the_server_sees_the_whole_exchange(
             ],
         },
         {"role": "tool", "tool_call_id": "call_1", "content": "5"},
+    ]
+
+
+def test_a_child_steered_mid_stream_is_resumed_with_the_conversation_its_live_model_saw(
+    server: ChatServer, tmp_path: Path
+) -> None:
+    # The steer lands while the server is half-way through streaming the first reply.
+    server.script({"text": "the first part of a long answer", "pause": 3}, {"text": "second"})
+    control = SubagentControl.open(f"sqlite:///{tmp_path}/state.db")
+    try:
+        control.providers.register(InProcessProvider(model_on(server)))
+        parent = control.agents.register("parent-1")
+        started = control.start_continuable(
+            ContinuableStartSpec(
+                provider="inprocess", label="x", prompt=[TextBlock(text="go")], parent=parent
+            )
+        )
+        assert server.paused.wait(TIMEOUT_S)
+        steer = control.send_message(parent, started.child_id, [TextBlock(text="focus on B")])
+        assert steer.route == "steered"
+        server.answer.set()
+        control.tasks.wait(started.task_id, timeout=TIMEOUT_S, requester=parent)
+        follow_up = control.send_message(parent, started.child_id, [TextBlock(text="more")])
+        control.tasks.wait(follow_up.task_id, timeout=TIMEOUT_S, requester=parent)
+    finally:
+        control.close()
+
+    _, live, resumed = server.requests
+    assert [(m["role"], m["content"]) for m in live["messages"]] == [
+        ("user", "go"),
+        ("assistant", "the first part of a long answer"),
+        ("user", "focus on B"),
+    ]
+    assert resumed["messages"] == [
+        *live["messages"],
+        {"role": "assistant", "content": "second"},
+        {"role": "user", "content": "more"},
     ]
 
 

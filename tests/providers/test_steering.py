@@ -17,10 +17,14 @@ from controlplane import (
     SubagentResult,
     SubagentRun,
     TextBlock,
+    ToolCall,
 )
+from controlplane._chat_history import chat_history
 from controlplane._signal import CancelSignal
 
-from .fakes import COORDINATOR, HUMAN, USER, FakeTranscript, Runs, Written
+from .fakes import COORDINATOR, HUMAN, USER, FakeTranscript, Runs, Written, events
+
+USER_MESSAGE = EventKind.USER_MESSAGE
 
 TIMEOUT_S = 5.0
 
@@ -97,12 +101,37 @@ def test_steering_is_recorded_before_the_reply_it_causes(runs: Runs) -> None:
     model.release(2)
     run.result()
     # The loop writes replies only; the steering record is the control plane's (here: the
-    # fake's), and it lands before the reply that answered it.
+    # fake's), and it lands before the reply that answered it, even before the reply whose
+    # call was running when it came: that one says its model had not read it.
     assert transcript.written == [
         Written("steering/message", {"text": "steer"}, COORDINATOR),
-        Written(EventKind.ASSISTANT_MESSAGE, {"text": "first"}, None),
-        Written(EventKind.ASSISTANT_MESSAGE, {"text": "second"}, None),
+        Written(EventKind.ASSISTANT_MESSAGE, {"text": "first", "steering_seen": 0}, None),
+        Written(EventKind.ASSISTANT_MESSAGE, {"text": "second", "steering_seen": 1}, None),
     ]
+
+
+@pytest.mark.parametrize("replies_before_the_steer", [0, 1, 2])
+def test_the_conversation_rebuilt_from_the_transcript_is_the_one_the_model_saw(
+    runs: Runs, replies_before_the_steer: int
+) -> None:
+    # Tool-calling replies keep the turn going, so a steer can land in any call's window.
+    calling = ModelReply(text="", tool_calls=[ToolCall(id="c", name="missing")])
+    model = ScriptedModel([calling, calling, "last", "after"], gated=True)
+    transcript = FakeTranscript()
+    run = launch(runs, model, transcript)
+    if replies_before_the_steer:
+        model.release(replies_before_the_steer)
+    assert model.wait_for_calls(replies_before_the_steer + 1, TIMEOUT_S)
+    transcript.deliver(run, "steer")
+    transcript.deliver(run, "and this")
+    model.release(10)
+    run.result()
+
+    stored = [(USER_MESSAGE, {"text": "task"}, USER)] + [
+        (w.kind, w.data, w.source) for w in transcript.written
+    ]
+    last_call = model.calls[-1].messages
+    assert chat_history(events(*stored))[: len(last_call)] == last_call
 
 
 def test_a_steer_after_the_turn_ended_is_not_delivered(runs: Runs) -> None:

@@ -97,6 +97,63 @@ def test_a_message_that_arrived_while_tools_ran_follows_the_results() -> None:
     ]
 
 
+def test_a_message_that_arrived_between_two_calls_of_one_reply_follows_all_their_results() -> None:
+    # The loop writes each call just before it runs it, so a steer can land between two
+    # calls of one reply; the model read it after both results, at its next call.
+    history = chat_history(
+        events(
+            (EventKind.ASSISTANT_MESSAGE, {"text": "", "steering_seen": 0}),
+            call("c1"),
+            result("c1", output="1"),
+            (EventKind.STEERING_MESSAGE, {"text": "hurry"}, HUMAN),
+            call("c2"),
+            result("c2", output="2"),
+            (EventKind.ASSISTANT_MESSAGE, {"text": "done", "steering_seen": 1}),
+        )
+    )
+    assert [(m.role, m.text, [c.id for c in m.tool_calls]) for m in history] == [
+        ("assistant", "", ["c1", "c2"]),
+        ("tool", "1", []),
+        ("tool", "2", []),
+        ("user", "hurry", []),
+        ("assistant", "done", []),
+    ]
+
+
+def test_a_message_no_reply_read_before_the_turn_ended_closes_that_turn() -> None:
+    history = chat_history(
+        events(
+            (EventKind.USER_MESSAGE, {"text": "task"}, USER),
+            (EventKind.STEERING_MESSAGE, {"text": "late"}, HUMAN),
+            (EventKind.ASSISTANT_MESSAGE, {"text": "answer", "steering_seen": 0}),
+            (EventKind.TURN_END, {"status": "killed"}),
+        )
+    )
+    assert [(m.role, m.text) for m in history] == [
+        ("user", "task"),
+        ("assistant", "answer"),
+        ("user", "late"),
+    ]
+
+
+def test_a_seed_of_two_turns_without_frames_places_each_turns_steering_by_its_own_count() -> None:
+    # A fork's seed: a parent's history copied as turn 0, here without its frames; each
+    # turn's prompt (user/message) starts its count of steering messages again.
+    history = chat_history(
+        events(
+            (EventKind.USER_MESSAGE, {"text": "one"}, USER),
+            (EventKind.STEERING_MESSAGE, {"text": "a"}, HUMAN),
+            (EventKind.ASSISTANT_MESSAGE, {"text": "r1", "steering_seen": 0}),
+            (EventKind.ASSISTANT_MESSAGE, {"text": "r2", "steering_seen": 1}),
+            (EventKind.USER_MESSAGE, {"text": "two"}, USER),
+            (EventKind.STEERING_MESSAGE, {"text": "b"}, HUMAN),
+            (EventKind.ASSISTANT_MESSAGE, {"text": "r3", "steering_seen": 0}),
+            (EventKind.ASSISTANT_MESSAGE, {"text": "r4", "steering_seen": 1}),
+        )
+    )
+    assert [m.text for m in history] == ["one", "r1", "a", "r2", "two", "r3", "b", "r4"]
+
+
 def test_a_call_without_a_result_is_answered_as_interrupted() -> None:
     # The turn was killed (or the process died) while the tool ran.
     history = chat_history(

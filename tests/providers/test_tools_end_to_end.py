@@ -76,8 +76,8 @@ def test_a_child_calls_a_tool_then_a_resumed_turn_sees_the_exchange_and_its_filt
     events = control.store.load(started.child_id).events
     turn_one = [(e.kind, e.data) for e in events if e.turn == 1][3:-1]
     assert turn_one == [
-        (EventKind.ASSISTANT_MESSAGE, {"text": ""}),
+        (EventKind.ASSISTANT_MESSAGE, {"text": "", "steering_seen": 0}),
         ("tool/call", {"id": "c1", "name": "lookup", "arguments": {"w": "otter"}}),
         ("tool/result", {"id": "c1", "output": "otter: a mammal"}),
-        (EventKind.ASSISTANT_MESSAGE, {"text": "an otter is a mammal"}),
+        (EventKind.ASSISTANT_MESSAGE, {"text": "an otter is a mammal", "steering_seen": 0}),
     ]

@@ -202,6 +202,7 @@ def account(
     # text -> (child, turn task id, kind, source) for every inbound message stored.
     stored: dict[str, list[tuple[str, str | None, str, MessageSource | None]]] = {}
     published: set[str] = set()
+    unpublished: set[str] = set()
     for child_id in load.children:
         try:
             loaded = store.load(child_id)
@@ -210,6 +211,7 @@ def account(
             if exc.code is not ErrorCode.CHILD_NOT_FOUND:
                 raise
             tally["children never published"] += 1
+            unpublished.add(child_id)
             continue
         tally["events"] += len(loaded.events)
         for problem in frame_problems(loaded.events, loaded.meta.seed_length, all_ended=True):
@@ -235,7 +237,11 @@ def account(
         tally["sent"] += 1
         tally[f"phase/{sent.phase}"] += 1
         where = stored.get(sent.text, [])
-        problem = _check(sent, where, published, tasks, tally, refusals)
+        # A child killed before its first publication is no child: refused at once.
+        allowed = (
+            refusals | {ErrorCode.CHILD_NOT_FOUND} if sent.child_id in unpublished else refusals
+        )
+        problem = _check(sent, where, published, tasks, tally, allowed)
         if problem:
             violations.append(f"{sent.text!r} ({sent.phase}): {problem}; stored as {where}")
     return tally, violations

@@ -53,6 +53,7 @@ SEND_REFUSALS = {
     ErrorCode.TASK_NOT_FOUND,
     ErrorCode.NOT_DELIVERED,
     ErrorCode.OWNERSHIP_CONFLICT,
+    ErrorCode.CHILD_NOT_FOUND,  # an id that is no child: refused at once, no Task
 }
 TASK_REFUSALS = {ErrorCode.TASK_NOT_FOUND, ErrorCode.INVALID_INPUT, ErrorCode.TIMEOUT}
 APPEND_REFUSALS = {ErrorCode.INVALID_INPUT, ErrorCode.CHILD_NOT_FOUND}

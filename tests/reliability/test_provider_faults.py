@@ -50,12 +50,10 @@ def test_a_provider_failing_before_publication_fails_the_task_with_its_text_and_
     assert not is_durable(control, start.child_id)
     assert control.store is not None
     assert control.store.list_children(parent.session_id) == []
-    # Nothing resumable was left: a follow-up starts a Task that cannot load the child.
-    follow_up = control.send_message(parent, start.child_id, text("anyone there?"))
-    failed = settle(control, follow_up.task_id, parent)
-    outcome = failed_outcome(failed)
-    assert outcome.code is ErrorCode.NOT_RESUMABLE
-    assert "unavailable" in (outcome.detail or "")
+    # Nothing resumable was left: a follow-up is refused at once, and starts nothing.
+    with raises(ErrorCode.CHILD_NOT_FOUND):
+        control.send_message(parent, start.child_id, text("anyone there?"))
+    assert [task.id for task in control.tasks.list(parent)] == [start.task_id]
     assert provider.resumes == []
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import uuid
 from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
@@ -150,6 +151,18 @@ def test_a_follow_up_right_after_an_awaited_wait_starts_the_next_activation(rig:
         return result.route
 
     assert run(scenario) == "started"
+
+
+def test_an_awaited_send_to_an_id_that_is_no_child_is_refused_at_once(rig: Rig) -> None:
+    aio = AsyncSubagentControl(rig.control)
+
+    async def scenario() -> ErrorCode:
+        with pytest.raises(SubagentControlError) as raised:
+            await aio.send_message(rig.parent, str(uuid.uuid4()), [TextBlock(text="hello?")])
+        return raised.value.code
+
+    assert run(scenario) is ErrorCode.CHILD_NOT_FOUND
+    assert rig.control.tasks.list(rig.parent) == []
 
 
 def test_an_awaited_wait_that_times_out_raises_timeout_and_the_task_runs_on(gated: Rig) -> None:
