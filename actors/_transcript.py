@@ -105,6 +105,11 @@ class ActivationTranscript:
         self._task_id = task_id
         self._signal = signal
         self._lock = threading.Lock()
+        # The threads inside a store write now; a lock of its own: writes run under _lock.
+        self._writers: set[int] = set()
+        self._writers_lock = threading.Lock()
+        if signal is not None:
+            signal.add_callback(self._on_abort)
         # held: nothing written; framed: the frame written, the provider's writes held;
         # open: published, every write goes straight to the store; closed: ended.
         self._state: Literal["held", "framed", "open", "closed"] = "held"
@@ -309,36 +314,61 @@ class ActivationTranscript:
     def _write(
         self, events: list[NewEvent], *, answer_steered: Sequence[tuple[str, str]] = ()
     ) -> None:
-        # The hot path (a steer's record): `_fenced` spelled out, without a closure.
-        try:
-            self._refuse_if_fenced()
-            self._store.append(
+        self._fenced(
+            lambda: self._store.append(
                 self._child_id, events, fence=self._fence, answer_steered=answer_steered
             )
-        except SubagentControlError as exc:
-            self._refused(exc)
-            raise
+        )
 
     def _fenced(self, write: Callable[[], object]) -> None:
-        """Run a write; one refused because this runtime lost the claim ends the turn."""
+        """Run a write; one refused because this runtime lost the claim ends the turn.
+
+        Once the runtime fences the activation, a write still waiting for the store is
+        abandoned at once (`_on_abort`) and retried no more: the activation must be
+        quiescent before the lease can lapse in another runtime's eyes (SPEC §9), and a
+        write on a silent network would hold it for the store's whole deadline.
+        """
+        me = threading.get_ident()
+        with self._writers_lock:
+            self._writers.add(me)
         try:
             self._refuse_if_fenced()
-            write()
+            with self._store.abandoning(self._is_fenced):
+                write()
         except SubagentControlError as exc:
+            if exc.code is not ErrorCode.FENCED and self._is_fenced():
+                exc = self._fenced_error()  # abandoned: it failed because it was cut
             self._refused(exc)
-            raise
+            raise exc from None
+        finally:
+            with self._writers_lock:
+                self._writers.discard(me)
+
+    def _on_abort(self, _reason: str) -> None:
+        if self._is_fenced():
+            with self._writers_lock:
+                writers = set(self._writers)
+            if writers:
+                self._store.abandon_waits(writers)
+
+    def _is_fenced(self) -> bool:
+        signal = self._signal
+        return signal is not None and signal.cause is ErrorCode.FENCED
 
     def _refuse_if_fenced(self) -> None:
         """Refuse a write here, without a store call, once the control plane fenced the
         activation (its runtime lost the claim, or could not renew its lease and may be
         cut off from the store: a write would wait out the store's deadlines, SPEC §9)."""
-        signal = self._signal
-        if signal is not None and signal.cause is ErrorCode.FENCED:
-            raise SubagentControlError(
-                ErrorCode.FENCED,
-                f"child {self._child_id}: {signal.reason}; nothing was written",
-                child_id=self._child_id,
-            )
+        if self._is_fenced():
+            raise self._fenced_error()
+
+    def _fenced_error(self) -> SubagentControlError:
+        reason = self._signal.reason if self._signal is not None else None
+        return SubagentControlError(
+            ErrorCode.FENCED,
+            f"child {self._child_id}: {reason}; nothing was written",
+            child_id=self._child_id,
+        )
 
     def _refused(self, exc: SubagentControlError) -> None:
         """A write refused because this runtime lost the claim (FENCED) ends the turn: the

@@ -28,14 +28,17 @@ import math
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Collection, Iterator
 from typing import Any, Final
 
 __all__ = [
     "SILENCE_GRACE_S",
+    "abandon_waits",
+    "abandoning",
     "bounded_connection_class",
     "call_deadline",
     "connect_bounded",
+    "is_abandoned",
     "time_left",
 ]
 
@@ -63,7 +66,36 @@ def call_deadline(seconds: float) -> Iterator[None]:
 def time_left() -> float | None:
     """Seconds left before this thread's `call_deadline` (None outside one)."""
     until: float | None = getattr(_local, "until", None)
+    if getattr(_local, "abandon", None) is not None and _local.abandon():
+        return 0.0
     return None if until is None else until - time.monotonic()
+
+
+@contextlib.contextmanager
+def abandoning(abandoned: Callable[[], bool]) -> Iterator[None]:
+    """Store calls this thread makes in the block stop retrying once ``abandoned()`` is
+    true (their `call_deadline` has passed, as it were), and `abandon_waits` of this
+    thread ends the wait in progress at once. An activation's writes run inside one: once
+    its runtime fenced it, a write stuck on a silent network is of no use to anyone, and
+    the activation must be quiescent before another runtime may take its child over."""
+    outer = getattr(_local, "abandon", None)
+    _local.abandon = abandoned
+    try:
+        yield
+    finally:
+        _local.abandon = outer
+
+
+def is_abandoned() -> bool:
+    """Whether this thread's calls are abandoned (`abandoning`)."""
+    check = getattr(_local, "abandon", None)
+    return check is not None and bool(check())
+
+
+def abandon_waits(thread_ids: Collection[int]) -> None:
+    """End at once the waits for the server that the threads ``thread_ids`` are in (their
+    sockets are shut down: the wait fails as a lost connection)."""
+    _REAPER.cut(thread_ids)
 
 
 class _Reaper:
@@ -71,7 +103,8 @@ class _Reaper:
 
     def __init__(self) -> None:
         self._cond = threading.Condition(threading.Lock())
-        self._waits: dict[int, tuple[float, int]] = {}  # ticket -> (until, socket fd)
+        # ticket -> (until, socket fd, the waiting thread)
+        self._waits: dict[int, tuple[float, int, int]] = {}
         self._reaped: set[int] = set()
         self._tickets = iter(range(1, 1 << 62))
         self._thread: threading.Thread | None = None
@@ -81,7 +114,7 @@ class _Reaper:
         with self._cond:
             ticket = next(self._tickets)
             sooner = until < self._next_until()  # than the reaper sleeps until
-            self._waits[ticket] = (until, fd)
+            self._waits[ticket] = (until, fd, threading.get_ident())
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, name="subagent-store-deadlines", daemon=True
@@ -100,14 +133,23 @@ class _Reaper:
                 return True
             return False
 
+    def cut(self, thread_ids: Collection[int]) -> None:
+        """Shut down now the sockets that the threads ``thread_ids`` wait on."""
+        with self._cond:
+            cut = [(t, fd) for t, (_u, fd, tid) in self._waits.items() if tid in thread_ids]
+            for ticket, fd in cut:
+                del self._waits[ticket]
+                self._reaped.add(ticket)
+                _shut_down(fd)
+
     def _next_until(self) -> float:
-        return min((until for until, _fd in self._waits.values()), default=float("inf"))
+        return min((until for until, _fd, _tid in self._waits.values()), default=float("inf"))
 
     def _run(self) -> None:
         while True:
             with self._cond:
                 now = time.monotonic()
-                overdue = [(t, fd) for t, (until, fd) in self._waits.items() if until <= now]
+                overdue = [(t, fd) for t, (until, fd, _tid) in self._waits.items() if until <= now]
                 for ticket, fd in overdue:
                     # Under the lock: the wait cannot end (and its connection close, its fd
                     # be reused) before the shutdown reaches the right socket.
@@ -160,7 +202,11 @@ def bounded_connection_class(silence_s: float) -> Any:
         def wait(self, *args: Any, **kwargs: Any) -> Any:
             left = time_left()
             bound = silence_s if left is None else max(0.0, min(silence_s, left))
-            ticket = _REAPER.watch(self.pgconn.socket, bound)
+            try:
+                fd = self.pgconn.socket
+            except psycopg.OperationalError:  # lost already: the wait fails on its own
+                return super().wait(*args, **kwargs)
+            ticket = _REAPER.watch(fd, bound)
             try:
                 return super().wait(*args, **kwargs)
             except psycopg.OperationalError as exc:

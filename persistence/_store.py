@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import os
 import secrets
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
 from types import TracebackType
@@ -36,7 +36,7 @@ from persistence._codec import (
     prepare_meta,
 )
 from persistence._database import Database
-from persistence._deadlines import call_deadline
+from persistence._deadlines import abandon_waits, abandoning, call_deadline
 from persistence._inbox import Inbox
 from persistence._ledger import TaskLedger
 from persistence._retry import Retrier, RetryListener, RetryPolicy
@@ -296,6 +296,17 @@ class SqlStore:
         """Bound every store call this thread makes inside the block, retries included,
         to end within ``seconds`` (a silent network's waits are cut, on PostgreSQL)."""
         return call_deadline(seconds)
+
+    def abandoning(self, abandoned: Callable[[], bool]) -> AbstractContextManager[None]:
+        """Store calls this thread makes inside the block stop retrying once
+        ``abandoned()`` is true, and `abandon_waits` ends the one waiting now."""
+        return abandoning(abandoned)
+
+    @staticmethod
+    def abandon_waits(thread_ids: Collection[int]) -> None:
+        """End at once the waits for the server of the threads ``thread_ids`` (PostgreSQL;
+        the call fails, and inside `abandoning` is not retried)."""
+        abandon_waits(thread_ids)
 
     def close(self) -> None:
         """Close every pooled connection; later calls raise ``CLOSED``. Idempotent."""

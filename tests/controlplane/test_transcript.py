@@ -3,7 +3,8 @@ supervisor and written by whichever write of the turn comes first, always in ord
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+from collections.abc import Callable, Collection, Sequence
 from typing import Any, cast
 
 import pytest
@@ -35,6 +36,12 @@ class RecordingStore:
             raise SubagentControlError(ErrorCode.STORE_UNAVAILABLE, "the disk is gone")
         self.batches.append(list(events))
         return []
+
+    def abandoning(self, _abandoned: Callable[[], bool]) -> contextlib.nullcontext[None]:
+        return contextlib.nullcontext()  # no waits to abandon: every append returns at once
+
+    def abandon_waits(self, _thread_ids: Collection[int]) -> None:
+        """Nothing to end: no append of this store ever waits."""
 
     def kinds(self) -> list[list[str]]:
         return [[event.kind for event in batch] for batch in self.batches]

@@ -2,7 +2,7 @@
 A's child over once A's lease has lapsed.
 
 Usage:
-    ``python tests/reliability/partition_child.py A URL LEASE_TTL_S LOG``
+    ``python tests/reliability/partition_child.py A URL LEASE_TTL_S LOG [TRIGGER]``
     ``python tests/reliability/partition_child.py B URL LEASE_TTL_S LOG CHILD_ID RUNTIME_ID``
 
 Every act of a child's provider is a line ``<role> <what> <monotonic time>`` in ``LOG``
@@ -73,15 +73,25 @@ class Acts:
 
 
 class Model:
-    """A: a tool call, then (after the tool) an answer. B: an answer."""
+    """A: a tool call, then (after the tool) an answer. B: an answer. A with a ``trigger``
+    file: its first call waits (bounded) until the file exists, then answers, so that the
+    loop's write of that answer meets the partition the test made meanwhile."""
 
-    def __init__(self, acts: Acts, role: str) -> None:
+    def __init__(self, acts: Acts, role: str, trigger: Path | None = None) -> None:
         self._acts = acts
         self._role = role
+        self._trigger = trigger
+        self.calling = threading.Event()
 
     def complete(self, request: ModelRequest, signal: CancelSignal) -> ModelReply:
         if not self._acts.record("model", signal):
             raise SubagentControlError(ErrorCode.CANCELLED, f"cancelled: {signal.reason}")
+        if self._trigger is not None:
+            self.calling.set()
+            deadline = time.monotonic() + WATCHDOG_S
+            while not self._trigger.exists() and time.monotonic() < deadline:
+                signal.wait(0.01)
+            return ModelReply(text="answered during the partition")
         tool_results = [m for m in request.messages if m.role == "tool"]
         if self._role == "A" and not tool_results:
             return ModelReply(tool_calls=[ToolCall(id="w1", name="work", arguments="{}")])
@@ -113,14 +123,17 @@ class FencedLine(logging.Handler):
             self._acts.record("fenced")
 
 
-def run_a(url: str, lease_ttl_s: float, log: str) -> None:
+def run_a(url: str, lease_ttl_s: float, log: str, trigger: str | None = None) -> None:
     acts = Acts("A", log)
     logging.basicConfig(level=logging.WARNING)  # to stderr, which the test reads
     logging.getLogger("controlplane._own_lease").addHandler(FencedLine(acts))
     control = SubagentControl.open(url, lease_ttl_s=lease_ttl_s, close_timeout_s=lease_ttl_s)
     started = threading.Event()
     tool = ChildTool("work", "Act on the world.", {"type": "object"}, work(acts, started))
-    control.providers.register(InProcessProvider(Model(acts, "A"), tools=[tool]))
+    model = Model(acts, "A", None if trigger is None else Path(trigger))
+    if trigger is not None:
+        started = model.calling
+    control.providers.register(InProcessProvider(model, tools=[tool]))
     parent = control.agents.register(PARENT)
     begun = control.start_continuable(
         ContinuableStartSpec(
@@ -135,6 +148,7 @@ def run_a(url: str, lease_ttl_s: float, log: str) -> None:
         if line.strip() == "wait":
             try:
                 snap = control.tasks.wait(begun.task_id, timeout=lease_ttl_s * 3, requester=parent)
+                acts.record("settled")
                 print("WAITED " + snap.model_dump_json(), flush=True)
             except SubagentControlError as exc:
                 print(f"WAITED {json.dumps({'error': exc.code.value})}", flush=True)
@@ -186,7 +200,7 @@ def main() -> None:
     watchdog.start()
     role, url, lease, log, *rest = sys.argv[1:]
     if role == "A":
-        run_a(url, float(lease), log)
+        run_a(url, float(lease), log, *rest)
     else:
         run_b(url, float(lease), log, *rest)
     os._exit(0)  # A's stuck store threads (daemons) must not hold the exit

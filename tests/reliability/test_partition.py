@@ -98,7 +98,7 @@ def test_a_partitioned_runtime_stops_acting_before_its_child_is_taken_over_and_s
     rows = acts(log)
     (fenced,) = [at for role, what, at in rows if (role, what) == ("A", "fenced")]
     takeover = [at for role, what, at in rows if (role, what) == ("B", "takeover")][-1]
-    a_acts = [(what, at) for role, what, at in rows if role == "A" and what != "fenced"]
+    a_acts = [(w, at) for role, w, at in rows if role == "A" and w not in ("fenced", "settled")]
     assert a_acts, "A's child never acted"
     # A acted on nothing after it fenced itself, which was before B could take over.
     assert all(at < fenced for _what, at in a_acts), (fenced, a_acts[-3:])
@@ -112,3 +112,55 @@ def test_a_partitioned_runtime_stops_acting_before_its_child_is_taken_over_and_s
     assert fenced < last_renewal + LEASE_S
     # A's threads were not hung: close returned while the partition still held.
     assert closed_in < CLOSE_S, f"A's close took {closed_in}s"
+
+
+def test_a_partitioned_runtime_abandons_a_write_stuck_on_the_silent_network_when_it_fences(
+    pg_server: PostgresServer,
+    tcp_proxy_factory: Callable[[int], TcpProxy],
+    reaped: Reaper,
+    tmp_path: Path,
+) -> None:
+    """A's model answers while the proxy holds: the loop's write of the answer waits on a
+    connection that will never answer. Fencing abandons that write at once, so A's Task
+    settles (its activation quiescent, its run disposed) before B may take the child over,
+    not after the store's own silence bound (statement timeout + 2 s, and retries).
+
+    Before: A's wait still had no answer after three leases (``TIMEOUT``), its activation
+    alive while B ran the child (the restart stress run's lock probe saw both)."""
+    url = pg_server.new_database()
+    proxy = tcp_proxy_factory(pg_server.port)
+    log, trigger = tmp_path / "acts.log", tmp_path / "answer"
+    a = reaped.add(
+        LinesProcess(
+            SCRIPT, "A", proxy.url(url), str(LEASE_S), str(log), str(trigger),
+            name="runtime A", stderr=tmp_path / "a.err",
+        )
+    )  # fmt: skip
+    ready = json.loads(a.expect("READY "))
+    proxy.hold()
+    try:
+        trigger.touch()  # the model answers now; the answer's write meets the partition
+        a.say("wait")
+        waited = json.loads(a.expect("WAITED ", timeout_s=LEASE_S * 4))
+        b = reaped.add(
+            LinesProcess(
+                SCRIPT, "B", url, str(LEASE_S), str(log), ready["child_id"], ready["runtime"],
+                name="runtime B", stderr=tmp_path / "b.err",
+            )
+        )  # fmt: skip
+        took = json.loads(b.expect("TOOK ", timeout_s=LEASE_S * 6))
+        a.say("close")
+        a.expect("CLOSED ", timeout_s=CLOSE_S * 2)
+    finally:
+        proxy.release()
+
+    assert waited.get("status") == TaskStatus.INTERRUPTED.value, waited
+    assert "lease lost" in waited["outcome"]["detail"]
+    assert (took["route"], took["status"]) == ("started", "completed"), took
+    rows = acts(log)
+    (settled,) = [at for role, what, at in rows if (role, what) == ("A", "settled")]
+    takeover = [at for role, what, at in rows if (role, what) == ("B", "takeover")][-1]
+    assert settled < takeover, (settled, takeover)
+    with SqlStore(url) as store:
+        stored = store.load(ready["child_id"]).events
+    assert not [e for e in stored if e.data == {"text": "answered during the partition"}]
