@@ -167,13 +167,21 @@ class ActivationTranscript:
         provider's writes stay held until `publish` (called with no frame).
 
         Raises:
-            SubagentControlError: ``DURABILITY_FAILED`` if the store keeps failing.
+            SubagentControlError: ``DURABILITY_FAILED`` if the store keeps failing;
+                ``FENCED`` if another runtime claimed the child meanwhile.
         """
         with self._lock:
             try:
-                self._fenced(lambda: self._store.append(self._child_id, frame, fence=self._fence))
+                # Neither refused here nor abandoned once fenced, as the run's writes are:
+                # no provider has been called, so nothing acts meanwhile, and the message
+                # was answered `started`: it is written if the claim still allows it (the
+                # store checks the fencing number), the turn then closed as interrupted.
+                self._store.append(self._child_id, frame, fence=self._fence)
             except SubagentControlError as exc:
                 self._state = "closed"
+                if exc.code is ErrorCode.FENCED:
+                    self._refused(exc)
+                    raise
                 raise _durability(self._child_id, "record the turn's message", exc) from exc
             self._state = "framed"
 

@@ -162,6 +162,8 @@ class ActivationActor(Actor):
             with self._plan.trace.publishing():
                 prepared.transcript.write_frame(prepared.frame)
         except SubagentControlError as exc:
+            if exc.code is ErrorCode.FENCED or self._plan.signal.cause is ErrorCode.FENCED:
+                raise _Settle(aborted(self._plan.signal)) from exc  # interrupted, lease lost
             raise _Settle(failed(exc.message, exc.code)) from exc
 
     def _prepare(self) -> _Prepared:
