@@ -212,6 +212,12 @@ class Claims:
                     f"interrupted: its runtime {holder} ended before the task settled "
                     f"(taken over by runtime {runtime_id}); send the child a message to "
                     "continue it"
+                    if holder != runtime_id
+                    # Our own earlier Task, whose end we could not record yet (our lease
+                    # was lost, or the store out of reach): not a takeover.
+                    else f"interrupted: its runtime {holder} lost its lease or the store "
+                    "before it could record the task's end; send the child a message to "
+                    "continue it"
                 )
                 outcome = TaskOutcome(status=TaskStatus.INTERRUPTED, detail=detail)
                 tail = self._s._appends.tail(cursor, child_id)
