@@ -260,6 +260,11 @@ def _check(
         tally[f"phase/{sent.phase}/refused"] += 1
         if sent.code not in refusals:
             return f"refused with {sent.code}, which this workload never warrants"
+        if sent.code is ErrorCode.DURABILITY_FAILED:
+            # The one raise that is no refusal: the running turn has the message, the
+            # transcript may or may not (SPEC §5); never twice.
+            tally[f"durability_failed/{'stored' if where else 'not stored'}"] += 1
+            return "stored more than once" if len(where) > 1 else None
         return "refused but stored" if where else None
     assert sent.task_id is not None
     if sent.route == "started" and sent.task_id not in published:
@@ -270,6 +275,11 @@ def _check(
         if outcome is not None and outcome.code is ErrorCode.NOT_RESUMABLE:
             tally["started/child never published"] += 1
             return "stored although its child never published" if where else None
+        if outcome is not None and outcome.status is TaskStatus.INTERRUPTED:
+            # Its runtime lost the child (fenced, or taken over) before the message could
+            # be written: the Task says so, and nothing of it is stored (SPEC §9 Fencing).
+            tally["started/interrupted before its message was recorded"] += 1
+            return "stored although its turn never began" if where else None
         return f"started Task has no turn (its message is nowhere), its outcome is {outcome}"
     task = tasks.get(sent.task_id)
     if sent.route == "started" and task is not None and task.status is TaskStatus.KILLED:

@@ -1,0 +1,219 @@
+"""SPEC §9 "Outages" and "Lease safety" under load: the cross-process stress run of
+test_stress_processes.py on a PostgreSQL server that is crashed and restarted while the
+workers send, and with one worker cut off from it for longer than its lease.
+
+Three worker processes (``stress_child.py``) run the stress load against four shared
+children, each through its own `TcpProxy` to a private server (`pg_fault.PostgresServer`).
+While they send, the test runs a fault schedule: server crashes (``pg_ctl stop -m
+immediate``) of 0.5-8 s, and a partition of worker ``p2`` (its proxy holds every byte both
+ways) for 1.5 leases, long enough for the others to take its children over. Every message
+is then accounted for against the stored transcripts exactly as in the fault-free run
+(`load.account`), and:
+
+- 0 lost, 0 duplicated, 0 refused-but-stored messages;
+- 0 double activations (the per-child file lock every activation holds);
+- 0 open turns behind a settled Task (every turn between one ``turn/start`` and one
+  ``turn/end`` whose status is its Task's);
+- 0 live runtimes swept: only the partitioned worker's Tasks may end ``interrupted`` by
+  another runtime; a crash shorter than the retry budget ends no Task ``interrupted``
+  unless it outlasted the runtime's own fencing deadline (SPEC §9: a runtime that cannot
+  renew stops acting before its lease can lapse: the 8 s crash outlasts ⅔ of the 4 s
+  lease), and no send outside the partitioned worker is refused ``STORE_UNAVAILABLE``
+  but by a runtime so fenced (no call ran out of its retry budget).
+
+CI runs `SCHEDULE` (about a minute). ``SUBAGENT_CONTROL_RESTART_STRESS_ROUNDS=N`` runs N
+random rounds instead (the full size the figures in docs/reliability.md come from:
+``N=12``), seeded by ``SUBAGENT_CONTROL_STRESS_SEED``. Figures go to the summary file as
+``restart_stress``.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from controlplane import ErrorCode, SubagentControl, TaskSnapshot, TaskStatus
+from tests.reliability.load import CHILDREN, SEED, SETTLE_S, Load, account, start_children
+from tests.reliability.pg_fault import PostgresServer, TcpProxy
+from tests.reliability.processes import Reaper, reaping
+from tests.reliability.stepping import Clock
+from tests.reliability.stress_child import LEASE_ENV, PARENT, ExclusiveSteppingProvider
+from tests.reliability.summary import write_summary
+from tests.reliability.test_stress_processes import run_workers, stored_once
+
+pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+
+WORKERS = 3
+PARTITIONED = WORKERS - 1
+"""The worker whose proxy the schedule holds (``p2``)."""
+LEASE_S = 4.0
+SENDS = 30
+"""Sends per sender thread in each worker (12 threads): enough to outlast the schedule
+(ten per round for a longer schedule)."""
+SCHEDULE: list[tuple[str, float]] = [
+    ("crash", 0.5),
+    ("crash", 2.0),
+    ("partition", LEASE_S * 1.5),
+    ("crash", 8.0),
+]
+"""The CI size: short, medium and long crashes (the long one outlasts the fencing
+deadline), and one partition past the lease."""
+ROUNDS_ENV = "SUBAGENT_CONTROL_RESTART_STRESS_ROUNDS"
+
+reaped = pytest.fixture(reaping, name="reaped")
+
+
+def _schedule() -> list[tuple[str, float]]:
+    rounds = int(os.environ.get(ROUNDS_ENV, "0"))
+    if rounds <= 0:
+        return SCHEDULE
+    rng = random.Random(f"{SEED}:restart-stress")
+    return [
+        ("partition", LEASE_S * rng.uniform(0.5, 2.0))
+        if rng.random() < 0.25
+        else ("crash", rng.uniform(0.5, 8.0))
+        for _ in range(rounds)
+    ]
+
+
+def _faults(
+    server: PostgresServer, proxy: TcpProxy, schedule: list[tuple[str, float]], done: list[str]
+) -> Callable[[], None]:
+    rng = random.Random(f"{SEED}:restart-stress-gaps")
+
+    def run() -> None:
+        for fault, seconds in schedule:
+            time.sleep(rng.uniform(1.0, 2.5))  # load between faults (a schedule, not a sync)
+            if fault == "crash":
+                server.crash()
+                time.sleep(seconds)
+                server.start()
+            else:
+                proxy.hold()
+                time.sleep(seconds)
+                proxy.release()
+            done.append(f"{fault} {seconds:.1f}s")
+
+    return run
+
+
+def _fenced_itself(task: TaskSnapshot) -> bool:
+    """Whether an interrupted Task was ended by its own runtime's fencing (it could not
+    renew its lease), rather than swept by another runtime that judged it dead."""
+    return task.outcome is not None and "lease" in (task.outcome.detail or "")
+
+
+@pytest.mark.timeout(900)
+def test_crashes_and_a_partition_under_load_lose_duplicate_and_double_nothing(
+    pg_server: PostgresServer,
+    tcp_proxy_factory: Callable[[int], TcpProxy],
+    tmp_path: Path,
+    reaped: Reaper,
+) -> None:
+    url = pg_server.new_database()
+    schedule = _schedule()
+    began = time.monotonic()
+    (tmp_path / "locks").mkdir()
+    with SubagentControl.open(url) as control:
+        clock = Clock()
+        clock.drain()
+        setup = ExclusiveSteppingProvider(clock, seed=SEED, locks=tmp_path / "locks")
+        control.providers.register(setup)
+        parent = control.agents.register(PARENT)
+        children, first = start_children(control, parent, CHILDREN)
+        for task_id in first.values():
+            control.tasks.wait(task_id, timeout=SETTLE_S, requester=parent)
+
+    proxies = [tcp_proxy_factory(pg_server.port) for _ in range(WORKERS)]
+    done: list[str] = []
+    reports, sending_s = run_workers(
+        [proxy.url(url) for proxy in proxies],
+        children,
+        max(SENDS, 10 * len(schedule)),
+        tmp_path,
+        reaped,
+        during=_faults(pg_server, proxies[PARTITIONED], schedule, done),
+        env={LEASE_ENV: str(LEASE_S), "SUBAGENT_CONTROL_STRESS_WATCHDOG_S": "600"},
+    )
+
+    refusals = frozenset(
+        {ErrorCode.NOT_DELIVERED, ErrorCode.STORE_UNAVAILABLE, ErrorCode.DURABILITY_FAILED}
+    )
+    with SubagentControl.open(url) as control:
+        assert control.store is not None
+        parent = control.agents.register(PARENT)
+        tasks = {task.id: task for task in control.store.ledger.owned_by(PARENT)}
+        load = Load(control, parent, setup, children, 0, {}, sent=reports.sent)
+        tally, violations = account(control.store, load, tasks, refusals)
+        events = [e for child_id in children for e in control.store.load(child_id).events]
+    elapsed = time.monotonic() - began
+
+    partitioned = reports.runtime_of[f"p{PARTITIONED}"]
+    stored = stored_once(reports.sent, events)
+    figures = reports.figures.values()
+    overlaps = setup.overlaps + [child for f in figures for child in f["overlaps"]]
+    errors = [error for f in figures for error in f["errors"]]
+    interrupted = [t for t in tasks.values() if t.status is TaskStatus.INTERRUPTED]
+    swept_live = [t for t in interrupted if t.runtime_id != partitioned and not _fenced_itself(t)]
+    # Outside the partition only a fenced runtime refuses (it could not renew for ⅔ of its
+    # lease during the longest crash): no call ran out of its 20 s retry budget.
+    unavailable_outside = [
+        m
+        for m in reports.sent
+        if m.code is ErrorCode.STORE_UNAVAILABLE
+        and reports.sender_runtime(m) != partitioned
+        and "until it renews its lease" not in reports.refusal_of.get(m.text, "")
+    ]
+    open_turns = [v for v in violations if "never ended" in v or " ended {" in v]
+    write_summary(
+        "restart_stress",
+        "postgres",
+        {
+            "seed": SEED,
+            "processes": WORKERS,
+            "children": CHILDREN,
+            "lease_ttl_s": LEASE_S,
+            "faults": done,
+            "elapsed_s": round(elapsed, 2),
+            "sending_s": round(sending_s, 2),
+            "messages_sent": len(reports.sent),
+            "steered": tally["delivered/steered"],
+            "started": tally["delivered/started"],
+            "refused": {
+                key.removeprefix("refused/"): value
+                for key, value in sorted(tally.items())
+                if key.startswith("refused/")
+            },
+            **stored,
+            "double_activations": len(overlaps),
+            "open_turns_behind_a_settled_task": len(open_turns),
+            "live_runtimes_swept": len(swept_live),
+            "tasks_interrupted": len(interrupted),
+            "task_statuses": dict(sorted(Counter(t.status.value for t in tasks.values()).items())),
+            "violations": len(violations),
+            "violation_samples": violations[:20],
+            "interrupted": sorted(
+                f"{'partitioned' if t.runtime_id == partitioned else 'other'}: "
+                f"{(t.outcome.detail if t.outcome else '')[:160]}"
+                for t in interrupted
+            ),
+            "counts": dict(sorted(tally.items())),
+        },
+    )
+
+    assert len(done) == len(schedule), done
+    assert errors == [], errors
+    assert violations == [], violations[:20]
+    assert (stored["lost"], stored["duplicated"], stored["refused_but_stored"]) == (0, 0, 0)
+    assert overlaps == [], overlaps
+    assert all(task.status.is_terminal for task in tasks.values())
+    assert swept_live == [], swept_live
+    assert unavailable_outside == [], unavailable_outside[:10]
+    assert tally["delivered/steered"] > 0
+    assert tally["delivered/started"] > 0
