@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -51,6 +52,38 @@ def acts(log: Path) -> list[tuple[str, str, float]]:
     return rows
 
 
+def _partition_and_take_over(
+    a: LinesProcess,
+    proxy: TcpProxy,
+    url: str,
+    log: Path,
+    ready: dict[str, str],
+    reaped: Reaper,
+    once_held: Callable[[], object] | None = None,
+) -> tuple[dict[str, Any], dict[str, Any], float]:
+    """Hold A's traffic, ask A for its Task's end, let runtime B take the child over, close
+    A while the partition holds, and release it: A's answer, B's, and how long A's close
+    took."""
+    proxy.hold()
+    try:
+        if once_held is not None:
+            once_held()
+        a.say("wait")
+        waited = json.loads(a.expect("WAITED ", timeout_s=LEASE_S * 4))
+        b = reaped.add(
+            LinesProcess(
+                SCRIPT, "B", url, str(LEASE_S), str(log), ready["child_id"], ready["runtime"],
+                name="runtime B", stderr=log.with_name("b.err"),
+            )
+        )  # fmt: skip
+        took = json.loads(b.expect("TOOK ", timeout_s=LEASE_S * 6))
+        a.say("close")
+        closed_in = float(a.expect("CLOSED ", timeout_s=CLOSE_S * 2))
+    finally:
+        proxy.release()
+    return waited, took, closed_in
+
+
 def test_a_partitioned_runtime_stops_acting_before_its_child_is_taken_over_and_says_interrupted(
     pg_server: PostgresServer,
     tcp_proxy_factory: Callable[[int], TcpProxy],
@@ -67,22 +100,7 @@ def test_a_partitioned_runtime_stops_acting_before_its_child_is_taken_over_and_s
         )
     )  # fmt: skip
     ready = json.loads(a.expect("READY "))
-
-    proxy.hold()
-    try:
-        a.say("wait")
-        waited = json.loads(a.expect("WAITED ", timeout_s=LEASE_S * 4))
-        b = reaped.add(
-            LinesProcess(
-                SCRIPT, "B", url, str(LEASE_S), str(log), ready["child_id"], ready["runtime"],
-                name="runtime B", stderr=tmp_path / "b.err",
-            )
-        )  # fmt: skip
-        took = json.loads(b.expect("TOOK ", timeout_s=LEASE_S * 6))
-        a.say("close")
-        closed_in = float(a.expect("CLOSED ", timeout_s=CLOSE_S * 2))
-    finally:
-        proxy.release()
+    waited, took, closed_in = _partition_and_take_over(a, proxy, url, log, ready, reaped)
 
     # A's own answer is the store's: interrupted, because its lease was lost.
     assert waited.get("status") == TaskStatus.INTERRUPTED.value, waited
@@ -137,22 +155,10 @@ def test_a_partitioned_runtime_abandons_a_write_stuck_on_the_silent_network_when
         )
     )  # fmt: skip
     ready = json.loads(a.expect("READY "))
-    proxy.hold()
-    try:
-        trigger.touch()  # the model answers now; the answer's write meets the partition
-        a.say("wait")
-        waited = json.loads(a.expect("WAITED ", timeout_s=LEASE_S * 4))
-        b = reaped.add(
-            LinesProcess(
-                SCRIPT, "B", url, str(LEASE_S), str(log), ready["child_id"], ready["runtime"],
-                name="runtime B", stderr=tmp_path / "b.err",
-            )
-        )  # fmt: skip
-        took = json.loads(b.expect("TOOK ", timeout_s=LEASE_S * 6))
-        a.say("close")
-        a.expect("CLOSED ", timeout_s=CLOSE_S * 2)
-    finally:
-        proxy.release()
+    # The model answers once the proxy holds: the answer's write meets the partition.
+    waited, took, _closed_in = _partition_and_take_over(
+        a, proxy, url, log, ready, reaped, once_held=trigger.touch
+    )
 
     assert waited.get("status") == TaskStatus.INTERRUPTED.value, waited
     assert "lease lost" in waited["outcome"]["detail"]

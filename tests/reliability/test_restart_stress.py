@@ -39,13 +39,12 @@ from pathlib import Path
 import pytest
 
 from controlplane import ErrorCode, SubagentControl, TaskSnapshot, TaskStatus
-from tests.reliability.load import CHILDREN, SEED, SETTLE_S, Load, account, start_children
+from tests.reliability.load import CHILDREN, SEED, Load, account
 from tests.reliability.pg_fault import PostgresServer, TcpProxy
 from tests.reliability.processes import Reaper, reaping
-from tests.reliability.stepping import Clock
-from tests.reliability.stress_child import LEASE_ENV, PARENT, ExclusiveSteppingProvider
+from tests.reliability.stress_child import LEASE_ENV, PARENT
 from tests.reliability.summary import write_summary
-from tests.reliability.test_stress_processes import run_workers, stored_once
+from tests.reliability.test_stress_processes import idle_children, run_workers, stored_once
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
@@ -119,16 +118,7 @@ def test_crashes_and_a_partition_under_load_lose_duplicate_and_double_nothing(
     url = pg_server.new_database()
     schedule = _schedule()
     began = time.monotonic()
-    (tmp_path / "locks").mkdir()
-    with SubagentControl.open(url) as control:
-        clock = Clock()
-        clock.drain()
-        setup = ExclusiveSteppingProvider(clock, seed=SEED, locks=tmp_path / "locks")
-        control.providers.register(setup)
-        parent = control.agents.register(PARENT)
-        children, first = start_children(control, parent, CHILDREN)
-        for task_id in first.values():
-            control.tasks.wait(task_id, timeout=SETTLE_S, requester=parent)
+    setup, children, _runtime = idle_children(url, tmp_path)
 
     proxies = [tcp_proxy_factory(pg_server.port) for _ in range(WORKERS)]
     done: list[str] = []

@@ -162,6 +162,23 @@ class Reports:
         return sum(int(f[figure]) for f in self.figures.values())
 
 
+def idle_children(url: str, workdir: Path) -> tuple[ExclusiveSteppingProvider, list[str], str]:
+    """The shared children, started here and run through their first turns at once (the
+    clock is drained), then idle; the provider that ran them (its lock probe), their ids,
+    and the runtime that ran them. Makes ``workdir/locks``, the probe's folder."""
+    (workdir / "locks").mkdir()
+    with SubagentControl.open(url) as control:
+        clock = Clock()
+        clock.drain()
+        setup = ExclusiveSteppingProvider(clock, seed=SEED, locks=workdir / "locks")
+        control.providers.register(setup)
+        parent = control.agents.register(PARENT)
+        children, first = start_children(control, parent, CHILDREN)
+        for task_id in first.values():
+            control.tasks.wait(task_id, timeout=SETTLE_S, requester=parent)
+        return setup, children, control.runtime_id
+
+
 def run_workers(
     urls: list[str],
     children: list[str],
@@ -266,18 +283,7 @@ def test_concurrent_sends_from_several_processes_are_each_delivered_once_or_refu
     url, backend = store_url, backend_of(store_url)
     sends = SENDS_PER_THREAD[backend]
     began = time.monotonic()
-    (tmp_path / "locks").mkdir()
-    with SubagentControl.open(url) as control:
-        # The children's first turns, run here at once (the clock is drained): then idle.
-        clock = Clock()
-        clock.drain()
-        setup = ExclusiveSteppingProvider(clock, seed=SEED, locks=tmp_path / "locks")
-        control.providers.register(setup)
-        parent = control.agents.register(PARENT)
-        children, first = start_children(control, parent, CHILDREN)
-        for task_id in first.values():
-            control.tasks.wait(task_id, timeout=SETTLE_S, requester=parent)
-        setup_runtime = control.runtime_id
+    setup, children, setup_runtime = idle_children(url, tmp_path)
 
     reports, sending_s = run_workers([url] * PROCESSES, children, sends, tmp_path, reaped)
 
