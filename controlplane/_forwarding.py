@@ -390,9 +390,19 @@ class Forwarder:
     def _decide_without(self, inbox_id: str, child_id: str, holder: str) -> SendResult | None:
         """The holder died with the message: whether it was delivered is in the
         transcript, once the holder can no longer write to it. None: it was not."""
-        ask = _Asking(child_id, holder, time.monotonic() + self._store.retry_budget_s)
+        give_up_at = time.monotonic() + self._store.retry_budget_s
+        ask = _Asking(child_id, holder, give_up_at)
         pause = threading.Event()  # never set: a bounded pause between failed rounds
-        while ask(self._runtime.sweep) is None:  # its Tasks interrupted, its claims gone
+        # Its Tasks interrupted, its claims gone: only then can it write no more. The sweep
+        # judges the holder again and may spare it (this runtime's own renewals broke
+        # meanwhile: SPEC §9 Outages); the transcript read before it is fenced could miss
+        # a record it commits after, and a delivered message be reported not delivered.
+        while ask(self._runtime.sweep) is None or ask(lambda: self._holds(holder, child_id)) in (
+            None,
+            True,
+        ):
+            if time.monotonic() >= give_up_at:
+                raise _unconfirmed(child_id, holder, _not_fenced(holder))
             pause.wait(_POLL_S)
         while (loaded := ask(lambda: self._store.load(child_id))) is None:
             pause.wait(_POLL_S)
@@ -409,6 +419,11 @@ class Forwarder:
                 return SendResult(route="steered", task_id=task_of_turn[event.turn])
         log.info("forwarded message %s: runtime %s ended before it delivered it", inbox_id, holder)
         return None
+
+    def _holds(self, holder: str, child_id: str) -> bool:
+        """Whether ``holder`` still has a running Task of ``child_id`` in the store (and so
+        its claim: it could still write)."""
+        return any(t.child_id == child_id for t in self._store.ledger.running([holder]))
 
     # -- the holder's side ---------------------------------------------------------------
 
@@ -470,6 +485,13 @@ class _Asking:
                         "the store failed (%s), asking again", self._child_id, self._holder,
                         exc.message)  # fmt: skip
             return None
+
+
+def _not_fenced(holder: str) -> SubagentControlError:
+    return SubagentControlError(
+        ErrorCode.STORE_UNAVAILABLE,
+        f"runtime {holder} seemed dead but could not be fenced off in time",
+    )
 
 
 def _unconfirmed(child_id: str, holder: str, exc: SubagentControlError) -> SubagentControlError:

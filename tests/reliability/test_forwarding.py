@@ -30,10 +30,11 @@ from controlplane import (
     TextBlock,
 )
 from controlplane._forwarding import TAKE_S
+from persistence import RetryPolicy
 from tests.fakes import FakeProvider
 from tests.reliability.processes import Reaper, Sender, reaping
 from tests.reliability.test_restarts import Child
-from tests.support import WAIT_S, eventually, idle_child, in_thread, running_child
+from tests.support import WAIT_S, eventually, idle_child, in_thread, raises, running_child
 
 pytestmark = pytest.mark.slow
 
@@ -420,3 +421,27 @@ def test_a_message_to_a_holder_that_died_resumes_the_child_without_waiting_out_t
     assert control.store is not None
     events = control.store.load(child).events
     _once(events, "after the kill", EventKind.USER_MESSAGE, sent.task_id)
+
+
+def test_a_holder_the_sweep_spares_is_never_decided_without_being_fenced(
+    url: str, holder: tuple[SubagentControl, FakeProvider]
+) -> None:
+    # The sender judged the holder dead, but its sweep judged again and spared it (this
+    # runtime's own renewals broke meanwhile, SPEC §9 Outages): the holder still holds the
+    # child and may yet commit the record. Reading the transcript now and answering "not
+    # delivered" let a later record make a refused message delivered (seen once in the
+    # restart stress run as "refused but stored"). Before: None (routed again).
+    a, provider = holder
+    gate = threading.Event()
+    parent = a.agents.register("spared-parent")
+    child, task_id, _plan = running_child(a, parent, provider, gate)
+    sender = SubagentControl.open(url, lease_ttl_s=30.0, retry=RetryPolicy(max_total_s=0.5))
+    try:
+        forwarder = sender._forwarder
+        assert forwarder is not None
+        with raises(ErrorCode.DURABILITY_FAILED, match="may be in the child's transcript"):
+            forwarder._decide_without("unanswered", child, a.runtime_id)
+        assert a.tasks.get(task_id, requester=parent).status is TaskStatus.RUNNING
+    finally:
+        gate.set()
+        sender.close()
