@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import logging
 import os
 import sys
 import threading
@@ -156,6 +157,8 @@ def _record(sent: Sent, refusals: dict[str, str]) -> dict[str, object]:
 
 
 def main(url: str, name: str, children: list[str], sends: int, locks: Path, out: Path) -> None:
+    # Warnings (store retries, fencing, takeovers) to stderr, which the test keeps.
+    logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
     watchdog = threading.Timer(WATCHDOG_S, os._exit, args=(3,))
     watchdog.daemon = True
     watchdog.start()

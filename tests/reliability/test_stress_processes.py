@@ -34,6 +34,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -153,6 +154,7 @@ class Reports:
     sent: list[Sent] = field(default_factory=list)
     refusal_of: dict[str, str] = field(default_factory=dict)  # text -> refusal message
     figures: dict[str, dict[str, Any]] = field(default_factory=dict)  # worker name -> figures
+    closing_at: datetime | None = None  # when the workers were told to close
 
     def sender_runtime(self, message: Sent) -> str:
         """The runtime that sent ``message`` (its text starts with the worker's name)."""
@@ -205,6 +207,7 @@ def run_workers(
     for worker in workers:
         assert worker.next_line(SEND_S) == "sent", worker.stderr()
     sending_s = time.monotonic() - go
+    reports.closing_at = datetime.now(UTC)
     for worker in workers:  # only now: until every process has sent, each serves the others
         worker.say("close")
     for worker in workers:
