@@ -152,7 +152,11 @@ class SteppingRun(SettlingRun):
             self._disposed = True
             self._settled = True
         self._provider._set_phase(self.child_id, "settling")
-        self._provider.clock.wait_steps(self.child_id, self._fate.dispose_ticks, None)
+        # A cancelled run is quiescent once disposed, whatever the rest of the load does:
+        # its settling ticks come from other threads of its process (senders), which a
+        # partition may hold in store calls for the store's whole deadline, and a dispose
+        # waiting on them kept a fenced activation alive past its lease.
+        self._provider.clock.wait_steps(self.child_id, self._fate.dispose_ticks, self._signal)
         self._provider._leave(self.child_id)
 
 

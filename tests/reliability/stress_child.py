@@ -25,6 +25,7 @@ import logging
 import os
 import sys
 import threading
+import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -72,8 +73,11 @@ class ExclusiveSteppingProvider(SteppingProvider):
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
+            self._journal("overlap", child_id)
             with self._lock:
                 self.overlaps.append(child_id)
+        else:
+            self._journal("enter", child_id)
         with self._lock:
             self._fds.setdefault(child_id, []).append(fd)
         return super()._enter(child_id)
@@ -82,7 +86,18 @@ class ExclusiveSteppingProvider(SteppingProvider):
         super()._leave(child_id)
         with self._lock:
             fd = self._fds[child_id].pop()
+        self._journal("leave", child_id)
         os.close(fd)  # releases the lock, if this activation held it
+
+    def _journal(self, what: str, child_id: str) -> None:
+        """One line per activation's entry, exit or overlap, in ``LOCKS/journal`` (shared
+        by every process, appended whole), for reading an overlap's story afterwards."""
+        line = f"{time.monotonic():.6f} {os.getpid()} {what} {child_id}\n"
+        fd = os.open(self._locks / "journal", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, line.encode())
+        finally:
+            os.close(fd)
 
 
 class _Witness:
