@@ -345,9 +345,11 @@ class ActivationTranscript:
                 write()
         except SubagentControlError as exc:
             if exc.code is not ErrorCode.FENCED and self._is_fenced():
-                exc = self._fenced_error()  # abandoned: it failed because it was cut
+                fenced = self._fenced_error()  # abandoned: it failed because it was cut
+                self._refused(fenced)
+                raise fenced from exc
             self._refused(exc)
-            raise exc from None
+            raise
         finally:
             with self._writers_lock:
                 self._writers.discard(me)
