@@ -358,13 +358,16 @@ class TcpProxy:
 
     @staticmethod
     def _abort(sock: socket.socket) -> None:
-        # SO_LINGER on, zero seconds: close() sends a RST instead of a FIN.
+        # SO_LINGER on, zero seconds: close() sends a RST instead of a FIN. Only the read
+        # side is shut first (it sends nothing, and wakes this proxy's pump blocked in recv
+        # on it): SHUT_RDWR would send a FIN ahead of the RST, and a peer that reads the FIN
+        # first sees a clean end of stream, not a reset.
         with contextlib.suppress(OSError):
             sock.setsockopt(
                 socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00"
             )
         with contextlib.suppress(OSError):
-            sock.shutdown(socket.SHUT_RDWR)
+            sock.shutdown(socket.SHUT_RD)
         with contextlib.suppress(OSError):
             sock.close()
 

@@ -16,7 +16,15 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from controlplane import EventKind, SessionEvent, SubagentControl, TaskStatus, TextBlock
+from controlplane import (
+    ErrorCode,
+    EventKind,
+    SessionEvent,
+    SubagentControl,
+    SubagentControlError,
+    TaskStatus,
+    TextBlock,
+)
 from tests.fakes import FakeProvider
 from tests.persistence.conftest import libpq_url
 from tests.reliability.processes import Reaper, Sender, reaping
@@ -189,9 +197,15 @@ def test_a_stopped_owner_is_taken_over_and_its_late_writes_are_refused(
                 return control.send_message(
                     parent, ready["running_child"], [TextBlock(text="taken over")]
                 ).task_id
-            except Exception:
-                return None
+            except SubagentControlError as exc:
+                # Only a refusal that delivered nothing may be tried again; anything else
+                # (DURABILITY_FAILED: it may be in the transcript) would duplicate it.
+                if exc.code in (ErrorCode.NOT_DELIVERED, ErrorCode.OWNERSHIP_CONFLICT):
+                    attempts.append(f"{exc.code}: {exc}")
+                    return None
+                raise
 
+        attempts: list[str] = []
         task_id: list[str] = []
         eventually(lambda: bool(task_id.append(t) or True) if (t := takeover()) else False,
                    "the stopped owner's lease lapsed and the child was taken over")  # fmt: skip
@@ -213,7 +227,8 @@ def test_a_stopped_owner_is_taken_over_and_its_late_writes_are_refused(
         assert control.store is not None
         events = control.store.load(ready["running_child"]).events
         turns = _turns(events)
-        assert [t[-1].data["status"] for t in turns.values()] == ["interrupted", "completed"]
+        statuses = [t[-1].data["status"] for t in turns.values()]
+        assert statuses == ["interrupted", "completed"], (statuses, attempts)
         steered = [e for e in events if e.kind == EventKind.STEERING_MESSAGE]
         # Everything it was told was delivered is in its own turn; nothing after the takeover.
         assert [e.data["text"] for e in steered] == acked
