@@ -6,9 +6,10 @@ It starts two children of ``restart-parent``: one whose turn completes, and one 
 runs until the process is killed. Once the first Task has settled and the second is
 published it prints one line ``READY <json>`` (the ids) and waits to be killed (SIGKILL) or
 stopped (SIGSTOP). With ``steer`` it steers the running child meanwhile, one message per
-round, printing ``ok <text>`` or ``refused <CODE> <text>`` for each (the zombie test: once
-another runtime took the child over, every write of this one must be refused). A watchdog
-ends it after ``WATCHDOG_S`` regardless.
+round, printing ``ok <text> <route>`` or ``refused <CODE> <text>`` for each (the zombie test:
+once another runtime took the child over, every write of this one to that turn must be
+refused; once that runtime's turn is over and this one renews again, it may resume the child
+itself, route ``started``). A watchdog ends it after ``WATCHDOG_S`` regardless.
 """
 
 from __future__ import annotations
@@ -63,8 +64,8 @@ def main(url: str, lease_ttl_s: float, steer: bool) -> None:
         if steer:
             text = f"zombie-{number}"
             try:
-                control.send_message(parent, running_child, [TextBlock(text=text)])
-                print(f"ok {text}", flush=True)
+                sent = control.send_message(parent, running_child, [TextBlock(text=text)])
+                print(f"ok {text} {sent.route}", flush=True)
             except SubagentControlError as exc:
                 print(f"refused {exc.code.value} {text}", flush=True)
         pause.wait(0.01)
