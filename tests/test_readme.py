@@ -25,8 +25,7 @@ DEMO_COMMAND = (
     ".venv/bin/python examples/quickstart.py"
 )
 TEST_COMMAND = (
-    "python3 -m venv .venv && .venv/bin/pip install -q -e '.[test]' && "
-    ".venv/bin/python -m pytest"
+    "python3 -m venv .venv && .venv/bin/pip install -q -e '.[test]' && .venv/bin/python -m pytest"
 )
 
 PENDING_LAYOUT = frozenset(
@@ -108,7 +107,8 @@ def test_every_readme_code_block_imports_only_public_names() -> None:
             elif isinstance(node, ast.Import):
                 imported += [(alias.name, "") for alias in node.names]
     named_in_prose = _DOTTED.findall(_readme())
-    assert imported and named_in_prose
+    assert imported
+    assert named_in_prose
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a name kept only for one release is not public
@@ -118,8 +118,8 @@ def test_every_readme_code_block_imports_only_public_names() -> None:
             if not name:
                 continue
             module = importlib.import_module(module_name)
-            public = getattr(module, "__all__", None)
-            assert public is not None and name in public, f"{module_name}.{name} is not public"
+            public = getattr(module, "__all__", ())
+            assert name in public, f"{module_name}.{name} is not public"
             getattr(module, name)
 
 
@@ -144,7 +144,8 @@ def test_every_relative_link_leads_to_a_file_and_heading_that_exist(page: Path) 
 
 def test_every_path_the_readme_names_exists() -> None:
     named = set(_REPO_PATH.findall(_readme()))
-    assert "controlplane/_facade.py" in named and "actors/supervisor.py" in named
+    assert "controlplane/_facade.py" in named
+    assert "actors/supervisor.py" in named
 
     missing = sorted(p for p in named - PENDING_LAYOUT if not (ROOT / p).exists())
     landed = sorted(p for p in named & PENDING_LAYOUT if (ROOT / p).exists())
