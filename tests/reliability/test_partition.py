@@ -33,7 +33,7 @@ SCRIPT = Path(__file__).with_name("partition_child.py")
 LEASE_S = 3.0
 FENCE_AT = 2 / 3
 """When a runtime fences itself: this fraction of the lease after its last successful
-renewal was sent (README, "Partitions")."""
+renewal was sent (docs/reliability.md, "Partitions")."""
 SCHEDULING_S = 0.5
 """How late a loaded host may wake the watchdog past its deadline (two cores shared by
 several test runs); still far inside the last third of the lease."""
