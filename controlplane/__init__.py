@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any
 
-from controlplane._content import ContentBlock
 from controlplane.contract import (
     ActivationNode,
     ActorTree,
@@ -46,6 +45,7 @@ from controlplane.contract import (
     TextBlock,
     TranscriptWriter,
 )
+from controlplane.contract._content import ContentBlock
 
 if TYPE_CHECKING:
     from controlplane._acp import AcpProvider

@@ -36,12 +36,12 @@ from controlplane._acp_client import (
 )
 from controlplane._acp_guard import GroupGuard
 from controlplane._agent_loop import start_cancelled
-from controlplane._agents import AgentHandle
-from controlplane._content import MessageSource, TextBlock, text_of
-from controlplane._errors import ErrorCode, SubagentControlError
 from controlplane._extras import require_extra
-from controlplane._provider import ResumeRequest, StartRequest, StopReason, SubagentResult
-from controlplane._signal import CancelSignal
+from controlplane.contract._agents import AgentHandle
+from controlplane.contract._content import MessageSource, TextBlock, text_of
+from controlplane.contract._errors import ErrorCode, SubagentControlError
+from controlplane.contract._provider import ResumeRequest, StartRequest, StopReason, SubagentResult
+from controlplane.contract._signal import CancelSignal
 
 __all__ = ["THREAD_PREFIX", "AcpProvider", "AcpRun"]
 

@@ -21,8 +21,8 @@ from typing import Any, Literal
 
 from controlplane._chat_history import TOOL_CALL, TOOL_RESULT, chat_history
 from controlplane._child_tools import bounded
-from controlplane._provider import StopReason, TranscriptWriter
-from controlplane._session import EventKind, SessionEvent
+from controlplane.contract._provider import StopReason, TranscriptWriter
+from controlplane.contract._session import EventKind, SessionEvent
 
 __all__ = [
     "EXIT_ON_EOF_S",

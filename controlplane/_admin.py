@@ -25,8 +25,8 @@ from enum import StrEnum
 from types import TracebackType
 from typing import Any, Final
 
-from controlplane._errors import ErrorCode, SubagentControlError
-from controlplane._tree import ActorTree
+from controlplane.contract._errors import ErrorCode, SubagentControlError
+from controlplane.contract._tree import ActorTree
 
 __all__ = ["TREE_OP", "AdminErrorCode", "AdminServer", "encode_line"]
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 
-from controlplane._agents import AgentHandle
 from controlplane._chat_history import (
     STEERING_SEEN,
     TOOL_CALL,
@@ -27,10 +26,11 @@ from controlplane._chat_history import (
     tool_message_text,
 )
 from controlplane._child_tools import ChildTool, run_tool_call, select_tools
-from controlplane._content import MessageSource, ModelSelector, TextBlock, text_of
-from controlplane._errors import ErrorCode, SubagentControlError
 from controlplane._model import ChatMessage, ModelAdapter, ModelRequest, ToolCall
-from controlplane._provider import (
+from controlplane.contract._agents import AgentHandle
+from controlplane.contract._content import MessageSource, ModelSelector, TextBlock, text_of
+from controlplane.contract._errors import ErrorCode, SubagentControlError
+from controlplane.contract._provider import (
     ResumeRequest,
     StartRequest,
     StopReason,
@@ -38,8 +38,8 @@ from controlplane._provider import (
     SubagentRun,
     TranscriptWriter,
 )
-from controlplane._session import EventKind
-from controlplane._signal import CancelSignal
+from controlplane.contract._session import EventKind
+from controlplane.contract._signal import CancelSignal
 
 __all__ = [
     "THREAD_PREFIX",

@@ -26,7 +26,7 @@ from collections.abc import Iterable
 from typing import Literal
 
 from controlplane._model import ChatMessage, ToolCall
-from controlplane._session import EventKind, SessionEvent
+from controlplane.contract._session import EventKind, SessionEvent
 
 __all__ = [
     "INTERRUPTED_TOOL_CALL",

@@ -16,7 +16,6 @@ from typing import Any, Final
 
 from controlplane._cli_store import run_children, run_runtimes, run_tasks, run_transcript
 from controlplane._cli_tree import run_top, run_tree
-from controlplane._errors import ErrorCode, SubagentControlError
 from controlplane._exit_status import (
     EXIT_FAILURE,
     EXIT_NOT_FOUND,
@@ -25,6 +24,7 @@ from controlplane._exit_status import (
     EXIT_USAGE,
     CommandExit,
 )
+from controlplane.contract._errors import ErrorCode, SubagentControlError
 
 __all__ = ["main"]
 

@@ -13,8 +13,8 @@ from typing import IO, TYPE_CHECKING, Any, TypeVar
 from pydantic import BaseModel
 
 from controlplane._exit_status import EXIT_NOT_FOUND, EXIT_USAGE, CommandExit
-from controlplane._session import SessionEvent, utcnow
-from controlplane._tree import escape_controls
+from controlplane.contract._session import SessionEvent, utcnow
+from controlplane.contract._tree import escape_controls
 
 if TYPE_CHECKING:
     from persistence import SqlStore

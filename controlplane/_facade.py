@@ -27,22 +27,22 @@ from actors import (
     SpawnChild,
     Steered,
 )
-from controlplane._agents import AgentHandle, AgentRegistry
-from controlplane._content import MessageSource, TextBlock
-from controlplane._descriptor import Descriptor
-from controlplane._errors import ClaimConflict, ErrorCode, SubagentControlError
 from controlplane._exit import close_at_exit, closed
 from controlplane._forwarding import Forwarder
-from controlplane._json import count_problem, plain_json, seconds_problem, storable_text
-from controlplane._provider import ProviderRegistry
 from controlplane._runtime import Runtime, new_runtime_id
-from controlplane._session import NewEvent, utcnow
-from controlplane._signal import CancelSignal
-from controlplane._spec import ContinuableStart, ContinuableStartSpec, SendResult
-from controlplane._task_types import TaskStatus
 from controlplane._tasks import TaskService
-from controlplane._telemetry import Operation, Telemetry
-from controlplane._tree import ActorTree
+from controlplane.contract._agents import AgentHandle, AgentRegistry
+from controlplane.contract._content import MessageSource, TextBlock
+from controlplane.contract._descriptor import Descriptor
+from controlplane.contract._errors import ClaimConflict, ErrorCode, SubagentControlError
+from controlplane.contract._json import count_problem, plain_json, seconds_problem, storable_text
+from controlplane.contract._provider import ProviderRegistry
+from controlplane.contract._session import NewEvent, utcnow
+from controlplane.contract._signal import CancelSignal
+from controlplane.contract._spec import ContinuableStart, ContinuableStartSpec, SendResult
+from controlplane.contract._task_types import TaskStatus
+from controlplane.contract._tree import ActorTree
+from controlplane.telemetry import Operation, Telemetry
 from persistence import SqlStore
 
 if TYPE_CHECKING:

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from controlplane._agent_loop import AgentLoopProvider, chat_history
 from controlplane._child_tools import ChildTool
 from controlplane._model import ChatMessage, ModelAdapter
-from controlplane._provider import ResumeRequest, StartRequest
+from controlplane.contract._provider import ResumeRequest, StartRequest
 
 __all__ = ["ForkProvider"]
 

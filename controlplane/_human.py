@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from controlplane._agents import AgentHandle
-from controlplane._content import MessageSource, TextBlock
-from controlplane._errors import ErrorCode, SubagentControlError
-from controlplane._spec import SendResult
+from controlplane.contract._agents import AgentHandle
+from controlplane.contract._content import MessageSource, TextBlock
+from controlplane.contract._errors import ErrorCode, SubagentControlError
+from controlplane.contract._spec import SendResult
 
 if TYPE_CHECKING:
     from controlplane._facade import SubagentControl

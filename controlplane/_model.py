@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from controlplane._content import MessageSource, ModelSelector
-from controlplane._json import JsonValue
-from controlplane._provider import StopReason
+from controlplane.contract._content import MessageSource, ModelSelector
+from controlplane.contract._json import JsonValue
+from controlplane.contract._provider import StopReason
 
 if TYPE_CHECKING:
-    from controlplane._signal import CancelSignal
+    from controlplane.contract._signal import CancelSignal
 
 __all__ = [
     "ChatMessage",

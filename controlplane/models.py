@@ -23,7 +23,6 @@ from typing import Any
 
 import tenacity
 
-from controlplane._errors import ErrorCode, SubagentControlError
 from controlplane._extras import require_extra
 from controlplane._model import ModelReply, ModelRequest
 from controlplane._openai_wire import (
@@ -34,7 +33,8 @@ from controlplane._openai_wire import (
     reply_of,
     retry_after_s,
 )
-from controlplane._signal import CancelSignal
+from controlplane.contract._errors import ErrorCode, SubagentControlError
+from controlplane.contract._signal import CancelSignal
 
 __all__ = ["OpenAIChatModel"]
 

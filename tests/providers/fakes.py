@@ -25,7 +25,7 @@ from controlplane import (
     SubagentRun,
     TextBlock,
 )
-from controlplane._content import text_of
+from controlplane.contract._content import text_of
 
 PARENT_MODEL = ModelSelector(provider="parent-provider", model="parent-model")
 USER = MessageSource(kind="user")

@@ -19,7 +19,7 @@ from controlplane import (
     SubagentControlError,
     TextBlock,
 )
-from controlplane._signal import CancelSignal
+from controlplane.contract._signal import CancelSignal
 
 from .conftest import loop_threads
 from .fakes import (

@@ -17,7 +17,7 @@ from controlplane import (
     SubagentRun,
     TextBlock,
 )
-from controlplane._signal import CancelSignal
+from controlplane.contract._signal import CancelSignal
 
 from .conftest import loop_threads
 from .fakes import (

@@ -12,7 +12,7 @@ from controlplane import (
     SubagentProvider,
     TextBlock,
 )
-from controlplane._signal import CancelSignal
+from controlplane.contract._signal import CancelSignal
 
 from .fakes import (
     COORDINATOR,

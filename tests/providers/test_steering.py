@@ -20,7 +20,7 @@ from controlplane import (
     ToolCall,
 )
 from controlplane._chat_history import chat_history
-from controlplane._signal import CancelSignal
+from controlplane.contract._signal import CancelSignal
 
 from .fakes import COORDINATOR, HUMAN, USER, FakeTranscript, Runs, Written, events
 

@@ -1,7 +1,7 @@
 """One activation's trace, from admission to settlement: its span, the child spans of its
 phases, the events the supervisor adds while it runs, and its metrics when it settles.
 
-It lives apart from `controlplane._telemetry` because it is the part that crosses threads:
+It lives apart from `controlplane.telemetry._telemetry` because it is the part that crosses threads:
 the caller's `Origin` is handed with the admission, the supervisor adds steer events while
 the activation's own thread runs its phases, and either may settle it. `Telemetry` admits
 it (`Telemetry.activation`) and it reads that `Telemetry`'s metrics only as it emits, so
@@ -18,8 +18,8 @@ from contextvars import Token
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final
 
-from controlplane._lifecycle import log_lifecycle
-from controlplane._otel import (
+from controlplane.telemetry._lifecycle import log_lifecycle
+from controlplane.telemetry._otel import (
     CHARS,
     DETAIL,
     ERROR_TYPE,
@@ -36,32 +36,15 @@ from controlplane._otel import (
 )
 
 if TYPE_CHECKING:
-    from opentelemetry.context import Context
-    from opentelemetry.trace import Span, SpanContext, Tracer
+    from opentelemetry.trace import Span, Tracer
 
-    from controlplane._content import TextBlock
-    from controlplane._descriptor import Descriptor
-    from controlplane._task_types import TaskOutcome
-    from controlplane._telemetry import Telemetry
+    from controlplane.contract import Origin
+    from controlplane.contract._content import TextBlock
+    from controlplane.contract._descriptor import Descriptor
+    from controlplane.contract._task_types import TaskOutcome
+    from controlplane.telemetry._telemetry import Telemetry
 
-__all__ = ["ActivationTrace", "Origin"]
-
-
-class Origin:
-    """Where a start or a send came from, handed to the activation it admits: the trace
-    context it ran under (its own span current in it), when it began
-    (`time.perf_counter`), and the caller's own span. In memory only: a send forwarded to
-    another process does not carry it yet. Immutable (a plain class, not a dataclass, so
-    the pydantic messages that carry it check only its type)."""
-
-    __slots__ = ("caller", "context", "started")
-
-    def __init__(
-        self, context: Context | None, started: float, caller: SpanContext | None = None
-    ) -> None:
-        self.context = context
-        self.started = started
-        self.caller = caller
+__all__ = ["ActivationTrace"]
 
 
 class ActivationTrace:

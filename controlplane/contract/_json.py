@@ -7,7 +7,7 @@ import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from controlplane._errors import ErrorCode, SubagentControlError
+from controlplane.contract._errors import ErrorCode, SubagentControlError
 
 __all__ = ["JsonValue", "count_problem", "dumps", "plain_json", "seconds_problem", "storable_text"]
 

@@ -8,9 +8,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from controlplane._errors import ErrorCode
+from controlplane.contract._errors import ErrorCode
 
-__all__ = ["RuntimeInfo", "TaskOutcome", "TaskSnapshot", "TaskStatus"]
+__all__ = ["RuntimeInfo", "TaskNotice", "TaskOutcome", "TaskSnapshot", "TaskStatus"]
 
 
 class TaskStatus(StrEnum):
@@ -65,6 +65,19 @@ class TaskSnapshot(BaseModel):
     created_at: datetime
     settled_at: datetime | None = None
     ended_at: datetime | None = None
+
+
+class TaskNotice(BaseModel):
+    """A one-line completion notice for a Task's owner, to put in front of the parent model
+    (`tasks.drain_notices`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    task_id: str
+    child_id: str | None
+    label: str
+    status: TaskStatus
+    summary: str
 
 
 class RuntimeInfo(BaseModel):

@@ -7,9 +7,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from controlplane._errors import ErrorCode, SubagentControlError
-from controlplane._json import JsonValue, plain_json, storable_text
-from controlplane._session import EventKind, SessionEvent
+from controlplane.contract._errors import ErrorCode, SubagentControlError
+from controlplane.contract._json import JsonValue, plain_json, storable_text
+from controlplane.contract._session import EventKind, SessionEvent
 
 __all__ = ["DESCRIPTOR_VERSION", "Descriptor", "fold_descriptor"]
 

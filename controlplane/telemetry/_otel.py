@@ -4,7 +4,7 @@ instruments, and the names every span, attribute and metric is emitted under.
 The API is the ``otel`` extra, so it is imported here only when a control plane is built
 (`load_api`, tried once), never at ``import controlplane``; without it `load_api` answers
 None and nothing in this module is touched again. It is kept apart from
-`controlplane._telemetry`, which decides what to emit and when, because this is the one
+`controlplane.telemetry._telemetry`, which decides what to emit and when, because this is the one
 place that knows the API's module layout (down to two private globals), and the one list
 of names a dashboard is built against.
 
@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, TypeVar, cast
 
-from controlplane._errors import SubagentControlError
+from controlplane.contract._errors import SubagentControlError
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import Counter, Histogram, MeterProvider, UpDownCounter

@@ -4,7 +4,7 @@ Depends only on ``opentelemetry-api``, and only when it is installed (the ``otel
 without it every hook here is a no-op costing an attribute test, and with it but no SDK
 configured the API's own no-op tracer and meter answer (the spans are never recorded).
 The API is imported when a control plane is built, never at ``import controlplane``
-(`controlplane._otel` loads it, and names everything emitted).
+(`controlplane.telemetry._otel` loads it, and names everything emitted).
 
 Everything the actors and the facade emit goes through one `Telemetry` per control plane:
 
@@ -12,9 +12,9 @@ Everything the actors and the facade emit goes through one `Telemetry` per contr
   caller's current span (the parent's tool call): an `Operation`, here;
 - one ``subagent.activation`` span per activation, from admission to settlement, a child of
   the start or send that admitted it, with child spans for its phases (`PHASES`): an
-  `ActivationTrace` (`controlplane._activation_trace`);
+  `ActivationTrace` (`controlplane.telemetry._activation_trace`);
 - the metric instruments (`METRICS`);
-- the lifecycle log lines it owns (`controlplane._lifecycle`): start, publish, steer,
+- the lifecycle log lines it owns (`controlplane.telemetry._lifecycle`): start, publish, steer,
   retry.
 
 This module is the one the rest of the code imports these from.
@@ -26,12 +26,18 @@ import logging
 import time
 from collections.abc import Sequence
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
-from controlplane._activation_trace import ActivationTrace, Origin
-from controlplane._errors import SubagentControlError
-from controlplane._lifecycle import current_scope, lifecycle_enabled, log_lifecycle, scoped
-from controlplane._otel import (
+from controlplane.contract import Origin
+from controlplane.contract._errors import SubagentControlError
+from controlplane.telemetry._activation_trace import ActivationTrace
+from controlplane.telemetry._lifecycle import (
+    current_scope,
+    lifecycle_enabled,
+    log_lifecycle,
+    scoped,
+)
+from controlplane.telemetry._otel import (
     AGENT_ID,
     CAUSE,
     CHARS,
@@ -58,18 +64,15 @@ if TYPE_CHECKING:
     from opentelemetry.metrics import MeterProvider
     from opentelemetry.trace import Span, Tracer, TracerProvider
 
-    from controlplane._content import MessageSource, TextBlock
-    from controlplane._descriptor import Descriptor
-    from controlplane._spec import ContinuableStart, SendResult
+    from controlplane.contract._content import MessageSource, TextBlock
+    from controlplane.contract._descriptor import Descriptor
+    from controlplane.contract._spec import ContinuableStart, SendResult
 
 __all__ = [
     "METRICS",
-    "NO_TELEMETRY",
-    "NO_TRACE",
     "PHASES",
     "ActivationTrace",
     "Operation",
-    "Origin",
     "Telemetry",
 ]
 
@@ -366,11 +369,3 @@ class Operation:
             attributes[key] = value
         span.set_attributes(attributes)
         span.end()
-
-
-NO_TELEMETRY: Final = Telemetry(enabled=False)
-"""Emits nothing but the lifecycle logs (no runtime id): the default of `ActorContext`."""
-
-NO_TRACE: Final = ActivationTrace(NO_TELEMETRY, "", "", "initial", None, None)
-"""The trace of an activation nobody admitted through a `Telemetry` (a plan built by
-hand); its `end` does nothing that shows."""

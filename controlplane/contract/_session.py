@@ -8,7 +8,7 @@ from typing import Any, Final
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from controlplane._content import MessageSource
+from controlplane.contract._content import MessageSource
 
 __all__ = [
     "ChildMeta",

@@ -6,7 +6,7 @@ import logging
 import threading
 from collections.abc import Callable
 
-from controlplane._errors import ErrorCode, SubagentControlError
+from controlplane.contract._errors import ErrorCode, SubagentControlError
 
 __all__ = ["CancelSignal"]
 

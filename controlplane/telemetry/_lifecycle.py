@@ -13,8 +13,8 @@ import logging
 from contextvars import ContextVar, Token
 from typing import Final, NamedTuple
 
-from controlplane._task_types import TaskSnapshot, TaskStatus
-from controlplane._tree import escape_controls
+from controlplane.contract._task_types import TaskSnapshot, TaskStatus
+from controlplane.contract._tree import escape_controls
 
 __all__ = [
     "LIFECYCLE_LOGGER",

@@ -7,9 +7,9 @@ import logging
 import threading
 from collections.abc import Callable
 
-from controlplane._content import ModelSelector
-from controlplane._errors import ErrorCode, SubagentControlError
-from controlplane._json import storable_text
+from controlplane.contract._content import ModelSelector
+from controlplane.contract._errors import ErrorCode, SubagentControlError
+from controlplane.contract._json import storable_text
 
 __all__ = ["AgentHandle", "AgentRegistry"]
 

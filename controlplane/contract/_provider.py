@@ -9,14 +9,14 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict
 
-from controlplane._agents import AgentHandle
-from controlplane._content import MessageSource, TextBlock
-from controlplane._descriptor import Descriptor
-from controlplane._errors import ErrorCode, SubagentControlError
-from controlplane._session import SessionEvent
+from controlplane.contract._agents import AgentHandle
+from controlplane.contract._content import MessageSource, TextBlock
+from controlplane.contract._descriptor import Descriptor
+from controlplane.contract._errors import ErrorCode, SubagentControlError
+from controlplane.contract._session import SessionEvent
 
 if TYPE_CHECKING:
-    from controlplane._signal import CancelSignal
+    from controlplane.contract._signal import CancelSignal
 
 __all__ = [
     "ProviderRegistry",

@@ -6,9 +6,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from controlplane._agents import AgentHandle
-from controlplane._content import TextBlock
-from controlplane._session import NewEvent
+from controlplane.contract._agents import AgentHandle
+from controlplane.contract._content import TextBlock
+from controlplane.contract._session import NewEvent
 
 __all__ = ["ContinuableStart", "ContinuableStartSpec", "SendResult"]
 
