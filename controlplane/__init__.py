@@ -48,12 +48,12 @@ from controlplane.contract import (
 from controlplane.contract._content import ContentBlock
 
 if TYPE_CHECKING:
-    from controlplane._acp import AcpProvider
-    from controlplane._child_tools import ChildTool
     from controlplane._facade import ChildView, SubagentControl
-    from controlplane._fork import ForkProvider
-    from controlplane._inprocess import InProcessProvider
-    from controlplane._model import (
+    from controlplane.providers._acp import AcpProvider
+    from controlplane.providers._child_tools import ChildTool
+    from controlplane.providers._fork import ForkProvider
+    from controlplane.providers._inprocess import InProcessProvider
+    from controlplane.providers._model import (
         ChatMessage,
         ModelAdapter,
         ModelReply,
@@ -61,7 +61,7 @@ if TYPE_CHECKING:
         ToolCall,
         ToolDefinition,
     )
-    from controlplane._scripted import ScriptedModel
+    from controlplane.providers._scripted import ScriptedModel
 
 __all__ = [
     "AcpProvider",
@@ -114,17 +114,17 @@ __all__ = [
 ]
 
 _LAZY = {
-    "AcpProvider": "controlplane._acp",
-    "ChildTool": "controlplane._child_tools",
-    "ChatMessage": "controlplane._model",
-    "ForkProvider": "controlplane._fork",
-    "InProcessProvider": "controlplane._inprocess",
-    "ModelAdapter": "controlplane._model",
-    "ModelReply": "controlplane._model",
-    "ModelRequest": "controlplane._model",
-    "ScriptedModel": "controlplane._scripted",
-    "ToolCall": "controlplane._model",
-    "ToolDefinition": "controlplane._model",
+    "AcpProvider": "controlplane.providers._acp",
+    "ChildTool": "controlplane.providers._child_tools",
+    "ChatMessage": "controlplane.providers._model",
+    "ForkProvider": "controlplane.providers._fork",
+    "InProcessProvider": "controlplane.providers._inprocess",
+    "ModelAdapter": "controlplane.providers._model",
+    "ModelReply": "controlplane.providers._model",
+    "ModelRequest": "controlplane.providers._model",
+    "ScriptedModel": "controlplane.providers._scripted",
+    "ToolCall": "controlplane.providers._model",
+    "ToolDefinition": "controlplane.providers._model",
     "ChildView": "controlplane._facade",
     "SubagentControl": "controlplane._facade",
 }

@@ -32,7 +32,7 @@ from controlplane import (
     TaskStatus,
     TextBlock,
 )
-from controlplane._acp import THREAD_PREFIX
+from controlplane.providers._acp import THREAD_PREFIX
 
 pytest.importorskip("acp", reason="the acp extra is not installed")
 from controlplane import AcpProvider

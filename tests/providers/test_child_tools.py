@@ -22,7 +22,7 @@ from controlplane import (
     TextBlock,
     ToolCall,
 )
-from controlplane._child_tools import MAX_TOOL_TEXT_CHARS
+from controlplane.providers._child_tools import MAX_TOOL_TEXT_CHARS
 
 from .fakes import FakeTranscript, Parent, Runs, Written, descriptor, start_request
 

@@ -19,8 +19,8 @@ from controlplane import (
     TextBlock,
     ToolCall,
 )
-from controlplane._chat_history import chat_history
 from controlplane.contract._signal import CancelSignal
+from controlplane.providers._chat_history import chat_history
 
 from .fakes import COORDINATOR, HUMAN, USER, FakeTranscript, Runs, Written, events
 

@@ -13,8 +13,8 @@ from controlplane import (
     ScriptedModel,
     ToolCall,
 )
-from controlplane._agent_loop import chat_history
-from controlplane._chat_history import INTERRUPTED_TOOL_CALL
+from controlplane.providers._agent_loop import chat_history
+from controlplane.providers._chat_history import INTERRUPTED_TOOL_CALL
 
 from .fakes import (
     COORDINATOR,

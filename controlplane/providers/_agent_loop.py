@@ -17,16 +17,6 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 
-from controlplane._chat_history import (
-    STEERING_SEEN,
-    TOOL_CALL,
-    TOOL_RESULT,
-    chat_history,
-    tool_call_data,
-    tool_message_text,
-)
-from controlplane._child_tools import ChildTool, run_tool_call, select_tools
-from controlplane._model import ChatMessage, ModelAdapter, ModelRequest, ToolCall
 from controlplane.contract._agents import AgentHandle
 from controlplane.contract._content import MessageSource, ModelSelector, TextBlock, text_of
 from controlplane.contract._errors import ErrorCode, SubagentControlError
@@ -40,6 +30,16 @@ from controlplane.contract._provider import (
 )
 from controlplane.contract._session import EventKind
 from controlplane.contract._signal import CancelSignal
+from controlplane.providers._chat_history import (
+    STEERING_SEEN,
+    TOOL_CALL,
+    TOOL_RESULT,
+    chat_history,
+    tool_call_data,
+    tool_message_text,
+)
+from controlplane.providers._child_tools import ChildTool, run_tool_call, select_tools
+from controlplane.providers._model import ChatMessage, ModelAdapter, ModelRequest, ToolCall
 
 __all__ = [
     "THREAD_PREFIX",

@@ -9,9 +9,9 @@ words and leaves no child behind; after that the run's result is the prompt's.
 Kill: ``session/cancel``; if the agent does not end its prompt within the grace period, the
 prompt is abandoned. Then, on every way out of the run (answered, cancelled, failed), the
 agent is reaped: EOF on its stdin, SIGTERM to its whole process group promptly after, and
-SIGKILL after the grace period (`controlplane._acp_client.reap`). Once reaping began nothing
+SIGKILL after the grace period (`_acp_client.reap`). Once reaping began nothing
 interrupts it: a kill or a cancellation that lands meanwhile cannot skip a signal. A harness
-that dies without reaping leaves the group to its guard (`controlplane._acp_guard`).
+that dies without reaping leaves the group to its guard (`controlplane.providers._acp_guard`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,12 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from controlplane._acp_client import (
+from controlplane.contract._agents import AgentHandle
+from controlplane.contract._content import MessageSource, TextBlock, text_of
+from controlplane.contract._errors import ErrorCode, SubagentControlError
+from controlplane.contract._provider import ResumeRequest, StartRequest, StopReason, SubagentResult
+from controlplane.contract._signal import CancelSignal
+from controlplane.providers._acp_client import (
     SESSION_EVENT,
     AcpRecorder,
     PermissionPolicy,
@@ -34,14 +39,9 @@ from controlplane._acp_client import (
     spawn,
     stop_reason_of,
 )
-from controlplane._acp_guard import GroupGuard
-from controlplane._agent_loop import start_cancelled
-from controlplane._extras import require_extra
-from controlplane.contract._agents import AgentHandle
-from controlplane.contract._content import MessageSource, TextBlock, text_of
-from controlplane.contract._errors import ErrorCode, SubagentControlError
-from controlplane.contract._provider import ResumeRequest, StartRequest, StopReason, SubagentResult
-from controlplane.contract._signal import CancelSignal
+from controlplane.providers._acp_guard import GroupGuard
+from controlplane.providers._agent_loop import start_cancelled
+from controlplane.providers._extras import require_extra
 
 __all__ = ["THREAD_PREFIX", "AcpProvider", "AcpRun"]
 

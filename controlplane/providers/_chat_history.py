@@ -25,8 +25,8 @@ import json
 from collections.abc import Iterable
 from typing import Literal
 
-from controlplane._model import ChatMessage, ToolCall
 from controlplane.contract._session import EventKind, SessionEvent
+from controlplane.providers._model import ChatMessage, ToolCall
 
 __all__ = [
     "INTERRUPTED_TOOL_CALL",

@@ -5,9 +5,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 
-from controlplane._model import ModelReply, ModelRequest
 from controlplane.contract._errors import ErrorCode, SubagentControlError
 from controlplane.contract._signal import CancelSignal
+from controlplane.providers._model import ModelReply, ModelRequest
 
 __all__ = ["ScriptedModel", "ScriptedReply"]
 

@@ -4,7 +4,7 @@
 notifications into the child's transcript (``assistant/message`` per message, ``tool/call``
 and ``tool/result``) and answers permission requests by policy. The process helpers start
 the agent in its own process group and always reap it, and whatever it started
-(`controlplane._acp_guard` covers the case where this process does not live to).
+(`controlplane.providers._acp_guard` covers the case where this process does not live to).
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ import signal
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from controlplane._chat_history import TOOL_CALL, TOOL_RESULT, chat_history
-from controlplane._child_tools import bounded
 from controlplane.contract._provider import StopReason, TranscriptWriter
 from controlplane.contract._session import EventKind, SessionEvent
+from controlplane.providers._chat_history import TOOL_CALL, TOOL_RESULT, chat_history
+from controlplane.providers._child_tools import bounded
 
 __all__ = [
     "EXIT_ON_EOF_S",

@@ -12,9 +12,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from controlplane._model import ModelReply, ModelRequest, ToolCall
 from controlplane.contract._errors import ErrorCode, SubagentControlError
 from controlplane.contract._provider import StopReason
+from controlplane.providers._model import ModelReply, ModelRequest, ToolCall
 
 __all__ = [
     "StreamedReply",

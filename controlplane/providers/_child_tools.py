@@ -17,10 +17,10 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from controlplane._model import ToolCall, ToolDefinition
 from controlplane.contract._errors import ErrorCode, SubagentControlError
 from controlplane.contract._json import JsonValue, plain_json
 from controlplane.contract._signal import CancelSignal
+from controlplane.providers._model import ToolCall, ToolDefinition
 
 __all__ = [
     "MAX_TOOL_TEXT_CHARS",

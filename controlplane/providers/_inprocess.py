@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from controlplane._agent_loop import AgentLoopProvider
-from controlplane._child_tools import ChildTool
-from controlplane._model import ModelAdapter
+from controlplane.providers._agent_loop import AgentLoopProvider
+from controlplane.providers._child_tools import ChildTool
+from controlplane.providers._model import ModelAdapter
 
 __all__ = ["InProcessProvider"]
 
