@@ -5,6 +5,11 @@ one line ``{"ok": true, "tree": <ActorTree as JSON>}``. Anything else gets one l
 ``{"ok": false, "error": {"code": ..., "message": ...}}`` (codes in `AdminErrorCode`) or a
 closed connection. A connection may carry several requests; a framing failure (an oversized
 line, a partial line then EOF, a client slower than ``timeout_s``) ends it.
+
+It sits at the runtime's level, not in `controlplane.cli`: the facade starts the server
+(`SubagentControl.serve_admin`) and the CLI's client (`controlplane.cli`) reads the same
+wire protocol (`TREE_OP`, `encode_line`) from here, so both imports run down and neither
+the runtime nor this module imports the CLI.
 """
 
 from __future__ import annotations

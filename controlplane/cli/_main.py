@@ -14,9 +14,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
-from controlplane._cli_store import run_children, run_runtimes, run_tasks, run_transcript
-from controlplane._cli_tree import run_top, run_tree
-from controlplane._exit_status import (
+from controlplane.cli._exit_status import (
     EXIT_FAILURE,
     EXIT_NOT_FOUND,
     EXIT_OK,
@@ -24,6 +22,8 @@ from controlplane._exit_status import (
     EXIT_USAGE,
     CommandExit,
 )
+from controlplane.cli._store import run_children, run_runtimes, run_tasks, run_transcript
+from controlplane.cli._tree import run_top, run_tree
 from controlplane.contract._errors import ErrorCode, SubagentControlError
 
 __all__ = ["main"]

@@ -22,7 +22,7 @@ from typing import IO, Final
 from pydantic import ValidationError
 
 from controlplane._admin import TREE_OP, encode_line
-from controlplane._exit_status import EXIT_ERROR_REPLY, EXIT_UNREACHABLE, CommandExit
+from controlplane.cli._exit_status import EXIT_ERROR_REPLY, EXIT_UNREACHABLE, CommandExit
 from controlplane.contract._tree import ActorTree
 
 __all__ = ["run_top", "run_tree"]
@@ -39,7 +39,7 @@ def run_tree(args: argparse.Namespace, out: IO[str]) -> None:
 
 
 def run_top(args: argparse.Namespace, out: IO[str]) -> None:
-    from controlplane._top import run_top as top
+    from controlplane.cli._top import run_top as top
 
     top(
         lambda: _request_tree(args.socket, timeout_s=args.timeout),

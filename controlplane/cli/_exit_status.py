@@ -1,5 +1,5 @@
 """How the ``subagent-control`` command ends: its exit statuses, and the exception its
-subcommands raise to end with one (`controlplane._cli.main` turns it into the status and a
+subcommands raise to end with one (`controlplane.cli.main` turns it into the status and a
 message on stderr)."""
 
 from __future__ import annotations
