@@ -8,12 +8,11 @@ import threading
 import time
 import uuid
 from collections.abc import Iterable, Sequence
-from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
 import pykka
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ValidationError
 
 from actors import (
     ActivationPlan,
@@ -39,7 +38,12 @@ from controlplane.contract._json import count_problem, plain_json, seconds_probl
 from controlplane.contract._provider import ProviderRegistry
 from controlplane.contract._session import NewEvent, utcnow
 from controlplane.contract._signal import CancelSignal
-from controlplane.contract._spec import ContinuableStart, ContinuableStartSpec, SendResult
+from controlplane.contract._spec import (
+    ChildView,
+    ContinuableStart,
+    ContinuableStartSpec,
+    SendResult,
+)
 from controlplane.contract._task_types import TaskStatus
 from controlplane.contract._tree import ActorTree
 from controlplane.telemetry import Operation, Telemetry
@@ -71,18 +75,6 @@ _MIN_LEASE_TTL_S = 0.3
 _ROOT_TIMEOUT_S = 30.0
 _REDIRECTS = 16
 _CLAIM_RACES = 3
-
-
-class ChildView(BaseModel):
-    """One child of a parent, as `list_agents` shows it."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    child_id: str
-    label: str
-    running: bool
-    task_id: str | None
-    created_at: datetime
 
 
 class SubagentControl:

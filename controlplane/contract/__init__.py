@@ -52,7 +52,12 @@ from controlplane.contract._session import (
     utcnow,
 )
 from controlplane.contract._signal import CancelSignal
-from controlplane.contract._spec import ContinuableStart, ContinuableStartSpec, SendResult
+from controlplane.contract._spec import (
+    ChildView,
+    ContinuableStart,
+    ContinuableStartSpec,
+    SendResult,
+)
 from controlplane.contract._task_types import (
     RuntimeInfo,
     TaskNotice,
@@ -76,6 +81,7 @@ __all__ = [
     "AgentRegistry",
     "CancelSignal",
     "ChildMeta",
+    "ChildView",
     "ClaimConflict",
     "ContentBlock",
     "ContinuableStart",

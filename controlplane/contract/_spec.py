@@ -1,7 +1,9 @@
-"""Inputs and results of the two entry points, `start_continuable` and `send_message`."""
+"""Inputs and results of the two entry points, `start_continuable` and `send_message`, and
+the view of a parent's children (`children`)."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -10,7 +12,7 @@ from controlplane.contract._agents import AgentHandle
 from controlplane.contract._content import TextBlock
 from controlplane.contract._session import NewEvent
 
-__all__ = ["ContinuableStart", "ContinuableStartSpec", "SendResult"]
+__all__ = ["ChildView", "ContinuableStart", "ContinuableStartSpec", "SendResult"]
 
 
 class ContinuableStartSpec(BaseModel):
@@ -53,3 +55,15 @@ class SendResult(BaseModel):
 
     route: Literal["steered", "started"]
     task_id: str = Field(min_length=1)
+
+
+class ChildView(BaseModel):
+    """One child of a parent, as `list_agents` shows it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    child_id: str
+    label: str
+    running: bool
+    task_id: str | None
+    created_at: datetime

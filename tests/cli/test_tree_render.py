@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from controlplane import ActivationNode, ActorTree, SupervisorNode
+from controlplane import ActorTree
+from controlplane.contract import (
+    ActivationNode,
+    SupervisorNode,
+)
 from controlplane.contract._tree import ForwardedNode
 from tests.cli.cli_support import sample_tree
 

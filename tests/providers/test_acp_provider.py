@@ -369,7 +369,13 @@ def test_a_kill_while_the_agent_is_starting_rolls_back_and_leaves_no_child(
 
 
 def test_a_start_whose_activation_was_already_cancelled_spawns_nothing(agents: Agents) -> None:
-    from controlplane import AgentRegistry, CancelSignal, Descriptor, MessageSource, StartRequest
+    from controlplane import (
+        CancelSignal,
+        Descriptor,
+        MessageSource,
+        StartRequest,
+    )
+    from controlplane.contract import AgentRegistry
 
     from .fakes import FakeTranscript
 

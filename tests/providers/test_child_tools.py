@@ -11,15 +11,17 @@ from pydantic import BaseModel
 
 from controlplane import (
     CancelSignal,
-    ChatMessage,
     ChildTool,
     ErrorCode,
     EventKind,
     InProcessProvider,
-    ModelReply,
     ScriptedModel,
     SubagentControlError,
     TextBlock,
+)
+from controlplane.models import (
+    ChatMessage,
+    ModelReply,
     ToolCall,
 )
 from controlplane.providers._child_tools import MAX_TOOL_TEXT_CHARS

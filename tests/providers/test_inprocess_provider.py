@@ -5,11 +5,9 @@ from __future__ import annotations
 import pytest
 
 from controlplane import (
-    ChatMessage,
     ErrorCode,
     EventKind,
     InProcessProvider,
-    ModelReply,
     ModelSelector,
     ScriptedModel,
     SubagentControlError,
@@ -18,6 +16,10 @@ from controlplane import (
     TextBlock,
 )
 from controlplane.contract._signal import CancelSignal
+from controlplane.models import (
+    ChatMessage,
+    ModelReply,
+)
 
 from .conftest import loop_threads
 from .fakes import (

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from controlplane import (
-    ChatMessage,
     EventKind,
     ForkProvider,
     InProcessProvider,
@@ -13,6 +12,7 @@ from controlplane import (
     TextBlock,
 )
 from controlplane.contract._signal import CancelSignal
+from controlplane.models import ChatMessage
 
 from .fakes import (
     COORDINATOR,

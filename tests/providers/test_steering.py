@@ -7,19 +7,21 @@ import threading
 import pytest
 
 from controlplane import (
-    ChatMessage,
     ErrorCode,
     EventKind,
     MessageSource,
-    ModelReply,
     ScriptedModel,
     SubagentControlError,
     SubagentResult,
     SubagentRun,
     TextBlock,
-    ToolCall,
 )
 from controlplane.contract._signal import CancelSignal
+from controlplane.models import (
+    ChatMessage,
+    ModelReply,
+    ToolCall,
+)
 from controlplane.providers._chat_history import chat_history
 
 from .fakes import COORDINATOR, HUMAN, USER, FakeTranscript, Runs, Written, events

@@ -6,11 +6,13 @@ from typing import Any
 
 from controlplane import (
     CancelSignal,
-    ChatMessage,
     ChildTool,
     EventKind,
     InProcessProvider,
     ScriptedModel,
+)
+from controlplane.models import (
+    ChatMessage,
     ToolCall,
 )
 from controlplane.providers._agent_loop import chat_history
