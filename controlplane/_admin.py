@@ -30,8 +30,7 @@ from enum import StrEnum
 from types import TracebackType
 from typing import Any, Final
 
-from controlplane.contract._errors import ErrorCode, SubagentControlError
-from controlplane.contract._tree import ActorTree
+from controlplane.contract import ActorTree, ErrorCode, SubagentControlError
 
 __all__ = ["TREE_OP", "AdminErrorCode", "AdminServer", "encode_line"]
 

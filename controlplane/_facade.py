@@ -30,22 +30,30 @@ from controlplane._exit import close_at_exit, closed
 from controlplane._forwarding import Forwarder
 from controlplane._runtime import Runtime, new_runtime_id
 from controlplane._tasks import TaskService
-from controlplane.contract._agents import AgentHandle, AgentRegistry
-from controlplane.contract._content import MessageSource, TextBlock
-from controlplane.contract._descriptor import Descriptor
-from controlplane.contract._errors import ClaimConflict, ErrorCode, SubagentControlError
-from controlplane.contract._json import count_problem, plain_json, seconds_problem, storable_text
-from controlplane.contract._provider import ProviderRegistry
-from controlplane.contract._session import NewEvent, utcnow
-from controlplane.contract._signal import CancelSignal
-from controlplane.contract._spec import (
+from controlplane.contract import (
+    ActorTree,
+    AgentHandle,
+    AgentRegistry,
+    CancelSignal,
     ChildView,
+    ClaimConflict,
     ContinuableStart,
     ContinuableStartSpec,
+    Descriptor,
+    ErrorCode,
+    MessageSource,
+    NewEvent,
+    ProviderRegistry,
     SendResult,
+    SubagentControlError,
+    TaskStatus,
+    TextBlock,
+    count_problem,
+    plain_json,
+    seconds_problem,
+    storable_text,
+    utcnow,
 )
-from controlplane.contract._task_types import TaskStatus
-from controlplane.contract._tree import ActorTree
 from controlplane.telemetry import Operation, Telemetry
 from persistence import SqlStore
 

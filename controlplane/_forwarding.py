@@ -63,12 +63,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from controlplane._forward_serving import InFlight, KillHere, Serve, Serving
-from controlplane.contract._content import MessageSource, TextBlock
-from controlplane.contract._errors import ErrorCode, SubagentControlError
-from controlplane.contract._session import EventKind
-from controlplane.contract._spec import SendResult
-from controlplane.contract._task_types import TaskSnapshot
-from controlplane.contract._tree import ForwardedNode
+from controlplane.contract import (
+    ErrorCode,
+    EventKind,
+    ForwardedNode,
+    MessageSource,
+    SendResult,
+    SubagentControlError,
+    TaskSnapshot,
+    TextBlock,
+)
 from persistence import InboxItem
 
 if TYPE_CHECKING:

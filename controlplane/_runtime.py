@@ -37,8 +37,7 @@ from typing import TYPE_CHECKING
 
 from controlplane._lease import Renewals
 from controlplane._own_lease import OwnLease
-from controlplane.contract._errors import ErrorCode, SubagentControlError
-from controlplane.contract._task_types import RuntimeInfo, TaskSnapshot
+from controlplane.contract import ErrorCode, RuntimeInfo, SubagentControlError, TaskSnapshot
 from controlplane.telemetry import log_lifecycle
 
 if TYPE_CHECKING:

@@ -13,11 +13,17 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
-from controlplane.contract._agents import AgentHandle
-from controlplane.contract._errors import ErrorCode, SubagentControlError
-from controlplane.contract._session import utcnow
-from controlplane.contract._signal import CancelSignal
-from controlplane.contract._task_types import TaskNotice, TaskOutcome, TaskSnapshot, TaskStatus
+from controlplane.contract import (
+    AgentHandle,
+    CancelSignal,
+    ErrorCode,
+    SubagentControlError,
+    TaskNotice,
+    TaskOutcome,
+    TaskSnapshot,
+    TaskStatus,
+    utcnow,
+)
 from controlplane.telemetry import Telemetry, log_kill, log_settled
 
 __all__ = [

@@ -33,11 +33,16 @@ from controlplane._toolargs import (
     parse_arguments,
 )
 from controlplane.aio import AsyncSubagentControl
-from controlplane.contract._agents import AgentHandle
-from controlplane.contract._content import MessageSource, TextBlock
-from controlplane.contract._errors import ErrorCode, SubagentControlError
-from controlplane.contract._spec import ContinuableStartSpec
-from controlplane.contract._task_types import TaskSnapshot, TaskStatus
+from controlplane.contract import (
+    AgentHandle,
+    ContinuableStartSpec,
+    ErrorCode,
+    MessageSource,
+    SubagentControlError,
+    TaskSnapshot,
+    TaskStatus,
+    TextBlock,
+)
 
 if TYPE_CHECKING:
     from controlplane._facade import SubagentControl

@@ -24,7 +24,7 @@ from controlplane.cli._exit_status import (
 )
 from controlplane.cli._store import run_children, run_runtimes, run_tasks, run_transcript
 from controlplane.cli._tree import run_top, run_tree
-from controlplane.contract._errors import ErrorCode, SubagentControlError
+from controlplane.contract import ErrorCode, SubagentControlError
 
 __all__ = ["main"]
 

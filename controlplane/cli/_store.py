@@ -13,8 +13,7 @@ from typing import IO, TYPE_CHECKING, Any, TypeVar
 from pydantic import BaseModel
 
 from controlplane.cli._exit_status import EXIT_NOT_FOUND, EXIT_USAGE, CommandExit
-from controlplane.contract._session import SessionEvent, utcnow
-from controlplane.contract._tree import escape_controls
+from controlplane.contract import SessionEvent, escape_controls, utcnow
 
 if TYPE_CHECKING:
     from persistence import SqlStore

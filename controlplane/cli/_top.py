@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import IO, Final
 
-from controlplane.contract._tree import ActorTree, SupervisorNode, escape_controls
+from controlplane.contract import ActorTree, SupervisorNode, escape_controls
 
 __all__ = ["render", "run_top"]
 

@@ -23,7 +23,7 @@ from pydantic import ValidationError
 
 from controlplane._admin import TREE_OP, encode_line
 from controlplane.cli._exit_status import EXIT_ERROR_REPLY, EXIT_UNREACHABLE, CommandExit
-from controlplane.contract._tree import ActorTree
+from controlplane.contract import ActorTree
 
 __all__ = ["run_top", "run_tree"]
 

@@ -20,6 +20,7 @@ from controlplane.contract._descriptor import Descriptor, fold_descriptor
 from controlplane.contract._errors import ClaimConflict, ErrorCode, SubagentControlError
 from controlplane.contract._json import (
     JsonValue,
+    count_problem,
     dumps,
     plain_json,
     seconds_problem,
@@ -68,8 +69,10 @@ from controlplane.contract._task_types import (
 from controlplane.contract._tree import (
     ActivationNode,
     ActorTree,
+    ForwardedNode,
     SupervisorNode,
     SupervisorState,
+    escape_controls,
 )
 
 __all__ = [
@@ -89,6 +92,7 @@ __all__ = [
     "Descriptor",
     "ErrorCode",
     "EventKind",
+    "ForwardedNode",
     "JsonValue",
     "LoadedSession",
     "MessageSource",
@@ -117,7 +121,9 @@ __all__ = [
     "Telemetry",
     "TextBlock",
     "TranscriptWriter",
+    "count_problem",
     "dumps",
+    "escape_controls",
     "fold_descriptor",
     "plain_json",
     "seconds_problem",

@@ -24,11 +24,19 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from controlplane.contract._agents import AgentHandle
-from controlplane.contract._content import MessageSource, TextBlock, text_of
-from controlplane.contract._errors import ErrorCode, SubagentControlError
-from controlplane.contract._provider import ResumeRequest, StartRequest, StopReason, SubagentResult
-from controlplane.contract._signal import CancelSignal
+from controlplane.contract import (
+    AgentHandle,
+    CancelSignal,
+    ErrorCode,
+    MessageSource,
+    ResumeRequest,
+    StartRequest,
+    StopReason,
+    SubagentControlError,
+    SubagentResult,
+    TextBlock,
+    text_of,
+)
 from controlplane.providers._acp_client import (
     SESSION_EVENT,
     AcpRecorder,

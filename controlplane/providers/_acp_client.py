@@ -19,8 +19,7 @@ import signal
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from controlplane.contract._provider import StopReason, TranscriptWriter
-from controlplane.contract._session import EventKind, SessionEvent
+from controlplane.contract import EventKind, SessionEvent, StopReason, TranscriptWriter
 from controlplane.providers._chat_history import TOOL_CALL, TOOL_RESULT, chat_history
 from controlplane.providers._child_tools import bounded
 

@@ -17,19 +17,23 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Sequence
 
-from controlplane.contract._agents import AgentHandle
-from controlplane.contract._content import MessageSource, ModelSelector, TextBlock, text_of
-from controlplane.contract._errors import ErrorCode, SubagentControlError
-from controlplane.contract._provider import (
+from controlplane.contract import (
+    AgentHandle,
+    CancelSignal,
+    ErrorCode,
+    EventKind,
+    MessageSource,
+    ModelSelector,
     ResumeRequest,
     StartRequest,
     StopReason,
+    SubagentControlError,
     SubagentResult,
     SubagentRun,
+    TextBlock,
     TranscriptWriter,
+    text_of,
 )
-from controlplane.contract._session import EventKind
-from controlplane.contract._signal import CancelSignal
 from controlplane.providers._chat_history import (
     STEERING_SEEN,
     TOOL_CALL,

@@ -25,7 +25,7 @@ import json
 from collections.abc import Iterable
 from typing import Literal
 
-from controlplane.contract._session import EventKind, SessionEvent
+from controlplane.contract import EventKind, SessionEvent
 from controlplane.providers._model import ChatMessage, ToolCall
 
 __all__ = [

@@ -17,9 +17,13 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from controlplane.contract._errors import ErrorCode, SubagentControlError
-from controlplane.contract._json import JsonValue, plain_json
-from controlplane.contract._signal import CancelSignal
+from controlplane.contract import (
+    CancelSignal,
+    ErrorCode,
+    JsonValue,
+    SubagentControlError,
+    plain_json,
+)
 from controlplane.providers._model import ToolCall, ToolDefinition
 
 __all__ = [

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from controlplane.contract._provider import ResumeRequest, StartRequest
+from controlplane.contract import ResumeRequest, StartRequest
 from controlplane.providers._agent_loop import AgentLoopProvider, chat_history
 from controlplane.providers._child_tools import ChildTool
 from controlplane.providers._model import ChatMessage, ModelAdapter

@@ -14,12 +14,10 @@ from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from controlplane.contract._content import MessageSource, ModelSelector
-from controlplane.contract._json import JsonValue
-from controlplane.contract._provider import StopReason
+from controlplane.contract import JsonValue, MessageSource, ModelSelector, StopReason
 
 if TYPE_CHECKING:
-    from controlplane.contract._signal import CancelSignal
+    from controlplane.contract import CancelSignal
 
 __all__ = [
     "ChatMessage",

@@ -24,8 +24,7 @@ from typing import Any
 
 import tenacity
 
-from controlplane.contract._errors import ErrorCode, SubagentControlError
-from controlplane.contract._signal import CancelSignal
+from controlplane.contract import CancelSignal, ErrorCode, SubagentControlError
 from controlplane.providers._extras import require_extra
 from controlplane.providers._model import ModelReply, ModelRequest
 from controlplane.providers._openai_wire import (

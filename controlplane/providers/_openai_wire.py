@@ -12,8 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from controlplane.contract._errors import ErrorCode, SubagentControlError
-from controlplane.contract._provider import StopReason
+from controlplane.contract import ErrorCode, StopReason, SubagentControlError
 from controlplane.providers._model import ModelReply, ModelRequest, ToolCall
 
 __all__ = [

@@ -5,8 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 
-from controlplane.contract._errors import ErrorCode, SubagentControlError
-from controlplane.contract._signal import CancelSignal
+from controlplane.contract import CancelSignal, ErrorCode, SubagentControlError
 from controlplane.providers._model import ModelReply, ModelRequest
 
 __all__ = ["ScriptedModel", "ScriptedReply"]

@@ -38,10 +38,7 @@ from controlplane.telemetry._otel import (
 if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer
 
-    from controlplane.contract import Origin
-    from controlplane.contract._content import TextBlock
-    from controlplane.contract._descriptor import Descriptor
-    from controlplane.contract._task_types import TaskOutcome
+    from controlplane.contract import Descriptor, Origin, TaskOutcome, TextBlock
     from controlplane.telemetry._telemetry import Telemetry
 
 __all__ = ["ActivationTrace"]

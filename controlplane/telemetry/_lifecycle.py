@@ -13,8 +13,7 @@ import logging
 from contextvars import ContextVar, Token
 from typing import Final, NamedTuple
 
-from controlplane.contract._task_types import TaskSnapshot, TaskStatus
-from controlplane.contract._tree import escape_controls
+from controlplane.contract import TaskSnapshot, TaskStatus, escape_controls
 
 __all__ = [
     "LIFECYCLE_LOGGER",

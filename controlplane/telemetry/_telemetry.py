@@ -28,8 +28,7 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from controlplane.contract import Origin
-from controlplane.contract._errors import SubagentControlError
+from controlplane.contract import Origin, SubagentControlError
 from controlplane.telemetry._activation_trace import ActivationTrace
 from controlplane.telemetry._lifecycle import (
     current_scope,
@@ -64,9 +63,13 @@ if TYPE_CHECKING:
     from opentelemetry.metrics import MeterProvider
     from opentelemetry.trace import Span, Tracer, TracerProvider
 
-    from controlplane.contract._content import MessageSource, TextBlock
-    from controlplane.contract._descriptor import Descriptor
-    from controlplane.contract._spec import ContinuableStart, SendResult
+    from controlplane.contract import (
+        ContinuableStart,
+        Descriptor,
+        MessageSource,
+        SendResult,
+        TextBlock,
+    )
 
 __all__ = [
     "METRICS",

@@ -23,8 +23,7 @@ from controlplane import (
     SubagentRun,
     TextBlock,
 )
-from controlplane.contract import AgentRegistry
-from controlplane.contract._content import text_of
+from controlplane.contract import AgentRegistry, text_of
 from controlplane.models import ModelAdapter
 
 PARENT_MODEL = ModelSelector(provider="parent-provider", model="parent-model")

@@ -16,8 +16,7 @@ from controlplane import (
     SubagentControlError,
     TextBlock,
 )
-from controlplane.contract import AgentRegistry
-from controlplane.contract._signal import CancelSignal
+from controlplane.contract import AgentRegistry, CancelSignal
 from controlplane.models import (
     ModelReply,
     ModelRequest,

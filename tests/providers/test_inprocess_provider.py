@@ -15,7 +15,7 @@ from controlplane import (
     SubagentRun,
     TextBlock,
 )
-from controlplane.contract._signal import CancelSignal
+from controlplane.contract import CancelSignal
 from controlplane.models import (
     ChatMessage,
     ModelReply,

@@ -11,7 +11,7 @@ from controlplane import (
     SubagentProvider,
     TextBlock,
 )
-from controlplane.contract._signal import CancelSignal
+from controlplane.contract import CancelSignal
 from controlplane.models import ChatMessage
 
 from .fakes import (
