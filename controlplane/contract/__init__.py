@@ -4,8 +4,9 @@ layer shares (the JSON gate, the clock, descriptor folding, `text_of`).
 It sits at the bottom: it imports nothing of ours outside itself, so `persistence/` and
 `actors/` (and the runtime above them) depend on it and never on each other's internals.
 The services the actors call but the runtime builds (the Task service, the telemetry) are
-Protocols here (`TaskService`, `Telemetry`, `ActivationTrace`); their implementations live
-in `controlplane._tasks` and `controlplane.telemetry`.
+interfaces here (the Protocols `TaskService` and `Telemetry`, the abstract
+`ActivationTrace`); their implementations live in `controlplane._tasks` and
+`controlplane.telemetry`.
 """
 
 from controlplane.contract._agents import AgentHandle, AgentRegistry

@@ -1,19 +1,20 @@
-"""The runtime's services as the actors see them: Protocols, and the one null object.
+"""The runtime's services as the actors see them: their interfaces, and one null object.
 
 The actors call the Task service and the telemetry of the control plane they run in, but
 those are built above them (`controlplane._tasks.TaskService`, `controlplane.telemetry`).
-Typed against these Protocols, `actors/` imports only the contract, so `import actors`
-loads neither the runtime nor OpenTelemetry's glue. Each Protocol names only what the
+Typed against these interfaces, `actors/` imports only the contract, so `import actors`
+loads neither the runtime nor OpenTelemetry's glue. Each names only what the
 actors call; the implementations offer more (the facade and the tools use the rest).
 """
 
 from __future__ import annotations
 
+import abc
 import contextlib
 from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
-from typing import TYPE_CHECKING, Final, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Final, Protocol
 
 from controlplane.contract._agents import AgentHandle
 from controlplane.contract._content import TextBlock
@@ -49,49 +50,55 @@ class Origin:
         self.caller = caller
 
 
-@runtime_checkable  # the pydantic messages that carry a trace check it with isinstance
-class ActivationTrace(Protocol):
+class ActivationTrace(abc.ABC):
     """One activation's span and timings, from admission to settlement (implemented by
-    `controlplane.telemetry.ActivationTrace`). Thread-safe: the supervisor adds steer
-    events while the activation's thread runs its phases."""
+    `controlplane.telemetry.SpanTrace`; `NO_TRACE` does nothing). Thread-safe: the
+    supervisor adds steer events while the activation's thread runs its phases.
 
+    An abstract class, not a Protocol, though it is one in spirit: the pydantic messages
+    that carry a trace check it with ``isinstance`` on every activation, which costs about
+    0.2 µs against an ABC and 9 µs against a runtime-checkable Protocol (Python 3.11).
+    """
+
+    __slots__ = ()
+
+    @abc.abstractmethod
     def loading(self) -> AbstractContextManager[None]:
         """The phase in which a resume reads the child from the store."""
-        ...
 
+    @abc.abstractmethod
     def calling_provider(self, *, resumed: bool) -> AbstractContextManager[None]:
         """The phase in which the provider is called (a resume's latency ends as it
         begins)."""
-        ...
 
+    @abc.abstractmethod
     def publishing(self) -> AbstractContextManager[None]:
         """The phase in which the frame (and a new child's header) is written."""
-        ...
 
+    @abc.abstractmethod
     def disposing(self) -> AbstractContextManager[None]:
         """The phase in which the run is released."""
-        ...
 
+    @abc.abstractmethod
     def describe(self, descriptor: Descriptor) -> None:
         """Name the provider and model once the descriptor is known."""
-        ...
 
+    @abc.abstractmethod
     def provider_called(self) -> None:
         """``provider.resume`` is being called."""
-        ...
 
+    @abc.abstractmethod
     def published(self) -> None:
         """The run is published: the child is durable and takes steers."""
-        ...
 
+    @abc.abstractmethod
     def steered(self, message: Sequence[TextBlock], source_kind: str) -> None:
         """A message was handed to the running turn."""
-        ...
 
+    @abc.abstractmethod
     def end(self, outcome: TaskOutcome | None) -> None:
         """The Task settled with ``outcome`` (None: never admitted). Only the first call
         counts."""
-        ...
 
 
 class Telemetry(Protocol):
@@ -185,7 +192,7 @@ class TaskService(Protocol):
 _NO_PHASE: Final = contextlib.nullcontext()  # reusable: it holds no state
 
 
-class _NoTrace:
+class _NoTrace(ActivationTrace):
     """The `ActivationTrace` of an activation nobody admitted through a `Telemetry` (a
     plan built by hand): every hook does nothing."""
 

@@ -18,6 +18,7 @@ from contextvars import Token
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final
 
+from controlplane.contract import ActivationTrace
 from controlplane.telemetry._lifecycle import log_lifecycle
 from controlplane.telemetry._otel import (
     CHARS,
@@ -41,12 +42,13 @@ if TYPE_CHECKING:
     from controlplane.contract import Descriptor, Origin, TaskOutcome, TextBlock
     from controlplane.telemetry._telemetry import Telemetry
 
-__all__ = ["ActivationTrace"]
+__all__ = ["SpanTrace"]
 
 
-class ActivationTrace:
-    """One activation's span and timings, from admission to settlement. Thread-safe: the
-    supervisor adds steer events while the activation's thread runs its phases."""
+class SpanTrace(ActivationTrace):
+    """One activation's span and timings, from admission to settlement (the contract's
+    `ActivationTrace`). Thread-safe: the supervisor adds steer events while the
+    activation's thread runs its phases."""
 
     __slots__ = ("_api", "_ended", "_lock", "_span", "_started", "_telemetry", "_tracer",
                  "child_id", "origin", "route", "task_id")  # fmt: skip

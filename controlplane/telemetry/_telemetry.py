@@ -12,7 +12,7 @@ Everything the actors and the facade emit goes through one `Telemetry` per contr
   caller's current span (the parent's tool call): an `Operation`, here;
 - one ``subagent.activation`` span per activation, from admission to settlement, a child of
   the start or send that admitted it, with child spans for its phases (`PHASES`): an
-  `ActivationTrace` (`controlplane.telemetry._activation_trace`);
+  `SpanTrace` (`controlplane.telemetry._activation_trace`);
 - the metric instruments (`METRICS`);
 - the lifecycle log lines it owns (`controlplane.telemetry._lifecycle`): start, publish, steer,
   retry.
@@ -29,7 +29,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from controlplane.contract import Origin, SubagentControlError
-from controlplane.telemetry._activation_trace import ActivationTrace
+from controlplane.telemetry._activation_trace import SpanTrace
 from controlplane.telemetry._lifecycle import (
     current_scope,
     lifecycle_enabled,
@@ -74,8 +74,8 @@ if TYPE_CHECKING:
 __all__ = [
     "METRICS",
     "PHASES",
-    "ActivationTrace",
     "Operation",
+    "SpanTrace",
     "Telemetry",
 ]
 
@@ -185,9 +185,9 @@ class Telemetry:
         origin: Origin | None,
         chars: int,
         descriptor: Descriptor | None = None,
-    ) -> ActivationTrace:
+    ) -> SpanTrace:
         """Admit an activation: its span begins (a child of ``origin``) and it is counted
-        live until `ActivationTrace.end`."""
+        live until `SpanTrace.end`."""
         log_lifecycle(
             logging.INFO, "start", child_id=child_id, task_id=task_id,
             runtime_id=self.runtime_id, route=route, chars=chars,
@@ -212,7 +212,7 @@ class Telemetry:
                         RUNTIME_ID: self.runtime_id,
                     }
                 )
-        trace = ActivationTrace(self, task_id, child_id, route, origin, span)
+        trace = SpanTrace(self, task_id, child_id, route, origin, span)
         if descriptor is not None:
             trace.describe(descriptor)
         if self._metrics is not None:
@@ -318,7 +318,7 @@ class Operation:
 
     def admit(
         self, *, task_id: str, child_id: str, route: str, descriptor: Descriptor | None
-    ) -> ActivationTrace:
+    ) -> SpanTrace:
         """The activation this call admitted (`Telemetry.activation` under this call)."""
         self.child_id = child_id
         return self._telemetry.activation(
