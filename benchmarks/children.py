@@ -24,14 +24,16 @@ from typing import Any
 from benchmarks._report import Section, table
 from benchmarks._stats import Spread, fmt_ratio, fmt_s, percentile, sample_interleaved, spread
 from controlplane import (
-    AgentRegistry,
     CancelSignal,
-    ChatMessage,
     Descriptor,
     MessageSource,
-    ModelRequest,
     StartRequest,
     TextBlock,
+)
+from controlplane.contract import AgentRegistry
+from controlplane.models import (
+    ChatMessage,
+    ModelRequest,
 )
 
 __all__ = ["ChildrenConfig", "run_children"]

@@ -36,7 +36,7 @@ from controlplane import (
     SubagentControl,
     TextBlock,
 )
-from controlplane.contract import Telemetry
+from controlplane.telemetry import Telemetry
 
 __all__ = ["TelemetryConfig", "run_telemetry"]
 

@@ -1,21 +1,21 @@
 """subagent-control: the control plane for continuable background subagents.
 
-Start with `SubagentControl` (the facade). The contract (types, errors, protocols) is
-importable on its own: `persistence` and `actors` import it without pulling in the facade,
-which is loaded on first use of `SubagentControl`.
+Start with `SubagentControl` (the facade). These names are the public face; the rest is
+reachable from named sub-modules: `controlplane.contract` (every type, error and
+Protocol), `controlplane.models` (model adapters), `controlplane.tools` (tool-call
+handlers), `controlplane.aio` (asyncio), `controlplane.telemetry`, `controlplane.cli`.
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
+import warnings
 from typing import TYPE_CHECKING, Any
 
-from controlplane._content import ContentBlock
 from controlplane.contract import (
-    ActivationNode,
     ActorTree,
     AgentHandle,
-    AgentRegistry,
     CancelSignal,
     ChildMeta,
     ContinuableStart,
@@ -27,7 +27,6 @@ from controlplane.contract import (
     MessageSource,
     ModelSelector,
     NewEvent,
-    ProviderRegistry,
     ResumeRequest,
     SendResult,
     SessionEvent,
@@ -37,44 +36,29 @@ from controlplane.contract import (
     SubagentProvider,
     SubagentResult,
     SubagentRun,
-    SupervisorNode,
-    TaskNotice,
     TaskOutcome,
-    TaskService,
     TaskSnapshot,
     TaskStatus,
     TextBlock,
-    TranscriptWriter,
 )
 
 if TYPE_CHECKING:
-    from controlplane._acp import AcpProvider
-    from controlplane._child_tools import ChildTool
-    from controlplane._facade import ChildView, SubagentControl
-    from controlplane._fork import ForkProvider
-    from controlplane._inprocess import InProcessProvider
-    from controlplane._model import (
-        ChatMessage,
-        ModelAdapter,
-        ModelReply,
-        ModelRequest,
-        ToolCall,
-        ToolDefinition,
+    from controlplane._facade import SubagentControl
+    from controlplane.providers import (
+        AcpProvider,
+        ChildTool,
+        ForkProvider,
+        InProcessProvider,
+        ScriptedModel,
     )
-    from controlplane._scripted import ScriptedModel
 
 __all__ = [
     "AcpProvider",
-    "ActivationNode",
     "ActorTree",
     "AgentHandle",
-    "AgentRegistry",
     "CancelSignal",
-    "ChatMessage",
     "ChildMeta",
     "ChildTool",
-    "ChildView",
-    "ContentBlock",
     "ContinuableStart",
     "ContinuableStartSpec",
     "Descriptor",
@@ -84,12 +68,8 @@ __all__ = [
     "InProcessProvider",
     "LoadedSession",
     "MessageSource",
-    "ModelAdapter",
-    "ModelReply",
-    "ModelRequest",
     "ModelSelector",
     "NewEvent",
-    "ProviderRegistry",
     "ResumeRequest",
     "ScriptedModel",
     "SendResult",
@@ -101,46 +81,61 @@ __all__ = [
     "SubagentProvider",
     "SubagentResult",
     "SubagentRun",
-    "SupervisorNode",
-    "TaskNotice",
     "TaskOutcome",
-    "TaskService",
     "TaskSnapshot",
     "TaskStatus",
     "TextBlock",
-    "ToolCall",
-    "ToolDefinition",
-    "TranscriptWriter",
 ]
 
-_LAZY = {
-    "AcpProvider": "controlplane._acp",
-    "ChildTool": "controlplane._child_tools",
-    "ChatMessage": "controlplane._model",
-    "ForkProvider": "controlplane._fork",
-    "InProcessProvider": "controlplane._inprocess",
-    "ModelAdapter": "controlplane._model",
-    "ModelReply": "controlplane._model",
-    "ModelRequest": "controlplane._model",
-    "ScriptedModel": "controlplane._scripted",
-    "ToolCall": "controlplane._model",
-    "ToolDefinition": "controlplane._model",
-    "ChildView": "controlplane._facade",
+# Loaded on first use. The contract is a sub-package, so `import persistence` and
+# `import actors` (which import it) run this file first: it must stay cheap and must not
+# import the facade (which imports them back) or the providers.
+_LAZY: dict[str, str] = {
+    "AcpProvider": "controlplane.providers",
+    "ChildTool": "controlplane.providers",
+    "ForkProvider": "controlplane.providers",
+    "InProcessProvider": "controlplane.providers",
+    "ScriptedModel": "controlplane.providers",
     "SubagentControl": "controlplane._facade",
+}
+
+# Importable from here until the next release, with a DeprecationWarning naming the home.
+_DEPRECATED: dict[str, str] = {
+    "ActivationNode": "controlplane.contract",
+    "AgentRegistry": "controlplane.contract",
+    "ChildView": "controlplane.contract",
+    "ContentBlock": "controlplane.contract",
+    "ProviderRegistry": "controlplane.contract",
+    "SupervisorNode": "controlplane.contract",
+    "TaskNotice": "controlplane.contract",
+    "TaskService": "controlplane.contract",
+    "TranscriptWriter": "controlplane.contract",
+    "ChatMessage": "controlplane.models",
+    "ModelAdapter": "controlplane.models",
+    "ModelReply": "controlplane.models",
+    "ModelRequest": "controlplane.models",
+    "ToolCall": "controlplane.models",
+    "ToolDefinition": "controlplane.models",
 }
 
 
 def __getattr__(name: str) -> Any:
-    # The facade wires actors and persistence, which import this package's contract:
-    # loading it lazily keeps `import persistence` / `import actors` free of cycles.
     module_name = _LAZY.get(name)
-    if module_name is None:
-        raise AttributeError(f"module 'controlplane' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(module_name), name)
-    globals()[name] = value
-    return value
+    if module_name is not None:
+        value = getattr(importlib.import_module(module_name), name)
+        globals()[name] = value  # once loaded, an ordinary attribute
+        return value
+    home = _DEPRECATED.get(name)
+    if home is not None:
+        # Never cached in globals(): every use warns, not only the first.
+        warnings.warn(
+            f"importing {name} from controlplane is deprecated and will stop working in the "
+            f"next release; import it from {home}",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return getattr(importlib.import_module(home), name)
+    raise AttributeError(f"module 'controlplane' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:

@@ -5,6 +5,11 @@ one line ``{"ok": true, "tree": <ActorTree as JSON>}``. Anything else gets one l
 ``{"ok": false, "error": {"code": ..., "message": ...}}`` (codes in `AdminErrorCode`) or a
 closed connection. A connection may carry several requests; a framing failure (an oversized
 line, a partial line then EOF, a client slower than ``timeout_s``) ends it.
+
+It sits at the runtime's level, not in `controlplane.cli`: the facade starts the server
+(`SubagentControl.serve_admin`) and the CLI's client (`controlplane.cli`) reads the same
+wire protocol (`TREE_OP`, `encode_line`) from here, so both imports run down and neither
+the runtime nor this module imports the CLI.
 """
 
 from __future__ import annotations
@@ -25,8 +30,7 @@ from enum import StrEnum
 from types import TracebackType
 from typing import Any, Final
 
-from controlplane._errors import ErrorCode, SubagentControlError
-from controlplane._tree import ActorTree
+from controlplane.contract import ActorTree, ErrorCode, SubagentControlError
 
 __all__ = ["TREE_OP", "AdminErrorCode", "AdminServer", "encode_line"]
 

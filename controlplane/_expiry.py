@@ -31,7 +31,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Final
 
-from controlplane._task_types import RuntimeInfo
+from controlplane.contract import RuntimeInfo
 
 if TYPE_CHECKING:
     from persistence import LeaseNow, SqlStore

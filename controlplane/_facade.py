@@ -8,12 +8,11 @@ import threading
 import time
 import uuid
 from collections.abc import Iterable, Sequence
-from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
 import pykka
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ValidationError
 
 from actors import (
     ActivationPlan,
@@ -27,22 +26,35 @@ from actors import (
     SpawnChild,
     Steered,
 )
-from controlplane._agents import AgentHandle, AgentRegistry
-from controlplane._content import MessageSource, TextBlock
-from controlplane._descriptor import Descriptor
-from controlplane._errors import ClaimConflict, ErrorCode, SubagentControlError
 from controlplane._exit import close_at_exit, closed
 from controlplane._forwarding import Forwarder
-from controlplane._json import count_problem, plain_json, seconds_problem, storable_text
-from controlplane._provider import ProviderRegistry
 from controlplane._runtime import Runtime, new_runtime_id
-from controlplane._session import NewEvent, utcnow
-from controlplane._signal import CancelSignal
-from controlplane._spec import ContinuableStart, ContinuableStartSpec, SendResult
-from controlplane._task_types import TaskStatus
 from controlplane._tasks import TaskService
-from controlplane._telemetry import Operation, Telemetry
-from controlplane._tree import ActorTree
+from controlplane.contract import (
+    ActorTree,
+    AgentHandle,
+    AgentRegistry,
+    CancelSignal,
+    ChildView,
+    ClaimConflict,
+    ContinuableStart,
+    ContinuableStartSpec,
+    Descriptor,
+    ErrorCode,
+    MessageSource,
+    NewEvent,
+    ProviderRegistry,
+    SendResult,
+    SubagentControlError,
+    TaskStatus,
+    TextBlock,
+    count_problem,
+    plain_json,
+    seconds_problem,
+    storable_text,
+    utcnow,
+)
+from controlplane.telemetry import Operation, Telemetry
 from persistence import SqlStore
 
 if TYPE_CHECKING:
@@ -71,18 +83,6 @@ _MIN_LEASE_TTL_S = 0.3
 _ROOT_TIMEOUT_S = 30.0
 _REDIRECTS = 16
 _CLAIM_RACES = 3
-
-
-class ChildView(BaseModel):
-    """One child of a parent, as `list_agents` shows it."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    child_id: str
-    label: str
-    running: bool
-    task_id: str | None
-    created_at: datetime
 
 
 class SubagentControl:

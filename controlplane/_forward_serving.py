@@ -21,8 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from controlplane._errors import ErrorCode, SubagentControlError
-from controlplane._spec import SendResult
+from controlplane.contract import ErrorCode, SendResult, SubagentControlError
 
 if TYPE_CHECKING:
     from persistence import Inbox, InboxItem

@@ -62,13 +62,17 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from controlplane._content import MessageSource, TextBlock
-from controlplane._errors import ErrorCode, SubagentControlError
 from controlplane._forward_serving import InFlight, KillHere, Serve, Serving
-from controlplane._session import EventKind
-from controlplane._spec import SendResult
-from controlplane._task_types import TaskSnapshot
-from controlplane._tree import ForwardedNode
+from controlplane.contract import (
+    ErrorCode,
+    EventKind,
+    ForwardedNode,
+    MessageSource,
+    SendResult,
+    SubagentControlError,
+    TaskSnapshot,
+    TextBlock,
+)
 from persistence import InboxItem
 
 if TYPE_CHECKING:

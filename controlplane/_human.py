@@ -9,10 +9,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from controlplane._agents import AgentHandle
-from controlplane._content import MessageSource, TextBlock
-from controlplane._errors import ErrorCode, SubagentControlError
-from controlplane._spec import SendResult
+from controlplane.contract import (
+    AgentHandle,
+    ErrorCode,
+    MessageSource,
+    SendResult,
+    SubagentControlError,
+    TextBlock,
+)
 
 if TYPE_CHECKING:
     from controlplane._facade import SubagentControl

@@ -35,11 +35,10 @@ import time
 import uuid
 from typing import TYPE_CHECKING
 
-from controlplane._errors import ErrorCode, SubagentControlError
 from controlplane._lease import Renewals
-from controlplane._lifecycle import log_lifecycle
 from controlplane._own_lease import OwnLease
-from controlplane._task_types import RuntimeInfo, TaskSnapshot
+from controlplane.contract import ErrorCode, RuntimeInfo, SubagentControlError, TaskSnapshot
+from controlplane.telemetry import log_lifecycle
 
 if TYPE_CHECKING:
     from controlplane._tasks import ForeignKill, TaskService

@@ -13,15 +13,18 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
-from pydantic import BaseModel, ConfigDict
-
-from controlplane._agents import AgentHandle
-from controlplane._errors import ErrorCode, SubagentControlError
-from controlplane._lifecycle import log_kill, log_settled
-from controlplane._session import utcnow
-from controlplane._signal import CancelSignal
-from controlplane._task_types import TaskOutcome, TaskSnapshot, TaskStatus
-from controlplane._telemetry import Telemetry
+from controlplane.contract import (
+    AgentHandle,
+    CancelSignal,
+    ErrorCode,
+    SubagentControlError,
+    TaskNotice,
+    TaskOutcome,
+    TaskSnapshot,
+    TaskStatus,
+    utcnow,
+)
+from controlplane.telemetry import Telemetry, log_kill, log_settled
 
 __all__ = [
     "Claimer",
@@ -48,18 +51,6 @@ _INTERRUPTED_NOTICE = "its process ended before it finished; send it a message t
 _POLL_FIRST_S = 0.01
 _POLL_MAX_S = 0.5
 _SUMMARY_LIMIT = 500
-
-
-class TaskNotice(BaseModel):
-    """A one-line completion notice for a Task's owner, to put in front of the parent model."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    task_id: str
-    child_id: str | None
-    label: str
-    status: TaskStatus
-    summary: str
 
 
 @dataclass(eq=False)

@@ -15,7 +15,7 @@ from typing import Annotated, Any, Final
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
-from controlplane._errors import ErrorCode, SubagentControlError
+from controlplane.contract import ErrorCode, SubagentControlError
 
 __all__ = [
     "MAX_ARGUMENTS_CHARS",

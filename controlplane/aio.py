@@ -28,11 +28,17 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from typing import TYPE_CHECKING, Any, Final, ParamSpec, TypeVar
 
-from controlplane._agents import AgentHandle
-from controlplane._content import MessageSource, TextBlock
-from controlplane._errors import ErrorCode, SubagentControlError
-from controlplane._spec import ContinuableStart, ContinuableStartSpec, SendResult
-from controlplane._task_types import TaskSnapshot
+from controlplane.contract import (
+    AgentHandle,
+    ContinuableStart,
+    ContinuableStartSpec,
+    ErrorCode,
+    MessageSource,
+    SendResult,
+    SubagentControlError,
+    TaskSnapshot,
+    TextBlock,
+)
 
 if TYPE_CHECKING:
     from controlplane._facade import ChildView, SubagentControl

@@ -20,12 +20,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, overload
 
 from pydantic import BaseModel
 
-from controlplane._agents import AgentHandle
-from controlplane._content import MessageSource, TextBlock
-from controlplane._errors import ErrorCode, SubagentControlError
 from controlplane._human import HumanInput
-from controlplane._spec import ContinuableStartSpec
-from controlplane._task_types import TaskSnapshot, TaskStatus
 from controlplane._toolargs import (
     MAX_MESSAGE_CHARS,
     TOOLS,
@@ -38,6 +33,16 @@ from controlplane._toolargs import (
     parse_arguments,
 )
 from controlplane.aio import AsyncSubagentControl
+from controlplane.contract import (
+    AgentHandle,
+    ContinuableStartSpec,
+    ErrorCode,
+    MessageSource,
+    SubagentControlError,
+    TaskSnapshot,
+    TaskStatus,
+    TextBlock,
+)
 
 if TYPE_CHECKING:
     from controlplane._facade import SubagentControl

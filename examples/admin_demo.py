@@ -10,7 +10,7 @@ for SIGTERM or Ctrl-C. In another shell:
     subagent-control children --db sqlite:///demo.db
     subagent-control transcript CHILD --db sqlite:///demo.db
 
-(``python -m controlplane._cli`` works too when the package is not installed.)
+(``python -m controlplane.cli`` works too when the package is not installed.)
 """
 
 from __future__ import annotations

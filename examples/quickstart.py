@@ -18,11 +18,13 @@ from controlplane import (
     CancelSignal,
     ContinuableStartSpec,
     InProcessProvider,
-    ModelReply,
-    ModelRequest,
     ModelSelector,
     SubagentControl,
     TextBlock,
+)
+from controlplane.models import (
+    ModelReply,
+    ModelRequest,
 )
 
 

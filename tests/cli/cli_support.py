@@ -12,7 +12,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from controlplane import ActivationNode, ActorTree, SupervisorNode
+from controlplane import ActorTree
+from controlplane.contract import (
+    ActivationNode,
+    SupervisorNode,
+)
 
 
 def sample_tree() -> ActorTree:

@@ -19,8 +19,8 @@ from controlplane import (
     SubagentControl,
     TextBlock,
 )
-from controlplane._cli import main
-from controlplane._exit_status import EXIT_OK, EXIT_UNREACHABLE
+from controlplane.cli import main
+from controlplane.cli._exit_status import EXIT_OK, EXIT_UNREACHABLE
 from tests.cli.cli_support import start_ready_process, stop_process
 from tests.fakes import FakeProvider, Plan
 from tests.support import wait_published

@@ -10,8 +10,8 @@ import pytest
 import sqlalchemy as sa
 
 from controlplane import ChildMeta, MessageSource, NewEvent, SessionEvent
-from controlplane._cli import main
-from controlplane._exit_status import EXIT_NOT_FOUND, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE
+from controlplane.cli import main
+from controlplane.cli._exit_status import EXIT_NOT_FOUND, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE
 from persistence import SqlStore
 from tests.persistence.conftest import as_version_1, raw_engine
 from tests.support import run_python
@@ -203,7 +203,7 @@ def test_an_unreachable_database_server_exits_unreachable(
 @pytest.mark.parametrize("verbose", [[], ["-v"]], ids=["quiet", "verbose"])
 def test_an_unreachable_database_is_one_line_on_stderr_unless_verbose(verbose: list[str]) -> None:
     done = run_python(
-        "-m", "controlplane._cli", *verbose, "children", "--db", UNREACHABLE_PG, timeout=60
+        "-m", "controlplane.cli", *verbose, "children", "--db", UNREACHABLE_PG, timeout=60
     )
     assert done.returncode == EXIT_UNREACHABLE
     lines = done.stderr.splitlines()
@@ -220,7 +220,7 @@ def test_offline_views_start_no_actor_and_load_neither_actors_nor_the_facade(
 ) -> None:
     script = (
         "import sys\n"
-        "from controlplane._cli import main\n"
+        "from controlplane.cli import main\n"
         f"assert main(['children', '--db', {populated.url!r}]) == 0\n"
         f"assert main(['transcript', {populated.talker!r}, '--db', {populated.url!r}]) == 0\n"
         "loaded = sorted(m for m in sys.modules if m in ('actors', 'pykka', "

@@ -10,7 +10,7 @@ import pytest
 import sqlalchemy as sa
 
 from controlplane import SubagentControl
-from controlplane._cli import main
+from controlplane.cli import main
 from controlplane.contract import utcnow
 from persistence._schema import sqlite_time
 from tests.fakes import FakeProvider

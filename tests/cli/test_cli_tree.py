@@ -13,8 +13,8 @@ import pytest
 
 from controlplane import ActorTree
 from controlplane._admin import AdminServer
-from controlplane._cli import main
-from controlplane._exit_status import EXIT_ERROR_REPLY, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE
+from controlplane.cli import main
+from controlplane.cli._exit_status import EXIT_ERROR_REPLY, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE
 from tests.cli.cli_support import sample_tree, start_ready_process, stop_process
 from tests.support import run_python
 
@@ -59,7 +59,7 @@ def test_tree_reads_a_real_process_started_by_the_test(
         assert status == EXIT_OK
         assert ActorTree.model_validate_json(out) == sample_tree()
         # The module entry point too, as an operator's shell would run it.
-        cli = run_python("-m", "controlplane._cli", "tree", "--socket", path, timeout=60)
+        cli = run_python("-m", "controlplane.cli", "tree", "--socket", path, timeout=60)
         assert (cli.returncode, cli.stderr) == (EXIT_OK, "")
         assert cli.stdout == sample_tree().render() + "\n"
     finally:
@@ -224,7 +224,7 @@ def test_tree_timeout_is_a_deadline_for_the_whole_reply_not_for_each_read(
     # A byte every 0.4 s: every read succeeds well within 1 s, the reply never ends.
     started = time.monotonic()
     cli = run_python(
-        "-m", "controlplane._cli", "tree", "--socket", misbehaving_server, "--timeout", "1",
+        "-m", "controlplane.cli", "tree", "--socket", misbehaving_server, "--timeout", "1",
         timeout=40,
     )  # fmt: skip
     elapsed = time.monotonic() - started
@@ -241,7 +241,7 @@ def test_tree_timeout_is_a_deadline_for_the_whole_reply_not_for_each_read(
 def test_tree_on_a_deeply_nested_reply_exits_with_the_error_reply_code_and_no_traceback(
     misbehaving_server: str,
 ) -> None:
-    cli = run_python("-m", "controlplane._cli", "tree", "--socket", misbehaving_server, timeout=60)
+    cli = run_python("-m", "controlplane.cli", "tree", "--socket", misbehaving_server, timeout=60)
     assert (cli.returncode, cli.stdout) == (EXIT_ERROR_REPLY, ""), cli.stderr
     assert cli.stderr.startswith("subagent-control: ")
     assert "nested" in cli.stderr

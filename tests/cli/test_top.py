@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from controlplane import AgentHandle, SubagentControl
-from controlplane._cli import main
-from controlplane._exit_status import EXIT_OK, EXIT_UNREACHABLE
-from controlplane._top import render
+from controlplane.cli import main
+from controlplane.cli._exit_status import EXIT_OK, EXIT_UNREACHABLE
+from controlplane.cli._top import render
 from tests.cli.cli_support import REPO_ROOT, sample_tree
 from tests.fakes import FakeProvider
 from tests.support import running_child
@@ -87,7 +87,7 @@ def test_top_in_a_terminal_shows_a_running_child_and_quits_on_q(
     master, slave = os.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 200, 0, 0))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "controlplane._cli", "top", "--socket", path, "--interval", "0.1"],
+        [sys.executable, "-m", "controlplane.cli", "top", "--socket", path, "--interval", "0.1"],
         stdin=slave,
         stdout=slave,
         stderr=slave,

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from controlplane import ActivationNode, ActorTree, SupervisorNode
-from controlplane._tree import ForwardedNode
+from controlplane import ActorTree
+from controlplane.contract import (
+    ActivationNode,
+    SupervisorNode,
+)
+from controlplane.contract._tree import ForwardedNode
 from tests.cli.cli_support import sample_tree
 
 TAKEN = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)

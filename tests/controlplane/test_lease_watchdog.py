@@ -24,16 +24,18 @@ from controlplane import (
     ErrorCode,
     EventKind,
     InProcessProvider,
-    ModelReply,
-    ModelRequest,
     ScriptedModel,
     SubagentControl,
     SubagentControlError,
     TaskStatus,
     TextBlock,
-    ToolCall,
 )
 from controlplane.contract import CancelSignal
+from controlplane.models import (
+    ModelReply,
+    ModelRequest,
+    ToolCall,
+)
 from persistence import SqlStore
 from persistence._schema import RUNTIMES
 from tests.support import WAIT_S, eventually, raises, wait_published

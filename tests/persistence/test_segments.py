@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from controlplane import ChildMeta, EventKind, MessageSource, NewEvent
-from controlplane._json import MAX_DEPTH
+from controlplane.contract._json import MAX_DEPTH
 from persistence import RetryPolicy, SqlStore
 from persistence._codec import decode_events, to_json
 from persistence._schema import SCHEMA_VERSION

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from controlplane._agent_loop import THREAD_PREFIX
+from controlplane.providers._agent_loop import THREAD_PREFIX
 
 from .fakes import Runs
 

@@ -11,13 +11,11 @@ from typing import Any
 
 from controlplane import (
     AgentHandle,
-    AgentRegistry,
     CancelSignal,
     ChildTool,
     Descriptor,
     InProcessProvider,
     MessageSource,
-    ModelAdapter,
     ModelSelector,
     ResumeRequest,
     SessionEvent,
@@ -25,7 +23,8 @@ from controlplane import (
     SubagentRun,
     TextBlock,
 )
-from controlplane._content import text_of
+from controlplane.contract import AgentRegistry, text_of
+from controlplane.models import ModelAdapter
 
 PARENT_MODEL = ModelSelector(provider="parent-provider", model="parent-model")
 USER = MessageSource(kind="user")

@@ -32,7 +32,7 @@ from controlplane import (
     TaskStatus,
     TextBlock,
 )
-from controlplane._acp import THREAD_PREFIX
+from controlplane.providers._acp import THREAD_PREFIX
 
 pytest.importorskip("acp", reason="the acp extra is not installed")
 from controlplane import AcpProvider
@@ -369,7 +369,13 @@ def test_a_kill_while_the_agent_is_starting_rolls_back_and_leaves_no_child(
 
 
 def test_a_start_whose_activation_was_already_cancelled_spawns_nothing(agents: Agents) -> None:
-    from controlplane import AgentRegistry, CancelSignal, Descriptor, MessageSource, StartRequest
+    from controlplane import (
+        CancelSignal,
+        Descriptor,
+        MessageSource,
+        StartRequest,
+    )
+    from controlplane.contract import AgentRegistry
 
     from .fakes import FakeTranscript
 

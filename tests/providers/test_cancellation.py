@@ -8,18 +8,19 @@ import pytest
 
 from controlplane import (
     AgentHandle,
-    AgentRegistry,
     ErrorCode,
     EventKind,
     InProcessProvider,
-    ModelReply,
-    ModelRequest,
     ModelSelector,
     ScriptedModel,
     SubagentControlError,
     TextBlock,
 )
-from controlplane._signal import CancelSignal
+from controlplane.contract import AgentRegistry, CancelSignal
+from controlplane.models import (
+    ModelReply,
+    ModelRequest,
+)
 
 from .conftest import loop_threads
 from .fakes import (

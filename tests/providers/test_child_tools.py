@@ -11,18 +11,20 @@ from pydantic import BaseModel
 
 from controlplane import (
     CancelSignal,
-    ChatMessage,
     ChildTool,
     ErrorCode,
     EventKind,
     InProcessProvider,
-    ModelReply,
     ScriptedModel,
     SubagentControlError,
     TextBlock,
+)
+from controlplane.models import (
+    ChatMessage,
+    ModelReply,
     ToolCall,
 )
-from controlplane._child_tools import MAX_TOOL_TEXT_CHARS
+from controlplane.providers._child_tools import MAX_TOOL_TEXT_CHARS
 
 from .fakes import FakeTranscript, Parent, Runs, Written, descriptor, start_request
 

@@ -9,14 +9,12 @@ import pytest
 
 from controlplane import (
     AgentHandle,
-    ChatMessage,
     ContinuableStart,
     ContinuableStartSpec,
     EventKind,
     ForkProvider,
     InProcessProvider,
     MessageSource,
-    ModelReply,
     ModelSelector,
     NewEvent,
     ScriptedModel,
@@ -25,6 +23,10 @@ from controlplane import (
     TaskSnapshot,
     TaskStatus,
     TextBlock,
+)
+from controlplane.models import (
+    ChatMessage,
+    ModelReply,
 )
 
 from .conftest import loop_threads

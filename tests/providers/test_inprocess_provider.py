@@ -5,11 +5,9 @@ from __future__ import annotations
 import pytest
 
 from controlplane import (
-    ChatMessage,
     ErrorCode,
     EventKind,
     InProcessProvider,
-    ModelReply,
     ModelSelector,
     ScriptedModel,
     SubagentControlError,
@@ -17,7 +15,11 @@ from controlplane import (
     SubagentRun,
     TextBlock,
 )
-from controlplane._signal import CancelSignal
+from controlplane.contract import CancelSignal
+from controlplane.models import (
+    ChatMessage,
+    ModelReply,
+)
 
 from .conftest import loop_threads
 from .fakes import (

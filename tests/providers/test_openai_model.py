@@ -13,16 +13,18 @@ import pytest
 
 from controlplane import (
     CancelSignal,
-    ChatMessage,
     ChildTool,
     ContinuableStartSpec,
     ErrorCode,
     InProcessProvider,
-    ModelRequest,
     ModelSelector,
     SubagentControl,
     SubagentControlError,
     TextBlock,
+)
+from controlplane.models import (
+    ChatMessage,
+    ModelRequest,
     ToolCall,
     ToolDefinition,
 )

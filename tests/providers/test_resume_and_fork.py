@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from controlplane import (
-    ChatMessage,
     EventKind,
     ForkProvider,
     InProcessProvider,
@@ -12,7 +11,8 @@ from controlplane import (
     SubagentProvider,
     TextBlock,
 )
-from controlplane._signal import CancelSignal
+from controlplane.contract import CancelSignal
+from controlplane.models import ChatMessage
 
 from .fakes import (
     COORDINATOR,

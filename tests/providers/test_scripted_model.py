@@ -8,14 +8,16 @@ import pytest
 
 from controlplane import (
     CancelSignal,
-    ChatMessage,
     ErrorCode,
-    ModelAdapter,
-    ModelReply,
-    ModelRequest,
     ModelSelector,
     ScriptedModel,
     SubagentControlError,
+)
+from controlplane.models import (
+    ChatMessage,
+    ModelAdapter,
+    ModelReply,
+    ModelRequest,
 )
 
 TIMEOUT_S = 5.0

@@ -7,20 +7,22 @@ import threading
 import pytest
 
 from controlplane import (
-    ChatMessage,
     ErrorCode,
     EventKind,
     MessageSource,
-    ModelReply,
     ScriptedModel,
     SubagentControlError,
     SubagentResult,
     SubagentRun,
     TextBlock,
+)
+from controlplane.contract import CancelSignal
+from controlplane.models import (
+    ChatMessage,
+    ModelReply,
     ToolCall,
 )
-from controlplane._chat_history import chat_history
-from controlplane._signal import CancelSignal
+from controlplane.providers._chat_history import chat_history
 
 from .fakes import COORDINATOR, HUMAN, USER, FakeTranscript, Runs, Written, events
 

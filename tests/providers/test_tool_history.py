@@ -6,15 +6,17 @@ from typing import Any
 
 from controlplane import (
     CancelSignal,
-    ChatMessage,
     ChildTool,
     EventKind,
     InProcessProvider,
     ScriptedModel,
+)
+from controlplane.models import (
+    ChatMessage,
     ToolCall,
 )
-from controlplane._agent_loop import chat_history
-from controlplane._chat_history import INTERRUPTED_TOOL_CALL
+from controlplane.providers._agent_loop import chat_history
+from controlplane.providers._chat_history import INTERRUPTED_TOOL_CALL
 
 from .fakes import (
     COORDINATOR,

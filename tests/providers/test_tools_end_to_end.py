@@ -11,11 +11,13 @@ from controlplane import (
     ContinuableStartSpec,
     EventKind,
     InProcessProvider,
-    ModelReply,
     ScriptedModel,
     SubagentControl,
     TaskStatus,
     TextBlock,
+)
+from controlplane.models import (
+    ModelReply,
     ToolCall,
 )
 

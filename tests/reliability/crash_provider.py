@@ -20,8 +20,8 @@ from controlplane import (
     StartRequest,
     SubagentResult,
     TextBlock,
-    TranscriptWriter,
 )
+from controlplane.contract import TranscriptWriter
 from tests.reliability.runs import SettlingRun, SymmetricProvider
 
 __all__ = ["HELD", "NAME", "CrashProvider", "batch_key"]

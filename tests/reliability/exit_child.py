@@ -21,11 +21,13 @@ from controlplane import (
     CancelSignal,
     ContinuableStartSpec,
     InProcessProvider,
-    ModelReply,
-    ModelRequest,
     ScriptedModel,
     SubagentControl,
     TextBlock,
+)
+from controlplane.models import (
+    ModelReply,
+    ModelRequest,
 )
 
 PARENT = "exit-parent"

@@ -33,7 +33,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-import controlplane._session
+import controlplane.contract._session
 import persistence
 from controlplane import (
     ContinuableStartSpec,
@@ -48,7 +48,7 @@ from tests.support import wait_published
 
 PARENT = "lease-parent"
 WATCHDOG_S = 120.0
-_TRUE_UTCNOW = controlplane._session.utcnow
+_TRUE_UTCNOW = controlplane.contract._session.utcnow
 
 
 def shift_clock(seconds: float) -> None:

@@ -37,11 +37,13 @@ from controlplane import (
     ContinuableStartSpec,
     ErrorCode,
     InProcessProvider,
-    ModelReply,
-    ModelRequest,
     SubagentControl,
     SubagentControlError,
     TextBlock,
+)
+from controlplane.models import (
+    ModelReply,
+    ModelRequest,
     ToolCall,
 )
 from persistence import is_expired

@@ -35,8 +35,8 @@ from controlplane import (
     SubagentControlError,
     SubagentResult,
     TextBlock,
-    TranscriptWriter,
 )
+from controlplane.contract import TranscriptWriter
 from tests.reliability.runs import SettlingRun, SymmetricProvider
 
 __all__ = ["Clock", "Phase", "SteppingProvider", "SteppingRun"]

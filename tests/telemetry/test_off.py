@@ -240,7 +240,7 @@ def test_while_no_provider_is_set_the_providers_global_is_read_not_the_environme
     # set later, and asks the getter again if the global is unset after a provider.
     from types import SimpleNamespace
 
-    from controlplane._otel import _provider_getter
+    from controlplane.telemetry._otel import _provider_getter
 
     stand_in, sdk = object(), object()
     module = SimpleNamespace(_PROVIDER=None)

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from controlplane import ModelReply, TaskSnapshot, TaskStatus
+from controlplane import (
+    TaskSnapshot,
+    TaskStatus,
+)
+from controlplane.models import ModelReply
 
 from .conftest import MakeRig, Rig
 

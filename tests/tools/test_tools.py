@@ -7,7 +7,12 @@ from collections.abc import Iterator, Mapping
 
 import pytest
 
-from controlplane import ErrorCode, EventKind, ModelReply, TaskStatus
+from controlplane import (
+    ErrorCode,
+    EventKind,
+    TaskStatus,
+)
+from controlplane.models import ModelReply
 from controlplane.tools import INTERNAL_ERROR, ToolHandlers
 
 from .conftest import PARENT, WAIT_S, MakeRig, Rig

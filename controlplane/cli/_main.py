@@ -1,0 +1,251 @@
+"""The ``subagent-control`` command: the live actor tree, and offline views of the store.
+
+``tree`` and ``top`` ask a running process over its admin socket; ``children``,
+``transcript``, ``tasks`` and ``runtimes`` read the store directly and never start an actor
+(they import only ``persistence`` and the contract, and only when they run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, Final
+
+from controlplane.cli._exit_status import (
+    EXIT_FAILURE,
+    EXIT_NOT_FOUND,
+    EXIT_OK,
+    EXIT_UNREACHABLE,
+    EXIT_USAGE,
+    CommandExit,
+)
+from controlplane.cli._store import run_children, run_runtimes, run_tasks, run_transcript
+from controlplane.cli._tree import run_top, run_tree
+from controlplane.contract import ErrorCode, SubagentControlError
+
+__all__ = ["main"]
+
+_EPILOG: Final = """\
+exit status:
+  0  success
+  1  any other failure reported by the control plane or the store
+  2  usage error, including a malformed --db URL
+  3  not found: an unknown child, or a SQLite store file that does not exist
+  4  unreachable: no socket at --socket, connection refused or timed out, permission
+     denied, or the database server cannot be reached
+  5  the admin socket answered with an error, or with something that is not a tree
+"""
+
+_EXIT_BY_CODE: Final = {
+    ErrorCode.CHILD_NOT_FOUND: EXIT_NOT_FOUND,
+    ErrorCode.INVALID_INPUT: EXIT_USAGE,
+    ErrorCode.STORE_UNAVAILABLE: EXIT_UNREACHABLE,
+    ErrorCode.PERSISTENCE_UNAVAILABLE: EXIT_UNREACHABLE,
+    ErrorCode.TIMEOUT: EXIT_UNREACHABLE,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line and return its exit status (see ``--help`` for the codes)."""
+    parser = _parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse exits on --help (0) and on usage errors (2)
+        return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    _configure_logging(verbose=getattr(args, "verbose", False))
+    try:
+        args.run(args, sys.stdout)
+    except CommandExit as exc:
+        _complain(exc.message)
+        return exc.status
+    except SubagentControlError as exc:
+        _complain(str(exc))
+        return _EXIT_BY_CODE.get(exc.code, EXIT_FAILURE)
+    except BrokenPipeError:
+        # `subagent-control transcript … | head` closed the pipe: not an error.
+        _silence_stdout()
+        return EXIT_OK
+    return EXIT_OK
+
+
+def _parser() -> argparse.ArgumentParser:
+    formatter = argparse.RawDescriptionHelpFormatter
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "-v",
+        "--verbose",
+        action="store_true",
+        # SUPPRESS: a subcommand's default must not undo a -v given before the subcommand.
+        default=argparse.SUPPRESS,
+        help="also log what the store and the socket client do (retries, …) on stderr",
+    )
+    parser = argparse.ArgumentParser(
+        prog="subagent-control",
+        description="Inspect a subagent-control runtime (tree) or its store (children, "
+        "transcript).",
+        epilog=_EPILOG,
+        formatter_class=formatter,
+        parents=[common],
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    tree = commands.add_parser(
+        "tree",
+        help="print the live actor tree of a process serving an admin socket",
+        description="Ask a running process for its actor tree over the admin socket it "
+        "serves (control.serve_admin(PATH)).",
+        epilog=_EPILOG,
+        formatter_class=formatter,
+        parents=[common],
+    )
+    tree.add_argument("--socket", required=True, metavar="PATH", help="the admin socket")
+    tree.add_argument("--json", action="store_true", help="print the ActorTree as JSON")
+    tree.add_argument(
+        "--timeout",
+        type=_positive_float,
+        default=5.0,
+        metavar="SECONDS",
+        help="give up after this long, connect to the reply's last byte (default: %(default)s)",
+    )
+    tree.set_defaults(run=run_tree)
+
+    top = commands.add_parser(
+        "top",
+        help="watch the live children of a process serving an admin socket",
+        description="A live view of a running process's children, one line each (state, "
+        "Task, age, held messages, mailbox), refreshed in place; q quits. When stdout is "
+        "not a terminal, prints --iterations plain frames (default 1) and exits.",
+        epilog=_EPILOG,
+        formatter_class=formatter,
+        parents=[common],
+    )
+    top.add_argument("--socket", required=True, metavar="PATH", help="the admin socket")
+    top.add_argument(
+        "--interval",
+        type=_positive_float,
+        default=1.0,
+        metavar="SECONDS",
+        help="refresh every this long (default: %(default)s)",
+    )
+    top.add_argument(
+        "--iterations",
+        type=_positive_int,
+        metavar="N",
+        help="stop after N frames (default: until q on a terminal, else 1)",
+    )
+    top.add_argument(
+        "--timeout",
+        type=_positive_float,
+        default=5.0,
+        metavar="SECONDS",
+        help="give up on one request after this long (default: %(default)s)",
+    )
+    top.set_defaults(run=run_top)
+
+    def offline(name: str, help: str, description: str, run: Callable[..., None]) -> Any:
+        view = commands.add_parser(
+            name,
+            help=help,
+            description=f"{description} Reads the store only; starts nothing.",
+            epilog=_EPILOG,
+            formatter_class=formatter,
+            parents=[common],
+        )
+        _add_db(view)
+        view.add_argument("--json", action="store_true", help="print one JSON object per line")
+        view.set_defaults(run=run)
+        return view
+
+    children = offline(
+        "children",
+        "list the children in a store",
+        "List the durable children in a store, oldest first.",
+        run_children,
+    )
+    children.add_argument("--parent", metavar="ID", help="only the children of this session")
+    tasks = offline(
+        "tasks",
+        "list the Tasks in a store",
+        "List the Tasks kept in a store (every runtime's, newest first).",
+        run_tasks,
+    )
+    tasks.add_argument("--owner", metavar="SESSION", help="only the Tasks of this session")
+    offline(
+        "runtimes",
+        "list the runtimes that share a store",
+        "List every runtime (open SubagentControl) the store knows, oldest first, with "
+        "whether it is alive and how many Tasks it runs.",
+        run_runtimes,
+    )
+
+    transcript = commands.add_parser(
+        "transcript",
+        help="print the transcript of one child",
+        description="Print every event of one child, oldest first. Reads the store only; "
+        "starts nothing.",
+        epilog=_EPILOG,
+        formatter_class=formatter,
+        parents=[common],
+    )
+    transcript.add_argument("child", metavar="CHILD", help="the child id")
+    _add_db(transcript)
+    transcript.add_argument("--json", action="store_true", help="print one event per line")
+    transcript.set_defaults(run=run_transcript)
+    return parser
+
+
+def _add_db(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--db",
+        required=True,
+        metavar="URL",
+        help="the store URL, e.g. sqlite:///state.db or postgresql+psycopg://user@host:5432/db",
+    )
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1: {text!r}")
+    return value
+
+
+def _configure_logging(*, verbose: bool) -> None:
+    root = logging.getLogger()
+    if verbose:
+        logging.basicConfig(level=logging.INFO, format="%(name)s: %(message)s")
+    elif not root.handlers:
+        # Without a handler, Python prints every library warning (each store retry) on
+        # stderr; the outcome is reported once, as the command's own message.
+        root.addHandler(logging.NullHandler())
+
+
+def _complain(message: str) -> None:
+    print(f"subagent-control: {message}", file=sys.stderr)
+
+
+def _silence_stdout() -> None:
+    # Python flushes stdout at exit and would report the broken pipe again.
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

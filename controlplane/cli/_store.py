@@ -1,0 +1,226 @@
+"""``subagent-control children``, ``transcript``, ``tasks`` and ``runtimes``: offline views
+of a store, read as it is (`SqlStore` ``read_only``: no table created, no migration). They
+never start an actor, and import ``persistence`` only when they run."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from collections.abc import Callable, Sequence
+from typing import IO, TYPE_CHECKING, Any, TypeVar
+
+from pydantic import BaseModel
+
+from controlplane.cli._exit_status import EXIT_NOT_FOUND, EXIT_USAGE, CommandExit
+from controlplane.contract import SessionEvent, escape_controls, utcnow
+
+if TYPE_CHECKING:
+    from persistence import SqlStore
+
+__all__ = ["run_children", "run_runtimes", "run_tasks", "run_transcript"]
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def _open_store(url: str) -> SqlStore:
+    scheme, sep, _ = url.partition("://")
+    if not sep or not scheme:
+        raise CommandExit(
+            EXIT_USAGE,
+            f"--db {url!r} is not a database URL; use e.g. sqlite:///state.db or "
+            "postgresql+psycopg://user@host:5432/db",
+        )
+    sqlite_path = _sqlite_file(url)
+    if sqlite_path is not None and not os.path.isfile(sqlite_path):
+        # The store would create an empty database there: say the name is wrong instead.
+        raise CommandExit(EXIT_NOT_FOUND, f"no SQLite store at {sqlite_path}: check --db")
+    from persistence import SqlStore
+
+    # Read as it is: an inspection never creates tables or migrates an older store
+    # (a process of that older version may still be using it).
+    return SqlStore(url, read_only=True)
+
+
+def _sqlite_file(url: str) -> str | None:
+    """The file a ``sqlite:///path`` URL names, or None for memory and URI forms."""
+    scheme, _, rest = url.partition("://")
+    if scheme != "sqlite" and not scheme.startswith("sqlite+"):
+        return None
+    if not rest.startswith("/"):
+        return None
+    path = rest[1:].split("?", 1)[0]
+    if path in ("", ":memory:") or path.startswith("file:"):
+        return None
+    return path
+
+
+def run_children(args: argparse.Namespace, out: IO[str]) -> None:
+    store = _open_store(args.db)
+    try:
+        children = store.list_children(args.parent)
+    finally:
+        store.close()
+    _write_list(
+        out,
+        children,
+        as_json=args.json,
+        empty=f"(no children{f' of parent {args.parent}' if args.parent else ''})",
+        header=("CHILD", "PARENT", "DEPTH", "CREATED", "LABEL"),
+        row=lambda meta: (
+            meta.child_id,
+            meta.parent_session,
+            str(meta.depth),
+            meta.created_at.isoformat(timespec="seconds"),
+            meta.label or "",
+        ),
+    )
+
+
+def run_tasks(args: argparse.Namespace, out: IO[str]) -> None:
+    store = _open_store(args.db)
+    try:
+        tasks = store.ledger.recent(args.owner) if store.keeps_tasks else []
+    finally:
+        store.close()
+    _write_list(
+        out,
+        tasks,
+        as_json=args.json,
+        empty=f"(no tasks{f' of session {args.owner}' if args.owner else ''})",
+        header=("TASK", "STATUS", "OWNER", "CHILD", "CREATED", "RUNTIME", "LABEL"),
+        row=lambda task: (
+            task.id,
+            task.status.value,
+            task.owner_session,
+            task.child_id or "",
+            task.created_at.isoformat(timespec="seconds"),
+            task.runtime_id or "",
+            task.label,
+        ),
+    )
+
+
+def _write_list(
+    out: IO[str],
+    items: Sequence[M],
+    *,
+    as_json: bool,
+    empty: str,
+    header: Sequence[str],
+    row: Callable[[M], Sequence[str]],
+) -> None:
+    """An offline view's records: one JSON object per line, a table, or ``empty``."""
+    if as_json:
+        for item in items:
+            out.write(item.model_dump_json() + "\n")
+    elif not items:
+        out.write(escape_controls(empty) + "\n")
+    else:
+        _write_table(out, header, [row(item) for item in items])
+
+
+def run_runtimes(args: argparse.Namespace, out: IO[str]) -> None:
+    from persistence import is_expired
+
+    store = _open_store(args.db)
+    try:
+        runtimes = store.ledger.runtimes() if store.keeps_tasks else []
+        claims = store.ledger.claims() if store.keeps_tasks else {}
+        now = store.ledger.lease_now(utcnow())  # SQLite: the host's boot clock too
+    finally:
+        store.close()
+    if args.json:
+        for runtime in runtimes:
+            held = [
+                {"child_id": child, "task_id": task, "fence": fence}
+                for child, task, fence in claims.get(runtime.runtime_id, [])
+            ]
+            record = runtime.model_dump(mode="json") | {
+                "alive": not is_expired(runtime, now),
+                "claims": held,
+            }
+            out.write(json.dumps(record) + "\n")
+        return
+    if not runtimes:
+        out.write("(no runtimes)\n")
+        return
+    rows = [
+        (
+            runtime.runtime_id,
+            "dead" if is_expired(runtime, now) else "alive",
+            runtime.host,
+            str(runtime.pid),
+            runtime.heartbeat_at.isoformat(timespec="seconds"),
+            str(runtime.running_tasks),
+            " ".join(
+                f"{child}@{fence}" for child, _task, fence in claims.get(runtime.runtime_id, [])
+            ),
+        )
+        for runtime in runtimes
+    ]
+    header = ("RUNTIME", "STATE", "HOST", "PID", "HEARTBEAT", "RUNNING", "HOLDS (CHILD@FENCE)")
+    _write_table(out, header, rows)
+
+
+def run_transcript(args: argparse.Namespace, out: IO[str]) -> None:
+    store = _open_store(args.db)
+    try:
+        session = store.load(args.child)
+    finally:
+        store.close()
+    if args.json:
+        for event in session.events:
+            out.write(event.model_dump_json() + "\n")
+        return
+    meta = session.meta
+    out.write(
+        escape_controls(
+            f"child {meta.child_id}  parent={meta.parent_session}  depth={meta.depth}"
+            f"  created={meta.created_at.isoformat()}  events={len(session.events)}"
+            f"  turns={session.last_turn}"
+        )
+        + "\n"
+    )
+    rows = [
+        (str(e.seq), str(e.turn), e.kind, e.source.kind if e.source else "-", _event_text(e))
+        for e in session.events
+    ]
+    _write_table(out, ("SEQ", "TURN", "KIND", "SOURCE", "TEXT"), rows)
+
+
+def _event_text(event: SessionEvent) -> str:
+    """What a person wants to read of an event: its text, else its data as JSON."""
+    text = _text_in(event.data)
+    if text is None:
+        if event.data is None:
+            return ""
+        text = json.dumps(event.data, ensure_ascii=False, separators=(",", ":"))
+    return text
+
+
+def _text_in(data: Any) -> str | None:
+    if isinstance(data, str):
+        return data
+    if isinstance(data, list) and data and all(_is_text_block(b) for b in data):
+        return "".join(block["text"] for block in data)
+    if isinstance(data, dict):
+        for key in ("content", "message", "prompt", "output", "text"):
+            if key in data:
+                found = _text_in(data[key])
+                if found is not None:
+                    return found
+    return None
+
+
+def _is_text_block(value: Any) -> bool:
+    return isinstance(value, dict) and isinstance(value.get("text"), str)
+
+
+def _write_table(out: IO[str], header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
+    # The last column is free text: it is not padded, so long texts do not widen the rest.
+    table = [[escape_controls(cell) for cell in row] for row in [header, *rows]]
+    widths = [max(len(row[i]) for row in table) for i in range(len(header) - 1)]
+    for row in table:
+        cells = [cell.ljust(width) for cell, width in zip(row, widths, strict=False)]
+        out.write("  ".join([*cells, row[-1]]).rstrip() + "\n")

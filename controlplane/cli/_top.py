@@ -1,0 +1,201 @@
+"""``subagent-control top``: a live view of a running process's children, refreshed in place.
+
+One line per live child (each supervisor of the process): its state, its Task, how long its
+activation has run, the messages held for its publication and its mailbox depth. On a
+terminal the view redraws every ``--interval`` seconds on the alternate screen and ends on
+``q`` (or Ctrl-C), leaving the screen as it was; when stdout is not a terminal it prints
+plain frames (one by default) and exits, so ``top | grep`` and scripts work.
+
+It reads only what ``tree`` reads (the admin socket), and shows every id and reason with
+control characters escaped, as ``tree`` does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import shutil
+import sys
+import time
+from collections.abc import Callable, Iterator
+from typing import IO, Final
+
+from controlplane.contract import ActorTree, SupervisorNode, escape_controls
+
+__all__ = ["render", "run_top"]
+
+_HEADER: Final = ("CHILD", "STATE", "TASK", "AGE", "HELD", "MAILBOX", "PARENT")
+_ORDER: Final = {"running": 0, "starting": 1, "settling": 2, "busy": 3, "idle": 4}
+_QUIT_KEYS: Final = frozenset(b"qQ")
+_ENTER_SCREEN: Final = "\x1b[?1049h\x1b[?25l"  # alternate screen, cursor hidden
+_LEAVE_SCREEN: Final = "\x1b[?25h\x1b[?1049l"
+_HOME: Final = "\x1b[H"
+_CLEAR_LINE: Final = "\x1b[K"
+_CLEAR_BELOW: Final = "\x1b[J"
+
+
+def render(tree: ActorTree, *, source: str, error: str | None = None) -> list[str]:
+    """The view of ``tree`` as lines: a summary, a header, then one row per child,
+    busiest first (running, starting, settling, busy, idle; the oldest activation first)."""
+    nodes = sorted(tree.supervisors, key=_rank)
+    counts: dict[str, int] = {}
+    for node in nodes:
+        counts[node.state] = counts.get(node.state, 0) + 1
+    states = ", ".join(f"{counts[s]} {s}" for s in _ORDER if s in counts) or "none"
+    noun = "child" if len(nodes) == 1 else "children"
+    at = tree.taken_at.astimezone().strftime("%H:%M:%S")
+    closed = " (closed)" if tree.closed else ""
+    summary = f"subagent-control top — {source} — {at}{closed} — {len(nodes)} {noun}: {states}"
+    rows = [_row(node) for node in nodes]
+    lines = [escape_controls(summary)]
+    if error is not None:
+        lines.append(escape_controls(f"! {error} (showing the last view)"))
+    return [*lines, *_table([_HEADER, *rows])]
+
+
+def _rank(node: SupervisorNode) -> tuple[int, float]:
+    age = node.activation.age_s if node.activation is not None else 0.0
+    return _ORDER.get(node.state, len(_ORDER)), -age
+
+
+def _row(node: SupervisorNode) -> tuple[str, ...]:
+    activation = node.activation
+    return (
+        node.child_id,
+        node.state,
+        node.task_id or "-",
+        _age(activation.age_s) if activation is not None else "-",
+        str(node.held_messages),
+        str(node.mailbox_depth),
+        node.parent_session or "?",
+    )
+
+
+def _age(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(int(seconds), 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m"
+
+
+def _table(rows: list[tuple[str, ...]]) -> list[str]:
+    cells = [[escape_controls(cell) for cell in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(_HEADER) - 1)]
+    return [
+        "  ".join([*(c.ljust(w) for c, w in zip(row, widths, strict=False)), row[-1]]).rstrip()
+        for row in cells
+    ]
+
+
+def run_top(
+    fetch: Callable[[], ActorTree],
+    *,
+    out: IO[str],
+    source: str,
+    interval_s: float,
+    iterations: int | None,
+    keys: IO[str] | None = None,
+) -> None:
+    """Show ``fetch()`` every ``interval_s`` seconds: live on a terminal until ``q`` (or
+    ``iterations`` frames), else ``iterations`` plain frames (default one).
+
+    Raises:
+        Whatever ``fetch`` raises when not on a terminal, or for the first frame.
+    """
+    keys = sys.stdin if keys is None else keys
+    if not out.isatty():
+        _plain(fetch, out=out, source=source, interval_s=interval_s, frames=iterations or 1)
+        return
+    tree = fetch()  # an unreachable socket is the command's error, not a screen of it
+    with _screen(out), _cbreak(keys) as key_fd:
+        frames = 0
+        error: str | None = None
+        while True:
+            _draw(out, render(tree, source=source, error=error))
+            frames += 1
+            if iterations is not None and frames >= iterations:
+                return
+            if _quit_within(key_fd, interval_s):
+                return
+            try:
+                tree, error = fetch(), None
+            except Exception as exc:  # the process may be gone for now: say so, keep trying
+                error = getattr(exc, "message", None) or str(exc) or type(exc).__name__
+
+
+def _plain(
+    fetch: Callable[[], ActorTree], *, out: IO[str], source: str, interval_s: float, frames: int
+) -> None:
+    for frame in range(frames):
+        if frame:
+            time.sleep(interval_s)  # the refresh interval, not a synchronisation
+            out.write("\n")
+        out.write("\n".join(render(fetch(), source=source)) + "\n")
+        out.flush()
+
+
+def _draw(out: IO[str], lines: list[str]) -> None:
+    size = shutil.get_terminal_size()
+    shown = lines[: max(1, size.lines - 1)]
+    if len(shown) < len(lines):
+        shown[-1] = f"… {len(lines) - len(shown) + 1} more (enlarge the terminal)"
+    text = _CLEAR_LINE + "\n".join(line[: size.columns] + _CLEAR_LINE for line in shown)
+    out.write(_HOME + text + "\n" + _CLEAR_BELOW)
+    out.flush()
+
+
+def _quit_within(key_fd: int | None, timeout_s: float) -> bool:
+    """Wait up to ``timeout_s`` for a key; whether it was a quit key."""
+    deadline = time.monotonic() + timeout_s
+    while (left := deadline - time.monotonic()) > 0:
+        if key_fd is None:
+            time.sleep(left)
+            return False
+        ready, _, _ = select.select([key_fd], [], [], left)
+        if not ready:
+            return False
+        typed = os.read(key_fd, 64)
+        if not typed:  # end of input: nothing more will be typed
+            key_fd = None
+            continue
+        if any(byte in _QUIT_KEYS for byte in typed):
+            return True
+    return False
+
+
+@contextlib.contextmanager
+def _screen(out: IO[str]) -> Iterator[None]:
+    out.write(_ENTER_SCREEN)
+    try:
+        yield
+    except KeyboardInterrupt:  # Ctrl-C quits, as q does
+        pass
+    finally:
+        out.write(_LEAVE_SCREEN)
+        out.flush()
+
+
+@contextlib.contextmanager
+def _cbreak(keys: IO[str]) -> Iterator[int | None]:
+    """Keys one at a time, not echoed, from ``keys`` if it is a terminal (else None)."""
+    try:
+        fd = keys.fileno()
+    except (AttributeError, OSError, ValueError):
+        yield None
+        return
+    if not os.isatty(fd):
+        yield None
+        return
+    import termios
+    import tty
+
+    saved = termios.tcgetattr(fd)
+    try:
+        tty.setcbreak(fd)
+        yield fd
+    finally:
+        termios.tcsetattr(fd, termios.TCSADRAIN, saved)

@@ -1,0 +1,134 @@
+"""The contract every layer builds on: types, errors, Protocols, and the few helpers every
+layer shares (the JSON gate, the clock, descriptor folding, `text_of`).
+
+It sits at the bottom: it imports nothing of ours outside itself, so `persistence/` and
+`actors/` (and the runtime above them) depend on it and never on each other's internals.
+The services the actors call but the runtime builds (the Task service, the telemetry) are
+interfaces here (the Protocols `TaskService` and `Telemetry`, the abstract
+`ActivationTrace`); their implementations live in `controlplane._tasks` and
+`controlplane.telemetry`.
+"""
+
+from controlplane.contract._agents import AgentHandle, AgentRegistry
+from controlplane.contract._content import (
+    ContentBlock,
+    MessageSource,
+    ModelSelector,
+    TextBlock,
+    text_of,
+)
+from controlplane.contract._descriptor import Descriptor, fold_descriptor
+from controlplane.contract._errors import ClaimConflict, ErrorCode, SubagentControlError
+from controlplane.contract._json import (
+    JsonValue,
+    count_problem,
+    dumps,
+    plain_json,
+    seconds_problem,
+    storable_text,
+)
+from controlplane.contract._provider import (
+    ProviderRegistry,
+    ResumeRequest,
+    StartRequest,
+    StopReason,
+    SubagentProvider,
+    SubagentResult,
+    SubagentRun,
+    TranscriptWriter,
+)
+from controlplane.contract._services import (
+    NO_TRACE,
+    ActivationTrace,
+    Origin,
+    Requester,
+    TaskService,
+    Telemetry,
+)
+from controlplane.contract._session import (
+    ChildMeta,
+    EventKind,
+    LoadedSession,
+    NewEvent,
+    SessionEvent,
+    utcnow,
+)
+from controlplane.contract._signal import CancelSignal
+from controlplane.contract._spec import (
+    ChildView,
+    ContinuableStart,
+    ContinuableStartSpec,
+    SendResult,
+)
+from controlplane.contract._task_types import (
+    RuntimeInfo,
+    TaskNotice,
+    TaskOutcome,
+    TaskSnapshot,
+    TaskStatus,
+)
+from controlplane.contract._tree import (
+    ActivationNode,
+    ActorTree,
+    ForwardedNode,
+    SupervisorNode,
+    SupervisorState,
+    escape_controls,
+)
+
+__all__ = [
+    "NO_TRACE",
+    "ActivationNode",
+    "ActivationTrace",
+    "ActorTree",
+    "AgentHandle",
+    "AgentRegistry",
+    "CancelSignal",
+    "ChildMeta",
+    "ChildView",
+    "ClaimConflict",
+    "ContentBlock",
+    "ContinuableStart",
+    "ContinuableStartSpec",
+    "Descriptor",
+    "ErrorCode",
+    "EventKind",
+    "ForwardedNode",
+    "JsonValue",
+    "LoadedSession",
+    "MessageSource",
+    "ModelSelector",
+    "NewEvent",
+    "Origin",
+    "ProviderRegistry",
+    "Requester",
+    "ResumeRequest",
+    "RuntimeInfo",
+    "SendResult",
+    "SessionEvent",
+    "StartRequest",
+    "StopReason",
+    "SubagentControlError",
+    "SubagentProvider",
+    "SubagentResult",
+    "SubagentRun",
+    "SupervisorNode",
+    "SupervisorState",
+    "TaskNotice",
+    "TaskOutcome",
+    "TaskService",
+    "TaskSnapshot",
+    "TaskStatus",
+    "Telemetry",
+    "TextBlock",
+    "TranscriptWriter",
+    "count_problem",
+    "dumps",
+    "escape_controls",
+    "fold_descriptor",
+    "plain_json",
+    "seconds_problem",
+    "storable_text",
+    "text_of",
+    "utcnow",
+]

@@ -1,0 +1,172 @@
+"""The provider contract: how a child is started or resumed, and what a run exposes."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict
+
+from controlplane.contract._agents import AgentHandle
+from controlplane.contract._content import MessageSource, TextBlock
+from controlplane.contract._descriptor import Descriptor
+from controlplane.contract._errors import ErrorCode, SubagentControlError
+from controlplane.contract._session import SessionEvent
+
+if TYPE_CHECKING:
+    from controlplane.contract._signal import CancelSignal
+
+__all__ = [
+    "ProviderRegistry",
+    "ResumeRequest",
+    "StartRequest",
+    "StopReason",
+    "SubagentProvider",
+    "SubagentResult",
+    "SubagentRun",
+    "TranscriptWriter",
+]
+
+
+class StopReason(StrEnum):
+    """Why a run stopped; providers may report other strings too."""
+
+    COMPLETED = "completed"
+    ABORTED = "aborted"
+    ERROR = "error"
+    MAX_TOKENS = "max-tokens"
+    REFUSAL = "refusal"
+
+
+class SubagentResult(BaseModel):
+    """What a run's ``result()`` returns."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    stop_reason: StopReason | str
+    output: list[TextBlock] = []
+
+
+@runtime_checkable
+class TranscriptWriter(Protocol):
+    """Where a provider writes what the child produces (``assistant/message``, …).
+
+    Writes are ordered and stamped with the activation's turn. Before publication they are
+    held and written right after the activation's frame; if the activation never publishes
+    they are dropped with it. Inbound messages (prompt, steering) are written by the control
+    plane, never through this writer.
+    """
+
+    @property
+    def turn(self) -> int:
+        """The turn number of this activation."""
+        ...
+
+    def append(self, kind: str, data: Any, *, source: MessageSource | None = None) -> None:
+        """Append one event to the child's transcript (blocking until durable if published).
+
+        Raises:
+            SubagentControlError: ``INVALID_INPUT`` for non-JSON data, ``DURABILITY_FAILED``
+                when the store keeps failing after retries.
+        """
+        ...
+
+
+class _RequestBase(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+
+    child_id: str
+    prompt: list[TextBlock]
+    source: MessageSource
+    parent: AgentHandle
+    descriptor: Descriptor
+    depth: int
+    transcript: TranscriptWriter
+    seed: list[SessionEvent] = []
+    """Events copied from the parent's history at fork time (empty when not forked)."""
+
+
+class StartRequest(_RequestBase):
+    """The first activation of a child."""
+
+
+class ResumeRequest(_RequestBase):
+    """A later activation: ``events`` are the child's own events from the earlier turns."""
+
+    events: list[SessionEvent]
+
+
+@runtime_checkable
+class SubagentRun(Protocol):
+    """A published run: one activation's handle on the provider's work.
+
+    ``steer`` is either a callable ``steer(message, source)`` that raises once the turn has
+    settled, or None for providers without live delivery.
+    """
+
+    child_id: str
+    local_agent: AgentHandle | None
+    steer: Callable[[Sequence[TextBlock], MessageSource], None] | None
+
+    def result(self) -> SubagentResult:
+        """Block until the turn ends and return its result."""
+        ...
+
+    def dispose(self) -> None:
+        """Release everything the run holds; after it returns the run is quiescent."""
+        ...
+
+
+@runtime_checkable
+class SubagentProvider(Protocol):
+    """Starts and resumes children. ``name`` is its key in the provider registry.
+
+    Before it returns a run, ``start``/``resume`` must watch ``signal``: on abort they roll
+    back to quiescence and raise. After publication the signal cancels the run.
+    """
+
+    @property
+    def name(self) -> str: ...
+
+    def start(self, request: StartRequest, signal: CancelSignal) -> SubagentRun: ...
+
+    def resume(self, request: ResumeRequest, signal: CancelSignal) -> SubagentRun: ...
+
+
+class ProviderRegistry:
+    """Providers by name."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._providers: dict[str, SubagentProvider] = {}
+
+    def register(self, provider: SubagentProvider) -> None:
+        """Register (or replace) ``provider`` under ``provider.name``."""
+        name = getattr(provider, "name", None)
+        if not isinstance(name, str) or not name:
+            raise SubagentControlError(
+                ErrorCode.INVALID_INPUT, "a provider needs a non-empty string `name`"
+            )
+        with self._lock:
+            self._providers[name] = provider
+
+    def get(self, name: str) -> SubagentProvider:
+        """The provider registered as ``name``.
+
+        Raises:
+            SubagentControlError: ``UNKNOWN_PROVIDER``.
+        """
+        provider = self._providers.get(name)
+        if provider is None:
+            known = ", ".join(sorted(self._providers)) or "none"
+            raise SubagentControlError(
+                ErrorCode.UNKNOWN_PROVIDER,
+                f"no provider named {name!r} is registered (registered: {known})",
+            )
+        return provider
+
+    def names(self) -> list[str]:
+        """The registered provider names, sorted."""
+        return sorted(self._providers)

@@ -1,0 +1,97 @@
+"""Out-of-band cancellation for one activation."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from controlplane.contract._errors import ErrorCode, SubagentControlError
+
+__all__ = ["CancelSignal"]
+
+log = logging.getLogger(__name__)
+
+
+class CancelSignal:
+    """A thread-safe cancellation state; the first reason wins.
+
+    Set out-of-band (never a mailbox message, which would queue behind a blocked turn)
+    and checked by the activation and the provider at their checkpoints.
+    """
+
+    __slots__ = ("_callbacks", "_cause", "_event", "_lock", "_reason")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._event = threading.Event()
+        self._reason: str | None = None
+        self._cause: ErrorCode | None = None
+        self._callbacks: list[Callable[[str], object]] = []
+
+    @property
+    def aborted(self) -> bool:
+        """Whether the signal has been aborted."""
+        return self._event.is_set()
+
+    @property
+    def reason(self) -> str | None:
+        """The first abort reason, or None while not aborted."""
+        return self._reason
+
+    @property
+    def cause(self) -> ErrorCode | None:
+        """Why the control plane aborted, when it was not a kill: ``INTERNAL`` (the
+        activation's supervisor failed; its Task settles ``failed``) or ``FENCED`` (its
+        runtime lost the child's claim; ``interrupted``). None for a kill."""
+        return self._cause
+
+    def abort(self, reason: str, *, cause: ErrorCode | None = None) -> bool:
+        """Abort with ``reason``; returns False (and keeps the first reason) if already aborted.
+
+        Args:
+            reason: Why, in words; it becomes the Task's detail.
+            cause: For the control plane's own aborts, the code that says how the Task
+                settles (see `cause`); None for a kill.
+        """
+        with self._lock:
+            if self._event.is_set():
+                return False
+            self._reason = reason
+            self._cause = cause
+            self._event.set()
+            callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            self._run(callback, reason)
+        return True
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until aborted or ``timeout`` seconds pass; returns whether it is aborted."""
+        return self._event.wait(timeout)
+
+    def add_callback(self, fn: Callable[[str], object]) -> None:
+        """Run ``fn(reason)`` once on abort; at once (in this thread) if already aborted."""
+        with self._lock:
+            if not self._event.is_set():
+                self._callbacks.append(fn)
+                return
+            reason = self._reason
+        assert reason is not None
+        self._run(fn, reason)
+
+    def raise_if_aborted(self) -> None:
+        """Raise ``CANCELLED`` with the abort reason if the signal is aborted."""
+        if self._event.is_set():
+            raise SubagentControlError(ErrorCode.CANCELLED, f"cancelled: {self._reason}")
+
+    @staticmethod
+    def _run(callback: Callable[[str], object], reason: str) -> None:
+        try:
+            callback(reason)
+        except BaseException:  # escaping, it would stop every actor
+            # A faulty callback must not stop the others or the thread that aborted.
+            log.exception("cancel callback %r failed", callback)
+
+    def __repr__(self) -> str:
+        state = f"aborted: {self._reason!r}" if self.aborted else "live"
+        return f"<CancelSignal {state}>"

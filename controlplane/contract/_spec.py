@@ -1,0 +1,69 @@
+"""Inputs and results of the two entry points, `start_continuable` and `send_message`, and
+the view of a parent's children (`children`)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from controlplane.contract._agents import AgentHandle
+from controlplane.contract._content import TextBlock
+from controlplane.contract._session import NewEvent
+
+__all__ = ["ChildView", "ContinuableStart", "ContinuableStartSpec", "SendResult"]
+
+
+class ContinuableStartSpec(BaseModel):
+    """What to start: a provider, a label, a prompt and the parent that owns the child.
+
+    ``agent_provider``/``agent_model`` default to the parent's `ModelSelector`; a selector
+    neither declares is omitted from the descriptor. ``seed_events`` (for the ``fork``
+    provider) are copied into the child once, as its seed.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
+
+    provider: str
+    label: str
+    prompt: list[TextBlock]
+    parent: AgentHandle
+    persona: str | None = None
+    # Checked (plain JSON, detached copy) by `start_continuable`, which refuses anything
+    # else with INVALID_DESCRIPTOR; typed loosely here so a bad value reaches that check.
+    tool_filter: Any = None
+    agent_provider: str | None = None
+    agent_model: str | None = None
+    inputs: Any = None
+    seed_events: list[NewEvent] | None = None
+
+
+class ContinuableStart(BaseModel):
+    """The ids `start_continuable` returns at once."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    child_id: str
+    task_id: str
+
+
+class SendResult(BaseModel):
+    """How `send_message` delivered: into the running turn, or by starting a new one."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    route: Literal["steered", "started"]
+    task_id: str = Field(min_length=1)
+
+
+class ChildView(BaseModel):
+    """One child of a parent, as `list_agents` shows it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    child_id: str
+    label: str
+    running: bool
+    task_id: str | None
+    created_at: datetime

@@ -1,0 +1,103 @@
+"""What a parent observes of a Task."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from controlplane.contract._errors import ErrorCode
+
+__all__ = ["RuntimeInfo", "TaskNotice", "TaskOutcome", "TaskSnapshot", "TaskStatus"]
+
+
+class TaskStatus(StrEnum):
+    """A Task's status; every value but ``running`` is terminal.
+
+    ``interrupted``: the Task's runtime ended (crash, kill, lost claim) before it settled;
+    a live runtime settled it so. Send the child a message to continue it.
+    """
+
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    KILLED = "killed"
+    INTERRUPTED = "interrupted"
+
+    @property
+    def is_terminal(self) -> bool:
+        """Whether the Task has settled."""
+        return self is not TaskStatus.RUNNING
+
+
+class TaskOutcome(BaseModel):
+    """How a Task ended: ``output`` for completed, ``detail`` for failed (and killed)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    status: TaskStatus
+    output: str | None = None
+    detail: str | None = None
+    code: ErrorCode | None = None
+
+
+class TaskSnapshot(BaseModel):
+    """A point-in-time view of a Task, as kept in the store.
+
+    Attributes:
+        runtime_id: The runtime (`SubagentControl.runtime_id`) that ran it.
+        settled_at: When it settled (None while running); ``ended_at`` is the same time,
+            under its older name.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str
+    kind: Literal["subagent"] = "subagent"
+    label: str
+    owner_session: str
+    status: TaskStatus
+    outcome: TaskOutcome | None = None
+    child_id: str | None = None
+    runtime_id: str | None = None
+    created_at: datetime
+    settled_at: datetime | None = None
+    ended_at: datetime | None = None
+
+
+class TaskNotice(BaseModel):
+    """A one-line completion notice for a Task's owner, to put in front of the parent model
+    (`tasks.drain_notices`)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    task_id: str
+    child_id: str | None
+    label: str
+    status: TaskStatus
+    summary: str
+
+
+class RuntimeInfo(BaseModel):
+    """One runtime (an open `SubagentControl`) as the store knows it.
+
+    A runtime is dead once it closed, or once its heartbeat is older than its
+    ``lease_ttl_s``; its running Tasks are then settled ``interrupted`` by a live one.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    runtime_id: str
+    host: str
+    pid: int
+    boot_id: str | None = None
+    started_at: datetime
+    heartbeat_at: datetime
+    lease_ttl_s: float
+    closed_at: datetime | None = None
+    heartbeat_boot_s: float | None = None
+    """SQLite: the host's boot clock (``CLOCK_BOOTTIME``, seconds) at the last heartbeat,
+    under ``boot_id``; its lease is judged on it, not on ``heartbeat_at``'s wall clock."""
+    running_tasks: int = 0

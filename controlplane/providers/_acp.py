@@ -1,0 +1,375 @@
+"""`AcpProvider`: each activation drives an Agent Client Protocol agent in a subprocess.
+
+One activation is one agent process, spoken to over stdio with the ``agent-client-protocol``
+package (the optional ``acp`` extra, imported when the provider is built), on an asyncio
+loop in a thread of the run's own. `start` returns once the prompt is on its way, so a
+failure to spawn, initialize or open the session fails the start with the agent's own
+words and leaves no child behind; after that the run's result is the prompt's.
+
+Kill: ``session/cancel``; if the agent does not end its prompt within the grace period, the
+prompt is abandoned. Then, on every way out of the run (answered, cancelled, failed), the
+agent is reaped: EOF on its stdin, SIGTERM to its whole process group promptly after, and
+SIGKILL after the grace period (`_acp_client.reap`). Once reaping began nothing
+interrupts it: a kill or a cancellation that lands meanwhile cannot skip a signal. A harness
+that dies without reaping leaves the group to its guard (`controlplane.providers._acp_guard`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shlex
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from controlplane.contract import (
+    AgentHandle,
+    CancelSignal,
+    ErrorCode,
+    MessageSource,
+    ResumeRequest,
+    StartRequest,
+    StopReason,
+    SubagentControlError,
+    SubagentResult,
+    TextBlock,
+    text_of,
+)
+from controlplane.providers._acp_client import (
+    SESSION_EVENT,
+    AcpRecorder,
+    PermissionPolicy,
+    StderrTail,
+    primer,
+    reap,
+    spawn,
+    stop_reason_of,
+)
+from controlplane.providers._acp_guard import GroupGuard
+from controlplane.providers._agent_loop import start_cancelled
+from controlplane.providers._extras import require_extra
+
+__all__ = ["THREAD_PREFIX", "AcpProvider", "AcpRun"]
+
+THREAD_PREFIX = "subagent-acp"
+"""Every ACP activation thread's name starts with this (``subagent-acp:<child_id>``)."""
+
+
+class AcpProvider:
+    """Runs each child activation as an ACP agent subprocess (``pip install '…[acp]'``).
+
+    A start is ``initialize`` + ``session/new`` + ``session/prompt``; the agent's session
+    id is written to the child's transcript (an ``acp/session`` event). A resume is
+    ``session/load`` of that id when the agent advertises ``loadSession`` (its replay is not
+    recorded again), otherwise a new session whose prompt opens with the child's transcript.
+    The agent's message chunks become ``assistant/message`` events (one per message), its
+    tool calls ``tool/call`` and ``tool/result``. A running ACP child takes no mid-turn
+    message: ``steer`` is None, so a follow-up during a turn is ``NOT_DELIVERED``.
+
+    Args:
+        command: The agent's command line (a list, or a string split like a shell would).
+        name: The provider's key in the registry.
+        cwd: The agent's working directory (and the session's ``cwd``); default: ours.
+        env: Variables added to the agent's environment.
+        permission: How permission requests are answered: ``deny`` (default) or ``allow``.
+        start_timeout_s: How long the agent may take to answer ``initialize`` and open the
+            session.
+        grace_s: How long a cancelled agent may take to end its prompt, and how long an
+            agent may take to exit after SIGTERM (sent 0.1 s after its stdin closed) before
+            SIGKILL.
+
+    Raises:
+        ImportError: the ``acp`` extra is not installed.
+        SubagentControlError: ``INVALID_INPUT`` for an empty command or name.
+    """
+
+    def __init__(
+        self,
+        command: Sequence[str] | str,
+        *,
+        name: str = "acp",
+        cwd: str | None = None,
+        env: Mapping[str, str] | None = None,
+        permission: PermissionPolicy = "deny",
+        start_timeout_s: float = 30.0,
+        grace_s: float = 2.0,
+    ) -> None:
+        require_extra("acp", extra="acp", needed_by="AcpProvider")
+        argv = shlex.split(command) if isinstance(command, str) else list(command)
+        if not argv or not name:
+            raise SubagentControlError(
+                ErrorCode.INVALID_INPUT, "AcpProvider needs a command and a non-empty name"
+            )
+        self._argv = argv
+        self._name = name
+        self._cwd = cwd
+        self._env = dict(env) if env else None
+        self._permission = permission
+        self._start_timeout_s = start_timeout_s
+        self._grace_s = grace_s
+
+    @property
+    def name(self) -> str:
+        """The provider's key in the provider registry."""
+        return self._name
+
+    @property
+    def command(self) -> list[str]:
+        """The agent's command line."""
+        return list(self._argv)
+
+    def start(self, request: StartRequest, signal: CancelSignal) -> AcpRun:
+        """Spawn the agent, open a new session and send the prompt; return the run.
+
+        Raises:
+            SubagentControlError: ``CANCELLED`` when ``signal`` aborted first; ``TIMEOUT``
+                or ``INTERNAL`` when the agent could not be started, with its words. Nothing
+                is left running either way.
+        """
+        return self._launch(request, signal)
+
+    def resume(self, request: ResumeRequest, signal: CancelSignal) -> AcpRun:
+        """Like `start`, continuing the child's session (see the class docstring)."""
+        return self._launch(request, signal)
+
+    def _launch(self, request: StartRequest | ResumeRequest, signal: CancelSignal) -> AcpRun:
+        run = AcpRun(self, request)
+        run._begin(signal)
+        return run
+
+    def __repr__(self) -> str:
+        return f"<AcpProvider {self._name!r} {shlex.join(self._argv)!r}>"
+
+
+class AcpRun:
+    """One activation of an ACP child: the agent process and its prompt.
+
+    Attributes:
+        child_id: The child this run belongs to.
+        local_agent: None: an ACP child is not an agent of this process.
+        steer: None: an ACP agent takes no message mid-turn.
+    """
+
+    def __init__(self, provider: AcpProvider, request: StartRequest | ResumeRequest) -> None:
+        self.child_id = request.child_id
+        self.local_agent: AgentHandle | None = None
+        self.steer: Callable[[Sequence[TextBlock], MessageSource], None] | None = None
+        self._provider = provider
+        self._request = request
+        self._recorder = AcpRecorder(request.transcript, provider._permission)
+        self._stderr = StderrTail(provider._argv[0])
+        self._signal = CancelSignal()  # aborted by the activation's signal or by dispose
+        self._loop: asyncio.AbstractEventLoop | None = None  # the thread's, once it runs
+        self._started = threading.Event()  # the prompt is on its way, or the start failed
+        self._done = threading.Event()
+        self._result: SubagentResult | None = None
+        self._error: Exception | None = None
+        self._prompting = False
+        self._prompt: asyncio.Future[Any] | None = None  # the session/prompt request
+        self._reaping = False  # past the conversation: nothing may cancel the task now
+        self._canceller: asyncio.Task[None] | None = None
+        self._conn: Any = None
+        self._session_id: str | None = None
+        self._thread = threading.Thread(
+            target=self._run_loop, name=f"{THREAD_PREFIX}:{self.child_id}", daemon=True
+        )
+
+    def result(self) -> SubagentResult:
+        """Block until the agent's turn ends; ``output`` is its last non-empty message.
+
+        Raises:
+            SubagentControlError: the agent crashed, broke the protocol, or a write failed.
+        """
+        self._done.wait()
+        if self._error is not None:
+            raise self._error
+        assert self._result is not None
+        return self._result
+
+    def dispose(self) -> None:
+        """Cancel the turn if it still runs, reap the agent process, join the thread.
+
+        Raises:
+            SubagentControlError: ``TIMEOUT`` when the thread is still running after the
+                cancel, SIGTERM and SIGKILL grace periods.
+        """
+        self._signal.abort("the run was disposed")
+        self._thread.join(4 * self._provider._grace_s + 5.0)
+        if self._thread.is_alive():
+            raise SubagentControlError(
+                ErrorCode.TIMEOUT,
+                f"the ACP agent of child {self.child_id} could not be stopped",
+                child_id=self.child_id,
+            )
+
+    def _begin(self, activation: CancelSignal) -> None:
+        activation.add_callback(self._signal.abort)
+        self._signal.add_callback(lambda _reason: self._started.set())
+        self._thread.start()
+        self._started.wait()
+        failed_to_start = self._error is not None and not self._prompting
+        if failed_to_start or self._signal.aborted:
+            self.dispose()  # rolled back to quiescence before the start raises
+            if self._error is not None and not activation.aborted:
+                raise self._error
+            reason = activation.reason or self._signal.reason
+            raise start_cancelled(self.child_id, reason, "the agent was stopped")
+
+    def _run_loop(self) -> None:
+        try:
+            # The runner cancels and awaits whatever tasks are left, then closes the loop.
+            with asyncio.Runner() as runner:
+                runner.run(self._main())
+        finally:
+            self._started.set()
+            self._done.set()
+
+    async def _main(self) -> None:
+        provider = self._provider
+        task = asyncio.current_task()
+        assert task is not None
+        self._loop = asyncio.get_running_loop()
+        self._signal.add_callback(lambda _reason: self._call_soon(self._on_abort, task))
+        process = drain = guard = None
+        try:
+            guard = await GroupGuard.start(provider._grace_s)
+            process = await spawn(provider._argv, provider._cwd, provider._env)
+            guard.watch(process.pid)
+            assert process.stderr is not None
+            drain = asyncio.ensure_future(self._stderr.drain(process.stderr))
+            await self._converse(process)
+        except asyncio.CancelledError:
+            self._finish(StopReason.ABORTED)
+        except SubagentControlError as exc:
+            self._error = exc
+        except Exception as exc:
+            self._error = await self._failure(exc, process)
+        finally:
+            self._reaping = True
+            if process is not None:
+                await reap(process, provider._grace_s)
+                # Read the pipes to their end, so the process transport closes itself
+                # before the loop does (else asyncio warns about an unclosed transport).
+                with contextlib.suppress(Exception):
+                    assert process.stdout is not None
+                    await asyncio.wait_for(process.stdout.read(), provider._grace_s)
+            if drain is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(drain, provider._grace_s)
+            if guard is not None:
+                await guard.release(provider._grace_s)
+
+    async def _converse(self, process: asyncio.subprocess.Process) -> None:
+        import acp
+
+        assert process.stdin is not None
+        assert process.stdout is not None
+        # The recorder implements the two client methods an agent needs here; the others
+        # (files, terminals) are answered "method not found", as its capabilities say.
+        client: Any = self._recorder
+        conn = acp.connect_to_agent(client, process.stdin, process.stdout)
+        try:
+            session_id, blocks = await asyncio.wait_for(
+                self._open_session(conn), self._provider._start_timeout_s
+            )
+            self._conn, self._session_id = conn, session_id
+            self._recorder.recording = True
+            self._prompting = True
+            self._prompt = asyncio.ensure_future(conn.prompt(session_id=session_id, prompt=blocks))
+            self._started.set()
+            response = await self._prompt
+            self._recorder.flush()
+            if self._recorder.failure is not None:
+                raise self._recorder.failure
+            reason = stop_reason_of(response.stop_reason)
+            self._finish(StopReason.ABORTED if self._signal.aborted else reason)
+        finally:
+            with contextlib.suppress(Exception):
+                await conn.close()
+
+    async def _open_session(self, conn: Any) -> tuple[str, list[Any]]:
+        import acp
+
+        cwd = self._provider._cwd or os.getcwd()
+        info = acp.schema.Implementation(name="subagent-control", version="0.1")
+        init = await conn.initialize(protocol_version=acp.PROTOCOL_VERSION, client_info=info)
+        blocks = [acp.text_block(text_of(self._request.prompt))]
+        earlier = _session_id(self._request)
+        capabilities = init.agent_capabilities
+        if earlier is not None and capabilities is not None and capabilities.load_session:
+            with contextlib.suppress(acp.RequestError):  # unknown to the agent: start afresh
+                await conn.load_session(cwd=cwd, session_id=earlier, mcp_servers=[])
+                return earlier, blocks
+        session = await conn.new_session(cwd=cwd, mcp_servers=[])
+        self._request.transcript.append(SESSION_EVENT, {"session_id": session.session_id})
+        if isinstance(self._request, ResumeRequest) and self._request.events:
+            blocks.insert(0, acp.text_block(primer(self._request.events)))
+        return session.session_id, blocks
+
+    def _on_abort(self, task: asyncio.Task[None]) -> None:
+        if self._reaping or task.done():
+            return  # the turn is over: `reap` is ending the agent, and must not be cut short
+        if self._prompt is None:
+            task.cancel()  # still starting: stop where it is; `_main` reaps the process
+            return
+        self._canceller = task.get_loop().create_task(self._cancel_prompt(self._prompt))
+
+    async def _cancel_prompt(self, prompt: asyncio.Future[Any]) -> None:
+        # A well-behaved agent answers the prompt `cancelled`; one that does not within the
+        # grace period has its prompt abandoned (never the run's task: that may be reaping
+        # by then), and `_main` reaps the agent.
+        grace_s = self._provider._grace_s
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self._conn.cancel(session_id=self._session_id), grace_s)
+        await asyncio.wait({prompt}, timeout=grace_s)
+        prompt.cancel()
+
+    def _finish(self, stop_reason: str) -> None:
+        output = self._recorder.output
+        self._result = SubagentResult(
+            stop_reason=stop_reason, output=[TextBlock(text=output)] if output else []
+        )
+
+    async def _failure(self, exc: Exception, process: Any) -> SubagentControlError:
+        command = shlex.join(self._provider._argv)
+        if isinstance(exc, TimeoutError):
+            return SubagentControlError(
+                ErrorCode.TIMEOUT,
+                f"the ACP agent {command!r} did not answer initialize and open a session "
+                f"within {self._provider._start_timeout_s}s; stderr: {self._stderr.text()}",
+                child_id=self.child_id,
+            )
+        code = None
+        if process is not None:  # a closed connection is most often an agent that exited
+            with contextlib.suppress(TimeoutError):
+                code = await asyncio.wait_for(process.wait(), self._provider._grace_s)
+        phase = "during its prompt" if self._prompting else "while starting"
+        exited = f"exited with code {code}" if code is not None else "failed"
+        return SubagentControlError(
+            ErrorCode.INTERNAL,
+            f"the ACP agent {command!r} {exited} {phase} ({type(exc).__name__}: {exc}); "
+            f"stderr: {self._stderr.text()}",
+            child_id=self.child_id,
+        )
+
+    def _call_soon(self, fn: Callable[..., object], *args: Any) -> None:
+        loop = self._loop
+        if loop is None:
+            return
+        with contextlib.suppress(RuntimeError):  # the loop already closed: nothing to stop
+            loop.call_soon_threadsafe(fn, *args)
+
+    def __repr__(self) -> str:
+        state = "done" if self._done.is_set() else "running"
+        return f"<AcpRun {self.child_id!r} {state}>"
+
+
+def _session_id(request: StartRequest | ResumeRequest) -> str | None:
+    for event in reversed(getattr(request, "events", [])):
+        if event.kind == SESSION_EVENT and isinstance(event.data, dict):
+            session_id = event.data.get("session_id")
+            if isinstance(session_id, str):
+                return session_id
+    return None

@@ -1,0 +1,242 @@
+"""The client side of one ACP activation: what the agent's updates become, and its process.
+
+`AcpRecorder` is the ``acp.Client`` the agent talks to: it turns ``session/update``
+notifications into the child's transcript (``assistant/message`` per message, ``tool/call``
+and ``tool/result``) and answers permission requests by policy. The process helpers start
+the agent in its own process group and always reap it, and whatever it started
+(`controlplane.providers._acp_guard` covers the case where this process does not live to).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import json
+import logging
+import os
+import signal
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+from controlplane.contract import EventKind, SessionEvent, StopReason, TranscriptWriter
+from controlplane.providers._chat_history import TOOL_CALL, TOOL_RESULT, chat_history
+from controlplane.providers._child_tools import bounded
+
+__all__ = [
+    "EXIT_ON_EOF_S",
+    "SESSION_EVENT",
+    "AcpRecorder",
+    "PermissionPolicy",
+    "StderrTail",
+    "primer",
+    "reap",
+    "spawn",
+    "stop_reason_of",
+]
+
+log = logging.getLogger("controlplane.acp")
+
+SESSION_EVENT = "acp/session"
+"""Event kind: the agent's session id for this child (``session_id``), written at creation."""
+
+PermissionPolicy = Literal["deny", "allow"]
+
+_STOP_REASONS = {
+    "end_turn": StopReason.COMPLETED.value,
+    "max_tokens": StopReason.MAX_TOKENS.value,
+    "refusal": StopReason.REFUSAL.value,
+    "cancelled": StopReason.ABORTED.value,
+    "max_turn_requests": "max-turn-requests",
+}
+_PRIMER_CHARS = 100_000
+EXIT_ON_EOF_S = 0.1
+"""How long `reap` lets an agent whose stdin it closed exit on its own before SIGTERM."""
+_STDERR_LINES_LOGGED = 200
+
+
+def stop_reason_of(acp_reason: str) -> str:
+    """Our stop reason for an ACP ``stopReason``."""
+    return _STOP_REASONS.get(acp_reason, acp_reason)
+
+
+def primer(events: Sequence[SessionEvent]) -> str:
+    """The child's earlier conversation as text, for an agent that cannot load its session."""
+    lines = []
+    for message in chat_history(events):
+        who = {"user": "User", "assistant": "You", "tool": "Tool result"}[message.role]
+        calls = "".join(f"\n[you called {c.name} {c.arguments}]" for c in message.tool_calls)
+        lines.append(f"{who}: {message.text}{calls}")
+    text = "\n\n".join(lines)
+    if len(text) > _PRIMER_CHARS:
+        text = "…[earlier turns left out]\n" + text[-_PRIMER_CHARS:]
+    return (
+        "You are continuing an earlier conversation; its transcript follows. "
+        f"Answer the next message in its light.\n\n{text}"
+    )
+
+
+class AcpRecorder:
+    """The ``acp.Client`` of one activation: records what the agent does once ``recording``."""
+
+    def __init__(self, transcript: TranscriptWriter, permission: PermissionPolicy) -> None:
+        self.recording = False  # off while session/load replays the old conversation
+        self.output = ""  # the last non-empty message of the turn
+        self.failure: Exception | None = None  # a write that failed; fails the turn
+        self._transcript = transcript
+        self._permission = permission
+        self._text: list[str] = []
+        self._message_id: str | None = None
+        self._open_calls: set[str] = set()
+
+    async def session_update(self, session_id: str, update: Any, **_meta: Any) -> None:
+        if not self.recording or self.failure is not None:
+            return
+        try:
+            self._record(update)
+        except Exception as exc:  # the acp library would only log it
+            self.failure = exc
+
+    async def request_permission(
+        self, options: list[Any], session_id: str, tool_call: Any, **_meta: Any
+    ) -> Any:
+        from acp.schema import AllowedOutcome, DeniedOutcome, RequestPermissionResponse
+
+        allow = self._permission == "allow"
+        kinds = ("allow_once", "allow_always") if allow else ("reject_once", "reject_always")
+        chosen = next((o for o in options if o.kind in kinds), None)
+        log.info(
+            "ACP permission %s for %r: %s",
+            "granted" if allow and chosen else "refused",
+            getattr(tool_call, "title", None),
+            chosen.option_id if chosen else "cancelled",
+        )
+        if chosen is None:
+            return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
+        return RequestPermissionResponse(
+            outcome=AllowedOutcome(outcome="selected", option_id=chosen.option_id)
+        )
+
+    def flush(self) -> None:
+        """Write the message being streamed, if any (a turn's end is a message boundary)."""
+        text = "".join(self._text)
+        self._text = []
+        if text:
+            self._transcript.append(EventKind.ASSISTANT_MESSAGE, {"text": text})
+            self.output = text
+
+    def _record(self, update: Any) -> None:
+        kind = getattr(update, "session_update", None)
+        if kind == "agent_message_chunk":
+            message_id = getattr(update, "message_id", None)
+            if message_id != self._message_id:
+                self.flush()
+                self._message_id = message_id
+            text = getattr(update.content, "text", None)
+            if isinstance(text, str):
+                self._text.append(text)
+        elif kind == "tool_call":
+            self.flush()
+            self._open_calls.add(update.tool_call_id)
+            data = {"id": update.tool_call_id, "name": update.title, "arguments": update.raw_input}
+            self._transcript.append(TOOL_CALL, _json(data))
+        elif kind == "tool_call_update" and update.status in ("completed", "failed"):
+            if update.tool_call_id not in self._open_calls:
+                return  # a result already recorded, or for a call never announced
+            self.flush()
+            self._open_calls.discard(update.tool_call_id)
+            text = bounded(_tool_text(update))
+            outcome = "output" if update.status == "completed" else "error"
+            self._transcript.append(TOOL_RESULT, {"id": update.tool_call_id, outcome: text})
+
+
+def _tool_text(update: Any) -> str:
+    texts = [
+        block.content.text
+        for block in getattr(update, "content", None) or []
+        if isinstance(getattr(getattr(block, "content", None), "text", None), str)
+    ]
+    if texts:
+        return "\n".join(texts)
+    raw = getattr(update, "raw_output", None)
+    return "" if raw is None else json.dumps(raw, default=str)
+
+
+def _json(data: dict[str, Any]) -> dict[str, Any]:
+    if data.get("arguments") is None:
+        data["arguments"] = {}
+    plain: dict[str, Any] = json.loads(json.dumps(data, default=str))
+    return plain
+
+
+class StderrTail:
+    """Drains the agent's stderr into the log (bounded) and keeps its last lines."""
+
+    def __init__(self, name: str) -> None:
+        self.lines: collections.deque[str] = collections.deque(maxlen=10)
+        self._name = name
+        self._logged = 0
+
+    async def drain(self, stream: asyncio.StreamReader) -> None:
+        with contextlib.suppress(Exception):
+            async for raw in stream:
+                line = raw.decode("utf-8", "replace").rstrip()[:1000]
+                self.lines.append(line)
+                if self._logged < _STDERR_LINES_LOGGED:
+                    self._logged += 1
+                    log.info("ACP agent %s: %s", self._name, line)
+
+    def text(self) -> str:
+        return " | ".join(self.lines) or "(nothing on stderr)"
+
+
+async def spawn(
+    command: Sequence[str], cwd: str | None, env: Mapping[str, str] | None
+) -> asyncio.subprocess.Process:
+    """Start the agent with pipes, in a process group of its own (so it can be reaped whole)."""
+    return await asyncio.create_subprocess_exec(
+        *command,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        cwd=cwd,
+        env={**os.environ, **env} if env else None,
+        start_new_session=True,
+        limit=16 * 1024 * 1024,
+    )
+
+
+async def reap(process: asyncio.subprocess.Process, grace_s: float) -> None:
+    """End the agent and wait for it, then kill whatever is left in its process group.
+
+    EOF on its stdin, then SIGTERM to its group once it had `EXIT_ON_EOF_S` to leave on its
+    own, then SIGKILL after ``grace_s``. The turn is over when this runs (it answered, or was
+    cancelled), so an agent that ignores EOF — a server that outlives its client — is not
+    waited for the whole grace period: SIGTERM is the request to exit, and the grace period
+    is what it gets to honour it. A cancellation of the caller does not skip a step: it
+    jumps straight to SIGKILL (then re-raises), so nothing outlives the run.
+    """
+    if process.stdin is not None:
+        with contextlib.suppress(Exception):
+            process.stdin.close()
+    try:
+        for sig, wait_s in (
+            (None, min(EXIT_ON_EOF_S, grace_s)),
+            (signal.SIGTERM, grace_s),
+            (signal.SIGKILL, None),
+        ):
+            if sig is not None:
+                _signal_group(process.pid, sig)
+            try:
+                await asyncio.wait_for(asyncio.shield(process.wait()), wait_s)
+                break
+            except TimeoutError:
+                continue
+    finally:
+        # Its grandchildren (or, when cancelled, the agent too): the child watcher reaps it.
+        _signal_group(process.pid, signal.SIGKILL)
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)

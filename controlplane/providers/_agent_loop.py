@@ -1,0 +1,404 @@
+"""The child agent loop shared by the built-in providers (`inprocess`, `fork`).
+
+One activation is one turn of the loop, in its own thread: ask the model, write its reply
+through the activation's transcript writer, run the tools it called (writing each call and
+its result), take any steered messages and ask again, until the model answers with no tool
+call and nothing queued. The providers differ only in the conversation a child opens with
+(`AgentLoopProvider._opening`).
+
+Lock order: the control plane calls `AgentLoopRun.steer` while it holds the transcript
+writer's lock (so a ``steering/message`` is recorded before the reply it causes). The loop
+therefore never holds its own lock while it calls the writer, the model or a tool; the run
+lock is only ever the inner lock.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+
+from controlplane.contract import (
+    AgentHandle,
+    CancelSignal,
+    ErrorCode,
+    EventKind,
+    MessageSource,
+    ModelSelector,
+    ResumeRequest,
+    StartRequest,
+    StopReason,
+    SubagentControlError,
+    SubagentResult,
+    SubagentRun,
+    TextBlock,
+    TranscriptWriter,
+    text_of,
+)
+from controlplane.providers._chat_history import (
+    STEERING_SEEN,
+    TOOL_CALL,
+    TOOL_RESULT,
+    chat_history,
+    tool_call_data,
+    tool_message_text,
+)
+from controlplane.providers._child_tools import ChildTool, run_tool_call, select_tools
+from controlplane.providers._model import ChatMessage, ModelAdapter, ModelRequest, ToolCall
+
+__all__ = [
+    "THREAD_PREFIX",
+    "AgentLoopProvider",
+    "AgentLoopRun",
+    "chat_history",
+    "start_cancelled",
+]
+
+THREAD_PREFIX = "subagent-loop"
+"""Every loop thread's name starts with this (``subagent-loop:<provider>:<child_id>``)."""
+
+
+def start_cancelled(child_id: str, reason: str | None, left: str) -> SubagentControlError:
+    """The ``CANCELLED`` error a provider's start raises once it has rolled back."""
+    return SubagentControlError(
+        ErrorCode.CANCELLED,
+        f"child {child_id} was not started: its activation was cancelled ({reason}); {left}",
+        child_id=child_id,
+    )
+
+
+def _unique_ids(calls: Sequence[ToolCall], salt: int) -> list[ToolCall]:
+    """``calls`` with an id each, distinct within the reply (a result answers one id)."""
+    seen: set[str] = set()
+    out = []
+    for n, call in enumerate(calls):
+        if not call.id or call.id in seen:
+            call = call.model_copy(update={"id": f"call_{salt}_{n}"})
+        seen.add(call.id)
+        out.append(call)
+    return out
+
+
+def _selector(request: StartRequest | ResumeRequest) -> ModelSelector | None:
+    # The descriptor is the child's snapshot; the parent's selector is only a fallback for a
+    # descriptor that declares none (the control plane already folds it in at start).
+    descriptor = request.descriptor
+    if descriptor.agent_provider and descriptor.agent_model:
+        return ModelSelector(provider=descriptor.agent_provider, model=descriptor.agent_model)
+    return request.parent.model
+
+
+class AgentLoopRun:
+    """One turn of a child agent loop: the `SubagentRun` the loop providers return.
+
+    Attributes:
+        child_id: The child this run belongs to.
+        local_agent: The child's live agent, registered for this run, disposed by `dispose`.
+    """
+
+    def __init__(
+        self,
+        *,
+        child_id: str,
+        local_agent: AgentHandle,
+        model: ModelAdapter,
+        template: ModelRequest,
+        transcript: TranscriptWriter,
+        thread_name: str,
+        stop_timeout_s: float,
+        tools: Sequence[ChildTool] = (),
+    ) -> None:
+        self.child_id = child_id
+        self.local_agent: AgentHandle | None = local_agent
+        self.steer: Callable[[Sequence[TextBlock], MessageSource], None] | None = self._steer
+        self._agent = local_agent
+        self._model = model
+        self._template = template
+        self._transcript = transcript
+        self._tools = {tool.name: tool for tool in tools}
+        self._stop_timeout_s = stop_timeout_s
+        # The loop's own signal: aborted by the activation's signal or by `dispose`, and the
+        # one the model sees, so either stops a model call in flight.
+        self._signal = CancelSignal()
+        self._lock = threading.Lock()
+        self._queue: list[ChatMessage] = []
+        self._closed = False
+        self._done = threading.Event()
+        self._result: SubagentResult | None = None
+        self._error: Exception | None = None
+        # Daemon, like the activation actor: dispose() joins it, and a model adapter that
+        # ignores cancellation must not keep the process alive after dispose gave up on it.
+        self._thread = threading.Thread(target=self._loop, name=thread_name, daemon=True)
+        self._started = False
+
+    def result(self) -> SubagentResult:
+        """Block until the turn ends and return its result.
+
+        ``stop_reason`` is ``completed``, the model's own reason when it stopped otherwise
+        (``max-tokens``, …), or ``aborted``; ``output`` is the turn's last non-empty reply.
+
+        Raises:
+            Exception: what the model or the transcript writer raised, which ended the turn.
+        """
+        self._done.wait()
+        if self._error is not None:
+            raise self._error
+        assert self._result is not None
+        return self._result
+
+    def dispose(self) -> None:
+        """Stop the loop if it still runs, join its thread, dispose the child's agent.
+
+        Idempotent. After it returns the run is quiescent: no thread, no further writes.
+
+        Raises:
+            SubagentControlError: ``TIMEOUT`` when the model did not honour the abort and the
+                thread is still running after the provider's ``stop_timeout_s``.
+        """
+        self._signal.abort("the run was disposed")
+        self._close()
+        thread = self._thread
+        if self._started and thread is not threading.current_thread():
+            thread.join(self._stop_timeout_s)
+        # The agent goes even when the thread is stuck, so the child can be resumed later.
+        self._agent.dispose()
+        if thread.is_alive():
+            raise SubagentControlError(
+                ErrorCode.TIMEOUT,
+                f"the agent loop of child {self.child_id} did not stop within "
+                f"{self._stop_timeout_s}s after it was aborted; its model adapter ignores "
+                "cancellation",
+                child_id=self.child_id,
+            )
+
+    def _steer(self, message: Sequence[TextBlock], source: MessageSource) -> None:
+        """Queue ``message`` for the model's next call in this turn.
+
+        Raises:
+            SubagentControlError: ``NOT_DELIVERED`` once the turn has settled (answered with
+                nothing queued, aborted, failed or disposed).
+        """
+        chat = ChatMessage(role="user", text=text_of(message), source=source)
+        with self._lock:
+            if self._closed or self._signal.aborted:
+                raise SubagentControlError(
+                    ErrorCode.NOT_DELIVERED,
+                    f"child {self.child_id} did not take the message: the turn has settled; "
+                    "send it again to continue the child in a new turn",
+                    child_id=self.child_id,
+                )
+            self._queue.append(chat)
+
+    def _begin(self, activation: CancelSignal) -> None:
+        activation.add_callback(self._signal.abort)
+        self._started = True
+        self._thread.start()
+
+    def _loop(self) -> None:
+        history = list(self._template.messages)
+        output = ""
+        stop_reason: str = StopReason.COMPLETED
+        seen = 0  # this turn's steered messages the model has been shown, in delivery order
+        try:
+            while True:
+                with self._lock:
+                    history.extend(self._queue)
+                    seen += len(self._queue)
+                    self._queue.clear()
+                if self._signal.aborted:
+                    stop_reason = StopReason.ABORTED
+                    break
+                request = self._template.model_copy(update={"messages": list(history)})
+                reply = self._model.complete(request, self._signal)
+                if self._signal.aborted:
+                    # A reply that lost the race with a kill is dropped, not written.
+                    stop_reason = StopReason.ABORTED
+                    break
+                calls = _unique_ids(reply.tool_calls, len(history))
+                # A message steered during the call is recorded before this reply, yet the
+                # model reads it only at the next call: the reply says which it read, so a
+                # resumed child's conversation is the one this model saw (`chat_history`).
+                self._transcript.append(
+                    EventKind.ASSISTANT_MESSAGE, {"text": reply.text, STEERING_SEEN: seen}
+                )
+                history.append(ChatMessage(role="assistant", text=reply.text, tool_calls=calls))
+                if reply.text:
+                    output = reply.text
+                if calls:
+                    if not self._run_tools(calls, history):
+                        stop_reason = StopReason.ABORTED
+                        break
+                    continue  # the model reads the results, with whatever was steered
+                # Whatever the reply's stop reason, a message the turn accepted meanwhile is
+                # answered in this turn: its sender heard `steered`. Deciding to end and
+                # refusing later steers is one step under the lock.
+                with self._lock:
+                    if not self._queue:
+                        self._closed = True
+                        stop_reason = reply.stop_reason
+                        break
+        except Exception as exc:  # result() re-raises it to the control plane
+            self._close()  # a failed turn takes no further message
+            if self._signal.aborted:
+                stop_reason = StopReason.ABORTED  # the kill explains the failure
+            else:
+                self._error = exc
+        except BaseException as exc:
+            self._close()
+            # Not re-raised: in a non-main thread it would only reach threading.excepthook.
+            self._error = SubagentControlError(
+                ErrorCode.CANCELLED,
+                f"the agent loop of child {self.child_id} was interrupted by "
+                f"{type(exc).__name__}; send a message to continue the child",
+                child_id=self.child_id,
+            )
+        finally:
+            self._close()
+            self._result = SubagentResult(
+                stop_reason=stop_reason, output=[TextBlock(text=output)] if output else []
+            )
+            self._done.set()
+
+    def _run_tools(self, calls: Sequence[ToolCall], history: list[ChatMessage]) -> bool:
+        """Run each call in order, writing it and its result; False once the turn is killed.
+
+        A result that lost the race with a kill is dropped, not written, like a reply.
+        """
+        for call in calls:
+            self._transcript.append(TOOL_CALL, tool_call_data(call))
+            outcome = run_tool_call(self._tools, call, self._signal)
+            if self._signal.aborted:
+                return False
+            self._transcript.append(TOOL_RESULT, outcome.event_data(call.id))
+            text = tool_message_text(output=outcome.output, error=outcome.error)
+            history.append(ChatMessage(role="tool", text=text, tool_call_id=call.id))
+        return True
+
+    def _close(self) -> None:
+        with self._lock:
+            self._closed = True
+
+    def __repr__(self) -> str:
+        state = "done" if self._done.is_set() else "running" if self._started else "new"
+        return f"<AgentLoopRun {self.child_id!r} {state}>"
+
+
+class AgentLoopProvider:
+    """A provider whose child runs the agent loop in a thread of this process.
+
+    Args:
+        model: The model every child of this provider talks to.
+        name: The provider's key in the registry.
+        tools: The tools a child may call; the descriptor's ``tool_filter`` picks among them.
+        stop_timeout_s: How long `dispose` waits for an aborted loop to stop.
+
+    Raises:
+        SubagentControlError: ``INVALID_INPUT`` for an empty name or two tools of one name.
+    """
+
+    def __init__(
+        self,
+        model: ModelAdapter,
+        *,
+        name: str,
+        tools: Sequence[ChildTool] = (),
+        stop_timeout_s: float = 30.0,
+    ) -> None:
+        if not name:
+            raise SubagentControlError(ErrorCode.INVALID_INPUT, "a provider needs a non-empty name")
+        names = [tool.name for tool in tools]
+        if len(set(names)) != len(names):
+            twice = sorted({n for n in names if names.count(n) > 1})
+            raise SubagentControlError(
+                ErrorCode.INVALID_INPUT, f"tool names must be distinct; given twice: {twice}"
+            )
+        self._model = model
+        self._name = name
+        self._tools = tuple(tools)
+        self._stop_timeout_s = stop_timeout_s
+
+    @property
+    def name(self) -> str:
+        """The provider's key in the provider registry."""
+        return self._name
+
+    @property
+    def model(self) -> ModelAdapter:
+        """The model adapter the children talk to."""
+        return self._model
+
+    @property
+    def tools(self) -> tuple[ChildTool, ...]:
+        """Every tool of this provider, before a child's tool filter."""
+        return self._tools
+
+    def start(self, request: StartRequest, signal: CancelSignal) -> SubagentRun:
+        """Start the child's first turn in a new thread and return its run at once.
+
+        Raises:
+            SubagentControlError: ``CANCELLED`` when ``signal`` aborted first (nothing is left
+                running or registered); ``OWNERSHIP_CONFLICT`` when an agent with the child's
+                id is already live.
+        """
+        return self._launch(request, signal, self._opening(request))
+
+    def resume(self, request: ResumeRequest, signal: CancelSignal) -> SubagentRun:
+        """Continue the child in a new turn, from its opening and its own earlier events.
+
+        Raises:
+            SubagentControlError: as for `start`.
+        """
+        return self._launch(request, signal, self._opening(request) + chat_history(request.events))
+
+    def _opening(self, request: StartRequest | ResumeRequest) -> list[ChatMessage]:
+        """The conversation a child opens with, before its own events."""
+        return []
+
+    def _launch(
+        self,
+        request: StartRequest | ResumeRequest,
+        signal: CancelSignal,
+        history: list[ChatMessage],
+    ) -> AgentLoopRun:
+        self._raise_if_cancelled(request, signal)
+        # Filtered again at every activation: a resumed child sees what its descriptor allows.
+        tools = select_tools(self._tools, request.descriptor.tool_filter)
+        history.append(
+            ChatMessage(role="user", text=text_of(request.prompt), source=request.source)
+        )
+        selector = _selector(request)
+        template = ModelRequest(
+            system=request.descriptor.persona,
+            messages=history,
+            model=selector,
+            tool_filter=request.descriptor.tool_filter,
+            tools=[tool.definition for tool in tools],
+        )
+        agent = request.parent.registry.register(
+            request.child_id, model=selector, depth=request.depth
+        )
+        run = AgentLoopRun(
+            child_id=request.child_id,
+            local_agent=agent,
+            model=self._model,
+            template=template,
+            transcript=request.transcript,
+            thread_name=f"{THREAD_PREFIX}:{self._name}:{request.child_id}",
+            stop_timeout_s=self._stop_timeout_s,
+            tools=tools,
+        )
+        try:
+            # Roll back (no thread, agent disposed) for an abort that came while registering.
+            self._raise_if_cancelled(request, signal)
+            run._begin(signal)
+        except BaseException:
+            run.dispose()
+            raise
+        return run
+
+    @staticmethod
+    def _raise_if_cancelled(request: StartRequest | ResumeRequest, signal: CancelSignal) -> None:
+        if signal.aborted:
+            raise start_cancelled(request.child_id, signal.reason, "nothing is left running")
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self._name!r} model={self._model!r}>"

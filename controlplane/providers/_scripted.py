@@ -1,0 +1,125 @@
+"""`ScriptedModel`: a deterministic model adapter for the demo and the tests."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+from controlplane.contract import CancelSignal, ErrorCode, SubagentControlError
+from controlplane.providers._model import ModelReply, ModelRequest
+
+__all__ = ["ScriptedModel", "ScriptedReply"]
+
+ScriptedReply = str | ModelReply | Exception
+"""One scripted step: a reply text, a full reply (to script a stop reason or tool calls:
+``ModelReply(tool_calls=[ToolCall(id="c1", name="add", arguments={"a": 1})])``), or an
+error to raise from that call."""
+
+
+class ScriptedModel:
+    """A `ModelAdapter` that serves fixed replies, in order, and records every call.
+
+    Call ``n`` (counted from 0 across every child using this model, in the order the calls
+    start) is served ``replies[n]``; past the end it repeats the last reply, or echoes the
+    last user message (``"echo: <text>"``) when ``echo`` is set or no replies were given.
+    A `ModelReply` entry scripts a stop reason or tool calls (the loop runs them and calls
+    again, which takes the next entry); an exception entry is raised by that call.
+
+    Args:
+        replies: The scripted replies.
+        echo: Echo once the replies are used up, instead of repeating the last one.
+        delay_s: How long each call takes; waits on the call's signal, so a kill ends it.
+        gated: Each call blocks until the test lets it through with `release`.
+    """
+
+    def __init__(
+        self,
+        replies: Sequence[ScriptedReply] | None = None,
+        *,
+        echo: bool = False,
+        delay_s: float = 0.0,
+        gated: bool = False,
+    ) -> None:
+        if delay_s < 0:
+            raise SubagentControlError(
+                ErrorCode.INVALID_INPUT, f"delay_s must be >= 0 seconds, got {delay_s!r}"
+            )
+        self._replies = list(replies or [])
+        self._echo = echo or not self._replies
+        self._delay_s = delay_s
+        self._gated = gated
+        # One condition guards the call log and the gate permits; waiters are tests
+        # (`wait_for_calls`) and gated calls.
+        self._cond = threading.Condition()
+        self._calls: list[ModelRequest] = []
+        self._permits = 0
+
+    @property
+    def calls(self) -> list[ModelRequest]:
+        """Every request this model was called with, oldest first (a copy)."""
+        with self._cond:
+            return list(self._calls)
+
+    @property
+    def call_count(self) -> int:
+        """How many calls have started."""
+        with self._cond:
+            return len(self._calls)
+
+    def release(self, n: int = 1) -> None:
+        """Let ``n`` more gated calls through (calls not yet started count too)."""
+        if n < 1:
+            raise SubagentControlError(ErrorCode.INVALID_INPUT, f"release n must be >= 1, got {n}")
+        with self._cond:
+            self._permits += n
+            self._cond.notify_all()
+
+    def wait_for_calls(self, n: int, timeout_s: float = 5.0) -> bool:
+        """Block until at least ``n`` calls have started; returns False on timeout."""
+        with self._cond:
+            return self._cond.wait_for(lambda: len(self._calls) >= n, timeout=timeout_s)
+
+    def complete(self, request: ModelRequest, signal: CancelSignal) -> ModelReply:
+        """Serve the next scripted reply (see the class docstring).
+
+        Raises:
+            SubagentControlError: ``CANCELLED`` when ``signal`` aborts before the reply.
+            Exception: a scripted exception entry.
+        """
+        # Registered before taking the condition: add_callback runs at once when the
+        # signal is already aborted, and the wake-up must reach a gated wait either way.
+        signal.add_callback(self._wake)
+        with self._cond:
+            index = len(self._calls)
+            self._calls.append(request)
+            self._cond.notify_all()
+            if self._gated:
+                self._cond.wait_for(lambda: self._permits > 0 or signal.aborted)
+                if not signal.aborted:
+                    self._permits -= 1
+        if self._delay_s:
+            signal.wait(self._delay_s)
+        if signal.aborted:
+            raise SubagentControlError(
+                ErrorCode.CANCELLED, f"the scripted model call was cancelled: {signal.reason}"
+            )
+        return self._reply(index, request)
+
+    def _reply(self, index: int, request: ModelRequest) -> ModelReply:
+        if index < len(self._replies) or not self._echo:
+            step = self._replies[min(index, len(self._replies) - 1)]
+        else:
+            last_user = next((m.text for m in reversed(request.messages) if m.role == "user"), "")
+            step = f"echo: {last_user}"
+        if isinstance(step, Exception):
+            raise step
+        if isinstance(step, ModelReply):
+            return step
+        return ModelReply(text=step)
+
+    def _wake(self, _reason: str) -> None:
+        with self._cond:
+            self._cond.notify_all()
+
+    def __repr__(self) -> str:
+        return f"<ScriptedModel {len(self._replies)} replies, {self.call_count} calls>"

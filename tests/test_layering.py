@@ -1,0 +1,161 @@
+"""The layout shows the architecture: imports run one way, front → runtime → actors →
+persistence → contract, with the providers and the telemetry beside the runtime, each
+importing only the contract.
+
+Checked twice: statically, every import statement of the three packages (including those
+under ``TYPE_CHECKING`` and inside functions) against the layer it may reach; and at run
+time, what importing one package alone loads in a fresh interpreter.
+"""
+
+from __future__ import annotations
+
+import ast
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.support import REPO, run_python
+
+PACKAGES = ("controlplane", "actors", "persistence")
+
+_UNDER_RUNTIME = frozenset({"contract", "persistence", "actors", "telemetry", "providers"})
+
+# Which layers a module of each layer may import (its own included).
+ALLOWED: dict[str, frozenset[str]] = {
+    "contract": frozenset({"contract"}),
+    "persistence": frozenset({"contract", "persistence"}),
+    "actors": frozenset({"contract", "persistence", "actors"}),
+    "telemetry": frozenset({"contract", "telemetry"}),
+    "providers": frozenset({"contract", "providers"}),
+    "runtime": _UNDER_RUNTIME | {"runtime"},
+    "front": _UNDER_RUNTIME | {"runtime", "front"},
+}
+
+# The sub-packages whose underscore modules nobody outside them imports.
+SUBPACKAGES = ("contract", "telemetry", "providers", "cli")
+
+
+def layer_of(module: str) -> str:
+    """The layer a module of ours belongs to."""
+    parts = module.split(".")
+    if parts[0] in ("actors", "persistence"):
+        return parts[0]
+    sub = parts[1] if len(parts) > 1 else ""
+    if sub in ("contract", "telemetry", "providers"):
+        return sub
+    if sub == "models":  # the public face of the providers' model adapters
+        return "providers"
+    if sub in ("cli", "tools", "aio"):
+        return "front"
+    return "runtime"  # the facade, Tasks, routing, leases, the package's own __init__
+
+
+def modules() -> dict[str, Path]:
+    """Every module of the three packages, by dotted name."""
+    found: dict[str, Path] = {}
+    for package in PACKAGES:
+        for path in sorted((REPO / package).rglob("*.py")):
+            parts = path.relative_to(REPO).with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            found[name] = path
+    return found
+
+
+def imports_of(name: str, path: Path) -> set[str]:
+    """The modules of ours that ``name`` imports, wherever the statement stands."""
+    is_package = path.name == "__init__.py"
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = name.split(".")
+                base = base if is_package else base[:-1]
+                base = base[: len(base) - (node.level - 1)]
+                target = ".".join([*base, node.module] if node.module else base)
+            else:
+                target = node.module or ""
+            found.add(target)
+    return {module for module in found if module.split(".")[0] in PACKAGES}
+
+
+def test_the_layer_map_knows_every_module() -> None:
+    assert {layer_of(name) for name in modules()} == set(ALLOWED)
+
+
+def test_no_import_runs_up_between_layers() -> None:
+    upward = sorted(
+        f"{name} ({layer_of(name)}) imports {target} ({layer_of(target)})"
+        for name, path in modules().items()
+        for target in imports_of(name, path)
+        if layer_of(target) not in ALLOWED[layer_of(name)]
+    )
+    assert upward == []
+
+
+def test_no_module_imports_the_underscore_modules_of_another_sub_package() -> None:
+    reaching_in = sorted(
+        f"{name} imports {target}"
+        for name, path in modules().items()
+        for target in imports_of(name, path)
+        for sub in SUBPACKAGES
+        if target.startswith(f"controlplane.{sub}._") and not name.startswith(f"controlplane.{sub}")
+    )
+    assert reaching_in == []
+
+
+def loaded_by(statement: str) -> list[str]:
+    """The modules of ours that ``statement`` loads in a fresh interpreter."""
+    code = f"""
+        import sys
+        {statement}
+        ours = sorted(m for m in sys.modules if m.split(".")[0] in {PACKAGES!r})
+        print("\\n".join(ours))
+        """
+    done = run_python("-c", textwrap.dedent(code), timeout=60.0)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.split()
+
+
+def outside(loaded: list[str], *allowed: str) -> list[str]:
+    """The loaded modules that are none of ``allowed`` nor inside one of them."""
+    return [m for m in loaded if not any(m == a or m.startswith(f"{a}.") for a in allowed)]
+
+
+def test_importing_the_contract_loads_nothing_outside_it() -> None:
+    loaded = loaded_by("import controlplane.contract")
+
+    assert "controlplane.contract._errors" in loaded  # it did load
+    # `controlplane` itself runs first: the contract is its sub-package.
+    assert outside(loaded, "controlplane.contract") == ["controlplane"]
+
+
+def test_importing_persistence_loads_only_the_contract_of_ours() -> None:
+    loaded = loaded_by("import persistence")
+
+    assert outside(loaded, "persistence", "controlplane.contract") == ["controlplane"]
+
+
+def test_importing_actors_loads_no_runtime_provider_telemetry_or_front_module() -> None:
+    loaded = loaded_by("import actors")
+
+    assert outside(loaded, "actors", "persistence", "controlplane.contract") == ["controlplane"]
+
+
+@pytest.mark.parametrize(
+    ("package", "allowed"),
+    [
+        ("controlplane", ()),
+        ("controlplane.providers", ("controlplane.providers",)),
+        ("controlplane.models", ("controlplane.models", "controlplane.providers")),
+        ("controlplane.telemetry", ("controlplane.telemetry",)),
+    ],
+)
+def test_a_side_package_loads_only_itself_and_the_contract(
+    package: str, allowed: tuple[str, ...]
+) -> None:
+    loaded = loaded_by(f"import {package}")
+
+    assert outside(loaded, "controlplane.contract", *allowed) == ["controlplane"]
