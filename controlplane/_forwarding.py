@@ -37,9 +37,10 @@ one, exactly once or not delivered:
   it took however long the store takes to come back (`controlplane._forward_serving`).
 
 A message that was not delivered because A does not run the child (any more) — A died, or
-answered that it no longer holds the child — is handed back to the caller to route again
-(`forward` returns None): a resume here, a takeover of a dead runtime's child, or a forward
-to the runtime that holds the child now. Never both: it was not delivered anywhere.
+answered that it no longer holds the child — is handed back to the router
+(`controlplane._router`) to route again (`forward` returns None): a resume here, a
+takeover of a dead runtime's child, or a forward to the runtime that holds the child now.
+Never both: it was not delivered anywhere.
 
 B remembers, per child, the runtime its last forward reached (`forward_known`), so the next
 message goes there directly instead of first trying to claim the child here, which would
