@@ -116,8 +116,11 @@ Claimer = Callable[[TaskSnapshot], int | None]
 
 
 class TaskRouting(Protocol):
-    """What the Task service asks of the runtime's router (`controlplane._router.Router`):
-    it is built before this service and never holds it, so the dependency points one way."""
+    """What the Task service asks of the runtime's router (`controlplane._router.Router`).
+
+    The router is built before this service and is not given it (a kill forwarded here
+    reaches this service through a callable of the facade's), so construction runs one way
+    and nothing is wired after it."""
 
     def claim(self, task: TaskSnapshot) -> int | None:
         """Admit a resume's Task and claim its child in one write; the fencing number."""
