@@ -83,7 +83,7 @@ def without_task_rows(plane: Plane, *, keep_claims: bool) -> None:
         raise RuntimeError("the plane has no store or runtime; fix the baseline")
     tasks._ledger = None
     if keep_claims:
-        tasks.on_claim(_claim_only(store, runtime._is_dead))
+        tasks._claimer = _claim_only(store, runtime._is_dead)
     else:
         tasks._claimer = None
 
@@ -145,7 +145,7 @@ def measure_routes(
         tasks = planes["with"].control.tasks
         assert tasks._claimer is not None
         admit = _TimedAdmit(tasks._claimer)
-        tasks.on_claim(admit)
+        tasks._claimer = admit
         rng = {side: random.Random(1) for side in SIDES}
         with frozen_gc():
             for round_no in range(rounds):

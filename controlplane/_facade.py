@@ -28,7 +28,8 @@ from actors import (
 )
 from controlplane._exit import close_at_exit, closed
 from controlplane._forwarding import Forwarder
-from controlplane._runtime import Runtime, new_runtime_id
+from controlplane._router import Router
+from controlplane._runtime import Heartbeat, Runtime, new_runtime_id
 from controlplane._tasks import TaskService
 from controlplane.contract import (
     ActorTree,
@@ -36,7 +37,6 @@ from controlplane.contract import (
     AgentRegistry,
     CancelSignal,
     ChildView,
-    ClaimConflict,
     ContinuableStart,
     ContinuableStartSpec,
     Descriptor,
@@ -62,7 +62,6 @@ if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider
 
     from controlplane._admin import AdminServer
-    from persistence import InboxItem
 
 __all__ = ["TASK_TOOLS_SURFACE", "ChildView", "SubagentControl"]
 
@@ -82,7 +81,6 @@ _MIN_PASSIVATE_S = 0.05
 _MIN_LEASE_TTL_S = 0.3
 _ROOT_TIMEOUT_S = 30.0
 _REDIRECTS = 16
-_CLAIM_RACES = 3
 
 
 class SubagentControl:
@@ -142,46 +140,54 @@ class SubagentControl:
         self._telemetry = Telemetry(
             self._runtime_id, tracer_provider=tracer_provider, meter_provider=meter_provider
         )
-        if store is not None:
-            store.on_retry(self._telemetry.store_retry)
         self.providers = ProviderRegistry()
         self.agents = AgentRegistry()
+        self._lock = threading.Lock()
+        self._closed = False
+        self._admin_servers: list[AdminServer] = []
+        self._routes = RoutingTable()
+        # Built in one straight line, each object given what it needs: the runtime (its row
+        # and judgement, store only), the forwarder and the router on it, the Task service
+        # asking the router to claim children and kill Tasks elsewhere, the heartbeat
+        # driving the Task service, the actors on the Task service. The router reaches the
+        # actors and Task service built after it only through `_route` and `_kill_here`.
+        self._runtime: Runtime | None = None
+        self._forwarder: Forwarder | None = None
+        self._router: Router | None = None
+        self._heartbeat: Heartbeat | None = None
+        if store is not None:
+            store.on_retry(self._telemetry.store_retry)
+            self._runtime = Runtime(self._runtime_id, store, lease_ttl_s=lease_ttl_s)
+            if store.inbox is not None:
+                self._forwarder = Forwarder(self._runtime, store)
+            self._router = Router(
+                self._runtime, self._forwarder, self.agents,
+                deliver_here=self._route, kill_here=self._kill_here,
+            )  # fmt: skip
         self.tasks = TaskService(
             max_live=max_live_activations,
             ledger=store.ledger if store is not None else None,
             runtime_id=self._runtime_id,
             recent=recent_tasks,
             telemetry=self._telemetry,
+            routing=self._router,
+            interrupter=self._runtime.interrupt_fenced if self._runtime is not None else None,
         )
-        self._runtime: Runtime | None = None
-        if store is not None:
-            self._runtime = Runtime(self._runtime_id, store, self.tasks, lease_ttl_s=lease_ttl_s)
-            self.tasks.on_foreign_kill(self._runtime.kill_foreign)
-            self.tasks.on_claim(self._runtime.claim)
         if task_tools:
             self.tasks.attach_surface(TASK_TOOLS_SURFACE)
         self.agents.on_dispose(self._kill_tasks_of)
-        self._routes = RoutingTable()
         self._root: RootActorProxy | None = None
         self._passivator: Passivator | None = None
-        if store is not None:
+        if store is not None and self._runtime is not None and self._router is not None:
+            self._heartbeat = Heartbeat(self._runtime, store, self.tasks)
             context = ActorContext(
                 store, self.tasks, self.agents, self.providers, runtime_id=self._runtime_id
             )
             self._root = RootActorProxy(RootActor.start(context, self._routes))
             if passivate_after_s is not None:
                 self._passivator = Passivator(self._root.ref, passivate_after_s)
-        self._lock = threading.Lock()
-        self._closed = False
-        self._admin_servers: list[AdminServer] = []
-        self._forwarder: Forwarder | None = None
-        if self._runtime is not None:
-            self._runtime.start()  # recovers what a crash left before the first send
-            if store is not None and store.inbox is not None:
-                self._forwarder = Forwarder(
-                    self._runtime, store, self._serve_forwarded, self.tasks.kill_here
-                )
-                self._runtime.forward_kill = self._forwarder.kill
+            self._heartbeat.start()  # recovers what a crash left before the first send
+            self._router.start()  # serves other runtimes' messages, now that the actors exist
         close_at_exit(self, self._close_at_exit)  # a script that never calls close() exits
 
     @classmethod
@@ -326,7 +332,7 @@ class SubagentControl:
         op: Operation | None,
     ) -> SendResult:
         self._check_open()
-        self._require_store()
+        router = self._require_router()
         self._check_parent(parent)
         if not isinstance(child_id, str) or not child_id:
             raise SubagentControlError(
@@ -345,50 +351,7 @@ class SubagentControl:
             source=source,
             origin=op.message(blocks, source) if op is not None else None,
         )
-        if self._forwarder is not None:
-            # Forwarded before: straight to that runtime, not first a claim here that would
-            # only find the child held there. None: not delivered there, route it here.
-            sent = self._forwarder.forward_known(
-                child_id, parent_session=parent.session_id, message=blocks, source=source
-            )
-            if sent is not None:
-                return sent
-        for _attempt in range(_CLAIM_RACES):
-            try:
-                return self._route(child_id, send)
-            except ClaimConflict:
-                if self._forwarder is None:
-                    raise  # SQLite: no forwarding; the error names the runtime (SPEC §9)
-                # Its activation runs in another live runtime: forward it there (SPEC §9).
-                holder = self._forwarder.holder_of(child_id)
-                if holder is None:
-                    continue  # the holder let the child go meanwhile: route it again
-                sent = self._forwarder.forward(
-                    child_id, holder, parent_session=parent.session_id, message=blocks,
-                    source=source,
-                )  # fmt: skip
-                if sent is not None:
-                    return sent
-                # Not delivered there, and that runtime no longer runs the child: again.
-        raise SubagentControlError(
-            ErrorCode.NOT_DELIVERED,
-            f"child {child_id} kept moving between runtimes; the message was not delivered; "
-            "retry it",
-            child_id=child_id,
-        )
-
-    def _serve_forwarded(self, item: InboxItem) -> SendResult:
-        """Deliver a message another runtime forwarded here: steer only, as the sender's
-        parent session (not registered here: it lives in the sender's runtime)."""
-        self._check_open()
-        parent = AgentHandle(self.agents, item.parent_session, model=None, depth=0)
-        send = SendMessage(
-            parent=parent,
-            message=tuple(TextBlock.model_validate(block) for block in item.message),
-            source=MessageSource.model_validate(item.source),
-            forwarded=item.inbox_id,
-        )
-        return self._route(item.child_id, send)
+        return router.send(child_id, send)
 
     def _route(self, child_id: str, send: SendMessage) -> SendResult:
         """Hand ``send`` to the child's supervisor here and return what it did."""
@@ -462,7 +425,7 @@ class SubagentControl:
                 nodes = self._root.describe_all(timeout_s)
             except (pykka.ActorDeadError, pykka.Timeout):
                 nodes = []
-        forwarded = self._forwarder.in_flight() if self._forwarder is not None else []
+        forwarded = self._router.in_flight() if self._router is not None else []
         return ActorTree(
             taken_at=utcnow(), closed=self._closed, supervisors=nodes,
             runtime_id=self._runtime_id, forwarded=forwarded,
@@ -506,8 +469,8 @@ class SubagentControl:
         deadline = time.monotonic() + budget
         for server in servers:
             server.close()
-        if self._forwarder is not None:
-            self._forwarder.stop_listening()
+        if self._router is not None:
+            self._router.stop_serving()
         if self._passivator is not None:
             self._passivator.stop()
         if self._root is not None:
@@ -522,10 +485,10 @@ class SubagentControl:
         if self._root is not None:
             with contextlib.suppress(pykka.ActorDeadError, pykka.Timeout):
                 self._root.shutdown(max(1.0, deadline - time.monotonic()))
-        if self._forwarder is not None:
-            self._forwarder.close()
-        if self._runtime is not None:
-            self._runtime.close()
+        if self._router is not None:
+            self._router.close()
+        if self._heartbeat is not None:
+            self._heartbeat.close()
         if self._store is not None:
             self._store.close()
 
@@ -557,6 +520,11 @@ class SubagentControl:
             )
         return self._root
 
+    def _require_router(self) -> Router:
+        self._require_store()
+        assert self._router is not None  # built with the store, as the root is
+        return self._router
+
     def _check_parent(self, parent: object) -> None:
         if not isinstance(parent, AgentHandle):
             raise SubagentControlError(
@@ -567,6 +535,11 @@ class SubagentControl:
                 ErrorCode.UNAUTHORIZED,
                 f"parent session {parent.session_id!r} is not live in this control plane",
             )
+
+    def _kill_here(self, task_id: str, reason: str) -> bool:
+        """Abort a Task of this runtime whose kill another runtime forwarded (the router's
+        ``kill_here``: the Task service is built after the router)."""
+        return self.tasks.kill_here(task_id, reason)
 
     def _kill_tasks_of(self, agent: AgentHandle) -> None:
         self.tasks.kill_owned_by(agent.session_id, f"owner session {agent.session_id} disposed")

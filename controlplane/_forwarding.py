@@ -37,9 +37,10 @@ one, exactly once or not delivered:
   it took however long the store takes to come back (`controlplane._forward_serving`).
 
 A message that was not delivered because A does not run the child (any more) — A died, or
-answered that it no longer holds the child — is handed back to the caller to route again
-(`forward` returns None): a resume here, a takeover of a dead runtime's child, or a forward
-to the runtime that holds the child now. Never both: it was not delivered anywhere.
+answered that it no longer holds the child — is handed back to the router
+(`controlplane._router`) to route again (`forward` returns None): a resume here, a
+takeover of a dead runtime's child, or a forward to the runtime that holds the child now.
+Never both: it was not delivered anywhere.
 
 B remembers, per child, the runtime its last forward reached (`forward_known`), so the next
 message goes there directly instead of first trying to claim the child here, which would
@@ -114,16 +115,16 @@ class Forwarder:
     """This runtime's end of the forwarding: it sends messages to other runtimes and
     serves the ones they send here.
 
+    It sends from its construction on, and serves once told where messages go (`listen`):
+    what serves them (the router, this runtime's Task service) is built on this object, so
+    it cannot be handed in here.
+
     Args:
         runtime: This runtime (its id, and whether another one is dead).
         store: The shared store (PostgreSQL: it has an inbox).
-        serve: Delivers a message forwarded here to the child's supervisor, steer only.
-        kill_here: Kills a Task of this runtime whose kill was forwarded here.
     """
 
-    def __init__(
-        self, runtime: Runtime, store: SqlStore, serve: Serve, kill_here: KillHere
-    ) -> None:
+    def __init__(self, runtime: Runtime, store: SqlStore) -> None:
         assert store.inbox is not None
         self._runtime = runtime
         self._store = store
@@ -135,24 +136,37 @@ class Forwarder:
         self._sending: dict[str, InFlight] = {}  # inbox id -> where it went
         self._decided: list[str] = []  # sent messages whose rows are left to forget
         self._workers = ThreadPoolExecutor(_WORKERS, thread_name_prefix="subagent-forwarded")
-        self._serving = Serving(runtime.id, self._inbox, self._workers, serve, kill_here)
-        self._listener: Listener = self._inbox.listen(
-            runtime.id, on_message=self._serving.on_message, on_reply=self._on_reply
+        self._serving: Serving | None = None
+        self._listener: Listener | None = None
+
+    def listen(self, serve: Serve, kill_here: KillHere) -> None:
+        """Hear this runtime's notifications: answers to the messages it sent (before,
+        a sender only polls for them) and messages other runtimes forward here, served by
+        ``serve`` (a send, steer only) and ``kill_here`` (a kill of a Task of this runtime).
+
+        Called once, when everything they reach exists.
+        """
+        assert self._listener is None, "listen is called once"
+        runtime_id = self._runtime.id
+        self._serving = Serving(runtime_id, self._inbox, self._workers, serve, kill_here)
+        self._listener = self._inbox.listen(
+            runtime_id, on_message=self._serving.on_message, on_reply=self._on_reply
         )
         if not self._listener.wait_ready(_READY_S):
-            log.warning("runtime %s: not listening yet; messages to it wait", runtime.id)
+            log.warning("runtime %s: not listening yet; messages to it wait", runtime_id)
 
     def stop_listening(self) -> None:
         """Take no more messages (close has begun); those taken are still answered
         (unless the store is failing: their senders then decide from the transcript)."""
-        self._serving.closing()
-        self._listener.close()
+        if self._serving is not None:
+            self._serving.closing()
+        if self._listener is not None:
+            self._listener.close()
 
     def close(self) -> None:
         """Stop listening, wait for the messages being served to be answered, and forget
         the rows of the messages this runtime sent."""
-        self._serving.closing()
-        self._listener.close()
+        self.stop_listening()
         self._workers.shutdown(wait=True)
         with self._lock:
             batch, self._decided = self._decided, []
@@ -168,7 +182,7 @@ class Forwarder:
         """The messages this runtime forwarded and awaits answers to, and those it is
         serving for other runtimes, oldest first."""
         now = time.monotonic()
-        serving = self._serving.in_flight()
+        serving = self._serving.in_flight() if self._serving is not None else {}
         with self._lock:
             ends = [("sending", self._sending), ("serving", serving)]
             nodes = [

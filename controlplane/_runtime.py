@@ -1,13 +1,19 @@
 """This process's runtime in the store: its row, its heartbeat, and the sweep that settles
 dead runtimes' Tasks (SPEC §9).
 
-One background thread per open `SubagentControl` renews the runtime's heartbeat every third
-of ``lease_ttl_s`` (one write per interval per process, never one per child), retries Task
-settlements the store refused, and sweeps: every running Task of a dead runtime — closed,
-its lease lapsed, or (same host, same boot) its process gone — is settled ``interrupted``
-and its child's open turn closed, once, however many runtimes sweep at the same moment
-(`persistence.SqlStore.interrupt`). The first sweep runs before `SubagentControl` returns, so
-the next runtime to open the store recovers what a crash left.
+Two objects, so that dependencies point one way. `Runtime` is this runtime's presence and
+judgement: its row, its renewals, whether another runtime is dead, the sweep, the claim on a
+child; it needs only the store, so the router and the Task service are built on it. The
+`Heartbeat` drives this runtime's Task service (it fences it, flushes its settlements), so it
+is built after the service, from both.
+
+One background thread per open `SubagentControl` (the heartbeat's) renews the runtime's
+heartbeat every third of ``lease_ttl_s`` (one write per interval per process, never one per
+child), retries Task settlements the store refused, and sweeps: every running Task of a
+dead runtime — closed, its lease lapsed, or (same host, same boot) its process gone — is
+settled ``interrupted`` and its child's open turn closed, once, however many runtimes sweep
+at the same moment (`persistence.SqlStore.interrupt`). The first sweep runs before
+`SubagentControl` returns, so the next runtime to open the store recovers what a crash left.
 
 A lapsed lease is taken for death only once this runtime's own renewals have run unbroken
 for a full lease of the other's since the last outage it saw, and since it opened
@@ -37,14 +43,14 @@ from typing import TYPE_CHECKING
 
 from controlplane._lease import Renewals
 from controlplane._own_lease import OwnLease
-from controlplane.contract import ErrorCode, RuntimeInfo, SubagentControlError, TaskSnapshot
+from controlplane.contract import RuntimeInfo, SubagentControlError, TaskSnapshot
 from controlplane.telemetry import log_lifecycle
 
 if TYPE_CHECKING:
-    from controlplane._tasks import ForeignKill, TaskService
+    from controlplane._tasks import TaskService
     from persistence import LeaseNow, SqlStore
 
-__all__ = ["Runtime", "new_runtime_id"]
+__all__ = ["Heartbeat", "Runtime", "new_runtime_id"]
 
 log = logging.getLogger(__name__)
 
@@ -66,82 +72,37 @@ def _pid_gone(pid: int) -> bool:
 
 
 class Runtime:
-    """One open control plane's presence in the store.
+    """One open control plane's presence in the store, and its judgement of the others.
+
+    Constructing it writes the runtime's row (its lease starts then); `Heartbeat` keeps it
+    renewed.
 
     Args:
         runtime_id: This runtime's id (`new_runtime_id`).
         store: The shared store.
-        tasks: This runtime's Task service (its unsaved settlements are retried here).
         lease_ttl_s: How long this runtime's claims outlive its last heartbeat.
     """
 
-    def __init__(
-        self, runtime_id: str, store: SqlStore, tasks: TaskService, *, lease_ttl_s: float
-    ) -> None:
+    def __init__(self, runtime_id: str, store: SqlStore, *, lease_ttl_s: float) -> None:
         self.id = runtime_id
         self._store = store
-        self._tasks = tasks
-        self._lease_ttl_s = lease_ttl_s
+        self.lease_ttl_s = lease_ttl_s
         from persistence import boot_id, host_name
 
         self._host = host_name()
         self._boot = boot_id()
-        self._stopped = threading.Event()
-        self._thread: threading.Thread | None = None
-        self.forward_kill: ForeignKill | None = None
-        """How a kill reaches a live runtime's Task (PostgreSQL: forwarding); unset, it is
-        refused with ``OWNERSHIP_CONFLICT``."""
-        sent = time.monotonic()  # before the row is written: the lease's first renewal
-        self._register()
+        self.registered_at = time.monotonic()
+        """When (on the clock) the row was sent, fresh: the lease's first renewal."""
+        self.register()
         self.renewals = Renewals(lease_ttl_s)
         """This runtime's own renewals: when it may take another's lapsed lease for death."""
-        self.lease = OwnLease(
-            runtime_id, lease_ttl_s, self.renewals, tasks.fence, registered_at=sent
-        )
-        """The watchdog that fences this runtime when its renewals stop succeeding."""
-        tasks.on_interrupt(self._interrupt_own)
 
-    def _register(self) -> None:
+    def register(self) -> None:
         """Write this runtime's row, its heartbeat fresh, unless it exists (even closed)."""
         self._store.ledger.register_runtime(
             self.id, host=self._host, pid=os.getpid(), boot_id=self._boot,
-            lease_ttl_s=self._lease_ttl_s,
+            lease_ttl_s=self.lease_ttl_s,
         )  # fmt: skip
-
-    def start(self) -> None:
-        """Sweep once now (what a crash left is recovered before the first send), then keep
-        the heartbeat and the sweep going on one background thread."""
-        self.sweep()
-        self.lease.start()
-        self._thread = threading.Thread(
-            target=self._run, name=f"subagent-runtime:{self.id}", daemon=True
-        )
-        self._thread.start()
-
-    def close(self) -> None:
-        """Stop the thread and give the runtime's claims up at once (closed in the store).
-
-        The heartbeat thread may be in a store call that waits out its deadline (a
-        partition): close waits for it a lease at most, then leaves it (a daemon) and
-        records nothing more, as a crash would leave it: its lease lapses, and any Task it
-        could not record is settled by another runtime or by the next to open the store.
-        Its own store calls are bounded by a lease too.
-        """
-        self._stopped.set()
-        self.lease.stop()
-        if self._thread is not None:
-            self._thread.join(self._lease_ttl_s)
-            if self._thread.is_alive():
-                log.warning("runtime %s: its heartbeat is stuck in a store call; closing "
-                            "without recording the close", self.id)  # fmt: skip
-                return
-        with self._store.deadline(self._lease_ttl_s):
-            with contextlib.suppress(SubagentControlError):
-                self._tasks.flush()
-            try:
-                self._store.ledger.close_runtime(self.id)
-            except SubagentControlError as exc:
-                log.warning("runtime %s: could not record its close (%s)", self.id, exc.message)
 
     # -- the sweep ---------------------------------------------------------------------
 
@@ -174,9 +135,10 @@ class Runtime:
             )  # fmt: skip
         return settled
 
-    def _interrupt_own(self, task: TaskSnapshot) -> bool:
+    def interrupt_fenced(self, task: TaskSnapshot) -> bool:
         """Write the settlement of a Task of this runtime that was fenced (its lease lost,
-        or its claim taken): ``interrupted`` with its turn's end, once."""
+        or its claim taken): ``interrupted`` with its turn's end, once (the Task service's
+        `controlplane._tasks.Interrupter`)."""
         detail = task.outcome.detail if task.outcome is not None else None
         return self._store.interrupt(task, detail or "interrupted: this runtime lost its lease")
 
@@ -189,26 +151,6 @@ class Runtime:
                 the child; ``CHILD_NOT_FOUND`` for a child not in the store.
         """
         return self._store.admit_claiming(task, is_dead=self._is_dead)
-
-    def kill_foreign(self, task: TaskSnapshot, reason: str) -> None:
-        """`tasks.kill` of a running Task that another runtime holds: if that runtime is
-        dead the Task is settled ``interrupted`` now; a live one's Task cannot be reached
-        from here on SQLite, so the caller is told which runtime holds it; on PostgreSQL
-        the kill is forwarded to it (`forward_kill`)."""
-        runtime = self._runtime_of(task)
-        if runtime is None or self._is_dead(runtime, self._store.ledger.suspects()[0]):
-            self.interrupt(task, runtime)
-            return
-        if self.forward_kill is not None:
-            self.forward_kill(task, reason)
-            return
-        raise SubagentControlError(
-            ErrorCode.OWNERSHIP_CONFLICT,
-            f"task {task.id} runs in runtime {runtime.runtime_id} (process {runtime.pid} on "
-            f"{runtime.host}), not in this one; kill it there ({reason} was not applied)",
-            task_id=task.id,
-            child_id=task.child_id,
-        )
 
     def is_dead_id(self, runtime_id: str) -> bool:
         """Whether the runtime ``runtime_id`` is dead (closed, lapsed, its process gone,
@@ -232,10 +174,15 @@ class Runtime:
         retained = runtime.model_copy(update={"lease_ttl_s": runtime.lease_ttl_s + RETAIN_LAPSED_S})
         return is_expired(retained, now) or self._process_gone(runtime)
 
-    def _runtime_of(self, task: TaskSnapshot) -> RuntimeInfo | None:
+    def runtime_of(self, task: TaskSnapshot) -> RuntimeInfo | None:
+        """The row of the runtime that runs ``task`` (None if it has none, or no row)."""
         if task.runtime_id is None:
             return None
         return self._store.ledger.runtime(task.runtime_id)
+
+    def is_dead(self, runtime: RuntimeInfo) -> bool:
+        """Whether ``runtime`` is dead, judged now (`_is_dead`)."""
+        return self._is_dead(runtime, self._store.ledger.suspects()[0])
 
     def _is_dead(self, runtime: RuntimeInfo, now: LeaseNow) -> bool:
         """Closed, its process gone, or its lease lapsed while this runtime could have seen
@@ -265,7 +212,66 @@ class Runtime:
             and _pid_gone(runtime.pid)
         )
 
-    # -- the thread ----------------------------------------------------------------------
+
+class Heartbeat:
+    """Keeps this runtime alive in the store and its Task service in step with its lease:
+    one thread renews the lease, writes the settlements the store refused, and sweeps; a
+    watchdog (`controlplane._own_lease`) fences the Task service when renewals stop.
+
+    Args:
+        runtime: This runtime (its row, renewals and sweep).
+        store: The shared store.
+        tasks: This runtime's Task service (fenced, flushed and readmitted here).
+    """
+
+    def __init__(self, runtime: Runtime, store: SqlStore, tasks: TaskService) -> None:
+        self._runtime = runtime
+        self._store = store
+        self._tasks = tasks
+        self._lease_ttl_s = runtime.lease_ttl_s
+        self._stopped = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.lease = OwnLease(
+            runtime.id, runtime.lease_ttl_s, runtime.renewals, tasks.fence,
+            registered_at=runtime.registered_at,
+        )  # fmt: skip
+        """The watchdog that fences this runtime when its renewals stop succeeding."""
+
+    def start(self) -> None:
+        """Sweep once now (what a crash left is recovered before the first send), then keep
+        the heartbeat and the sweep going on one background thread."""
+        self._runtime.sweep()
+        self.lease.start()
+        self._thread = threading.Thread(
+            target=self._run, name=f"subagent-runtime:{self._runtime.id}", daemon=True
+        )
+        self._thread.start()
+
+    def close(self) -> None:
+        """Stop the thread and give the runtime's claims up at once (closed in the store).
+
+        The heartbeat thread may be in a store call that waits out its deadline (a
+        partition): close waits for it a lease at most, then leaves it (a daemon) and
+        records nothing more, as a crash would leave it: its lease lapses, and any Task it
+        could not record is settled by another runtime or by the next to open the store.
+        Its own store calls are bounded by a lease too.
+        """
+        runtime_id = self._runtime.id
+        self._stopped.set()
+        self.lease.stop()
+        if self._thread is not None:
+            self._thread.join(self._lease_ttl_s)
+            if self._thread.is_alive():
+                log.warning("runtime %s: its heartbeat is stuck in a store call; closing "
+                            "without recording the close", runtime_id)  # fmt: skip
+                return
+        with self._store.deadline(self._lease_ttl_s):
+            with contextlib.suppress(SubagentControlError):
+                self._tasks.flush()
+            try:
+                self._store.ledger.close_runtime(runtime_id)
+            except SubagentControlError as exc:
+                log.warning("runtime %s: could not record its close (%s)", runtime_id, exc.message)
 
     def _run(self) -> None:
         period = self._lease_ttl_s / 3
@@ -280,32 +286,33 @@ class Runtime:
                     fenced = self._tasks.suspended
                     if self._tasks.flush() == 0 and fenced is not None and not self.lease.lapsed:
                         self._tasks.readmit(fenced)
-                    self.sweep()
-                    self.expire()  # after the sweep: it releases what the dead held
+                    self._runtime.sweep()
+                    self._runtime.expire()  # after the sweep: it releases what the dead held
             except SubagentControlError as exc:
                 log.warning("runtime %s: heartbeat or sweep failed (%s); retrying",
-                            self.id, exc.message)  # fmt: skip
+                            self._runtime.id, exc.message)  # fmt: skip
             except Exception:  # a bug here must not end the heartbeat: others would sweep us
-                log.exception("runtime %s: heartbeat or sweep failed", self.id)
+                log.exception("runtime %s: heartbeat or sweep failed", self._runtime.id)
 
     def _renew(self, bound_s: float) -> None:
         """Renew this runtime's lease, within ``bound_s`` (a silent network costs one
         renewal, not the thread: the next goes out on time, and the watchdog waits for
-        neither), record how it went in `renewals` and tell the watchdog."""
-        sent_at = self.renewals.sending()
+        neither), record how it went in `Runtime.renewals` and tell the watchdog."""
+        renewals = self._runtime.renewals
+        sent_at = renewals.sending()
         try:
             with self._store.deadline(bound_s):
-                alive = self._store.ledger.heartbeat(self.id)
+                alive = self._store.ledger.heartbeat(self._runtime.id)
         except BaseException:
-            self.renewals.failed(sent_at)
+            renewals.failed(sent_at)
             raise
         if alive:
-            self.renewals.renewed(sent_at)
+            renewals.renewed(sent_at)
             self.lease.renewed()
             return
-        self.renewals.failed(sent_at)
+        renewals.failed(sent_at)
         self.lease.lose("its row is closed or gone; it is dead to the others")
         # A row deleted while this runtime was cut off (expired) comes back fresh, and the
         # next renewal re-arms the lease; a closed one stays closed, and the runtime fenced.
         with self._store.deadline(bound_s):
-            self._register()
+            self._runtime.register()

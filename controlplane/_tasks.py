@@ -28,11 +28,11 @@ from controlplane.telemetry import Telemetry, log_kill, log_settled
 
 __all__ = [
     "Claimer",
-    "ForeignKill",
     "Interrupter",
     "TaskLedgerPort",
     "TaskListener",
     "TaskNotice",
+    "TaskRouting",
     "TaskService",
 ]
 
@@ -105,8 +105,22 @@ class TaskLedgerPort(Protocol):
 Claimer = Callable[[TaskSnapshot], int | None]
 """Admits a resume's Task and claims its child in one write; returns the fencing number."""
 
-ForeignKill = Callable[[TaskSnapshot, str], None]
-"""Kills a running Task of another runtime (the runtime decides how), given the reason."""
+
+class TaskRouting(Protocol):
+    """What the Task service asks of the runtime's router (`controlplane._router.Router`).
+
+    The router is built before this service and is not given it (a kill forwarded here
+    reaches this service through a callable of the facade's), so construction runs one way
+    and nothing is wired after it."""
+
+    def claim(self, task: TaskSnapshot) -> int | None:
+        """Admit a resume's Task and claim its child in one write; the fencing number."""
+        ...
+
+    def kill_elsewhere(self, task: TaskSnapshot, reason: str) -> None:
+        """Kill a running Task of another runtime (the router decides how)."""
+        ...
+
 
 Interrupter = Callable[[TaskSnapshot], object]
 """Writes a fenced Task's ``interrupted`` settlement with its turn's end (the runtime's
@@ -131,6 +145,10 @@ class TaskService:
         recent: How many settled Tasks to keep in memory.
         telemetry: The control plane's spans, metrics and logs (the actors reach it here);
             spans and metrics off when None.
+        routing: Claims a resume's child and kills Tasks of other runtimes (the router);
+            None when Tasks live in this process only.
+        interrupter: Writes a fenced Task's settlement (`Interrupter`, the runtime's);
+            None without a store.
     """
 
     def __init__(
@@ -141,6 +159,8 @@ class TaskService:
         runtime_id: str | None = None,
         recent: int = 1000,
         telemetry: Telemetry | None = None,
+        routing: TaskRouting | None = None,
+        interrupter: Interrupter | None = None,
     ) -> None:
         self._lock = threading.Lock()
         self._max_live = max_live
@@ -154,14 +174,15 @@ class TaskService:
         # Fenced Tasks' settlements, written by the runtime's thread (`flush`), never by
         # the activation's: its runtime may be cut off from the store (SPEC §9).
         self._unsaved_fenced: dict[str, TaskSnapshot] = {}
-        self._interrupter: Interrupter | None = None
+        self._interrupter = interrupter
         self._suspended: str | None = None  # why new Tasks are refused for now
         self._listeners: list[TaskListener] = []
         self._notices: dict[str, deque[TaskNotice]] = {}  # without a ledger only
         self._surfaces: set[str] = set()
         self._closed_reason: str | None = None
-        self._foreign_kill: ForeignKill | None = None
-        self._claimer: Claimer | None = None
+        self._routing = routing
+        # The claim on its own: the benchmark of a resume's admission times it here.
+        self._claimer: Claimer | None = routing.claim if routing is not None else None
 
     # -- control surface -------------------------------------------------------------
 
@@ -184,18 +205,6 @@ class TaskService:
                 "no task control surface is attached, so a background Task could not be "
                 "observed or killed; attach one (the default task tools) and retry",
             )
-
-    def on_claim(self, claimer: Claimer) -> None:
-        """How `start` with ``claim_child`` admits a Task (set by the runtime)."""
-        self._claimer = claimer
-
-    def on_foreign_kill(self, kill: ForeignKill) -> None:
-        """How `kill` reaches a running Task of another runtime (set by the runtime)."""
-        self._foreign_kill = kill
-
-    def on_interrupt(self, interrupter: Interrupter) -> None:
-        """How a fenced Task's settlement reaches the store (set by the runtime)."""
-        self._interrupter = interrupter
 
     # -- fencing (the runtime's lease watchdog, SPEC §9) ------------------------------
 
@@ -584,8 +593,8 @@ class TaskService:
         live = self._live.get(snapshot.id)
         if live is not None:
             self._abort(live, reason)
-        elif self._foreign_kill is not None:
-            self._foreign_kill(snapshot, reason)
+        elif self._routing is not None:
+            self._routing.kill_elsewhere(snapshot, reason)
 
     def output(self, task_id: str, *, requester: Requester) -> str:
         """The Task's output: completed → output; failed, killed, interrupted → detail;

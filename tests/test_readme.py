@@ -28,14 +28,6 @@ TEST_COMMAND = (
     "python3 -m venv .venv && .venv/bin/pip install -q -e '.[test]' && .venv/bin/python -m pytest"
 )
 
-PENDING_LAYOUT = frozenset(
-    {
-        "controlplane/_router.py",
-    }
-)
-"""README paths that issue 25's layout and router branches create. Once they are merged,
-each exists and the test below asks for it to be removed from this set."""
-
 _LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
 _REPO_PATH = re.compile(
     r"`((?:controlplane|actors|persistence|examples|docs|tests|benchmarks)/[\w./-]*|\.ci/run)`"
@@ -143,7 +135,5 @@ def test_every_path_the_readme_names_exists() -> None:
     assert "controlplane/_facade.py" in named
     assert "actors/supervisor.py" in named
 
-    missing = sorted(p for p in named - PENDING_LAYOUT if not (ROOT / p).exists())
-    landed = sorted(p for p in named & PENDING_LAYOUT if (ROOT / p).exists())
+    missing = sorted(p for p in named if not (ROOT / p).exists())
     assert not missing, f"README.md names paths that do not exist: {missing}"
-    assert not landed, f"remove from PENDING_LAYOUT, they exist now: {landed}"

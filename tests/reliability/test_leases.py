@@ -99,8 +99,8 @@ def _all_completed(url: str, runtimes: list[LeaseRuntime]) -> None:
 def _all_fenced_by_themselves(url: str, runtimes: list[LeaseRuntime]) -> None:
     """Each live child's Task settled ``interrupted`` by its own runtime's lease watchdog
     (an outage longer than two thirds of the lease fences every runtime: none can tell it
-    from a partition, docs/reliability.md, "Partitions"), never swept or taken over by the other: its
-    detail says the lease was lost, and each child has exactly its one turn, closed
+    from a partition, docs/reliability.md, "Partitions"), never swept or taken over by the
+    other: its detail says the lease was lost, and each child has exactly its one turn, closed
     ``interrupted``. The runtime answers the same (``release`` waits on its own Task)."""
     assert [r.release() for r in runtimes] == ["interrupted"] * len(runtimes)
     with SqlStore(url, read_only=True) as store:
