@@ -147,6 +147,8 @@ class ActivationActor(Actor):
         settled_at, persisted = utcnow(), False
         if prepared is not None:
             outcome, persisted = self._end_turn(prepared.transcript, outcome, framed, settled_at)
+        # Told first: a send its listeners make must find the record already settled.
+        self._tell(Settling(task_id=plan.task_id, status=outcome.status))
         settled = self._ctx.tasks.settle(plan.task_id, outcome, at=settled_at, persisted=persisted)
         plan.trace.end(settled.outcome)
         self._tell(ActivationEnded(task_id=plan.task_id, durable=published or self._loaded))
