@@ -135,7 +135,9 @@ class ActivationActor(Actor):
             plan.trace.published()
             self._tell(Published(task_id=plan.task_id, run=run, transcript=prepared.transcript))
             outcome = self._await_result(run)
-            self._tell(Settling(task_id=plan.task_id))
+            # Told before the Task settles (its listeners run then): a send they make must
+            # find the record no longer taking messages, and why.
+            self._tell(Settling(task_id=plan.task_id, status=outcome.status))
         except _Settle as settle:
             outcome = settle.outcome
         except BaseException as exc:  # escaping, it would stop every actor
@@ -147,8 +149,6 @@ class ActivationActor(Actor):
         settled_at, persisted = utcnow(), False
         if prepared is not None:
             outcome, persisted = self._end_turn(prepared.transcript, outcome, framed, settled_at)
-        # Told first: a send its listeners make must find the record already settled.
-        self._tell(Settling(task_id=plan.task_id, status=outcome.status))
         settled = self._ctx.tasks.settle(plan.task_id, outcome, at=settled_at, persisted=persisted)
         plan.trace.end(settled.outcome)
         self._tell(ActivationEnded(task_id=plan.task_id, durable=published or self._loaded))

@@ -184,8 +184,8 @@ class Published(BaseModel):
 
 class Settling(BaseModel):
     """Supervisor (from the activation): the run's result is in; dispose and outcome follow.
-    Sent again with ``status``, the Task's terminal status, just before the Task settles
-    (its listeners run), so the activation's record says it before anyone observes it."""
+    ``status`` is the outcome the result gives (disposal or the store may still turn it
+    into ``failed`` or ``interrupted``): the record stops taking messages, saying why."""
 
     model_config = _MESSAGE
 
