@@ -93,6 +93,9 @@ class ActivationInbox:
         self._draining = False
         self._run: SubagentRun | None = None
         self._transcript: ActivationTranscript | None = None
+        # A kill refuses what is still queued at once: its senders need not wait for a
+        # drainer stuck in the provider's steer or a store write to tell them.
+        signal.add_callback(self._on_abort)
 
     @property
     def pending(self) -> int:
@@ -150,6 +153,12 @@ class ActivationInbox:
                 for delivery in queued:
                     self._resolve(delivery, self._refusal(refuse_held))
             self._changed.notify_all()
+
+    def _on_abort(self, reason: str) -> None:
+        with self._lock:
+            queued, self._queue = self._queue, deque()
+            for delivery in queued:
+                self._resolve(delivery, self._killed(reason))
 
     # -- the senders' side -------------------------------------------------------------
 
@@ -221,7 +230,7 @@ class ActivationInbox:
         """Hand one message to the run and queue its record; None if refused (answered)."""
         refusal: SubagentControlError | None = None
         if self._signal.aborted:
-            refusal = self._not_delivered("its task was killed before delivery")
+            refusal = self._killed(self._signal.reason)
         steer = run.steer
         if refusal is None and steer is None:
             refusal = self._not_delivered("its provider has no live delivery into a running turn")
@@ -260,6 +269,9 @@ class ActivationInbox:
         return SubagentControlError(
             closed.code, closed.message, child_id=closed.child_id, task_id=closed.task_id
         )
+
+    def _killed(self, reason: str | None) -> SubagentControlError:
+        return self._not_delivered(f"its task was killed before delivery ({reason})")
 
     def _not_delivered(self, why: str) -> SubagentControlError:
         return SubagentControlError(

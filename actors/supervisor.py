@@ -179,7 +179,7 @@ class ChildSupervisor(Actor):
             return
         self._drop()
         current.signal.abort("control plane stopped")
-        current.inbox.close(ErrorCode.CLOSED, "the control plane stopped")
+        self._close_inbox(current, ErrorCode.CLOSED, "the control plane stopped")
         if current.ref is None:  # never began: no activation will ever settle its Task
             stopped = TaskOutcome(
                 status=TaskStatus.KILLED, detail="control plane stopped", code=ErrorCode.CLOSED

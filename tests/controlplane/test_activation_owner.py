@@ -24,10 +24,12 @@ from actors.messages import Describe, PassivateIfIdle
 from actors.supervisor import mailbox_depth
 from controlplane import (
     AgentHandle,
+    ErrorCode,
     EventKind,
     MessageSource,
     SendResult,
     SubagentControl,
+    SubagentControlError,
     TaskStatus,
     TextBlock,
 )
@@ -41,6 +43,7 @@ from tests.support import (
     held_messages,
     idle_child,
     in_thread,
+    raises,
     running_child,
     settle,
     text,
@@ -241,3 +244,51 @@ def test_concurrent_steers_reach_the_model_in_transcript_order_exactly_once(
     assert sorted(seen) == sorted(f"{n}.{i}" for n in range(senders) for i in range(each))
     for n in range(senders):  # each sender's own messages keep their order
         assert [t for t in seen if t.startswith(f"{n}.")] == [f"{n}.{i}" for i in range(each)]
+
+
+def test_a_kill_refuses_the_messages_queued_behind_a_blocked_steer_at_once(
+    control: SubagentControl,
+    parent: AgentHandle,
+    provider: FakeProvider,
+    hold: threading.Event,
+) -> None:
+    child_id, task_id, plan = running_child(control, parent, provider, hold)
+    run = plan.run
+    assert run is not None
+    entered, unblock = threading.Event(), threading.Event()
+    take = run.steer
+    assert take is not None
+
+    def blocking_steer(message: Sequence[TextBlock], source: MessageSource) -> None:
+        entered.set()
+        assert unblock.wait(WAIT_S), "the test never unblocked the provider's steer"
+        take(message, source)
+
+    run.steer = blocking_steer
+    try:
+        first = in_thread(lambda: control.send_message(parent, child_id, text("first")))
+        assert entered.wait(WAIT_S)
+        second = in_thread(lambda: control.send_message(parent, child_id, text("second")))
+        eventually(lambda: held_messages(control, child_id) == 1, "the second is queued")
+
+        control.tasks.kill(task_id, requester=parent)
+
+        # Told while the provider's steer still blocks the first: nothing waits on it.
+        with raises(ErrorCode.NOT_DELIVERED, match="killed"):
+            second.result(WAIT_S)
+        assert not first.done()
+    finally:
+        unblock.set()
+    # The first was in the provider's hands: taken (steered) or refused by the killed
+    # turn (not delivered), and the transcript agrees either way.
+    error = first.exception(WAIT_S)
+    if error is None:
+        delivered = ["first"]
+    else:
+        assert isinstance(error, SubagentControlError)
+        assert error.code is ErrorCode.NOT_DELIVERED
+        delivered = []
+    assert settle(control, task_id, parent).status is TaskStatus.KILLED
+    assert provider.steered_texts(child_id) == delivered
+    recorded = [e.data["text"] for e in events(control, child_id) if e.kind == "steering/message"]
+    assert recorded == delivered
