@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from actors._transcript import ActivationTranscript
     from actors.messages import ActivationPlan
 
-__all__ = ["Activation", "ActivationView"]
+__all__ = ["Activation", "ActivationSlot", "ActivationView"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +66,16 @@ class ActivationView:
         return "running" if self.published else "starting"
 
 
+class ActivationSlot:
+    """Where a supervisor publishes the view of its current activation (None when idle):
+    one attribute, swapped whole, read lock-free from any thread (the supervisor's proxy)."""
+
+    __slots__ = ("view",)
+
+    def __init__(self) -> None:
+        self.view: ActivationView | None = None
+
+
 @dataclass(slots=True, eq=False)
 class Activation:
     """The record of one running activation; mutated on its supervisor's thread only."""
@@ -80,7 +90,7 @@ class Activation:
     transcript: ActivationTranscript | None = None
     settling: bool = False
     status: TaskStatus = TaskStatus.RUNNING
-    view: ActivationView | None = None
+    slot: ActivationSlot | None = None  # where its view is published
 
     @property
     def task_id(self) -> str:
@@ -98,7 +108,7 @@ class Activation:
         return self.plan.parent.session_id
 
     def publish_view(self) -> ActivationView:
-        """Swap in a fresh snapshot (after a change on the supervisor's thread)."""
+        """Publish a fresh snapshot (after a change, on the supervisor's thread)."""
         plan = self.plan
         view = ActivationView(
             task_id=plan.task_id,
@@ -112,5 +122,6 @@ class Activation:
             cancel_reason=plan.signal.reason,
             started=self.started,
         )
-        self.view = view
+        if self.slot is not None:
+            self.slot.view = view
         return view

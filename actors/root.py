@@ -17,6 +17,7 @@ import pykka
 
 from actors._answer import NO_ANSWER, answer_of
 from actors._base import Actor
+from actors._record import ActivationSlot
 from actors.context import ActorContext
 from actors.messages import (
     BeginActivation,
@@ -34,7 +35,6 @@ from actors.messages import (
 )
 from actors.routing import Route, RoutingTable
 from actors.supervisor import (
-    ActivationSlot,
     ChildSupervisor,
     ChildSupervisorProxy,
     mailbox_depth,

@@ -24,7 +24,7 @@ from actors._answer import NO_ANSWER, answer_of
 from actors._base import Actor
 from actors._inbox import ActivationInbox
 from actors._outcomes import error_text, failed
-from actors._record import Activation, ActivationView
+from actors._record import Activation, ActivationSlot, ActivationView
 from actors.activation import ActivationActor
 from actors.context import ActorContext
 from actors.messages import (
@@ -53,7 +53,6 @@ from controlplane.contract import (
 )
 
 __all__ = [
-    "ActivationSlot",
     "ChildSupervisor",
     "ChildSupervisorProxy",
     "follow_up_label",
@@ -73,16 +72,6 @@ def follow_up_label(message: tuple[TextBlock, ...]) -> str:
     if len(label) > _LABEL_LIMIT:
         return label[: _LABEL_LIMIT - 1] + "…"
     return label
-
-
-class ActivationSlot:
-    """Where a supervisor publishes the view of its current activation (None when idle):
-    one attribute, swapped whole, read lock-free from any thread (`ChildSupervisorProxy`)."""
-
-    __slots__ = ("view",)
-
-    def __init__(self) -> None:
-        self.view: ActivationView | None = None
 
 
 class ChildSupervisor(Actor):
@@ -385,9 +374,11 @@ class ChildSupervisor(Actor):
             trace=plan.trace,
             telemetry=self._ctx.telemetry,
         )
-        current = Activation(plan=plan, inbox=inbox, agent_mark=self._ctx.agents.last_serial())
+        current = Activation(
+            plan=plan, inbox=inbox, agent_mark=self._ctx.agents.last_serial(), slot=self._slot
+        )
         self._current = current
-        self._slot.view = current.publish_view()
+        current.publish_view()
 
     def _drop(self) -> None:
         """The current activation is gone from this supervisor."""

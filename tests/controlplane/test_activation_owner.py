@@ -46,7 +46,9 @@ from tests.support import (
     raises,
     running_child,
     settle,
+    starting_child,
     text,
+    wait_published,
 )
 
 
@@ -292,3 +294,30 @@ def test_a_kill_refuses_the_messages_queued_behind_a_blocked_steer_at_once(
     assert provider.steered_texts(child_id) == delivered
     recorded = [e.data["text"] for e in events(control, child_id) if e.kind == "steering/message"]
     assert recorded == delivered
+
+
+def test_the_supervisor_publishes_one_view_of_its_activation(
+    control: SubagentControl,
+    parent: AgentHandle,
+    provider: FakeProvider,
+    hold: threading.Event,
+) -> None:
+    gate = threading.Event()
+    started, _plan = starting_child(control, parent, provider, gate, result_gate=hold)
+    route = control._routes.get(started.child_id)
+    assert route is not None
+    view = route.supervisor.activation
+    assert view is not None
+    assert (view.task_id, view.owner_session, view.fence) == (started.task_id, "parent-1", 1)
+    assert (view.kind, view.state, view.status) == ("initial", "starting", TaskStatus.RUNNING)
+
+    gate.set()
+    wait_published(control, started.child_id)
+    running = route.supervisor.activation
+    assert running is not None
+    assert running.state == "running"
+    assert view.state == "starting"  # a snapshot: the one read before never changes
+
+    hold.set()
+    settle(control, started.task_id, parent)
+    assert route.supervisor.activation is None  # the record is gone with the activation
