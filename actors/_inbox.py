@@ -91,6 +91,7 @@ class ActivationInbox:
         self._state: Literal["held", "open", "closed"] = "held"
         self._closed: SubagentControlError | None = None
         self._draining = False
+        self._waiting = 0  # senders asleep on `_changed`: nobody to wake, no notify paid
         self._run: SubagentRun | None = None
         self._transcript: ActivationTranscript | None = None
         # A kill refuses what is still queued at once: its senders need not wait for a
@@ -174,7 +175,11 @@ class ActivationInbox:
         while True:
             with self._lock:
                 while not delivery._done and (self._draining or self._state == "held"):
-                    self._changed.wait()
+                    self._waiting += 1
+                    try:
+                        self._changed.wait()
+                    finally:
+                        self._waiting -= 1
                 if delivery._done:
                     break
                 # Open, nobody draining, ours not taken yet: ours is queued, so drain.
@@ -189,7 +194,8 @@ class ActivationInbox:
         finally:
             with self._lock:
                 self._draining = False
-                self._changed.notify_all()
+                if self._waiting:
+                    self._changed.notify_all()
 
     def _drain(self) -> None:
         """Deliver every queued message, batch by batch, until none is left (as the one
@@ -263,7 +269,8 @@ class ActivationInbox:
             return
         delivery._error = error
         delivery._done = True
-        self._changed.notify_all()
+        if self._waiting:
+            self._changed.notify_all()
 
     def _refusal(self, closed: SubagentControlError) -> SubagentControlError:
         return SubagentControlError(
