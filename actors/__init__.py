@@ -2,15 +2,15 @@
 
 import logging
 
+from actors._delivery import deliver
+from actors._record import ActivationView
 from actors.activation import ActivationActor
 from actors.context import ActorContext
 from actors.messages import (
     ActivationPlan,
-    Redirect,
+    Reply,
     SendMessage,
-    SendReply,
     SpawnChild,
-    Steered,
 )
 from actors.root import Passivator, RootActor, RootActorProxy
 from actors.routing import Route, RoutingTable
@@ -19,19 +19,19 @@ from actors.supervisor import ChildSupervisor, ChildSupervisorProxy, follow_up_l
 __all__ = [
     "ActivationActor",
     "ActivationPlan",
+    "ActivationView",
     "ActorContext",
     "ChildSupervisor",
     "ChildSupervisorProxy",
     "Passivator",
-    "Redirect",
+    "Reply",
     "RootActor",
     "RootActorProxy",
     "Route",
     "RoutingTable",
     "SendMessage",
-    "SendReply",
     "SpawnChild",
-    "Steered",
+    "deliver",
     "follow_up_label",
 ]
 

@@ -11,28 +11,18 @@ __all__ = ["NO_ANSWER", "answer_of"]
 NO_ANSWER: Final = object()
 """What `answer_of` returns when the actor stopped without handling the message."""
 
-_LIVENESS_POLL_S: Final = 1.0
 
+def answer_of(future: pykka.Future[Any]) -> Any:
+    """The answer to an ask of one of our actors, or `NO_ANSWER` if it never handled it.
 
-def answer_of(
-    actor: pykka.ActorRef[Any], future: pykka.Future[Any], *, poll_s: float = _LIVENESS_POLL_S
-) -> Any:
-    """The answer to an ask of ``actor``, or `NO_ANSWER` if it stopped without one.
-
-    No deadline while the actor lives: a caller that gave up on a slow answer could not
-    tell the message's sender whether it was handled. pykka answers a handled message
-    before the actor stops, and silently drops a message that raced the stop; so a
-    stopped actor with no answer never handled it.
+    No deadline: a caller that gave up on a slow answer could not tell the message's sender
+    whether it was handled. Nor any polling: our actors' inboxes (`actors._base`) answer
+    every ask — pykka answers a handled message before the actor stops, and the inbox
+    answers `pykka.ActorDeadError` for one still queued when the actor stopped or put after
+    it; so that error always means "never handled". A refusal the actor raised is raised
+    here.
     """
-    while True:
-        try:
-            return future.get(timeout=poll_s)
-        except pykka.Timeout:
-            if actor.is_alive():
-                continue
-            try:
-                return future.get(timeout=0)
-            except pykka.Timeout:
-                return NO_ANSWER
-        except pykka.ActorDeadError:
-            return NO_ANSWER
+    try:
+        return future.get()
+    except pykka.ActorDeadError:
+        return NO_ANSWER

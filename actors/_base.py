@@ -10,7 +10,11 @@ The inbox is a `queue.SimpleQueue` rather than pykka's `queue.Queue`: the same F
 (``put``, ``get``, ``empty`` are all pykka asks of an inbox), written in C, without the
 three `threading.Condition` objects (~3 KiB) a `queue.Queue` carries and the Python-level
 locking each message pays through them. A live child has two actors, so this is memory per
-live child and time per steer.
+live child and time per steer. The inbox also closes when the actor's loop ends: pykka
+answers the asks still queued then with `pykka.ActorDeadError`, and an ask that races the
+stop (put after that last drain) is answered the same way at once, instead of waiting in a
+queue nobody reads. So every ask of our actors is answered — handled, or `ActorDeadError`
+for "never handled" — and nobody polls an actor's liveness to find out which.
 
 An ``ask``'s reply is a `Reply`: pykka's `ThreadingFuture` contract (``get`` with a timeout
 raising `pykka.Timeout`, ``set``/``set_exception`` once, get hooks for ``map``/``join``)
@@ -29,10 +33,11 @@ stopped in order when they can be, and cut off like a crash when they cannot.
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import sys
 import threading
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
 
 import pykka
 
@@ -45,6 +50,53 @@ if TYPE_CHECKING:
     from pykka._types import OptExcInfo
 
 __all__ = ["Actor", "Reply"]
+
+
+class _Inbox:
+    """An actor's mailbox that refuses, once closed, every envelope put into it: an ask's
+    future gets `pykka.ActorDeadError` at once (the message was never handled), a tell is
+    dropped (as pykka drops a tell racing a stop).
+
+    The lock makes "closed" and "put" one step: without it an envelope could be put right
+    after the loop's last drain and wait for ever.
+    """
+
+    __slots__ = ("_closed", "_lock", "_queue")
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[Envelope[Any]] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def put(self, envelope: Envelope[Any]) -> None:
+        with self._lock:
+            if not self._closed:
+                self._queue.put(envelope)
+                return
+        _refuse(envelope)
+
+    def get(self) -> Envelope[Any]:
+        return self._queue.get()
+
+    def empty(self) -> bool:
+        return self._queue.empty()
+
+    def qsize(self) -> int:
+        return self._queue.qsize()
+
+    def close(self) -> None:
+        """Refuse every later put; what is queued stays for the loop's teardown."""
+        with self._lock:
+            self._closed = True
+
+
+def _refuse(envelope: Envelope[Any]) -> None:
+    reply = envelope.reply_to
+    if reply is None:
+        return
+    dead = pykka.ActorDeadError("the actor stopped before handling the message")
+    with contextlib.suppress(queue.Full):  # answered already: nothing to refuse
+        reply.set_exception(exc_info=(pykka.ActorDeadError, dead, None))
 
 
 class Actor(pykka.ThreadingActor):
@@ -62,8 +114,13 @@ class Actor(pykka.ThreadingActor):
 
     @staticmethod
     def _create_actor_inbox() -> ActorInbox:
-        inbox: queue.SimpleQueue[Envelope[Any]] = queue.SimpleQueue()
-        return inbox
+        return cast("ActorInbox", _Inbox())
+
+    def _actor_loop_teardown(self) -> None:
+        # Closed first: pykka's teardown then answers what is queued, and nothing can be
+        # queued after it (see `_Inbox`).
+        _close_inbox(self.actor_inbox)
+        super()._actor_loop_teardown()
 
     def _start_actor_loop(self) -> None:
         try:
@@ -76,7 +133,15 @@ class Actor(pykka.ThreadingActor):
             # "alive" state are undone, so the failed start is what the caller sees.
             pykka.ActorRegistry.unregister(self.actor_ref)
             self.actor_stopped.set()
+            _close_inbox(self.actor_inbox)
+            while not self.actor_inbox.empty():  # asked before the failed start: answered
+                _refuse(self.actor_inbox.get())
             raise
+
+
+def _close_inbox(inbox: ActorInbox) -> None:
+    if isinstance(inbox, _Inbox):
+        inbox.close()
 
 
 T = TypeVar("T")

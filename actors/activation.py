@@ -135,7 +135,9 @@ class ActivationActor(Actor):
             plan.trace.published()
             self._tell(Published(task_id=plan.task_id, run=run, transcript=prepared.transcript))
             outcome = self._await_result(run)
-            self._tell(Settling(task_id=plan.task_id))
+            # Told before the Task settles (its listeners run then): a send they make must
+            # find the record no longer taking messages, and why.
+            self._tell(Settling(task_id=plan.task_id, status=outcome.status))
         except _Settle as settle:
             outcome = settle.outcome
         except BaseException as exc:  # escaping, it would stop every actor

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from concurrent.futures import Future
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -10,7 +9,8 @@ from typing import Any, Literal
 import pykka
 from pydantic import BaseModel, ConfigDict, Field
 
-from actors._transcript import ActivationTranscript, SteeringReceipt
+from actors._inbox import ActivationInbox, Delivery
+from actors._transcript import ActivationTranscript
 from controlplane.contract import (
     NO_TRACE,
     ActivationTrace,
@@ -21,9 +21,9 @@ from controlplane.contract import (
     NewEvent,
     Origin,
     SendResult,
-    SubagentControlError,
     SubagentRun,
     SupervisorNode,
+    TaskStatus,
     TextBlock,
     utcnow,
 )
@@ -36,17 +36,14 @@ __all__ = [
     "DescribeAll",
     "PassivateIfIdle",
     "Published",
-    "Redirect",
+    "Reply",
     "RouteSend",
     "Routed",
     "SendMessage",
-    "SendReply",
     "Settling",
     "Shutdown",
     "SpawnChild",
-    "Steered",
     "StopAccepting",
-    "SupervisorAnswer",
     "Sweep",
 ]
 
@@ -82,7 +79,10 @@ class ActivationPlan(BaseModel):
 
 
 class SendMessage(BaseModel):
-    """Supervisor: steer the running activation or resume the child. Replies `SendReply`."""
+    """Supervisor: steer the running activation or resume the child. Replies `Reply`, or
+    raises the refusal (a coded `SubagentControlError`); `pykka.ActorDeadError` when the
+    supervisor retired or stopped before handling it (then sending it again to the child's
+    next supervisor cannot duplicate it)."""
 
     model_config = _MESSAGE
 
@@ -183,11 +183,14 @@ class Published(BaseModel):
 
 
 class Settling(BaseModel):
-    """Supervisor (from the activation): the run's result is in; dispose and outcome follow."""
+    """Supervisor (from the activation): the run's result is in; dispose and outcome follow.
+    ``status`` is the outcome the result gives (disposal or the store may still turn it
+    into ``failed`` or ``interrupted``): the record stops taking messages, saying why."""
 
     model_config = _MESSAGE
 
     task_id: str
+    status: TaskStatus | None = None
 
 
 class ActivationEnded(BaseModel):
@@ -202,15 +205,6 @@ class ActivationEnded(BaseModel):
     durable: bool
 
 
-class Redirect(BaseModel):
-    """A send's answer when its supervisor retired before taking it: ask the root again.
-
-    The message was not handled, so sending it again cannot duplicate it.
-    """
-
-    model_config = _MESSAGE
-
-
 class Describe(BaseModel):
     """Supervisor: reply with its `SupervisorNode`."""
 
@@ -223,28 +217,35 @@ DescribeReply = SupervisorNode
 @dataclass(frozen=True, slots=True)
 class Routed:
     """The root's answer to `RouteSend`: the supervisor it handed the message to, and that
-    supervisor's pending `SendReply`, for the caller to read."""
+    supervisor's pending `Reply`, for the caller to read."""
 
     supervisor: pykka.ActorRef[Any]
     reply: pykka.Future[Any]
 
 
 @dataclass(frozen=True, slots=True)
-class Steered:
-    """A supervisor's answer for a message it handed to the running turn.
+class Reply:
+    """What a supervisor answers for a `SendMessage`: the one reply type.
 
-    The sender commits the receipt (the message's durable record) on its own thread, then
-    reports ``steered``: the supervisor never waits for the database.
+    ``started``: a resume began, as Task ``task_id``. ``steered``: the message was put into
+    the inbox of the running activation ``task_id``; the sender completes its delivery
+    (`result`) on its own thread — the supervisor never waits for the run or the store.
+    A refusal is never a reply: it is raised through the ask's future.
     """
 
-    receipt: SteeringReceipt
+    route: Literal["started", "steered"]
+    task_id: str
+    inbox: ActivationInbox | None = None
+    delivery: Delivery | None = None
 
+    def result(self) -> SendResult:
+        """The send's result, once it is final: for a steer, once the message's record is
+        durable (delivering it, or waiting for whoever delivers it first).
 
-SendReply = Steered | SendResult | SubagentControlError | Redirect
-"""The answer to a `SendMessage`, as its sender reads it: a steer to commit, a started
-resume, a refusal, or a redirect (the supervisor retired before taking it)."""
-
-SupervisorAnswer = SendReply | Future[Steered]
-"""What a supervisor returns for a `SendMessage`: a `SendReply`, or — for a message held
-until publication — a future resolved at delivery (`actors.supervisor.await_reply` waits
-for it)."""
+        Raises:
+            SubagentControlError: the steer was not delivered (``NOT_DELIVERED``, …), or
+                ``DURABILITY_FAILED``: the run has it, the transcript does not.
+        """
+        if self.inbox is not None and self.delivery is not None:
+            self.inbox.wait(self.delivery)
+        return SendResult(route=self.route, task_id=self.task_id)

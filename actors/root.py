@@ -17,23 +17,29 @@ import pykka
 
 from actors._answer import NO_ANSWER, answer_of
 from actors._base import Actor
+from actors._record import ActivationSlot
 from actors.context import ActorContext
 from actors.messages import (
     BeginActivation,
     Describe,
     DescribeAll,
     PassivateIfIdle,
+    Reply,
     Routed,
     RouteSend,
     SendMessage,
-    SendReply,
     Shutdown,
     SpawnChild,
     StopAccepting,
     Sweep,
 )
 from actors.routing import Route, RoutingTable
-from actors.supervisor import ChildSupervisor, ChildSupervisorProxy, await_reply, mailbox_depth
+from actors.supervisor import (
+    ChildSupervisor,
+    ChildSupervisorProxy,
+    mailbox_depth,
+    reply_of,
+)
 from controlplane.contract import ErrorCode, SubagentControlError, SupervisorNode
 
 __all__ = ["Passivator", "RootActor", "RootActorProxy"]
@@ -79,6 +85,7 @@ class RootActor(Actor):
                 f"child {plan.child_id} already has a supervisor",
                 child_id=plan.child_id,
             )
+        slot = ActivationSlot()
         ref = _start_supervisor(
             plan.child_id,
             "nothing was started",
@@ -87,8 +94,9 @@ class RootActor(Actor):
             plan.child_id,
             parent_session=plan.parent.session_id,
             initial=plan,
+            slot=slot,
         )
-        route = Route(plan.child_id, ChildSupervisorProxy(ref), plan.parent.session_id)
+        route = Route(plan.child_id, ChildSupervisorProxy(ref, slot), plan.parent.session_id)
         self._table._put(route)
         # Only now: an activation that failed at once could retire its supervisor, and a
         # retirement must find the route it removes.
@@ -100,10 +108,16 @@ class RootActor(Actor):
         route = self._table.get(child_id)
         if route is None:
             self._check_accepting()
+            slot = ActivationSlot()
             ref = _start_supervisor(
-                child_id, "the message was not delivered", self._ctx, self._table, child_id
+                child_id,
+                "the message was not delivered",
+                self._ctx,
+                self._table,
+                child_id,
+                slot=slot,
             )
-            route = Route(child_id, ChildSupervisorProxy(ref), None)
+            route = Route(child_id, ChildSupervisorProxy(ref, slot), None)
             self._table._put(route)
         # Not waited for here: the root never blocks on a supervisor; the caller reads it.
         ref = route.supervisor.ref
@@ -179,20 +193,22 @@ class RootActorProxy:
         """
         return cast(Route, self._answer(spawn))
 
-    def route_send(self, child_id: str, send: SendMessage) -> SendReply:
+    def route_send(self, child_id: str, send: SendMessage) -> Reply | None:
         """Send through the root to a child this caller found no route for: the root
-        creates its supervisor if needed and hands the message on; the supervisor answers.
+        creates its supervisor if needed and hands the message on; the supervisor answers
+        (None: it retired before handling it).
 
         Raises:
             pykka.ActorDeadError: the root stopped first; the message went nowhere.
+            SubagentControlError: the root or the supervisor refused the message.
         """
         routed = cast(Routed, self._answer(RouteSend(child_id=child_id, send=send)))
-        return await_reply(routed.supervisor, routed.reply)
+        return reply_of(routed.reply)
 
     def _answer(self, message: SpawnChild | RouteSend) -> Any:
         # No deadline: the root never waits on another actor, and giving up early would
         # leave the caller unable to say whether its child started or its message went.
-        answer = answer_of(self.ref, self.ref.ask(message, block=False))
+        answer = answer_of(self.ref.ask(message, block=False))
         if answer is NO_ANSWER:
             raise pykka.ActorDeadError("the root actor stopped before it handled the message")
         return answer

@@ -286,9 +286,10 @@ costs depends on whether its CPU is still polling (~15 µs for a bare `ask`) or 
 figures move between runs by several times; the ratios within one round, where both sides
 met the same conditions, are what to compare.
 
-**Steer round trip** — `send_message` → the child's supervisor, which decides, hands the
-message to `run.steer` and queues its record → back to the sender, whose thread commits the
-durable `steering/message` append → `SendResult` — against the SPEC §8 baseline, one raw
+**Steer round trip** — `send_message` → the child's supervisor, which decides and puts
+the message into the activation's inbox → back to the sender, whose thread hands it to
+`run.steer` and commits the durable `steering/message` append → `SendResult` (two hops, one
+transaction) — against the SPEC §8 baseline, one raw
 pykka `ask` plus one raw `sqlite3` append. The *raw round trip* is that baseline as one
 round trip: an `ask` to a random one of N echo actors (N = live children) whose handler
 does the raw append before replying. Goal: steer p50 ≤ 1.5× the raw round trip —

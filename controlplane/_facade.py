@@ -18,13 +18,12 @@ from actors import (
     ActivationPlan,
     ActorContext,
     Passivator,
-    Redirect,
     RootActor,
     RootActorProxy,
     RoutingTable,
     SendMessage,
     SpawnChild,
-    Steered,
+    deliver,
 )
 from controlplane._exit import close_at_exit, closed
 from controlplane._forwarding import Forwarder
@@ -80,7 +79,6 @@ STORE_OPTIONS = (
 _MIN_PASSIVATE_S = 0.05
 _MIN_LEASE_TTL_S = 0.3
 _ROOT_TIMEOUT_S = 30.0
-_REDIRECTS = 16
 
 
 class SubagentControl:
@@ -356,32 +354,7 @@ class SubagentControl:
     def _route(self, child_id: str, send: SendMessage) -> SendResult:
         """Hand ``send`` to the child's supervisor here and return what it did."""
         root = self._require_store()
-        for _ in range(_REDIRECTS):
-            route = self._routes.get(child_id)
-            try:
-                if route is not None:
-                    reply = route.supervisor.send(send)
-                else:
-                    reply = root.route_send(child_id, send)
-            except BaseException as exc:
-                raise _translate(exc, "the message was not delivered") from exc
-            if isinstance(reply, Redirect):
-                # Its supervisor retired (or stopped) without handling the message.
-                self._check_open()
-                continue
-            if isinstance(reply, SubagentControlError):
-                raise reply
-            if isinstance(reply, Steered):
-                # The run has it; `steered` only once its record is durable.
-                with self._telemetry.scoped(child_id, reply.receipt.task_id):
-                    reply.receipt.commit()
-                return SendResult(route="steered", task_id=reply.receipt.task_id)
-            return reply
-        raise SubagentControlError(
-            ErrorCode.NOT_DELIVERED,
-            f"child {child_id}: its supervisor kept retiring; the message was not delivered",
-            child_id=child_id,
-        )
+        return deliver(self._routes, root, child_id, send, check_open=self._check_open)
 
     # -- inspection ------------------------------------------------------------------
 

@@ -56,7 +56,13 @@ _SUMMARY_LIMIT = 500
 @dataclass(eq=False)
 class _Task:
     """A Task whose activation exists in this runtime (running, or settled and not yet
-    released). Once released it is kept only as a snapshot among the recent ones."""
+    released). Once released it is kept only as a snapshot among the recent ones.
+
+    The ledger's entry, not the activation's state (its supervisor's `Activation` record
+    holds that): changed only under the service's lock (`settle_as`), and read from other
+    threads only through ``view``, a frozen snapshot swapped whole on each change, so a
+    reader without the lock never sees an outcome without its settlement time.
+    """
 
     id: str
     label: str
@@ -71,12 +77,25 @@ class _Task:
     # Set only once the activation is gone from its supervisor, so `wait()` returning means
     # a follow-up starts the next activation.
     released: threading.Event = field(default_factory=threading.Event)
+    view: TaskSnapshot = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.view = self._build()
 
     @property
     def status(self) -> TaskStatus:
         return TaskStatus.RUNNING if self.outcome is None else self.outcome.status
 
+    def settle_as(self, outcome: TaskOutcome, settled_at: datetime | None) -> TaskSnapshot:
+        """Under the service's lock: record the outcome and publish the new view."""
+        self.outcome, self.settled_at = outcome, settled_at
+        self.view = self._build()
+        return self.view
+
     def snapshot(self) -> TaskSnapshot:
+        return self.view
+
+    def _build(self) -> TaskSnapshot:
         return TaskSnapshot(
             id=self.id,
             label=self.label,
@@ -344,9 +363,7 @@ class TaskService:
             task = self._live[task_id]
             if task.outcome is not None:
                 return task.snapshot()
-            task.outcome = outcome
-            task.settled_at = settled_at
-            snapshot = task.snapshot()
+            snapshot = task.settle_as(outcome, settled_at)
             if self._ledger is None:
                 self._notices.setdefault(task.owner, deque()).append(_notice(snapshot))
             listeners = list(self._listeners)
@@ -394,7 +411,7 @@ class TaskService:
         with self._lock:
             task = self._live.get(task_id)
             if task is not None:
-                task.outcome, task.settled_at = stored.outcome, stored.settled_at
+                task.settle_as(stored.outcome, stored.settled_at)
             elif task_id in self._recent:
                 self._recent[task_id] = stored
 
@@ -455,20 +472,13 @@ class TaskService:
         while len(self._recent) > self._recent_cap:
             self._recent.popitem(last=False)
 
-    def status_of(self, task_id: str) -> TaskStatus | None:
-        """The status of a live Task of this runtime (unfenced; for the control plane)."""
-        task = self._live.get(task_id)
-        return None if task is None else task.status
-
     def fence_of(self, task_id: str) -> int | None:
-        """The fencing number a live Task of this runtime claimed its child under."""
-        task = self._live.get(task_id)
-        return None if task is None else task.fence
-
-    def owner_of(self, task_id: str) -> str | None:
-        """The owner session of a live Task of this runtime (unfenced)."""
-        task = self._live.get(task_id)
-        return None if task is None else task.owner
+        """The fencing number a live Task of this runtime claimed its child under (read
+        once, by the supervisor that just started it, into the activation's record: an
+        activation's status, owner and fence are read from that record, not from here)."""
+        with self._lock:
+            task = self._live.get(task_id)
+            return None if task is None else task.fence
 
     def running(self) -> list[TaskSnapshot]:
         """The Tasks running in this runtime (unfenced)."""
@@ -479,7 +489,7 @@ class TaskService:
         """Abort a Task running in this runtime (a kill another runtime forwarded here,
         its requester already fenced there); False if it does not run here."""
         task = self._live.get(task_id)
-        if task is None or task.outcome is not None:
+        if task is None or task.view.outcome is not None:
             return False
         self._abort(task, reason)
         return True

@@ -20,7 +20,7 @@ from controlplane.contract._agents import AgentHandle
 from controlplane.contract._content import TextBlock
 from controlplane.contract._descriptor import Descriptor
 from controlplane.contract._signal import CancelSignal
-from controlplane.contract._task_types import TaskOutcome, TaskSnapshot, TaskStatus
+from controlplane.contract._task_types import TaskOutcome, TaskSnapshot
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
@@ -176,16 +176,9 @@ class TaskService(Protocol):
         """Mark a settled Task's activation as gone; ``wait`` returns from here on."""
         ...
 
-    def status_of(self, task_id: str) -> TaskStatus | None:
-        """The status of a live Task of this runtime."""
-        ...
-
     def fence_of(self, task_id: str) -> int | None:
-        """The fencing number a live Task of this runtime claimed its child under."""
-        ...
-
-    def owner_of(self, task_id: str) -> str | None:
-        """The owner session of a live Task of this runtime."""
+        """The fencing number a live Task of this runtime claimed its child under (read
+        once into the activation's record, which owns its status, owner and fence)."""
         ...
 
 

@@ -1,0 +1,298 @@
+"""An activation's inbox: the messages its supervisor decided to steer into the running turn.
+
+The supervisor decides (steer, hold, refuse, resume) and puts the message here; it never
+calls the provider's ``steer`` and never waits for the database. Delivery — ``run.steer``,
+then the ``steering/message`` record — is done for the activation by its senders' threads,
+one at a time, under this inbox's order: a provider whose ``steer`` blocks, or a store
+write that waits out its retry budget, holds up the senders into that one turn, never a
+supervisor's mailbox. (The run's own thread is inside the provider's turn; a thread of the
+activation's own would add a third hop to every steer: caller → supervisor → that thread →
+caller. The sender was going to wait for its record anyway.)
+
+Order: messages are delivered by one drainer at a time, in the order the supervisor put
+them here (its mailbox order); each is handed to the run and queued for the transcript
+under the transcript's lock, so the order the model saw is the transcript's order. Whoever
+finds queued messages and no drainer drains them all (its own and those behind it), so a
+lone sender pays no hop beyond the supervisor's answer: caller → supervisor → caller.
+Messages that arrive before publication wait here (``held``); the supervisor opens the
+inbox when the run is published, and their senders deliver them then, in order.
+
+A sender is answered ``steered`` only once its record is durable; ``NOT_DELIVERED`` when
+the run refused it (its turn settled first), the turn ended before it was taken, or its
+task was killed first; ``DURABILITY_FAILED`` when the run has it and the record could not
+be written.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from typing import TYPE_CHECKING, Literal
+
+from controlplane.contract import (
+    ActivationTrace,
+    CancelSignal,
+    ErrorCode,
+    MessageSource,
+    SubagentControlError,
+    SubagentRun,
+    Telemetry,
+    TextBlock,
+)
+
+if TYPE_CHECKING:
+    from actors._transcript import ActivationTranscript, SteeringReceipt
+
+__all__ = ["ActivationInbox", "Delivery"]
+
+
+class Delivery:
+    """One message put into an activation's inbox; its sender waits for it
+    (`ActivationInbox.wait`)."""
+
+    __slots__ = ("_done", "_error", "forwarded", "message", "source")
+
+    def __init__(
+        self, message: tuple[TextBlock, ...], source: MessageSource, forwarded: str | None
+    ) -> None:
+        self.message = message
+        self.source = source
+        self.forwarded = forwarded
+        self._done = False
+        self._error: SubagentControlError | None = None
+
+
+class ActivationInbox:
+    """The inbox of one activation; see the module docstring.
+
+    ``held`` until the run is published (`publish`), ``open`` while the turn takes
+    messages, ``closed`` once it ended (or its supervisor stopped): a message put then, or
+    still queued, is refused with the reason `close` gave.
+    """
+
+    def __init__(
+        self,
+        child_id: str,
+        task_id: str,
+        *,
+        signal: CancelSignal,
+        trace: ActivationTrace,
+        telemetry: Telemetry,
+    ) -> None:
+        self._child_id = child_id
+        self._task_id = task_id
+        self._signal = signal
+        self._trace = trace
+        self._telemetry = telemetry
+        # Held only for the few lines around the queue: never across a steer or a write.
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)
+        self._queue: deque[Delivery] = deque()
+        self._state: Literal["held", "open", "closed"] = "held"
+        self._closed: SubagentControlError | None = None
+        self._draining = False
+        self._waiting = 0  # senders asleep on `_changed`: nobody to wake, no notify paid
+        self._run: SubagentRun | None = None
+        self._transcript: ActivationTranscript | None = None
+        # A kill refuses what is still queued at once: its senders need not wait for a
+        # drainer stuck in the provider's steer or a store write to tell them.
+        signal.add_callback(self._on_abort)
+
+    @property
+    def pending(self) -> int:
+        """How many messages wait for delivery (held until publication, mostly)."""
+        return len(self._queue)
+
+    # -- the supervisor's side ---------------------------------------------------------
+
+    def put(
+        self,
+        message: tuple[TextBlock, ...],
+        source: MessageSource,
+        forwarded: str | None = None,
+    ) -> Delivery:
+        """Queue a message for the turn; never blocks on the run or the store."""
+        delivery = Delivery(message, source, forwarded)
+        with self._lock:
+            if self._closed is None:
+                self._queue.append(delivery)
+                return delivery
+            self._resolve(delivery, self._refusal(self._closed))
+        return delivery
+
+    def close(self, code: ErrorCode, why: str) -> None:
+        """Refuse every message not taken yet, and every later one (first reason wins)."""
+        with self._lock:
+            if self._closed is None:
+                self._closed = SubagentControlError(
+                    code,
+                    f"child {self._child_id}: {why}; the message was not delivered",
+                    child_id=self._child_id,
+                    task_id=self._task_id,
+                )
+            self._state = "closed"
+            queued, self._queue = self._queue, deque()
+            for delivery in queued:
+                self._resolve(delivery, self._refusal(self._closed))
+
+    def publish(
+        self,
+        run: SubagentRun,
+        transcript: ActivationTranscript,
+        refuse_held: SubagentControlError | None = None,
+    ) -> None:
+        """The run is published: open the inbox, so the held messages' senders deliver
+        them now, in order — or refuse them all with ``refuse_held`` (they were admitted
+        on a guess the published run disproved)."""
+        with self._lock:
+            if self._state != "held":
+                return
+            self._run, self._transcript = run, transcript
+            self._state = "open"
+            if refuse_held is not None:
+                queued, self._queue = self._queue, deque()
+                for delivery in queued:
+                    self._resolve(delivery, self._refusal(refuse_held))
+            self._changed.notify_all()
+
+    def _on_abort(self, reason: str) -> None:
+        with self._lock:
+            queued, self._queue = self._queue, deque()
+            for delivery in queued:
+                self._resolve(delivery, self._killed(reason))
+
+    # -- the senders' side -------------------------------------------------------------
+
+    def wait(self, delivery: Delivery) -> None:
+        """Return once ``delivery``'s record is durable (the sender's thread): drain the
+        inbox when nobody else does, else wait for whoever does.
+
+        Raises:
+            SubagentControlError: the message was not delivered (``NOT_DELIVERED``,
+                ``OWNERSHIP_CONFLICT``, ``CLOSED``, ``FENCED``…), or ``DURABILITY_FAILED``:
+                the run has it, the transcript does not.
+        """
+        while True:
+            with self._lock:
+                while not delivery._done and (self._draining or self._state == "held"):
+                    self._waiting += 1
+                    try:
+                        self._changed.wait()
+                    finally:
+                        self._waiting -= 1
+                if delivery._done:
+                    break
+                # Open, nobody draining, ours not taken yet: ours is queued, so drain.
+                self._draining = True
+            self._drain_and_release()
+        if delivery._error is not None:
+            raise delivery._error
+
+    def _drain_and_release(self) -> None:
+        try:
+            self._drain()
+        finally:
+            with self._lock:
+                self._draining = False
+                if self._waiting:
+                    self._changed.notify_all()
+
+    def _drain(self) -> None:
+        """Deliver every queued message, batch by batch, until none is left (as the one
+        drainer). Each batch's records are written by its first commit, in one write."""
+        while True:
+            with self._lock:
+                if self._state != "open" or not self._queue:
+                    return
+                batch, self._queue = self._queue, deque()
+                run, transcript = self._run, self._transcript
+            assert run is not None
+            assert transcript is not None
+            taken: list[tuple[Delivery, SteeringReceipt]] = []
+            try:
+                for delivery in batch:
+                    receipt = self._hand_over(run, transcript, delivery)
+                    if receipt is not None:
+                        taken.append((delivery, receipt))
+                with self._telemetry.scoped(self._child_id, self._task_id):
+                    for delivery, receipt in taken:
+                        try:
+                            receipt.commit()
+                        except SubagentControlError as exc:
+                            exc.task_id = self._task_id
+                            self._settle(delivery, exc)
+                        else:
+                            self._settle(delivery, None)
+            finally:
+                # Whatever escaped (KeyboardInterrupt in a sender's thread), no message of
+                # the batch is left unanswered: the run may have one, the record is unsure.
+                for delivery in batch:
+                    if not delivery._done:
+                        self._settle(delivery, self._unsure())
+
+    def _hand_over(
+        self, run: SubagentRun, transcript: ActivationTranscript, delivery: Delivery
+    ) -> SteeringReceipt | None:
+        """Hand one message to the run and queue its record; None if refused (answered)."""
+        refusal: SubagentControlError | None = None
+        if self._signal.aborted:
+            refusal = self._killed(self._signal.reason)
+        steer = run.steer
+        if refusal is None and steer is None:
+            refusal = self._not_delivered("its provider has no live delivery into a running turn")
+        if refusal is not None or steer is None:
+            self._settle(delivery, refusal)
+            return None
+        message, source = delivery.message, delivery.source
+        try:
+            receipt = transcript.steer(
+                lambda: steer(message, source),
+                message,
+                source,
+                task_id=self._task_id,
+                forwarded=delivery.forwarded,
+            )
+        except SubagentControlError as exc:
+            exc.task_id = self._task_id
+            self._settle(delivery, exc)
+            return None
+        self._trace.steered(message, source.kind)
+        return receipt
+
+    def _settle(self, delivery: Delivery, error: SubagentControlError | None) -> None:
+        with self._lock:
+            self._resolve(delivery, error)
+
+    def _resolve(self, delivery: Delivery, error: SubagentControlError | None) -> None:
+        """Under the lock: answer a delivery (once) and wake its waiting sender."""
+        if delivery._done:
+            return
+        delivery._error = error
+        delivery._done = True
+        if self._waiting:
+            self._changed.notify_all()
+
+    def _refusal(self, closed: SubagentControlError) -> SubagentControlError:
+        return SubagentControlError(
+            closed.code, closed.message, child_id=closed.child_id, task_id=closed.task_id
+        )
+
+    def _killed(self, reason: str | None) -> SubagentControlError:
+        return self._not_delivered(f"its task was killed before delivery ({reason})")
+
+    def _not_delivered(self, why: str) -> SubagentControlError:
+        return SubagentControlError(
+            ErrorCode.NOT_DELIVERED,
+            f"child {self._child_id}: {why}; the message was not delivered; retry after it settles",
+            child_id=self._child_id,
+            task_id=self._task_id,
+        )
+
+    def _unsure(self) -> SubagentControlError:
+        return SubagentControlError(
+            ErrorCode.DURABILITY_FAILED,
+            f"durability failed: delivery into child {self._child_id} was interrupted; the "
+            "turn may have the message; look in the transcript before sending it again",
+            child_id=self._child_id,
+            task_id=self._task_id,
+        )
