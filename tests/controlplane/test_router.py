@@ -18,7 +18,6 @@ import pytest
 
 from actors import SendMessage
 from controlplane import (
-    AgentRegistry,
     ErrorCode,
     EventKind,
     MessageSource,
@@ -31,6 +30,7 @@ from controlplane._router import _CLAIM_RACES, Router
 from controlplane._runtime import Runtime, new_runtime_id
 from controlplane._tasks import TaskService
 from controlplane.contract import (
+    AgentRegistry,
     CancelSignal,
     ChildMeta,
     ClaimConflict,
