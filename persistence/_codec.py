@@ -97,7 +97,7 @@ def prepare_events(events: object) -> list[PendingEvent]:
             `NewEvent` or mapping, a wrong key or type, or data that is not plain JSON.
     """
     if events.__class__ is list:  # the usual batch: skip the ABC checks below (~1 us)
-        return [_prepare(item, index) for index, item in enumerate(events)]  # type: ignore[attr-defined]
+        return [_prepare(item, index) for index, item in enumerate(events)]
     if isinstance(events, str | bytes | bytearray | Mapping | NewEvent) or not isinstance(
         events, Iterable
     ):
