@@ -27,7 +27,8 @@ from benchmarks._machine import load_average, machine_lines
 from benchmarks._report import Section, write_report
 
 SECTIONS = (
-    "routing", "resume", "scale", "tasks", "store", "children", "telemetry", "forwarding",
+    "routing", "hops", "resume", "scale", "tasks", "store", "children", "telemetry",
+    "forwarding",
 )  # fmt: skip
 _DOCS = Path(__file__).resolve().parents[1] / "docs"
 
@@ -70,6 +71,11 @@ def _runners(
 
         config = RoutingConfig.quick() if quick else RoutingConfig()
         return run_routing(config, workdir)
+
+    def hops() -> Section:
+        from benchmarks.hops import HopsConfig, run_hops
+
+        return run_hops(HopsConfig.quick() if quick else HopsConfig(), workdir)
 
     def resume() -> Section:
         from benchmarks._plot import plot_resume
@@ -118,6 +124,7 @@ def _runners(
 
     return {
         "routing": routing,
+        "hops": hops,
         "resume": resume,
         "scale": scale,
         "tasks": tasks,
