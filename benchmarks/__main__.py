@@ -37,6 +37,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the selected sections and write the report; returns the exit status."""
     args = _parser().parse_args(argv)
     chosen = _sections(args.sections)
+    if args.against is not None:
+        return _against(args, chosen)
     pg_url, pg_note = (None, "disabled with --no-postgres") if args.no_postgres else pg_server()
     pg_version = pg_note if pg_url else None
     sections: list[Section] = []
@@ -59,6 +61,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     load = f"{load_before} at the start, {load_average()} at the end"
     header = _header(args.quick, chosen, pg_version, time.monotonic() - started, load)
     write_report(args.out, header, sections)
+    if args.figures_out is not None:
+        from benchmarks._against import write_figures
+
+        write_figures(args.figures_out, sections)
     _log(f"wrote {args.out}" + (f" and {args.plot}" if "resume" in chosen else ""))
     return 0
 
@@ -135,6 +141,28 @@ def _runners(
     }
 
 
+def _against(args: argparse.Namespace, chosen: list[str]) -> int:
+    """``--against PATH``: the comparison section, written into the report."""
+    from benchmarks._against import run_against
+
+    started, load_before = time.monotonic(), load_average()
+    section = run_against(
+        args.against, chosen, rounds=args.rounds, quick=args.quick, no_postgres=args.no_postgres
+    )
+    pg_url, pg_note = (None, "disabled with --no-postgres") if args.no_postgres else pg_server()
+    load = f"{load_before} at the start, {load_average()} at the end"
+    header = _header(
+        args.quick,
+        [*chosen, f"against {args.against}"],
+        pg_note if pg_url else None,
+        time.monotonic() - started,
+        load,
+    )
+    write_report(args.out, header, [section])
+    _log(f"wrote {args.out}")
+    return 0
+
+
 def _header(
     quick: bool, chosen: list[str], pg_version: str | None, took_s: float, load: str
 ) -> str:
@@ -198,6 +226,19 @@ def _parser() -> argparse.ArgumentParser:
         "resume and a tasks.get of a Task only the store holds",
     )
     parser.add_argument("--keep-scratch", action="store_true", help="keep the temporary databases")
+    parser.add_argument(
+        "--against",
+        metavar="PATH",
+        type=Path,
+        help="also run the sections on the packages of another checkout at PATH (a worktree, "
+        "or `git archive COMMIT | tar -x -C PATH`), alternating with this tree round by "
+        "round, and write the ratios of their headline figures (section 'Against another "
+        "tree')",
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="alternating rounds for --against (default 3)"
+    )
+    parser.add_argument("--figures-out", type=Path, help=argparse.SUPPRESS)  # --against's sides
     return parser
 
 
