@@ -8,6 +8,8 @@ Counted, not guessed, in the benchmark process only:
   cross-thread hop, an ``ask`` two (its reply comes back to another thread), whether or not
   the asker waits. Hand-offs that are not pykka messages (a `threading.Event`, a queue of
   our own) are not seen here.
+- store calls: `SqlStore.admit_claiming`, ``append``, ``create_child`` and ``load``,
+  wrapped at the class, enter the timeline with their start and end.
 - store transactions: every statement SQLite runs on the connections opened inside the
   block (``sqlite3`` trace callbacks, installed by a pool ``connect`` listener), grouped
   into transactions: ``BEGIN`` … ``COMMIT``/``ROLLBACK``, or one statement on its own
@@ -21,6 +23,7 @@ timed one.
 from __future__ import annotations
 
 import contextlib
+import functools
 import re
 import sqlite3
 import threading
@@ -33,6 +36,8 @@ from typing import Any
 import pykka
 from sqlalchemy import event
 from sqlalchemy.pool import Pool
+
+from persistence import SqlStore
 
 __all__ = ["Counts", "counting"]
 
@@ -183,6 +188,9 @@ def counting() -> Iterator[Counts]:
         if isinstance(dbapi_connection, sqlite3.Connection):
             dbapi_connection.set_trace_callback(_Tracer(counts, lock))
 
+    originals = {name: getattr(SqlStore, name) for name in _STORE_CALLS}
+    for name, method in originals.items():
+        setattr(SqlStore, name, _timed(name, method, counts, lock))
     pykka.ActorRef.tell = counted_tell  # type: ignore[method-assign]
     pykka.ActorRef.ask = counted_ask  # type: ignore[method-assign]
     event.listen(Pool, "connect", traced)
@@ -192,6 +200,27 @@ def counting() -> Iterator[Counts]:
         event.remove(Pool, "connect", traced)
         pykka.ActorRef.tell = tell  # type: ignore[method-assign]
         pykka.ActorRef.ask = ask  # type: ignore[method-assign]
+        for name, method in originals.items():
+            setattr(SqlStore, name, method)
+
+
+_STORE_CALLS = ("admit_claiming", "append", "create_child", "load")
+"""The store calls a steer or a resume makes, timed into the timeline."""
+
+
+def _timed(name: str, method: Any, counts: Counts, lock: threading.Lock) -> Any:
+    @functools.wraps(method)
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        began = time.perf_counter()
+        try:
+            return method(*args, **kwargs)
+        finally:
+            ended = time.perf_counter()
+            with lock:
+                counts.timeline.append((began, f"call store.{name}"))
+                counts.timeline.append((ended, f"return store.{name}"))
+
+    return timed
 
 
 def _message(ref: pykka.ActorRef[Any], message: Any) -> str:
