@@ -5,6 +5,9 @@ Usage::
     .venv/bin/python -m benchmarks                  # everything (~5 minutes on 2 cores)
     .venv/bin/python -m benchmarks --quick          # smoke run (~40 s), numbers not citable
     .venv/bin/python -m benchmarks --sections routing,resume
+    .venv/bin/python -m benchmarks --against ../base --rounds 3 --sections hops,resume
+                                                    # this tree beside another checkout,
+                                                    # alternating (see benchmarks._against)
     .venv/bin/python -m benchmarks --profile        # also print where a steer, a
                                                     # 10,000-message resume, a warm resume
                                                     # and a stored tasks.get spend time
@@ -188,6 +191,15 @@ Method: every figure is the median over several runs, with the runs' min–max i
 brackets; a ratio is computed inside each run, where both sides were measured back to back
 in the same process, then summarised the same way. Durations use `time.perf_counter`.
 The test suite makes no timing assertions; these numbers are the performance record.
+
+Against an earlier version: `python -m benchmarks --against PATH [--rounds N] --sections
+LIST` runs the sections on this tree and on the packages at PATH (another worktree, or a
+commit exported with `git archive COMMIT | tar -x -C PATH`) in N alternating rounds (A B,
+B A, …), each side in a fresh process, both measured by this tree's benchmark code, and
+writes the section *Against another tree*: each headline figure on both sides and its
+ratio this / other, taken inside each round (a range that spans 1× is noise). That is how
+"no regression beyond noise against the commit before this work" is checked; the hop and
+transaction counts it compares are exact.
 """
 
 
