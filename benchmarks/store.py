@@ -9,9 +9,9 @@ same work back to back in this process, on the same database:
   ``json.dumps`` and draws a batch id and a timestamp, as the store does; it skips the
   input checks (plain-JSON copy), the retry policy, the connection handling and building
   the returned models: what the ratio prices.
-- load: the header ``SELECT``, the events ``SELECT`` (sealed segments merged with open
-  rows, in ``seq`` order; on SQLite a segment's events read as a BLOB, as the store reads
-  them), and ``json.loads`` of each row's data (of a segment: all its events at once), for
+- load: one ``SELECT`` of the header row then the events (sealed segments merged with
+  open rows, in ``seq`` order; on SQLite a segment's events read as a BLOB, as the store
+  reads them), and ``json.loads`` of each row's data (of a segment: all its events at once), for
   transcripts of 100, 1,000 and 10,000 events written without a ``turn/end`` (so every
   event is its own row: the slower case). The store also builds a `LoadedSession` of
   frozen models.
@@ -128,6 +128,11 @@ EVENTS_SQL = (
     "SELECT seq, turn, kind, data, source, created_at FROM subagent_events "
     "WHERE child_id = {p} ORDER BY 1"
 )
+LOAD_SQL = (
+    "SELECT -1, depth, parent_session, label, CAST(seed_length AS TEXT), created_at "
+    "FROM subagent_children WHERE child_id = {p} UNION ALL " + EVENTS_SQL
+)
+"""What a load runs: the header row, then the events, in one statement."""
 SEALED = {"?": "CAST(events AS BLOB)", "%s": "events"}
 """SQLite hands a BLOB to the JSON decoder as bytes, where TEXT is first decoded into a str."""
 LOCK_CHILD_SQL = "SELECT 1 FROM subagent_children WHERE child_id = {p} FOR NO KEY UPDATE"
@@ -151,9 +156,9 @@ class _RawDriver:
         self._conn = conn
         self._begin = begin
         self._text_times = text_times
-        self._header, self._events, self._last_seq, self._insert = (
+        self._load, self._last_seq, self._insert = (
             sql.format(p=placeholder, sealed=SEALED[placeholder])
-            for sql in (HEADER_SQL, EVENTS_SQL, LAST_SEQ_SQL, INSERT_SQL)
+            for sql in (LOAD_SQL, LAST_SEQ_SQL, INSERT_SQL)
         )
         # PostgreSQL serializes a child's appends on its header row; SQLite on BEGIN IMMEDIATE.
         self._lock_child = LOCK_CHILD_SQL.format(p=placeholder) if placeholder == "%s" else None
@@ -190,9 +195,8 @@ class _RawDriver:
 
     def load(self, child_id: str) -> tuple[Any, list[tuple[Any, ...]]]:
         cursor = self._conn.cursor()
-        cursor.execute(self._header, (child_id,))
+        cursor.execute(self._load, (child_id, child_id, child_id))
         header = cursor.fetchone()
-        cursor.execute(self._events, (child_id, child_id))
         loads = json.loads
         rows: list[Any] = []
         for seq, turn, kind, data, source, created in cursor.fetchall():
@@ -382,9 +386,9 @@ def _method(config: StoreConfig) -> str:
         "— its header row locked first on PostgreSQL — `executemany` of the `INSERT` over n "
         "rows, `COMMIT`); the "
         "raw side also "
-        "`json.dumps` each event and draws a batch id and a timestamp. Load: the header and "
-        "events `SELECT`s plus `json.loads` of each row's data; the store decodes with "
-        "orjson (and encodes with it on append) and also builds a `LoadedSession` of "
+        "`json.dumps` each event and draws a batch id and a timestamp. Load: one `SELECT` of "
+        "the header row and the events, plus `json.loads` of each row's data; the store "
+        "decodes with orjson (and encodes with it on append) and also builds a `LoadedSession` of "
         "frozen models. Both sides append the same "
         "consecutive messages of the benchmark conversation "
         "(`benchmarks/_history.py`: user messages 100–600 characters, assistant messages "
