@@ -144,7 +144,7 @@ class _CursorBlock:
     means the connection is gone invalidates it, so the pool never hands it out again.
     """
 
-    __slots__ = ("_conn", "_db", "_guard", "_keep", "_write")
+    __slots__ = ("_conn", "_db", "_dbapi", "_guard", "_keep", "_write")
 
     def __init__(self, db: Database, write: bool) -> None:
         self._db = db
@@ -168,7 +168,11 @@ class _CursorBlock:
             raise
         self._guard, self._keep, self._conn = guard, keep, conn
         try:
-            cursor = conn.cursor()
+            # The driver's own connection: the pool's proxy would forward each call.
+            dbapi = conn.dbapi_connection
+            assert dbapi is not None  # checked out, so connected
+            self._dbapi = dbapi
+            cursor = dbapi.cursor()
             if write:
                 cursor.execute(backend.begin_write)
         except BaseException as exc:
@@ -186,13 +190,14 @@ class _CursorBlock:
             conn = self._conn
             if exc is None:
                 try:
-                    conn.commit()
+                    self._dbapi.commit()
                 except BaseException as failed:
                     self._db._abandon(conn, replace=self._keep)
                     self._end(failed)
                     raise
             else:
-                # Our refusal: the database is fine, and so is the connection.
+                # Rolled back; the kept writer is retired too, unless the block raised our
+                # own refusal (then the database and the connection are fine).
                 self._db._abandon(
                     conn, replace=self._keep and not isinstance(exc, SubagentControlError)
                 )
