@@ -28,7 +28,7 @@ import math
 import socket
 import threading
 import time
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection
 from typing import Any, Final
 
 __all__ = [
@@ -50,17 +50,29 @@ SILENCE_GRACE_S: Final = 2.0
 _local = threading.local()
 
 
-@contextlib.contextmanager
-def call_deadline(seconds: float) -> Iterator[None]:
+def call_deadline(seconds: float) -> contextlib.AbstractContextManager[None]:
     """Bound every store call this thread makes in the block, retries included, to end
     within ``seconds`` of entering it (an enclosing deadline that ends sooner wins)."""
-    outer: float | None = getattr(_local, "until", None)
-    until = time.monotonic() + seconds
-    _local.until = until if outer is None else min(outer, until)
-    try:
-        yield
-    finally:
-        _local.until = outer
+    return _Deadline(seconds)
+
+
+class _Deadline:
+    """`call_deadline`'s block (a class: a ``@contextmanager`` generator costs more than
+    the rest of a store call's own work around its SQL)."""
+
+    __slots__ = ("_outer", "_seconds")
+
+    def __init__(self, seconds: float) -> None:
+        self._seconds = seconds
+
+    def __enter__(self) -> None:
+        outer: float | None = getattr(_local, "until", None)
+        until = time.monotonic() + self._seconds
+        self._outer = outer
+        _local.until = until if outer is None else min(outer, until)
+
+    def __exit__(self, *_exc: object) -> None:
+        _local.until = self._outer
 
 
 def time_left() -> float | None:
@@ -71,19 +83,29 @@ def time_left() -> float | None:
     return None if until is None else until - time.monotonic()
 
 
-@contextlib.contextmanager
-def abandoning(abandoned: Callable[[], bool]) -> Iterator[None]:
+def abandoning(abandoned: Callable[[], bool]) -> contextlib.AbstractContextManager[None]:
     """Store calls this thread makes in the block stop retrying once ``abandoned()`` is
     true (their `call_deadline` has passed, as it were), and `abandon_waits` of this
     thread ends the wait in progress at once. An activation's writes run inside one: once
     its runtime fenced it, a write stuck on a silent network is of no use to anyone, and
     the activation must be quiescent before another runtime may take its child over."""
-    outer = getattr(_local, "abandon", None)
-    _local.abandon = abandoned
-    try:
-        yield
-    finally:
-        _local.abandon = outer
+    return _Abandoning(abandoned)
+
+
+class _Abandoning:
+    """`abandoning`'s block; a class, as `_Deadline` is (every steer's append enters one)."""
+
+    __slots__ = ("_abandoned", "_outer")
+
+    def __init__(self, abandoned: Callable[[], bool]) -> None:
+        self._abandoned = abandoned
+
+    def __enter__(self) -> None:
+        self._outer = getattr(_local, "abandon", None)
+        _local.abandon = self._abandoned
+
+    def __exit__(self, *_exc: object) -> None:
+        _local.abandon = self._outer
 
 
 def is_abandoned() -> bool:
