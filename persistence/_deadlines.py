@@ -130,19 +130,28 @@ class _Reaper:
         self._reaped: set[int] = set()
         self._tickets = iter(range(1, 1 << 62))
         self._thread: threading.Thread | None = None
+        self._wakes_at = float("inf")
+        """When the reaper's sleep ends (inf: when notified). A watch wakes it only to
+        make that sooner: the waits of one process share a bound, so a new one nearly
+        always ends after the one the reaper sleeps for, even if that one has ended since
+        (waking the reaper on every statement cost a cross-thread hand-off per wait)."""
+        self.wakes = 0
+        """How many times a watch woke the reaper (for tests)."""
 
     def watch(self, fd: int, bound: float) -> int:
         until = time.monotonic() + bound
         with self._cond:
             ticket = next(self._tickets)
-            sooner = until < self._next_until()  # than the reaper sleeps until
             self._waits[ticket] = (until, fd, threading.get_ident())
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, name="subagent-store-deadlines", daemon=True
                 )
+                self._wakes_at = until  # its first look at the waits sees this one
                 self._thread.start()
-            elif sooner:
+            elif until < self._wakes_at:
+                self._wakes_at = until
+                self.wakes += 1
                 self._cond.notify()
         return ticket
 
@@ -180,6 +189,11 @@ class _Reaper:
                     _shut_down(fd)
                 if not overdue:
                     next_until = self._next_until()
+                    if next_until == float("inf") and self._wakes_at > now:
+                        # Nothing to watch, but keep the sleep a watch set: a new wait
+                        # (same bound, later start) then ends after it and wakes no one.
+                        next_until = self._wakes_at
+                    self._wakes_at = next_until
                     self._cond.wait(None if next_until == float("inf") else next_until - now)
 
 
