@@ -13,9 +13,10 @@ The benchmark provider writes nothing and calls no actor, so every count is outs
 provider. The figures are per operation, averaged over many; a lease renewal that falls
 inside the window is counted too (a fraction per operation, named in the breakdown).
 
-The cold resume's timeline — when each message was sent and each transaction began and
-committed, from ``send_message`` to ``provider.resume`` — is the median over the runs of
-each step's offset; the gaps between steps say where the time goes.
+The cold resume's timeline — when each message was sent, each store call began and
+returned, and each transaction began and committed, from ``send_message`` to
+``provider.resume`` — is the median over the runs of each step's offset; the gaps between
+steps say where the time goes.
 """
 
 from __future__ import annotations
@@ -213,10 +214,12 @@ What they are (per operation):
 {chr(10).join(breakdown)}
 
 **Where a cold resume of a {COLD_LENGTH}-message child spends its time** — the median
-offset from `send_message` of each message sent and each transaction's `BEGIN` and
-`COMMIT` (the statement's start) up to `provider.resume`, over {config.cold_resumes} runs
-with the counters on (they add about a microsecond per step); the gap is the time since
-the step before it:
+offset from `send_message` of each actor message sent, each store call's start and return
+and each transaction's `BEGIN` and `COMMIT` (the statement's start), up to
+`provider.resume`, over {config.cold_resumes} runs with the counters on (they add about a
+microsecond per step); the gap is the time since the step before it, so a gap ending in
+`return store.load` is the load's own work (its rows fetched and decoded) and one ending
+in a message is the code that ran before sending it:
 
 {table(["at", "gap", "step"], timeline)}
 """
