@@ -5,6 +5,9 @@ Usage::
     .venv/bin/python -m benchmarks                  # everything (~5 minutes on 2 cores)
     .venv/bin/python -m benchmarks --quick          # smoke run (~40 s), numbers not citable
     .venv/bin/python -m benchmarks --sections routing,resume
+    .venv/bin/python -m benchmarks --against ../base --rounds 3 --sections hops,resume
+                                                    # this tree beside another checkout,
+                                                    # alternating (see benchmarks._against)
     .venv/bin/python -m benchmarks --profile        # also print where a steer, a
                                                     # 10,000-message resume, a warm resume
                                                     # and a stored tasks.get spend time
@@ -27,7 +30,8 @@ from benchmarks._machine import load_average, machine_lines
 from benchmarks._report import Section, write_report
 
 SECTIONS = (
-    "routing", "resume", "scale", "tasks", "store", "children", "telemetry", "forwarding",
+    "routing", "hops", "resume", "scale", "tasks", "store", "children", "telemetry",
+    "forwarding",
 )  # fmt: skip
 _DOCS = Path(__file__).resolve().parents[1] / "docs"
 
@@ -36,6 +40,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the selected sections and write the report; returns the exit status."""
     args = _parser().parse_args(argv)
     chosen = _sections(args.sections)
+    if args.against is not None:
+        return _against(args, chosen)
     pg_url, pg_note = (None, "disabled with --no-postgres") if args.no_postgres else pg_server()
     pg_version = pg_note if pg_url else None
     sections: list[Section] = []
@@ -58,6 +64,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     load = f"{load_before} at the start, {load_average()} at the end"
     header = _header(args.quick, chosen, pg_version, time.monotonic() - started, load)
     write_report(args.out, header, sections)
+    if args.figures_out is not None:
+        from benchmarks._against import write_figures
+
+        write_figures(args.figures_out, sections)
     _log(f"wrote {args.out}" + (f" and {args.plot}" if "resume" in chosen else ""))
     return 0
 
@@ -70,6 +80,11 @@ def _runners(
 
         config = RoutingConfig.quick() if quick else RoutingConfig()
         return run_routing(config, workdir)
+
+    def hops() -> Section:
+        from benchmarks.hops import HopsConfig, run_hops
+
+        return run_hops(HopsConfig.quick() if quick else HopsConfig(), workdir)
 
     def resume() -> Section:
         from benchmarks._plot import plot_resume
@@ -118,6 +133,7 @@ def _runners(
 
     return {
         "routing": routing,
+        "hops": hops,
         "resume": resume,
         "scale": scale,
         "tasks": tasks,
@@ -126,6 +142,28 @@ def _runners(
         "telemetry": telemetry,
         "forwarding": forwarding,
     }
+
+
+def _against(args: argparse.Namespace, chosen: list[str]) -> int:
+    """``--against PATH``: the comparison section, written into the report."""
+    from benchmarks._against import run_against
+
+    started, load_before = time.monotonic(), load_average()
+    section = run_against(
+        args.against, chosen, rounds=args.rounds, quick=args.quick, no_postgres=args.no_postgres
+    )
+    pg_url, pg_note = (None, "disabled with --no-postgres") if args.no_postgres else pg_server()
+    load = f"{load_before} at the start, {load_average()} at the end"
+    header = _header(
+        args.quick,
+        [*chosen, f"against {args.against}"],
+        pg_note if pg_url else None,
+        time.monotonic() - started,
+        load,
+    )
+    write_report(args.out, header, [section])
+    _log(f"wrote {args.out}")
+    return 0
 
 
 def _header(
@@ -153,6 +191,15 @@ Method: every figure is the median over several runs, with the runs' min–max i
 brackets; a ratio is computed inside each run, where both sides were measured back to back
 in the same process, then summarised the same way. Durations use `time.perf_counter`.
 The test suite makes no timing assertions; these numbers are the performance record.
+
+Against an earlier version: `python -m benchmarks --against PATH [--rounds N] --sections
+LIST` runs the sections on this tree and on the packages at PATH (another worktree, or a
+commit exported with `git archive COMMIT | tar -x -C PATH`) in N alternating rounds (A B,
+B A, …), each side in a fresh process, both measured by this tree's benchmark code, and
+writes the section *Against another tree*: each headline figure on both sides and its
+ratio this / other, taken inside each round (a range that spans 1× is noise). That is how
+"no regression beyond noise against the commit before this work" is checked; the hop and
+transaction counts it compares are exact.
 """
 
 
@@ -191,6 +238,19 @@ def _parser() -> argparse.ArgumentParser:
         "resume and a tasks.get of a Task only the store holds",
     )
     parser.add_argument("--keep-scratch", action="store_true", help="keep the temporary databases")
+    parser.add_argument(
+        "--against",
+        metavar="PATH",
+        type=Path,
+        help="also run the sections on the packages of another checkout at PATH (a worktree, "
+        "or `git archive COMMIT | tar -x -C PATH`), alternating with this tree round by "
+        "round, and write the ratios of their headline figures (section 'Against another "
+        "tree')",
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=3, help="alternating rounds for --against (default 3)"
+    )
+    parser.add_argument("--figures-out", type=Path, help=argparse.SUPPRESS)  # --against's sides
     return parser
 
 

@@ -13,7 +13,15 @@ from pathlib import Path
 
 __all__ = ["Section", "table", "write_report"]
 
-SECTION_ORDER = ("Routing", "Cold resume", "Scale", "Durable Tasks", "Store", "Real children")
+SECTION_ORDER = (
+    "Routing",
+    "Hops and transactions",
+    "Cold resume",
+    "Scale",
+    "Durable Tasks",
+    "Store",
+    "Real children",
+)
 
 
 @dataclass(frozen=True)

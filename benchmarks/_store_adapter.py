@@ -16,5 +16,9 @@ def run_store_section(*, quick: bool, workdir: Path, pg_url: str | None) -> Sect
         store = importlib.import_module("benchmarks.store")
     except ImportError:
         return None
+    if hasattr(store, "run_section"):
+        section = store.run_section(quick=quick, workdir=workdir, pg_url=pg_url)
+        assert isinstance(section, Section)
+        return section
     body = store.run(quick=quick, workdir=workdir, pg_url=pg_url)
     return Section("Store", str(body))

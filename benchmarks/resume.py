@@ -235,5 +235,14 @@ SPEC §8 goal — {goal}.
 {per_event}
 ![Cold resume latency against transcript length](resume_latency.png)
 """
-    data: dict[str, object] = {"series": series, "goal": beats_all and beats_at_longest}
+    figures = {
+        f"cold resume p50, {n:,} messages (SQLite)": series[OURS_SQLITE][n].median
+        for n in config.lengths
+    }
+    figures |= {f"cold resume / faster rival, {n:,} messages": r.median for n, r in ratios.items()}
+    data: dict[str, object] = {
+        "series": series,
+        "goal": beats_all and beats_at_longest,
+        "figures": figures,  # for `--against` (benchmarks._against)
+    }
     return Section("Cold resume", body, data)

@@ -192,9 +192,16 @@ def _section(
 ) -> Section:
     steer_rows, base_rows, resume_rows = [], [], []
     goal_met = True
+    figures: dict[str, float] = {}  # for `--against` (benchmarks._against)
     for level, s in results.items():
         p50, p90 = s.p50, s.p90
         ratio50 = _ratio(p50["steer"], p50["rt_raw"])
+        figures[f"steer p50, {level:,} live"] = spread(p50["steer"]).median
+        figures[f"steer / raw round trip, {level:,} live"] = ratio50.median
+        figures[f"SqlStore.append / sqlite3 append, {level:,} live"] = _ratio(
+            p50["store"], p50["append"]
+        ).median
+        figures[f"resume route p50, {level:,} live"] = spread(p50["resume"]).median
         goal_met = goal_met and ratio50.median <= 1.5
         steer_rows.append(
             [
@@ -326,7 +333,7 @@ number of threads frame it:
 
 {throughput_table}
 """
-    return Section("Routing", body, {"goal_met": goal_met})
+    return Section("Routing", body, {"goal_met": goal_met, "figures": figures})
 
 
 def _sum(a: list[float], b: list[float]) -> list[float]:

@@ -121,8 +121,9 @@ class Appends:
         fence: Fence | None = None,
         answer_steered: Sequence[tuple[str, str]] = (),
     ) -> list[SessionEvent]:
-        sql = self._s._sql
-        with self._s._db.cursor(write=True) as cursor:
+        store = self._s
+        sql = store._sql
+        with store._db.cursor(write=True) as cursor:
             # First, under the child's lock: an earlier attempt whose commit is still in
             # flight then finishes before the retry below looks for its rows.
             last, holder, number = self.tail(cursor, child_id)
@@ -133,32 +134,38 @@ class Appends:
             if fence is not None and (holder, number) != fence:
                 raise _fenced(child_id, fence, holder)
             first = last + 1
-            stamp = sqlite_time(created_at) if self._s._db.backend.text_times else created_at
-            rows = [
-                (child_id, seq, p.turn, p.kind, p.data_json, p.source_json, batch, stamp)
-                for seq, p in enumerate(pending, start=first)
-            ]
+            stamp = sqlite_time(created_at) if store._db.backend.text_times else created_at
             # Forwarded steers' answers commit with their records, together or not at all.
-            inbox = self._s.inbox if answer_steered else None  # there: `append` checked
-            if inbox is not None and len(rows) == 1 and len(answer_steered) == 1:
-                # The common case, one record and its answer: one statement for both.
-                inbox.insert_answering(cursor, sql.insert, rows[0], answer_steered[0])
-            else:
-                if len(rows) == 1:  # a steer's record: execute costs less than executemany
-                    cursor.execute(sql.insert, rows[0])
+            inbox = store.inbox if answer_steered else None  # there: `append` checked
+            if len(pending) == 1:  # a steer's record, a message: the common case, kept lean
+                p = pending[0]
+                row = (child_id, first, p.turn, p.kind, p.data_json, p.source_json, batch, stamp)
+                if inbox is not None and len(answer_steered) == 1:
+                    # One record and its answer: one statement for both.
+                    inbox.insert_answering(cursor, sql.insert, row, answer_steered[0])
                 else:
-                    cursor.executemany(sql.insert, rows)
+                    cursor.execute(sql.insert, row)  # execute costs less than executemany
+                    if inbox is not None:
+                        inbox.answer_steered(cursor, answer_steered)
+                ends_turn = p.kind == EventKind.TURN_END
+            else:
+                cursor.executemany(
+                    sql.insert,
+                    [
+                        (child_id, seq, p.turn, p.kind, p.data_json, p.source_json, batch, stamp)
+                        for seq, p in enumerate(pending, start=first)
+                    ],
+                )
                 if inbox is not None:
                     inbox.answer_steered(cursor, answer_steered)
-            if any(p.kind == EventKind.TURN_END for p in pending):
+                ends_turn = any(p.kind == EventKind.TURN_END for p in pending)
+            if ends_turn:
                 self.seal(cursor, child_id)
             if settle is not None:
-                cursor.execute(
-                    self._s._settle_sql, settle_params(settle, self._s._stamp(settle[2]))
-                )
+                cursor.execute(store._settle_sql, settle_params(settle, store._stamp(settle[2])))
                 if fence is not None:  # the turn is over: the claim goes with it
-                    cursor.execute(self._s._release_sql, (child_id, fence[1]))
-        self._s._committed()
+                    cursor.execute(store._release_sql, (child_id, fence[1]))
+        store._committed()
         return stored_events(pending, first, created_at)
 
     def seal(self, cursor: DBAPICursor, child_id: str) -> None:

@@ -69,6 +69,13 @@ class Statements:
     created_at``. Takes the child id `events_binds` times. With ``blob_segments`` a
     segment's ``events`` arrive as bytes (see `build`)."""
     events_binds: int
+    load: str
+    """`header` and `events` in one statement, so a load is one round trip and one
+    snapshot: first the header as ``-1, depth, parent_session, label, seed_length (as
+    text), created_at`` (-1 sorts it ahead of every event; the seed length travels as
+    text because the column it shares holds sources), then `events`' rows; no row at all
+    when the child does not exist. Takes the child id `load_binds` times."""
+    load_binds: int
     exists: str
     lock_child: str | None
     """Serializes appends to one child: its header row's lock (None where the database
@@ -107,19 +114,27 @@ class Statements:
             if blob_segments
             else f"SELECT first_seq, NULL, NULL, events, NULL, NULL FROM {SEGMENTS} "
         )
+        events = (
+            segment_rows + f"WHERE child_id = {p} UNION ALL "
+            f"SELECT {_EVENT_COLUMNS} FROM {EVENTS} WHERE child_id = {p} ORDER BY 1"
+            if segments
+            else f"SELECT {_EVENT_COLUMNS} FROM {EVENTS} WHERE child_id = {p} ORDER BY seq"
+        )
+        header_row = (
+            f"SELECT -1, depth, parent_session, label, CAST(seed_length AS TEXT), created_at "
+            f"FROM {CHILDREN} WHERE child_id = {p} UNION ALL "
+        )
         return cls(
             placeholder=p,
             header=(
                 f"SELECT parent_session, depth, seed_length, label, created_at "
                 f"FROM {CHILDREN} WHERE child_id = {p}"
             ),
-            events=(
-                segment_rows + f"WHERE child_id = {p} UNION ALL "
-                f"SELECT {_EVENT_COLUMNS} FROM {EVENTS} WHERE child_id = {p} ORDER BY 1"
-                if segments
-                else f"SELECT {_EVENT_COLUMNS} FROM {EVENTS} WHERE child_id = {p} ORDER BY seq"
-            ),
+            events=events,
             events_binds=2 if segments else 1,
+            load=header_row
+            + (events if segments else events.replace("ORDER BY seq", "ORDER BY 1")),
+            load_binds=3 if segments else 2,
             exists=f"SELECT 1 FROM {CHILDREN} WHERE child_id = {p}",
             # Not FOR UPDATE: the events' foreign-key checks take KEY SHARE on this row,
             # which NO KEY UPDATE does not block.

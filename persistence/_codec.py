@@ -96,6 +96,8 @@ def prepare_events(events: object) -> list[PendingEvent]:
         SubagentControlError: ``INVALID_INPUT`` naming the first bad event: not a
             `NewEvent` or mapping, a wrong key or type, or data that is not plain JSON.
     """
+    if events.__class__ is list:  # the usual batch: skip the ABC checks below (~1 us)
+        return [_prepare(item, index) for index, item in enumerate(events)]
     if isinstance(events, str | bytes | bytearray | Mapping | NewEvent) or not isinstance(
         events, Iterable
     ):
@@ -119,7 +121,7 @@ def _prepare(item: object, index: int) -> PendingEvent:
             f"event {index} must be a NewEvent or a mapping with kind, turn, data and "
             f"optional source, not {type(item).__name__}"
         )
-    data = plain_json(event.data, code=ErrorCode.INVALID_INPUT, what=f"event {index} data")
+    data = plain_json(event.data, code=ErrorCode.INVALID_INPUT, what=_data_what(index))
     data_json = to_json(data)
     source_json = None if event.source is None else _source_json(event.source)
     _check_text(event.kind, f"event {index} kind")
@@ -127,6 +129,12 @@ def _prepare(item: object, index: int) -> PendingEvent:
     if not data_json.isascii():  # JSON escapes NUL; only lone surrogates can slip through
         _check_unicode(data_json, f"event {index} data")
     return PendingEvent(event.kind, event.turn, data, event.source, data_json, source_json)
+
+
+@functools.lru_cache(maxsize=64)
+def _data_what(index: int) -> str:
+    # What a refusal calls the data; formatted once per index, not once per event.
+    return f"event {index} data"
 
 
 # Exact-path marker: JSON allows leading whitespace, so any reader still reads the text,
@@ -168,6 +176,9 @@ def stored_events(
     pending: list[PendingEvent], first_seq: int, created_at: datetime
 ) -> list[SessionEvent]:
     """The events as stored, built from what was written (no read back)."""
+    if len(pending) == 1:  # the common case, without the comprehension's frame
+        p = pending[0]
+        return [session_event(first_seq, p.turn, p.kind, p.data, p.source, created_at)]
     return [
         session_event(first_seq + offset, p.turn, p.kind, p.data, p.source, created_at)
         for offset, p in enumerate(pending)

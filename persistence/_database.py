@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
+from types import TracebackType
 from typing import TYPE_CHECKING, cast
 
 from sqlalchemy import Connection
@@ -69,48 +70,16 @@ class Database:
         ):
             yield conn
 
-    @contextmanager
-    def cursor(self, *, write: bool) -> Iterator[DBAPICursor]:
+    def cursor(self, *, write: bool) -> AbstractContextManager[DBAPICursor]:
         """A DBAPI cursor, inside a transaction (committed at the end) when ``write``.
 
         The hot paths bypass SQLAlchemy's execution layer: its fixed cost per statement is
         larger than the statements themselves. Without ``write`` there is no transaction:
-        each statement reads a consistent snapshot on its own.
+        each statement reads a consistent snapshot on its own. (A class, not a
+        ``@contextmanager`` generator: on a one-event append the generator's machinery
+        cost more than the store's own work around the SQL.)
         """
-        with self._guard(write=write):
-            keep = write and self.backend.serialize_writes and not self.backend.single_connection
-            conn = (
-                self._writer if keep and self._writer is not None else self.engine.raw_connection()
-            )
-            try:
-                cursor = conn.cursor()
-                if not write:
-                    yield cursor
-                    return
-                cursor.execute(self.backend.begin_write)
-                try:
-                    yield cursor
-                    conn.commit()
-                except SubagentControlError:
-                    self._abandon(conn, replace=False)  # our refusal: the database is fine
-                    raise
-                except BaseException:
-                    # Anything else that ended the transaction early (a database error, an
-                    # interrupt, a COMMIT that failed on a full disk and left the
-                    # transaction open): no later write may inherit it, nor the connection.
-                    self._abandon(conn, replace=keep)
-                    raise
-            except self.errors as exc:
-                if self._is_disconnect(exc, conn):
-                    conn.invalidate(exc)  # the pool must not hand this connection out again
-                raise
-            finally:
-                if keep and conn.is_valid:
-                    self._writer = conn
-                else:
-                    if conn is self._writer:
-                        self._writer = None
-                    conn.close()
+        return _CursorBlock(self, write)
 
     def open_reader(self) -> None:
         """Open a second connection now, so that the pool still holds one for reads once
@@ -161,3 +130,92 @@ class Database:
             return
         if replace:
             conn.invalidate()
+
+
+class _CursorBlock:
+    """One use of `Database.cursor`: takes the guard and a connection on entry; on exit
+    commits (or rolls back a failed write), keeps or returns the connection, and lets the
+    guard go.
+
+    A failed write is rolled back. Our own refusal (`SubagentControlError`) leaves the
+    connection in use; anything else that ended the transaction early (a database error,
+    an interrupt, a COMMIT that failed on a full disk and left the transaction open) also
+    retires the kept SQLite writer, so no later write inherits it. A database error that
+    means the connection is gone invalidates it, so the pool never hands it out again.
+    """
+
+    __slots__ = ("_conn", "_db", "_dbapi", "_guard", "_keep", "_write")
+
+    def __init__(self, db: Database, write: bool) -> None:
+        self._db = db
+        self._write = write
+
+    def __enter__(self) -> DBAPICursor:
+        db, write = self._db, self._write
+        backend = db.backend
+        guard = (
+            db._lock if backend.single_connection or (write and backend.serialize_writes) else None
+        )
+        if guard is not None:
+            guard.acquire()
+        try:
+            keep = write and backend.serialize_writes and not backend.single_connection
+            writer = db._writer
+            conn = writer if keep and writer is not None else db.engine.raw_connection()
+        except BaseException:
+            if guard is not None:
+                guard.release()
+            raise
+        self._guard, self._keep, self._conn = guard, keep, conn
+        try:
+            # The driver's own connection: the pool's proxy would forward each call.
+            dbapi = conn.dbapi_connection
+            assert dbapi is not None  # checked out, so connected
+            self._dbapi = dbapi
+            cursor = dbapi.cursor()
+            if write:
+                cursor.execute(backend.begin_write)
+        except BaseException as exc:
+            self._end(exc)
+            raise
+        return cursor
+
+    def __exit__(
+        self,
+        _type: type[BaseException] | None,
+        exc: BaseException | None,
+        _tb: TracebackType | None,
+    ) -> None:
+        if self._write:
+            conn = self._conn
+            if exc is None:
+                try:
+                    self._dbapi.commit()
+                except BaseException as failed:
+                    self._db._abandon(conn, replace=self._keep)
+                    self._end(failed)
+                    raise
+            else:
+                # Rolled back; the kept writer is retired too, unless the block raised our
+                # own refusal (then the database and the connection are fine).
+                self._db._abandon(
+                    conn, replace=self._keep and not isinstance(exc, SubagentControlError)
+                )
+        self._end(exc)
+
+    def _end(self, exc: BaseException | None) -> None:
+        db, conn = self._db, self._conn
+        try:
+            if isinstance(exc, db.errors) and db._is_disconnect(exc, conn):
+                conn.invalidate(exc)  # the pool must not hand this connection out again
+        finally:
+            try:
+                if self._keep and conn.is_valid:
+                    db._writer = conn
+                else:
+                    if conn is db._writer:
+                        db._writer = None
+                    conn.close()
+            finally:
+                if self._guard is not None:
+                    self._guard.release()

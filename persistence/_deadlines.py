@@ -28,7 +28,7 @@ import math
 import socket
 import threading
 import time
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable, Collection
 from typing import Any, Final
 
 __all__ = [
@@ -50,17 +50,29 @@ SILENCE_GRACE_S: Final = 2.0
 _local = threading.local()
 
 
-@contextlib.contextmanager
-def call_deadline(seconds: float) -> Iterator[None]:
+def call_deadline(seconds: float) -> contextlib.AbstractContextManager[None]:
     """Bound every store call this thread makes in the block, retries included, to end
     within ``seconds`` of entering it (an enclosing deadline that ends sooner wins)."""
-    outer: float | None = getattr(_local, "until", None)
-    until = time.monotonic() + seconds
-    _local.until = until if outer is None else min(outer, until)
-    try:
-        yield
-    finally:
-        _local.until = outer
+    return _Deadline(seconds)
+
+
+class _Deadline:
+    """`call_deadline`'s block (a class: a ``@contextmanager`` generator costs more than
+    the rest of a store call's own work around its SQL)."""
+
+    __slots__ = ("_outer", "_seconds")
+
+    def __init__(self, seconds: float) -> None:
+        self._seconds = seconds
+
+    def __enter__(self) -> None:
+        outer: float | None = getattr(_local, "until", None)
+        until = time.monotonic() + self._seconds
+        self._outer = outer
+        _local.until = until if outer is None else min(outer, until)
+
+    def __exit__(self, *_exc: object) -> None:
+        _local.until = self._outer
 
 
 def time_left() -> float | None:
@@ -71,19 +83,29 @@ def time_left() -> float | None:
     return None if until is None else until - time.monotonic()
 
 
-@contextlib.contextmanager
-def abandoning(abandoned: Callable[[], bool]) -> Iterator[None]:
+def abandoning(abandoned: Callable[[], bool]) -> contextlib.AbstractContextManager[None]:
     """Store calls this thread makes in the block stop retrying once ``abandoned()`` is
     true (their `call_deadline` has passed, as it were), and `abandon_waits` of this
     thread ends the wait in progress at once. An activation's writes run inside one: once
     its runtime fenced it, a write stuck on a silent network is of no use to anyone, and
     the activation must be quiescent before another runtime may take its child over."""
-    outer = getattr(_local, "abandon", None)
-    _local.abandon = abandoned
-    try:
-        yield
-    finally:
-        _local.abandon = outer
+    return _Abandoning(abandoned)
+
+
+class _Abandoning:
+    """`abandoning`'s block; a class, as `_Deadline` is (every steer's append enters one)."""
+
+    __slots__ = ("_abandoned", "_outer")
+
+    def __init__(self, abandoned: Callable[[], bool]) -> None:
+        self._abandoned = abandoned
+
+    def __enter__(self) -> None:
+        self._outer = getattr(_local, "abandon", None)
+        _local.abandon = self._abandoned
+
+    def __exit__(self, *_exc: object) -> None:
+        _local.abandon = self._outer
 
 
 def is_abandoned() -> bool:
@@ -108,19 +130,28 @@ class _Reaper:
         self._reaped: set[int] = set()
         self._tickets = iter(range(1, 1 << 62))
         self._thread: threading.Thread | None = None
+        self._wakes_at = float("inf")
+        """When the reaper's sleep ends (inf: when notified). A watch wakes it only to
+        make that sooner: the waits of one process share a bound, so a new one nearly
+        always ends after the one the reaper sleeps for, even if that one has ended since
+        (waking the reaper on every statement cost a cross-thread hand-off per wait)."""
+        self.wakes = 0
+        """How many times a watch woke the reaper (for tests)."""
 
     def watch(self, fd: int, bound: float) -> int:
         until = time.monotonic() + bound
         with self._cond:
             ticket = next(self._tickets)
-            sooner = until < self._next_until()  # than the reaper sleeps until
             self._waits[ticket] = (until, fd, threading.get_ident())
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, name="subagent-store-deadlines", daemon=True
                 )
+                self._wakes_at = until  # its first look at the waits sees this one
                 self._thread.start()
-            elif sooner:
+            elif until < self._wakes_at:
+                self._wakes_at = until
+                self.wakes += 1
                 self._cond.notify()
         return ticket
 
@@ -158,6 +189,11 @@ class _Reaper:
                     _shut_down(fd)
                 if not overdue:
                     next_until = self._next_until()
+                    if next_until == float("inf") and self._wakes_at > now:
+                        # Nothing to watch, but keep the sleep a watch set: a new wait
+                        # (same bound, later start) then ends after it and wakes no one.
+                        next_until = self._wakes_at
+                    self._wakes_at = next_until
                     self._cond.wait(None if next_until == float("inf") else next_until - now)
 
 

@@ -92,7 +92,9 @@ def utc_time(value: object) -> datetime:
 
 def sqlite_time(value: datetime) -> str:
     """Fixed-width ISO-8601 text in UTC, so that text order is time order."""
-    return value.astimezone(UTC).isoformat(timespec="microseconds")
+    if value.tzinfo is not UTC:  # an append's own stamp is UTC already (`utcnow`)
+        value = value.astimezone(UTC)
+    return value.isoformat(timespec="microseconds")
 
 
 class UtcDateTime(TypeDecorator[datetime]):

@@ -384,28 +384,26 @@ class SqlStore:
                 raise not_found(child_id)
 
     def _load(self, child_id: str) -> LoadedSession:
-        # Two statements, no transaction: the header never changes and events are only
-        # appended, so the second read can only see more events, never different ones.
+        # One statement, so one snapshot: the header row first, then every event.
         sql = self._sql
         with self._db.cursor(write=False) as cursor:
-            cursor.execute(sql.header, (child_id,))
+            cursor.execute(sql.load, (child_id,) * sql.load_binds)
             header = cursor.fetchone()
             if header is None:
                 raise not_found(child_id)
-            cursor.execute(sql.events, (child_id,) * sql.events_binds)
             if self._pause_gc:
                 with gc_paused():
                     events = decode_events(cursor)
             else:
                 events = decode_events(cursor)
-            parent_session, depth, seed_length, label, created_at = header
+            _first, depth, parent_session, label, seed_length, created_at = header
             meta = construct(
                 ChildMeta,
                 {
                     "child_id": child_id,
                     "parent_session": parent_session,
                     "depth": depth,
-                    "seed_length": seed_length,
+                    "seed_length": int(seed_length),
                     "created_at": utc_time(created_at),
                     "label": label,
                 },

@@ -106,6 +106,7 @@ def test_the_store_benchmarks_raw_side_runs_the_stores_own_statements(url: str) 
     raw = {
         "header": bench.HEADER_SQL,
         "events": bench.EVENTS_SQL,
+        "load": bench.LOAD_SQL,
         "last_seq": bench.LAST_SEQ_SQL,
         "insert": bench.INSERT_SQL,
     }

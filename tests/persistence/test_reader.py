@@ -14,11 +14,12 @@ from contextlib import contextmanager
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 from sqlalchemy import Engine, event
 
 from controlplane import ErrorCode, SubagentControlError
 from persistence import RetryPolicy, SqlStore
-from tests.persistence.conftest import message, new_child
+from tests.persistence.conftest import message, new_child, raw_engine
 
 
 @contextmanager
@@ -101,3 +102,49 @@ def test_an_in_memory_store_keeps_its_one_connection() -> None:
         meta = new_child(store)
         assert store.load(meta.child_id).meta == meta
     assert len(made) == 1
+
+
+def test_a_load_reads_the_header_and_the_transcript_in_one_statement(sqlite_url: str) -> None:
+    # One statement, so one round trip and one snapshot (a cold resume paid a statement more).
+    with SqlStore(sqlite_url, retry=RetryPolicy.immediate()) as store:
+        meta = new_child(store, label="one statement")
+        store.append(meta.child_id, [message(1), message(2)])
+        store.append(meta.child_id, [message(3, kind="turn/end")])  # sealed: a segment row
+        store.append(meta.child_id, [message(4, turn=2)])  # and an open row after it
+        traced: list[str] = []
+
+        def trace(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
+            assert isinstance(dbapi_connection, sqlite3.Connection)
+            dbapi_connection.set_trace_callback(traced.append)
+
+        event.listen(store._db.engine, "checkout", trace)
+        loaded = store.load(meta.child_id)
+
+    assert len(traced) == 1, traced
+    assert loaded.meta == meta
+    assert [(e.seq, e.data["n"]) for e in loaded.events] == [(1, 1), (2, 2), (3, 3), (4, 4)]
+
+
+def test_a_load_of_a_missing_child_is_child_not_found(store_url: str) -> None:
+    with SqlStore(store_url, retry=RetryPolicy.immediate()) as store:
+        new_child(store)  # another child exists
+        with pytest.raises(SubagentControlError) as raised:
+            store.load("no-such-child")
+    assert raised.value.code == ErrorCode.CHILD_NOT_FOUND
+
+
+def test_a_read_only_store_written_before_segments_loads_in_one_statement_too(
+    store_url: str,
+) -> None:
+    # A version-2 store has no segments table: its load statement reads open rows only.
+    with SqlStore(store_url, retry=RetryPolicy.immediate()) as store:
+        meta = new_child(store, seed_length=0)
+        store.append(meta.child_id, [message(1), message(2)])
+        expected = store.load(meta.child_id)
+    engine = raw_engine(store_url)
+    with engine.begin() as conn:
+        conn.execute(sa.text("UPDATE subagent_schema SET version = 2"))
+    engine.dispose()
+    with SqlStore(store_url, read_only=True) as looking:
+        assert looking._sql.load.count("subagent_segments") == 0
+        assert looking.load(meta.child_id) == expected

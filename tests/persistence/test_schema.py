@@ -161,7 +161,7 @@ def test_loading_one_child_among_100000_is_an_index_lookup_on_sqlite(tmp_path: P
 
     sql = Statements.build("?", row_locks=False)
     with sqlite3.connect(path) as conn:
-        for statement in (sql.header, sql.events, sql.last_seq):
+        for statement in (sql.header, sql.events, sql.load, sql.last_seq):
             binds = ("x",) * statement.count("?")
             plan = " | ".join(
                 row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {statement}", binds)
@@ -213,7 +213,7 @@ def test_loading_one_child_among_100000_is_an_index_lookup_on_postgresql(pg_url:
     sql = Statements.build("%s", row_locks=True)
     libpq = sa.make_url(pg_url).set(drivername="postgresql").render_as_string(hide_password=False)
     with psycopg.connect(libpq) as conn:
-        for statement in (sql.header, sql.events, sql.last_seq):
+        for statement in (sql.header, sql.events, sql.load, sql.last_seq):
             binds = ("bulk-7",) * statement.count("%s")
             plan = " | ".join(row[0] for row in conn.execute(f"EXPLAIN {statement}", binds))
             assert "Index" in plan, plan

@@ -1,0 +1,84 @@
+"""The benchmark's counters (`benchmarks._counting`) and ``--against``: hand-offs are
+counted, not estimated, so the counts themselves are tested here."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pykka
+import pytest
+
+from benchmarks._counting import counting
+from benchmarks._harness import sqlite_url
+from controlplane import ChildMeta, NewEvent
+from persistence import SqlStore
+from tests.support import REPO, run_python
+
+
+class _Echo(pykka.ThreadingActor):
+    def on_receive(self, message: Any) -> Any:
+        return message
+
+    def ping(self) -> str:
+        return "pong"
+
+
+def test_counting_groups_statements_into_labelled_transactions(tmp_path: Path) -> None:
+    with counting() as counts, SqlStore(sqlite_url(tmp_path / "counted.db")) as store:
+        store.create_child(ChildMeta(child_id="c1", parent_session="p", depth=1))
+        before = counts.snapshot()
+        store.append("c1", [NewEvent(kind="user/message", turn=1, data={"n": 1})])
+        store.load("c1")
+        done = counts.since(before)
+
+    # The append is one write transaction; the load one statement outside any, which
+    # SQLite runs as a transaction of its own.
+    assert done.transactions == Counter({"write: events": 1, "read: children, events, segments": 1})
+    assert done.writes == 1
+    assert done.total_transactions == 2
+    assert done.statements == 3  # the append's tail and insert, the load's select
+    begins = [what for _at, what in done.timeline if what.startswith("begin")]
+    assert begins == ["begin write: events"]
+
+
+def test_counting_counts_each_tell_and_ask_and_names_proxy_calls() -> None:
+    original_tell, original_ask = pykka.ActorRef.tell, pykka.ActorRef.ask
+    echo = _Echo.start()
+    try:
+        with counting() as counts:
+            echo.tell("fire")
+            assert echo.ask("hello", timeout=5) == "hello"
+            assert echo.proxy().ping().get(timeout=5) == "pong"
+    finally:
+        echo.stop()
+
+    assert counts.messages == Counter(
+        {"tell _Echo str": 1, "ask _Echo str": 1, "ask _Echo.ping": 1}
+    )
+    assert (counts.tells, counts.asks, counts.hops) == (1, 2, 5)
+    # The wrappers are gone once the block ends.
+    assert (pykka.ActorRef.tell, pykka.ActorRef.ask) == (original_tell, original_ask)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_against_runs_both_trees_and_reports_each_figures_ratio(tmp_path: Path) -> None:
+    out = tmp_path / "benchmarks.md"
+
+    done = run_python(
+        "-m", "benchmarks", "--against", str(REPO), "--rounds", "2", "--sections", "hops",
+        "--quick", "--no-postgres", "--out", str(out), timeout=280,
+    )  # fmt: skip
+
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert done.stderr.count("this tree") == 2
+    assert done.stderr.count("other tree") == 2
+    report = out.read_text(encoding="utf-8")
+    assert "## Against another tree" in report
+    rows = [line for line in report.splitlines() if line.startswith("| actor messages per ")]
+    assert len(rows) == 3  # steer, warm resume, cold resume
+    # The same code on both sides: every count is the same in both, round by round.
+    for row in rows:
+        assert row.endswith("| 1.00× (1.00–1.00) |"), row
