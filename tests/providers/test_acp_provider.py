@@ -38,6 +38,8 @@ pytest.importorskip("acp", reason="the acp extra is not installed")
 from controlplane import AcpProvider
 from tests.support import eventually
 
+from .fakes import ONE_TOOL_CALL
+
 AGENT = Path(__file__).with_name("acp_agent.py")
 HARNESS = Path(__file__).with_name("acp_harness.py")
 SDK_AGENT = Path(__file__).with_name("sdk_example_agent.py")
@@ -153,8 +155,8 @@ def test_a_started_child_answers_and_its_messages_and_tool_calls_are_recorded(
         "name": "read notes",
         "arguments": {"path": "notes.md"},
     }
-    assert stored[5].data == {"id": "tool-1", "output": "3 notes"}
-    assert stored[6].data == {"text": "echo: summarise the notes"}
+    assert stored[5].data == {"id": "tool-1", "output": "3 notes", **ONE_TOOL_CALL}
+    assert stored[6].data == {"text": "echo: summarise the notes", "usage_reported": False}
 
 
 def test_a_resume_loads_the_agents_session_when_it_can_and_records_no_replay(
