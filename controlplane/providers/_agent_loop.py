@@ -3,8 +3,10 @@
 One activation is one turn of the loop, in its own thread: ask the model, write its reply
 through the activation's transcript writer, run the tools it called (writing each call and
 its result), take any steered messages and ask again, until the model answers with no tool
-call and nothing queued. The providers differ only in the conversation a child opens with
-(`AgentLoopProvider._opening`).
+call and nothing queued. Each reply's event carries what its model call spent, and each
+tool result counts its call (`controlplane.contract.usage_data`), so a child's spend is
+durable with its messages. The providers differ only in the conversation a child opens
+with (`AgentLoopProvider._opening`).
 
 Lock order: the control plane calls `AgentLoopRun.steer` while it holds the transcript
 writer's lock (so a ``steering/message`` is recorded before the reply it causes). The loop
