@@ -40,6 +40,7 @@ from controlplane.contract import (
     TaskSnapshot,
     TaskStatus,
     TextBlock,
+    Usage,
 )
 
 if TYPE_CHECKING:
@@ -85,6 +86,7 @@ __all__ = [
     "TaskSnapshot",
     "TaskStatus",
     "TextBlock",
+    "Usage",
 ]
 
 # Loaded on first use. The contract is a sub-package, so `import persistence` and

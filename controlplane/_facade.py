@@ -43,14 +43,18 @@ from controlplane.contract import (
     MessageSource,
     NewEvent,
     ProviderRegistry,
+    Requester,
     SendResult,
     SubagentControlError,
     TaskStatus,
     TextBlock,
+    Usage,
     count_problem,
     plain_json,
+    requester_session,
     seconds_problem,
     storable_text,
+    usage_of,
     utcnow,
 )
 from controlplane.telemetry import Operation, Telemetry
@@ -516,6 +520,45 @@ class SubagentControl:
 
     def _kill_tasks_of(self, agent: AgentHandle) -> None:
         self.tasks.kill_owned_by(agent.session_id, f"owner session {agent.session_id} disposed")
+
+    # -- spend -----------------------------------------------------------------------
+
+    def usage(self, requester: Requester, child_id: str) -> Usage:
+        """What ``child_id`` has spent over all its turns, read from the store (SPEC §11).
+
+        The sum of the usage recorded with its own events (a fork's seed is its parent's
+        spend), so it holds across resumes, runtimes and restarts; a turn still running
+        counts what it has written so far.
+
+        Args:
+            requester: The child's parent session (its live handle or its session id).
+            child_id: The child.
+
+        Raises:
+            SubagentControlError: ``CHILD_NOT_FOUND`` for an unknown child or one that is
+                not the requester's (the same error: whether it exists is not told);
+                ``INVALID_INPUT`` for a requester that is neither a handle nor a session
+                id; ``PERSISTENCE_UNAVAILABLE``, ``STORE_UNAVAILABLE``, ``CLOSED``.
+        """
+        self._check_open()
+        self._require_store()
+        assert self._store is not None
+        session = requester_session(requester)
+        unknown = SubagentControlError(
+            ErrorCode.CHILD_NOT_FOUND,
+            f"no child {child_id!r} for this session; list your children and use one of those ids",
+            child_id=child_id if isinstance(child_id, str) else None,
+        )
+        try:
+            loaded = self._store.load(child_id)
+        except SubagentControlError as exc:
+            # An id the store cannot even hold is as unknown as one it does not have.
+            if exc.code in (ErrorCode.CHILD_NOT_FOUND, ErrorCode.INVALID_INPUT):
+                raise unknown from None
+            raise
+        if loaded.meta.parent_session != session:
+            raise unknown
+        return usage_of(loaded.own_events)
 
 
 def _check_option(name: str, problem: str | None) -> None:

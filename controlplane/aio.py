@@ -38,6 +38,7 @@ from controlplane.contract import (
     SubagentControlError,
     TaskSnapshot,
     TextBlock,
+    Usage,
 )
 
 if TYPE_CHECKING:
@@ -172,6 +173,10 @@ class AsyncSubagentControl:
     async def drain_notices(self, requester: Requester) -> list[TaskNotice]:
         """`tasks.drain_notices`, awaited."""
         return await self.run_blocking(self._control.tasks.drain_notices, requester)
+
+    async def usage(self, requester: Requester, child_id: str) -> Usage:
+        """`SubagentControl.usage`, awaited (it reads the store)."""
+        return await self.run_blocking(self._control.usage, requester, child_id)
 
     async def close(self, *, timeout_s: float | None = None) -> None:
         """`SubagentControl.close`, awaited: cancels every activation and waits for it."""

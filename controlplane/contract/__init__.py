@@ -44,6 +44,7 @@ from controlplane.contract._services import (
     Requester,
     TaskService,
     Telemetry,
+    requester_session,
 )
 from controlplane.contract._session import (
     ChildMeta,
@@ -75,9 +76,12 @@ from controlplane.contract._tree import (
     SupervisorState,
     escape_controls,
 )
+from controlplane.contract._usage import USAGE, USAGE_REPORTED, Usage, usage_data, usage_of
 
 __all__ = [
     "NO_TRACE",
+    "USAGE",
+    "USAGE_REPORTED",
     "ActivationNode",
     "ActivationTrace",
     "ActorTree",
@@ -122,13 +126,17 @@ __all__ = [
     "Telemetry",
     "TextBlock",
     "TranscriptWriter",
+    "Usage",
     "count_problem",
     "dumps",
     "escape_controls",
     "fold_descriptor",
     "plain_json",
+    "requester_session",
     "seconds_problem",
     "storable_text",
     "text_of",
+    "usage_data",
+    "usage_of",
     "utcnow",
 ]

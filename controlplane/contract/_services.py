@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Final, Protocol
 from controlplane.contract._agents import AgentHandle
 from controlplane.contract._content import TextBlock
 from controlplane.contract._descriptor import Descriptor
+from controlplane.contract._errors import ErrorCode, SubagentControlError
 from controlplane.contract._signal import CancelSignal
 from controlplane.contract._task_types import TaskOutcome, TaskSnapshot
 
@@ -26,10 +27,34 @@ if TYPE_CHECKING:
     from opentelemetry.context import Context
     from opentelemetry.trace import SpanContext
 
-__all__ = ["NO_TRACE", "ActivationTrace", "Origin", "Requester", "TaskService", "Telemetry"]
+__all__ = [
+    "NO_TRACE",
+    "ActivationTrace",
+    "Origin",
+    "Requester",
+    "TaskService",
+    "Telemetry",
+    "requester_session",
+]
 
 Requester = AgentHandle | str
 """Who asks about a Task: the owner's live handle or its session id."""
+
+
+def requester_session(requester: object) -> str:
+    """The session id a `Requester` names.
+
+    Raises:
+        SubagentControlError: ``INVALID_INPUT`` for anything but a handle or a string.
+    """
+    if isinstance(requester, AgentHandle):
+        return requester.session_id
+    if isinstance(requester, str):
+        return requester
+    raise SubagentControlError(
+        ErrorCode.INVALID_INPUT,
+        f"requester must be an AgentHandle or a session id, not {type(requester).__name__}",
+    )
 
 
 class Origin:

@@ -280,7 +280,7 @@ class AcpRun:
             self._prompt = asyncio.ensure_future(conn.prompt(session_id=session_id, prompt=blocks))
             self._started.set()
             response = await self._prompt
-            self._recorder.flush()
+            self._recorder.end_turn(getattr(response, "usage", None))
             if self._recorder.failure is not None:
                 raise self._recorder.failure
             reason = stop_reason_of(response.stop_reason)

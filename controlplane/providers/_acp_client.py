@@ -19,13 +19,27 @@ import signal
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
-from controlplane.contract import EventKind, SessionEvent, StopReason, TranscriptWriter
-from controlplane.providers._chat_history import TOOL_CALL, TOOL_RESULT, chat_history
+from controlplane.contract import (
+    EventKind,
+    SessionEvent,
+    StopReason,
+    SubagentControlError,
+    TranscriptWriter,
+    Usage,
+    usage_data,
+)
+from controlplane.providers._chat_history import (
+    TOOL_CALL,
+    TOOL_RESULT,
+    chat_history,
+    counted_tool_result,
+)
 from controlplane.providers._child_tools import bounded
 
 __all__ = [
     "EXIT_ON_EOF_S",
     "SESSION_EVENT",
+    "USAGE_EVENT",
     "AcpRecorder",
     "PermissionPolicy",
     "StderrTail",
@@ -39,6 +53,10 @@ log = logging.getLogger("controlplane.acp")
 
 SESSION_EVENT = "acp/session"
 """Event kind: the agent's session id for this child (``session_id``), written at creation."""
+
+USAGE_EVENT = "acp/usage"
+"""Event kind: an ACP turn's usage (or ``usage_reported: false``), when the turn ended with
+no message left to carry it."""
 
 PermissionPolicy = Literal["deny", "allow"]
 
@@ -118,12 +136,30 @@ class AcpRecorder:
         )
 
     def flush(self) -> None:
-        """Write the message being streamed, if any (a turn's end is a message boundary)."""
+        """Write the message being streamed, if any (a new message or a tool call is a
+        message boundary)."""
         text = "".join(self._text)
         self._text = []
         if text:
             self._transcript.append(EventKind.ASSISTANT_MESSAGE, {"text": text})
             self.output = text
+
+    def end_turn(self, reported: Any) -> None:
+        """Write the turn's last message with what the agent reported the turn spent
+        (``PromptResponse.usage``; None: ``usage_reported: false``, never zeros).
+
+        ACP reports usage per prompt turn, not per model call, so it rides with the turn's
+        last message, or in a `USAGE_EVENT` of its own when the turn ended on a tool call.
+        The agent's model calls are not visible here: ``model_calls`` stays 0.
+        """
+        record = usage_data(_acp_usage(reported))
+        text = "".join(self._text)
+        self._text = []
+        if text:
+            self._transcript.append(EventKind.ASSISTANT_MESSAGE, {"text": text, **record})
+            self.output = text
+        else:
+            self._transcript.append(USAGE_EVENT, record)
 
     def _record(self, update: Any) -> None:
         kind = getattr(update, "session_update", None)
@@ -147,7 +183,28 @@ class AcpRecorder:
             self._open_calls.discard(update.tool_call_id)
             text = bounded(_tool_text(update))
             outcome = "output" if update.status == "completed" else "error"
-            self._transcript.append(TOOL_RESULT, {"id": update.tool_call_id, outcome: text})
+            self._transcript.append(
+                TOOL_RESULT, counted_tool_result({"id": update.tool_call_id, outcome: text})
+            )
+
+
+def _acp_usage(reported: Any) -> Usage | None:
+    """Our `Usage` for an ACP ``PromptResponse.usage`` (still marked unstable in the ACP
+    schema, which documents it as the turn's): ``thought_tokens`` are reasoning tokens,
+    ``cached_read_tokens`` cached input. None when there is none or it is not counts."""
+    if reported is None:
+        return None
+    counts = {
+        "input_tokens": getattr(reported, "input_tokens", None),
+        "output_tokens": getattr(reported, "output_tokens", None),
+        "cached_input_tokens": getattr(reported, "cached_read_tokens", None),
+        "reasoning_tokens": getattr(reported, "thought_tokens", None),
+    }
+    try:
+        return Usage.model_validate({k: v for k, v in counts.items() if v is not None})
+    except SubagentControlError as exc:
+        log.warning("the ACP agent reported a usage that is not counts (%s); ignored", exc)
+        return None
 
 
 def _tool_text(update: Any) -> str:

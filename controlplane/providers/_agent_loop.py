@@ -3,8 +3,10 @@
 One activation is one turn of the loop, in its own thread: ask the model, write its reply
 through the activation's transcript writer, run the tools it called (writing each call and
 its result), take any steered messages and ask again, until the model answers with no tool
-call and nothing queued. The providers differ only in the conversation a child opens with
-(`AgentLoopProvider._opening`).
+call and nothing queued. Each reply's event carries what its model call spent, and each
+tool result counts its call (`controlplane.contract.usage_data`), so a child's spend is
+durable with its messages. The providers differ only in the conversation a child opens
+with (`AgentLoopProvider._opening`).
 
 Lock order: the control plane calls `AgentLoopRun.steer` while it holds the transcript
 writer's lock (so a ``steering/message`` is recorded before the reply it causes). The loop
@@ -32,13 +34,16 @@ from controlplane.contract import (
     SubagentRun,
     TextBlock,
     TranscriptWriter,
+    Usage,
     text_of,
+    usage_data,
 )
 from controlplane.providers._chat_history import (
     STEERING_SEEN,
     TOOL_CALL,
     TOOL_RESULT,
     chat_history,
+    counted_tool_result,
     tool_call_data,
     tool_message_text,
 )
@@ -52,6 +57,8 @@ __all__ = [
     "chat_history",
     "start_cancelled",
 ]
+
+_ONE_MODEL_CALL = Usage(model_calls=1)
 
 THREAD_PREFIX = "subagent-loop"
 """Every loop thread's name starts with this (``subagent-loop:<provider>:<child_id>``)."""
@@ -217,8 +224,15 @@ class AgentLoopRun:
                 # A message steered during the call is recorded before this reply, yet the
                 # model reads it only at the next call: the reply says which it read, so a
                 # resumed child's conversation is the one this model saw (`chat_history`).
+                # The call's usage rides in the same event: durable with the message, never
+                # a second write a crash could separate from it.
                 self._transcript.append(
-                    EventKind.ASSISTANT_MESSAGE, {"text": reply.text, STEERING_SEEN: seen}
+                    EventKind.ASSISTANT_MESSAGE,
+                    {
+                        "text": reply.text,
+                        STEERING_SEEN: seen,
+                        **usage_data(reply.usage, counted=_ONE_MODEL_CALL),
+                    },
                 )
                 history.append(ChatMessage(role="assistant", text=reply.text, tool_calls=calls))
                 if reply.text:
@@ -268,7 +282,7 @@ class AgentLoopRun:
             outcome = run_tool_call(self._tools, call, self._signal)
             if self._signal.aborted:
                 return False
-            self._transcript.append(TOOL_RESULT, outcome.event_data(call.id))
+            self._transcript.append(TOOL_RESULT, counted_tool_result(outcome.event_data(call.id)))
             text = tool_message_text(output=outcome.output, error=outcome.error)
             history.append(ChatMessage(role="tool", text=text, tool_call_id=call.id))
         return True

@@ -22,10 +22,10 @@ never written (the process died mid-call) is answered with an error.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Literal
 
-from controlplane.contract import EventKind, SessionEvent
+from controlplane.contract import USAGE, EventKind, SessionEvent, Usage
 from controlplane.providers._model import ChatMessage, ToolCall
 
 __all__ = [
@@ -34,6 +34,7 @@ __all__ = [
     "TOOL_CALL",
     "TOOL_RESULT",
     "chat_history",
+    "counted_tool_result",
     "tool_call_data",
     "tool_message_text",
 ]
@@ -58,6 +59,12 @@ _INBOUND: dict[str, Literal["user"]] = {
 def tool_message_text(*, output: str | None = None, error: str | None = None) -> str:
     """What the model reads for a tool result: the output, or ``error: <why>``."""
     return f"error: {error}" if error is not None else (output or "")
+
+
+def counted_tool_result(data: Mapping[str, object]) -> dict[str, object]:
+    """A ``tool/result`` event's data with the one tool call it records counted in its
+    ``usage`` (our own count, not a server's report)."""
+    return {**data, USAGE: Usage(tool_calls=1).stored()}
 
 
 def tool_call_data(call: ToolCall) -> dict[str, object]:

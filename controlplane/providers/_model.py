@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from controlplane.contract import JsonValue, MessageSource, ModelSelector, StopReason
+from controlplane.contract import JsonValue, MessageSource, ModelSelector, StopReason, Usage
 
 if TYPE_CHECKING:
     from controlplane.contract import CancelSignal
@@ -121,6 +121,8 @@ class ModelReply(BaseModel):
             (``max-tokens``, ``refusal``, …) ends the child's turn with that reason, unless
             the reply calls tools or a message is queued: then the loop asks again.
         tool_calls: The tools the model calls; the loop runs each and asks again.
+        usage: What this call spent, as the server reported it; None when it reported
+            nothing (the loop then records the call, and no token counts).
     """
 
     model_config = _FROZEN
@@ -128,6 +130,7 @@ class ModelReply(BaseModel):
     text: str = ""
     stop_reason: str = StopReason.COMPLETED.value
     tool_calls: list[ToolCall] = []
+    usage: Usage | None = None
 
 
 @runtime_checkable

@@ -48,7 +48,9 @@ class OpenAIChatModel:
     The child's persona is sent as the system message and its tools as ``function`` tools;
     a request's `ModelSelector` (the descriptor's, else the parent's) names the model, else
     ``model``. Finish reasons map to stop reasons: ``stop`` and ``tool_calls`` →
-    ``completed``, ``length`` → ``max-tokens``, ``content_filter`` → ``refusal``.
+    ``completed``, ``length`` → ``max-tokens``, ``content_filter`` → ``refusal``. Each
+    reply carries the server's token usage (`ModelReply.usage`; streamed replies ask for it
+    with ``stream_options.include_usage``), or None when the server sends none.
 
     A rate limit (429), a server error (5xx), a timeout or a dropped connection is retried
     (tenacity: at most ``max_retries`` more attempts within ``retry_budget_s``, waiting what
@@ -100,6 +102,7 @@ class OpenAIChatModel:
         self._client = client
         self._model = model
         self._stream = stream
+        self._stream_options = dict(request_options.pop("stream_options", None) or {})
         self._options = request_options
         self._base_url = str(client.base_url)
         self._workers = _Workers()
@@ -130,6 +133,11 @@ class OpenAIChatModel:
                 ``INTERNAL`` for an unreachable or failing server, each with its words.
         """
         payload = {**chat_payload(request, self._model), **self._options}
+        if self._stream:
+            # A stream reports usage only when asked, in one last chunk; the caller's own
+            # ``stream_options`` (``include_usage=False`` for a server that refuses the
+            # field) win over ours.
+            payload["stream_options"] = {"include_usage": True, **self._stream_options}
         retrying = self._retrying.copy(sleep=lambda seconds: _sleep(signal, seconds))
         try:
             for attempt in retrying:

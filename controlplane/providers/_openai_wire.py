@@ -8,11 +8,12 @@ Chat Completions types have these fields.
 from __future__ import annotations
 
 import email.utils
+import logging
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from controlplane.contract import ErrorCode, StopReason, SubagentControlError
+from controlplane.contract import ErrorCode, StopReason, SubagentControlError, Usage
 from controlplane.providers._model import ModelReply, ModelRequest, ToolCall
 
 __all__ = [
@@ -23,7 +24,10 @@ __all__ = [
     "reply_of",
     "retry_after_s",
     "stop_reason_of",
+    "usage_of",
 ]
+
+log = logging.getLogger("controlplane.models")
 
 _STOP_REASONS = {
     "stop": StopReason.COMPLETED.value,
@@ -99,7 +103,34 @@ def reply_of(completion: Any) -> ModelReply:
         text=message.content or "",
         stop_reason=stop_reason_of(choice.finish_reason),
         tool_calls=calls,
+        usage=usage_of(getattr(completion, "usage", None)),
     )
+
+
+def usage_of(reported: Any) -> Usage | None:
+    """Our `Usage` for a Chat Completions ``usage`` object; None when there is none.
+
+    ``prompt_tokens`` → ``input_tokens``, ``completion_tokens`` → ``output_tokens``,
+    ``prompt_tokens_details.cached_tokens`` → ``cached_input_tokens``,
+    ``completion_tokens_details.reasoning_tokens`` → ``reasoning_tokens``; a count the
+    server leaves out is 0. A report that is not counts (negative, text) is logged and read
+    as none: the reply itself is good, and a made-up number would be worse than no number.
+    """
+    if reported is None:
+        return None
+    prompt = getattr(reported, "prompt_tokens_details", None)
+    completion = getattr(reported, "completion_tokens_details", None)
+    counts = {
+        "input_tokens": getattr(reported, "prompt_tokens", None),
+        "output_tokens": getattr(reported, "completion_tokens", None),
+        "cached_input_tokens": getattr(prompt, "cached_tokens", None),
+        "reasoning_tokens": getattr(completion, "reasoning_tokens", None),
+    }
+    try:
+        return Usage.model_validate({k: v for k, v in counts.items() if v is not None})
+    except SubagentControlError as exc:
+        log.warning("the model server reported a usage that is not counts (%s); ignored", exc)
+        return None
 
 
 @dataclass
@@ -120,9 +151,14 @@ class StreamedReply:
         self._text: list[str] = []
         self._calls: dict[int, _PartialCall] = {}
         self._finish: str | None = None
+        self._usage: Any = None
 
     def add(self, chunk: Any) -> None:
-        """Take one chunk's first choice."""
+        """Take one chunk's first choice, and its usage (the last chunk's, asked for with
+        ``stream_options.include_usage``; its ``choices`` are empty)."""
+        usage = getattr(chunk, "usage", None)
+        if usage is not None:
+            self._usage = usage
         for choice in chunk.choices or ():
             if choice.index not in (0, None):
                 continue
@@ -148,7 +184,10 @@ class StreamedReply:
             for _, p in sorted(self._calls.items())
         ]
         return ModelReply(
-            text="".join(self._text), stop_reason=stop_reason_of(self._finish), tool_calls=calls
+            text="".join(self._text),
+            stop_reason=stop_reason_of(self._finish),
+            tool_calls=calls,
+            usage=usage_of(self._usage),
         )
 
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
-from controlplane.contract import CancelSignal, ErrorCode, SubagentControlError
+from controlplane.contract import CancelSignal, ErrorCode, SubagentControlError, Usage
 from controlplane.providers._model import ModelReply, ModelRequest
 
 __all__ = ["ScriptedModel", "ScriptedReply"]
@@ -14,6 +14,10 @@ ScriptedReply = str | ModelReply | Exception
 """One scripted step: a reply text, a full reply (to script a stop reason or tool calls:
 ``ModelReply(tool_calls=[ToolCall(id="c1", name="add", arguments={"a": 1})])``), or an
 error to raise from that call."""
+
+ScriptedUsage = Usage | Mapping[str, object] | None
+"""What one scripted call reports spending: a `Usage`, its fields as a mapping
+(``{"input_tokens": 12}``), or None for a call that reports nothing."""
 
 
 class ScriptedModel:
@@ -25,11 +29,23 @@ class ScriptedModel:
     A `ModelReply` entry scripts a stop reason or tool calls (the loop runs them and calls
     again, which takes the next entry); an exception entry is raised by that call.
 
+    Usage, as a server would report it, comes from a `ModelReply` entry's own ``usage``,
+    else from ``usage``: one value for every call, or a sequence with one entry per reply
+    (a repeated last reply repeats its usage; an echo past the end reports the single
+    value, or nothing). Without either, calls report no usage, like a server that sends
+    none.
+
     Args:
         replies: The scripted replies.
         echo: Echo once the replies are used up, instead of repeating the last one.
         delay_s: How long each call takes; waits on the call's signal, so a kill ends it.
         gated: Each call blocks until the test lets it through with `release`.
+        usage: What each call reports spending (see above).
+
+    Raises:
+        SubagentControlError: ``INVALID_INPUT`` for a negative ``delay_s``, a usage that is
+            not valid (a negative count, …), or a usage sequence whose length is not the
+            number of replies.
     """
 
     def __init__(
@@ -39,12 +55,14 @@ class ScriptedModel:
         echo: bool = False,
         delay_s: float = 0.0,
         gated: bool = False,
+        usage: ScriptedUsage | Sequence[ScriptedUsage] = None,
     ) -> None:
         if delay_s < 0:
             raise SubagentControlError(
                 ErrorCode.INVALID_INPUT, f"delay_s must be >= 0 seconds, got {delay_s!r}"
             )
         self._replies = list(replies or [])
+        self._usage_each, self._usage_per_reply = _scripted_usage(usage, len(self._replies))
         self._echo = echo or not self._replies
         self._delay_s = delay_s
         self._gated = gated
@@ -106,16 +124,22 @@ class ScriptedModel:
         return self._reply(index, request)
 
     def _reply(self, index: int, request: ModelRequest) -> ModelReply:
+        usage = self._usage_each
         if index < len(self._replies) or not self._echo:
-            step = self._replies[min(index, len(self._replies) - 1)]
+            at = min(index, len(self._replies) - 1)
+            step = self._replies[at]
+            if self._usage_per_reply is not None:
+                usage = self._usage_per_reply[at]
         else:
             last_user = next((m.text for m in reversed(request.messages) if m.role == "user"), "")
             step = f"echo: {last_user}"
         if isinstance(step, Exception):
             raise step
         if isinstance(step, ModelReply):
+            if step.usage is None and usage is not None:
+                return step.model_copy(update={"usage": usage})
             return step
-        return ModelReply(text=step)
+        return ModelReply(text=step, usage=usage)
 
     def _wake(self, _reason: str) -> None:
         with self._cond:
@@ -123,3 +147,34 @@ class ScriptedModel:
 
     def __repr__(self) -> str:
         return f"<ScriptedModel {len(self._replies)} replies, {self.call_count} calls>"
+
+
+def _scripted_usage(
+    usage: ScriptedUsage | Sequence[ScriptedUsage], replies: int
+) -> tuple[Usage | None, list[Usage | None] | None]:
+    """``usage`` checked: (one usage for every call, None) or (None, one per reply)."""
+    if usage is None or isinstance(usage, Usage | Mapping):
+        return _one_usage(usage), None
+    if isinstance(usage, str | bytes) or not isinstance(usage, Sequence):
+        raise SubagentControlError(
+            ErrorCode.INVALID_INPUT,
+            f"usage must be a Usage, a mapping, None or a sequence of those, "
+            f"not {type(usage).__name__}",
+        )
+    if len(usage) != replies:
+        raise SubagentControlError(
+            ErrorCode.INVALID_INPUT,
+            f"usage has {len(usage)} entries for {replies} replies; give one per reply",
+        )
+    return None, [_one_usage(entry) for entry in usage]
+
+
+def _one_usage(usage: ScriptedUsage) -> Usage | None:
+    if usage is None or isinstance(usage, Usage):
+        return usage
+    if isinstance(usage, Mapping):
+        return Usage.model_validate(dict(usage))  # a bad count: INVALID_INPUT
+    raise SubagentControlError(
+        ErrorCode.INVALID_INPUT,
+        f"a usage entry must be a Usage, a mapping or None, not {type(usage).__name__}",
+    )

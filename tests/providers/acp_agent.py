@@ -8,7 +8,8 @@ the session), and honours ``session/cancel``. Flags make it misbehave on purpose
 hang in a method (``--hang-if-exists FILE``: only while FILE exists), ignore cancellation,
 SIGTERM or the end of its stdin, call a tool, ask for a permission, spawn a grandchild
 process in its process group, or run as a wrapper (``--wrapper``: a process that spawns the
-real agent on its own stdio and waits for it, as Codex's ACP adapter runs under node). Every
+real agent on its own stdio and waits for it, as Codex's ACP adapter runs under node); one
+reports a turn's usage in its prompt response (``--usage JSON``). Every
 process appends its pid (and its grandchild's) to ``DIR/pids`` and every prompt it receives
 to ``DIR/prompts.jsonl``, for the tests to check.
 """
@@ -185,6 +186,8 @@ class Agent:
         if self.args.crash_on == "after-reply":
             os._exit(4)
         self.save(session_id, [*history, ["user", texts[-1] if texts else ""], ["agent", reply]])
+        if self.args.usage:
+            return {"stopReason": self.args.stop_reason, "usage": json.loads(self.args.usage)}
         return {"stopReason": self.args.stop_reason}
 
 
@@ -204,6 +207,7 @@ def main() -> None:
     parser.add_argument("--grandchild", action="store_true")
     parser.add_argument("--wrapper", action="store_true")
     parser.add_argument("--stop-reason", default="end_turn")
+    parser.add_argument("--usage", help="the PromptResponse usage to report, as JSON")
     args = parser.parse_args()
     if args.wrapper:
         wrap([arg for arg in sys.argv[1:] if arg != "--wrapper"], Path(args.state))

@@ -30,6 +30,10 @@ PARENT_MODEL = ModelSelector(provider="parent-provider", model="parent-model")
 USER = MessageSource(kind="user")
 COORDINATOR = MessageSource(kind="coordinator", sender_session_id="parent-1")
 HUMAN = MessageSource(kind="human")
+UNREPORTED = {"usage": {"model_calls": 1}, "usage_reported": False}
+"""The usage an ``assistant/message`` records for a model call that reported none."""
+ONE_TOOL_CALL = {"usage": {"tool_calls": 1}}
+"""The usage a ``tool/result`` records."""
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,11 @@ Step = dict[str, Any]
 """``{"text", "tool_calls", "finish"}`` for a reply; ``{"status", "message", "headers"}``
 for an error; ``{"hang": True, "text"}`` to stream the text, then wait for the client to
 go; ``"stall": True`` in any step holds the answer until `ChatServer.answer` is set;
-``"pause": n`` in a streamed step streams ``n`` chunks, then holds the rest the same way."""
+``"pause": n`` in a streamed step streams ``n`` chunks, then holds the rest the same way;
+``"usage": {...}`` (Chat Completions ``usage``: ``prompt_tokens``, ``completion_tokens``,
+``prompt_tokens_details``, …) is sent with a reply, and with a stream only when the request
+asks for it (``stream_options.include_usage``), in a last chunk with no choices, the
+others carrying ``"usage": null``, as OpenAI does."""
 
 
 class ChatServer:
@@ -173,10 +177,13 @@ def _completion(body: dict[str, Any], step: Step) -> dict[str, Any]:
         "created": 0,
         "model": body.get("model", "test"),
         "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+        **({"usage": step["usage"]} if "usage" in step else {}),
     }
 
 
 def _chunks(body: dict[str, Any], step: Step) -> Iterator[dict[str, Any]]:
+    with_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+
     def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
         return {
             "id": "chatcmpl-test",
@@ -184,6 +191,7 @@ def _chunks(body: dict[str, Any], step: Step) -> Iterator[dict[str, Any]]:
             "created": 0,
             "model": body.get("model", "test"),
             "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+            **({"usage": None} if with_usage else {}),
         }
 
     yield chunk({"role": "assistant", "content": ""})
@@ -200,6 +208,8 @@ def _chunks(body: dict[str, Any], step: Step) -> Iterator[dict[str, Any]]:
             yield chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
     if not step.get("hang"):
         yield chunk({}, step.get("finish", "tool_calls" if calls else "stop"))
+        if with_usage and "usage" in step:
+            yield {**chunk({}), "choices": [], "usage": step["usage"]}
 
 
 def _function(call: dict[str, Any]) -> dict[str, str]:

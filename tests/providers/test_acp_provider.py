@@ -31,12 +31,15 @@ from controlplane import (
     TaskSnapshot,
     TaskStatus,
     TextBlock,
+    Usage,
 )
 from controlplane.providers._acp import THREAD_PREFIX
 
 pytest.importorskip("acp", reason="the acp extra is not installed")
 from controlplane import AcpProvider
 from tests.support import eventually
+
+from .fakes import ONE_TOOL_CALL
 
 AGENT = Path(__file__).with_name("acp_agent.py")
 HARNESS = Path(__file__).with_name("acp_harness.py")
@@ -153,8 +156,62 @@ def test_a_started_child_answers_and_its_messages_and_tool_calls_are_recorded(
         "name": "read notes",
         "arguments": {"path": "notes.md"},
     }
-    assert stored[5].data == {"id": "tool-1", "output": "3 notes"}
-    assert stored[6].data == {"text": "echo: summarise the notes"}
+    assert stored[5].data == {"id": "tool-1", "output": "3 notes", **ONE_TOOL_CALL}
+    assert stored[6].data == {"text": "echo: summarise the notes", "usage_reported": False}
+
+
+def test_the_usage_an_acp_agent_reports_is_recorded_with_the_turns_last_message(
+    control: SubagentControl, agents: Agents
+) -> None:
+    reported = {
+        "totalTokens": 75,
+        "inputTokens": 50,
+        "outputTokens": 25,
+        "thoughtTokens": 5,
+        "cachedReadTokens": 40,
+    }
+    register(control, agents, "--tool-call", "--usage", json.dumps(reported))
+    parent = control.agents.register("parent-1")
+    child_id, task_id = start(control, parent, "count")
+    settle(control, task_id, parent)
+
+    turn = Usage(input_tokens=50, output_tokens=25, reasoning_tokens=5, cached_input_tokens=40)
+    (reply,) = [e for e in events(control, child_id) if e.kind == EventKind.ASSISTANT_MESSAGE]
+    assert reply.data == {"text": "echo: count", "usage": turn.stored()}
+    # The agent's model calls are not visible through ACP: none counted, none invented.
+    assert control.usage(parent, child_id) == turn + Usage(tool_calls=1)
+
+
+def test_an_acp_turn_that_reports_no_usage_says_so_and_counts_only_its_tool_calls(
+    control: SubagentControl, agents: Agents
+) -> None:
+    register(control, agents, "--tool-call")
+    parent = control.agents.register("parent-1")
+    child_id, task_id = start(control, parent, "count")
+    settle(control, task_id, parent)
+
+    (reply,) = [e for e in events(control, child_id) if e.kind == EventKind.ASSISTANT_MESSAGE]
+    assert reply.data == {"text": "echo: count", "usage_reported": False}
+    assert control.usage(parent, child_id) == Usage(tool_calls=1)
+
+
+def test_a_turn_that_ended_with_no_message_records_its_usage_in_an_event_of_its_own() -> None:
+    from acp.schema import Usage as AcpUsage
+
+    from controlplane.providers._acp_client import USAGE_EVENT, AcpRecorder
+
+    from .fakes import FakeTranscript, Written
+
+    for reported, data in [
+        (None, {"usage_reported": False}),
+        (
+            AcpUsage(total_tokens=4, input_tokens=3, output_tokens=1),
+            {"usage": {"input_tokens": 3, "output_tokens": 1}},
+        ),
+    ]:
+        transcript = FakeTranscript()
+        AcpRecorder(transcript, "deny").end_turn(reported)
+        assert transcript.written == [Written(USAGE_EVENT, data, None)]
 
 
 def test_a_resume_loads_the_agents_session_when_it_can_and_records_no_replay(

@@ -26,7 +26,16 @@ from controlplane.models import (
 )
 from controlplane.providers._child_tools import MAX_TOOL_TEXT_CHARS
 
-from .fakes import FakeTranscript, Parent, Runs, Written, descriptor, start_request
+from .fakes import (
+    ONE_TOOL_CALL,
+    UNREPORTED,
+    FakeTranscript,
+    Parent,
+    Runs,
+    Written,
+    descriptor,
+    start_request,
+)
 
 TIMEOUT_S = 5.0
 ADD_SCHEMA = {
@@ -68,10 +77,12 @@ def test_a_tool_call_is_run_and_the_model_answers_from_its_result(runs: Runs) ->
     assert result.stop_reason == "completed"
     assert result.output == [TextBlock(text="it is 5")]
     assert transcript.written == [
-        Written(EventKind.ASSISTANT_MESSAGE, {"text": "", "steering_seen": 0}, None),
+        Written(EventKind.ASSISTANT_MESSAGE, {"text": "", "steering_seen": 0, **UNREPORTED}, None),
         Written("tool/call", {"id": "c1", "name": "add", "arguments": {"a": 2, "b": 3}}, None),
-        Written("tool/result", {"id": "c1", "output": "5"}, None),
-        Written(EventKind.ASSISTANT_MESSAGE, {"text": "it is 5", "steering_seen": 0}, None),
+        Written("tool/result", {"id": "c1", "output": "5", **ONE_TOOL_CALL}, None),
+        Written(
+            EventKind.ASSISTANT_MESSAGE, {"text": "it is 5", "steering_seen": 0, **UNREPORTED}, None
+        ),
     ]
     second = model.calls[1].messages
     assert second[1].tool_calls == [ToolCall(id="c1", name="add", arguments='{"a": 2, "b": 3}')]
@@ -121,7 +132,7 @@ def test_a_denied_tool_called_anyway_is_an_error_result_and_never_runs(runs: Run
     assert run.result().stop_reason == "completed"
     assert not ran.is_set()
     assert results(transcript) == [
-        {"id": "c1", "error": "unknown tool 'secret'; the tools are: add"},
+        {"id": "c1", "error": "unknown tool 'secret'; the tools are: add", **ONE_TOOL_CALL},
     ]
     assert model.calls[1].messages[-1].text == "error: unknown tool 'secret'; the tools are: add"
 
@@ -213,7 +224,7 @@ def test_a_pydantic_model_gives_the_schema_and_validates_the_arguments(runs: Run
     assert model.calls[0].tools[0].parameters == Search.model_json_schema()
     assert seen == [{"query": "otters", "limit": 3}]
     ok, bad = results(transcript)
-    assert ok == {"id": "c1", "output": "hits"}
+    assert ok == {"id": "c1", "output": "hits", **ONE_TOOL_CALL}
     assert bad["error"].startswith("invalid arguments: query: Field required")
 
 
@@ -225,14 +236,18 @@ def test_a_raising_handler_is_an_error_result_the_model_reads(runs: Runs) -> Non
     transcript = FakeTranscript()
     run = runs.start(model, transcript, tools=[ChildTool("broken", "x", {}, broken)])
     assert run.result().output == [TextBlock(text="I could not")]
-    assert results(transcript) == [{"id": "c1", "error": "ValueError: disk on fire"}]
+    assert results(transcript) == [
+        {"id": "c1", "error": "ValueError: disk on fire", **ONE_TOOL_CALL}
+    ]
 
 
 def test_a_handler_returning_something_other_than_text_is_an_error_result(runs: Runs) -> None:
     model = ScriptedModel([calls(("c1", "num", {})), "ok"])
     transcript = FakeTranscript()
     runs.start(model, transcript, tools=[ChildTool("num", "x", {}, lambda args: 42)]).result()
-    assert results(transcript) == [{"id": "c1", "error": "the tool returned int, not text"}]
+    assert results(transcript) == [
+        {"id": "c1", "error": "the tool returned int, not text", **ONE_TOOL_CALL}
+    ]
 
 
 def test_a_huge_output_is_bounded_in_the_transcript_and_for_the_model_with_a_marker(
@@ -254,7 +269,7 @@ def test_output_no_store_could_keep_is_made_storable(runs: Runs) -> None:
     model = ScriptedModel([calls(("c1", "odd", {})), "ok"])
     transcript = FakeTranscript()
     runs.start(model, transcript, tools=[ChildTool("odd", "x", {}, lambda a: "a\ud800b")]).result()
-    assert results(transcript) == [{"id": "c1", "output": "a?b"}]
+    assert results(transcript) == [{"id": "c1", "output": "a?b", **ONE_TOOL_CALL}]
 
 
 def test_a_message_steered_during_a_tool_call_joins_the_next_model_call_after_the_results(

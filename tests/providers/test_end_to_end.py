@@ -30,6 +30,7 @@ from controlplane.models import (
 )
 
 from .conftest import loop_threads
+from .fakes import UNREPORTED
 
 WAIT_S = 5.0
 PARENT_MODEL = ModelSelector(provider="acme", model="m1")
@@ -114,7 +115,7 @@ def test_a_started_child_completes_with_its_reply_and_its_transcript_in_order(
         EventKind.ASSISTANT_MESSAGE,
         EventKind.TURN_END,
     ]
-    assert events[3].data == {"text": "three facts", "steering_seen": 0}
+    assert events[3].data == {"text": "three facts", "steering_seen": 0, **UNREPORTED}
     assert events[3].source is None
     # Settled: the durable child stays, its live agent and loop thread are gone.
     assert control.agents.get(started.child_id) is None

@@ -24,6 +24,7 @@ from controlplane.models import (
 from .conftest import loop_threads
 from .fakes import (
     PARENT_MODEL,
+    UNREPORTED,
     USER,
     FakeTranscript,
     Parent,
@@ -62,7 +63,11 @@ def test_a_completed_turn_returns_the_reply_and_writes_it_as_the_only_event(runs
     assert result.stop_reason == "completed"
     assert result.output == [TextBlock(text="the answer")]
     assert transcript.written == [
-        Written(EventKind.ASSISTANT_MESSAGE, {"text": "the answer", "steering_seen": 0}, None)
+        Written(
+            EventKind.ASSISTANT_MESSAGE,
+            {"text": "the answer", "steering_seen": 0, **UNREPORTED},
+            None,
+        )
     ]
 
 

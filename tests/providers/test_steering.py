@@ -24,7 +24,16 @@ from controlplane.models import (
 )
 from controlplane.providers._chat_history import chat_history
 
-from .fakes import COORDINATOR, HUMAN, USER, FakeTranscript, Runs, Written, events
+from .fakes import (
+    COORDINATOR,
+    HUMAN,
+    UNREPORTED,
+    USER,
+    FakeTranscript,
+    Runs,
+    Written,
+    events,
+)
 
 USER_MESSAGE = EventKind.USER_MESSAGE
 
@@ -107,8 +116,12 @@ def test_steering_is_recorded_before_the_reply_it_causes(runs: Runs) -> None:
     # call was running when it came: that one says its model had not read it.
     assert transcript.written == [
         Written("steering/message", {"text": "steer"}, COORDINATOR),
-        Written(EventKind.ASSISTANT_MESSAGE, {"text": "first", "steering_seen": 0}, None),
-        Written(EventKind.ASSISTANT_MESSAGE, {"text": "second", "steering_seen": 1}, None),
+        Written(
+            EventKind.ASSISTANT_MESSAGE, {"text": "first", "steering_seen": 0, **UNREPORTED}, None
+        ),
+        Written(
+            EventKind.ASSISTANT_MESSAGE, {"text": "second", "steering_seen": 1, **UNREPORTED}, None
+        ),
     ]
 
 

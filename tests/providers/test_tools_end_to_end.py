@@ -21,6 +21,8 @@ from controlplane.models import (
     ToolCall,
 )
 
+from .fakes import ONE_TOOL_CALL, UNREPORTED
+
 WAIT_S = 5.0
 
 
@@ -78,8 +80,11 @@ def test_a_child_calls_a_tool_then_a_resumed_turn_sees_the_exchange_and_its_filt
     events = control.store.load(started.child_id).events
     turn_one = [(e.kind, e.data) for e in events if e.turn == 1][3:-1]
     assert turn_one == [
-        (EventKind.ASSISTANT_MESSAGE, {"text": "", "steering_seen": 0}),
+        (EventKind.ASSISTANT_MESSAGE, {"text": "", "steering_seen": 0, **UNREPORTED}),
         ("tool/call", {"id": "c1", "name": "lookup", "arguments": {"w": "otter"}}),
-        ("tool/result", {"id": "c1", "output": "otter: a mammal"}),
-        (EventKind.ASSISTANT_MESSAGE, {"text": "an otter is a mammal", "steering_seen": 0}),
+        ("tool/result", {"id": "c1", "output": "otter: a mammal", **ONE_TOOL_CALL}),
+        (
+            EventKind.ASSISTANT_MESSAGE,
+            {"text": "an otter is a mammal", "steering_seen": 0, **UNREPORTED},
+        ),
     ]

@@ -48,6 +48,7 @@ EXPORTS = [
     "TaskSnapshot",
     "TaskStatus",
     "TextBlock",
+    "Usage",
 ]
 
 SPEC_NAMES = {
