@@ -136,13 +136,9 @@ def test_a_steer_whose_record_write_is_stuck_stalls_no_supervisor(
     assert provider.steered_texts(stuck_child) == ["stuck", "behind"]
 
 
-def test_a_provider_whose_steer_blocks_does_not_stall_the_supervisor(
-    control: SubagentControl,
-    parent: AgentHandle,
-    provider: FakeProvider,
-    hold: threading.Event,
-) -> None:
-    child_id, task_id, plan = running_child(control, parent, provider, hold)
+def _block_steers(plan: Any) -> tuple[threading.Event, threading.Event]:
+    """Make the published run's ``steer`` block until the second event is set; the first is
+    set once a steer entered it."""
     run = plan.run
     assert run is not None
     entered, unblock = threading.Event(), threading.Event()
@@ -155,6 +151,17 @@ def test_a_provider_whose_steer_blocks_does_not_stall_the_supervisor(
         take(message, source)
 
     run.steer = blocking_steer
+    return entered, unblock
+
+
+def test_a_provider_whose_steer_blocks_does_not_stall_the_supervisor(
+    control: SubagentControl,
+    parent: AgentHandle,
+    provider: FakeProvider,
+    hold: threading.Event,
+) -> None:
+    child_id, task_id, plan = running_child(control, parent, provider, hold)
+    entered, unblock = _block_steers(plan)
     try:
         first = in_thread(lambda: control.send_message(parent, child_id, text("first")))
         assert entered.wait(WAIT_S)
@@ -255,18 +262,7 @@ def test_a_kill_refuses_the_messages_queued_behind_a_blocked_steer_at_once(
     hold: threading.Event,
 ) -> None:
     child_id, task_id, plan = running_child(control, parent, provider, hold)
-    run = plan.run
-    assert run is not None
-    entered, unblock = threading.Event(), threading.Event()
-    take = run.steer
-    assert take is not None
-
-    def blocking_steer(message: Sequence[TextBlock], source: MessageSource) -> None:
-        entered.set()
-        assert unblock.wait(WAIT_S), "the test never unblocked the provider's steer"
-        take(message, source)
-
-    run.steer = blocking_steer
+    entered, unblock = _block_steers(plan)
     try:
         first = in_thread(lambda: control.send_message(parent, child_id, text("first")))
         assert entered.wait(WAIT_S)
