@@ -59,11 +59,6 @@ class _Settle(Exception):
         self.outcome = outcome
 
 
-@dataclass(frozen=True, slots=True)
-class _Begin:
-    """Sent by the activation to itself so the turn runs as its first message."""
-
-
 @dataclass(slots=True)
 class _Prepared:
     provider: SubagentProvider
@@ -91,17 +86,18 @@ class ActivationActor(Actor):
         self._loaded = False  # the child was found in the store (a resume got past its load)
 
     def on_start(self) -> None:
-        self.actor_ref.tell(_Begin())
+        # The turn runs here, on the actor's own thread before its loop takes any message,
+        # not as a first message to itself: one mailbox round less before the load, on
+        # every activation. Nothing is ever sent to this actor, so nothing waits behind it.
+        try:
+            # Store retries deep in the turn's writes name its child and Task.
+            with self._ctx.telemetry.scoped(self._plan.child_id, self._plan.task_id):
+                self._execute()
+        finally:
+            self.stop()
 
     def on_receive(self, message: Any) -> Any:
-        if isinstance(message, _Begin):
-            try:
-                # Store retries deep in the turn's writes name its child and Task.
-                with self._ctx.telemetry.scoped(self._plan.child_id, self._plan.task_id):
-                    self._execute()
-            finally:
-                self.stop()
-        return None
+        return None  # never sent anything (cancellation is out-of-band)
 
     # -- the turn ---------------------------------------------------------------------
 

@@ -108,11 +108,11 @@ class SpawnChild(BaseModel):
 
 
 class BeginActivation(BaseModel):
-    """Supervisor: start the actor of the activation it has just installed.
+    """Supervisor: start the actor of the initial activation it was created with.
 
-    From the root once the new child is routed (the initial activation), or from the
-    supervisor itself right after it answered ``started`` (a resume): starting a thread
-    waits for it to run, and the sender need not wait for that.
+    From the root once the new child is routed: an activation that failed at once could
+    retire its supervisor, and the retirement must find the route it removes. (A resume's
+    activation is started by the supervisor as it answers ``started``, with no message.)
     """
 
     model_config = _MESSAGE

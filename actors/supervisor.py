@@ -305,7 +305,15 @@ class ChildSupervisor(Actor):
             self._ctx.tasks.discard(task.id)  # never admitted: no Task is left behind
             trace.end(None)
             raise
-        self.actor_ref.tell(BeginActivation())  # after this answer has gone out
+        # Begun here, not by a message to itself: the activation's loop goes to a waiting
+        # worker thread (`actors._pool`), a hand-off as cheap as that message, which the
+        # supervisor's loop would only have taken after this answer anyway. Its failure
+        # (no thread left) fails the Task as it did on that message: the sender still
+        # hears ``started``, at once.
+        try:
+            self._begin()
+        except Exception as exc:
+            self._fail(BeginActivation(), exc)
         return Reply(route="started", task_id=task.id)
 
     def _on_published(self, published: Published) -> None:
