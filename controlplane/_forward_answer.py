@@ -48,7 +48,7 @@ class Posted:
     was lost), so it is taken back, or found taken, before anything is reported."""
 
 
-Heard = Callable[[str], "dict[str, Any] | None"]
+Heard = Callable[[str], dict[str, Any] | None]
 """Takes the answer to a message heard in a notification (the forwarder's listener), if any."""
 
 
