@@ -7,12 +7,11 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
 import pykka
-from pydantic import ValidationError
 
 from actors import (
     ActivationPlan,
@@ -30,6 +29,15 @@ from controlplane._forwarding import Forwarder
 from controlplane._router import Router
 from controlplane._runtime import Heartbeat, Runtime, new_runtime_id
 from controlplane._tasks import TaskService
+from controlplane._validate import (
+    check_child_id,
+    check_options,
+    check_source,
+    check_start_spec,
+    message_blocks,
+    start_inputs,
+    translate,
+)
 from controlplane.contract import (
     ActorTree,
     AgentHandle,
@@ -38,10 +46,8 @@ from controlplane.contract import (
     ChildView,
     ContinuableStart,
     ContinuableStartSpec,
-    Descriptor,
     ErrorCode,
     MessageSource,
-    NewEvent,
     ProviderRegistry,
     Requester,
     SendResult,
@@ -49,11 +55,7 @@ from controlplane.contract import (
     TaskStatus,
     TextBlock,
     Usage,
-    count_problem,
-    plain_json,
     requester_session,
-    seconds_problem,
-    storable_text,
     usage_of,
     utcnow,
 )
@@ -80,8 +82,6 @@ STORE_OPTIONS = (
     "pause_gc_on_load",
 )
 """The options `SubagentControl.open` hands to `SqlStore`."""
-_MIN_PASSIVATE_S = 0.05
-_MIN_LEASE_TTL_S = 0.3
 _ROOT_TIMEOUT_S = 30.0
 
 
@@ -127,15 +127,13 @@ class SubagentControl:
         tracer_provider: TracerProvider | None = None,
         meter_provider: MeterProvider | None = None,
     ) -> None:
-        _check_option("close_timeout_s", seconds_problem(close_timeout_s))
-        if passivate_after_s is not None:
-            problem = seconds_problem(passivate_after_s, at_least=_MIN_PASSIVATE_S)
-            _check_option("passivate_after_s", problem and f"{problem}, or None")
-        if max_live_activations is not None:
-            problem = count_problem(max_live_activations)
-            _check_option("max_live_activations", problem and f"{problem}, or None")
-        _check_option("lease_ttl_s", seconds_problem(lease_ttl_s, at_least=_MIN_LEASE_TTL_S))
-        _check_option("recent_tasks", count_problem(recent_tasks, at_least=0))
+        check_options(
+            close_timeout_s=close_timeout_s,
+            passivate_after_s=passivate_after_s,
+            max_live_activations=max_live_activations,
+            lease_ttl_s=lease_ttl_s,
+            recent_tasks=recent_tasks,
+        )
         self._store = store
         self._close_timeout_s = close_timeout_s
         self._runtime_id = new_runtime_id()
@@ -246,27 +244,11 @@ class SubagentControl:
 
     def _start(self, spec: ContinuableStartSpec, op: Operation) -> ContinuableStart:
         self._check_open()
-        if not isinstance(spec, ContinuableStartSpec):
-            raise SubagentControlError(
-                ErrorCode.INVALID_INPUT, "start_continuable takes a ContinuableStartSpec"
-            )
+        spec = check_start_spec(spec)
         self.providers.get(spec.provider)
         root = self._require_store()
         parent = spec.parent
-        descriptor = _snapshot_descriptor(spec)
-        seed = tuple(
-            NewEvent(
-                kind=event.kind,
-                turn=0,
-                data=plain_json(event.data, code=ErrorCode.INVALID_DESCRIPTOR, what="seed data"),
-                source=event.source,
-            )
-            for event in spec.seed_events or ()
-        )
-        storable_text(
-            spec.label, code=ErrorCode.INVALID_INPUT, what="label", max_chars=1000, nul=False
-        )
-        prompt = _message_blocks(spec.prompt)
+        descriptor, seed, prompt = start_inputs(spec)
         op.message(prompt)
         self.tasks.require_surface()
         self._check_parent(parent)
@@ -294,7 +276,7 @@ class SubagentControl:
         except BaseException as exc:
             self.tasks.discard(task.id)
             trace.end(None)
-            raise _translate(exc, "nothing was started") from exc
+            raise translate(exc, "nothing was started") from exc
         return ContinuableStart(child_id=child_id, task_id=task.id)
 
     # -- messaging -------------------------------------------------------------------
@@ -336,15 +318,9 @@ class SubagentControl:
         self._check_open()
         router = self._require_router()
         self._check_parent(parent)
-        if not isinstance(child_id, str) or not child_id:
-            raise SubagentControlError(
-                ErrorCode.INVALID_INPUT, f"{child_id!r} is not a child id; use the id you started"
-            )
-        storable_text(
-            child_id, code=ErrorCode.INVALID_INPUT, what="child id", max_chars=200, nul=False
-        )
-        blocks = _message_blocks(message)
-        source = _check_source(
+        check_child_id(child_id)
+        blocks = message_blocks(message)
+        source = check_source(
             source or MessageSource(kind="coordinator", sender_session_id=parent.session_id)
         )
         send = SendMessage(
@@ -559,65 +535,3 @@ class SubagentControl:
         if loaded.meta.parent_session != session:
             raise unknown
         return usage_of(loaded.own_events)
-
-
-def _check_option(name: str, problem: str | None) -> None:
-    if problem is not None:
-        raise SubagentControlError(ErrorCode.INVALID_INPUT, f"{name} {problem}")
-
-
-def _snapshot_descriptor(spec: ContinuableStartSpec) -> Descriptor:
-    model = spec.parent.model if isinstance(spec.parent, AgentHandle) else None
-    return Descriptor.build(
-        provider=spec.provider,
-        agent_provider=spec.agent_provider or (model.provider if model else None),
-        agent_model=spec.agent_model or (model.model if model else None),
-        persona=spec.persona,
-        tool_filter=spec.tool_filter,
-        inputs=spec.inputs,
-    )
-
-
-def _message_blocks(message: object) -> tuple[TextBlock, ...]:
-    if isinstance(message, (str, bytes)) or not isinstance(message, Iterable):
-        raise SubagentControlError(
-            ErrorCode.INVALID_INPUT, "a message is a list of TextBlock, e.g. [TextBlock(text=…)]"
-        )
-    try:
-        blocks = tuple(
-            item if isinstance(item, TextBlock) else TextBlock.model_validate(item)
-            for item in message
-        )
-    except ValidationError as exc:
-        raise SubagentControlError(
-            ErrorCode.INVALID_INPUT, f"a message block is not a TextBlock: {exc.errors()[0]['msg']}"
-        ) from exc
-    # Refused here, before any Task or delivery: a run must never take a message that its
-    # transcript could not keep.
-    for block in blocks:
-        storable_text(block.text, code=ErrorCode.INVALID_INPUT, what="message text")
-    return blocks
-
-
-def _check_source(source: object) -> MessageSource:
-    if not isinstance(source, MessageSource):
-        raise SubagentControlError(ErrorCode.INVALID_INPUT, "source must be a MessageSource")
-    storable_text(source.kind, code=ErrorCode.INVALID_INPUT, what="source kind", nul=False)
-    if source.sender_session_id is not None:
-        storable_text(
-            source.sender_session_id, code=ErrorCode.INVALID_INPUT, what="sender id", nul=False
-        )
-    return source
-
-
-def _translate(exc: BaseException, consequence: str) -> BaseException:
-    """A failure inside the actor system as the caller's coded error: the root gone is
-    ``CLOSED``; anything unexpected is ``INTERNAL``. KeyboardInterrupt and SystemExit
-    pass through untouched (they are the caller's own)."""
-    if isinstance(exc, SubagentControlError) or not isinstance(exc, Exception):
-        return exc
-    if isinstance(exc, (pykka.ActorDeadError, pykka.Timeout)):
-        return SubagentControlError(
-            ErrorCode.CLOSED, f"the control plane is closing; {consequence}"
-        )
-    return SubagentControlError(ErrorCode.INTERNAL, f"internal error ({exc}); {consequence}")

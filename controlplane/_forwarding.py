@@ -58,15 +58,14 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
+from controlplane._forward_answer import TAKE_S, AnswerFinder, Posted, answer_of
 from controlplane._forward_serving import InFlight, KillHere, Serve, Serving
 from controlplane.contract import (
     ErrorCode,
-    EventKind,
     ForwardedNode,
     MessageSource,
     SendResult,
@@ -84,31 +83,11 @@ __all__ = ["TAKE_S", "Forwarder"]
 
 log = logging.getLogger(__name__)
 
-_T = TypeVar("_T")
-
-TAKE_S = 3.0
-"""How long a forwarded message waits for its target to take it before it is taken back."""
-_POLL_S = 0.25  # a lapsed target is seen this long after its lease at most (~3 reads)
-_FIRST_POLL_S = 0.05  # a healthy forward is answered well before; a dead target is seen soon
-_NOTIFY_AGAIN_S = 0.5
-"""A message not taken this long after its last notification is notified again: its
-target's listener may have been between two connections (it listens again 0.5 s after
-its connection drops)."""
 _READY_S = 10.0
 _WORKERS = 8
 _KNOWN = 4096
 """How many children's holders a runtime remembers (the least recently used go first)."""
 _FORGET_BATCH = 32  # decided messages' rows, deleted together
-
-
-@dataclass(slots=True)
-class _Posted:
-    woken: threading.Event
-    written: bool = False
-    """Whether the message went as a row (too long for a notification)."""
-    unsent: SubagentControlError | None = None
-    """Why posting it failed: it may still have gone out (a commit whose acknowledgement
-    was lost), so it is taken back, or found taken, before anything is reported."""
 
 
 class Forwarder:
@@ -138,6 +117,7 @@ class Forwarder:
         self._workers = ThreadPoolExecutor(_WORKERS, thread_name_prefix="subagent-forwarded")
         self._serving: Serving | None = None
         self._listener: Listener | None = None
+        self._finder = AnswerFinder(runtime, store, self._take_heard)
 
     def listen(self, serve: Serve, kill_here: KillHere) -> None:
         """Hear this runtime's notifications: answers to the messages it sent (before,
@@ -260,11 +240,11 @@ class Forwarder:
         sent: SendResult | None = None
         try:
             with self._posted(item, holder) as posted:
-                reply = self._outcome(item, holder, posted)
+                reply = self._finder.outcome(item, holder, posted)
             if reply is None:
-                sent = self._decide_without(item.inbox_id, child_id, holder)
+                sent = self._finder.decide_without(item.inbox_id, child_id, holder)
             else:
-                sent = _answer_of(reply, child_id, holder)
+                sent = answer_of(reply, child_id, holder)
             return sent
         finally:
             self._learn(child_id, holder, reached=sent is not None)
@@ -289,7 +269,7 @@ class Forwarder:
         )
         with self._posted(item, holder) as posted:
             try:
-                reply = self._outcome(item, holder, posted)
+                reply = self._finder.outcome(item, holder, posted)
             except SubagentControlError as exc:
                 exc.task_id = task.id
                 raise
@@ -308,11 +288,11 @@ class Forwarder:
                 del self._holders[child_id]
 
     @contextlib.contextmanager
-    def _posted(self, item: InboxItem, holder: str) -> Iterator[_Posted]:
+    def _posted(self, item: InboxItem, holder: str) -> Iterator[Posted]:
         """Post ``item`` to ``holder`` and wait for its answer while the block runs;
         forget the row after it."""
         inbox_id = item.inbox_id
-        posted = _Posted(threading.Event())
+        posted = Posted(threading.Event())
         with self._lock:
             self._waiting[inbox_id] = posted.woken
             self._sending[inbox_id] = InFlight(item.child_id, holder, time.monotonic())
@@ -343,107 +323,12 @@ class Forwarder:
         except SubagentControlError as exc:  # a leftover row harms nothing
             log.warning("%d forwarded messages: not forgotten (%s)", len(inbox_ids), exc.message)
 
-    def _outcome(self, item: InboxItem, holder: str, posted: _Posted) -> dict[str, Any] | None:
-        """The holder's answer; None if it died with the message untaken or unanswered
-        (then it can no longer take or answer it: its late answer is dropped).
+    # -- the listener's side -------------------------------------------------------------
 
-        A store that fails meanwhile (a restart, a failover) is asked again: a read that
-        failed says nothing about the message, so it is never reported as its failure.
-
-        Raises:
-            SubagentControlError: ``NOT_DELIVERED`` if it did not take it in time (or
-                ``STORE_UNAVAILABLE`` if posting it failed and it was taken back: never
-                delivered either); ``DURABILITY_FAILED`` if the store stayed unreachable
-                past the forwarding deadline plus its retry budget, so that nobody can
-                tell whether the holder took it.
-        """
-        inbox_id, child_id, woken = item.inbox_id, item.child_id, posted.woken
-        now = time.monotonic()
-        # Posting failed: it may have gone out all the same, so take it back at once.
-        take_by = now if posted.unsent is not None else now + TAKE_S
-        ask = _Asking(child_id, holder, now + TAKE_S + self._store.retry_budget_s)
-        notify_at, written = now + _NOTIFY_AGAIN_S, posted.written
-        poll_s = _FIRST_POLL_S
-        while True:
-            woken.wait(max(0.0, min(poll_s, take_by - time.monotonic())))
-            woken.clear()
-            poll_s = min(_POLL_S, poll_s * 2)
-            with self._lock:
-                heard = self._answers.pop(inbox_id, None)
-            if heard is not None:
-                return heard
-            read = ask(lambda: self._inbox.state_of(inbox_id))
-            if read is None:
-                continue  # the store failed: nothing learnt, ask again
-            state, reply = read
-            if state is None and not posted.written:
-                state = "pending"  # only its notification carries it: not taken yet
-            if state == "answered" and reply is not None:
-                return reply
-            if state is None or state == "abandoned":  # never so while we wait; be safe
-                return None
-            if state == "pending":
-                late = time.monotonic() >= take_by
-                if not late and not ask(lambda: self._runtime.is_dead_id(holder)):
-                    if time.monotonic() >= notify_at:  # its listener may have missed it
-                        ask(lambda: self._inbox.notify_again(item, target=holder, written=written))
-                        notify_at = time.monotonic() + _NOTIFY_AGAIN_S
-                    continue
-                if not ask(lambda: self._inbox.take_back(item, target=holder)):
-                    continue  # taken at the last moment (or unknown): wait for its answer
-                if posted.unsent is not None:
-                    raise posted.unsent  # taken back: it never went anywhere
-                if late:
-                    raise _not_delivered(
-                        child_id, f"runtime {holder} did not take it within {TAKE_S:g} s"
-                    )
-                return None  # it died first: never delivered
-            if state == "taken" and ask(lambda: self._runtime.is_dead_id(holder)) is not True:
-                take_by = time.monotonic() + _POLL_S  # only the poll bounds the wait now
-                continue
-            if ask(lambda: self._inbox.abandon(inbox_id, state="taken")):
-                return None
-            # It answered at the last moment: read it on the next round.
-
-    def _decide_without(self, inbox_id: str, child_id: str, holder: str) -> SendResult | None:
-        """The holder died with the message: whether it was delivered is in the
-        transcript, once the holder can no longer write to it. None: it was not."""
-        give_up_at = time.monotonic() + self._store.retry_budget_s
-        ask = _Asking(child_id, holder, give_up_at)
-        pause = threading.Event()  # never set: a bounded pause between failed rounds
-        # Its Tasks interrupted, its claims gone: only then can it write no more. The sweep
-        # judges the holder again and may spare it (this runtime's own renewals broke
-        # meanwhile: SPEC §9 Outages); the transcript read before it is fenced could miss
-        # a record it commits after, and a delivered message be reported not delivered.
-        while ask(self._runtime.sweep) is None or ask(lambda: self._holds(holder, child_id)) in (
-            None,
-            True,
-        ):
-            if time.monotonic() >= give_up_at:
-                raise _unconfirmed(child_id, holder, _not_fenced(holder))
-            pause.wait(_POLL_S)
-        while (loaded := ask(lambda: self._store.load(child_id))) is None:
-            pause.wait(_POLL_S)
-        task_of_turn: dict[int, str] = {}
-        for event in loaded.events:
-            if event.kind == EventKind.TURN_START and isinstance(event.data, dict):
-                task_of_turn[event.turn] = str(event.data.get("task_id"))
-            if (
-                event.kind == EventKind.STEERING_MESSAGE
-                and isinstance(event.data, dict)
-                and event.data.get("forwarded") == inbox_id
-                and event.turn in task_of_turn
-            ):
-                return SendResult(route="steered", task_id=task_of_turn[event.turn])
-        log.info("forwarded message %s: runtime %s ended before it delivered it", inbox_id, holder)
-        return None
-
-    def _holds(self, holder: str, child_id: str) -> bool:
-        """Whether ``holder`` still has a running Task of ``child_id`` in the store (and so
-        its claim: it could still write)."""
-        return any(t.child_id == child_id for t in self._store.ledger.running([holder]))
-
-    # -- the holder's side ---------------------------------------------------------------
+    def _take_heard(self, inbox_id: str) -> dict[str, Any] | None:
+        """The answer to ``inbox_id`` heard in a notification, taken once (`AnswerFinder`)."""
+        with self._lock:
+            return self._answers.pop(inbox_id, None)
 
     def _on_reply(self, inbox_id: str, answer: dict[str, Any] | None) -> None:
         with self._lock:
@@ -452,71 +337,3 @@ class Forwarder:
                 self._answers[inbox_id] = answer
         if woken is not None:
             woken.set()
-
-
-def _answer_of(reply: dict[str, Any], child_id: str, holder: str) -> SendResult | None:
-    if "route" in reply:
-        return SendResult(route=reply["route"], task_id=reply["task_id"])
-    if reply.get("elsewhere"):
-        log.info("child %s: runtime %s no longer runs it; routing the message again",
-                 child_id, holder)  # fmt: skip
-        return None
-    raise SubagentControlError(
-        ErrorCode(reply["code"]),
-        f"{reply['message']} (answered by runtime {holder}, which runs the child)",
-        child_id=child_id,
-        task_id=reply.get("task_id"),
-    )
-
-
-def _not_delivered(child_id: str, why: str) -> SubagentControlError:
-    return SubagentControlError(
-        ErrorCode.NOT_DELIVERED,
-        f"child {child_id} runs in another runtime and {why}; the message was not "
-        "delivered; retry it",
-        child_id=child_id,
-    )
-
-
-class _Asking:
-    """A sender's store calls once its message is posted: a call the store fails
-    (``STORE_UNAVAILABLE`` after its own retries) answers None — nothing learnt, ask
-    again — until ``give_up_at``, then raises `_unconfirmed`: whether the message was
-    delivered is unknown, and it is never reported as not delivered."""
-
-    __slots__ = ("_child_id", "_give_up_at", "_holder")
-
-    def __init__(self, child_id: str, holder: str, give_up_at: float) -> None:
-        self._child_id = child_id
-        self._holder = holder
-        self._give_up_at = give_up_at
-
-    def __call__(self, call: Callable[[], _T]) -> _T | None:
-        try:
-            return call()
-        except SubagentControlError as exc:
-            if exc.code is not ErrorCode.STORE_UNAVAILABLE:
-                raise
-            if time.monotonic() >= self._give_up_at:
-                raise _unconfirmed(self._child_id, self._holder, exc) from exc
-            log.warning("child %s: a message forwarded to runtime %s awaits its outcome; "
-                        "the store failed (%s), asking again", self._child_id, self._holder,
-                        exc.message)  # fmt: skip
-            return None
-
-
-def _not_fenced(holder: str) -> SubagentControlError:
-    return SubagentControlError(
-        ErrorCode.STORE_UNAVAILABLE,
-        f"runtime {holder} seemed dead but could not be fenced off in time",
-    )
-
-
-def _unconfirmed(child_id: str, holder: str, exc: SubagentControlError) -> SubagentControlError:
-    return SubagentControlError(
-        ErrorCode.DURABILITY_FAILED,
-        f"child {child_id} runs in runtime {holder}, which may have taken the message, but "
-        f"the store could not confirm it ({exc.message}); it may be in the child's "
-        "transcript: look there before sending it again",
-        child_id=child_id,
-    )

@@ -23,11 +23,11 @@ import contextlib
 import contextvars
 import functools
 import logging
-import math
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from typing import TYPE_CHECKING, Any, Final, ParamSpec, TypeVar
 
+from controlplane._validate import check_timeout
 from controlplane.contract import (
     AgentHandle,
     ContinuableStart,
@@ -128,7 +128,7 @@ class AsyncSubagentControl:
                 within ``timeout`` seconds (the Task keeps running); ``INVALID_INPUT`` for
                 a negative or non-finite timeout.
         """
-        _check_timeout(timeout)
+        check_timeout(timeout)
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         if not await self._settled(task_id, deadline, requester):
@@ -143,7 +143,7 @@ class AsyncSubagentControl:
         self, task_id: str, timeout: float | None = None, *, requester: Requester
     ) -> TaskSnapshot:
         """Like `wait`, but a Task still running at the deadline is returned as it is."""
-        _check_timeout(timeout)
+        check_timeout(timeout)
         loop = asyncio.get_running_loop()
         deadline = None if timeout is None else loop.time() + timeout
         if not await self._settled(task_id, deadline, requester):
@@ -235,18 +235,3 @@ def _log_abandoned(fn: Callable[..., object], future: asyncio.Future[Any]) -> No
 def _resolve(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
-
-
-def _check_timeout(timeout: float | None) -> None:
-    if timeout is None:
-        return
-    if (
-        isinstance(timeout, bool)
-        or not isinstance(timeout, (int, float))
-        or not math.isfinite(timeout)
-        or timeout < 0
-    ):
-        raise SubagentControlError(
-            ErrorCode.INVALID_INPUT,
-            f"timeout must be None or a finite number of seconds >= 0, got {timeout!r}",
-        )

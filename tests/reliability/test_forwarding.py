@@ -167,7 +167,7 @@ def test_a_forwarded_send_racing_the_end_of_the_turn_is_steered_resumed_or_not_d
     reaped: Reaper,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.INFO, logger="controlplane._forwarding")
+    caplog.set_level(logging.INFO, logger="controlplane._forward_answer")
     parent = control.agents.register("claim-parent")
     child = idle_child(control, parent)
     owner = reaped.add(Sender(url, child, "a"))
@@ -296,10 +296,10 @@ def test_a_message_whose_holder_died_after_taking_it_is_decided_by_the_transcrip
     # runtime is fenced off first, then the steering record (which names the inbox id) says.
     forwarder = control._forwarder
     assert forwarder is not None
-    decided = forwarder._decide_without(record.data["forwarded"], child, owner.runtime_id)
+    decided = forwarder._finder.decide_without(record.data["forwarded"], child, owner.runtime_id)
     assert (decided.route, decided.task_id) == ("steered", owner.task)
     # Not in the transcript: not delivered, and handed back to be routed again.
-    assert forwarder._decide_without("never-written", child, owner.runtime_id) is None
+    assert forwarder._finder.decide_without("never-written", child, owner.runtime_id) is None
     running = control.tasks.get(owner.task, requester=parent)
     assert running.status is TaskStatus.INTERRUPTED
 
@@ -440,7 +440,7 @@ def test_a_holder_the_sweep_spares_is_never_decided_without_being_fenced(
         forwarder = sender._forwarder
         assert forwarder is not None
         with raises(ErrorCode.DURABILITY_FAILED, match="may be in the child's transcript"):
-            forwarder._decide_without("unanswered", child, a.runtime_id)
+            forwarder._finder.decide_without("unanswered", child, a.runtime_id)
         assert a.tasks.get(task_id, requester=parent).status is TaskStatus.RUNNING
     finally:
         gate.set()

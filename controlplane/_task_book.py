@@ -1,0 +1,428 @@
+"""The book of live Tasks: the runtime's record of the Tasks whose activations exist here,
+which the actors write through (start, settle, release) and the runtime drives (fencing,
+flushing refused settlements, closing). The public read side, `control.tasks`, is built
+on it (`controlplane._tasks.TaskService`)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import uuid
+from collections import OrderedDict, deque
+from datetime import datetime
+
+from controlplane._task_entry import (
+    Claimer,
+    Interrupter,
+    Requester,
+    TaskEntry,
+    TaskLedgerPort,
+    TaskListener,
+    TaskRouting,
+    notice_of,
+)
+from controlplane.contract import (
+    AgentHandle,
+    CancelSignal,
+    ErrorCode,
+    SubagentControlError,
+    TaskNotice,
+    TaskOutcome,
+    TaskSnapshot,
+    TaskStatus,
+    requester_session,
+    utcnow,
+)
+from controlplane.telemetry import Telemetry, log_kill, log_settled
+
+__all__ = ["TaskBook"]
+
+log = logging.getLogger(__name__)
+
+
+class TaskBook:
+    """Registers and settles the Tasks of this runtime's activations. Thread-safe.
+
+    The actors' side of the Task service (the contract's `TaskService` Protocol): an
+    activation's Task is admitted here when it starts, settled when it ends and released
+    once its activation is gone. With a ledger (the store's), every Task is written there
+    when admitted and when settled. In memory it keeps only live Tasks and the ``recent``
+    newest settled ones.
+
+    Args:
+        max_live: The most Tasks whose activation may exist at once (``CAPACITY`` past it).
+        ledger: The store's Task rows; None keeps Tasks in memory only.
+        runtime_id: This runtime's id, recorded with each Task.
+        recent: How many settled Tasks to keep in memory.
+        telemetry: The control plane's spans, metrics and logs (the actors reach it here);
+            spans and metrics off when None.
+        routing: Claims a resume's child and kills Tasks of other runtimes (the router);
+            None when Tasks live in this process only.
+        interrupter: Writes a fenced Task's settlement (`Interrupter`, the runtime's);
+            None without a store.
+    """
+
+    def __init__(
+        self,
+        *,
+        max_live: int | None = None,
+        ledger: TaskLedgerPort | None = None,
+        runtime_id: str | None = None,
+        recent: int = 1000,
+        telemetry: Telemetry | None = None,
+        routing: TaskRouting | None = None,
+        interrupter: Interrupter | None = None,
+    ) -> None:
+        self._lock = threading.Lock()
+        self._max_live = max_live
+        self._ledger = ledger
+        self._runtime_id = runtime_id
+        self._recent_cap = recent
+        self.telemetry = telemetry or Telemetry(runtime_id or "", enabled=False)
+        self._live: dict[str, TaskEntry] = {}  # activations that exist: running or unreleased
+        self._recent: OrderedDict[str, TaskSnapshot] = OrderedDict()
+        self._unsaved: dict[str, tuple[str, TaskOutcome, datetime]] = {}
+        # Fenced Tasks' settlements, written by the runtime's thread (`flush`), never by
+        # the activation's: its runtime may be cut off from the store (SPEC §9).
+        self._unsaved_fenced: dict[str, TaskSnapshot] = {}
+        self._interrupter = interrupter
+        self._suspended: str | None = None  # why new Tasks are refused for now
+        self._listeners: list[TaskListener] = []
+        self._notices: dict[str, deque[TaskNotice]] = {}  # without a ledger only
+        self._surfaces: set[str] = set()
+        self._closed_reason: str | None = None
+        self._routing = routing
+        # The claim on its own: the benchmark of a resume's admission times it here.
+        self._claimer: Claimer | None = routing.claim if routing is not None else None
+
+    # -- control surface -------------------------------------------------------------
+
+    def attach_surface(self, name: str) -> None:
+        """Attach a control surface (e.g. the built-in task tools) through which owners
+        observe and kill background Tasks; without one, `start` refuses."""
+        with self._lock:
+            self._surfaces.add(name)
+
+    @property
+    def has_surface(self) -> bool:
+        """Whether a control surface is attached."""
+        return bool(self._surfaces)
+
+    def require_surface(self) -> None:
+        """Raise ``NO_CONTROL_SURFACE`` unless a control surface is attached."""
+        if not self._surfaces:
+            raise SubagentControlError(
+                ErrorCode.NO_CONTROL_SURFACE,
+                "no task control surface is attached, so a background Task could not be "
+                "observed or killed; attach one (the default task tools) and retry",
+            )
+
+    # -- fencing (the runtime's lease watchdog, SPEC §9) ------------------------------
+
+    def fence(self, reason: str) -> int:
+        """Stop acting: abort every running Task (cause ``FENCED``: they settle
+        ``interrupted`` with ``reason``) and refuse new ones until `readmit`. Takes no
+        store call: the watchdog calls it when the store may be unreachable. Returns how
+        many were aborted."""
+        with self._lock:
+            self._suspended = reason
+            running = [t for t in self._live.values() if t.outcome is None]
+        aborted = 0
+        for task in running:
+            if task.signal.abort(reason, cause=ErrorCode.FENCED):
+                aborted += 1
+                log_kill(task.child_id, task.id, self._runtime_id, reason)
+        return aborted
+
+    @property
+    def suspended(self) -> str | None:
+        """Why new Tasks are refused (the last `fence`'s reason), or None."""
+        return self._suspended
+
+    def readmit(self, fenced: str) -> None:
+        """Accept new Tasks again (the runtime renewed its lease and wrote its fenced
+        Tasks' settlements), unless a later `fence` than the one read as ``fenced``
+        happened meanwhile."""
+        with self._lock:
+            if self._suspended is fenced:
+                self._suspended = None
+
+    # -- producer side (the control plane) -------------------------------------------
+
+    def start(
+        self,
+        *,
+        label: str,
+        owner: Requester,
+        child_id: str | None,
+        signal: CancelSignal,
+        claim_child: bool = False,
+    ) -> TaskSnapshot:
+        """Register a running Task of kind ``subagent`` (and write it to the store).
+
+        Raises:
+            SubagentControlError: ``NO_CONTROL_SURFACE`` without an attached surface,
+                ``CLOSED`` once `close` was called, ``UNAUTHORIZED`` when the owner's
+                `AgentHandle` is no longer live, ``CAPACITY`` at the cap on live
+                activations, ``STORE_UNAVAILABLE`` when the store cannot record it (nothing
+                is left behind); with ``claim_child`` (a resume: the Task is admitted with
+                the claim on its child, `fence_of`), ``OWNERSHIP_CONFLICT`` when another
+                live runtime holds the child.
+        """
+        task = TaskEntry(
+            id=str(uuid.uuid4()),
+            label=label,
+            owner=requester_session(owner),
+            child_id=child_id,
+            signal=signal,
+            runtime_id=self._runtime_id,
+        )
+        with self._lock:
+            # Checked under the lock that `kill_owned_by` scans with: an owner disposed
+            # concurrently either sees this Task and kills it, or is seen dead here.
+            if isinstance(owner, AgentHandle) and not owner.is_live:
+                raise SubagentControlError(
+                    ErrorCode.UNAUTHORIZED,
+                    f"owner session {owner.session_id!r} was disposed; nothing was started",
+                )
+            if self._closed_reason is not None:
+                raise SubagentControlError(
+                    ErrorCode.CLOSED, "the control plane is closed; nothing was started"
+                )
+            if self._suspended is not None:
+                raise SubagentControlError(
+                    ErrorCode.STORE_UNAVAILABLE,
+                    f"this runtime cannot act until it renews its lease ({self._suspended}); "
+                    "nothing was started; retry once the store is reachable",
+                    child_id=child_id,
+                )
+            self.require_surface()
+            if self._max_live is not None and len(self._live) >= self._max_live:
+                raise SubagentControlError(
+                    ErrorCode.CAPACITY,
+                    f"{len(self._live)} activations are live, the cap (max_live_activations="
+                    f"{self._max_live}); nothing was started; retry once some have settled",
+                    child_id=child_id,
+                )
+            self._live[task.id] = task
+        snapshot = task.snapshot()
+        claimer = self._claimer if claim_child else None
+        try:
+            if claimer is not None:
+                # A settlement the store refused may hold this child's claim and leave its
+                # turn open: written first, the claim below finds the turn closed as the
+                # Task says (else the takeover would close it with words of its own).
+                if self._unsaved or self._unsaved_fenced:
+                    self.flush(child_id)
+                task.fence = claimer(snapshot)
+            elif self._ledger is not None:
+                self._ledger.admit(snapshot)
+        except BaseException:
+            with self._lock:
+                self._live.pop(task.id, None)
+            raise
+        return snapshot
+
+    def discard(self, task_id: str) -> None:
+        """Forget a Task that never ran (its start was refused after registration): it
+        settles ``failed`` in the store, where it was already recorded, with no notice."""
+        with self._lock:
+            task = self._live.pop(task_id, None)
+        if task is None:
+            return
+        task.released.set()
+        if self._ledger is not None:
+            # The caller was never told of it: it is no Task of theirs, in the store either.
+            with contextlib.suppress(SubagentControlError):
+                self._ledger.forget(task_id)
+
+    def settle(
+        self,
+        task_id: str,
+        outcome: TaskOutcome,
+        *,
+        at: datetime | None = None,
+        persisted: bool = False,
+    ) -> TaskSnapshot:
+        """Record a terminal outcome, write it to the store (unless ``persisted``: written
+        already, with the turn's end), queue the owner's notice and run the listeners.
+
+        A store that refuses the write keeps the settlement for `flush` to retry. The Task
+        is not released yet: `wait` returns only after `release`.
+        """
+        settled_at = at or utcnow()
+        with self._lock:
+            task = self._live[task_id]
+            if task.outcome is not None:
+                return task.snapshot()
+            snapshot = task.settle_as(outcome, settled_at)
+            if self._ledger is None:
+                self._notices.setdefault(task.owner, deque()).append(notice_of(snapshot))
+            listeners = list(self._listeners)
+        log_settled(snapshot, self._runtime_id)
+        if self._ledger is not None and not persisted:
+            if outcome.code is ErrorCode.FENCED and self._interrupter is not None:
+                with self._lock:
+                    self._unsaved_fenced[task_id] = snapshot
+            else:
+                self._save((task_id, outcome, settled_at))
+        for listener in listeners:
+            try:
+                listener(snapshot)
+            except BaseException:  # escaping, it would stop every actor
+                log.exception("on_done listener %r failed for task %s", listener, task_id)
+        return snapshot
+
+    def _save(self, settlement: tuple[str, TaskOutcome, datetime]) -> None:
+        """Write a settlement that no ``turn/end`` carried (the store closes the Task's
+        open turn with it); one the store refuses is kept for `flush`, the child's claim
+        still held meanwhile, so no later turn of it begins before this one's end."""
+        assert self._ledger is not None
+        try:
+            written = self._ledger.settle(settlement)
+        except SubagentControlError as exc:
+            log.warning("could not record the settlement of task %s (%s); will retry",
+                        settlement[0], exc.message)  # fmt: skip
+            with self._lock:
+                self._unsaved[settlement[0]] = settlement
+            return
+        if not written:
+            self._adopt(settlement[0])
+
+    def _adopt(self, task_id: str) -> None:
+        """The store settled the Task first (another runtime's sweep or takeover, or our
+        own earlier write whose acknowledgement was lost): this runtime answers what the
+        store says from now on."""
+        assert self._ledger is not None
+        try:
+            stored = self._ledger.get(task_id)
+        except SubagentControlError:
+            return
+        if stored is None or stored.outcome is None:
+            return
+        with self._lock:
+            task = self._live.get(task_id)
+            if task is not None:
+                task.settle_as(stored.outcome, stored.settled_at)
+            elif task_id in self._recent:
+                self._recent[task_id] = stored
+
+    def flush(self, child_id: str | None = None) -> int:
+        """Retry the settlements the store refused, and write the fenced Tasks' (with
+        their turns' ends); only those of ``child_id``'s Tasks, when given. Returns how
+        many are still unsaved."""
+        with self._lock:
+            pending = [
+                settlement
+                for task_id, settlement in self._unsaved.items()
+                if child_id is None or self._child_of(task_id) == child_id
+            ]
+            for settlement in pending:
+                del self._unsaved[settlement[0]]
+            fenced = [
+                snapshot
+                for snapshot in self._unsaved_fenced.values()
+                if child_id is None or snapshot.child_id == child_id
+            ]
+        for settlement in pending:
+            self._save(settlement)
+        for snapshot in fenced:
+            assert self._interrupter is not None
+            try:
+                self._interrupter(snapshot)  # False: someone settled it already; fine
+            except SubagentControlError as exc:
+                log.warning("could not record the interruption of task %s (%s); will retry",
+                            snapshot.id, exc.message)  # fmt: skip
+                continue
+            with self._lock:
+                self._unsaved_fenced.pop(snapshot.id, None)
+        with self._lock:
+            return len(self._unsaved) + len(self._unsaved_fenced)
+
+    def _child_of(self, task_id: str) -> str | None:
+        """Under the lock: the child of a Task this runtime still remembers."""
+        task = self._live.get(task_id)
+        if task is not None:
+            return task.child_id
+        recent = self._recent.get(task_id)
+        return None if recent is None else recent.child_id
+
+    def release(self, task_id: str) -> None:
+        """Mark a settled Task's activation as gone; `wait` returns from here on."""
+        with self._lock:
+            task = self._live.get(task_id)
+            if task is None:
+                return
+            if task.outcome is not None:
+                del self._live[task_id]
+                self._remember(task.snapshot())
+        task.released.set()
+
+    def _remember(self, snapshot: TaskSnapshot) -> None:
+        """Under the lock: keep a settled Task among the recent ones (bounded)."""
+        self._recent[snapshot.id] = snapshot
+        while len(self._recent) > self._recent_cap:
+            self._recent.popitem(last=False)
+
+    def fence_of(self, task_id: str) -> int | None:
+        """The fencing number a live Task of this runtime claimed its child under (read
+        once, by the supervisor that just started it, into the activation's record: an
+        activation's status, owner and fence are read from that record, not from here)."""
+        with self._lock:
+            task = self._live.get(task_id)
+            return None if task is None else task.fence
+
+    def running(self) -> list[TaskSnapshot]:
+        """The Tasks running in this runtime (unfenced)."""
+        with self._lock:
+            return [t.snapshot() for t in self._live.values() if t.outcome is None]
+
+    def kill_here(self, task_id: str, reason: str) -> bool:
+        """Abort a Task running in this runtime (a kill another runtime forwarded here,
+        its requester already fenced there); False if it does not run here."""
+        task = self._live.get(task_id)
+        if task is None or task.view.outcome is not None:
+            return False
+        self._abort(task, reason)
+        return True
+
+    def kill_owned_by(self, owner: str, reason: str) -> int:
+        """Abort every running Task owned by ``owner``; returns how many were aborted."""
+        with self._lock:
+            running = [t for t in self._live.values() if t.owner == owner and t.outcome is None]
+        return sum(self._abort(task, reason) for task in running)
+
+    def _abort(self, task: TaskEntry, reason: str) -> bool:
+        """Abort a Task's signal: the first abort is its kill (logged)."""
+        first = task.signal.abort(reason)
+        if first:
+            log_kill(task.child_id, task.id, self._runtime_id, reason)
+        return first
+
+    def close(self, reason: str) -> list[str]:
+        """Refuse new Tasks and abort every running one; returns the ids not yet released."""
+        with self._lock:
+            self._closed_reason = reason
+            tasks = list(self._live.values())
+        for task in tasks:
+            if task.outcome is None:
+                self._abort(task, reason)
+        return [task.id for task in tasks if not task.released.is_set()]
+
+    def abandon(self, detail: str) -> int:
+        """Settle every Task still running ``killed`` with ``detail``, and release every
+        Task: `close` gave up waiting for their activations, and no caller may see a
+        Task ``running`` after it. Returns how many were still running."""
+        with self._lock:
+            unreleased = [t for t in self._live.values() if not t.released.is_set()]
+        running = 0
+        for task in unreleased:
+            if task.outcome is None:
+                running += 1
+                self.settle(
+                    task.id,
+                    TaskOutcome(status=TaskStatus.KILLED, detail=detail, code=ErrorCode.CLOSED),
+                )
+            self.release(task.id)
+        return running

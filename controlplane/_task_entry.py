@@ -1,0 +1,157 @@
+"""What the Task service is made of: a live Task's entry, the notice a settled one leaves
+its owner, and what the service needs of the store and the router (its ports). Shared by
+the book of live Tasks (`controlplane._task_book`) and the read side
+(`controlplane._tasks`), so neither imports the other's internals."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Protocol
+
+from controlplane.contract import (
+    CancelSignal,
+    Requester,
+    TaskNotice,
+    TaskOutcome,
+    TaskSnapshot,
+    TaskStatus,
+    utcnow,
+)
+
+__all__ = [
+    "Claimer",
+    "Interrupter",
+    "Requester",
+    "TaskEntry",
+    "TaskLedgerPort",
+    "TaskListener",
+    "TaskRouting",
+    "notice_of",
+]
+
+TaskListener = Callable[[TaskSnapshot], object]
+
+_VERBS = {
+    TaskStatus.COMPLETED: "finished",
+    TaskStatus.KILLED: "stopped",
+    TaskStatus.FAILED: "failed",
+    TaskStatus.INTERRUPTED: "was interrupted",
+}
+_INTERRUPTED_NOTICE = "its process ended before it finished; send it a message to continue"
+_SUMMARY_LIMIT = 500
+
+
+@dataclass(eq=False)
+class TaskEntry:
+    """A Task whose activation exists in this runtime (running, or settled and not yet
+    released). Once released it is kept only as a snapshot among the recent ones.
+
+    The ledger's entry, not the activation's state (its supervisor's `Activation` record
+    holds that): changed only under the service's lock (`settle_as`), and read from other
+    threads only through ``view``, a frozen snapshot swapped whole on each change, so a
+    reader without the lock never sees an outcome without its settlement time.
+    """
+
+    id: str
+    label: str
+    owner: str
+    child_id: str | None
+    signal: CancelSignal
+    runtime_id: str | None
+    created_at: datetime = field(default_factory=utcnow)
+    fence: int | None = None  # the claim's fencing number, for a Task that claimed its child
+    outcome: TaskOutcome | None = None
+    settled_at: datetime | None = None
+    # Set only once the activation is gone from its supervisor, so `wait()` returning means
+    # a follow-up starts the next activation.
+    released: threading.Event = field(default_factory=threading.Event)
+    view: TaskSnapshot = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.view = self._build()
+
+    @property
+    def status(self) -> TaskStatus:
+        return TaskStatus.RUNNING if self.outcome is None else self.outcome.status
+
+    def settle_as(self, outcome: TaskOutcome, settled_at: datetime | None) -> TaskSnapshot:
+        """Under the service's lock: record the outcome and publish the new view."""
+        self.outcome, self.settled_at = outcome, settled_at
+        self.view = self._build()
+        return self.view
+
+    def snapshot(self) -> TaskSnapshot:
+        return self.view
+
+    def _build(self) -> TaskSnapshot:
+        return TaskSnapshot(
+            id=self.id,
+            label=self.label,
+            owner_session=self.owner,
+            status=self.status,
+            outcome=self.outcome,
+            child_id=self.child_id,
+            runtime_id=self.runtime_id,
+            created_at=self.created_at,
+            settled_at=self.settled_at,
+            ended_at=self.settled_at,
+        )
+
+
+class TaskLedgerPort(Protocol):
+    """What the Task service needs of the store (`persistence.TaskLedger`)."""
+
+    def admit(self, task: TaskSnapshot) -> None: ...
+    def settle(self, settlement: tuple[str, TaskOutcome, datetime]) -> bool: ...
+    def get(self, task_id: str) -> TaskSnapshot | None: ...
+    def owned_by(self, owner_session: str) -> list[TaskSnapshot]: ...
+    def drain(self, owner_session: str) -> list[TaskSnapshot]: ...
+    def forget(self, task_id: str) -> None: ...
+
+
+Claimer = Callable[[TaskSnapshot], int | None]
+"""Admits a resume's Task and claims its child in one write; returns the fencing number."""
+
+
+class TaskRouting(Protocol):
+    """What the Task service asks of the runtime's router (`controlplane._router.Router`).
+
+    The router is built before this service and is not given it (a kill forwarded here
+    reaches this service through a callable of the facade's), so construction runs one way
+    and nothing is wired after it."""
+
+    def claim(self, task: TaskSnapshot) -> int | None:
+        """Admit a resume's Task and claim its child in one write; the fencing number."""
+        ...
+
+    def kill_elsewhere(self, task: TaskSnapshot, reason: str) -> None:
+        """Kill a running Task of another runtime (the router decides how)."""
+        ...
+
+
+Interrupter = Callable[[TaskSnapshot], object]
+"""Writes a fenced Task's ``interrupted`` settlement with its turn's end (the runtime's
+`persistence.SqlStore.interrupt`); raises ``SubagentControlError`` when the store refuses."""
+
+
+def notice_of(snapshot: TaskSnapshot) -> TaskNotice:
+    """The completion notice a settled Task leaves its owner (a one-line summary)."""
+    outcome = snapshot.outcome
+    assert outcome is not None
+    text = outcome.output if outcome.status is TaskStatus.COMPLETED else outcome.detail
+    if outcome.status is TaskStatus.INTERRUPTED:
+        text = _INTERRUPTED_NOTICE
+    body = " ".join((text or "").split())
+    if len(body) > _SUMMARY_LIMIT:
+        body = body[: _SUMMARY_LIMIT - 1] + "…"
+    summary = f"subagent task {snapshot.id} ({snapshot.label}) {_VERBS[outcome.status]}"
+    return TaskNotice(
+        task_id=snapshot.id,
+        child_id=snapshot.child_id,
+        label=snapshot.label,
+        status=outcome.status,
+        summary=f"{summary}: {body}" if body else summary,
+    )

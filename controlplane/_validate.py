@@ -1,0 +1,195 @@
+"""The checks a public call makes of its arguments before anything starts, in one home (the
+facade's and the async facade's), and the translation of a failure inside the actor system
+into the caller's coded error: what a caller is told stays the same whichever door it
+came in by, and the facade reads as wiring plus the public calls.
+
+The text, seconds and JSON checks these build on are the contract's (`storable_text`,
+`seconds_problem`, `count_problem`, `plain_json`): the actors and the store use them too.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from typing import NamedTuple
+
+import pykka
+from pydantic import ValidationError
+
+from controlplane.contract import (
+    AgentHandle,
+    ContinuableStartSpec,
+    Descriptor,
+    ErrorCode,
+    MessageSource,
+    NewEvent,
+    SubagentControlError,
+    TextBlock,
+    count_problem,
+    plain_json,
+    seconds_problem,
+    storable_text,
+)
+
+__all__ = [
+    "StartInputs",
+    "check_child_id",
+    "check_option",
+    "check_options",
+    "check_source",
+    "check_start_spec",
+    "check_timeout",
+    "message_blocks",
+    "start_inputs",
+    "translate",
+]
+
+_MIN_PASSIVATE_S = 0.05
+_MIN_LEASE_TTL_S = 0.3
+
+
+class StartInputs(NamedTuple):
+    """What a start takes from its spec, checked: the child's descriptor, its seed events
+    and its prompt."""
+
+    descriptor: Descriptor
+    seed: tuple[NewEvent, ...]
+    prompt: tuple[TextBlock, ...]
+
+
+def check_option(name: str, problem: str | None) -> None:
+    """Raise ``INVALID_INPUT`` naming the option when a ``*_problem`` check found one."""
+    if problem is not None:
+        raise SubagentControlError(ErrorCode.INVALID_INPUT, f"{name} {problem}")
+
+
+def check_options(
+    *,
+    close_timeout_s: object,
+    passivate_after_s: object,
+    max_live_activations: object,
+    lease_ttl_s: object,
+    recent_tasks: object,
+) -> None:
+    """The control plane's options (`SubagentControl`'s constructor): ``INVALID_INPUT``
+    naming the first one that is off, before anything is built."""
+    check_option("close_timeout_s", seconds_problem(close_timeout_s))
+    if passivate_after_s is not None:
+        problem = seconds_problem(passivate_after_s, at_least=_MIN_PASSIVATE_S)
+        check_option("passivate_after_s", problem and f"{problem}, or None")
+    if max_live_activations is not None:
+        problem = count_problem(max_live_activations)
+        check_option("max_live_activations", problem and f"{problem}, or None")
+    check_option("lease_ttl_s", seconds_problem(lease_ttl_s, at_least=_MIN_LEASE_TTL_S))
+    check_option("recent_tasks", count_problem(recent_tasks, at_least=0))
+
+
+def check_start_spec(spec: object) -> ContinuableStartSpec:
+    """The start's argument, if it is a `ContinuableStartSpec` (``INVALID_INPUT`` if not)."""
+    if not isinstance(spec, ContinuableStartSpec):
+        raise SubagentControlError(
+            ErrorCode.INVALID_INPUT, "start_continuable takes a ContinuableStartSpec"
+        )
+    return spec
+
+
+def start_inputs(spec: ContinuableStartSpec) -> StartInputs:
+    """Check what a start will write (``INVALID_DESCRIPTOR`` for its descriptor and seed,
+    ``INVALID_INPUT`` for its label and prompt), before any Task exists."""
+    descriptor = _snapshot_descriptor(spec)
+    seed = tuple(
+        NewEvent(
+            kind=event.kind,
+            turn=0,
+            data=plain_json(event.data, code=ErrorCode.INVALID_DESCRIPTOR, what="seed data"),
+            source=event.source,
+        )
+        for event in spec.seed_events or ()
+    )
+    storable_text(spec.label, code=ErrorCode.INVALID_INPUT, what="label", max_chars=1000, nul=False)
+    return StartInputs(descriptor, seed, message_blocks(spec.prompt))
+
+
+def _snapshot_descriptor(spec: ContinuableStartSpec) -> Descriptor:
+    model = spec.parent.model if isinstance(spec.parent, AgentHandle) else None
+    return Descriptor.build(
+        provider=spec.provider,
+        agent_provider=spec.agent_provider or (model.provider if model else None),
+        agent_model=spec.agent_model or (model.model if model else None),
+        persona=spec.persona,
+        tool_filter=spec.tool_filter,
+        inputs=spec.inputs,
+    )
+
+
+def check_child_id(child_id: object) -> str:
+    """A send's child id, if it could name a child (``INVALID_INPUT`` if not)."""
+    if not isinstance(child_id, str) or not child_id:
+        raise SubagentControlError(
+            ErrorCode.INVALID_INPUT, f"{child_id!r} is not a child id; use the id you started"
+        )
+    storable_text(child_id, code=ErrorCode.INVALID_INPUT, what="child id", max_chars=200, nul=False)
+    return child_id
+
+
+def message_blocks(message: object) -> tuple[TextBlock, ...]:
+    """A message as the blocks a transcript can keep (``INVALID_INPUT`` if it is not)."""
+    if isinstance(message, (str, bytes)) or not isinstance(message, Iterable):
+        raise SubagentControlError(
+            ErrorCode.INVALID_INPUT, "a message is a list of TextBlock, e.g. [TextBlock(text=…)]"
+        )
+    try:
+        blocks = tuple(
+            item if isinstance(item, TextBlock) else TextBlock.model_validate(item)
+            for item in message
+        )
+    except ValidationError as exc:
+        raise SubagentControlError(
+            ErrorCode.INVALID_INPUT, f"a message block is not a TextBlock: {exc.errors()[0]['msg']}"
+        ) from exc
+    # Refused here, before any Task or delivery: a run must never take a message that its
+    # transcript could not keep.
+    for block in blocks:
+        storable_text(block.text, code=ErrorCode.INVALID_INPUT, what="message text")
+    return blocks
+
+
+def check_source(source: object) -> MessageSource:
+    """A message's source, if the store can keep it (``INVALID_INPUT`` if not)."""
+    if not isinstance(source, MessageSource):
+        raise SubagentControlError(ErrorCode.INVALID_INPUT, "source must be a MessageSource")
+    storable_text(source.kind, code=ErrorCode.INVALID_INPUT, what="source kind", nul=False)
+    if source.sender_session_id is not None:
+        storable_text(
+            source.sender_session_id, code=ErrorCode.INVALID_INPUT, what="sender id", nul=False
+        )
+    return source
+
+
+def check_timeout(timeout: float | None) -> None:
+    """A wait's timeout: None, or a finite number of seconds >= 0 (``INVALID_INPUT``)."""
+    if timeout is None:
+        return
+    if (
+        isinstance(timeout, bool)
+        or not isinstance(timeout, (int, float))
+        or not math.isfinite(timeout)
+        or timeout < 0
+    ):
+        raise SubagentControlError(
+            ErrorCode.INVALID_INPUT,
+            f"timeout must be None or a finite number of seconds >= 0, got {timeout!r}",
+        )
+
+
+def translate(exc: BaseException, consequence: str) -> BaseException:
+    """A failure inside the actor system as the caller's coded error: the root gone is
+    ``CLOSED``; anything unexpected is ``INTERNAL``. KeyboardInterrupt and SystemExit
+    pass through untouched (they are the caller's own)."""
+    if isinstance(exc, SubagentControlError) or not isinstance(exc, Exception):
+        return exc
+    if isinstance(exc, (pykka.ActorDeadError, pykka.Timeout)):
+        return SubagentControlError(
+            ErrorCode.CLOSED, f"the control plane is closing; {consequence}"
+        )
+    return SubagentControlError(ErrorCode.INTERNAL, f"internal error ({exc}); {consequence}")
