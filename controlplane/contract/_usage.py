@@ -58,7 +58,9 @@ class Usage(BaseModel):
             >= 0, a cost that is not a finite number >= 0, or an unknown field.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # `model_calls` is a SPEC name; pydantic before 2.10 reserves the prefix ``model_`` and
+    # warns at import (on stderr, in every CLI run) unless the namespace is opened.
+    model_config = ConfigDict(frozen=True, extra="forbid", protected_namespaces=())
 
     input_tokens: int = 0
     output_tokens: int = 0
