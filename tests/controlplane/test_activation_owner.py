@@ -154,6 +154,18 @@ def _block_steers(plan: Any) -> tuple[threading.Event, threading.Event]:
     return entered, unblock
 
 
+def _two_sends_behind(
+    control: SubagentControl, parent: AgentHandle, child_id: str, entered: threading.Event
+) -> tuple[Future[Any], Future[Any]]:
+    """Send "first" until it is in the (blocked) provider's steer, then "second", until it
+    is queued behind it; both run on threads of their own."""
+    first = in_thread(lambda: control.send_message(parent, child_id, text("first")))
+    assert entered.wait(WAIT_S)
+    second = in_thread(lambda: control.send_message(parent, child_id, text("second")))
+    eventually(lambda: held_messages(control, child_id) == 1, "the second is queued")
+    return first, second
+
+
 def test_a_provider_whose_steer_blocks_does_not_stall_the_supervisor(
     control: SubagentControl,
     parent: AgentHandle,
@@ -163,10 +175,7 @@ def test_a_provider_whose_steer_blocks_does_not_stall_the_supervisor(
     child_id, task_id, plan = running_child(control, parent, provider, hold)
     entered, unblock = _block_steers(plan)
     try:
-        first = in_thread(lambda: control.send_message(parent, child_id, text("first")))
-        assert entered.wait(WAIT_S)
-        second = in_thread(lambda: control.send_message(parent, child_id, text("second")))
-        eventually(lambda: held_messages(control, child_id) == 1, "the second is queued")
+        first, second = _two_sends_behind(control, parent, child_id, entered)
 
         # The supervisor answers while the provider's steer blocks (it used to run it).
         assert _node_state(control, child_id) == "running"
@@ -264,10 +273,7 @@ def test_a_kill_refuses_the_messages_queued_behind_a_blocked_steer_at_once(
     child_id, task_id, plan = running_child(control, parent, provider, hold)
     entered, unblock = _block_steers(plan)
     try:
-        first = in_thread(lambda: control.send_message(parent, child_id, text("first")))
-        assert entered.wait(WAIT_S)
-        second = in_thread(lambda: control.send_message(parent, child_id, text("second")))
-        eventually(lambda: held_messages(control, child_id) == 1, "the second is queued")
+        first, second = _two_sends_behind(control, parent, child_id, entered)
 
         control.tasks.kill(task_id, requester=parent)
 

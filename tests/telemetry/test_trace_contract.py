@@ -3,6 +3,8 @@ builds must be what the actors' messages accept."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from actors import ActivationPlan
@@ -16,7 +18,9 @@ def parent() -> AgentHandle:
     return AgentRegistry().register("parent-1")
 
 
-def plan(parent: AgentHandle, trace: ActivationTrace) -> ActivationPlan:
+def plan(parent: AgentHandle, trace: ActivationTrace | None = None) -> ActivationPlan:
+    """A plan as the runtime builds it, or (no ``trace``) as one built by hand."""
+    fields: dict[str, Any] = {} if trace is None else {"trace": trace}
     return ActivationPlan(
         kind="initial",
         task_id="t-1",
@@ -26,7 +30,7 @@ def plan(parent: AgentHandle, trace: ActivationTrace) -> ActivationPlan:
         source=MessageSource(kind="user"),
         signal=CancelSignal(),
         label="a child",
-        trace=trace,
+        **fields,
     )
 
 
@@ -45,16 +49,7 @@ def test_an_admitted_activation_s_trace_is_the_contract_s_and_a_plan_carries_it(
 def test_a_plan_built_by_hand_carries_the_null_trace_whose_hooks_do_nothing(
     parent: AgentHandle,
 ) -> None:
-    by_hand = ActivationPlan(
-        kind="initial",
-        task_id="t-1",
-        child_id="c-1",
-        parent=parent,
-        prompt=(TextBlock(text="hi"),),
-        source=MessageSource(kind="user"),
-        signal=CancelSignal(),
-        label="a child",
-    )
+    by_hand = plan(parent)
 
     assert by_hand.trace is NO_TRACE
     with NO_TRACE.loading(), NO_TRACE.calling_provider(resumed=True), NO_TRACE.publishing():
