@@ -20,6 +20,7 @@ from controlplane.contract import (
 )
 
 if TYPE_CHECKING:
+    from actors._spend import TurnSpend
     from persistence import Fence, Settlement, SqlStore
 
 __all__ = ["ActivationTranscript", "SteeringReceipt", "message_data"]
@@ -95,8 +96,11 @@ class ActivationTranscript:
         fence: Fence | None = None,
         task_id: str | None = None,
         signal: CancelSignal | None = None,
+        spend: TurnSpend | None = None,
     ) -> None:
         self._store = store
+        # Prices the turn's model calls before they are written, counts them after.
+        self._spend = spend
         self._child_id = child_id
         self._turn = turn
         # Every write is conditional on this runtime still holding the child's claim; a
@@ -127,12 +131,10 @@ class ActivationTranscript:
         """Append one event of the child's own production (``assistant/message``, …)."""
         if not isinstance(kind, str) or not kind:
             raise SubagentControlError(ErrorCode.INVALID_INPUT, "an event kind must be a string")
-        event = NewEvent(
-            kind=kind,
-            turn=self._turn,
-            data=plain_json(data, code=ErrorCode.INVALID_INPUT, what=f"{kind} event data"),
-            source=source,
-        )
+        data = plain_json(data, code=ErrorCode.INVALID_INPUT, what=f"{kind} event data")
+        if self._spend is not None:
+            data = self._spend.priced(data)
+        event = NewEvent(kind=kind, turn=self._turn, data=data, source=source)
         with self._lock:
             if self._state in ("held", "framed"):
                 self._held.append(event)
@@ -208,6 +210,8 @@ class ActivationTranscript:
             except SubagentControlError as exc:
                 self._state = "closed"
                 raise _durability(self._child_id, "publish the turn", exc) from exc
+            if self._spend is not None:
+                self._spend.written(self._held)
             self._held = []
             self._state = "open"
 
@@ -327,6 +331,8 @@ class ActivationTranscript:
                 self._child_id, events, fence=self._fence, answer_steered=answer_steered
             )
         )
+        if self._spend is not None:
+            self._spend.written(events)
 
     def _fenced(self, write: Callable[[], object]) -> None:
         """Run a write; one refused because this runtime lost the claim ends the turn.

@@ -31,6 +31,7 @@ from controlplane.contract import (
     TaskOutcome,
     TaskSnapshot,
     TaskStatus,
+    Usage,
     requester_session,
     utcnow,
 )
@@ -304,7 +305,7 @@ class TaskBook:
         with self._lock:
             task = self._live.get(task_id)
             if task is not None:
-                task.settle_as(stored.outcome, stored.settled_at)
+                task.settle_as(stored.outcome, stored.settled_at, stored.usage)
             elif task_id in self._recent:
                 self._recent[task_id] = stored
 
@@ -372,6 +373,13 @@ class TaskBook:
         with self._lock:
             task = self._live.get(task_id)
             return None if task is None else task.fence
+
+    def spent(self, task_id: str, usage: Usage) -> None:
+        """Add what a running Task's turn just wrote to its snapshot's ``usage``."""
+        with self._lock:
+            task = self._live.get(task_id)
+            if task is not None and task.outcome is None:
+                task.spent(usage)
 
     def running(self) -> list[TaskSnapshot]:
         """The Tasks running in this runtime (unfenced)."""

@@ -57,6 +57,13 @@ class TaskLedger:
         self._sql = TaskStatements.build(db.sql.placeholder)
         self._postgres = db.backend.name == "postgresql"
         self._reader = PointReader(db)
+        self._columns = list(TaskRow.__table__.columns)
+
+    def without_spend(self) -> None:
+        """Read a store older than version 7 as it is: its Task rows have no ``spend``
+        (they read as spending nothing)."""
+        self._sql = TaskStatements.build(self._db.sql.placeholder, spend=False)
+        self._columns = [column for column in self._columns if column.name != "spend"]
 
     # -- runtimes --------------------------------------------------------------------
 
@@ -288,7 +295,7 @@ class TaskLedger:
     def owned_by(self, owner_session: str) -> list[TaskSnapshot]:
         """The owner's Tasks, oldest first."""
         query = (
-            select(TaskRow)
+            select(*self._columns)
             .where(TaskRow.owner_session == owner_session)
             .order_by(TaskRow.created_at, TaskRow.task_id)
         )
@@ -298,7 +305,9 @@ class TaskLedger:
         self, owner_session: str | None = None, *, limit: int | None = None
     ) -> list[TaskSnapshot]:
         """Every Task (of ``owner_session`` when given), newest first, at most ``limit``."""
-        query = select(TaskRow).order_by(TaskRow.created_at.desc(), TaskRow.task_id.desc())
+        query = select(*self._columns).order_by(
+            TaskRow.created_at.desc(), TaskRow.task_id.desc()
+        )
         if owner_session is not None:
             query = query.where(TaskRow.owner_session == owner_session)
         if limit is not None:
@@ -308,7 +317,7 @@ class TaskLedger:
     def running(self, runtime_ids: Sequence[str]) -> list[TaskSnapshot]:
         """The running Tasks of these runtimes, oldest first."""
         query = (
-            select(TaskRow)
+            select(*self._columns)
             .where(_IS_RUNNING, TaskRow.runtime_id.in_(list(runtime_ids)))
             .order_by(TaskRow.created_at)
         )
@@ -321,7 +330,7 @@ class TaskLedger:
             update(TaskRow)
             .where(TaskRow.owner_session == owner_session, _HAS_NOTICE)
             .values(notice_pending=None)
-            .returning(*TaskRow.__table__.columns)
+            .returning(*self._columns)
         )
 
         def op(_attempt: int) -> list[TaskSnapshot]:

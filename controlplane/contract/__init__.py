@@ -54,6 +54,7 @@ from controlplane.contract._session import (
     SessionEvent,
     utcnow,
 )
+from controlplane.contract._price import Price, Prices, priced
 from controlplane.contract._signal import CancelSignal
 from controlplane.contract._spec import (
     ChildView,
@@ -104,6 +105,8 @@ __all__ = [
     "ModelSelector",
     "NewEvent",
     "Origin",
+    "Price",
+    "Prices",
     "ProviderRegistry",
     "Requester",
     "ResumeRequest",
@@ -132,6 +135,7 @@ __all__ = [
     "escape_controls",
     "fold_descriptor",
     "plain_json",
+    "priced",
     "requester_session",
     "seconds_problem",
     "storable_text",
