@@ -41,7 +41,7 @@ class TurnSpend:
         trace: The activation's trace, whose token usage metric counts each model call.
     """
 
-    __slots__ = ("_price", "_spent", "_trace", "_turn")
+    __slots__ = ("_price", "_spent", "_trace", "_turn", "total")
 
     def __init__(
         self,
@@ -55,6 +55,8 @@ class TurnSpend:
         self._price = price
         self._spent = spent
         self._trace = trace
+        self.total = Usage.zero()
+        """What the turn has written so far (swapped whole: read from any thread)."""
 
     def priced(self, data: Any) -> Any:
         """``data`` of an event about to be written, its model call's cost filled in."""
@@ -75,6 +77,7 @@ class TurnSpend:
                 usage = Usage.model_validate(entry)
             except (SubagentControlError, ValueError):
                 continue  # not a usage of ours: not counted (as `usage_of` skips it)
+            self.total = self.total + usage
             if self._spent is not None:
                 self._spent(usage)
             if data.get(USAGE_REPORTED) is not False and any(name in entry for name in _TOKENS):

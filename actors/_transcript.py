@@ -15,6 +15,7 @@ from controlplane.contract import (
     NewEvent,
     SubagentControlError,
     TextBlock,
+    Usage,
     plain_json,
     text_of,
 )
@@ -124,6 +125,11 @@ class ActivationTranscript:
     def turn(self) -> int:
         """The turn number of this activation."""
         return self._turn
+
+    @property
+    def spent(self) -> Usage:
+        """What this turn has written so far (its model and tool calls' usage)."""
+        return self._spend.total if self._spend is not None else Usage.zero()
 
     # -- the provider's side (TranscriptWriter) --------------------------------------
 

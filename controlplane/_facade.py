@@ -29,7 +29,7 @@ from controlplane._forwarding import Forwarder
 from controlplane._router import Router
 from controlplane._runtime import Heartbeat, Runtime, new_runtime_id
 from controlplane._tasks import TaskService
-from controlplane._usage_views import child_usage, session_usage
+from controlplane._usage_views import child_usage, session_usage, spend_by_child
 from controlplane._validate import (
     check_child_id,
     check_options,
@@ -364,7 +364,9 @@ class SubagentControl:
         # The Tasks first, then the store: a child is durable from its publication on, and
         # its initial Task runs until then, so it is always in one of the two snapshots.
         # (A running Task whose child the store does not have yet is a start on its way.)
-        latest_tasks = self.tasks.latest_by_child(session)
+        tasks = self.tasks.list(session)
+        latest_tasks = {t.child_id: t for t in tasks if t.child_id is not None}
+        spent = spend_by_child(tasks)
         found = {
             child_id: (task.label, task.created_at)
             for child_id, task in latest_tasks.items()
@@ -383,6 +385,7 @@ class SubagentControl:
                     running=latest is not None and latest.status is TaskStatus.RUNNING,
                     task_id=latest.id if latest else None,
                     created_at=created,
+                    usage=spent.get(child_id, Usage.zero()),
                 )
             )
         return sorted(views, key=lambda view: view.created_at)

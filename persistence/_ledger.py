@@ -305,9 +305,7 @@ class TaskLedger:
         self, owner_session: str | None = None, *, limit: int | None = None
     ) -> list[TaskSnapshot]:
         """Every Task (of ``owner_session`` when given), newest first, at most ``limit``."""
-        query = select(*self._columns).order_by(
-            TaskRow.created_at.desc(), TaskRow.task_id.desc()
-        )
+        query = select(*self._columns).order_by(TaskRow.created_at.desc(), TaskRow.task_id.desc())
         if owner_session is not None:
             query = query.where(TaskRow.owner_session == owner_session)
         if limit is not None:

@@ -27,6 +27,7 @@ from controlplane.contract._json import (
     seconds_problem,
     storable_text,
 )
+from controlplane.contract._price import Price, Prices, priced
 from controlplane.contract._provider import (
     ProviderRegistry,
     ResumeRequest,
@@ -54,7 +55,6 @@ from controlplane.contract._session import (
     SessionEvent,
     utcnow,
 )
-from controlplane.contract._price import Price, Prices, priced
 from controlplane.contract._signal import CancelSignal
 from controlplane.contract._spec import (
     ChildView,

@@ -58,7 +58,8 @@ class Price(BaseModel):
         unknown = sorted(str(key) for key in value if key not in _FIELDS)
         if unknown:
             raise SubagentControlError(
-                ErrorCode.INVALID_INPUT, f"a price has no field {unknown[0]!r}; its fields: {_FIELDS}"
+                ErrorCode.INVALID_INPUT,
+                f"a price has no field {unknown[0]!r}; its fields: {_FIELDS}",
             )
         for name in ("input", "output"):
             if name not in value:
