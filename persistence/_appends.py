@@ -166,7 +166,7 @@ class Appends:
                 # for the seal anyway), goes in with its settlement.
                 if sealed is None:
                     cursor.execute(sql.open_rows, (child_id,))
-                    sealed = cursor.fetchall()
+                    sealed = list(cursor.fetchall())
                 spend = usage_column(turn_usage(sealed, pending[-1].turn))
                 cursor.execute(
                     store._settle_sql, settle_params(settle, store._stamp(settle[2]), spend)

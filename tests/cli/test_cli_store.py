@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-
 import uuid
 from dataclasses import dataclass
 from pathlib import Path

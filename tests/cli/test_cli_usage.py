@@ -63,7 +63,8 @@ def test_children_and_tasks_show_what_each_spent_as_text_and_json(store_url: str
 
     header, row = cli("tasks", "--db", store_url).splitlines()
     assert header.split()[6:9] == ["TOKENS", "CALLS", "COST"]
-    assert row.split()[0] == task_id and row.split()[6:10] == ["1,234", "1", "$1.2680", "spender"]
+    assert row.split()[0] == task_id
+    assert row.split()[6:10] == ["1,234", "1", "$1.2680", "spender"]
     (task,) = [json.loads(line) for line in cli("tasks", "--db", store_url, "--json").splitlines()]
     assert Usage.model_validate(task["usage"]) == SPENT
 

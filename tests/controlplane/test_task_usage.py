@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -91,7 +91,8 @@ def test_a_running_tasks_usage_is_what_its_turn_wrote_so_far_then_what_it_spent_
         assert running.status is TaskStatus.RUNNING
         assert [t.usage for t in control.tasks.list(parent)] == [so_far]
         (node,) = [n for n in control.dump_tree().supervisors if n.child_id == started.child_id]
-        assert node.activation is not None and node.activation.usage == so_far
+        assert node.activation is not None
+        assert node.activation.usage == so_far
         assert "tokens=12 calls=1 cost=$14.0000" in control.dump_tree().render()
 
         gate.set()
@@ -182,11 +183,10 @@ def test_the_tools_texts_say_what_each_child_and_task_spent(
         parent = control.agents.register("parent-1")
         tools = ToolHandlers(control, parent)
         started = start(control, parent)
-        spend: Callable[[], Usage] = lambda: (
-            control.tasks.get(  # noqa: E731
-                started.task_id, requester=parent
-            ).usage
-        )
+
+        def spend() -> Usage:
+            return control.tasks.get(started.task_id, requester=parent).usage
+
         eventually(lambda: spend().model_calls == 1, "the first model call is counted")
 
         running = tools.call("list_agents", {})

@@ -46,7 +46,7 @@ def turn(task_id: str, n: int, *, seed_usage: bool = False) -> list[NewEvent]:
                 turn=0,
                 data={"text": "the parent's", "usage": {"input_tokens": 999}},
             )
-        ]  # fmt: skip
+        ]
         if seed_usage
         else []
     )
@@ -86,7 +86,8 @@ def test_a_turns_end_writes_its_tasks_spend_with_its_settlement_and_a_reopened_s
 
     with SqlStore(store_url) as reopened:
         got = reopened.ledger.get(task.id)
-        assert got is not None and got.usage == TURN_SPEND
+        assert got is not None
+        assert got.usage == TURN_SPEND
         assert [t.usage for t in reopened.ledger.owned_by("parent-1")] == [TURN_SPEND]
         assert [t.usage for t in reopened.ledger.recent("parent-1")] == [TURN_SPEND]
         assert [t.usage for t in reopened.ledger.drain("parent-1")] == [TURN_SPEND]
@@ -103,7 +104,8 @@ def test_a_dead_runtimes_task_settled_by_a_sweep_keeps_what_its_open_turn_wrote(
 
     with SqlStore(store_url) as reopened:
         got = reopened.ledger.get(task.id)
-        assert got is not None and got.status is TaskStatus.INTERRUPTED
+        assert got is not None
+        assert got.status is TaskStatus.INTERRUPTED
         assert got.usage == TURN_SPEND
 
 
@@ -157,7 +159,8 @@ def test_a_store_older_than_version_7_reads_as_it_is_with_no_spend_then_migrates
 
     with SqlStore(store_url) as migrated:
         got = migrated.ledger.get(task.id)
-        assert got is not None and got.usage == Usage.zero()  # settled before: none kept
+        assert got is not None
+        assert got.usage == Usage.zero()
     with engine.connect() as conn:
         assert conn.execute(sa.text("SELECT version FROM subagent_schema")).scalar() == 7
         columns = {c["name"] for c in sa.inspect(conn).get_columns("subagent_tasks")}
