@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy import delete, exists, func, insert, literal, select, text, update
 
-from controlplane.contract import RuntimeInfo, TaskSnapshot, TaskStatus, utcnow
+from controlplane.contract import RuntimeInfo, TaskSnapshot, TaskStatus, Usage, utcnow
 from persistence._database import Database
 from persistence._host_clock import LeaseNow, boot_seconds
 from persistence._point_reader import PointReader
@@ -33,6 +33,7 @@ from persistence._schema import (
 )
 from persistence._task_snapshots import snapshot_of, snapshot_of_columns
 from persistence._task_sql import Settlement, TaskStatements, admit_params
+from persistence._turn_usage import open_turn_usage
 
 __all__ = ["TaskLedger"]
 
@@ -340,6 +341,21 @@ class TaskLedger:
             )
 
         return self._run("drain notices", op)
+
+    def running_spend(self, task: TaskSnapshot) -> Usage:
+        """What a running Task's turn has written so far, summed from its child's open rows
+        (a Task another runtime runs: its row keeps its spend only once it settles)."""
+        if task.child_id is None:
+            return Usage.zero()
+        child_id, statement = task.child_id, self._db.sql.open_rows
+
+        def op(_attempt: int) -> Usage:
+            with self._db.cursor(write=False) as cursor:
+                cursor.execute(statement, (child_id,))
+                rows = list(cursor.fetchall())
+            return open_turn_usage(rows, task.id)
+
+        return self._run(f"read the spend of task {task.id}", op)
 
     def latest_by_child(self, owner_session: str) -> dict[str, TaskSnapshot]:
         """The newest Task of each of the owner's children."""

@@ -15,10 +15,10 @@ from typing import Any, Final
 
 import orjson
 
-from controlplane.contract import USAGE, SubagentControlError, Usage
+from controlplane.contract import USAGE, EventKind, SubagentControlError, Usage
 from persistence._codec import from_json
 
-__all__ = ["stored_usage", "turn_usage", "usage_column"]
+__all__ = ["open_turn_usage", "stored_usage", "turn_usage", "usage_column"]
 
 _MARK: Final = f'"{USAGE}"'
 
@@ -41,6 +41,20 @@ def turn_usage(rows: Iterable[Sequence[Any]], turn: int) -> Usage:
         except (SubagentControlError, ValueError):
             continue  # written under the key by something else: not guessed at
     return total
+
+
+def open_turn_usage(rows: Sequence[Sequence[Any]], task_id: str) -> Usage:
+    """What ``task_id``'s open turn has written so far, from the child's open rows; zero
+    when the open tail is not that Task's turn (it has not begun, or has ended)."""
+    for _seq, turn, kind, data, *_rest in reversed(rows):
+        if kind == EventKind.TURN_END:
+            return Usage.zero()
+        if kind == EventKind.TURN_START:
+            opened = from_json(data) if isinstance(data, str) and data else None
+            if isinstance(opened, dict) and opened.get("task_id") == task_id:
+                return turn_usage(rows, int(turn))
+            return Usage.zero()
+    return Usage.zero()
 
 
 def usage_column(usage: Usage) -> str | None:

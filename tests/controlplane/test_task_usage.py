@@ -210,3 +210,31 @@ def test_the_tools_texts_say_what_each_child_and_task_spent(
         assert tools.call("task_output", {"task_id": started.task_id}).text == (
             "done\n[status: completed]"
         )
+
+
+def test_another_runtime_reads_a_running_tasks_spend_so_far_from_its_open_turn(
+    store_url: str, gate: threading.Event
+) -> None:
+    with (
+        SubagentControl.open(store_url, prices=PRICES) as running_here,
+        SubagentControl.open(store_url) as elsewhere,
+    ):
+        running_here.providers.register(
+            InProcessProvider(tool_then_answer(), tools=[gated_tool(gate)])
+        )
+        parent = running_here.agents.register("parent-1")
+        started = start(running_here, parent)
+        so_far = Usage(input_tokens=10, output_tokens=2, model_calls=1, cost=14.0)
+
+        def seen_elsewhere() -> bool:
+            return elsewhere.tasks.get(started.task_id, requester="parent-1").usage == so_far
+
+        eventually(seen_elsewhere, "another runtime reads the first call from the open turn")
+        got = elsewhere.tasks.get(started.task_id, requester="parent-1")
+        assert got.status is TaskStatus.RUNNING
+        assert [t.usage for t in elsewhere.tasks.list("parent-1")] == [so_far]
+
+        gate.set()
+        running_here.tasks.wait(started.task_id, timeout=WAIT_S, requester=parent)
+        settled = elsewhere.tasks.wait(started.task_id, timeout=WAIT_S, requester="parent-1")
+        assert settled.usage == ONE_TURN
