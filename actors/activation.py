@@ -13,7 +13,6 @@ cancellation reaches it out-of-band through its `CancelSignal`.
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 from dataclasses import dataclass
 from datetime import datetime
@@ -260,12 +259,8 @@ class ActivationActor(Actor):
     def _transcript(self, *, turn: int, descriptor: Descriptor) -> ActivationTranscript:
         plan = self._plan
         fence = None if plan.fence is None else (self._ctx.runtime_id, plan.fence)
-        spend = TurnSpend(
-            turn,
-            price=self._ctx.prices.for_descriptor(descriptor),
-            spent=functools.partial(self._ctx.tasks.spent, plan.task_id),
-            trace=plan.trace,
-        )
+        spend = TurnSpend(turn, price=self._ctx.prices.for_descriptor(descriptor), trace=plan.trace)
+        self._ctx.tasks.meter(plan.task_id, lambda: spend.total)
         return ActivationTranscript(
             self._ctx.store,
             plan.child_id,

@@ -10,6 +10,7 @@ import logging
 import threading
 import uuid
 from collections import OrderedDict, deque
+from collections.abc import Callable
 from datetime import datetime
 
 from controlplane._task_entry import (
@@ -374,12 +375,13 @@ class TaskBook:
             task = self._live.get(task_id)
             return None if task is None else task.fence
 
-    def spent(self, task_id: str, usage: Usage) -> None:
-        """Add what a running Task's turn just wrote to its snapshot's ``usage``."""
+    def meter(self, task_id: str, spent: Callable[[], Usage]) -> None:
+        """Read a running Task's ``usage`` from ``spent`` until it settles (then it keeps
+        what ``spent`` said at settlement)."""
         with self._lock:
             task = self._live.get(task_id)
             if task is not None and task.outcome is None:
-                task.spent(usage)
+                task.meter = spent
 
     def running(self) -> list[TaskSnapshot]:
         """The Tasks running in this runtime (unfenced)."""

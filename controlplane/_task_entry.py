@@ -67,7 +67,9 @@ class TaskEntry:
     fence: int | None = None  # the claim's fencing number, for a Task that claimed its child
     outcome: TaskOutcome | None = None
     settled_at: datetime | None = None
-    usage: Usage = field(default_factory=Usage.zero)  # what its turn has written so far
+    usage: Usage = field(default_factory=Usage.zero)  # its turn's, once settled
+    # While it runs: what its turn has written so far (the transcript writer's total).
+    meter: Callable[[], Usage] | None = None
     # Set only once the activation is gone from its supervisor, so `wait()` returning means
     # a follow-up starts the next activation.
     released: threading.Event = field(default_factory=threading.Event)
@@ -86,19 +88,20 @@ class TaskEntry:
         """Under the service's lock: record the outcome (and the spend the store kept with
         it, when it settled the Task itself) and publish the new view."""
         self.outcome, self.settled_at = outcome, settled_at
+        if usage is None and self.meter is not None:
+            usage = self.meter()  # the turn has ended: its total is final
         if usage is not None:
             self.usage = usage
+        self.meter = None
         self.view = self._build()
         return self.view
 
-    def spent(self, usage: Usage) -> None:
-        """Under the service's lock: add a call's usage and publish the new view (a copy
-        of the last one: no validation on a model call's path)."""
-        self.usage = self.usage + usage
-        self.view = self.view.model_copy(update={"usage": self.usage})
-
     def snapshot(self) -> TaskSnapshot:
-        return self.view
+        view, meter = self.view, self.meter
+        if meter is None or view.outcome is not None:
+            return view
+        spent = meter()  # a running turn's spend so far: read when asked, not per call
+        return view if spent is view.usage else view.model_copy(update={"usage": spent})
 
     def _build(self) -> TaskSnapshot:
         return TaskSnapshot(

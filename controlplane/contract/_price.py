@@ -80,10 +80,14 @@ class Price(BaseModel):
     def cost(self, usage: Usage) -> float:
         """What ``usage``'s tokens cost at this price (uncached input = input - cached)."""
         cached = min(usage.cached_input_tokens, usage.input_tokens)
+        return self.cost_of(
+            uncached=usage.input_tokens - cached, cached=cached, output=usage.output_tokens
+        )
+
+    def cost_of(self, *, uncached: int, cached: int, output: int) -> float:
+        """What these token counts cost at this price."""
         return (
-            (usage.input_tokens - cached) * self.input
-            + cached * self.cached_input
-            + usage.output_tokens * self.output
+            uncached * self.input + cached * self.cached_input + output * self.output
         ) * _PER_TOKEN
 
 

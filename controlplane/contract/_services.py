@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import TYPE_CHECKING, Final, Protocol
@@ -122,7 +122,7 @@ class ActivationTrace(abc.ABC):
         """A message was handed to the running turn."""
 
     @abc.abstractmethod
-    def model_call(self, usage: Usage) -> None:
+    def model_call(self, input_tokens: int, output_tokens: int) -> None:
         """A model call's usage was recorded (its server reported tokens): the token
         usage metric counts it."""
 
@@ -212,9 +212,9 @@ class TaskService(Protocol):
         once into the activation's record, which owns its status, owner and fence)."""
         ...
 
-    def spent(self, task_id: str, usage: Usage) -> None:
-        """Add what a running Task's turn just wrote (a model or tool call's usage) to
-        its snapshot's ``usage``."""
+    def meter(self, task_id: str, spent: Callable[[], Usage]) -> None:
+        """Read a running Task's ``usage`` from ``spent`` (what its turn has written so
+        far, from any thread) until it settles."""
         ...
 
 
@@ -251,7 +251,7 @@ class _NoTrace(ActivationTrace):
     def steered(self, message: Sequence[TextBlock], source_kind: str) -> None:
         return None
 
-    def model_call(self, usage: Usage) -> None:
+    def model_call(self, input_tokens: int, output_tokens: int) -> None:
         return None
 
     def end(self, outcome: TaskOutcome | None) -> None:

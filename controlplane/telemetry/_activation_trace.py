@@ -42,7 +42,7 @@ from controlplane.telemetry._otel import (
 if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer
 
-    from controlplane.contract import Descriptor, Origin, TaskOutcome, TextBlock, Usage
+    from controlplane.contract import Descriptor, Origin, TaskOutcome, TextBlock
     from controlplane.telemetry._telemetry import Telemetry
 
 __all__ = ["SpanTrace"]
@@ -123,15 +123,15 @@ class SpanTrace(ActivationTrace):
             attributes[GENAI_PROVIDER] = descriptor.agent_provider
         span.set_attributes(attributes)
 
-    def model_call(self, usage: Usage) -> None:
+    def model_call(self, input_tokens: int, output_tokens: int) -> None:
         """A model call's reported tokens: one ``gen_ai.client.token.usage`` value per
         token type (``input``, ``output``), as the GenAI semantic conventions record it."""
         metrics = self._telemetry._metrics
         if metrics is None:
             return
         model = self._model
-        metrics.tokens.record(usage.input_tokens, {**model, TOKEN_TYPE: "input"})
-        metrics.tokens.record(usage.output_tokens, {**model, TOKEN_TYPE: "output"})
+        metrics.tokens.record(input_tokens, {**model, TOKEN_TYPE: "input"})
+        metrics.tokens.record(output_tokens, {**model, TOKEN_TYPE: "output"})
 
     def provider_called(self) -> None:
         """``provider.resume`` is being called: the resume latency ends here."""
