@@ -18,7 +18,7 @@ from persistence._codec import construct
 from persistence._schema import utc_time
 from persistence._turn_usage import stored_usage
 
-__all__ = ["TASK_COLUMNS", "snapshot_of", "snapshot_of_columns"]
+__all__ = ["TASK_COLUMNS", "TASK_COLUMNS_BEFORE_SPEND", "snapshot_of", "snapshot_of_columns"]
 
 TASK_COLUMNS = (
     "task_id, label, owner_session, child_id, runtime_id, status, output, detail, code, "
@@ -26,6 +26,8 @@ TASK_COLUMNS = (
 )
 """What a Task's snapshot is built from, in `snapshot_of_columns`'s order (``kind`` is
 always ``subagent``)."""
+TASK_COLUMNS_BEFORE_SPEND = TASK_COLUMNS.removesuffix(", spend")
+"""The same, for a store older than version 7 read as it is (no ``spend`` column)."""
 
 
 def snapshot_of(row: Row[Any]) -> TaskSnapshot:

@@ -16,7 +16,7 @@ from typing import Any
 
 from controlplane.contract import TaskOutcome, TaskSnapshot, TaskStatus
 from persistence._schema import CHILDREN, TASKS
-from persistence._task_snapshots import TASK_COLUMNS
+from persistence._task_snapshots import TASK_COLUMNS, TASK_COLUMNS_BEFORE_SPEND
 
 __all__ = [
     "Fence",
@@ -68,13 +68,14 @@ class TaskStatements:
     def build(cls, p: str, *, spend: bool = True) -> TaskStatements:
         """The statements with placeholder ``p``; without the ``spend`` column for a store
         older than version 7, read as it is."""
-        columns = TASK_COLUMNS if spend else TASK_COLUMNS.removesuffix(", spend")
         return cls(
             admit=(
                 f"INSERT INTO {TASKS} (task_id, kind, label, owner_session, child_id, "
                 f"runtime_id, status, created_at) VALUES ({p}, {p}, {p}, {p}, {p}, {p}, {p}, {p})"
             ),
-            task=f"SELECT {columns} FROM {TASKS} WHERE task_id = {p}",
+            task=f"SELECT {TASK_COLUMNS} FROM {TASKS} WHERE task_id = {p}"
+            if spend
+            else f"SELECT {TASK_COLUMNS_BEFORE_SPEND} FROM {TASKS} WHERE task_id = {p}",
         )
 
 

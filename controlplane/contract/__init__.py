@@ -27,7 +27,7 @@ from controlplane.contract._json import (
     seconds_problem,
     storable_text,
 )
-from controlplane.contract._price import Price, Prices, priced
+from controlplane.contract._price import Price, Prices
 from controlplane.contract._provider import (
     ProviderRegistry,
     ResumeRequest,
@@ -135,7 +135,6 @@ __all__ = [
     "escape_controls",
     "fold_descriptor",
     "plain_json",
-    "priced",
     "requester_session",
     "seconds_problem",
     "storable_text",

@@ -1,8 +1,8 @@
 """What tokens cost: `Price` per model, the `Prices` a control plane was opened with, and
 the cost of one call's usage.
 
-Cost is computed once, when a call's usage is written (`Prices.priced`), and stored with
-it: a later change of prices never rewrites what a turn cost. A usage whose server
+Cost is computed once, when a call's usage is written (`actors._spend.TurnSpend`), and
+stored with it: a later change of prices never rewrites what a turn cost. A usage whose server
 reported a cost keeps it; one with no known price keeps ``cost`` None (unknown, never 0).
 """
 
@@ -16,9 +16,9 @@ from pydantic import BaseModel, ConfigDict, model_validator
 
 from controlplane.contract._descriptor import Descriptor
 from controlplane.contract._errors import ErrorCode, SubagentControlError
-from controlplane.contract._usage import USAGE, USAGE_REPORTED, Usage
+from controlplane.contract._usage import Usage
 
-__all__ = ["Price", "Prices", "priced"]
+__all__ = ["Price", "Prices"]
 
 _FIELDS: Final = ("input", "output", "cached_input")
 _PER_TOKEN: Final = 1e-6  # prices are per million tokens
@@ -154,25 +154,3 @@ class Prices:
         """Whether a price is known for the child ``descriptor`` describes (a cost budget
         for an unpriced child could never be counted)."""
         return self.for_descriptor(descriptor) is not None
-
-
-def priced(data: dict[str, Any], price: Price | None) -> dict[str, Any]:
-    """An event's ``data`` with its call's cost filled in from ``price``: when it carries
-    the usage of a model call whose server reported tokens (not ``usage_reported: False``)
-    and no cost of its own (a server's reported cost stays). Anything else is returned as
-    it is (a tool call's count has no price; a usage that is not valid is not ours)."""
-    if price is None:
-        return data
-    stored = data.get(USAGE)
-    if not isinstance(stored, dict) or "cost" in stored or data.get(USAGE_REPORTED) is False:
-        return data
-    if not any(name in stored for name in _PRICED):
-        return data
-    try:
-        usage = Usage.model_validate(stored)
-    except SubagentControlError:
-        return data
-    return {**data, USAGE: {**stored, "cost": price.cost(usage)}}
-
-
-_PRICED: Final = ("input_tokens", "output_tokens", "cached_input_tokens", "model_calls")
