@@ -15,11 +15,13 @@ from controlplane.contract import (
     NewEvent,
     SubagentControlError,
     TextBlock,
+    Usage,
     plain_json,
     text_of,
 )
 
 if TYPE_CHECKING:
+    from actors._spend import TurnSpend
     from persistence import Fence, Settlement, SqlStore
 
 __all__ = ["ActivationTranscript", "SteeringReceipt", "message_data"]
@@ -95,8 +97,11 @@ class ActivationTranscript:
         fence: Fence | None = None,
         task_id: str | None = None,
         signal: CancelSignal | None = None,
+        spend: TurnSpend | None = None,
     ) -> None:
         self._store = store
+        # Prices the turn's model calls before they are written, counts them after.
+        self._spend = spend
         self._child_id = child_id
         self._turn = turn
         # Every write is conditional on this runtime still holding the child's claim; a
@@ -121,18 +126,21 @@ class ActivationTranscript:
         """The turn number of this activation."""
         return self._turn
 
+    @property
+    def spent(self) -> Usage:
+        """What this turn has written so far (its model and tool calls' usage)."""
+        return self._spend.total if self._spend is not None else Usage.zero()
+
     # -- the provider's side (TranscriptWriter) --------------------------------------
 
     def append(self, kind: str, data: Any, *, source: MessageSource | None = None) -> None:
         """Append one event of the child's own production (``assistant/message``, …)."""
         if not isinstance(kind, str) or not kind:
             raise SubagentControlError(ErrorCode.INVALID_INPUT, "an event kind must be a string")
-        event = NewEvent(
-            kind=kind,
-            turn=self._turn,
-            data=plain_json(data, code=ErrorCode.INVALID_INPUT, what=f"{kind} event data"),
-            source=source,
-        )
+        data = plain_json(data, code=ErrorCode.INVALID_INPUT, what=f"{kind} event data")
+        if self._spend is not None:
+            data = self._spend.priced(data)
+        event = NewEvent(kind=kind, turn=self._turn, data=data, source=source)
         with self._lock:
             if self._state in ("held", "framed"):
                 self._held.append(event)
@@ -208,6 +216,8 @@ class ActivationTranscript:
             except SubagentControlError as exc:
                 self._state = "closed"
                 raise _durability(self._child_id, "publish the turn", exc) from exc
+            if self._spend is not None:
+                self._spend.written(self._held)
             self._held = []
             self._state = "open"
 
@@ -327,6 +337,8 @@ class ActivationTranscript:
                 self._child_id, events, fence=self._fence, answer_steered=answer_steered
             )
         )
+        if self._spend is not None:
+            self._spend.written(events)
 
     def _fenced(self, write: Callable[[], object]) -> None:
         """Run a write; one refused because this runtime lost the claim ends the turn.

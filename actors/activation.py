@@ -22,6 +22,7 @@ import pykka
 
 from actors._base import Actor
 from actors._outcomes import aborted, error_text, failed, unrecorded
+from actors._spend import TurnSpend
 from actors._transcript import ActivationTranscript, message_data
 from actors.context import ActorContext
 from actors.messages import ActivationEnded, ActivationPlan, Published, Settling
@@ -178,7 +179,7 @@ class ActivationActor(Actor):
         if squatter is not None:
             raise _Settle(failed(_conflict(plan.child_id), ErrorCode.OWNERSHIP_CONFLICT))
         provider = self._provider(plan.descriptor)
-        transcript = self._transcript(turn=1)
+        transcript = self._transcript(turn=1, descriptor=plan.descriptor)
         now = utcnow()
         seed = [
             SessionEvent(seq=i, turn=0, kind=e.kind, data=e.data, source=e.source, created_at=now)
@@ -239,7 +240,7 @@ class ActivationActor(Actor):
                 )
             )
         provider = self._provider(descriptor)
-        transcript = self._transcript(turn=last_turn + 1)
+        transcript = self._transcript(turn=last_turn + 1, descriptor=descriptor)
         # Not validated again: every value is ours and typed, and validating would visit each
         # of a long transcript's events once more (an isinstance each, cold in cache).
         request = ResumeRequest.model_construct(
@@ -255,9 +256,11 @@ class ActivationActor(Actor):
         )
         return _Prepared(provider, request, transcript, self._frame(transcript), None)
 
-    def _transcript(self, *, turn: int) -> ActivationTranscript:
+    def _transcript(self, *, turn: int, descriptor: Descriptor) -> ActivationTranscript:
         plan = self._plan
         fence = None if plan.fence is None else (self._ctx.runtime_id, plan.fence)
+        spend = TurnSpend(turn, price=self._ctx.prices.for_descriptor(descriptor), trace=plan.trace)
+        self._ctx.tasks.meter(plan.task_id, lambda: spend.total)
         return ActivationTranscript(
             self._ctx.store,
             plan.child_id,
@@ -265,6 +268,7 @@ class ActivationActor(Actor):
             fence=fence,
             task_id=plan.task_id,
             signal=plan.signal,
+            spend=spend,
         )
 
     def _frame(self, transcript: ActivationTranscript) -> list[NewEvent]:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from controlplane.contract import AgentRegistry, ProviderRegistry, TaskService, Telemetry
+from controlplane.contract import AgentRegistry, Prices, ProviderRegistry, TaskService, Telemetry
 
 if TYPE_CHECKING:
     from persistence import SqlStore
@@ -23,6 +23,8 @@ class ActorContext:
     providers: ProviderRegistry
     runtime_id: str = ""
     """This runtime's id: the claims it takes on children name it."""
+    prices: Prices = field(default_factory=Prices)
+    """What the children's models cost (`SubagentControl.open(prices=...)`)."""
 
     @property
     def telemetry(self) -> Telemetry:

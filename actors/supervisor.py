@@ -49,6 +49,7 @@ from controlplane.contract import (
     TaskOutcome,
     TaskStatus,
     TextBlock,
+    Usage,
     text_of,
 )
 
@@ -445,6 +446,7 @@ class ChildSupervisor(Actor):
                 cancel_reason=view.cancel_reason,
                 age_s=time.monotonic() - view.started,
                 fence=view.fence,
+                usage=current.transcript.spent if current.transcript else Usage.zero(),
             )
         return SupervisorNode(
             child_id=self._child_id,

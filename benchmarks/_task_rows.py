@@ -13,6 +13,7 @@ and 1,000 children, run by a handful of runtimes that are all closed now.
 from __future__ import annotations
 
 import contextlib
+import json
 import random
 import sqlite3
 import time
@@ -21,7 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from benchmarks._harness import PARENT_SESSION, seed_child, sqlite_url
-from controlplane import ErrorCode, TaskOutcome, TaskSnapshot, TaskStatus
+from controlplane import ErrorCode, TaskOutcome, TaskSnapshot, TaskStatus, Usage
 from persistence import SqlStore
 
 __all__ = ["TaskStore", "fill_settled_tasks", "snapshot_from"]
@@ -159,7 +160,7 @@ def snapshot_from(row: tuple[object, ...]) -> TaskSnapshot:
     """The frozen `TaskSnapshot` of a raw ``SELECT *`` row of a settled Task: what the
     store's read adds on top of the select, built by hand (no SQLAlchemy)."""
     (task_id, _kind, label, owner, child_id, runtime_id, status_text, output, detail, code,
-     created, settled, _notice) = row  # fmt: skip
+     created, settled, _notice, spend) = row  # fmt: skip
     status = TaskStatus(status_text)
     settled_at = datetime.fromisoformat(str(settled))
     return TaskSnapshot(
@@ -178,4 +179,5 @@ def snapshot_from(row: tuple[object, ...]) -> TaskSnapshot:
         created_at=datetime.fromisoformat(str(created)),
         settled_at=settled_at,
         ended_at=settled_at,
+        usage=Usage.model_validate(json.loads(str(spend))) if spend else Usage(),
     )

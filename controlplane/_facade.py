@@ -7,7 +7,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
@@ -29,6 +29,7 @@ from controlplane._forwarding import Forwarder
 from controlplane._router import Router
 from controlplane._runtime import Heartbeat, Runtime, new_runtime_id
 from controlplane._tasks import TaskService
+from controlplane._usage_views import child_usage, session_usage, spend_by_child
 from controlplane._validate import (
     check_child_id,
     check_options,
@@ -48,6 +49,8 @@ from controlplane.contract import (
     ContinuableStartSpec,
     ErrorCode,
     MessageSource,
+    Price,
+    Prices,
     ProviderRegistry,
     Requester,
     SendResult,
@@ -55,8 +58,6 @@ from controlplane.contract import (
     TaskStatus,
     TextBlock,
     Usage,
-    requester_session,
-    usage_of,
     utcnow,
 )
 from controlplane.telemetry import Operation, Telemetry
@@ -112,6 +113,10 @@ class SubagentControl:
             ``subagent.send``, ``subagent.activation`` and its phases); the global provider
             when None. Needs the ``otel`` extra; without an SDK nothing is recorded.
         meter_provider: Where the OpenTelemetry metrics go; the global provider when None.
+        prices: What the children's models cost, USD per million tokens: a `Price` (or a
+            mapping of its fields) per ``"provider:model"`` or ``"model"``. A model call's
+            cost is computed from it when its usage is recorded, and stored with it;
+            without a price its cost stays unknown (None).
     """
 
     def __init__(
@@ -126,7 +131,10 @@ class SubagentControl:
         recent_tasks: int = 1000,
         tracer_provider: TracerProvider | None = None,
         meter_provider: MeterProvider | None = None,
+        prices: Prices | Mapping[str, Price | Mapping[str, Any]] | None = None,
     ) -> None:
+        # First: a bad price is refused before anything is built.
+        self._prices = prices if isinstance(prices, Prices) else Prices(prices)
         check_options(
             close_timeout_s=close_timeout_s,
             passivate_after_s=passivate_after_s,
@@ -181,8 +189,9 @@ class SubagentControl:
         if store is not None and self._runtime is not None and self._router is not None:
             self._heartbeat = Heartbeat(self._runtime, store, self.tasks)
             context = ActorContext(
-                store, self.tasks, self.agents, self.providers, runtime_id=self._runtime_id
-            )
+                store, self.tasks, self.agents, self.providers, runtime_id=self._runtime_id,
+                prices=self._prices,
+            )  # fmt: skip
             self._root = RootActorProxy(RootActor.start(context, self._routes))
             if passivate_after_s is not None:
                 self._passivator = Passivator(self._root.ref, passivate_after_s)
@@ -197,6 +206,8 @@ class SubagentControl:
         (`STORE_OPTIONS`: ``retry``, ``lock_timeout_s``, ``statement_timeout_s``,
         ``durable_os_crash``, ``pause_gc_on_load``) go to `SqlStore`."""
         store_options = {name: options.pop(name) for name in STORE_OPTIONS if name in options}
+        if "prices" in options:  # checked before the store is opened: nothing to undo
+            options["prices"] = Prices(options["prices"])
         store = SqlStore(url, **store_options)
         try:
             return cls(store, **options)
@@ -220,6 +231,12 @@ class SubagentControl:
     def telemetry(self) -> Telemetry:
         """This control plane's spans, metrics and lifecycle logs (README, "Observe it")."""
         return self._telemetry
+
+    @property
+    def prices(self) -> Prices:
+        """The prices this control plane was opened with; ``prices.is_priced(descriptor)``
+        says whether a child's model has one (a cost can be known for it)."""
+        return self._prices
 
     @property
     def closed(self) -> bool:
@@ -347,7 +364,9 @@ class SubagentControl:
         # The Tasks first, then the store: a child is durable from its publication on, and
         # its initial Task runs until then, so it is always in one of the two snapshots.
         # (A running Task whose child the store does not have yet is a start on its way.)
-        latest_tasks = self.tasks.latest_by_child(session)
+        tasks = self.tasks.list(session)
+        latest_tasks = {t.child_id: t for t in tasks if t.child_id is not None}
+        spent = spend_by_child(tasks)
         found = {
             child_id: (task.label, task.created_at)
             for child_id, task in latest_tasks.items()
@@ -366,6 +385,7 @@ class SubagentControl:
                     running=latest is not None and latest.status is TaskStatus.RUNNING,
                     task_id=latest.id if latest else None,
                     created_at=created,
+                    usage=spent.get(child_id, Usage.zero()),
                 )
             )
         return sorted(views, key=lambda view: view.created_at)
@@ -499,7 +519,7 @@ class SubagentControl:
 
     # -- spend -----------------------------------------------------------------------
 
-    def usage(self, requester: Requester, child_id: str) -> Usage:
+    def usage(self, requester: Requester, child_id: str, *, tree: bool = False) -> Usage:
         """What ``child_id`` has spent over all its turns, read from the store (SPEC §11).
 
         The sum of the usage recorded with its own events (a fork's seed is its parent's
@@ -509,6 +529,8 @@ class SubagentControl:
         Args:
             requester: The child's parent session (its live handle or its session id).
             child_id: The child.
+            tree: Add what every descendant spent: the children ``child_id`` started,
+                theirs, and so on.
 
         Raises:
             SubagentControlError: ``CHILD_NOT_FOUND`` for an unknown child or one that is
@@ -519,19 +541,18 @@ class SubagentControl:
         self._check_open()
         self._require_store()
         assert self._store is not None
-        session = requester_session(requester)
-        unknown = SubagentControlError(
-            ErrorCode.CHILD_NOT_FOUND,
-            f"no child {child_id!r} for this session; list your children and use one of those ids",
-            child_id=child_id if isinstance(child_id, str) else None,
-        )
-        try:
-            loaded = self._store.load(child_id)
-        except SubagentControlError as exc:
-            # An id the store cannot even hold is as unknown as one it does not have.
-            if exc.code in (ErrorCode.CHILD_NOT_FOUND, ErrorCode.INVALID_INPUT):
-                raise unknown from None
-            raise
-        if loaded.meta.parent_session != session:
-            raise unknown
-        return usage_of(loaded.own_events)
+        return child_usage(self._store, requester, child_id, tree=tree)
+
+    def session_usage(self, requester: Requester) -> Usage:
+        """Everything ``requester``'s children and all their descendants have spent, read
+        from the store (across resumes, runtimes and restarts).
+
+        Raises:
+            SubagentControlError: ``INVALID_INPUT`` for a requester that is neither a
+                handle nor a session id; ``PERSISTENCE_UNAVAILABLE``,
+                ``STORE_UNAVAILABLE``, ``CLOSED``.
+        """
+        self._check_open()
+        self._require_store()
+        assert self._store is not None
+        return session_usage(self._store, requester)

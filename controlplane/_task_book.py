@@ -10,6 +10,7 @@ import logging
 import threading
 import uuid
 from collections import OrderedDict, deque
+from collections.abc import Callable
 from datetime import datetime
 
 from controlplane._task_entry import (
@@ -31,6 +32,7 @@ from controlplane.contract import (
     TaskOutcome,
     TaskSnapshot,
     TaskStatus,
+    Usage,
     requester_session,
     utcnow,
 )
@@ -304,7 +306,7 @@ class TaskBook:
         with self._lock:
             task = self._live.get(task_id)
             if task is not None:
-                task.settle_as(stored.outcome, stored.settled_at)
+                task.settle_as(stored.outcome, stored.settled_at, stored.usage)
             elif task_id in self._recent:
                 self._recent[task_id] = stored
 
@@ -372,6 +374,14 @@ class TaskBook:
         with self._lock:
             task = self._live.get(task_id)
             return None if task is None else task.fence
+
+    def meter(self, task_id: str, spent: Callable[[], Usage]) -> None:
+        """Read a running Task's ``usage`` from ``spent`` until it settles (then it keeps
+        what ``spent`` said at settlement)."""
+        with self._lock:
+            task = self._live.get(task_id)
+            if task is not None and task.outcome is None:
+                task.meter = spent
 
     def running(self) -> list[TaskSnapshot]:
         """The Tasks running in this runtime (unfenced)."""

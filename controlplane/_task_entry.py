@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
+from controlplane._usage_text import spend_clause
 from controlplane.contract import (
     CancelSignal,
     Requester,
@@ -18,6 +19,7 @@ from controlplane.contract import (
     TaskOutcome,
     TaskSnapshot,
     TaskStatus,
+    Usage,
     utcnow,
 )
 
@@ -65,6 +67,9 @@ class TaskEntry:
     fence: int | None = None  # the claim's fencing number, for a Task that claimed its child
     outcome: TaskOutcome | None = None
     settled_at: datetime | None = None
+    usage: Usage = field(default_factory=Usage.zero)  # its turn's, once settled
+    # While it runs: what its turn has written so far (the transcript writer's total).
+    meter: Callable[[], Usage] | None = None
     # Set only once the activation is gone from its supervisor, so `wait()` returning means
     # a follow-up starts the next activation.
     released: threading.Event = field(default_factory=threading.Event)
@@ -77,14 +82,26 @@ class TaskEntry:
     def status(self) -> TaskStatus:
         return TaskStatus.RUNNING if self.outcome is None else self.outcome.status
 
-    def settle_as(self, outcome: TaskOutcome, settled_at: datetime | None) -> TaskSnapshot:
-        """Under the service's lock: record the outcome and publish the new view."""
+    def settle_as(
+        self, outcome: TaskOutcome, settled_at: datetime | None, usage: Usage | None = None
+    ) -> TaskSnapshot:
+        """Under the service's lock: record the outcome (and the spend the store kept with
+        it, when it settled the Task itself) and publish the new view."""
         self.outcome, self.settled_at = outcome, settled_at
+        if usage is None and self.meter is not None:
+            usage = self.meter()  # the turn has ended: its total is final
+        if usage is not None:
+            self.usage = usage
+        self.meter = None
         self.view = self._build()
         return self.view
 
     def snapshot(self) -> TaskSnapshot:
-        return self.view
+        view, meter = self.view, self.meter
+        if meter is None or view.outcome is not None:
+            return view
+        spent = meter()  # a running turn's spend so far: read when asked, not per call
+        return view if spent is view.usage else view.model_copy(update={"usage": spent})
 
     def _build(self) -> TaskSnapshot:
         return TaskSnapshot(
@@ -98,6 +115,7 @@ class TaskEntry:
             created_at=self.created_at,
             settled_at=self.settled_at,
             ended_at=self.settled_at,
+            usage=self.usage,
         )
 
 
@@ -110,6 +128,7 @@ class TaskLedgerPort(Protocol):
     def owned_by(self, owner_session: str) -> list[TaskSnapshot]: ...
     def drain(self, owner_session: str) -> list[TaskSnapshot]: ...
     def forget(self, task_id: str) -> None: ...
+    def running_spend(self, task: TaskSnapshot) -> Usage: ...
 
 
 Claimer = Callable[[TaskSnapshot], int | None]
@@ -147,7 +166,10 @@ def notice_of(snapshot: TaskSnapshot) -> TaskNotice:
     body = " ".join((text or "").split())
     if len(body) > _SUMMARY_LIMIT:
         body = body[: _SUMMARY_LIMIT - 1] + "…"
-    summary = f"subagent task {snapshot.id} ({snapshot.label}) {_VERBS[outcome.status]}"
+    summary = (
+        f"subagent task {snapshot.id} ({snapshot.label}) {_VERBS[outcome.status]}"
+        f"{spend_clause(snapshot.usage)}"
+    )
     return TaskNotice(
         task_id=snapshot.id,
         child_id=snapshot.child_id,

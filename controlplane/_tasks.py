@@ -69,7 +69,7 @@ class TaskService(TaskBook):
         Raises:
             SubagentControlError: ``TASK_NOT_FOUND`` for an unknown id or another owner.
         """
-        return self._fenced(task_id, requester)
+        return self._spent_elsewhere(self._fenced(task_id, requester))
 
     def wait(
         self, task_id: str, timeout: float | None = None, *, requester: Requester
@@ -178,7 +178,19 @@ class TaskService(TaskBook):
             return sorted(mine.values(), key=lambda t: t.created_at)
         # The store has every Task; this runtime's own view wins for the ones it holds
         # (a settlement the store has not taken yet).
-        return [mine.get(t.id, t) for t in self._ledger.owned_by(owner)]
+        return [mine.get(t.id) or self._spent_elsewhere(t) for t in self._ledger.owned_by(owner)]
+
+    def _spent_elsewhere(self, snapshot: TaskSnapshot) -> TaskSnapshot:
+        """A Task running in another runtime (or left running by a dead one) with what its
+        turn has written so far, read from its child's open rows: its row keeps its spend
+        only once it settles."""
+        if (
+            self._ledger is None
+            or snapshot.status is not TaskStatus.RUNNING
+            or snapshot.id in self._live
+        ):
+            return snapshot
+        return snapshot.model_copy(update={"usage": self._ledger.running_spend(snapshot)})
 
     def latest_by_child(self, requester: Requester) -> dict[str, TaskSnapshot]:
         """The newest Task of each of the requester's children."""

@@ -174,9 +174,13 @@ class AsyncSubagentControl:
         """`tasks.drain_notices`, awaited."""
         return await self.run_blocking(self._control.tasks.drain_notices, requester)
 
-    async def usage(self, requester: Requester, child_id: str) -> Usage:
+    async def usage(self, requester: Requester, child_id: str, *, tree: bool = False) -> Usage:
         """`SubagentControl.usage`, awaited (it reads the store)."""
-        return await self.run_blocking(self._control.usage, requester, child_id)
+        return await self.run_blocking(self._control.usage, requester, child_id, tree=tree)
+
+    async def session_usage(self, requester: Requester) -> Usage:
+        """`SubagentControl.session_usage`, awaited (it reads the store)."""
+        return await self.run_blocking(self._control.session_usage, requester)
 
     async def close(self, *, timeout_s: float | None = None) -> None:
         """`SubagentControl.close`, awaited: cancels every activation and waits for it."""

@@ -32,6 +32,7 @@ from controlplane._toolargs import (
     TaskOutputArgs,
     parse_arguments,
 )
+from controlplane._usage_text import usage_text
 from controlplane.aio import AsyncSubagentControl
 from controlplane.contract import (
     AgentHandle,
@@ -299,9 +300,11 @@ class ToolHandlers:
         return ToolResult("\n".join(lines) if lines else "(no tasks)")
 
     def _list_agents(self) -> ToolResult:
+        # SPEC §7's line, then what the child spent when anything was recorded.
         lines = [
             f"{view.child_id} [{'running' if view.running else 'ready'}] — "
             f"{_one_line(view.label or '')}"
+            f"{' — ' + usage_text(view.usage) if view.usage.stored() else ''}"
             for view in self._control.children(self._parent)
         ]
         return ToolResult("\n".join(lines) if lines else "(no subagents)")
@@ -343,7 +346,9 @@ def _output_result(snapshot: TaskSnapshot) -> ToolResult:
 
 def _task_line(task: TaskSnapshot) -> str:
     line = f"{task.id} [{task.status.value}] — {_one_line(task.label)}"
-    return f"{line} (subagent {task.child_id})" if task.child_id else line
+    if task.child_id:
+        line = f"{line} (subagent {task.child_id})"
+    return f"{line} — {usage_text(task.usage)}" if task.usage.stored() else line
 
 
 def _one_line(text: str) -> str:

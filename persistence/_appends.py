@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import exc as sa_exc
 from sqlalchemy import insert
@@ -31,6 +31,7 @@ from persistence._schema import ChildRow, EventRow, sqlite_time
 from persistence._segments import batch_range, decode_segment
 from persistence._segments import seal as seal_rows
 from persistence._task_sql import Fence, Settlement, settle_params
+from persistence._turn_usage import turn_usage, usage_column
 
 if TYPE_CHECKING:
     from persistence._store import SqlStore
@@ -159,23 +160,33 @@ class Appends:
                 if inbox is not None:
                     inbox.answer_steered(cursor, answer_steered)
                 ends_turn = any(p.kind == EventKind.TURN_END for p in pending)
-            if ends_turn:
-                self.seal(cursor, child_id)
+            sealed = self.seal(cursor, child_id) if ends_turn else None
             if settle is not None:
-                cursor.execute(store._settle_sql, settle_params(settle, store._stamp(settle[2])))
+                # The Task's spend, summed from the rows its turn's end just sealed (read
+                # for the seal anyway), goes in with its settlement.
+                if sealed is None:
+                    cursor.execute(sql.open_rows, (child_id,))
+                    sealed = list(cursor.fetchall())
+                spend = usage_column(turn_usage(sealed, pending[-1].turn))
+                cursor.execute(
+                    store._settle_sql, settle_params(settle, store._stamp(settle[2]), spend)
+                )
                 if fence is not None:  # the turn is over: the claim goes with it
                     cursor.execute(store._release_sql, (child_id, fence[1]))
         store._committed()
         return stored_events(pending, first, created_at)
 
-    def seal(self, cursor: DBAPICursor, child_id: str) -> None:
+    def seal(self, cursor: DBAPICursor, child_id: str) -> list[Any]:
         """Move the child's open rows into segments, inside the append that ended a turn
-        (so under the child's lock): a later load reads one row per turn."""
+        (so under the child's lock): a later load reads one row per turn. Returns the rows
+        it sealed (``seq, turn, kind, data, source, created_at, batch_id``)."""
         sql = self._s._sql
         cursor.execute(sql.open_rows, (child_id,))
-        segments = seal_rows(cursor.fetchall())
+        rows = list(cursor.fetchall())
+        segments = seal_rows(rows)
         cursor.executemany(sql.insert_segment, [(child_id, *segment) for segment in segments])
         cursor.execute(sql.delete_sealed, (child_id, segments[-1].last_seq))
+        return rows
 
     def landed(self, cursor: DBAPICursor, child_id: str, batch: str) -> list[SessionEvent]:
         """The events batch ``batch`` wrote, open or sealed since ([] for none).

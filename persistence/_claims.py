@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy.engine.interfaces import DBAPICursor
 
@@ -35,6 +35,7 @@ from persistence._codec import from_json, prepare_events
 from persistence._host_clock import LeaseNow, is_expired
 from persistence._schema import CHILDREN, RUNTIMES, TASKS, utc_time
 from persistence._task_sql import Settlement, TaskStatements, admit_params, settle_params
+from persistence._turn_usage import turn_usage, usage_column
 
 if TYPE_CHECKING:
     from persistence._store import SqlStore
@@ -245,8 +246,12 @@ class Claims:
             return False
         if child_id is None or last is None:
             return True
-        turn = self._open_turn_of(cursor, child_id, task_id)
+        turn, rows = self._open_turn_of(cursor, child_id, task_id)
         if turn is not None:
+            # What the turn wrote so far is what the Task spent (a dead runtime's too).
+            spend = usage_column(turn_usage(rows, turn))
+            if spend is not None:
+                cursor.execute(self._s._spend_sql, (spend, task_id))
             end = {"task_id": task_id, "status": settlement[1].status.value}
             (pending,) = prepare_events([NewEvent(kind=EventKind.TURN_END, turn=turn, data=end)])
             cursor.execute(
@@ -259,17 +264,20 @@ class Claims:
         cursor.execute(self._s._claim_sql.revoke, (child_id, task_id))
         return True
 
-    def _open_turn_of(self, cursor: DBAPICursor, child_id: str, task_id: str) -> int | None:
-        """The turn ``task_id`` opened and never ended, if it is the child's open tail."""
+    def _open_turn_of(
+        self, cursor: DBAPICursor, child_id: str, task_id: str
+    ) -> tuple[int | None, list[Any]]:
+        """The turn ``task_id`` opened and never ended, if it is the child's open tail,
+        and the child's open rows."""
         cursor.execute(self._s._sql.open_rows, (child_id,))
-        rows = cursor.fetchall()
+        rows = list(cursor.fetchall())
         if not rows or rows[-1][2] == EventKind.TURN_END:
-            return None
+            return None, rows
         for _seq, turn, kind, data, *_rest in reversed(rows):
             if kind == EventKind.TURN_START:
                 opened_by = from_json(data).get("task_id") if data else None
-                return int(turn) if opened_by == task_id else None
-        return None
+                return (int(turn) if opened_by == task_id else None), rows
+        return None, rows
 
     def _tail_or_none(
         self, cursor: DBAPICursor, child_id: str | None

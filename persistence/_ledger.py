@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy import delete, exists, func, insert, literal, select, text, update
 
-from controlplane.contract import RuntimeInfo, TaskSnapshot, TaskStatus, utcnow
+from controlplane.contract import RuntimeInfo, TaskSnapshot, TaskStatus, Usage, utcnow
 from persistence._database import Database
 from persistence._host_clock import LeaseNow, boot_seconds
 from persistence._point_reader import PointReader
@@ -33,6 +33,7 @@ from persistence._schema import (
 )
 from persistence._task_snapshots import snapshot_of, snapshot_of_columns
 from persistence._task_sql import Settlement, TaskStatements, admit_params
+from persistence._turn_usage import open_turn_usage
 
 __all__ = ["TaskLedger"]
 
@@ -57,6 +58,13 @@ class TaskLedger:
         self._sql = TaskStatements.build(db.sql.placeholder)
         self._postgres = db.backend.name == "postgresql"
         self._reader = PointReader(db)
+        self._columns = list(TaskRow.__table__.columns)
+
+    def without_spend(self) -> None:
+        """Read a store older than version 7 as it is: its Task rows have no ``spend``
+        (they read as spending nothing)."""
+        self._sql = TaskStatements.build(self._db.sql.placeholder, spend=False)
+        self._columns = [column for column in self._columns if column.name != "spend"]
 
     # -- runtimes --------------------------------------------------------------------
 
@@ -288,7 +296,7 @@ class TaskLedger:
     def owned_by(self, owner_session: str) -> list[TaskSnapshot]:
         """The owner's Tasks, oldest first."""
         query = (
-            select(TaskRow)
+            select(*self._columns)
             .where(TaskRow.owner_session == owner_session)
             .order_by(TaskRow.created_at, TaskRow.task_id)
         )
@@ -298,7 +306,7 @@ class TaskLedger:
         self, owner_session: str | None = None, *, limit: int | None = None
     ) -> list[TaskSnapshot]:
         """Every Task (of ``owner_session`` when given), newest first, at most ``limit``."""
-        query = select(TaskRow).order_by(TaskRow.created_at.desc(), TaskRow.task_id.desc())
+        query = select(*self._columns).order_by(TaskRow.created_at.desc(), TaskRow.task_id.desc())
         if owner_session is not None:
             query = query.where(TaskRow.owner_session == owner_session)
         if limit is not None:
@@ -308,7 +316,7 @@ class TaskLedger:
     def running(self, runtime_ids: Sequence[str]) -> list[TaskSnapshot]:
         """The running Tasks of these runtimes, oldest first."""
         query = (
-            select(TaskRow)
+            select(*self._columns)
             .where(_IS_RUNNING, TaskRow.runtime_id.in_(list(runtime_ids)))
             .order_by(TaskRow.created_at)
         )
@@ -321,7 +329,7 @@ class TaskLedger:
             update(TaskRow)
             .where(TaskRow.owner_session == owner_session, _HAS_NOTICE)
             .values(notice_pending=None)
-            .returning(*TaskRow.__table__.columns)
+            .returning(*self._columns)
         )
 
         def op(_attempt: int) -> list[TaskSnapshot]:
@@ -333,6 +341,21 @@ class TaskLedger:
             )
 
         return self._run("drain notices", op)
+
+    def running_spend(self, task: TaskSnapshot) -> Usage:
+        """What a running Task's turn has written so far, summed from its child's open rows
+        (a Task another runtime runs: its row keeps its spend only once it settles)."""
+        if task.child_id is None:
+            return Usage.zero()
+        child_id, statement = task.child_id, self._db.sql.open_rows
+
+        def op(_attempt: int) -> Usage:
+            with self._db.cursor(write=False) as cursor:
+                cursor.execute(statement, (child_id,))
+                rows = list(cursor.fetchall())
+            return open_turn_usage(rows, task.id)
+
+        return self._run(f"read the spend of task {task.id}", op)
 
     def latest_by_child(self, owner_session: str) -> dict[str, TaskSnapshot]:
         """The newest Task of each of the owner's children."""

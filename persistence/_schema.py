@@ -44,6 +44,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "SEGMENTS",
     "SEGMENTS_SINCE",
+    "SPEND_SINCE",
     "TASKS",
     "Base",
     "ChildRow",
@@ -60,10 +61,13 @@ __all__ = [
     "utc_time",
 ]
 
-SCHEMA_VERSION: Final = 6
+SCHEMA_VERSION: Final = 7
 """The version this code writes. Bump it with a migration in `_MIGRATIONS`."""
 SEGMENTS_SINCE: Final = 3
 """The first version with sealed segments: an older store, read as it is, has none."""
+SPEND_SINCE: Final = 7
+"""The first version whose Task rows keep their spend: an older store, read as it is,
+has none (its Tasks read as spending nothing)."""
 
 CHILDREN: Final = "subagent_children"
 EVENTS: Final = "subagent_events"
@@ -332,6 +336,9 @@ class TaskRow(Base):
     created_at: Mapped[UtcTime]
     settled_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
     notice_pending: Mapped[bool | None] = mapped_column(Boolean)
+    # What the Task's turn spent (a `Usage`'s stored JSON), written with its settlement
+    # (`persistence._turn_usage`); NULL while running, and for nothing spent.
+    spend: Mapped[str | None] = mapped_column(Text)
 
 
 Migration = Callable[[Connection], None]
@@ -412,12 +419,25 @@ def _add_boot_clock(conn: Connection) -> None:
 _ADD_BOOT_CLOCK: Final = f"ALTER TABLE {RUNTIMES} ADD COLUMN heartbeat_boot_s FLOAT"
 
 
+def _add_task_spend(conn: Connection) -> None:
+    """Version 7: a Task row keeps what its turn spent, written with its settlement. Tasks
+    settled before have none (they read as spending nothing; their children's events
+    still hold it)."""
+    present = {column["name"] for column in inspect(conn).get_columns(TASKS)}
+    if "spend" not in present:
+        conn.execute(text(_ADD_TASK_SPEND))
+
+
+_ADD_TASK_SPEND: Final = f"ALTER TABLE {TASKS} ADD COLUMN spend TEXT"
+
+
 _MIGRATIONS: dict[int, Migration] = {
     1: _drop_last_seq,
     2: _add_segments,
     3: _add_tasks,
     4: _partial_task_indexes,
     5: _add_boot_clock,
+    6: _add_task_spend,
 }
 """``_MIGRATIONS[n]`` upgrades a version-``n`` store to version ``n + 1``."""
 

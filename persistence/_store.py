@@ -43,13 +43,14 @@ from persistence._retry import Retrier, RetryListener, RetryPolicy
 from persistence._schema import (
     SCHEMA_VERSION,
     SEGMENTS_SINCE,
+    SPEND_SINCE,
     ChildRow,
     check_schema,
     ensure_schema,
     sqlite_time,
     utc_time,
 )
-from persistence._task_sql import Fence, Settlement, release_sql, settle_sql
+from persistence._task_sql import Fence, Settlement, release_sql, settle_sql, spend_sql
 
 __all__ = ["SqlStore"]
 
@@ -146,6 +147,7 @@ class SqlStore:
         self._version = SCHEMA_VERSION  # what `_open` leaves; `_check` reads the real one
         self._settle_sql = settle_sql(self._sql.placeholder)
         self._release_sql = release_sql(self._sql.placeholder)
+        self._spend_sql = spend_sql(self._sql.placeholder)
         self._claim_sql = ClaimStatements.build(
             self._sql.placeholder, row_locks=self._sql.lock_child is not None
         )
@@ -347,6 +349,8 @@ class SqlStore:
         self._version = version
         if version < SEGMENTS_SINCE:
             self._sql = self._db.sql.without_segments()
+        if version < SPEND_SINCE:
+            self.ledger.without_spend()
 
     def admit_claiming(self, task: TaskSnapshot, *, is_dead: IsDead) -> int | None:
         """Admit a resume's Task and claim its child for the Task's runtime, in one

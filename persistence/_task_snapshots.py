@@ -16,15 +16,18 @@ from sqlalchemy import Row
 from controlplane.contract import ErrorCode, TaskOutcome, TaskSnapshot, TaskStatus
 from persistence._codec import construct
 from persistence._schema import utc_time
+from persistence._turn_usage import stored_usage
 
-__all__ = ["TASK_COLUMNS", "snapshot_of", "snapshot_of_columns"]
+__all__ = ["TASK_COLUMNS", "TASK_COLUMNS_BEFORE_SPEND", "snapshot_of", "snapshot_of_columns"]
 
 TASK_COLUMNS = (
     "task_id, label, owner_session, child_id, runtime_id, status, output, detail, code, "
-    "created_at, settled_at"
+    "created_at, settled_at, spend"
 )
 """What a Task's snapshot is built from, in `snapshot_of_columns`'s order (``kind`` is
 always ``subagent``)."""
+TASK_COLUMNS_BEFORE_SPEND = TASK_COLUMNS.removesuffix(", spend")
+"""The same, for a store older than version 7 read as it is (no ``spend`` column)."""
 
 
 def snapshot_of(row: Row[Any]) -> TaskSnapshot:
@@ -32,6 +35,7 @@ def snapshot_of(row: Row[Any]) -> TaskSnapshot:
     return snapshot_of_columns(
         row.task_id, row.label, row.owner_session, row.child_id, row.runtime_id, row.status,
         row.output, row.detail, row.code, row.created_at, row.settled_at,
+        getattr(row, "spend", None),  # a store older than version 7, read as it is: none
     )  # fmt: skip
 
 
@@ -47,6 +51,7 @@ def snapshot_of_columns(
     code: str | None,
     created_at: object,
     settled_at: object,
+    spend: object = None,
 ) -> TaskSnapshot:
     """A Task's `TASK_COLUMNS` as its frozen snapshot, built without validation: every
     value comes from a row this store wrote from a validated snapshot
@@ -79,6 +84,7 @@ def snapshot_of_columns(
             "created_at": utc_time(created_at),
             "settled_at": settled,
             "ended_at": settled,
+            "usage": stored_usage(spend),
         },
         _SNAPSHOT_SET,
     )

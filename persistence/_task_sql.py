@@ -16,7 +16,7 @@ from typing import Any
 
 from controlplane.contract import TaskOutcome, TaskSnapshot, TaskStatus
 from persistence._schema import CHILDREN, TASKS
-from persistence._task_snapshots import TASK_COLUMNS
+from persistence._task_snapshots import TASK_COLUMNS, TASK_COLUMNS_BEFORE_SPEND
 
 __all__ = [
     "Fence",
@@ -26,6 +26,7 @@ __all__ = [
     "release_sql",
     "settle_params",
     "settle_sql",
+    "spend_sql",
 ]
 
 Settlement = tuple[str, TaskOutcome, datetime]
@@ -42,7 +43,8 @@ def settle_sql(p: str) -> str:
     running Task only, so a settlement is written once whoever tries it."""
     return (
         f"UPDATE {TASKS} SET status = {p}, output = {p}, detail = {p}, code = {p}, "
-        f"settled_at = {p}, notice_pending = {p} WHERE task_id = {p} AND status = {p}"
+        f"settled_at = {p}, notice_pending = {p}, spend = {p} WHERE task_id = {p} "
+        f"AND status = {p}"
     )
 
 
@@ -63,14 +65,17 @@ class TaskStatements:
     """One Task's `TASK_COLUMNS`, by id."""
 
     @classmethod
-    def build(cls, p: str) -> TaskStatements:
-        """The statements with placeholder ``p``."""
+    def build(cls, p: str, *, spend: bool = True) -> TaskStatements:
+        """The statements with placeholder ``p``; without the ``spend`` column for a store
+        older than version 7, read as it is."""
         return cls(
             admit=(
                 f"INSERT INTO {TASKS} (task_id, kind, label, owner_session, child_id, "
                 f"runtime_id, status, created_at) VALUES ({p}, {p}, {p}, {p}, {p}, {p}, {p}, {p})"
             ),
-            task=f"SELECT {TASK_COLUMNS} FROM {TASKS} WHERE task_id = {p}",
+            task=f"SELECT {TASK_COLUMNS} FROM {TASKS} WHERE task_id = {p}"
+            if spend
+            else f"SELECT {TASK_COLUMNS_BEFORE_SPEND} FROM {TASKS} WHERE task_id = {p}",
         )
 
 
@@ -80,9 +85,18 @@ def admit_params(task: TaskSnapshot, stamp: Any) -> tuple[Any, ...]:
             task.runtime_id or "", _RUNNING, stamp)  # fmt: skip
 
 
-def settle_params(settlement: Settlement, stamp: object) -> tuple[Any, ...]:
-    """The parameters of `settle_sql` (``stamp`` is ``settled_at`` as the driver takes it)."""
+def settle_params(
+    settlement: Settlement, stamp: object, spend: str | None = None
+) -> tuple[Any, ...]:
+    """The parameters of `settle_sql` (``stamp`` is ``settled_at`` as the driver takes it,
+    ``spend`` the turn's usage as `persistence._turn_usage.usage_column` writes it)."""
     task_id, outcome, _when = settlement
     code = outcome.code.value if outcome.code is not None else None
-    return (outcome.status.value, outcome.output, outcome.detail, code, stamp, True, task_id,
-            _RUNNING)  # fmt: skip
+    return (outcome.status.value, outcome.output, outcome.detail, code, stamp, True, spend,
+            task_id, _RUNNING)  # fmt: skip
+
+
+def spend_sql(p: str) -> str:
+    """Write a settled Task's spend (takes spend, Task id): a settlement that closed the
+    Task's turn itself sums the turn after the settlement's compare-and-set."""
+    return f"UPDATE {TASKS} SET spend = {p} WHERE task_id = {p}"

@@ -13,7 +13,15 @@ from typing import IO, TYPE_CHECKING, Any, TypeVar
 from pydantic import BaseModel
 
 from controlplane.cli._exit_status import EXIT_NOT_FOUND, EXIT_USAGE, CommandExit
-from controlplane.contract import SessionEvent, escape_controls, utcnow
+from controlplane.contract import (
+    ErrorCode,
+    SessionEvent,
+    SubagentControlError,
+    Usage,
+    escape_controls,
+    usage_of,
+    utcnow,
+)
 
 if TYPE_CHECKING:
     from persistence import SqlStore
@@ -59,22 +67,47 @@ def run_children(args: argparse.Namespace, out: IO[str]) -> None:
     store = _open_store(args.db)
     try:
         children = store.list_children(args.parent)
+        # What each spent over all its turns, from its own events (SPEC §11).
+        spent = {meta.child_id: _spent(store, meta.child_id) for meta in children}
     finally:
         store.close()
+    if args.json:
+        for meta in children:
+            record = meta.model_dump(mode="json") | {
+                "usage": spent[meta.child_id].model_dump(mode="json")
+            }
+            out.write(json.dumps(record) + "\n")
+        return
     _write_list(
         out,
         children,
-        as_json=args.json,
+        as_json=False,
         empty=f"(no children{f' of parent {args.parent}' if args.parent else ''})",
-        header=("CHILD", "PARENT", "DEPTH", "CREATED", "LABEL"),
+        header=("CHILD", "PARENT", "DEPTH", "CREATED", "TOKENS", "CALLS", "COST", "LABEL"),
         row=lambda meta: (
             meta.child_id,
             meta.parent_session,
             str(meta.depth),
             meta.created_at.isoformat(timespec="seconds"),
+            *_usage_cells(spent[meta.child_id]),
             meta.label or "",
         ),
     )
+
+
+def _spent(store: SqlStore, child_id: str) -> Usage:
+    try:
+        return usage_of(store.load(child_id).own_events)
+    except SubagentControlError as exc:
+        if exc.code is ErrorCode.CHILD_NOT_FOUND:
+            return Usage.zero()  # listed, then gone
+        raise
+
+
+def _usage_cells(usage: Usage) -> tuple[str, str, str]:
+    """Tokens (input + output), model calls, and the cost (``-``: no price known)."""
+    cost = "-" if usage.cost is None else f"${usage.cost:,.4f}"
+    return f"{usage.total_tokens:,}", str(usage.model_calls), cost
 
 
 def run_tasks(args: argparse.Namespace, out: IO[str]) -> None:
@@ -88,7 +121,18 @@ def run_tasks(args: argparse.Namespace, out: IO[str]) -> None:
         tasks,
         as_json=args.json,
         empty=f"(no tasks{f' of session {args.owner}' if args.owner else ''})",
-        header=("TASK", "STATUS", "OWNER", "CHILD", "CREATED", "RUNTIME", "LABEL"),
+        header=(
+            "TASK",
+            "STATUS",
+            "OWNER",
+            "CHILD",
+            "CREATED",
+            "RUNTIME",
+            "TOKENS",
+            "CALLS",
+            "COST",
+            "LABEL",
+        ),
         row=lambda task: (
             task.id,
             task.status.value,
@@ -96,6 +140,7 @@ def run_tasks(args: argparse.Namespace, out: IO[str]) -> None:
             task.child_id or "",
             task.created_at.isoformat(timespec="seconds"),
             task.runtime_id or "",
+            *_usage_cells(task.usage),
             task.label,
         ),
     )
@@ -178,7 +223,7 @@ def run_transcript(args: argparse.Namespace, out: IO[str]) -> None:
         escape_controls(
             f"child {meta.child_id}  parent={meta.parent_session}  depth={meta.depth}"
             f"  created={meta.created_at.isoformat()}  events={len(session.events)}"
-            f"  turns={session.last_turn}"
+            f"  turns={session.last_turn}{_spend_header(usage_of(session.own_events))}"
         )
         + "\n"
     )
@@ -187,6 +232,11 @@ def run_transcript(args: argparse.Namespace, out: IO[str]) -> None:
         for e in session.events
     ]
     _write_table(out, ("SEQ", "TURN", "KIND", "SOURCE", "TEXT"), rows)
+
+
+def _spend_header(usage: Usage) -> str:
+    tokens, calls, cost = _usage_cells(usage)
+    return f"  tokens={tokens}  model_calls={calls}  tool_calls={usage.tool_calls}  cost={cost}"
 
 
 def _event_text(event: SessionEvent) -> str:

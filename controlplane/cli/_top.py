@@ -25,7 +25,7 @@ from controlplane.contract import ActorTree, SupervisorNode, escape_controls
 
 __all__ = ["render", "run_top"]
 
-_HEADER: Final = ("CHILD", "STATE", "TASK", "AGE", "HELD", "MAILBOX", "PARENT")
+_HEADER: Final = ("CHILD", "STATE", "TASK", "AGE", "TOKENS", "COST", "HELD", "MAILBOX", "PARENT")
 _ORDER: Final = {"running": 0, "starting": 1, "settling": 2, "busy": 3, "idle": 4}
 _QUIT_KEYS: Final = frozenset(b"qQ")
 _ENTER_SCREEN: Final = "\x1b[?1049h\x1b[?25l"  # alternate screen, cursor hidden
@@ -66,10 +66,17 @@ def _row(node: SupervisorNode) -> tuple[str, ...]:
         node.state,
         node.task_id or "-",
         _age(activation.age_s) if activation is not None else "-",
+        f"{activation.usage.total_tokens:,}" if activation is not None else "-",
+        _cost(activation.usage.cost if activation is not None else None),
         str(node.held_messages),
         str(node.mailbox_depth),
         node.parent_session or "?",
     )
+
+
+def _cost(cost: float | None) -> str:
+    """A cost in USD, or ``-`` where none is known (no price: unknown, not zero)."""
+    return "-" if cost is None else f"${cost:,.4f}"
 
 
 def _age(seconds: float) -> str:

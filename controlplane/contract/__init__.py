@@ -27,6 +27,7 @@ from controlplane.contract._json import (
     seconds_problem,
     storable_text,
 )
+from controlplane.contract._price import Price, Prices
 from controlplane.contract._provider import (
     ProviderRegistry,
     ResumeRequest,
@@ -104,6 +105,8 @@ __all__ = [
     "ModelSelector",
     "NewEvent",
     "Origin",
+    "Price",
+    "Prices",
     "ProviderRegistry",
     "Requester",
     "ResumeRequest",

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime
 from typing import TYPE_CHECKING, Final, Protocol
@@ -22,6 +22,7 @@ from controlplane.contract._descriptor import Descriptor
 from controlplane.contract._errors import ErrorCode, SubagentControlError
 from controlplane.contract._signal import CancelSignal
 from controlplane.contract._task_types import TaskOutcome, TaskSnapshot
+from controlplane.contract._usage import Usage
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
@@ -121,6 +122,11 @@ class ActivationTrace(abc.ABC):
         """A message was handed to the running turn."""
 
     @abc.abstractmethod
+    def model_call(self, input_tokens: int, output_tokens: int) -> None:
+        """A model call's usage was recorded (its server reported tokens): the token
+        usage metric counts it."""
+
+    @abc.abstractmethod
     def end(self, outcome: TaskOutcome | None) -> None:
         """The Task settled with ``outcome`` (None: never admitted). Only the first call
         counts."""
@@ -206,6 +212,11 @@ class TaskService(Protocol):
         once into the activation's record, which owns its status, owner and fence)."""
         ...
 
+    def meter(self, task_id: str, spent: Callable[[], Usage]) -> None:
+        """Read a running Task's ``usage`` from ``spent`` (what its turn has written so
+        far, from any thread) until it settles."""
+        ...
+
 
 _NO_PHASE: Final = contextlib.nullcontext()  # reusable: it holds no state
 
@@ -238,6 +249,9 @@ class _NoTrace(ActivationTrace):
         return None
 
     def steered(self, message: Sequence[TextBlock], source_kind: str) -> None:
+        return None
+
+    def model_call(self, input_tokens: int, output_tokens: int) -> None:
         return None
 
     def end(self, outcome: TaskOutcome | None) -> None:

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from controlplane.contract._agents import AgentHandle
 from controlplane.contract._content import TextBlock
 from controlplane.contract._session import NewEvent
+from controlplane.contract._usage import Usage
 
 __all__ = ["ChildView", "ContinuableStart", "ContinuableStartSpec", "SendResult"]
 
@@ -67,3 +68,7 @@ class ChildView(BaseModel):
     running: bool
     task_id: str | None
     created_at: datetime
+    usage: Usage = Field(default_factory=Usage.zero)
+    """What its Tasks spent (each its turn's, SPEC §11): settled ones as the store keeps
+    them, running ones of this runtime so far. `SubagentControl.usage` reads the
+    transcript itself."""

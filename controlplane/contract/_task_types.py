@@ -6,9 +6,10 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from controlplane.contract._errors import ErrorCode
+from controlplane.contract._usage import Usage
 
 __all__ = ["RuntimeInfo", "TaskNotice", "TaskOutcome", "TaskSnapshot", "TaskStatus"]
 
@@ -50,6 +51,8 @@ class TaskSnapshot(BaseModel):
         runtime_id: The runtime (`SubagentControl.runtime_id`) that ran it.
         settled_at: When it settled (None while running); ``ended_at`` is the same time,
             under its older name.
+        usage: What its activation spent (SPEC §11): while it runs, what its turn has
+            written so far; once settled, what its turn spent, kept with the Task.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -65,6 +68,7 @@ class TaskSnapshot(BaseModel):
     created_at: datetime
     settled_at: datetime | None = None
     ended_at: datetime | None = None
+    usage: Usage = Field(default_factory=Usage.zero)
 
 
 class TaskNotice(BaseModel):

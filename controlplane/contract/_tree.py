@@ -7,6 +7,8 @@ from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from controlplane.contract._usage import Usage
+
 __all__ = [
     "ActivationNode",
     "ActorTree",
@@ -51,6 +53,8 @@ class ActivationNode(BaseModel):
     age_s: float
     fence: int | None = None
     """The fencing number of this runtime's claim on the child (SPEC §9)."""
+    usage: Usage = Field(default_factory=Usage.zero)
+    """What the activation's turn has written so far (SPEC §11)."""
 
 
 class SupervisorNode(BaseModel):
@@ -137,6 +141,12 @@ class ActorTree(BaseModel):
                 pad = "   " if last else "│  "
                 cancel = f" cancel={act.cancel_reason!r}" if act.cancel_reason else ""
                 cancel = (f" fence={act.fence}" if act.fence is not None else "") + cancel
+                spent = act.usage
+                if spent.stored():  # what its turn has written so far, when anything
+                    cost = f" cost=${spent.cost:.4f}" if spent.cost is not None else ""
+                    cancel = (
+                        f" tokens={spent.total_tokens} calls={spent.model_calls}{cost}" + cancel
+                    )
                 lines.append(
                     escape_controls(
                         f"{pad}└─ activation {act.task_id} ({act.kind},"

@@ -25,12 +25,15 @@ from controlplane.telemetry._otel import (
     DETAIL,
     ERROR_TYPE,
     GENAI_PROVIDER,
+    GENAI_SYSTEM,
+    OPERATION,
     OUTCOME,
     PHASES,
     PROVIDER,
     REQUEST_MODEL,
     ROUTE,
     SOURCE,
+    TOKEN_TYPE,
     Api,
     clip,
     error_type,
@@ -50,8 +53,8 @@ class SpanTrace(ActivationTrace):
     `ActivationTrace`). Thread-safe: the supervisor adds steer events while the
     activation's thread runs its phases."""
 
-    __slots__ = ("_api", "_ended", "_lock", "_span", "_started", "_telemetry", "_tracer",
-                 "child_id", "origin", "route", "task_id")  # fmt: skip
+    __slots__ = ("_api", "_ended", "_lock", "_model", "_span", "_started", "_telemetry",
+                 "_tracer", "child_id", "origin", "route", "task_id")  # fmt: skip
 
     def __init__(
         self,
@@ -73,6 +76,8 @@ class SpanTrace(ActivationTrace):
         self._started = time.perf_counter()
         self._lock = threading.Lock()
         self._ended = False
+        # The token metric's attributes: the operation, and the model once described.
+        self._model: dict[str, str] = {OPERATION: "chat"}
 
     def phase(self, name: str, *, current: bool = False) -> _Phase | _NoPhase:
         """A child span around one phase (`PHASES`); ``current`` makes it the thread's
@@ -102,6 +107,12 @@ class SpanTrace(ActivationTrace):
 
     def describe(self, descriptor: Descriptor) -> None:
         """Name the provider and model once the descriptor is known (a resume folds it)."""
+        model = {OPERATION: "chat"}
+        if descriptor.agent_model:
+            model[REQUEST_MODEL] = descriptor.agent_model
+        if descriptor.agent_provider:
+            model[GENAI_PROVIDER] = model[GENAI_SYSTEM] = descriptor.agent_provider
+        self._model = model
         span = self._span
         if span is None:
             return
@@ -111,6 +122,16 @@ class SpanTrace(ActivationTrace):
         if descriptor.agent_provider:
             attributes[GENAI_PROVIDER] = descriptor.agent_provider
         span.set_attributes(attributes)
+
+    def model_call(self, input_tokens: int, output_tokens: int) -> None:
+        """A model call's reported tokens: one ``gen_ai.client.token.usage`` value per
+        token type (``input``, ``output``), as the GenAI semantic conventions record it."""
+        metrics = self._telemetry._metrics
+        if metrics is None:
+            return
+        model = self._model
+        metrics.tokens.record(input_tokens, {**model, TOKEN_TYPE: "input"})
+        metrics.tokens.record(output_tokens, {**model, TOKEN_TYPE: "output"})
 
     def provider_called(self) -> None:
         """``provider.resume`` is being called: the resume latency ends here."""

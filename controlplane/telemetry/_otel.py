@@ -31,6 +31,7 @@ __all__ = [
     "DETAIL",
     "ERROR_TYPE",
     "GENAI_PROVIDER",
+    "GENAI_SYSTEM",
     "INSTRUMENTATION",
     "METRICS",
     "OPERATION",
@@ -45,6 +46,7 @@ __all__ = [
     "SPAN_SEND",
     "SPAN_START",
     "TASK_ID",
+    "TOKEN_TYPE",
     "Api",
     "Instruments",
     "clip",
@@ -76,9 +78,11 @@ METRICS: Final = {
     "subagent.activations.live": ("{activation}", "admitted, not yet settled"),
     "subagent.messages.held": ("{message}", "messages waiting for publication"),
     "subagent.supervisors.live": ("{supervisor}", "child supervisors running"),
+    "gen_ai.client.token.usage": ("{token}", "Measures number of input and output tokens used"),
 }
 """Every metric: its unit and what it counts (three counters, three histograms in seconds,
-three up-down counters)."""
+three up-down counters, and the GenAI semantic conventions' token usage histogram, one
+value per token type per model call)."""
 
 AGENT_ID: Final = "gen_ai.agent.id"
 OPERATION: Final = "gen_ai.operation.name"
@@ -94,6 +98,9 @@ RUNTIME_ID: Final = "subagent.runtime.id"
 CHARS: Final = "subagent.message.chars"
 SOURCE: Final = "subagent.message.source"
 CAUSE: Final = "subagent.retry.cause"
+TOKEN_TYPE: Final = "gen_ai.token.type"
+GENAI_SYSTEM: Final = "gen_ai.system"
+"""The provider's older name in the GenAI conventions, still read by many backends."""
 
 _P = TypeVar("_P")
 
@@ -101,6 +108,9 @@ _DETAIL_LIMIT = 1000
 # Seconds. A steer is ~0.1-1 ms, a resume's hand-off a few ms, a turn seconds to hours.
 _FAST_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
                  0.25, 0.5, 1.0, 2.5, 5.0, 10.0)  # fmt: skip
+# The GenAI semantic conventions' advisory boundaries for gen_ai.client.token.usage.
+_TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304,
+                  16777216, 67108864)  # fmt: skip
 _TURN_BUCKETS = (0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 1800.0, 3600.0,
                  7200.0, 21600.0, 86400.0)  # fmt: skip
 
@@ -186,6 +196,7 @@ class Instruments:
         self.steer_s = _histogram(meter, "subagent.steer.duration", _FAST_BUCKETS)
         self.resume_s = _histogram(meter, "subagent.resume.latency", _FAST_BUCKETS)
         self.activation_s = _histogram(meter, "subagent.activation.duration", _TURN_BUCKETS)
+        self.tokens = _histogram(meter, "gen_ai.client.token.usage", _TOKEN_BUCKETS)
         up_down = meter.create_up_down_counter
         self.live: UpDownCounter = up_down(*_named("subagent.activations.live"))
         self.held: UpDownCounter = up_down(*_named("subagent.messages.held"))
@@ -197,7 +208,7 @@ def _named(name: str) -> tuple[str, str, str]:
     return name, unit, description
 
 
-def _histogram(meter: Any, name: str, buckets: tuple[float, ...]) -> Histogram:
+def _histogram(meter: Any, name: str, buckets: tuple[float, ...] | tuple[int, ...]) -> Histogram:
     histogram: Histogram = meter.create_histogram(
         *_named(name), explicit_bucket_boundaries_advisory=list(buckets)
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,7 +76,9 @@ def test_children_lists_every_child_with_parent_depth_and_label(
     status, out, err = run(capsys, "children", "--db", populated.url)
     assert (status, err) == (EXIT_OK, "")
     lines = out.splitlines()
-    assert lines[0].split() == ["CHILD", "PARENT", "DEPTH", "CREATED", "LABEL"]
+    assert lines[0].split() == [
+        "CHILD", "PARENT", "DEPTH", "CREATED", "TOKENS", "CALLS", "COST", "LABEL"
+    ]  # fmt: skip
     rows = {line.split()[0]: line.split() for line in lines[1:]}
     assert set(rows) == {populated.talker, populated.quiet, populated.other}
     assert rows[populated.other][1:3] == ["parent-2", "1"]
@@ -115,7 +118,9 @@ def test_children_json_prints_one_child_meta_per_line(
 ) -> None:
     status, out, _ = run(capsys, "children", "--db", populated.url, "--json")
     assert status == EXIT_OK
-    metas = [ChildMeta.model_validate_json(line) for line in out.splitlines()]
+    records = [json.loads(line) for line in out.splitlines()]
+    assert all(record.pop("usage")["cost"] is None for record in records)  # spent nothing
+    metas = [ChildMeta.model_validate(record) for record in records]
     assert {m.child_id: m.parent_session for m in metas} == {
         populated.talker: "parent-1",
         populated.quiet: "parent-1",

@@ -43,7 +43,8 @@ def test_tasks_and_runtimes_are_listed_from_the_store_after_the_runtime_closed(
     status, out = run(capsys, "tasks", "--db", store_url)
     assert status == 0
     assert out.splitlines()[0].split() == [
-        "TASK", "STATUS", "OWNER", "CHILD", "CREATED", "RUNTIME", "LABEL"
+        "TASK", "STATUS", "OWNER", "CHILD", "CREATED", "RUNTIME", "TOKENS", "CALLS", "COST",
+        "LABEL",
     ]  # fmt: skip
     assert len(out.splitlines()) == 3
 

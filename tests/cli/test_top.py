@@ -35,9 +35,13 @@ def test_the_view_lists_busy_children_first_with_state_task_age_held_and_mailbox
 
     assert lines[0].startswith("subagent-control top — /tmp/x.sock — ")
     assert lines[0].endswith("2 children: 1 running, 1 idle")
-    assert lines[1].split() == ["CHILD", "STATE", "TASK", "AGE", "HELD", "MAILBOX", "PARENT"]
-    assert lines[2].split() == ["child-busy", "running", "task-7", "1.5s", "1", "2", "parent-1"]
-    assert lines[3].split() == ["child-idle", "idle", "-", "-", "0", "0", "parent-1"]
+    assert lines[1].split() == [
+        "CHILD", "STATE", "TASK", "AGE", "TOKENS", "COST", "HELD", "MAILBOX", "PARENT"
+    ]  # fmt: skip
+    assert lines[2].split() == [
+        "child-busy", "running", "task-7", "1.5s", "0", "-", "1", "2", "parent-1"
+    ]  # fmt: skip
+    assert lines[3].split() == ["child-idle", "idle", "-", "-", "-", "-", "0", "0", "parent-1"]
 
 
 def test_without_a_terminal_top_prints_one_plain_frame_and_exits(

@@ -342,7 +342,11 @@ def test_acall_answers_like_call(rig: Rig) -> None:
     answers = run(scenario)
 
     assert answers[0] == ("the answer\n[status: completed]", False)
-    assert answers[1] == (f"{started.child_id} [ready] — research X", False)
+    # SPEC §7's line, then what the child spent (its one model call reported no tokens).
+    assert answers[1] == (
+        f"{started.child_id} [ready] — research X — 0 tokens, 1 model call",
+        False,
+    )
     assert answers[2][0].startswith(f"{started.task_id} [completed] — research X")
     assert answers[3][1]
     assert answers[3][0].startswith("error [TASK_NOT_FOUND]: ")

@@ -33,6 +33,7 @@ EXPORTS = [
     "MessageSource",
     "ModelSelector",
     "NewEvent",
+    "Price",
     "ResumeRequest",
     "ScriptedModel",
     "SendResult",

@@ -12,7 +12,10 @@ from .conftest import MakeRig, Rig
 
 
 def _notice(snapshot: TaskSnapshot, verb: str, body: str) -> str:
-    return f"subagent task {snapshot.id} ({snapshot.label}) {verb}: {' '.join(body.split())}"
+    # What the turn spent, when it recorded anything (each model call here, no tokens).
+    calls = snapshot.usage.model_calls
+    spent = f" (spent 0 tokens, {calls} model call{'' if calls == 1 else 's'})" if calls else ""
+    return f"subagent task {snapshot.id} ({snapshot.label}) {verb}{spent}: {' '.join(body.split())}"
 
 
 def test_a_finished_task_leaves_one_notice_with_its_output(rig: Rig) -> None:

@@ -142,9 +142,10 @@ def test_list_agents_shows_a_settled_child_as_ready_with_its_start_label(rig: Ri
     rig.settle(first.task_id)
     rig.settle(second.task_id)
 
+    # SPEC §7's line, then what each spent: one model call, whose tokens were not reported.
     assert rig.ok("list_agents", {}).splitlines() == [
-        f"{first.child_id} [ready] — research X",
-        f"{second.child_id} [ready] — write Y",
+        f"{first.child_id} [ready] — research X — 0 tokens, 1 model call",
+        f"{second.child_id} [ready] — write Y — 0 tokens, 1 model call",
     ]
 
 
@@ -368,7 +369,9 @@ def test_after_a_restart_the_tools_find_the_child_in_the_store(make_rig: MakeRig
 
     after = make_rig(["resumed answer"])
 
-    assert after.ok("list_agents", {}) == f"{started.child_id} [ready] — research X"
+    assert after.ok("list_agents", {}) == (
+        f"{started.child_id} [ready] — research X — 0 tokens, 1 model call"  # from the store
+    )
     text = after.ok("send_message", {"subagent_id": started.child_id, "message": "go on"})
     first, task = after.control.tasks.list(after.parent)  # Tasks are kept in the store
     assert first.id == started.task_id
