@@ -252,12 +252,19 @@ class ActivationTranscript:
             self._queued.append(receipt)
             return receipt
 
-    def close(self, end: dict[str, Any] | None, *, settle: Settlement | None = None) -> None:
+    def close(
+        self,
+        end: dict[str, Any] | None,
+        *,
+        settle: Settlement | None = None,
+        seconds: float = 0.0,
+    ) -> None:
         """End the turn: write ``turn/end`` (when published) and refuse later writes.
 
         ``settle``, the Task's settlement, is written in the same transaction as
         ``turn/end`` (so the two never disagree); the caller writes it itself when this
-        raises, or when there is no ``turn/end`` to write.
+        raises, or when there is no ``turn/end`` to write. ``seconds``, the turn's
+        wall-clock time, is added to the child's spend in that transaction too.
 
         Raises:
             SubagentControlError: ``DURABILITY_FAILED`` if ``turn/end`` cannot be written.
@@ -272,7 +279,11 @@ class ActivationTranscript:
                 end_event = NewEvent(kind=EventKind.TURN_END, turn=self._turn, data=end)
                 self._fenced(
                     lambda: self._store.append(
-                        self._child_id, [end_event], settle=settle, fence=self._fence
+                        self._child_id,
+                        [end_event],
+                        settle=settle,
+                        fence=self._fence,
+                        seconds=seconds,
                     )
                 )
             except SubagentControlError as exc:

@@ -5,7 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from controlplane.contract import AgentRegistry, ProviderRegistry, TaskService, Telemetry
+from controlplane.contract import (
+    AgentRegistry,
+    BudgetPort,
+    ProviderRegistry,
+    TaskService,
+    Telemetry,
+)
 
 if TYPE_CHECKING:
     from persistence import SqlStore
@@ -23,6 +29,9 @@ class ActorContext:
     providers: ProviderRegistry
     runtime_id: str = ""
     """This runtime's id: the claims it takes on children name it."""
+    budgets: BudgetPort | None = None
+    """The budgets (SPEC §11): each activation's gate, and the refusal of a resume past
+    a limit. None: nothing is limited."""
 
     @property
     def telemetry(self) -> Telemetry:

@@ -24,6 +24,12 @@ from actors import (
     SpawnChild,
     deliver,
 )
+from controlplane._budgets import (
+    DEFAULT_MAX_TOOL_ROUNDS,
+    DEFAULT_NOTICE_AT,
+    Budgets,
+    check_budget_options,
+)
 from controlplane._exit import close_at_exit, closed
 from controlplane._forwarding import Forwarder
 from controlplane._router import Router
@@ -42,6 +48,7 @@ from controlplane.contract import (
     ActorTree,
     AgentHandle,
     AgentRegistry,
+    Budget,
     CancelSignal,
     ChildView,
     ContinuableStart,
@@ -55,6 +62,7 @@ from controlplane.contract import (
     TaskStatus,
     TextBlock,
     Usage,
+    budget_of,
     requester_session,
     usage_of,
     utcnow,
@@ -112,6 +120,14 @@ class SubagentControl:
             ``subagent.send``, ``subagent.activation`` and its phases); the global provider
             when None. Needs the ``otel`` extra; without an SDK nothing is recorded.
         meter_provider: Where the OpenTelemetry metrics go; the global provider when None.
+        session_budget: A `Budget` for everything one parent session's children and their
+            descendants spend together (README, "Budgets and limits").
+        tree_budget: The `Budget` of a top-level child started without one (it holds for
+            the child with everything it starts).
+        budget_notice_at: The soft threshold: the parent gets one notice when a budget's
+            spend first passes this fraction of a limit; None for no notice.
+        max_tool_rounds: The most tool rounds (replies with tool calls) a turn may run;
+            past it the turn ends ``budget_exhausted``. None for no cap.
     """
 
     def __init__(
@@ -126,7 +142,17 @@ class SubagentControl:
         recent_tasks: int = 1000,
         tracer_provider: TracerProvider | None = None,
         meter_provider: MeterProvider | None = None,
+        session_budget: Budget | None = None,
+        tree_budget: Budget | None = None,
+        budget_notice_at: float | None = DEFAULT_NOTICE_AT,
+        max_tool_rounds: int | None = DEFAULT_MAX_TOOL_ROUNDS,
     ) -> None:
+        session_budget, tree_budget = check_budget_options(
+            session_budget=session_budget,
+            tree_budget=tree_budget,
+            budget_notice_at=budget_notice_at,
+            max_tool_rounds=max_tool_rounds,
+        )
         check_options(
             close_timeout_s=close_timeout_s,
             passivate_after_s=passivate_after_s,
@@ -155,7 +181,15 @@ class SubagentControl:
         self._forwarder: Forwarder | None = None
         self._router: Router | None = None
         self._heartbeat: Heartbeat | None = None
+        self._budgets: Budgets | None = None
         if store is not None:
+            self._budgets = Budgets(
+                store.spend,
+                session_budget=session_budget,
+                tree_budget=tree_budget,
+                notice_at=budget_notice_at,
+                max_tool_rounds=max_tool_rounds,
+            )
             store.on_retry(self._telemetry.store_retry)
             self._runtime = Runtime(self._runtime_id, store, lease_ttl_s=lease_ttl_s)
             if store.inbox is not None:
@@ -175,14 +209,17 @@ class SubagentControl:
         )
         if task_tools:
             self.tasks.attach_surface(TASK_TOOLS_SURFACE)
+        if self._budgets is not None:
+            self.tasks.add_notices(self._budgets.drain)
         self.agents.on_dispose(self._kill_tasks_of)
         self._root: RootActorProxy | None = None
         self._passivator: Passivator | None = None
         if store is not None and self._runtime is not None and self._router is not None:
             self._heartbeat = Heartbeat(self._runtime, store, self.tasks)
             context = ActorContext(
-                store, self.tasks, self.agents, self.providers, runtime_id=self._runtime_id
-            )
+                store, self.tasks, self.agents, self.providers, runtime_id=self._runtime_id,
+                budgets=self._budgets,
+            )  # fmt: skip
             self._root = RootActorProxy(RootActor.start(context, self._routes))
             if passivate_after_s is not None:
                 self._passivator = Passivator(self._root.ref, passivate_after_s)
@@ -197,6 +234,13 @@ class SubagentControl:
         (`STORE_OPTIONS`: ``retry``, ``lock_timeout_s``, ``statement_timeout_s``,
         ``durable_os_crash``, ``pause_gc_on_load``) go to `SqlStore`."""
         store_options = {name: options.pop(name) for name in STORE_OPTIONS if name in options}
+        # Checked before the store exists: a bad budget option leaves nothing behind.
+        check_budget_options(
+            session_budget=options.get("session_budget"),
+            tree_budget=options.get("tree_budget"),
+            budget_notice_at=options.get("budget_notice_at"),
+            max_tool_rounds=options.get("max_tool_rounds"),
+        )
         store = SqlStore(url, **store_options)
         try:
             return cls(store, **options)
@@ -248,7 +292,10 @@ class SubagentControl:
         self.providers.get(spec.provider)
         root = self._require_store()
         parent = spec.parent
-        descriptor, seed, prompt = start_inputs(spec)
+        tree_budget = None
+        if self._budgets is not None and isinstance(parent, AgentHandle) and parent.depth == 0:
+            tree_budget = self._budgets.tree_budget  # a top-level child's default
+        descriptor, seed, prompt = start_inputs(spec, default_budget=tree_budget)
         op.message(prompt)
         self.tasks.require_surface()
         self._check_parent(parent)
@@ -535,3 +582,34 @@ class SubagentControl:
         if loaded.meta.parent_session != session:
             raise unknown
         return usage_of(loaded.own_events)
+
+    def set_budget(self, requester: Requester, child_id: str, budget: Budget | None) -> None:
+        """Replace ``child_id``'s budget (SPEC §11): durable, across runtimes and restarts,
+        over the one its start set; what it has spent so far counts. ``None`` removes it.
+
+        A child its budget stopped can be continued once this gives it room (a send to it
+        is refused ``BUDGET_EXHAUSTED`` until then); its soft notice may come again.
+
+        Args:
+            requester: The child's parent session (its live handle or its session id).
+            child_id: The child.
+            budget: A `Budget` (or a mapping of its limits), or None.
+
+        Raises:
+            SubagentControlError: ``INVALID_INPUT`` for a bad budget or requester;
+                ``CHILD_NOT_FOUND`` for an unknown child or one that is not the
+                requester's (the same error); ``PERSISTENCE_UNAVAILABLE``,
+                ``STORE_UNAVAILABLE``, ``CLOSED``. Nothing changes when it raises.
+        """
+        self._check_open()
+        self._require_store()
+        assert self._budgets is not None  # built with the store
+        session = requester_session(requester)
+        if not isinstance(child_id, str) or not child_id or "\x00" in child_id:
+            budget_of(budget)  # a bad budget is named first, whatever the id
+            raise SubagentControlError(
+                ErrorCode.CHILD_NOT_FOUND,
+                f"no child {child_id!r} for this session; list your children and use one of "
+                "those ids",
+            )
+        self._budgets.set_budget(session, child_id, budget)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import exc as sa_exc
 from sqlalchemy import insert
+from sqlalchemy.engine import Connection
 from sqlalchemy.engine.interfaces import DBAPICursor
 
 from controlplane.contract import (
@@ -72,6 +73,7 @@ class Appends:
                 )
                 if pending:
                     session.flush()  # the header first: the events' foreign key needs it
+                    self._created_spend(session.connection(), meta, pending)
                     session.execute(
                         insert(EventRow),
                         [
@@ -101,6 +103,16 @@ class Appends:
         self._s._committed()
         return stored_events(pending, 1, created_at)
 
+    def _created_spend(
+        self, conn: Connection, meta: ChildMeta, pending: list[PendingEvent]
+    ) -> None:
+        """A new child's budget and what its first events spent, in its creation's
+        transaction (its seed is its parent's history: spent by the parent, not counted)."""
+        spend = self._s.spend
+        cursor = spend.on_connection(conn)
+        spend.created(cursor, meta.child_id, pending)
+        spend.add(cursor, meta.child_id, pending[meta.seed_length :])
+
     def created_by(self, child_id: str, batch: str) -> list[SessionEvent] | None:
         """The events ``create_child`` call ``batch`` wrote, or None if it wrote nothing."""
         with self._s._db.session(write=False) as session:
@@ -120,6 +132,7 @@ class Appends:
         settle: Settlement | None = None,
         fence: Fence | None = None,
         answer_steered: Sequence[tuple[str, str]] = (),
+        seconds: float = 0.0,
     ) -> list[SessionEvent]:
         store = self._s
         sql = store._sql
@@ -159,6 +172,9 @@ class Appends:
                 if inbox is not None:
                     inbox.answer_steered(cursor, answer_steered)
                 ends_turn = any(p.kind == EventKind.TURN_END for p in pending)
+            # What these events spent, counted for the child and every scope above it in
+            # this same transaction (nothing when they record no usage).
+            store.spend.add(cursor, child_id, pending, seconds=seconds)
             if ends_turn:
                 self.seal(cursor, child_id)
             if settle is not None:

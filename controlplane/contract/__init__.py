@@ -10,6 +10,20 @@ interfaces here (the Protocols `TaskService` and `Telemetry`, the abstract
 """
 
 from controlplane.contract._agents import AgentHandle, AgentRegistry
+from controlplane.contract._budget import (
+    BUDGET_EXHAUSTED_STATUS,
+    LIMITS,
+    MODEL_CALL,
+    TOOL_CALL,
+    TOOL_ROUND,
+    Budget,
+    BudgetPort,
+    SpendGate,
+    Spent,
+    TurnGate,
+    budget_of,
+    limit_text,
+)
 from controlplane.contract._content import (
     ContentBlock,
     MessageSource,
@@ -79,7 +93,12 @@ from controlplane.contract._tree import (
 from controlplane.contract._usage import USAGE, USAGE_REPORTED, Usage, usage_data, usage_of
 
 __all__ = [
+    "BUDGET_EXHAUSTED_STATUS",
+    "LIMITS",
+    "MODEL_CALL",
     "NO_TRACE",
+    "TOOL_CALL",
+    "TOOL_ROUND",
     "USAGE",
     "USAGE_REPORTED",
     "ActivationNode",
@@ -87,6 +106,8 @@ __all__ = [
     "ActorTree",
     "AgentHandle",
     "AgentRegistry",
+    "Budget",
+    "BudgetPort",
     "CancelSignal",
     "ChildMeta",
     "ChildView",
@@ -110,6 +131,8 @@ __all__ = [
     "RuntimeInfo",
     "SendResult",
     "SessionEvent",
+    "SpendGate",
+    "Spent",
     "StartRequest",
     "StopReason",
     "SubagentControlError",
@@ -126,11 +149,14 @@ __all__ = [
     "Telemetry",
     "TextBlock",
     "TranscriptWriter",
+    "TurnGate",
     "Usage",
+    "budget_of",
     "count_problem",
     "dumps",
     "escape_controls",
     "fold_descriptor",
+    "limit_text",
     "plain_json",
     "requester_session",
     "seconds_problem",
