@@ -13,9 +13,11 @@ from controlplane.contract import (
     EventKind,
     MessageSource,
     NewEvent,
+    Spent,
     SubagentControlError,
     TextBlock,
     plain_json,
+    spent_in,
     text_of,
 )
 
@@ -23,6 +25,8 @@ if TYPE_CHECKING:
     from persistence import Fence, Settlement, SqlStore
 
 __all__ = ["ActivationTranscript", "SteeringReceipt", "message_data"]
+
+_NOTHING = Spent()
 
 
 def message_data(message: Sequence[TextBlock]) -> dict[str, Any]:
@@ -145,6 +149,14 @@ class ActivationTranscript:
                     f"turn {self._turn} of child {self._child_id} has ended; nothing was written",
                     child_id=self._child_id,
                 )
+
+    def held_spend(self) -> Spent:
+        """What the run's events held until publication record spending: the store counts
+        them only once they are written (a budget's gate adds them meanwhile)."""
+        with self._lock:
+            if not self._held:
+                return _NOTHING
+            return spent_in([event.data for event in self._held]) or _NOTHING
 
     # -- the control plane's side ----------------------------------------------------
 

@@ -183,7 +183,7 @@ class ActivationActor(Actor):
             raise _Settle(failed(_conflict(plan.child_id), ErrorCode.OWNERSHIP_CONFLICT))
         provider = self._provider(plan.descriptor)
         transcript = self._transcript(turn=1)
-        gate = self._gate(plan.descriptor.budget)
+        gate = self._gate(plan.descriptor.budget, transcript)
         now = utcnow()
         seed = [
             SessionEvent(seq=i, turn=0, kind=e.kind, data=e.data, source=e.source, created_at=now)
@@ -246,7 +246,7 @@ class ActivationActor(Actor):
             )
         provider = self._provider(descriptor)
         transcript = self._transcript(turn=last_turn + 1)
-        gate = self._gate(descriptor.budget)
+        gate = self._gate(descriptor.budget, transcript)
         # Not validated again: every value is ours and typed, and validating would visit each
         # of a long transcript's events once more (an isinstance each, cold in cache).
         request = ResumeRequest.model_construct(
@@ -263,7 +263,7 @@ class ActivationActor(Actor):
         )
         return _Prepared(provider, request, transcript, self._frame(transcript), None, gate)
 
-    def _gate(self, own: Budget | None) -> TurnGate | None:
+    def _gate(self, own: Budget | None, transcript: ActivationTranscript) -> TurnGate | None:
         """The run's spend gate (SPEC §11), or None when the control plane has no budgets."""
         budgets = self._ctx.budgets
         if budgets is None:
@@ -275,6 +275,7 @@ class ActivationActor(Actor):
             task_id=plan.task_id,
             label=plan.label,
             own=own,
+            held=transcript.held_spend,
         )
 
     def _spent(self, gate: TurnGate | None, outcome: TaskOutcome) -> TaskOutcome:

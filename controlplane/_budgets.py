@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from datetime import datetime
 from typing import Final
 
@@ -104,10 +105,17 @@ class Budgets:
     # -- the actors' side (`BudgetPort`) ------------------------------------------------
 
     def gate(
-        self, *, child_id: str, parent_session: str, task_id: str, label: str, own: Budget | None
+        self,
+        *,
+        child_id: str,
+        parent_session: str,
+        task_id: str,
+        label: str,
+        own: Budget | None,
+        held: Callable[[], Spent],
     ) -> _Gate:
         """The gate of one activation (see the module docstring)."""
-        return _Gate(self, child_id, parent_session, task_id, label, own)
+        return _Gate(self, child_id, parent_session, task_id, label, own, held)
 
     def check_resume(self, child_id: str) -> None:
         """Refuse to resume a child with a limit of its scopes reached (any limit: its
@@ -178,8 +186,10 @@ class _Gate:
         task_id: str,
         label: str,
         own: Budget | None,
+        held: Callable[[], Spent],
     ) -> None:
         self._budgets = budgets
+        self._held = held
         self._spend = budgets._spend
         self._child_id = child_id
         self._parent_session = parent_session
@@ -227,8 +237,11 @@ class _Gate:
 
     def _evaluate(self, names: tuple[str, ...]) -> None:
         scopes = self._chain()
+        # Held first: if publication writes them between the two reads, they count twice
+        # (a stop one call early), never not at all.
+        held = self._held()
         rows = self._spend.read(scopes)
-        elapsed = self.elapsed_s()
+        elapsed = Spent(seconds=self.elapsed_s())
         limited = False
         for index, scope in enumerate(scopes):
             row = rows.get(scope)
@@ -240,10 +253,7 @@ class _Gate:
             if budget is None:
                 continue
             limited = True
-            base = row.spent if row is not None else Spent()
-            spent = Spent(
-                base.tokens, base.cost, base.model_calls, base.tool_calls, base.seconds + elapsed
-            )
+            spent = (row.spent if row is not None else Spent()) + held + elapsed
             reached = spent.reached(budget, names) if names else None
             if reached is not None:
                 self._limited = True

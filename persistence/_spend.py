@@ -32,6 +32,7 @@ from controlplane.contract import (
     Spent,
     TaskNotice,
     TaskStatus,
+    spent_in,
     utcnow,
 )
 from persistence._codec import PendingEvent
@@ -105,11 +106,9 @@ class _Statements:
                 f"budget, warned) VALUES ({p}, 0, 0, 0, 0, 0, {p}, 0) ON CONFLICT (scope) "
                 f"DO UPDATE SET budget = excluded.budget, warned = 0"
             ),
-            warn=(
-                f"INSERT INTO {SPEND} (scope, tokens, cost, model_calls, tool_calls, seconds, "
-                f"warned) VALUES ({p}, 0, 0, 0, 0, 0, 1) ON CONFLICT (scope) DO UPDATE SET "
-                f"warned = 1 WHERE {SPEND}.warned = 0"
-            ),
+            # An UPDATE, not an upsert: a scope with no row has spent nothing stored yet
+            # (a child not yet published), and its row must come with its budget.
+            warn=f"UPDATE {SPEND} SET warned = 1 WHERE scope = {p} AND warned = 0",
             claim_task=f"SELECT claim_task FROM {CHILDREN} WHERE child_id = {p}",
             task_label=f"SELECT label FROM {TASKS} WHERE task_id = {p}",
             notice=(
@@ -158,7 +157,7 @@ class SpendLedger:
         """Count what ``pending`` (a child's own events) records, and ``seconds``, for
         every scope of the child, in the caller's transaction. Writes nothing when they
         record no spend."""
-        spent = _spent_in(pending, seconds)
+        spent = spent_in([event.data for event in pending], seconds)
         if spent is None:
             return
         scopes = self._chain(cursor, child_id)
@@ -337,36 +336,6 @@ class SpendLedger:
     def _run(self, action: str, operation: Callable[[int], T]) -> T:
         result: T = self._runner(action, operation)
         return result
-
-
-def _spent_in(pending: Sequence[PendingEvent], seconds: float) -> Spent | None:
-    tokens = model_calls = tool_calls = 0
-    cost = 0.0
-    found = False
-    for event in pending:
-        data = event.data
-        if data.__class__ is not dict:
-            continue
-        usage = data.get("usage")
-        if usage.__class__ is not dict:
-            continue
-        counts = [usage.get(name, 0) for name in _COUNTED]
-        if not all(n.__class__ is int and n >= 0 for n in counts):
-            continue  # not a usage we wrote (`usage_of` skips it too)
-        priced = usage.get("cost", 0)
-        if isinstance(priced, bool) or not isinstance(priced, int | float) or priced < 0:
-            priced = 0
-        tokens += counts[0] + counts[1]
-        model_calls += counts[2]
-        tool_calls += counts[3]
-        cost += float(priced)
-        found = True
-    if not found and not seconds:
-        return None
-    return Spent(tokens, cost, model_calls, tool_calls, float(seconds))
-
-
-_COUNTED: Final = ("input_tokens", "output_tokens", "model_calls", "tool_calls")
 
 
 def _scope_spend(row: Sequence[Any]) -> ScopeSpend:

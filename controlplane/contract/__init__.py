@@ -23,6 +23,7 @@ from controlplane.contract._budget import (
     TurnGate,
     budget_of,
     limit_text,
+    spent_in,
 )
 from controlplane.contract._content import (
     ContentBlock,
@@ -160,6 +161,7 @@ __all__ = [
     "plain_json",
     "requester_session",
     "seconds_problem",
+    "spent_in",
     "storable_text",
     "text_of",
     "usage_data",

@@ -15,7 +15,7 @@ passes a limit by at most one call per activation running at that moment.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Protocol, runtime_checkable
 
@@ -36,6 +36,7 @@ __all__ = [
     "TurnGate",
     "budget_of",
     "limit_text",
+    "spent_in",
 ]
 
 BUDGET_EXHAUSTED_STATUS: Final = "budget_exhausted"
@@ -163,6 +164,15 @@ class Spent:
     tool_calls: int = 0
     seconds: float = 0.0
 
+    def __add__(self, other: Spent) -> Spent:
+        return Spent(
+            self.tokens + other.tokens,
+            self.cost + other.cost,
+            self.model_calls + other.model_calls,
+            self.tool_calls + other.tool_calls,
+            self.seconds + other.seconds,
+        )
+
     def reached(self, budget: Budget, names: tuple[str, ...] = LIMITS) -> str | None:
         """The first limit among ``names`` this spend has reached (spent >= limit), named
         with its spend (`limit_text`); None while every one leaves room."""
@@ -181,6 +191,38 @@ class Spent:
                 amount = f"{_number(spent)} of {_number(limit)}"
                 return f"{share} of its {_NOUNS[name]} budget ({amount})"
         return None
+
+
+_COUNTED: Final = ("input_tokens", "output_tokens", "model_calls", "tool_calls")
+
+
+def spent_in(datas: Iterable[object], seconds: float = 0.0) -> Spent | None:
+    """What events whose ``data`` are ``datas`` record spending (their ``data["usage"]``),
+    plus ``seconds``; None when they record nothing. An entry that is not a usage this
+    code wrote is skipped, as `usage_of` skips it."""
+    tokens = model_calls = tool_calls = 0
+    cost = 0.0
+    found = False
+    for data in datas:
+        if data.__class__ is not dict:
+            continue
+        usage = data.get("usage")
+        if usage.__class__ is not dict:
+            continue
+        counts = [usage.get(name, 0) for name in _COUNTED]
+        if not all(n.__class__ is int and n >= 0 for n in counts):
+            continue
+        priced = usage.get("cost", 0)
+        if isinstance(priced, bool) or not isinstance(priced, int | float) or not priced >= 0:
+            priced = 0
+        tokens += counts[0] + counts[1]
+        model_calls += counts[2]
+        tool_calls += counts[3]
+        cost += float(priced)
+        found = True
+    if not found and not seconds:
+        return None
+    return Spent(tokens, cost, model_calls, tool_calls, float(seconds))
 
 
 def limit_text(name: str, limit: float, spent: float) -> str:
@@ -230,10 +272,18 @@ class BudgetPort(Protocol):
     """The budgets as the actors use them (built by the control plane)."""
 
     def gate(
-        self, *, child_id: str, parent_session: str, task_id: str, label: str, own: Budget | None
+        self,
+        *,
+        child_id: str,
+        parent_session: str,
+        task_id: str,
+        label: str,
+        own: Budget | None,
+        held: Callable[[], Spent],
     ) -> TurnGate:
-        """The gate of one activation of ``child_id`` (``own``: its descriptor's budget,
-        which holds until the store has the child's own)."""
+        """The gate of one activation of ``child_id``. ``own``: its descriptor's budget,
+        which holds until the store has the child's own; ``held()``: what its run has
+        spent that the store does not count yet (writes held until publication)."""
         ...
 
     def check_resume(self, child_id: str) -> None:

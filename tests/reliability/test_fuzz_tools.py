@@ -131,6 +131,12 @@ def calls_of(name: str) -> st.SearchStrategy[tuple[str, dict[str, Any]]]:
         "task_kill": st.fixed_dictionaries({"task_id": identifier}),
         "task_list": st.just({}),
         "list_agents": st.just({}),
+        "set_budget": st.fixed_dictionaries(
+            {"subagent_id": identifier},
+            optional={
+                limit: numbers for limit in ("tokens", "cost", "model_calls", "tool_calls")
+            },
+        ),
     }
     own = fields[name]
     return st.tuples(st.just(name), mostly(own, argument_dicts()))
