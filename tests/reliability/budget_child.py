@@ -58,7 +58,7 @@ def main(url: str, name: str, children: int, limit: int) -> None:
                 label=f"{name}-{n}",
                 prompt=[TextBlock(text="go")],
                 parent=parent,
-            )  # fmt: skip
+            )
             for n in range(children)
         ]
         started = [control.start_continuable(spec) for spec in specs]
