@@ -133,9 +133,7 @@ def calls_of(name: str) -> st.SearchStrategy[tuple[str, dict[str, Any]]]:
         "list_agents": st.just({}),
         "set_budget": st.fixed_dictionaries(
             {"subagent_id": identifier},
-            optional={
-                limit: numbers for limit in ("tokens", "cost", "model_calls", "tool_calls")
-            },
+            optional={limit: numbers for limit in ("tokens", "cost", "model_calls", "tool_calls")},
         ),
     }
     own = fields[name]
