@@ -169,6 +169,24 @@ def test_a_cost_budget_stops_the_run_once_the_priced_calls_reach_it(opened: Open
     assert_exhausted(snapshot, "cost budget of 1 spent: 1.2")
 
 
+def test_a_seconds_budget_counts_the_running_turn_and_then_every_ended_one(opened: Open) -> None:
+    # Each call takes 0.6 s (the model's latency, cut short by a kill): the first starts at
+    # once, well within 0.3 s; the second would start past it.
+    model = ScriptedModel([LOOK, LOOK, "done"], delay_s=0.6)
+    control = opened(model, [Looks().tool])
+    parent = control.agents.register("parent-1")
+
+    child_id, snapshot = start(control, parent, Budget(seconds=0.3))
+
+    assert model.call_count == 1
+    assert_exhausted(snapshot, "wall-clock seconds budget of 0.3 spent: ")
+    # The ended turn's time is in the store: the next turn could not even begin.
+    with pytest.raises(SubagentControlError) as caught:
+        control.send_message(parent, child_id, [TextBlock(text="more")])
+    assert caught.value.code is ErrorCode.BUDGET_EXHAUSTED
+    assert "wall-clock seconds budget of 0.3" in caught.value.message
+
+
 def test_a_run_within_its_budget_completes_and_its_turn_ends_as_usual(opened: Open) -> None:
     model = ScriptedModel([LOOK, "done"], usage=SPEND_60)
     control = opened(model, [Looks().tool])
@@ -333,6 +351,29 @@ def test_the_soft_notice_comes_once_across_a_restart(opened: Open) -> None:
         TaskStatus.COMPLETED
     )
     assert budget_notices(second, parent) == []  # still past 80%: never told twice
+
+
+def test_a_session_budgets_soft_notice_goes_to_the_session_naming_the_task_that_crossed(
+    opened: Open,
+) -> None:
+    control = opened(
+        ScriptedModel(["one"], usage=Usage(input_tokens=45)), session_budget={"tokens": 100}
+    )
+    parent = control.agents.register("parent-1")
+    _first, _ = start(control, parent)
+    assert budget_notices(control, parent) == []
+    second, crossing = start(control, parent)
+
+    notices = [n for n in control.tasks.drain_notices(parent) if n.summary.startswith("budget")]
+
+    assert [(n.task_id, n.child_id, n.summary) for n in notices] == [
+        (
+            crossing.id,
+            second,
+            "budget notice: session parent-1 (its subagents together) has spent 90% of its "
+            "token budget (90 of 100)",
+        )
+    ]
 
 
 def test_no_soft_notice_when_it_is_turned_off(opened: Open) -> None:
