@@ -86,6 +86,7 @@ class _Statements:
     notice: str
     noticed: str
     drain: str
+    read_prefix: str
     p: str
 
     @classmethod
@@ -120,15 +121,17 @@ class _Statements:
                 f"DELETE FROM {SPEND_NOTICES} WHERE owner_session = {p} "
                 f"RETURNING task_id, child_id, label, summary, created_at, notice_id"
             ),
+            read_prefix=(
+                f"SELECT scope, tokens, cost, model_calls, tool_calls, seconds, budget, warned "
+                f"FROM {SPEND} WHERE scope IN ("
+            ),
             p=p,
         )
 
     def read(self, count: int) -> str:
+        # Only placeholders join the statement: one per scope of the chain.
         marks = ", ".join([self.p] * count)
-        return (
-            f"SELECT scope, tokens, cost, model_calls, tool_calls, seconds, budget, warned "
-            f"FROM {SPEND} WHERE scope IN ({marks})"
-        )
+        return self.read_prefix + marks + ")"
 
 
 class SpendLedger:
