@@ -355,7 +355,6 @@ class SpendRow(Base):
     """
 
     __tablename__ = SPEND
-
     scope: Mapped[str] = mapped_column(String(220), primary_key=True)
     tokens: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
     cost: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")

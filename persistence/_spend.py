@@ -78,6 +78,8 @@ class ScopeSpend:
 @dataclass(frozen=True, slots=True)
 class _Statements:
     parent: str
+    add_head: str
+    add_row: str
     add: str
     set_budget: str
     warn: str
@@ -93,9 +95,13 @@ class _Statements:
     def build(cls, p: str) -> _Statements:
         return cls(
             parent=f"SELECT parent_session FROM {CHILDREN} WHERE child_id = {p}",
-            add=(
+            add_head=(
                 f"INSERT INTO {SPEND} (scope, tokens, cost, model_calls, tool_calls, seconds, "
-                f"warned) VALUES ({p}, {p}, {p}, {p}, {p}, {p}, 0) ON CONFLICT (scope) DO "
+                f"warned) VALUES "
+            ),
+            add_row=f"({p}, {p}, {p}, {p}, {p}, {p}, 0)",
+            add=(
+                f" ON CONFLICT (scope) DO "
                 f"UPDATE SET tokens = {SPEND}.tokens + excluded.tokens, "
                 f"cost = {SPEND}.cost + excluded.cost, "
                 f"model_calls = {SPEND}.model_calls + excluded.model_calls, "
@@ -128,6 +134,12 @@ class _Statements:
             p=p,
         )
 
+    def add_all(self, count: int) -> str:
+        """One upsert of ``count`` scopes' rows: one statement, one round trip (PostgreSQL
+        runs an ``executemany`` as one round trip per row)."""
+        # Only placeholders join the statement: one row of them per scope.
+        return self.add_head + ", ".join([self.add_row] * count) + self.add
+
     def read(self, count: int) -> str:
         # Only placeholders join the statement: one per scope of the chain.
         marks = ", ".join([self.p] * count)
@@ -146,6 +158,7 @@ class SpendLedger:
         self._text_times = db.backend.text_times
         self._lock = threading.Lock()
         self._chains: dict[str, tuple[str, ...]] = {}
+        self._adds: dict[int, str] = {}  # the upsert of a chain of n scopes
 
     # -- inside an append's transaction ---------------------------------------------------
 
@@ -165,7 +178,12 @@ class SpendLedger:
             return
         scopes = self._chain(cursor, child_id)
         row = (spent.tokens, spent.cost, spent.model_calls, spent.tool_calls, spent.seconds)
-        cursor.executemany(self._sql.add, [(scope, *row) for scope in scopes])
+        statement = self._adds.get(len(scopes))
+        if statement is None:
+            statement = self._adds[len(scopes)] = self._sql.add_all(len(scopes))
+        # A chain runs from the child up to its session, so two appends' chains share their
+        # rows in one order (their common ancestors, top-level last): no lock cycle.
+        cursor.execute(statement, [value for scope in scopes for value in (scope, *row)])
 
     def created(self, cursor: Cursor, child_id: str, pending: Sequence[PendingEvent]) -> None:
         """A new child's budget, from its descriptor among ``pending``, in the transaction
