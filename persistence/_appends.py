@@ -150,6 +150,7 @@ class Appends:
             stamp = sqlite_time(created_at) if store._db.backend.text_times else created_at
             # Forwarded steers' answers commit with their records, together or not at all.
             inbox = store.inbox if answer_steered else None  # there: `append` checked
+            counted = False  # the spend, by the statement that inserted its event
             if len(pending) == 1:  # a steer's record, a message: the common case, kept lean
                 p = pending[0]
                 row = (child_id, first, p.turn, p.kind, p.data_json, p.source_json, batch, stamp)
@@ -157,7 +158,11 @@ class Appends:
                     # One record and its answer: one statement for both.
                     inbox.insert_answering(cursor, sql.insert, row, answer_steered[0])
                 else:
-                    cursor.execute(sql.insert, row)  # execute costs less than executemany
+                    counted = store.spend.insert_counting(
+                        cursor, child_id, p, sql.insert, row, seconds
+                    )
+                    if not counted:
+                        cursor.execute(sql.insert, row)  # execute costs less than executemany
                     if inbox is not None:
                         inbox.answer_steered(cursor, answer_steered)
                 ends_turn = p.kind == EventKind.TURN_END
@@ -174,7 +179,8 @@ class Appends:
                 ends_turn = any(p.kind == EventKind.TURN_END for p in pending)
             # What these events spent, counted for the child and every scope above it in
             # this same transaction (nothing when they record no usage).
-            store.spend.add(cursor, child_id, pending, seconds=seconds)
+            if not counted:
+                store.spend.add(cursor, child_id, pending, seconds=seconds)
             if ends_turn:
                 self.seal(cursor, child_id)
             if settle is not None:

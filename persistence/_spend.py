@@ -159,6 +159,8 @@ class SpendLedger:
         self._lock = threading.Lock()
         self._chains: dict[str, tuple[str, ...]] = {}
         self._adds: dict[int, str] = {}  # the upsert of a chain of n scopes
+        self._rides: dict[tuple[str, int], str] = {}  # an event's insert with that upsert
+        self._one_trip = db.backend.name == "postgresql"
 
     # -- inside an append's transaction ---------------------------------------------------
 
@@ -184,6 +186,36 @@ class SpendLedger:
         # A chain runs from the child up to its session, so two appends' chains share their
         # rows in one order (their common ancestors, top-level last): no lock cycle.
         cursor.execute(statement, [value for scope in scopes for value in (scope, *row)])
+
+    def insert_counting(
+        self,
+        cursor: Cursor,
+        child_id: str,
+        event: PendingEvent,
+        insert: str,
+        row: Sequence[Any],
+        seconds: float = 0.0,
+    ) -> bool:
+        """PostgreSQL: insert one event (``insert`` with ``row``) and count what it spent in
+        one statement, a data-modifying CTE: one round trip, not two, on the path of every
+        model call's append. False (nothing done) on SQLite, where a statement costs no
+        round trip, and for an event that records no spend: the caller inserts it itself
+        and calls `add`."""
+        if not self._one_trip:
+            return False
+        spent = spent_in([event.data], seconds)
+        if spent is None:
+            return False
+        scopes = self._chain(cursor, child_id)
+        key = (insert, len(scopes))
+        statement = self._rides.get(key)
+        if statement is None:
+            # The event's own INSERT, then the upsert: only our statements and placeholders.
+            statement = "WITH written AS (" + insert + ") " + self._sql.add_all(len(scopes))
+            self._rides[key] = statement
+        counts = (spent.tokens, spent.cost, spent.model_calls, spent.tool_calls, spent.seconds)
+        cursor.execute(statement, [*row, *(v for scope in scopes for v in (scope, *counts))])
+        return True
 
     def created(self, cursor: Cursor, child_id: str, pending: Sequence[PendingEvent]) -> None:
         """A new child's budget, from its descriptor among ``pending``, in the transaction
