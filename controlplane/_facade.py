@@ -343,7 +343,9 @@ class SubagentControl:
         Raises:
             SubagentControlError: the message was not delivered (``NOT_DELIVERED``,
                 ``TASK_NOT_FOUND``, ``OWNERSHIP_CONFLICT``, ``UNAUTHORIZED``,
-                ``INVALID_INPUT``, ``CLOSED``, ``PERSISTENCE_UNAVAILABLE``), except
+                ``INVALID_INPUT``, ``CLOSED``, ``PERSISTENCE_UNAVAILABLE``;
+                ``BUDGET_EXHAUSTED`` for an idle child with a limit of its budget, an
+                ancestor's or its session's reached: raise it with `set_budget`), except
                 ``DURABILITY_FAILED``: the running turn has it, the transcript may not
                 (forwarded to another runtime while the store failed past its bound:
                 the turn may have it; look in the transcript before sending it again).
