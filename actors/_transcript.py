@@ -13,10 +13,12 @@ from controlplane.contract import (
     EventKind,
     MessageSource,
     NewEvent,
+    Spent,
     SubagentControlError,
     TextBlock,
     Usage,
     plain_json,
+    spent_in,
     text_of,
 )
 
@@ -25,6 +27,8 @@ if TYPE_CHECKING:
     from persistence import Fence, Settlement, SqlStore
 
 __all__ = ["ActivationTranscript", "SteeringReceipt", "message_data"]
+
+_NOTHING = Spent()
 
 
 def message_data(message: Sequence[TextBlock]) -> dict[str, Any]:
@@ -154,6 +158,14 @@ class ActivationTranscript:
                     child_id=self._child_id,
                 )
 
+    def held_spend(self) -> Spent:
+        """What the run's events held until publication record spending: the store counts
+        them only once they are written (a budget's gate adds them meanwhile)."""
+        with self._lock:
+            if not self._held:
+                return _NOTHING
+            return spent_in([event.data for event in self._held]) or _NOTHING
+
     # -- the control plane's side ----------------------------------------------------
 
     def frame(
@@ -262,12 +274,19 @@ class ActivationTranscript:
             self._queued.append(receipt)
             return receipt
 
-    def close(self, end: dict[str, Any] | None, *, settle: Settlement | None = None) -> None:
+    def close(
+        self,
+        end: dict[str, Any] | None,
+        *,
+        settle: Settlement | None = None,
+        seconds: float = 0.0,
+    ) -> None:
         """End the turn: write ``turn/end`` (when published) and refuse later writes.
 
         ``settle``, the Task's settlement, is written in the same transaction as
         ``turn/end`` (so the two never disagree); the caller writes it itself when this
-        raises, or when there is no ``turn/end`` to write.
+        raises, or when there is no ``turn/end`` to write. ``seconds``, the turn's
+        wall-clock time, is added to the child's spend in that transaction too.
 
         Raises:
             SubagentControlError: ``DURABILITY_FAILED`` if ``turn/end`` cannot be written.
@@ -282,7 +301,11 @@ class ActivationTranscript:
                 end_event = NewEvent(kind=EventKind.TURN_END, turn=self._turn, data=end)
                 self._fenced(
                     lambda: self._store.append(
-                        self._child_id, [end_event], settle=settle, fence=self._fence
+                        self._child_id,
+                        [end_event],
+                        settle=settle,
+                        fence=self._fence,
+                        seconds=seconds,
                     )
                 )
             except SubagentControlError as exc:

@@ -27,6 +27,8 @@ from actors._transcript import ActivationTranscript, message_data
 from actors.context import ActorContext
 from actors.messages import ActivationEnded, ActivationPlan, Published, Settling
 from controlplane.contract import (
+    BUDGET_EXHAUSTED_STATUS,
+    Budget,
     ChildMeta,
     Descriptor,
     ErrorCode,
@@ -42,6 +44,7 @@ from controlplane.contract import (
     SubagentRun,
     TaskOutcome,
     TaskStatus,
+    TurnGate,
     fold_descriptor,
     text_of,
     utcnow,
@@ -67,6 +70,7 @@ class _Prepared:
     transcript: ActivationTranscript
     frame: list[NewEvent]
     header: ChildMeta | None
+    gate: TurnGate | None
 
 
 class ActivationActor(Actor):
@@ -131,7 +135,7 @@ class ActivationActor(Actor):
             published = framed = True
             plan.trace.published()
             self._tell(Published(task_id=plan.task_id, run=run, transcript=prepared.transcript))
-            outcome = self._await_result(run)
+            outcome = self._spent(prepared.gate, self._await_result(run))
             # Told before the Task settles (its listeners run then): a send they make must
             # find the record no longer taking messages, and why.
             self._tell(Settling(task_id=plan.task_id, status=outcome.status))
@@ -145,7 +149,7 @@ class ActivationActor(Actor):
             outcome = self._dispose(run, outcome)
         settled_at, persisted = utcnow(), False
         if prepared is not None:
-            outcome, persisted = self._end_turn(prepared.transcript, outcome, framed, settled_at)
+            outcome, persisted = self._end_turn(prepared, outcome, framed, settled_at)
         settled = self._ctx.tasks.settle(plan.task_id, outcome, at=settled_at, persisted=persisted)
         plan.trace.end(settled.outcome)
         self._tell(ActivationEnded(task_id=plan.task_id, durable=published or self._loaded))
@@ -180,6 +184,7 @@ class ActivationActor(Actor):
             raise _Settle(failed(_conflict(plan.child_id), ErrorCode.OWNERSHIP_CONFLICT))
         provider = self._provider(plan.descriptor)
         transcript = self._transcript(turn=1, descriptor=plan.descriptor)
+        gate = self._gate(plan.descriptor.budget, transcript)
         now = utcnow()
         seed = [
             SessionEvent(seq=i, turn=0, kind=e.kind, data=e.data, source=e.source, created_at=now)
@@ -207,8 +212,9 @@ class ActivationActor(Actor):
             depth=plan.depth,
             transcript=transcript,
             seed=seed,
+            gate=gate,
         )
-        return _Prepared(provider, request, transcript, frame, header)
+        return _Prepared(provider, request, transcript, frame, header, gate)
 
     def _prepare_resumed(self) -> _Prepared:
         plan = self._plan
@@ -241,6 +247,7 @@ class ActivationActor(Actor):
             )
         provider = self._provider(descriptor)
         transcript = self._transcript(turn=last_turn + 1, descriptor=descriptor)
+        gate = self._gate(descriptor.budget, transcript)
         # Not validated again: every value is ours and typed, and validating would visit each
         # of a long transcript's events once more (an isinstance each, cold in cache).
         request = ResumeRequest.model_construct(
@@ -253,8 +260,37 @@ class ActivationActor(Actor):
             transcript=transcript,
             seed=loaded.seed,
             events=loaded.own_events,
+            gate=gate,
         )
-        return _Prepared(provider, request, transcript, self._frame(transcript), None)
+        return _Prepared(provider, request, transcript, self._frame(transcript), None, gate)
+
+    def _gate(self, own: Budget | None, transcript: ActivationTranscript) -> TurnGate | None:
+        """The run's spend gate (SPEC §11), or None when the control plane has no budgets."""
+        budgets = self._ctx.budgets
+        if budgets is None:
+            return None
+        plan = self._plan
+        return budgets.gate(
+            child_id=plan.child_id,
+            parent_session=plan.parent.session_id,
+            task_id=plan.task_id,
+            label=plan.label,
+            own=own,
+            held=transcript.held_spend,
+        )
+
+    def _spent(self, gate: TurnGate | None, outcome: TaskOutcome) -> TaskOutcome:
+        """A run its gate stopped fails ``BUDGET_EXHAUSTED``, however its provider reported
+        the stop; otherwise the soft notice its last call may have earned is sent."""
+        if gate is None:
+            return outcome
+        if gate.exhausted is not None and outcome.status is TaskStatus.FAILED:
+            return failed(f"budget exhausted: {gate.exhausted}", ErrorCode.BUDGET_EXHAUSTED)
+        try:
+            gate.ended()
+        except SubagentControlError as exc:  # a notice is not worth the turn's outcome
+            log.warning("budget notice of task %s not sent: %s", self._plan.task_id, exc)
+        return outcome
 
     def _transcript(self, *, turn: int, descriptor: Descriptor) -> ActivationTranscript:
         plan = self._plan
@@ -336,7 +372,7 @@ class ActivationActor(Actor):
 
     def _end_turn(
         self,
-        transcript: ActivationTranscript,
+        prepared: _Prepared,
         outcome: TaskOutcome,
         framed: bool,
         settled_at: datetime,
@@ -350,12 +386,18 @@ class ActivationActor(Actor):
         service writes once the store is back closes the turn with it (``turn/end``
         status ``interrupted``), so no later turn begins on top of an open one."""
         task_id = self._plan.task_id
+        transcript = prepared.transcript
         if not framed:
             transcript.close(None)
             return outcome, False
-        end = {"task_id": task_id, "status": outcome.status.value}
+        status = outcome.status.value
+        if outcome.code is ErrorCode.BUDGET_EXHAUSTED:
+            status = BUDGET_EXHAUSTED_STATUS
+        end = {"task_id": task_id, "status": status}
+        # The turn's wall-clock time joins its spend with its end (a `seconds` budget).
+        seconds = prepared.gate.elapsed_s() if prepared.gate is not None else 0.0
         try:
-            transcript.close(end, settle=(task_id, outcome, settled_at))
+            transcript.close(end, settle=(task_id, outcome, settled_at), seconds=seconds)
         except SubagentControlError as exc:
             # Taken over (the new claimant settled it), or fenced by the lease watchdog
             # while the end was being written (the runtime writes it once it can).

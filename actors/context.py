@@ -5,7 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from controlplane.contract import AgentRegistry, Prices, ProviderRegistry, TaskService, Telemetry
+from controlplane.contract import (
+    AgentRegistry,
+    BudgetPort,
+    Prices,
+    ProviderRegistry,
+    TaskService,
+    Telemetry,
+)
 
 if TYPE_CHECKING:
     from persistence import SqlStore
@@ -25,6 +32,9 @@ class ActorContext:
     """This runtime's id: the claims it takes on children name it."""
     prices: Prices = field(default_factory=Prices)
     """What the children's models cost (`SubagentControl.open(prices=...)`)."""
+    budgets: BudgetPort | None = None
+    """The budgets (SPEC §11): each activation's gate, and the refusal of a resume past
+    a limit. None: nothing is limited."""
 
     @property
     def telemetry(self) -> Telemetry:

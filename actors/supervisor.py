@@ -260,6 +260,10 @@ class ChildSupervisor(Actor):
         return Reply(route="steered", task_id=current.task_id, inbox=inbox, delivery=delivery)
 
     def _resume(self, send: SendMessage) -> Reply:
+        if self._ctx.budgets is not None:
+            # A child with a limit reached could not run its next turn: refused before any
+            # Task exists (BUDGET_EXHAUSTED, nothing delivered). A steer never comes here.
+            self._ctx.budgets.check_resume(self._child_id)
         signal = CancelSignal()  # created before the Task, so a kill can never miss it
         try:
             task = self._ctx.tasks.start(

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from controlplane.contract import (
     ActorTree,
     AgentHandle,
+    Budget,
     CancelSignal,
     ChildMeta,
     ContinuableStart,
@@ -58,6 +59,7 @@ __all__ = [
     "AcpProvider",
     "ActorTree",
     "AgentHandle",
+    "Budget",
     "CancelSignal",
     "ChildMeta",
     "ChildTool",

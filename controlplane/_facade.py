@@ -24,6 +24,12 @@ from actors import (
     SpawnChild,
     deliver,
 )
+from controlplane._budgets import (
+    DEFAULT_MAX_TOOL_ROUNDS,
+    DEFAULT_NOTICE_AT,
+    Budgets,
+    check_budget_options,
+)
 from controlplane._exit import close_at_exit, closed
 from controlplane._forwarding import Forwarder
 from controlplane._router import Router
@@ -43,6 +49,7 @@ from controlplane.contract import (
     ActorTree,
     AgentHandle,
     AgentRegistry,
+    Budget,
     CancelSignal,
     ChildView,
     ContinuableStart,
@@ -58,6 +65,8 @@ from controlplane.contract import (
     TaskStatus,
     TextBlock,
     Usage,
+    budget_of,
+    requester_session,
     utcnow,
 )
 from controlplane.telemetry import Operation, Telemetry
@@ -117,6 +126,14 @@ class SubagentControl:
             mapping of its fields) per ``"provider:model"`` or ``"model"``. A model call's
             cost is computed from it when its usage is recorded, and stored with it;
             without a price its cost stays unknown (None).
+        session_budget: A `Budget` for everything one parent session's children and their
+            descendants spend together (README, "Budgets and limits").
+        tree_budget: The `Budget` of a top-level child started without one (it holds for
+            the child with everything it starts).
+        budget_notice_at: The soft threshold: the parent gets one notice when a budget's
+            spend first passes this fraction of a limit; None for no notice.
+        max_tool_rounds: The most tool rounds (replies with tool calls) a turn may run;
+            past it the turn ends ``budget_exhausted``. None for no cap.
     """
 
     def __init__(
@@ -132,9 +149,19 @@ class SubagentControl:
         tracer_provider: TracerProvider | None = None,
         meter_provider: MeterProvider | None = None,
         prices: Prices | Mapping[str, Price | Mapping[str, Any]] | None = None,
+        session_budget: Budget | None = None,
+        tree_budget: Budget | None = None,
+        budget_notice_at: float | None = DEFAULT_NOTICE_AT,
+        max_tool_rounds: int | None = DEFAULT_MAX_TOOL_ROUNDS,
     ) -> None:
         # First: a bad price is refused before anything is built.
         self._prices = prices if isinstance(prices, Prices) else Prices(prices)
+        session_budget, tree_budget = check_budget_options(
+            session_budget=session_budget,
+            tree_budget=tree_budget,
+            budget_notice_at=budget_notice_at,
+            max_tool_rounds=max_tool_rounds,
+        )
         check_options(
             close_timeout_s=close_timeout_s,
             passivate_after_s=passivate_after_s,
@@ -163,7 +190,15 @@ class SubagentControl:
         self._forwarder: Forwarder | None = None
         self._router: Router | None = None
         self._heartbeat: Heartbeat | None = None
+        self._budgets: Budgets | None = None
         if store is not None:
+            self._budgets = Budgets(
+                store.spend,
+                session_budget=session_budget,
+                tree_budget=tree_budget,
+                notice_at=budget_notice_at,
+                max_tool_rounds=max_tool_rounds,
+            )
             store.on_retry(self._telemetry.store_retry)
             self._runtime = Runtime(self._runtime_id, store, lease_ttl_s=lease_ttl_s)
             if store.inbox is not None:
@@ -183,6 +218,8 @@ class SubagentControl:
         )
         if task_tools:
             self.tasks.attach_surface(TASK_TOOLS_SURFACE)
+        if self._budgets is not None:
+            self.tasks.add_notices(self._budgets.drain)
         self.agents.on_dispose(self._kill_tasks_of)
         self._root: RootActorProxy | None = None
         self._passivator: Passivator | None = None
@@ -191,6 +228,7 @@ class SubagentControl:
             context = ActorContext(
                 store, self.tasks, self.agents, self.providers, runtime_id=self._runtime_id,
                 prices=self._prices,
+                budgets=self._budgets,
             )  # fmt: skip
             self._root = RootActorProxy(RootActor.start(context, self._routes))
             if passivate_after_s is not None:
@@ -208,6 +246,13 @@ class SubagentControl:
         store_options = {name: options.pop(name) for name in STORE_OPTIONS if name in options}
         if "prices" in options:  # checked before the store is opened: nothing to undo
             options["prices"] = Prices(options["prices"])
+        # Checked before the store exists: a bad budget option leaves nothing behind.
+        check_budget_options(
+            session_budget=options.get("session_budget"),
+            tree_budget=options.get("tree_budget"),
+            budget_notice_at=options.get("budget_notice_at"),
+            max_tool_rounds=options.get("max_tool_rounds"),
+        )
         store = SqlStore(url, **store_options)
         try:
             return cls(store, **options)
@@ -265,7 +310,10 @@ class SubagentControl:
         self.providers.get(spec.provider)
         root = self._require_store()
         parent = spec.parent
-        descriptor, seed, prompt = start_inputs(spec)
+        tree_budget = None
+        if self._budgets is not None and isinstance(parent, AgentHandle) and parent.depth == 0:
+            tree_budget = self._budgets.tree_budget  # a top-level child's default
+        descriptor, seed, prompt = start_inputs(spec, default_budget=tree_budget)
         op.message(prompt)
         self.tasks.require_surface()
         self._check_parent(parent)
@@ -313,7 +361,9 @@ class SubagentControl:
         Raises:
             SubagentControlError: the message was not delivered (``NOT_DELIVERED``,
                 ``TASK_NOT_FOUND``, ``OWNERSHIP_CONFLICT``, ``UNAUTHORIZED``,
-                ``INVALID_INPUT``, ``CLOSED``, ``PERSISTENCE_UNAVAILABLE``), except
+                ``INVALID_INPUT``, ``CLOSED``, ``PERSISTENCE_UNAVAILABLE``;
+                ``BUDGET_EXHAUSTED`` for an idle child with a limit of its budget, an
+                ancestor's or its session's reached: raise it with `set_budget`), except
                 ``DURABILITY_FAILED``: the running turn has it, the transcript may not
                 (forwarded to another runtime while the store failed past its bound:
                 the turn may have it; look in the transcript before sending it again).
@@ -556,3 +606,34 @@ class SubagentControl:
         self._require_store()
         assert self._store is not None
         return session_usage(self._store, requester)
+
+    def set_budget(self, requester: Requester, child_id: str, budget: Budget | None) -> None:
+        """Replace ``child_id``'s budget (SPEC §11): durable, across runtimes and restarts,
+        over the one its start set; what it has spent so far counts. ``None`` removes it.
+
+        A child its budget stopped can be continued once this gives it room (a send to it
+        is refused ``BUDGET_EXHAUSTED`` until then); its soft notice may come again.
+
+        Args:
+            requester: The child's parent session (its live handle or its session id).
+            child_id: The child.
+            budget: A `Budget` (or a mapping of its limits), or None.
+
+        Raises:
+            SubagentControlError: ``INVALID_INPUT`` for a bad budget or requester;
+                ``CHILD_NOT_FOUND`` for an unknown child or one that is not the
+                requester's (the same error); ``PERSISTENCE_UNAVAILABLE``,
+                ``STORE_UNAVAILABLE``, ``CLOSED``. Nothing changes when it raises.
+        """
+        self._check_open()
+        self._require_store()
+        assert self._budgets is not None  # built with the store
+        session = requester_session(requester)
+        if not isinstance(child_id, str) or not child_id or "\x00" in child_id:
+            budget_of(budget)  # a bad budget is named first, whatever the id
+            raise SubagentControlError(
+                ErrorCode.CHILD_NOT_FOUND,
+                f"no child {child_id!r} for this session; list your children and use one of "
+                "those ids",
+            )
+        self._budgets.set_budget(session, child_id, budget)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from datetime import datetime
+from typing import Any
 
 from controlplane._task_book import TaskBook
 from controlplane._task_entry import (
@@ -38,6 +40,9 @@ __all__ = [
     "TaskService",
 ]
 
+NoticeSource = Callable[[str], list[tuple[datetime, TaskNotice]]]
+"""Where other notices for an owner come from: ``source(owner)`` takes them."""
+
 _POLL_FIRST_S = 0.01
 _POLL_MAX_S = 0.5
 
@@ -53,6 +58,12 @@ class TaskService(TaskBook):
     processes'), and completion notices are drained from it, once across every runtime.
     The constructor's arguments are the book's (`TaskBook`).
     """
+
+    _notice_sources: list[NoticeSource]
+
+    def __init__(self, **book: Any) -> None:
+        super().__init__(**book)
+        self._notice_sources = []
 
     # -- waiting (the runtime's close: unfenced) -------------------------------------
 
@@ -159,12 +170,26 @@ class TaskService(TaskBook):
 
         return unsubscribe
 
+    def add_notices(self, source: NoticeSource) -> None:
+        """Drain ``source``'s notices with the completion notices from now on (the soft
+        budget notices, SPEC §11): ``source(owner)`` takes the owner's, each once, with
+        the time each was written."""
+        self._notice_sources.append(source)
+
     def drain_notices(self, requester: Requester) -> list[TaskNotice]:
         """Take the requester's pending completion notices (one per settled Task, in any
-        runtime, ``interrupted`` ones included), oldest first. Each is taken once."""
+        runtime, ``interrupted`` ones included), and any soft budget notice of a running
+        one, oldest first. Each is taken once."""
         owner = requester_session(requester)
         if self._ledger is not None:
-            return [notice_of(snapshot) for snapshot in self._ledger.drain(owner)]
+            timed = [
+                (snapshot.settled_at or snapshot.created_at, notice_of(snapshot))
+                for snapshot in self._ledger.drain(owner)
+            ]
+            for source in self._notice_sources:
+                timed += source(owner)
+            timed.sort(key=lambda pair: pair[0])
+            return [notice for _at, notice in timed]
         with self._lock:
             pending = self._notices.pop(owner, None)
         return list(pending or ())

@@ -13,9 +13,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Final
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    model_validator,
+)
 
-from controlplane.contract import ErrorCode, SubagentControlError
+from controlplane.contract import LIMITS, ErrorCode, SubagentControlError
 
 __all__ = [
     "MAX_ARGUMENTS_CHARS",
@@ -26,6 +33,7 @@ __all__ = [
     "TOOLS",
     "ListAgentsArgs",
     "SendMessageArgs",
+    "SetBudgetArgs",
     "SubagentArgs",
     "TaskKillArgs",
     "TaskListArgs",
@@ -147,6 +155,31 @@ class ListAgentsArgs(BaseModel):
     model_config = _STRICT
 
 
+class SetBudgetArgs(BaseModel):
+    """Arguments of ``set_budget``: a child and at least one limit."""
+
+    model_config = _STRICT
+
+    subagent_id: Identifier = Field(
+        description="The subagent's id, as returned by subagent or list_agents."
+    )
+    tokens: int | None = Field(default=None, gt=0, description="Input plus output tokens.")
+    cost: float | None = Field(default=None, gt=0, description="Cost, in the prices' unit.")
+    model_calls: int | None = Field(default=None, gt=0, description="Model calls.")
+    tool_calls: int | None = Field(default=None, gt=0, description="Tool calls.")
+    seconds: float | None = Field(default=None, gt=0, description="Wall-clock seconds of work.")
+
+    @model_validator(mode="after")
+    def _some_limit(self) -> SetBudgetArgs:
+        if all(getattr(self, name) is None for name in LIMITS):
+            raise ValueError(f"give at least one limit ({', '.join(LIMITS)})")
+        return self
+
+    def limits(self) -> dict[str, float]:
+        """The limits given."""
+        return {name: value for name in LIMITS if (value := getattr(self, name)) is not None}
+
+
 @dataclass(frozen=True, slots=True)
 class ToolSpec:
     """One tool: its name, what the model is told it does, and its argument model."""
@@ -203,6 +236,14 @@ TOOLS: Final[Mapping[str, ToolSpec]] = {
             "List your subagents: id, whether one is running or ready for a message, and "
             "its label.",
             ListAgentsArgs,
+        ),
+        ToolSpec(
+            "set_budget",
+            "Set the spending limits of one of your subagents, counting everything it "
+            "starts: they replace its budget, and what it has spent so far counts. A "
+            "subagent its budget stopped can be sent messages again once the new limits "
+            "leave it room.",
+            SetBudgetArgs,
         ),
     )
 }
@@ -294,6 +335,7 @@ _FRIENDLY = {
     "string_type": "must be a string",
     "bool_type": "must be true or false",
     "float_type": "must be a number",
+    "int_type": "must be a whole number",
     "finite_number": "must be a finite number",
     "greater_than": "must be greater than {gt}",
     "less_than_equal": "must be at most {le}",
@@ -313,16 +355,22 @@ def _describe(error: Any) -> str:
     return f"{_clip(where, 60)!s} {text}"
 
 
+_KINDS: Final[dict[object, str]] = {
+    str: "string",
+    bool: "boolean",
+    float: "number",
+    int | None: "integer",
+    float | None: "number",
+}
+
+
 def _signature(spec: ToolSpec) -> str:
     fields = spec.arguments.model_fields
     if not fields:
         return "{} (no arguments)"
     parts = []
     for field_name, info in fields.items():
-        kind = {str: "string", bool: "boolean", float: "number"}.get(
-            info.annotation,  # type: ignore[arg-type]
-            "value",
-        )
+        kind = _KINDS.get(info.annotation, "value")
         optional = "" if info.is_required() else "?"
         parts.append(f'"{field_name}"{optional}: {kind}')
     return "{" + ", ".join(parts) + "}"

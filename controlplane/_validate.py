@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from controlplane.contract import (
     AgentHandle,
+    Budget,
     ContinuableStartSpec,
     Descriptor,
     ErrorCode,
@@ -25,6 +26,7 @@ from controlplane.contract import (
     NewEvent,
     SubagentControlError,
     TextBlock,
+    budget_of,
     count_problem,
     plain_json,
     seconds_problem,
@@ -93,10 +95,14 @@ def check_start_spec(spec: object) -> ContinuableStartSpec:
     return spec
 
 
-def start_inputs(spec: ContinuableStartSpec) -> StartInputs:
+def start_inputs(
+    spec: ContinuableStartSpec, *, default_budget: Budget | None = None
+) -> StartInputs:
     """Check what a start will write (``INVALID_DESCRIPTOR`` for its descriptor and seed,
-    ``INVALID_INPUT`` for its label and prompt), before any Task exists."""
-    descriptor = _snapshot_descriptor(spec)
+    ``INVALID_INPUT`` for its label, prompt and budget), before any Task exists.
+    ``default_budget`` is the child's budget when its spec sets none."""
+    budget = budget_of(spec.budget) or default_budget
+    descriptor = _snapshot_descriptor(spec, budget)
     seed = tuple(
         NewEvent(
             kind=event.kind,
@@ -110,7 +116,7 @@ def start_inputs(spec: ContinuableStartSpec) -> StartInputs:
     return StartInputs(descriptor, seed, message_blocks(spec.prompt))
 
 
-def _snapshot_descriptor(spec: ContinuableStartSpec) -> Descriptor:
+def _snapshot_descriptor(spec: ContinuableStartSpec, budget: Budget | None) -> Descriptor:
     model = spec.parent.model if isinstance(spec.parent, AgentHandle) else None
     return Descriptor.build(
         provider=spec.provider,
@@ -119,6 +125,7 @@ def _snapshot_descriptor(spec: ContinuableStartSpec) -> Descriptor:
         persona=spec.persona,
         tool_filter=spec.tool_filter,
         inputs=spec.inputs,
+        budget=budget,
     )
 
 

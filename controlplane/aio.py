@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Final, ParamSpec, TypeVar
 from controlplane._validate import check_timeout
 from controlplane.contract import (
     AgentHandle,
+    Budget,
     ContinuableStart,
     ContinuableStartSpec,
     ErrorCode,
@@ -181,6 +182,10 @@ class AsyncSubagentControl:
     async def session_usage(self, requester: Requester) -> Usage:
         """`SubagentControl.session_usage`, awaited (it reads the store)."""
         return await self.run_blocking(self._control.session_usage, requester)
+
+    async def set_budget(self, requester: Requester, child_id: str, budget: Budget | None) -> None:
+        """`SubagentControl.set_budget`, awaited (it writes the store)."""
+        await self.run_blocking(self._control.set_budget, requester, child_id, budget)
 
     async def close(self, *, timeout_s: float | None = None) -> None:
         """`SubagentControl.close`, awaited: cancels every activation and waits for it."""

@@ -26,6 +26,7 @@ from controlplane._toolargs import (
     TOOLS,
     ListAgentsArgs,
     SendMessageArgs,
+    SetBudgetArgs,
     SubagentArgs,
     TaskKillArgs,
     TaskListArgs,
@@ -36,6 +37,7 @@ from controlplane._usage_text import usage_text
 from controlplane.aio import AsyncSubagentControl
 from controlplane.contract import (
     AgentHandle,
+    Budget,
     ContinuableStartSpec,
     ErrorCode,
     MessageSource,
@@ -81,6 +83,9 @@ _HINTS: Final[dict[str, str]] = {
     ErrorCode.NO_CONTROL_SURFACE: "Subagents are not available here; do not retry.",
     ErrorCode.PERSISTENCE_UNAVAILABLE: "Subagents are not available here; do not retry.",
     ErrorCode.STORE_UNAVAILABLE: "Storage is unavailable; retry later.",
+    ErrorCode.BUDGET_EXHAUSTED: (
+        "Nothing was sent. Raise its budget with set_budget first if it should go on."
+    ),
 }
 
 
@@ -105,7 +110,7 @@ class ToolResult:
 
 
 class ToolHandlers:
-    """The six subagent tools, bound to one parent agent.
+    """The subagent tools, bound to one parent agent.
 
     Args:
         control: The control plane.
@@ -236,6 +241,8 @@ class ToolHandlers:
             return self._task_list()
         if isinstance(args, ListAgentsArgs):
             return self._list_agents()
+        if isinstance(args, SetBudgetArgs):
+            return self._set_budget(args)
         raise TypeError(f"no handler for {type(args).__name__}")
 
     def _subagent(self, args: SubagentArgs) -> ToolResult:
@@ -308,6 +315,12 @@ class ToolHandlers:
             for view in self._control.children(self._parent)
         ]
         return ToolResult("\n".join(lines) if lines else "(no subagents)")
+
+    def _set_budget(self, args: SetBudgetArgs) -> ToolResult:
+        limits = args.limits()
+        self._control.set_budget(self._parent, args.subagent_id, Budget(**limits))
+        told = ", ".join(f"{name} {value:g}" for name, value in limits.items())
+        return ToolResult(f"budget of subagent {args.subagent_id} set: {told}")
 
     # -- errors -----------------------------------------------------------------------
 

@@ -11,6 +11,7 @@ from persistence._host_clock import LeaseNow, boot_id, host_name, is_expired
 from persistence._inbox import Inbox, InboxItem, Listener
 from persistence._ledger import TaskLedger
 from persistence._retry import RetryPolicy
+from persistence._spend import ScopeSpend, SpendLedger
 from persistence._store import SqlStore
 from persistence._task_sql import Fence, Settlement
 
@@ -21,7 +22,9 @@ __all__ = [
     "LeaseNow",
     "Listener",
     "RetryPolicy",
+    "ScopeSpend",
     "Settlement",
+    "SpendLedger",
     "SqlStore",
     "TaskLedger",
     "boot_id",

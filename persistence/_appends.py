@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import exc as sa_exc
 from sqlalchemy import insert
+from sqlalchemy.engine import Connection
 from sqlalchemy.engine.interfaces import DBAPICursor
 
 from controlplane.contract import (
@@ -73,6 +74,7 @@ class Appends:
                 )
                 if pending:
                     session.flush()  # the header first: the events' foreign key needs it
+                    self._created_spend(session.connection(), meta, pending)
                     session.execute(
                         insert(EventRow),
                         [
@@ -102,6 +104,16 @@ class Appends:
         self._s._committed()
         return stored_events(pending, 1, created_at)
 
+    def _created_spend(
+        self, conn: Connection, meta: ChildMeta, pending: list[PendingEvent]
+    ) -> None:
+        """A new child's budget and what its first events spent, in its creation's
+        transaction (its seed is its parent's history: spent by the parent, not counted)."""
+        spend = self._s.spend
+        cursor = spend.on_connection(conn)
+        spend.created(cursor, meta.child_id, pending)
+        spend.add(cursor, meta.child_id, pending[meta.seed_length :])
+
     def created_by(self, child_id: str, batch: str) -> list[SessionEvent] | None:
         """The events ``create_child`` call ``batch`` wrote, or None if it wrote nothing."""
         with self._s._db.session(write=False) as session:
@@ -121,6 +133,7 @@ class Appends:
         settle: Settlement | None = None,
         fence: Fence | None = None,
         answer_steered: Sequence[tuple[str, str]] = (),
+        seconds: float = 0.0,
     ) -> list[SessionEvent]:
         store = self._s
         sql = store._sql
@@ -138,6 +151,7 @@ class Appends:
             stamp = sqlite_time(created_at) if store._db.backend.text_times else created_at
             # Forwarded steers' answers commit with their records, together or not at all.
             inbox = store.inbox if answer_steered else None  # there: `append` checked
+            counted = False  # the spend, by the statement that inserted its event
             if len(pending) == 1:  # a steer's record, a message: the common case, kept lean
                 p = pending[0]
                 row = (child_id, first, p.turn, p.kind, p.data_json, p.source_json, batch, stamp)
@@ -145,7 +159,11 @@ class Appends:
                     # One record and its answer: one statement for both.
                     inbox.insert_answering(cursor, sql.insert, row, answer_steered[0])
                 else:
-                    cursor.execute(sql.insert, row)  # execute costs less than executemany
+                    counted = store.spend.insert_counting(
+                        cursor, child_id, p, sql.insert, row, seconds
+                    )
+                    if not counted:
+                        cursor.execute(sql.insert, row)  # execute costs less than executemany
                     if inbox is not None:
                         inbox.answer_steered(cursor, answer_steered)
                 ends_turn = p.kind == EventKind.TURN_END
@@ -160,6 +178,10 @@ class Appends:
                 if inbox is not None:
                     inbox.answer_steered(cursor, answer_steered)
                 ends_turn = any(p.kind == EventKind.TURN_END for p in pending)
+            # What these events spent, counted for the child and every scope above it in
+            # this same transaction (nothing when they record no usage).
+            if not counted:
+                store.spend.add(cursor, child_id, pending, seconds=seconds)
             sealed = self.seal(cursor, child_id) if ends_turn else None
             if settle is not None:
                 # The Task's spend, summed from the rows its turn's end just sealed (read

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from typing import Annotated, Any, Final
 
 from sqlalchemy import (
+    BigInteger,
     Boolean,
     DateTime,
     Dialect,
@@ -44,6 +45,8 @@ __all__ = [
     "SCHEMA_VERSION",
     "SEGMENTS",
     "SEGMENTS_SINCE",
+    "SPEND",
+    "SPEND_NOTICES",
     "SPEND_SINCE",
     "TASKS",
     "Base",
@@ -53,6 +56,8 @@ __all__ = [
     "RuntimeRow",
     "SchemaVersionRow",
     "SegmentRow",
+    "SpendNoticeRow",
+    "SpendRow",
     "TaskRow",
     "UtcDateTime",
     "check_schema",
@@ -61,7 +66,7 @@ __all__ = [
     "utc_time",
 ]
 
-SCHEMA_VERSION: Final = 7
+SCHEMA_VERSION: Final = 8
 """The version this code writes. Bump it with a migration in `_MIGRATIONS`."""
 SEGMENTS_SINCE: Final = 3
 """The first version with sealed segments: an older store, read as it is, has none."""
@@ -75,6 +80,8 @@ SEGMENTS: Final = "subagent_segments"
 RUNTIMES: Final = "subagent_runtimes"
 TASKS: Final = "subagent_tasks"
 INBOX: Final = "subagent_inbox"
+SPEND: Final = "subagent_spend"
+SPEND_NOTICES: Final = "subagent_spend_notices"
 _VERSION_TABLE: Final = "subagent_schema"
 
 # Any constant works; it only has to be the same in every process that opens the store.
@@ -341,6 +348,46 @@ class TaskRow(Base):
     spend: Mapped[str | None] = mapped_column(Text)
 
 
+class SpendRow(Base):
+    """What one scope has spent, and its budget (SPEC §11): a child with its descendants
+    (``child:<id>``) or a top-level parent session (``session:<id>``).
+
+    The counters grow by ``UPDATE … SET x = x + n`` (an upsert) in the transaction of the
+    append whose events record the spend (`persistence._spend`), for the spending child's
+    scope and every scope above it; a gate reads them before each call. ``budget`` is a
+    child's budget as JSON (its descriptor's, written with its header, then whatever
+    `set_budget` put there; NULL: none). ``warned`` is set, once (a compare-and-set), when
+    the spend first passed the soft threshold of a limit: its notice is then written to
+    `SpendNoticeRow`.
+    """
+
+    __tablename__ = SPEND
+    scope: Mapped[str] = mapped_column(String(220), primary_key=True)
+    tokens: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    cost: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    model_calls: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    tool_calls: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
+    seconds: Mapped[float] = mapped_column(Float, default=0.0, server_default="0")
+    budget: Mapped[str | None] = mapped_column(Text)
+    warned: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+
+
+class SpendNoticeRow(Base):
+    """A soft budget notice waiting for its owner's drain (`tasks.drain_notices`), taken
+    once across every runtime (a DELETE … RETURNING)."""
+
+    __tablename__ = SPEND_NOTICES
+    __table_args__ = (Index("ix_subagent_spend_notices_owner", "owner_session"),)
+
+    notice_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    owner_session: Mapped[Identifier]
+    task_id: Mapped[str] = mapped_column(String(64))
+    child_id: Mapped[str | None] = mapped_column(String(200))
+    label: Mapped[str] = mapped_column(String(1000))
+    summary: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[UtcTime]
+
+
 Migration = Callable[[Connection], None]
 
 
@@ -431,6 +478,14 @@ def _add_task_spend(conn: Connection) -> None:
 _ADD_TASK_SPEND: Final = f"ALTER TABLE {TASKS} ADD COLUMN spend TEXT"
 
 
+def _add_spend(conn: Connection) -> None:
+    """Version 8: budgets (SPEC §11). What each scope spent, its budget, and the soft
+    notices, in tables of their own; the usage already in transcripts is not counted again
+    (it was spent before any budget could hold it)."""
+    tables = Base.metadata.tables
+    Base.metadata.create_all(conn, tables=[tables[SPEND], tables[SPEND_NOTICES]])
+
+
 _MIGRATIONS: dict[int, Migration] = {
     1: _drop_last_seq,
     2: _add_segments,
@@ -438,6 +493,7 @@ _MIGRATIONS: dict[int, Migration] = {
     4: _partial_task_indexes,
     5: _add_boot_clock,
     6: _add_task_spend,
+    7: _add_spend,
 }
 """``_MIGRATIONS[n]`` upgrades a version-``n`` store to version ``n + 1``."""
 

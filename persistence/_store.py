@@ -50,6 +50,7 @@ from persistence._schema import (
     sqlite_time,
     utc_time,
 )
+from persistence._spend import SpendLedger
 from persistence._task_sql import Fence, Settlement, release_sql, settle_sql, spend_sql
 
 __all__ = ["SqlStore"]
@@ -157,6 +158,9 @@ class SqlStore:
         """Messages forwarded between runtimes (PostgreSQL; None on SQLite, SPEC §9)."""
         self.ledger = TaskLedger(self._db, self._run, self._claims.settle)
         """The store's Tasks and runtimes (SPEC §9)."""
+        self.spend = SpendLedger(self._db, self._run)
+        """What each child, its ancestors and its session spent, and their budgets (SPEC
+        §11): counted by `append` from the usage its events record."""
         try:
             self._run("open the store", self._check if read_only else self._open)
             if not read_only:  # read-only: no write ever takes the one connection open
@@ -229,6 +233,7 @@ class SqlStore:
         settle: Settlement | None = None,
         fence: Fence | None = None,
         answer_steered: Sequence[tuple[str, str]] = (),
+        seconds: float = 0.0,
     ) -> list[SessionEvent]:
         """Append a batch of events to a child's transcript, all or nothing.
 
@@ -246,6 +251,10 @@ class SqlStore:
         record, in the statement that inserts it: `persistence._inbox.Inbox`). PostgreSQL
         only: SQLite has no inbox, and refuses it with ``INVALID_INPUT``.
 
+        The spend the events record (each one's ``data["usage"]``) and ``seconds`` (the
+        wall-clock time of a turn, given with its ``turn/end``) are counted in the same
+        transaction for the child and every scope above it (`SpendLedger`).
+
         Returns:
             The stored events, with their ``seq`` and ``created_at``.
 
@@ -257,6 +266,8 @@ class SqlStore:
             raise _read_only(f"append to child {child_id!r}")
         child_id = check_child_id(child_id)
         pending = prepare_events(events)
+        if seconds != 0:
+            _check_seconds("seconds", seconds)
         if answer_steered and self.inbox is None:
             raise _unanswerable(child_id, "this store has no inbox (forwarding is PostgreSQL's)")
         if answer_steered and not pending:
@@ -268,7 +279,15 @@ class SqlStore:
         return self._run(
             f"append to child {child_id}",
             lambda attempt: self._appends.append(
-                child_id, pending, batch, created_at, attempt, settle, fence, answer_steered
+                child_id,
+                pending,
+                batch,
+                created_at,
+                attempt,
+                settle,
+                fence,
+                answer_steered,
+                seconds,
             ),
         )
 

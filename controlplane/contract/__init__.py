@@ -10,6 +10,21 @@ interfaces here (the Protocols `TaskService` and `Telemetry`, the abstract
 """
 
 from controlplane.contract._agents import AgentHandle, AgentRegistry
+from controlplane.contract._budget import (
+    BUDGET_EXHAUSTED_STATUS,
+    LIMITS,
+    MODEL_CALL,
+    TOOL_CALL,
+    TOOL_ROUND,
+    Budget,
+    BudgetPort,
+    SpendGate,
+    Spent,
+    TurnGate,
+    budget_of,
+    limit_text,
+    spent_in,
+)
 from controlplane.contract._content import (
     ContentBlock,
     MessageSource,
@@ -80,7 +95,12 @@ from controlplane.contract._tree import (
 from controlplane.contract._usage import USAGE, USAGE_REPORTED, Usage, usage_data, usage_of
 
 __all__ = [
+    "BUDGET_EXHAUSTED_STATUS",
+    "LIMITS",
+    "MODEL_CALL",
     "NO_TRACE",
+    "TOOL_CALL",
+    "TOOL_ROUND",
     "USAGE",
     "USAGE_REPORTED",
     "ActivationNode",
@@ -88,6 +108,8 @@ __all__ = [
     "ActorTree",
     "AgentHandle",
     "AgentRegistry",
+    "Budget",
+    "BudgetPort",
     "CancelSignal",
     "ChildMeta",
     "ChildView",
@@ -113,6 +135,8 @@ __all__ = [
     "RuntimeInfo",
     "SendResult",
     "SessionEvent",
+    "SpendGate",
+    "Spent",
     "StartRequest",
     "StopReason",
     "SubagentControlError",
@@ -129,14 +153,18 @@ __all__ = [
     "Telemetry",
     "TextBlock",
     "TranscriptWriter",
+    "TurnGate",
     "Usage",
+    "budget_of",
     "count_problem",
     "dumps",
     "escape_controls",
     "fold_descriptor",
+    "limit_text",
     "plain_json",
     "requester_session",
     "seconds_problem",
+    "spent_in",
     "storable_text",
     "text_of",
     "usage_data",

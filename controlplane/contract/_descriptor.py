@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from controlplane.contract._budget import Budget
 from controlplane.contract._errors import ErrorCode, SubagentControlError
 from controlplane.contract._json import JsonValue, plain_json, storable_text
 from controlplane.contract._session import EventKind, SessionEvent
@@ -31,6 +32,9 @@ class Descriptor(BaseModel):
     persona: str | None = None
     tool_filter: dict[str, JsonValue] | None = None
     inputs: dict[str, JsonValue] | None = None
+    budget: Budget | None = None
+    """The child's budget at its start (SPEC §11); `control.set_budget` replaces it in the
+    store, where the spend is counted."""
 
     @classmethod
     def build(cls, **fields: Any) -> Descriptor:
@@ -73,7 +77,7 @@ def fold_descriptor(events: Sequence[SessionEvent]) -> Descriptor | None:
             continue
         try:
             return Descriptor.model_validate(event.data)
-        except ValidationError:
+        except (ValidationError, SubagentControlError):
             continue
     return None
 

@@ -30,6 +30,7 @@ class ErrorCode(StrEnum):
     INTERNAL = "INTERNAL"
     CAPACITY = "CAPACITY"
     FENCED = "FENCED"
+    BUDGET_EXHAUSTED = "BUDGET_EXHAUSTED"
 
 
 class SubagentControlError(Exception):

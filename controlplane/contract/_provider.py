@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from pydantic import BaseModel, ConfigDict
 
 from controlplane.contract._agents import AgentHandle
+from controlplane.contract._budget import SpendGate
 from controlplane.contract._content import MessageSource, TextBlock
 from controlplane.contract._descriptor import Descriptor
 from controlplane.contract._errors import ErrorCode, SubagentControlError
@@ -86,6 +87,9 @@ class _RequestBase(BaseModel):
     transcript: TranscriptWriter
     seed: list[SessionEvent] = []
     """Events copied from the parent's history at fork time (empty when not forked)."""
+    gate: SpendGate | None = None
+    """What the run asks before each model call and tool call (SPEC §11 budgets): a call it
+    refuses must not start. None when nothing limits the run."""
 
 
 class StartRequest(_RequestBase):

@@ -38,6 +38,9 @@ class ContinuableStartSpec(BaseModel):
     agent_model: str | None = None
     inputs: Any = None
     seed_events: list[NewEvent] | None = None
+    # A `Budget` (or a mapping of its limits), checked by `start_continuable`, which refuses
+    # anything else with INVALID_INPUT; kept in the child's descriptor (SPEC §11).
+    budget: Any = None
 
 
 class ContinuableStart(BaseModel):

@@ -20,6 +20,8 @@ import threading
 from collections.abc import Callable, Sequence
 
 from controlplane.contract import (
+    MODEL_CALL,
+    TOOL_ROUND,
     AgentHandle,
     CancelSignal,
     ErrorCode,
@@ -27,6 +29,7 @@ from controlplane.contract import (
     MessageSource,
     ModelSelector,
     ResumeRequest,
+    SpendGate,
     StartRequest,
     StopReason,
     SubagentControlError,
@@ -38,6 +41,7 @@ from controlplane.contract import (
     text_of,
     usage_data,
 )
+from controlplane.contract import TOOL_CALL as GATE_TOOL_CALL
 from controlplane.providers._chat_history import (
     STEERING_SEEN,
     TOOL_CALL,
@@ -113,6 +117,7 @@ class AgentLoopRun:
         thread_name: str,
         stop_timeout_s: float,
         tools: Sequence[ChildTool] = (),
+        gate: SpendGate | None = None,
     ) -> None:
         self.child_id = child_id
         self.local_agent: AgentHandle | None = local_agent
@@ -122,6 +127,9 @@ class AgentLoopRun:
         self._template = template
         self._transcript = transcript
         self._tools = {tool.name: tool for tool in tools}
+        # Asked before every model call and tool call (SPEC §11): its refusal ends the turn
+        # before the call starts, and `result()` raises it (BUDGET_EXHAUSTED).
+        self._gate = gate
         self._stop_timeout_s = stop_timeout_s
         # The loop's own signal: aborted by the activation's signal or by `dispose`, and the
         # one the model sees, so either stops a model call in flight.
@@ -214,6 +222,8 @@ class AgentLoopRun:
                 if self._signal.aborted:
                     stop_reason = StopReason.ABORTED
                     break
+                if self._gate is not None:
+                    self._gate.check(MODEL_CALL)
                 request = self._template.model_copy(update={"messages": list(history)})
                 reply = self._model.complete(request, self._signal)
                 if self._signal.aborted:
@@ -276,8 +286,14 @@ class AgentLoopRun:
         """Run each call in order, writing it and its result; False once the turn is killed.
 
         A result that lost the race with a kill is dropped, not written, like a reply.
+        A call the gate refuses is neither written nor run.
         """
+        gate = self._gate
+        if gate is not None:
+            gate.check(TOOL_ROUND)
         for call in calls:
+            if gate is not None:
+                gate.check(GATE_TOOL_CALL)
             self._transcript.append(TOOL_CALL, tool_call_data(call))
             outcome = run_tool_call(self._tools, call, self._signal)
             if self._signal.aborted:
@@ -399,6 +415,7 @@ class AgentLoopProvider:
             thread_name=f"{THREAD_PREFIX}:{self._name}:{request.child_id}",
             stop_timeout_s=self._stop_timeout_s,
             tools=tools,
+            gate=request.gate,
         )
         try:
             # Roll back (no thread, agent disposed) for an abort that came while registering.

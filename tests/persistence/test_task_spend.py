@@ -21,6 +21,7 @@ from controlplane.contract import (
     utcnow,
 )
 from persistence import SqlStore
+from persistence._schema import SCHEMA_VERSION
 from tests.persistence.conftest import raw_engine
 
 RUNTIME = "runtime-gone"
@@ -162,7 +163,9 @@ def test_a_store_older_than_version_7_reads_as_it_is_with_no_spend_then_migrates
         assert got is not None
         assert got.usage == Usage.zero()
     with engine.connect() as conn:
-        assert conn.execute(sa.text("SELECT version FROM subagent_schema")).scalar() == 7
+        assert (
+            conn.execute(sa.text("SELECT version FROM subagent_schema")).scalar() == SCHEMA_VERSION
+        )
         columns = {c["name"] for c in sa.inspect(conn).get_columns("subagent_tasks")}
         assert "spend" in columns
     engine.dispose()

@@ -20,7 +20,15 @@ from tests.fakes import FakeProvider
 from tests.reliability.hostile import any_value, fuzz, hostile_text, mostly, non_json, store_counts
 from tests.support import PARENT_MODEL, WAIT_S, settle, start_child
 
-TOOL_NAMES = ["subagent", "send_message", "task_output", "task_kill", "task_list", "list_agents"]
+TOOL_NAMES = [
+    "subagent",
+    "send_message",
+    "task_output",
+    "task_kill",
+    "task_list",
+    "list_agents",
+    "set_budget",
+]
 FUZZ = fuzz(max_examples=200)
 
 
@@ -123,6 +131,10 @@ def calls_of(name: str) -> st.SearchStrategy[tuple[str, dict[str, Any]]]:
         "task_kill": st.fixed_dictionaries({"task_id": identifier}),
         "task_list": st.just({}),
         "list_agents": st.just({}),
+        "set_budget": st.fixed_dictionaries(
+            {"subagent_id": identifier},
+            optional={limit: numbers for limit in ("tokens", "cost", "model_calls", "tool_calls")},
+        ),
     }
     own = fields[name]
     return st.tuples(st.just(name), mostly(own, argument_dicts()))

@@ -19,6 +19,7 @@ EXPORTS = [
     "AcpProvider",
     "ActorTree",
     "AgentHandle",
+    "Budget",
     "CancelSignal",
     "ChildMeta",
     "ChildTool",

@@ -20,7 +20,15 @@ from controlplane.tools import MAX_MESSAGE_CHARS, ToolHandlers
 
 from .conftest import Rig, Started
 
-TOOL_NAMES = ["subagent", "send_message", "task_output", "task_kill", "task_list", "list_agents"]
+TOOL_NAMES = [
+    "subagent",
+    "send_message",
+    "task_output",
+    "task_kill",
+    "task_list",
+    "list_agents",
+    "set_budget",
+]
 ARGUMENT_NAMES = {
     "subagent": ["description", "prompt"],
     "send_message": ["subagent_id", "message"],
@@ -28,6 +36,7 @@ ARGUMENT_NAMES = {
     "task_kill": ["task_id"],
     "task_list": [],
     "list_agents": [],
+    "set_budget": ["subagent_id", "tokens", "cost", "model_calls", "tool_calls", "seconds"],
 }
 
 SETTINGS = settings(
@@ -70,6 +79,8 @@ def is_valid(name: str, arguments: object) -> bool:
         return _id_ok(arguments.get("subagent_id")) and _text_ok(
             arguments.get("message"), MAX_MESSAGE_CHARS
         )
+    if name == "set_budget":
+        return _id_ok(arguments.get("subagent_id")) and _limits_ok(arguments)
     if name in ("task_output", "task_kill"):
         if not _id_ok(arguments.get("task_id")):
             return False
@@ -83,6 +94,20 @@ def is_valid(name: str, arguments: object) -> bool:
             and 0 < timeout <= 600
         )
     return True
+
+
+def _limits_ok(arguments: dict[Any, Any]) -> bool:
+    given = [name for name in ("tokens", "cost", "model_calls", "tool_calls", "seconds")
+             if arguments.get(name) is not None]  # fmt: skip
+    for name in given:
+        value = arguments[name]
+        whole = name in ("tokens", "model_calls", "tool_calls")
+        kinds = (int,) if whole else (int, float)
+        if isinstance(value, bool) or not isinstance(value, kinds):
+            return False
+        if not math.isfinite(value) or value <= 0:
+            return False
+    return bool(given)
 
 
 def decoded(arguments: object) -> object:

@@ -27,7 +27,7 @@ def url(store_url: str) -> str:
 # -- definitions ----------------------------------------------------------------------------
 
 
-def test_definitions_name_the_six_tools_with_strict_object_schemas(rig: Rig) -> None:
+def test_definitions_name_the_seven_tools_with_strict_object_schemas(rig: Rig) -> None:
     definitions = rig.tools.definitions()
 
     assert [d["name"] for d in definitions] == [
@@ -37,6 +37,7 @@ def test_definitions_name_the_six_tools_with_strict_object_schemas(rig: Rig) -> 
         "task_kill",
         "task_list",
         "list_agents",
+        "set_budget",
     ]
     arguments = {d["name"]: d["parameters"] for d in definitions}
     assert {name: set(schema["properties"]) for name, schema in arguments.items()} == {
@@ -46,6 +47,7 @@ def test_definitions_name_the_six_tools_with_strict_object_schemas(rig: Rig) -> 
         "task_kill": {"task_id"},
         "task_list": set(),
         "list_agents": set(),
+        "set_budget": {"subagent_id", "tokens", "cost", "model_calls", "tool_calls", "seconds"},
     }
     for definition in definitions:
         assert set(definition) == {"name", "description", "parameters"}
@@ -57,6 +59,7 @@ def test_definitions_name_the_six_tools_with_strict_object_schemas(rig: Rig) -> 
     assert arguments["subagent"]["required"] == ["description", "prompt"]
     assert arguments["send_message"]["required"] == ["subagent_id", "message"]
     assert arguments["task_output"]["required"] == ["task_id"]
+    assert arguments["set_budget"]["required"] == ["subagent_id"]
     timeout = arguments["task_output"]["properties"]["timeout_s"]
     assert timeout["type"] == "number"
     assert timeout["exclusiveMinimum"] == 0

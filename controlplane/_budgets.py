@@ -1,0 +1,318 @@
+"""Budgets at run time (SPEC §11): the gate each activation's run asks before a call, the
+refusal of a resume past a limit, `set_budget`, and the soft notices.
+
+Every decision reads the store's spend ledger (`persistence.SqlStore.spend`), never a
+count kept in this process: siblings running in several runtimes share one ancestor's or
+one session's budget, and each sees what the others' appends have committed. A gate reads
+the rows of its child's scopes (the child, each ancestor child, the session) before each
+model call and tool call, and refuses the call when a limit it spends is reached
+(spent >= limit): a model call is held against tokens, cost, model calls and seconds, a
+tool call against tool calls and seconds. A call that starts within the limits may finish
+past them, so the spend passes a limit by at most one call per activation running then.
+
+Seconds are wall-clock time: each turn's, from its activation's start to its end on this
+host's monotonic clock, is added to its scopes with its ``turn/end``; a gate adds the
+running turn's time so far.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from datetime import datetime
+from typing import Final
+
+from controlplane.contract import (
+    LIMITS,
+    MODEL_CALL,
+    TOOL_CALL,
+    TOOL_ROUND,
+    Budget,
+    ErrorCode,
+    Spent,
+    SubagentControlError,
+    TaskNotice,
+    budget_of,
+    count_problem,
+)
+from persistence import SpendLedger
+
+__all__ = ["DEFAULT_MAX_TOOL_ROUNDS", "DEFAULT_NOTICE_AT", "Budgets", "check_budget_options"]
+
+DEFAULT_NOTICE_AT: Final = 0.8
+DEFAULT_MAX_TOOL_ROUNDS: Final = 50
+_MODEL_LIMITS: Final = ("tokens", "cost", "model_calls", "seconds")
+_TOOL_LIMITS: Final = ("tool_calls", "seconds")
+_CHILD: Final = "child:"
+_SESSION: Final = "session:"
+
+
+def check_budget_options(
+    *,
+    session_budget: object,
+    tree_budget: object,
+    budget_notice_at: object,
+    max_tool_rounds: object,
+) -> tuple[Budget | None, Budget | None]:
+    """The budget options of `SubagentControl`, checked before anything is built.
+
+    Returns:
+        ``session_budget`` and ``tree_budget`` as `Budget` values (a mapping is taken).
+
+    Raises:
+        SubagentControlError: ``INVALID_INPUT`` naming the first option that is off.
+    """
+    session = budget_of(session_budget, what="session_budget")
+    tree = budget_of(tree_budget, what="tree_budget")
+    if budget_notice_at is not None and (
+        isinstance(budget_notice_at, bool)
+        or not isinstance(budget_notice_at, int | float)
+        or not 0 < budget_notice_at <= 1
+    ):
+        raise SubagentControlError(
+            ErrorCode.INVALID_INPUT,
+            f"budget_notice_at must be a fraction in (0, 1] or None, not {budget_notice_at!r}",
+        )
+    if max_tool_rounds is not None:
+        problem = count_problem(max_tool_rounds)
+        if problem is not None:
+            raise SubagentControlError(
+                ErrorCode.INVALID_INPUT, f"max_tool_rounds {problem}, or None"
+            )
+    return session, tree
+
+
+class Budgets:
+    """The control plane's budgets: its options, over the store's spend ledger."""
+
+    def __init__(
+        self,
+        spend: SpendLedger,
+        *,
+        session_budget: Budget | None,
+        tree_budget: Budget | None,
+        notice_at: float | None,
+        max_tool_rounds: int | None,
+    ) -> None:
+        self._spend = spend
+        self._session = session_budget
+        self.tree_budget = tree_budget
+        """The budget of a top-level child started without one."""
+        self._notice_at = notice_at
+        self._max_rounds = max_tool_rounds
+
+    # -- the actors' side (`BudgetPort`) ------------------------------------------------
+
+    def gate(
+        self,
+        *,
+        child_id: str,
+        parent_session: str,
+        task_id: str,
+        label: str,
+        own: Budget | None,
+        held: Callable[[], Spent],
+    ) -> _Gate:
+        """The gate of one activation (see the module docstring)."""
+        return _Gate(self, child_id, parent_session, task_id, label, own, held)
+
+    def check_resume(self, child_id: str) -> None:
+        """Refuse to resume a child with a limit of its scopes reached (any limit: its
+        next turn could not run).
+
+        Raises:
+            SubagentControlError: ``BUDGET_EXHAUSTED``; nothing was delivered.
+        """
+        scopes = self._spend.scopes(child_id)
+        rows = self._spend.read(scopes)
+        for scope in scopes:
+            row = rows.get(scope)
+            budget = self.budget_of_scope(scope, row.budget if row else None)
+            if budget is None:
+                continue
+            reached = (row.spent if row else Spent()).reached(budget, LIMITS)
+            if reached is not None:
+                raise SubagentControlError(
+                    ErrorCode.BUDGET_EXHAUSTED,
+                    f"child {child_id} cannot continue: {_whose(scope, child_id, reached)}; "
+                    "the message was not delivered and no task was started; its parent can "
+                    "raise the budget with set_budget",
+                    child_id=child_id,
+                )
+
+    # -- the facade's side ----------------------------------------------------------------
+
+    def set_budget(self, session: str, child_id: str, budget: object) -> None:
+        """Replace the budget of ``session``'s child ``child_id`` (see the facade).
+
+        Raises:
+            SubagentControlError: ``INVALID_INPUT`` for a bad budget; ``CHILD_NOT_FOUND``
+                for a child that is not the session's (nothing changed either way).
+        """
+        checked = budget_of(budget)
+        if self._spend.parent_of(child_id) != session:
+            raise _unknown(child_id)
+        limits = checked.stored() if checked is not None else None
+        self._spend.set_budget(child_id, limits or None)
+
+    def drain(self, owner: str) -> list[tuple[datetime, TaskNotice]]:
+        """Take ``owner``'s soft budget notices."""
+        return self._spend.drain(owner)
+
+    # -- shared ------------------------------------------------------------------------
+
+    def budget_of_scope(self, scope: str, stored: dict[str, float] | None) -> Budget | None:
+        """A scope's budget: a session's is this runtime's option; a child's is the one
+        its row keeps (its descriptor's, or what `set_budget` put there)."""
+        if scope.startswith(_SESSION):
+            return self._session
+        if not stored:
+            return None
+        try:
+            return Budget.model_validate(stored)
+        except (SubagentControlError, ValueError):
+            return None  # not a budget this code wrote: no limit, rather than a guess
+
+
+class _Gate:
+    """One activation's `TurnGate`: asked from the run's thread, read by its activation."""
+
+    def __init__(
+        self,
+        budgets: Budgets,
+        child_id: str,
+        parent_session: str,
+        task_id: str,
+        label: str,
+        own: Budget | None,
+        held: Callable[[], Spent],
+    ) -> None:
+        self._budgets = budgets
+        self._held = held
+        self._spend = budgets._spend
+        self._child_id = child_id
+        self._parent_session = parent_session
+        self._task_id = task_id
+        self._label = label
+        self._own = own
+        self._started = time.monotonic()
+        self._lock = threading.Lock()
+        self._scopes: tuple[str, ...] | None = None
+        self._rounds = 0
+        self._exhausted: str | None = None
+        self._limited = False  # the last read found a budget on some scope
+
+    @property
+    def exhausted(self) -> str | None:
+        return self._exhausted
+
+    def elapsed_s(self) -> float:
+        return time.monotonic() - self._started
+
+    def check(self, call: str) -> None:
+        if self._exhausted is not None:
+            raise self._error()
+        if call == TOOL_ROUND:
+            self._rounds += 1
+            cap = self._budgets._max_rounds
+            if cap is not None and self._rounds > cap:
+                self._trip(
+                    f"tool round cap of {cap} per turn reached (the model asked for round "
+                    f"{self._rounds}); send a message to continue in a new turn"
+                )
+            return
+        if call not in (MODEL_CALL, TOOL_CALL):
+            raise SubagentControlError(
+                ErrorCode.INVALID_INPUT,
+                f"a gate checks {MODEL_CALL!r}, {TOOL_ROUND!r} or {TOOL_CALL!r}, not {call!r}",
+            )
+        self._evaluate(_MODEL_LIMITS if call == MODEL_CALL else _TOOL_LIMITS)
+
+    def ended(self) -> None:
+        if self._limited and self._budgets._notice_at is not None:
+            self._evaluate(())
+
+    # -- plumbing -------------------------------------------------------------------------
+
+    def _evaluate(self, names: tuple[str, ...]) -> None:
+        scopes = self._chain()
+        # Held first: if publication writes them between the two reads, they count twice
+        # (a stop one call early), never not at all.
+        held = self._held()
+        rows = self._spend.read(scopes)
+        elapsed = Spent(seconds=self.elapsed_s())
+        limited = False
+        for index, scope in enumerate(scopes):
+            row = rows.get(scope)
+            stored = row.budget if row is not None else None
+            if index == 0 and row is None:
+                budget = self._own  # not stored yet: its descriptor's holds
+            else:
+                budget = self._budgets.budget_of_scope(scope, stored)
+            if budget is None:
+                continue
+            limited = True
+            spent = (row.spent if row is not None else Spent()) + held + elapsed
+            reached = spent.reached(budget, names) if names else None
+            if reached is not None:
+                self._limited = True
+                self._trip(_whose(scope, self._child_id, reached))
+            notice_at = self._budgets._notice_at
+            if notice_at is not None and (row is None or not row.warned):
+                passed = spent.passed(budget, notice_at)
+                if passed is not None:
+                    self._warn(scopes, index, passed)
+        self._limited = limited
+
+    def _warn(self, scopes: tuple[str, ...], index: int, passed: str) -> None:
+        scope = scopes[index]
+        if scope.startswith(_SESSION):
+            owner = scope[len(_SESSION) :]
+            child = _child_of(scopes[index - 1]) if index > 0 else self._child_id
+            subject = f"session {owner} (its subagents together)"
+        else:
+            child = _child_of(scope)
+            above = scopes[index + 1] if index + 1 < len(scopes) else None
+            owner = _child_of(above) if above is not None else self._parent_session
+            subject = f"subagent {child}" + ("" if index == 0 else " (with its subagents)")
+        summary = f"budget notice: {subject} has spent {passed}"
+        self._spend.warn(scope, (owner, self._task_id, child, self._label, summary))
+
+    def _chain(self) -> tuple[str, ...]:
+        if self._scopes is None:
+            above = self._spend.scopes_under(self._parent_session)
+            self._scopes = (f"{_CHILD}{self._child_id}", *above)
+        return self._scopes
+
+    def _trip(self, why: str) -> None:
+        with self._lock:
+            if self._exhausted is None:
+                self._exhausted = why
+        raise self._error()
+
+    def _error(self) -> SubagentControlError:
+        return SubagentControlError(
+            ErrorCode.BUDGET_EXHAUSTED, self._exhausted or "budget exhausted",
+            child_id=self._child_id, task_id=self._task_id,
+        )  # fmt: skip
+
+
+def _child_of(scope: str) -> str:
+    return scope.split(":", 1)[1]
+
+
+def _whose(scope: str, child_id: str, reached: str) -> str:
+    if scope == f"{_CHILD}{child_id}":
+        return reached
+    if scope.startswith(_SESSION):
+        return f"{reached} (the budget of session {_child_of(scope)}, shared by its subagents)"
+    return f"{reached} (the budget of subagent {_child_of(scope)}, which it runs under)"
+
+
+def _unknown(child_id: object) -> SubagentControlError:
+    return SubagentControlError(
+        ErrorCode.CHILD_NOT_FOUND,
+        f"no child {child_id!r} for this session; list your children and use one of those ids",
+        child_id=child_id if isinstance(child_id, str) else None,
+    )

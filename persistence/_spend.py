@@ -1,0 +1,358 @@
+"""What each scope has spent, counted in the store (SPEC §11 budgets).
+
+A scope is a child with everything it started (``child:<id>``) or a top-level parent
+session (``session:<id>``). A child's scopes are itself, each ancestor child (its parent
+session is its parent's child id) and, at the top, the session that started the first of
+them: its chain, read once from the children's headers (which never change) and cached.
+
+The counters grow in the transaction of the append that records the spend: the
+``usage`` in the data of the events appended (an ``assistant/message``, a ``tool/result``)
+and the seconds a ``turn/end`` carries in (`SqlStore.append`'s ``seconds``), by an upsert
+``SET x = x + n`` for every scope of the chain, so concurrent appends in any number of
+runtimes never lose a count (SQLite serializes writers; PostgreSQL's row lock does).
+A gate reads them (`SpendLedger.read`) before each call; what it reads may be one call
+behind another runtime's, which is the overshoot the README states.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Final, TypeVar
+
+from sqlalchemy.engine import Connection
+
+from controlplane.contract import (
+    EventKind,
+    Spent,
+    TaskNotice,
+    TaskStatus,
+    spent_in,
+    utcnow,
+)
+from persistence._codec import PendingEvent
+from persistence._database import Database
+from persistence._schema import sqlite_time, utc_time
+from persistence._spend_sql import SpendStatements
+
+__all__ = ["ScopeSpend", "SpendLedger", "child_scope", "session_scope"]
+
+T = TypeVar("T")
+Runner = Callable[[str, Callable[[int], Any]], Any]
+
+_MAX_DEPTH: Final = 64
+"""A chain longer than this is cut (a cycle in hand-written headers must not loop)."""
+_CACHE: Final = 4096
+
+
+def child_scope(child_id: str) -> str:
+    """The scope of a child with everything it started."""
+    return f"child:{child_id}"
+
+
+def session_scope(session_id: str) -> str:
+    """The scope of a top-level parent session."""
+    return f"session:{session_id}"
+
+
+Cursor = Any
+"""A DBAPI cursor, or `_OnConnection` over a SQLAlchemy connection: ``execute``,
+``executemany``, ``fetchone``, ``rowcount``."""
+
+
+@dataclass(frozen=True, slots=True)
+class ScopeSpend:
+    """One scope's row: its spend, its budget (JSON limits, or None) and whether its soft
+    notice was sent."""
+
+    scope: str
+    spent: Spent
+    budget: dict[str, float] | None
+    warned: bool
+
+
+class SpendLedger:
+    """The store's spend counters, budgets and soft notices (`SqlStore.spend`). Reads and
+    the budget and notice writes are short transactions of their own, retried by the
+    store's policy; the counting rides in the append's (`add`)."""
+
+    def __init__(self, db: Database, run: Runner) -> None:
+        self._db = db
+        self._runner = run
+        self._sql = SpendStatements.build(db.sql.placeholder)
+        self._text_times = db.backend.text_times
+        self._lock = threading.Lock()
+        self._chains: dict[str, tuple[str, ...]] = {}
+        self._adds: dict[int, str] = {}  # the upsert of a chain of n scopes
+        self._rides: dict[tuple[str, int], str] = {}  # an event's insert with that upsert
+        self._one_trip = db.backend.name == "postgresql"
+
+    # -- inside an append's transaction ---------------------------------------------------
+
+    def add(
+        self,
+        cursor: Cursor,
+        child_id: str,
+        pending: Sequence[PendingEvent],
+        *,
+        seconds: float = 0.0,
+    ) -> None:
+        """Count what ``pending`` (a child's own events) records, and ``seconds``, for
+        every scope of the child, in the caller's transaction. Writes nothing when they
+        record no spend."""
+        spent = spent_in([event.data for event in pending], seconds)
+        if spent is None:
+            return
+        scopes = self._chain(cursor, child_id)
+        row = (spent.tokens, spent.cost, spent.model_calls, spent.tool_calls, spent.seconds)
+        statement = self._adds.get(len(scopes))
+        if statement is None:
+            statement = self._adds[len(scopes)] = self._sql.add_all(len(scopes))
+        # A chain runs from the child up to its session, so two appends' chains share their
+        # rows in one order (their common ancestors, top-level last): no lock cycle.
+        cursor.execute(statement, [value for scope in scopes for value in (scope, *row)])
+
+    def insert_counting(
+        self,
+        cursor: Cursor,
+        child_id: str,
+        event: PendingEvent,
+        insert: str,
+        row: Sequence[Any],
+        seconds: float = 0.0,
+    ) -> bool:
+        """PostgreSQL: insert one event (``insert`` with ``row``) and count what it spent in
+        one statement, a data-modifying CTE: one round trip, not two, on the path of every
+        model call's append. False (nothing done) on SQLite, where a statement costs no
+        round trip, and for an event that records no spend: the caller inserts it itself
+        and calls `add`."""
+        if not self._one_trip:
+            return False
+        spent = spent_in([event.data], seconds)
+        if spent is None:
+            return False
+        scopes = self._chain(cursor, child_id)
+        key = (insert, len(scopes))
+        statement = self._rides.get(key)
+        if statement is None:
+            # The event's own INSERT, then the upsert: only our statements and placeholders.
+            statement = "WITH written AS (" + insert + ") " + self._sql.add_all(len(scopes))
+            self._rides[key] = statement
+        counts = (spent.tokens, spent.cost, spent.model_calls, spent.tool_calls, spent.seconds)
+        cursor.execute(statement, [*row, *(v for scope in scopes for v in (scope, *counts))])
+        return True
+
+    def created(self, cursor: Cursor, child_id: str, pending: Sequence[PendingEvent]) -> None:
+        """A new child's budget, from its descriptor among ``pending``, in the transaction
+        that writes its header."""
+        for event in pending:
+            if event.kind == EventKind.DESCRIPTOR and isinstance(event.data, dict):
+                budget = event.data.get("budget")
+                if isinstance(budget, dict) and budget:
+                    cursor.execute(self._sql.set_budget, (child_scope(child_id), _dumps(budget)))
+
+    @staticmethod
+    def on_connection(conn: Connection) -> Cursor:
+        """A cursor over a SQLAlchemy connection's transaction (`SqlStore.create_child`)."""
+        return _OnConnection(conn)
+
+    # -- the gate's reads and writes -----------------------------------------------------
+
+    def scopes(self, child_id: str) -> tuple[str, ...]:
+        """The scopes of a stored child: itself, each ancestor child, the session."""
+
+        def op(_attempt: int) -> tuple[str, ...]:
+            with self._db.cursor(write=False) as cursor:
+                return self._chain(cursor, child_id)
+
+        return self._run(f"read the scopes of child {child_id}", op)
+
+    def scopes_under(self, parent_session: str) -> tuple[str, ...]:
+        """The scopes above a child of ``parent_session`` (a session, or a child's id)."""
+
+        def op(_attempt: int) -> tuple[str, ...]:
+            with self._db.cursor(write=False) as cursor:
+                return self._above(cursor, parent_session)
+
+        return self._run(f"read the scopes of session {parent_session}", op)
+
+    def parent_of(self, child_id: str) -> str | None:
+        """A stored child's parent session; None for a child the store does not have."""
+
+        def op(_attempt: int) -> str | None:
+            with self._db.cursor(write=False) as cursor:
+                cursor.execute(self._sql.parent, (child_id,))
+                row = cursor.fetchone()
+            return None if row is None else str(row[0])
+
+        return self._run(f"read the parent of child {child_id}", op)
+
+    def read(self, scopes: Sequence[str]) -> dict[str, ScopeSpend]:
+        """The rows of ``scopes`` (a scope that spent nothing and has no budget has none)."""
+        statement = self._sql.read(len(scopes))
+
+        def op(_attempt: int) -> dict[str, ScopeSpend]:
+            with self._db.cursor(write=False) as cursor:
+                cursor.execute(statement, tuple(scopes))
+                rows = cursor.fetchall()
+            return {str(row[0]): _scope_spend(row) for row in rows}
+
+        return self._run("read the spend", op)
+
+    def set_budget(self, child_id: str, limits: dict[str, float] | None) -> None:
+        """Replace a child's budget (None: no budget); its spend stays, and its soft
+        notice may be sent again."""
+        params = (child_scope(child_id), None if limits is None else _dumps(limits))
+
+        def op(_attempt: int) -> None:
+            with self._db.cursor(write=True) as cursor:
+                cursor.execute(self._sql.set_budget, params)
+
+        self._run(f"set the budget of child {child_id}", op)
+
+    def warn(self, scope: str, notice: tuple[str, str, str | None, str, str]) -> bool:
+        """Mark ``scope`` warned and queue its notice (owner, Task id, child id, label,
+        summary) in one transaction, unless it was warned already; whether this call did.
+
+        A notice for a child other than the gate's names that child's running Task when
+        it has one (its claim's): the Task id is the given one otherwise."""
+        owner, task_id, child_id, label, summary = notice
+        notice_id = uuid.uuid4().hex
+
+        def op(attempt: int) -> bool:
+            with self._db.cursor(write=True) as cursor:
+                if attempt > 1:  # our earlier attempt may have committed unheard
+                    cursor.execute(self._sql.noticed, (notice_id,))
+                    if cursor.fetchone() is not None:
+                        return True
+                cursor.execute(self._sql.warn, (scope,))
+                if cursor.rowcount != 1:
+                    return False
+                task, name = self._task_of(cursor, child_id, task_id, label)
+                stamp = sqlite_time(utcnow()) if self._text_times else utcnow()
+                cursor.execute(
+                    self._sql.notice, (notice_id, owner, task, child_id, name, summary, stamp)
+                )
+                return True
+
+        result: bool = self._run(f"warn of the budget of {scope}", op)
+        return result
+
+    def drain(self, owner_session: str) -> list[tuple[datetime, TaskNotice]]:
+        """Take the owner's soft budget notices, each once across every runtime."""
+
+        def op(_attempt: int) -> list[tuple[datetime, TaskNotice]]:
+            with self._db.cursor(write=True) as cursor:
+                cursor.execute(self._sql.drain, (owner_session,))
+                rows = cursor.fetchall()
+            return [
+                (
+                    utc_time(created),
+                    TaskNotice(
+                        task_id=task_id,
+                        child_id=child_id,
+                        label=label,
+                        status=TaskStatus.RUNNING,
+                        summary=summary,
+                    ),
+                )
+                for task_id, child_id, label, summary, created, _id in rows
+            ]
+
+        return self._run("drain budget notices", op)
+
+    # -- plumbing ---------------------------------------------------------------------
+
+    def _task_of(
+        self, cursor: Cursor, child_id: str | None, task_id: str, label: str
+    ) -> tuple[str, str]:
+        if child_id is None:
+            return task_id, label
+        cursor.execute(self._sql.claim_task, (child_id,))
+        row = cursor.fetchone()
+        if row is None or row[0] is None or row[0] == task_id:
+            return task_id, label
+        cursor.execute(self._sql.task_label, (row[0],))
+        named = cursor.fetchone()
+        return str(row[0]), str(named[0]) if named is not None else label
+
+    def _chain(self, cursor: Cursor, child_id: str) -> tuple[str, ...]:
+        chain = self._chains.get(child_id)
+        if chain is not None:
+            return chain
+        cursor.execute(self._sql.parent, (child_id,))
+        row = cursor.fetchone()
+        if row is None:  # not stored (yet): its own scope only
+            return (child_scope(child_id),)
+        chain = (child_scope(child_id), *self._above(cursor, str(row[0])))
+        self._remember(child_id, chain)
+        return chain
+
+    def _above(self, cursor: Cursor, session: str) -> tuple[str, ...]:
+        """The scopes of ``session``: a child's own chain, or a top-level session's scope."""
+        chain: list[str] = []
+        current = session
+        for _ in itertools.repeat(None, _MAX_DEPTH):
+            known = self._chains.get(current)
+            if known is not None:
+                return (*chain, *known)
+            cursor.execute(self._sql.parent, (current,))
+            row = cursor.fetchone()
+            if row is None:
+                chain.append(session_scope(current))
+                break
+            chain.append(child_scope(current))
+            current = str(row[0])
+        return tuple(chain)
+
+    def _remember(self, child_id: str, chain: tuple[str, ...]) -> None:
+        with self._lock:
+            if len(self._chains) >= _CACHE:
+                self._chains.clear()  # rebuilt on demand: a header never changes
+            self._chains[child_id] = chain
+
+    def _run(self, action: str, operation: Callable[[int], T]) -> T:
+        result: T = self._runner(action, operation)
+        return result
+
+
+def _scope_spend(row: Sequence[Any]) -> ScopeSpend:
+    scope, tokens, cost, model_calls, tool_calls, seconds, budget, warned = row
+    limits = json.loads(budget) if budget else None
+    return ScopeSpend(
+        scope=str(scope),
+        spent=Spent(int(tokens), float(cost), int(model_calls), int(tool_calls), float(seconds)),
+        budget=limits if isinstance(limits, dict) else None,
+        warned=bool(warned),
+    )
+
+
+def _dumps(limits: dict[str, Any]) -> str:
+    return json.dumps(limits, sort_keys=True)
+
+
+class _OnConnection:
+    """`Cursor` over a SQLAlchemy `Connection` (the driver's own SQL and placeholders)."""
+
+    def __init__(self, conn: Connection) -> None:
+        self._conn = conn
+        self._result: Any = None
+
+    def execute(self, sql: str, params: Sequence[Any] = (), /) -> Any:
+        self._result = self._conn.exec_driver_sql(sql, tuple(params))
+        return self._result
+
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]], /) -> Any:
+        return self._conn.exec_driver_sql(sql, [tuple(row) for row in rows])
+
+    def fetchone(self) -> Any:
+        return self._result.fetchone()
+
+    @property
+    def rowcount(self) -> int:
+        return int(self._result.rowcount)

@@ -1,0 +1,71 @@
+"""A budget shared by siblings running at once in two runtimes (two OS processes) on one
+PostgreSQL store (SPEC §11): the spend is counted atomically in the store, so no call is
+lost from the total, and the total passes the limit by at most one model call per
+activation running at that moment.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from controlplane.contract import usage_of
+from persistence import SqlStore
+from tests.reliability.budget_child import PARENT, SPEND
+from tests.reliability.processes import LinesProcess, Reaper, reaping
+
+SCRIPT = Path(__file__).with_name("budget_child.py")
+PROCESSES = 2
+CHILDREN = 3  # per process: six siblings running at once
+LIMIT = 400
+READY_S = 45.0
+RUN_S = 90.0
+
+pytestmark = pytest.mark.postgres
+
+reaped = pytest.fixture(reaping, name="reaped")
+
+
+@pytest.fixture
+def store(pg_url: str) -> Iterator[SqlStore]:
+    with SqlStore(pg_url) as opened:  # the schema exists before the workers race to it
+        yield opened
+
+
+def test_siblings_in_two_processes_never_spend_past_a_shared_budget_by_more_than_one_call_each(
+    pg_url: str, store: SqlStore, reaped: Reaper, tmp_path: Path
+) -> None:
+    workers = []
+    for n in range(PROCESSES):
+        args = (pg_url, f"w{n}", str(CHILDREN), str(LIMIT))
+        worker = LinesProcess(SCRIPT, *args, name=f"worker-{n}", stderr=tmp_path / f"w{n}.err")
+        workers.append(reaped.add(worker))
+    for worker in workers:
+        worker.expect("ready", READY_S)
+    for worker in workers:  # as close to at once as two pipes allow
+        worker.say("go")
+
+    tasks: dict[str, tuple[str, str]] = {}
+    for worker in workers:
+        while (line := worker.next_line(RUN_S)) != "done":
+            _task, child_id, status, code = line.split()
+            tasks[child_id] = (status, code)
+    for worker in workers:
+        worker.say("close")
+        worker.expect("closed", READY_S)
+
+    assert len(tasks) == PROCESSES * CHILDREN
+    # Every one ran until the shared budget stopped it (the model calls a tool for ever).
+    assert set(tasks.values()) == {("failed", "BUDGET_EXHAUSTED")}, tasks
+    spent = {child_id: usage_of(store.load(child_id).own_events) for child_id in tasks}
+    total = sum(usage.total_tokens for usage in spent.values())
+    running = PROCESSES * CHILDREN
+    # Each activation may start one call within the limit that ends past it, no more.
+    assert LIMIT <= total <= LIMIT + running * SPEND, (total, spent)
+    assert all(usage.model_calls >= 1 for usage in spent.values()), spent
+    # The counter in the store is the sum of what the transcripts record: no lost update.
+    (row,) = store.spend.read([f"session:{PARENT}"]).values()
+    assert row.spent.tokens == total
+    assert row.spent.model_calls == sum(usage.model_calls for usage in spent.values())
