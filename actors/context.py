@@ -5,7 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from controlplane.contract import AgentRegistry, ProviderRegistry, TaskService, Telemetry
+from controlplane.contract import (
+    AdmissionGate,
+    AgentRegistry,
+    ProviderRegistry,
+    TaskService,
+    Telemetry,
+)
 
 if TYPE_CHECKING:
     from persistence import SqlStore
@@ -23,6 +29,8 @@ class ActorContext:
     providers: ProviderRegistry
     runtime_id: str = ""
     """This runtime's id: the claims it takes on children name it."""
+    admission: AdmissionGate | None = None
+    """The concurrency limits every activation passes before it runs (None: no limits)."""
 
     @property
     def telemetry(self) -> Telemetry:

@@ -7,7 +7,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
@@ -24,6 +24,7 @@ from actors import (
     SpawnChild,
     deliver,
 )
+from controlplane._admission import Admission, check_concurrency, placed_nodes
 from controlplane._exit import close_at_exit, closed
 from controlplane._forwarding import Forwarder
 from controlplane._router import Router
@@ -112,6 +113,11 @@ class SubagentControl:
             ``subagent.send``, ``subagent.activation`` and its phases); the global provider
             when None. Needs the ``otel`` extra; without an SDK nothing is recorded.
         meter_provider: Where the OpenTelemetry metrics go; the global provider when None.
+        concurrency: Concurrency limits (SPEC §11): ``{key: n}``, key a provider name or
+            ``"provider:model"``; at most n activations under that key run at once across
+            every runtime on the store (configure the same limits in each). A start or
+            resume past it is answered at once and its Task reads ``queued`` until a slot
+            frees (FIFO), then ``running``.
     """
 
     def __init__(
@@ -126,7 +132,9 @@ class SubagentControl:
         recent_tasks: int = 1000,
         tracer_provider: TracerProvider | None = None,
         meter_provider: MeterProvider | None = None,
+        concurrency: Mapping[str, int] | None = None,
     ) -> None:
+        limits = check_concurrency(concurrency) if concurrency is not None else {}
         check_options(
             close_timeout_s=close_timeout_s,
             passivate_after_s=passivate_after_s,
@@ -172,7 +180,11 @@ class SubagentControl:
             telemetry=self._telemetry,
             routing=self._router,
             interrupter=self._runtime.interrupt_fenced if self._runtime is not None else None,
+            queue=store.queue if store is not None else None,
         )
+        self._admission: Admission | None = None
+        if store is not None and self._runtime is not None and limits:
+            self._admission = Admission(limits, store, self._runtime, self.tasks, self.agents)
         if task_tools:
             self.tasks.attach_surface(TASK_TOOLS_SURFACE)
         self.agents.on_dispose(self._kill_tasks_of)
@@ -181,13 +193,16 @@ class SubagentControl:
         if store is not None and self._runtime is not None and self._router is not None:
             self._heartbeat = Heartbeat(self._runtime, store, self.tasks)
             context = ActorContext(
-                store, self.tasks, self.agents, self.providers, runtime_id=self._runtime_id
-            )
+                store, self.tasks, self.agents, self.providers, runtime_id=self._runtime_id,
+                admission=self._admission,
+            )  # fmt: skip
             self._root = RootActorProxy(RootActor.start(context, self._routes))
             if passivate_after_s is not None:
                 self._passivator = Passivator(self._root.ref, passivate_after_s)
             self._heartbeat.start()  # recovers what a crash left before the first send
             self._router.start()  # serves other runtimes' messages, now that the actors exist
+            if self._admission is not None:  # decides and adopts, now that the actors exist
+                self._admission.start(self._spawn_adopted)
         close_at_exit(self, self._close_at_exit)  # a script that never calls close() exits
 
     @classmethod
@@ -196,6 +211,8 @@ class SubagentControl:
         pass every option (``task_tools=``, …) to the constructor; the store's own options
         (`STORE_OPTIONS`: ``retry``, ``lock_timeout_s``, ``statement_timeout_s``,
         ``durable_os_crash``, ``pause_gc_on_load``) go to `SqlStore`."""
+        if options.get("concurrency") is not None:  # refused before the store is made
+            check_concurrency(options["concurrency"])
         store_options = {name: options.pop(name) for name in STORE_OPTIONS if name in options}
         store = SqlStore(url, **store_options)
         try:
@@ -272,9 +289,13 @@ class SubagentControl:
             trace=trace,
         )
         try:
+            if self._admission is not None:  # queued in call order (its model is known)
+                self._admission.enter_start(plan)
             root.spawn_child(SpawnChild(plan=plan))
         except BaseException as exc:
             self.tasks.discard(task.id)
+            if self._admission is not None:
+                self._admission.release(task.id)
             trace.end(None)
             raise translate(exc, "nothing was started") from exc
         return ContinuableStart(child_id=child_id, task_id=task.id)
@@ -351,7 +372,7 @@ class SubagentControl:
         found = {
             child_id: (task.label, task.created_at)
             for child_id, task in latest_tasks.items()
-            if task.status is TaskStatus.RUNNING
+            if not task.status.is_terminal  # running, or queued for a slot
         }
         if self._store is not None:
             for meta in self._store.list_children(session):
@@ -363,7 +384,7 @@ class SubagentControl:
                 ChildView(
                     child_id=child_id,
                     label=label,
-                    running=latest is not None and latest.status is TaskStatus.RUNNING,
+                    running=latest is not None and not latest.status.is_terminal,
                     task_id=latest.id if latest else None,
                     created_at=created,
                 )
@@ -378,6 +399,7 @@ class SubagentControl:
                 nodes = self._root.describe_all(timeout_s)
             except (pykka.ActorDeadError, pykka.Timeout):
                 nodes = []
+        nodes = placed_nodes(nodes, self.tasks)
         forwarded = self._router.in_flight() if self._router is not None else []
         return ActorTree(
             taken_at=utcnow(), closed=self._closed, supervisors=nodes,
@@ -435,6 +457,8 @@ class SubagentControl:
             # Past the deadline: what has not settled is killed here, so no Task reads
             # `running` after close (its daemon thread may still end later; it writes nothing).
             self.tasks.abandon("killed: the control plane closed before the run stopped")
+        if self._admission is not None:
+            self._admission.close()
         if self._root is not None:
             with contextlib.suppress(pykka.ActorDeadError, pykka.Timeout):
                 self._root.shutdown(max(1.0, deadline - time.monotonic()))
@@ -488,6 +512,10 @@ class SubagentControl:
                 ErrorCode.UNAUTHORIZED,
                 f"parent session {parent.session_id!r} is not live in this control plane",
             )
+
+    def _spawn_adopted(self, plan: ActivationPlan) -> None:
+        """Start a queued Task adopted from a dead runtime (`Admission`)."""
+        self._require_store().spawn_child(SpawnChild(plan=plan))
 
     def _kill_here(self, task_id: str, reason: str) -> bool:
         """Abort a Task of this runtime whose kill another runtime forwarded (the router's

@@ -39,6 +39,7 @@ from persistence._database import Database
 from persistence._deadlines import abandon_waits, abandoning, call_deadline
 from persistence._inbox import Inbox
 from persistence._ledger import TaskLedger
+from persistence._queue import AdmissionQueue
 from persistence._retry import Retrier, RetryListener, RetryPolicy
 from persistence._schema import (
     SCHEMA_VERSION,
@@ -155,6 +156,8 @@ class SqlStore:
         """Messages forwarded between runtimes (PostgreSQL; None on SQLite, SPEC §9)."""
         self.ledger = TaskLedger(self._db, self._run, self._claims.settle)
         """The store's Tasks and runtimes (SPEC §9)."""
+        self.queue = AdmissionQueue(self)
+        """The durable FIFO queue of concurrency limits (SPEC §11)."""
         try:
             self._run("open the store", self._check if read_only else self._open)
             if not read_only:  # read-only: no write ever takes the one connection open

@@ -53,7 +53,7 @@ def snapshot_of_columns(
     (`persistence._codec.construct`)."""
     status = _STATUSES[status_value]
     outcome = None
-    if status is not TaskStatus.RUNNING:
+    if status.is_terminal:
         outcome = construct(
             TaskOutcome,
             {

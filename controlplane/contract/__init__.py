@@ -40,6 +40,7 @@ from controlplane.contract._provider import (
 from controlplane.contract._services import (
     NO_TRACE,
     ActivationTrace,
+    AdmissionGate,
     Origin,
     Requester,
     TaskService,
@@ -84,6 +85,7 @@ __all__ = [
     "USAGE_REPORTED",
     "ActivationNode",
     "ActivationTrace",
+    "AdmissionGate",
     "ActorTree",
     "AgentHandle",
     "AgentRegistry",

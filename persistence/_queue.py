@@ -1,0 +1,390 @@
+"""The durable FIFO queue of concurrency limits (SPEC §11 "Concurrency limits").
+
+A Task whose activation falls under a limited key (a provider name, or
+``"provider:model"``) has one `AdmissionRow` per key. Every decision is one short write
+transaction under the key's lock (PostgreSQL: a transaction-scoped advisory lock per key,
+taken in key order; SQLite: the one writer ``BEGIN IMMEDIATE`` admits), so runtimes on
+one store never admit more than the limit between them:
+
+- a slot is taken by a ``running`` row whose Task still runs (joined with the Task row:
+  a Task settled by any means — its turn's end, a sweep of its dead runtime, a takeover —
+  frees its slot in the transaction that settles it, before its row is deleted);
+- a Task is admitted when, under each of its keys, fewer than the limit hold a slot and
+  its row is the oldest queued one whose Task is still queued (FIFO across runtimes);
+- the Task row reads ``queued`` while it waits and ``running`` once admitted, in the
+  transaction that decides.
+
+A row carries the plan a live runtime needs to start the Task itself when the runtime that
+holds it died while it was queued (`AdmissionQueue.adopt`). On PostgreSQL a release
+notifies every listening runtime (`NOTIFY`); every waiting runtime also polls, bounded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import threading
+import zlib
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from enum import Enum
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import and_, delete, func, insert, select, text, update
+from sqlalchemy.engine import Connection
+
+from controlplane.contract import TaskSnapshot, TaskStatus, utcnow
+from persistence._schema import AdmissionRow, ChildRow, TaskRow
+
+if TYPE_CHECKING:
+    from persistence._store import SqlStore
+
+__all__ = ["CHANNEL", "AdmissionListener", "AdmissionQueue", "Admitted", "QueueHead", "QueuePlace"]
+
+log = logging.getLogger(__name__)
+
+CHANNEL = "subagent_admission"
+"""The PostgreSQL channel a release notifies: one for every runtime on the store."""
+_LOCK_SPACE = 0x5AB_AD31  # the advisory locks' first key: any constant every process shares
+_QUEUED = TaskStatus.QUEUED.value
+_RUNNING = TaskStatus.RUNNING.value
+_A = AdmissionRow.__table__.c
+_T = TaskRow.__table__.c
+
+
+class Admitted(Enum):
+    """What an admission attempt found."""
+
+    NOW = "now"  # the Task holds its slots (now, or already)
+    WAIT = "wait"  # no room yet, or older Tasks wait first
+    GONE = "gone"  # the Task has no queue rows, or it settled (killed, interrupted)
+
+
+@dataclass(frozen=True, slots=True)
+class QueuePlace:
+    """A Task's place in the queue: 1-based position (None once admitted), and times."""
+
+    position: int | None
+    queued_at: datetime
+    admitted_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class QueueHead:
+    """The oldest queued Task under a key whose Task is still queued."""
+
+    task_id: str
+    key: str
+    runtime_id: str
+    child_id: str
+    plan: str
+
+
+class AdmissionQueue:
+    """The store's admission rows. Every operation is one short transaction, run under the
+    store's retry policy."""
+
+    def __init__(self, store: SqlStore) -> None:
+        self._s = store
+        self._db = store._db
+        self._postgres = self._db.backend.name == "postgresql"
+
+    # -- decisions ---------------------------------------------------------------------
+
+    def enter(
+        self,
+        task_id: str,
+        *,
+        child_id: str,
+        runtime_id: str,
+        keys: Iterable[str],
+        limits: Mapping[str, int],
+        plan: str,
+    ) -> Admitted:
+        """Queue a Task under ``keys`` and admit it at once if there is room and nobody
+        waits before it; else its Task row reads ``queued``. Idempotent on retry."""
+        keys = sorted(set(keys))
+
+        def op(_attempt: int) -> Admitted:
+            with self._db.connection(write=True) as conn:
+                self._lock(conn, keys)
+                known = conn.execute(select(_A.seq).where(_A.task_id == task_id)).first()
+                if known is None:
+                    now = utcnow()
+                    rows = [
+                        {"task_id": task_id, "key": key, "state": _QUEUED,
+                         "runtime_id": runtime_id, "child_id": child_id, "queued_at": now,
+                         "plan": plan}  # fmt: skip
+                        for key in keys
+                    ]
+                    conn.execute(insert(AdmissionRow), rows)
+                # Its Task row reads queued until the decision below says otherwise.
+                conn.execute(
+                    update(TaskRow)
+                    .where(_T.task_id == task_id, _T.status == _RUNNING)
+                    .values(status=_QUEUED)
+                )
+                return self._try(conn, task_id, limits, locked=True)
+
+        return self._run(f"queue task {task_id}", op)
+
+    def admit(self, task_id: str, limits: Mapping[str, int]) -> Admitted:
+        """Give the Task its slots if there is room and it is first in line."""
+
+        def op(_attempt: int) -> Admitted:
+            with self._db.connection(write=True) as conn:
+                return self._try(conn, task_id, limits, locked=False)
+
+        return self._run(f"admit task {task_id}", op)
+
+    def release(self, task_id: str) -> None:
+        """Forget a Task's rows (it settled, or never ran): its slot or place is free, and
+        every listening runtime hears so (PostgreSQL)."""
+
+        def op(_attempt: int) -> None:
+            with self._db.connection(write=True) as conn:
+                gone = conn.execute(delete(AdmissionRow).where(_A.task_id == task_id))
+                if gone.rowcount and self._postgres:
+                    conn.execute(text("SELECT pg_notify(:c, '')"), {"c": CHANNEL})
+
+        self._run(f"release the slot of task {task_id}", op)
+
+    def adopt(self, task_id: str, *, dead: str, runtime_id: str) -> tuple[bool, int | None]:
+        """Take a queued Task of the dead runtime ``dead`` over for ``runtime_id``: its
+        rows, its Task row and (for a resume) its child's claim, whose fencing number
+        grows, in one transaction. Returns whether it was taken (False: it is no longer
+        queued there) and the new fencing number (None: the child is not stored yet, a
+        start; or its claim went elsewhere, then the Task is settled ``interrupted``)."""
+
+        def op(_attempt: int) -> tuple[bool, int | None]:
+            with self._db.connection(write=True) as conn:
+                moved = conn.execute(
+                    update(TaskRow)
+                    .where(_T.task_id == task_id, _T.runtime_id == dead, _T.status == _QUEUED)
+                    .values(runtime_id=runtime_id)
+                )
+                if moved.rowcount != 1:
+                    return False, None
+                conn.execute(
+                    update(AdmissionRow)
+                    .where(_A.task_id == task_id)
+                    .values(runtime_id=runtime_id)
+                )
+                return True, self._move_claim(conn, task_id, dead, runtime_id)
+
+        return self._run(f"adopt queued task {task_id}", op)
+
+    def _move_claim(self, conn: Connection, task_id: str, dead: str, to: str) -> int | None:
+        child = conn.execute(
+            select(ChildRow.fence).where(
+                ChildRow.claim_task == task_id, ChildRow.claim_runtime == dead
+            )
+        ).first()
+        if child is None:
+            return None
+        conn.execute(
+            update(ChildRow)
+            .where(ChildRow.claim_task == task_id, ChildRow.claim_runtime == dead)
+            .values(claim_runtime=to, fence=ChildRow.fence + 1)
+        )
+        return int(child[0]) + 1
+
+    # -- reads -------------------------------------------------------------------------
+
+    def places(self, task_ids: Iterable[str]) -> dict[str, QueuePlace]:
+        """The queue places of these Tasks (only those that have rows)."""
+        ids = list(task_ids)
+        if not ids:
+            return {}
+        mine = select(_A.task_id, _A.key, _A.seq, _A.state, _A.queued_at, _A.admitted_at).where(
+            _A.task_id.in_(ids)
+        )
+
+        def op(_attempt: int) -> dict[str, QueuePlace]:
+            found: dict[str, QueuePlace] = {}
+            with self._db.connection(write=False) as conn:
+                for row in conn.execute(mine).all():
+                    position = None
+                    if row.state == _QUEUED:
+                        position = int(conn.execute(self._ahead(row.key, row.seq)).scalar_one())
+                    earlier = found.get(row.task_id)
+                    if earlier is not None and earlier.position is not None and position is not None:
+                        position = max(position, earlier.position)
+                    found[row.task_id] = QueuePlace(
+                        position=position, queued_at=row.queued_at, admitted_at=row.admitted_at
+                    )
+            return found
+
+        return self._run("read queue places", op)
+
+    def with_places(self, snapshots: list[TaskSnapshot]) -> list[TaskSnapshot]:
+        """The snapshots, each queued one with its queue position (and the time it was
+        queued) filled in; one read, and none when nothing is queued."""
+        queued = [s.id for s in snapshots if s.status is TaskStatus.QUEUED]
+        if not queued:
+            return snapshots
+        found = self.places(queued)
+        out = []
+        for snapshot in snapshots:
+            place = found.get(snapshot.id)
+            if place is not None:
+                snapshot = snapshot.model_copy(
+                    update={"queue_position": place.position,
+                            "queued_at": snapshot.queued_at or place.queued_at}  # fmt: skip
+                )
+            out.append(snapshot)
+        return out
+
+    def heads(self) -> list[QueueHead]:
+        """The first waiting Task of every key (its Task still queued)."""
+        first = (
+            select(_A.key, func.min(_A.seq).label("seq"))
+            .join(TaskRow, _T.task_id == _A.task_id)
+            .where(_A.state == _QUEUED, _T.status == _QUEUED)
+            .group_by(_A.key)
+            .subquery()
+        )
+        query = select(_A.task_id, _A.key, _A.runtime_id, _A.child_id, _A.plan).join(
+            first, and_(first.c.key == _A.key, first.c.seq == _A.seq)
+        )
+
+        def op(_attempt: int) -> list[QueueHead]:
+            with self._db.connection(write=False) as conn:
+                return [QueueHead(*row) for row in conn.execute(query).all()]
+
+        return self._run("read queue heads", op)
+
+    def sweep(self) -> int:
+        """Delete the rows of Tasks that settled without releasing them (their runtime
+        died); how many went. They take no slot and hold no place already (joined)."""
+        settled = select(_T.task_id).where(_T.status.not_in([_RUNNING, _QUEUED]))
+
+        def op(_attempt: int) -> int:
+            with self._db.connection(write=True) as conn:
+                return int(
+                    conn.execute(delete(AdmissionRow).where(_A.task_id.in_(settled))).rowcount
+                )
+
+        return self._run("sweep the admission queue", op)
+
+    def listen(self, on_release: Callable[[], None]) -> AdmissionListener | None:
+        """Hear every release on the store (PostgreSQL; None on SQLite, which polls)."""
+        return AdmissionListener(self._s, on_release) if self._postgres else None
+
+    # -- plumbing ----------------------------------------------------------------------
+
+    def _try(
+        self, conn: Connection, task_id: str, limits: Mapping[str, int], *, locked: bool
+    ) -> Admitted:
+        rows = conn.execute(select(_A.key, _A.seq, _A.state).where(_A.task_id == task_id)).all()
+        if not rows:
+            return Admitted.GONE
+        if not locked:
+            self._lock(conn, sorted(row.key for row in rows))
+        status = conn.execute(select(_T.status).where(_T.task_id == task_id)).scalar_one_or_none()
+        if status not in (_QUEUED, _RUNNING):
+            return Admitted.GONE
+        if all(row.state == _RUNNING for row in rows):
+            return Admitted.NOW
+        for row in rows:
+            limit = limits.get(row.key)
+            if limit is None:
+                continue  # a key this runtime does not limit: no slot to wait for
+            if int(conn.execute(self._holding(row.key)).scalar_one()) >= limit:
+                return Admitted.WAIT
+            if int(conn.execute(self._ahead(row.key, row.seq)).scalar_one()) > 1:
+                return Admitted.WAIT
+        conn.execute(
+            update(AdmissionRow)
+            .where(_A.task_id == task_id)
+            .values(state=_RUNNING, admitted_at=utcnow())
+        )
+        conn.execute(
+            update(TaskRow).where(_T.task_id == task_id, _T.status == _QUEUED).values(status=_RUNNING)
+        )
+        return Admitted.NOW
+
+    @staticmethod
+    def _holding(key: str) -> Any:
+        """How many Tasks hold a slot under ``key``."""
+        return (
+            select(func.count())
+            .select_from(AdmissionRow)
+            .join(TaskRow, _T.task_id == _A.task_id)
+            .where(_A.key == key, _A.state == _RUNNING, _T.status == _RUNNING)
+        )
+
+    @staticmethod
+    def _ahead(key: str, seq: int) -> Any:
+        """The 1-based place of the row ``seq`` among ``key``'s waiting Tasks."""
+        return (
+            select(func.count())
+            .select_from(AdmissionRow)
+            .join(TaskRow, _T.task_id == _A.task_id)
+            .where(_A.key == key, _A.state == _QUEUED, _A.seq <= seq, _T.status == _QUEUED)
+        )
+
+    def _lock(self, conn: Connection, keys: Iterable[str]) -> None:
+        """PostgreSQL: the keys' advisory locks, in key order (no deadlock). SQLite's
+        write transaction already admits one writer at a time."""
+        if not self._postgres:
+            return
+        for key in sorted(set(keys)):
+            conn.execute(
+                text("SELECT pg_advisory_xact_lock(:space, :key)"),
+                {"space": _LOCK_SPACE, "key": _signed(zlib.crc32(key.encode()))},
+            )
+
+    def _run(self, action: str, operation: Callable[[int], Any]) -> Any:
+        return self._s._run(action, operation)
+
+
+def _signed(value: int) -> int:
+    """A crc32 as PostgreSQL's int4."""
+    return value - (1 << 32) if value >= 1 << 31 else value
+
+
+class AdmissionListener:
+    """One thread with its own connection listening on `CHANNEL` (PostgreSQL), calling
+    ``on_release()`` for each notification (reconnecting if the connection drops: a
+    release missed meanwhile only waits for the next poll)."""
+
+    _POLL_S = 0.5
+
+    def __init__(self, store: SqlStore, on_release: Callable[[], None]) -> None:
+        self._store = store
+        self._on_release = on_release
+        self._stopped = threading.Event()
+        self.ready = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="admission-listener", daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        """Stop listening and wait for the thread (a poll interval or so)."""
+        self._stopped.set()
+        self._thread.join(self._POLL_S * 8)
+
+    def _run(self) -> None:
+        while not self._stopped.is_set():
+            try:
+                self._listen()
+            except Exception as exc:  # a dropped connection: listen again
+                log.warning("admission listener: %s; listening again", exc)
+                self._stopped.wait(self._POLL_S)
+
+    def _listen(self) -> None:
+        raw = self._store._db.engine.raw_connection()
+        conn: Any = raw.driver_connection
+        raw.detach()  # this connection is the listener's, never the pool's again
+        try:
+            conn.rollback()
+            conn.autocommit = True
+            conn.execute(f"LISTEN {CHANNEL}")
+            self.ready.set()
+            while not self._stopped.is_set():
+                for _notice in conn.notifies(timeout=self._POLL_S):
+                    self._on_release()
+        finally:
+            with contextlib.suppress(Exception):
+                raw.close()
