@@ -96,6 +96,7 @@ def check_concurrency(concurrency: object) -> dict[str, int]:
 class _Waiter:
     task_id: str
     keys: frozenset[str]
+    seq: int  # its place in the store's FIFO order: this runtime tries its own in it
     event: threading.Event = field(default_factory=threading.Event)
     result: Admitted | None = None
 
@@ -127,7 +128,8 @@ class Admission:
         self._tasks = tasks
         self._agents = agents
         self._lock = threading.Lock()
-        self._entered: dict[str, frozenset[str]] = {}  # Tasks of this runtime with rows
+        # Tasks of this runtime with rows: their keys and place in the store's order.
+        self._entered: dict[str, tuple[frozenset[str], int]] = {}
         self._admitted: set[str] = set()  # entered and admitted before their gate
         self._waiters: dict[str, _Waiter] = {}  # in arrival order
         self._wake = threading.Event()
@@ -184,9 +186,9 @@ class Admission:
 
     def _enter(self, plan: ActivationPlan, keys: frozenset[str]) -> Admitted:
         with self._lock:
-            self._entered[plan.task_id] = keys
+            self._entered[plan.task_id] = (keys, 0)
         try:
-            found = self._queue.enter(
+            found, seq = self._queue.enter(
                 plan.task_id, child_id=plan.child_id, runtime_id=self._runtime.id,
                 keys=keys, limits=self.limits, plan=plan_text(plan, keys),
             )  # fmt: skip
@@ -194,6 +196,8 @@ class Admission:
             with self._lock:
                 self._entered.pop(plan.task_id, None)
             raise
+        with self._lock:
+            self._entered[plan.task_id] = (keys, seq)
         if found is Admitted.NOW:
             with self._lock:
                 self._admitted.add(plan.task_id)
@@ -209,12 +213,12 @@ class Admission:
         assert isinstance(plan, ActivationPlan)
         task_id = plan.task_id
         with self._lock:
-            keys = self._entered.get(task_id)
+            entered = self._entered.get(task_id)
             ready = task_id in self._admitted
             self._admitted.discard(task_id)
         if ready:
             return None
-        if keys is None:  # a resume: its model is known now that its child is loaded
+        if entered is None:  # a resume: its model is known now that its child is loaded
             keys = self.keys_for(descriptor)
             if not keys:
                 self._tasks.admitted(task_id, None)
@@ -229,10 +233,16 @@ class Admission:
                 return None
             if found is Admitted.GONE:
                 return _settled_elsewhere()
-        return self._wait_for_slot(plan, keys)
+            with self._lock:
+                entered = self._entered.get(task_id)
+        if entered is None:  # released meanwhile (its start was refused)
+            return _settled_elsewhere()
+        return self._wait_for_slot(plan, *entered)
 
-    def _wait_for_slot(self, plan: ActivationPlan, keys: frozenset[str]) -> TaskOutcome | None:
-        waiter = _Waiter(plan.task_id, keys)
+    def _wait_for_slot(
+        self, plan: ActivationPlan, keys: frozenset[str], seq: int
+    ) -> TaskOutcome | None:
+        waiter = _Waiter(plan.task_id, keys, seq)
         with self._lock:
             self._waiters[plan.task_id] = waiter
         plan.signal.add_callback(lambda _reason: waiter.event.set())
@@ -290,10 +300,11 @@ class Admission:
                 log.exception("admission round failed")
 
     def _admit_waiting(self) -> None:
-        """Ask the store to admit each Task waiting here, oldest first; a key found full
-        skips the later Tasks under it this round."""
+        """Ask the store to admit each Task waiting here, in the store's order; a key found
+        full (or with an older Task of another runtime first in line) skips the later Tasks
+        under it this round."""
         with self._lock:
-            waiters = list(self._waiters.values())
+            waiters = sorted(self._waiters.values(), key=lambda w: w.seq)
         full: set[str] = set()
         for waiter in waiters:
             if waiter.event.is_set() or waiter.keys & full:
@@ -344,7 +355,7 @@ class Admission:
         except SubagentControlError:
             return  # closing: it stays queued under this runtime, adopted again once dead
         with self._lock:
-            self._entered[head.task_id] = keys
+            self._entered[head.task_id] = (keys, head.seq)
         assert self._spawn is not None
         try:
             self._spawn(plan)

@@ -79,6 +79,7 @@ class QueueHead:
     runtime_id: str
     child_id: str
     plan: str
+    seq: int
 
 
 class AdmissionQueue:
@@ -101,12 +102,13 @@ class AdmissionQueue:
         keys: Iterable[str],
         limits: Mapping[str, int],
         plan: str,
-    ) -> Admitted:
+    ) -> tuple[Admitted, int]:
         """Queue a Task under ``keys`` and admit it at once if there is room and nobody
-        waits before it; else its Task row reads ``queued``. Idempotent on retry."""
+        waits before it; else its Task row reads ``queued``. Idempotent on retry.
+        Returns the decision and the Task's place in the store's order (``seq``)."""
         keys = sorted(set(keys))
 
-        def op(_attempt: int) -> Admitted:
+        def op(_attempt: int) -> tuple[Admitted, int]:
             with self._db.connection(write=True) as conn:
                 self._lock(conn, keys)
                 known = conn.execute(select(_A.seq).where(_A.task_id == task_id)).first()
@@ -125,7 +127,10 @@ class AdmissionQueue:
                     .where(_T.task_id == task_id, _T.status == _RUNNING)
                     .values(status=_QUEUED)
                 )
-                return self._try(conn, task_id, limits, locked=True)
+                seq = conn.execute(
+                    select(func.min(_A.seq)).where(_A.task_id == task_id)
+                ).scalar_one()
+                return self._try(conn, task_id, limits, locked=True), int(seq)
 
         return self._run(f"queue task {task_id}", op)
 
@@ -245,7 +250,7 @@ class AdmissionQueue:
             .group_by(_A.key)
             .subquery()
         )
-        query = select(_A.task_id, _A.key, _A.runtime_id, _A.child_id, _A.plan).join(
+        query = select(_A.task_id, _A.key, _A.runtime_id, _A.child_id, _A.plan, _A.seq).join(
             first, and_(first.c.key == _A.key, first.c.seq == _A.seq)
         )
 

@@ -79,6 +79,10 @@ def snapshot_of_columns(
             "created_at": utc_time(created_at),
             "settled_at": settled,
             "ended_at": settled,
+            # Filled in from the admission queue by whoever shows a queued Task.
+            "queue_position": None,
+            "queued_at": None,
+            "admitted_at": None,
         },
         _SNAPSHOT_SET,
     )

@@ -13,7 +13,7 @@ from typing import IO, TYPE_CHECKING, Any, TypeVar
 from pydantic import BaseModel
 
 from controlplane.cli._exit_status import EXIT_NOT_FOUND, EXIT_USAGE, CommandExit
-from controlplane.contract import SessionEvent, escape_controls, utcnow
+from controlplane.contract import SessionEvent, TaskSnapshot, escape_controls, utcnow
 
 if TYPE_CHECKING:
     from persistence import SqlStore
@@ -81,6 +81,7 @@ def run_tasks(args: argparse.Namespace, out: IO[str]) -> None:
     store = _open_store(args.db)
     try:
         tasks = store.ledger.recent(args.owner) if store.keeps_tasks else []
+        tasks = store.queue.with_places(tasks)  # queued ones with their places (SPEC §11)
     finally:
         store.close()
     _write_list(
@@ -91,7 +92,7 @@ def run_tasks(args: argparse.Namespace, out: IO[str]) -> None:
         header=("TASK", "STATUS", "OWNER", "CHILD", "CREATED", "RUNTIME", "LABEL"),
         row=lambda task: (
             task.id,
-            task.status.value,
+            _status(task),
             task.owner_session,
             task.child_id or "",
             task.created_at.isoformat(timespec="seconds"),
@@ -99,6 +100,13 @@ def run_tasks(args: argparse.Namespace, out: IO[str]) -> None:
             task.label,
         ),
     )
+
+
+def _status(task: TaskSnapshot) -> str:
+    """A Task's status; a queued one's with its place in the queue (``queued #2``)."""
+    if task.queue_position is None:
+        return task.status.value
+    return f"{task.status.value} #{task.queue_position}"
 
 
 def _write_list(

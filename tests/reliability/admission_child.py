@@ -21,8 +21,10 @@ A watchdog ends it after ``WATCHDOG_S`` regardless.
 
 from __future__ import annotations
 
+import faulthandler
 import fcntl
 import os
+import signal
 import sys
 import threading
 from pathlib import Path
@@ -129,6 +131,7 @@ class ProbedProvider:
 
 
 def main(url: str, probe_dir: str, name: str, limit: int, turn_s: float) -> None:
+    faulthandler.register(signal.SIGUSR1)  # a stuck run's threads, on demand, to stderr
     watchdog = threading.Timer(WATCHDOG_S, os._exit, args=(3,))
     watchdog.daemon = True
     watchdog.start()
