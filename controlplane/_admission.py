@@ -32,7 +32,6 @@ from actors import ActivationPlan
 from actors._outcomes import aborted
 from controlplane.contract import (
     AgentHandle,
-    SupervisorNode,
     AgentRegistry,
     CancelSignal,
     Descriptor,
@@ -40,6 +39,7 @@ from controlplane.contract import (
     MessageSource,
     NewEvent,
     SubagentControlError,
+    SupervisorNode,
     TaskOutcome,
     TaskSnapshot,
     TaskStatus,
@@ -331,7 +331,9 @@ class Admission:
                 self._adopt(head)
 
     def _adopt(self, head: QueueHead) -> None:
-        taken, fence = self._queue.adopt(head.task_id, dead=head.runtime_id, runtime_id=self._runtime.id)
+        taken, fence = self._queue.adopt(
+            head.task_id, dead=head.runtime_id, runtime_id=self._runtime.id
+        )
         if not taken:
             return  # another live runtime adopted it first
         data = json.loads(head.plan)
@@ -387,8 +389,11 @@ def placed_nodes(nodes: list[SupervisorNode], tasks: TaskService) -> list[Superv
             status = snapshot.status.value
             waited = (snapshot.admitted_at or utcnow()) - snapshot.queued_at
             activation = node.activation.model_copy(
-                update={"task_status": status, "queue_position": snapshot.queue_position,
-                        "queued_s": max(0.0, waited.total_seconds())}  # fmt: skip
+                update={
+                    "task_status": status,
+                    "queue_position": snapshot.queue_position,
+                    "queued_s": max(0.0, waited.total_seconds()),
+                }
             )
             node = node.model_copy(update={"task_status": status, "activation": activation})
         out.append(node)
@@ -433,9 +438,7 @@ def plan_of(
 ) -> ActivationPlan:
     """The activation an adopting runtime starts from `plan_text`'s JSON."""
     depth = data.get("depth")
-    parent = AgentHandle(
-        agents, data["parent_session"], model=None, depth=max(0, (depth or 1) - 1)
-    )
+    parent = AgentHandle(agents, data["parent_session"], model=None, depth=max(0, (depth or 1) - 1))
     common: dict[str, Any] = {
         "task_id": task.id,
         "child_id": data["child_id"],

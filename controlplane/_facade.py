@@ -53,7 +53,6 @@ from controlplane.contract import (
     Requester,
     SendResult,
     SubagentControlError,
-    TaskStatus,
     TextBlock,
     Usage,
     requester_session,

@@ -6,6 +6,7 @@ through), and over the store's Task rows for the Tasks this runtime does not hol
 
 from __future__ import annotations
 
+import builtins
 import time
 from collections.abc import Callable
 
@@ -181,13 +182,13 @@ class TaskService(TaskBook):
         # (a settlement the store has not taken yet).
         return self._placed([mine.get(t.id, t) for t in self._ledger.owned_by(owner)])
 
-    def live(self, task_ids: list[str]) -> list[TaskSnapshot]:
+    def live(self, task_ids: builtins.list[str]) -> builtins.list[TaskSnapshot]:
         """The snapshots of those of these Tasks whose activations exist here (unfenced:
         for the tree dump), queued ones with their queue positions."""
         found = [t.snapshot() for t in (self._live.get(i) for i in task_ids) if t is not None]
         return self._placed(found)
 
-    def _placed(self, snapshots: list[TaskSnapshot]) -> list[TaskSnapshot]:
+    def _placed(self, snapshots: builtins.list[TaskSnapshot]) -> builtins.list[TaskSnapshot]:
         """Queued Tasks with their queue positions (a read only when one is queued)."""
         if self._queue is None or all(s.status is not TaskStatus.QUEUED for s in snapshots):
             return snapshots

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import and_, delete, func, insert, select, text, update
 from sqlalchemy.engine import Connection
@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 __all__ = ["CHANNEL", "AdmissionListener", "AdmissionQueue", "Admitted", "QueueHead", "QueuePlace"]
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 CHANNEL = "subagent_admission"
 """The PostgreSQL channel a release notifies: one for every runtime on the store."""
@@ -115,9 +116,15 @@ class AdmissionQueue:
                 if known is None:
                     now = utcnow()
                     rows = [
-                        {"task_id": task_id, "key": key, "state": _QUEUED,
-                         "runtime_id": runtime_id, "child_id": child_id, "queued_at": now,
-                         "plan": plan}  # fmt: skip
+                        {
+                            "task_id": task_id,
+                            "key": key,
+                            "state": _QUEUED,
+                            "runtime_id": runtime_id,
+                            "child_id": child_id,
+                            "queued_at": now,
+                            "plan": plan,
+                        }
                         for key in keys
                     ]
                     conn.execute(insert(AdmissionRow), rows)
@@ -172,9 +179,7 @@ class AdmissionQueue:
                 if moved.rowcount != 1:
                     return False, None
                 conn.execute(
-                    update(AdmissionRow)
-                    .where(_A.task_id == task_id)
-                    .values(runtime_id=runtime_id)
+                    update(AdmissionRow).where(_A.task_id == task_id).values(runtime_id=runtime_id)
                 )
                 return True, self._move_claim(conn, task_id, dead, runtime_id)
 
@@ -214,7 +219,11 @@ class AdmissionQueue:
                     if row.state == _QUEUED:
                         position = int(conn.execute(self._ahead(row.key, row.seq)).scalar_one())
                     earlier = found.get(row.task_id)
-                    if earlier is not None and earlier.position is not None and position is not None:
+                    if (
+                        earlier is not None
+                        and earlier.position is not None
+                        and position is not None
+                    ):
                         position = max(position, earlier.position)
                     found[row.task_id] = QueuePlace(
                         position=position, queued_at=row.queued_at, admitted_at=row.admitted_at
@@ -235,8 +244,10 @@ class AdmissionQueue:
             place = found.get(snapshot.id)
             if place is not None:
                 snapshot = snapshot.model_copy(
-                    update={"queue_position": place.position,
-                            "queued_at": snapshot.queued_at or place.queued_at}  # fmt: skip
+                    update={
+                        "queue_position": place.position,
+                        "queued_at": snapshot.queued_at or place.queued_at,
+                    }
                 )
             out.append(snapshot)
         return out
@@ -306,7 +317,9 @@ class AdmissionQueue:
             .values(state=_RUNNING, admitted_at=utcnow())
         )
         conn.execute(
-            update(TaskRow).where(_T.task_id == task_id, _T.status == _QUEUED).values(status=_RUNNING)
+            update(TaskRow)
+            .where(_T.task_id == task_id, _T.status == _QUEUED)
+            .values(status=_RUNNING)
         )
         return Admitted.NOW
 
@@ -341,7 +354,7 @@ class AdmissionQueue:
                 {"space": _LOCK_SPACE, "key": _signed(zlib.crc32(key.encode()))},
             )
 
-    def _run(self, action: str, operation: Callable[[int], Any]) -> Any:
+    def _run(self, action: str, operation: Callable[[int], T]) -> T:
         return self._s._run(action, operation)
 
 

@@ -36,11 +36,25 @@ def test_the_view_lists_busy_children_first_with_state_task_age_held_and_mailbox
     assert lines[0].startswith("subagent-control top — /tmp/x.sock — ")
     assert lines[0].endswith("2 children: 1 running, 1 idle")
     assert lines[1].split() == [
-        "CHILD", "STATE", "TASK", "AGE", "QUEUE", "HELD", "MAILBOX", "PARENT"
-    ]  # fmt: skip
+        "CHILD",
+        "STATE",
+        "TASK",
+        "AGE",
+        "QUEUE",
+        "HELD",
+        "MAILBOX",
+        "PARENT",
+    ]
     assert lines[2].split() == [
-        "child-busy", "running", "task-7", "1.5s", "-", "1", "2", "parent-1"
-    ]  # fmt: skip
+        "child-busy",
+        "running",
+        "task-7",
+        "1.5s",
+        "-",
+        "1",
+        "2",
+        "parent-1",
+    ]
     assert lines[3].split() == ["child-idle", "idle", "-", "-", "-", "0", "0", "parent-1"]
 
 
@@ -55,8 +69,13 @@ def test_the_view_shows_a_queued_child_its_place_and_its_wait() -> None:
             "task_id": "task-8",
             "task_status": "queued",
             "activation": busy.activation.model_copy(
-                update={"task_id": "task-8", "published": False, "task_status": "queued",
-                        "queue_position": 2, "queued_s": 3.25}  # fmt: skip
+                update={
+                    "task_id": "task-8",
+                    "published": False,
+                    "task_status": "queued",
+                    "queue_position": 2,
+                    "queued_s": 3.25,
+                }
             ),
         }
     )

@@ -43,14 +43,16 @@ def test_a_start_past_the_limit_reads_queued_and_the_queue_runs_in_order(
     control = make_control(concurrency=LIMITED)
     parent = control.agents.register("parent-1")
     gates = [threading.Event() for _ in range(3)]
-    plans = [provider.plan(result_gate=gate, result=completed(f"r{i}")) for i, gate in enumerate(gates)]
+    plans = [
+        provider.plan(result_gate=gate, result=completed(f"r{i}")) for i, gate in enumerate(gates)
+    ]
     starts = [start_child(control, parent, label=f"job {i}") for i in range(3)]
 
     assert plans[0].entered.wait(WAIT_S)
     first, second, third = (control.tasks.get(s.task_id, requester=parent) for s in starts)
-    assert first.status is TaskStatus.RUNNING and first.queue_position is None
-    assert second.status is TaskStatus.QUEUED and second.queue_position == 1
-    assert third.status is TaskStatus.QUEUED and third.queue_position == 2
+    assert (first.status, first.queue_position) == (TaskStatus.RUNNING, None)
+    assert (second.status, second.queue_position) == (TaskStatus.QUEUED, 1)
+    assert (third.status, third.queue_position) == (TaskStatus.QUEUED, 2)
     assert second.queued_at is not None
     assert not plans[1].entered.is_set()  # nothing of a queued Task runs
 
@@ -58,7 +60,7 @@ def test_a_start_past_the_limit_reads_queued_and_the_queue_runs_in_order(
     assert plans[1].entered.wait(WAIT_S)
     assert _status(control, starts[1].task_id, parent) is TaskStatus.RUNNING
     third_now = control.tasks.get(starts[2].task_id, requester=parent)
-    assert third_now.status is TaskStatus.QUEUED and third_now.queue_position == 1
+    assert (third_now.status, third_now.queue_position) == (TaskStatus.QUEUED, 1)
     assert not plans[2].entered.is_set()
     gates[1].set()
     gates[2].set()
@@ -67,7 +69,8 @@ def test_a_start_past_the_limit_reads_queued_and_the_queue_runs_in_order(
     assert [o.outcome.output for o in outputs if o.outcome] == ["r0", "r1", "r2"]
     assert [r.child_id for r in provider.starts] == [s.child_id for s in starts]
     admitted = outputs[1]
-    assert admitted.admitted_at is not None and admitted.queued_at is not None
+    assert admitted.admitted_at is not None
+    assert admitted.queued_at is not None
     assert admitted.admitted_at >= admitted.queued_at
 
 
@@ -177,9 +180,8 @@ def test_killing_a_queued_task_settles_it_killed_at_once_and_frees_its_place(
     assert settle(control, after.task_id, parent).status is TaskStatus.COMPLETED
     assert [r.child_id for r in provider.starts] == [holder.child_id, after.child_id]
     assert control.store is not None
-    assert control.store.list_children("parent-1") and doomed.child_id not in {
-        c.child_id for c in control.store.list_children("parent-1")
-    }
+    stored = {c.child_id for c in control.store.list_children("parent-1")}
+    assert stored == {holder.child_id, after.child_id}  # the killed start left no child
 
 
 def test_a_killed_queued_resume_ends_its_turn_with_the_message_in_it(
@@ -220,7 +222,8 @@ def test_close_settles_queued_tasks_killed(
     try:
         for task_id in (holder.task_id, queued.task_id):
             stored = store.ledger.get(task_id)
-            assert stored is not None and stored.status is TaskStatus.KILLED
+            assert stored is not None
+            assert stored.status is TaskStatus.KILLED
     finally:
         store.close()
     assert len(provider.starts) == 1  # the queued one never ran
@@ -249,8 +252,16 @@ def test_only_the_limited_key_queues(make_control: MakeControl, provider: FakePr
 
 @pytest.mark.parametrize(
     "concurrency",
-    [{"": 1}, {"fake": 0}, {"fake": -1}, {"fake": True}, {"fake": 1.5}, {"fake": "2"},
-     {3: 1}, ["fake"]],  # fmt: skip
+    [
+        {"": 1},
+        {"fake": 0},
+        {"fake": -1},
+        {"fake": True},
+        {"fake": 1.5},
+        {"fake": "2"},
+        {3: 1},
+        ["fake"],
+    ],
     ids=["empty-key", "zero", "negative", "bool", "float", "str", "int-key", "not-a-mapping"],
 )
 def test_bad_concurrency_is_invalid_input_and_opens_nothing(
@@ -280,9 +291,12 @@ def test_the_tree_shows_a_queued_activations_place(
 
     node = nodes[queued.child_id]
     assert node.task_status == TaskStatus.QUEUED.value
-    assert node.activation is not None and node.activation.queue_position == 1
-    assert node.activation.queued_s is not None and node.activation.queued_s >= 0
-    assert nodes[holder.child_id].activation is not None
-    assert nodes[holder.child_id].activation.queue_position is None  # type: ignore[union-attr]
+    assert node.activation is not None
+    assert node.activation.queue_position == 1
+    assert node.activation.queued_s is not None
+    assert node.activation.queued_s >= 0
+    holding = nodes[holder.child_id].activation
+    assert holding is not None
+    assert holding.queue_position is None
     gate.set()
     settle(control, queued.task_id, parent)

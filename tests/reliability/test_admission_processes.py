@@ -9,7 +9,6 @@ Every process a test starts is reaped, pass or fail.
 
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 
 import pytest
@@ -17,7 +16,7 @@ import pytest
 from controlplane import EventKind, SubagentControl, TaskStatus
 from tests.reliability.admission_child import PARENT, ProbedProvider, SlotProbe
 from tests.reliability.processes import LinesProcess, Reaper, reaping
-from tests.support import WAIT_S, eventually
+from tests.support import WAIT_S
 
 pytestmark = pytest.mark.slow
 
@@ -51,7 +50,7 @@ def test_the_limit_holds_across_three_processes(reaped: Reaper, url: str, tmp_pa
     queued = sum(int(runtime.expect("queued ")) for runtime in runtimes)
     statuses = [runtime.expect("done ").split(",") for runtime in runtimes]
 
-    violations = (probe / "violations.log")
+    violations = probe / "violations.log"
     assert not violations.exists(), violations.read_text()
     assert statuses == [["completed"] * PER_PROCESS] * 3
     # 12 starts against 2 slots: most of them had to wait (the limit was exercised).
@@ -99,7 +98,9 @@ def test_a_sigkilled_runtime_holding_the_queue_head_loses_nothing(
         prompts = [e for e in first if e.kind == EventKind.USER_MESSAGE]
         assert [e.data for e in prompts] == [{"text": "doomed-queued"}]  # once, adopted
         later = survivor.store.load(idle_child).events
-        adopted = [e for e in later if e.kind == EventKind.USER_MESSAGE and "adopt me" in str(e.data)]
+        adopted = [
+            e for e in later if e.kind == EventKind.USER_MESSAGE and "adopt me" in str(e.data)
+        ]
         assert len(adopted) == 1
         assert not (probe / "violations.log").exists()
     finally:
