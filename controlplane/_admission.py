@@ -25,25 +25,19 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from actors import ActivationPlan
 from actors._outcomes import aborted
+from controlplane._queued_plans import plan_of, plan_text, queued_at
 from controlplane.contract import (
-    AgentHandle,
     AgentRegistry,
     CancelSignal,
     Descriptor,
-    ErrorCode,
-    MessageSource,
-    NewEvent,
     SubagentControlError,
     SupervisorNode,
     TaskOutcome,
-    TaskSnapshot,
     TaskStatus,
-    TextBlock,
     utcnow,
 )
 from persistence import AdmissionQueue, Admitted, QueueHead
@@ -53,7 +47,7 @@ if TYPE_CHECKING:
     from controlplane._tasks import TaskService
     from persistence import AdmissionListener, SqlStore
 
-__all__ = ["Admission", "check_concurrency", "placed_nodes"]
+__all__ = ["Admission", "placed_nodes"]
 
 log = logging.getLogger(__name__)
 
@@ -63,33 +57,6 @@ _POLL_IDLE_S = 1.0
 """How often a runtime with none looks for dead runtimes' queued Tasks to adopt."""
 _SWEEP_EVERY_S = 30.0
 """How often the rows of Tasks settled without a release (their runtime died) are deleted."""
-
-
-def check_concurrency(concurrency: object) -> dict[str, int]:
-    """The ``concurrency`` option as a plain dict (``INVALID_INPUT`` for a key that is not
-    a non-empty string, or a limit that is not an int of at least 1), before anything is
-    built."""
-    if not isinstance(concurrency, Mapping):
-        raise SubagentControlError(
-            ErrorCode.INVALID_INPUT,
-            "concurrency must be a mapping of 'provider' or 'provider:model' to a limit "
-            f"(an int >= 1), not {type(concurrency).__name__}; nothing was opened",
-        )
-    limits: dict[str, int] = {}
-    for key, limit in concurrency.items():
-        if not isinstance(key, str) or not key.strip():
-            raise SubagentControlError(
-                ErrorCode.INVALID_INPUT,
-                f"concurrency key {key!r} must be a provider name or 'provider:model'; "
-                "nothing was opened",
-            )
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise SubagentControlError(
-                ErrorCode.INVALID_INPUT,
-                f"concurrency[{key!r}] must be an int >= 1, not {limit!r}; nothing was opened",
-            )
-        limits[key] = limit
-    return limits
 
 
 @dataclass(eq=False)
@@ -352,7 +319,7 @@ class Admission:
         keys = frozenset(data["keys"])
         try:
             self._tasks.take_over_queued(
-                stored.model_copy(update={"queued_at": _time(data.get("queued_at"))}), signal, fence
+                stored.model_copy(update={"queued_at": queued_at(data)}), signal, fence
             )
         except SubagentControlError:
             return  # closing: it stays queued under this runtime, adopted again once dead
@@ -405,61 +372,3 @@ def _settled_elsewhere() -> TaskOutcome:
         status=TaskStatus.INTERRUPTED,
         detail="interrupted: its task was settled elsewhere while it waited for a slot",
     )
-
-
-def plan_text(plan: ActivationPlan, keys: frozenset[str]) -> str:
-    """What another runtime needs to start this activation itself (adoption), as JSON."""
-    data: dict[str, Any] = {
-        "kind": plan.kind,
-        "child_id": plan.child_id,
-        "parent_session": plan.parent.session_id,
-        "prompt": [block.model_dump(mode="json") for block in plan.prompt],
-        "source": plan.source.model_dump(mode="json"),
-        "label": plan.label,
-        "keys": sorted(keys),
-        "queued_at": utcnow().isoformat(),
-    }
-    if plan.kind == "initial":
-        assert plan.descriptor is not None
-        data["descriptor"] = plan.descriptor.model_dump(mode="json")
-        data["depth"] = plan.depth
-        data["seed"] = [event.model_dump(mode="json") for event in plan.seed]
-        data["created_at"] = plan.created_at.isoformat()
-    return json.dumps(data, separators=(",", ":"))
-
-
-def plan_of(
-    data: dict[str, Any],
-    agents: AgentRegistry,
-    *,
-    task: TaskSnapshot,
-    signal: CancelSignal,
-    fence: int | None,
-) -> ActivationPlan:
-    """The activation an adopting runtime starts from `plan_text`'s JSON."""
-    depth = data.get("depth")
-    parent = AgentHandle(agents, data["parent_session"], model=None, depth=max(0, (depth or 1) - 1))
-    common: dict[str, Any] = {
-        "task_id": task.id,
-        "child_id": data["child_id"],
-        "parent": parent,
-        "prompt": tuple(TextBlock.model_validate(b) for b in data["prompt"]),
-        "source": MessageSource.model_validate(data["source"]),
-        "signal": signal,
-        "label": data["label"],
-    }
-    if data["kind"] == "initial":
-        return ActivationPlan(
-            kind="initial",
-            descriptor=Descriptor.model_validate(data["descriptor"]),
-            depth=depth,
-            seed=tuple(NewEvent.model_validate(e) for e in data["seed"]),
-            created_at=datetime.fromisoformat(data["created_at"]),
-            fence=1,
-            **common,
-        )
-    return ActivationPlan(kind="resumed", fence=fence, **common)
-
-
-def _time(text: object) -> datetime | None:
-    return datetime.fromisoformat(text) if isinstance(text, str) else None

@@ -24,7 +24,7 @@ from actors import (
     SpawnChild,
     deliver,
 )
-from controlplane._admission import Admission, check_concurrency, placed_nodes
+from controlplane._admission import Admission, placed_nodes
 from controlplane._exit import close_at_exit, closed
 from controlplane._forwarding import Forwarder
 from controlplane._router import Router
@@ -32,6 +32,7 @@ from controlplane._runtime import Heartbeat, Runtime, new_runtime_id
 from controlplane._tasks import TaskService
 from controlplane._validate import (
     check_child_id,
+    check_concurrency,
     check_options,
     check_source,
     check_start_spec,

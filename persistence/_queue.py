@@ -21,9 +21,7 @@ notifies every listening runtime (`NOTIFY`); every waiting runtime also polls, b
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import threading
 import zlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -38,9 +36,10 @@ from controlplane.contract import TaskSnapshot, TaskStatus, utcnow
 from persistence._schema import AdmissionRow, ChildRow, TaskRow
 
 if TYPE_CHECKING:
+    from persistence._queue_listener import AdmissionListener
     from persistence._store import SqlStore
 
-__all__ = ["CHANNEL", "AdmissionListener", "AdmissionQueue", "Admitted", "QueueHead", "QueuePlace"]
+__all__ = ["CHANNEL", "AdmissionQueue", "Admitted", "QueueHead", "QueuePlace"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -286,6 +285,8 @@ class AdmissionQueue:
 
     def listen(self, on_release: Callable[[], None]) -> AdmissionListener | None:
         """Hear every release on the store (PostgreSQL; None on SQLite, which polls)."""
+        from persistence._queue_listener import AdmissionListener
+
         return AdmissionListener(self._s, on_release) if self._postgres else None
 
     # -- plumbing ----------------------------------------------------------------------
@@ -361,48 +362,3 @@ class AdmissionQueue:
 def _signed(value: int) -> int:
     """A crc32 as PostgreSQL's int4."""
     return value - (1 << 32) if value >= 1 << 31 else value
-
-
-class AdmissionListener:
-    """One thread with its own connection listening on `CHANNEL` (PostgreSQL), calling
-    ``on_release()`` for each notification (reconnecting if the connection drops: a
-    release missed meanwhile only waits for the next poll)."""
-
-    _POLL_S = 0.5
-
-    def __init__(self, store: SqlStore, on_release: Callable[[], None]) -> None:
-        self._store = store
-        self._on_release = on_release
-        self._stopped = threading.Event()
-        self.ready = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="admission-listener", daemon=True)
-        self._thread.start()
-
-    def close(self) -> None:
-        """Stop listening and wait for the thread (a poll interval or so)."""
-        self._stopped.set()
-        self._thread.join(self._POLL_S * 8)
-
-    def _run(self) -> None:
-        while not self._stopped.is_set():
-            try:
-                self._listen()
-            except Exception as exc:  # a dropped connection: listen again
-                log.warning("admission listener: %s; listening again", exc)
-                self._stopped.wait(self._POLL_S)
-
-    def _listen(self) -> None:
-        raw = self._store._db.engine.raw_connection()
-        conn: Any = raw.driver_connection
-        raw.detach()  # this connection is the listener's, never the pool's again
-        try:
-            conn.rollback()
-            conn.autocommit = True
-            conn.execute(f"LISTEN {CHANNEL}")
-            self.ready.set()
-            while not self._stopped.is_set():
-                for _notice in conn.notifies(timeout=self._POLL_S):
-                    self._on_release()
-        finally:
-            with contextlib.suppress(Exception):
-                raw.close()
