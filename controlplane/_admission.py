@@ -227,19 +227,33 @@ class Admission:
         return _settled_elsewhere()
 
     def release(self, task_id: str) -> None:
-        """`controlplane.contract.AdmissionGate.release` (never raises: a release the store
-        refused frees the slot anyway, once the Task's settlement is in: the queue joins
-        the Task rows; the row itself goes with the next sweep)."""
+        """`controlplane.contract.AdmissionGate.release`, which also admits, in the same
+        transaction, the Tasks waiting here that the freed slot lets run (never raises: a
+        release the store refused frees the slot anyway, once the Task's settlement is in:
+        the queue joins the Task rows; the row itself goes with the next sweep)."""
         with self._lock:
             entered = self._entered.pop(task_id, None)
             self._admitted.discard(task_id)
-        if entered is None:
-            return
+            if entered is None:
+                return
+            keys = entered[0]
+            waiters = sorted(
+                (w for w in self._waiters.values() if w.keys & keys and not w.event.is_set()),
+                key=lambda w: w.seq,
+            )
         try:
-            self._queue.release(task_id)
+            decided = self._queue.release(
+                task_id, waiting=[(w.task_id, w.keys) for w in waiters], limits=self.limits
+            )
         except SubagentControlError as exc:
             log.warning("could not release the slot of task %s (%s)", task_id, exc.message)
-        self._wake.set()  # a Task waiting here may take the slot now
+            self._wake.set()  # the admission thread tries again
+            return
+        by_id = {w.task_id: w for w in waiters}
+        for waiter_id, found in decided:
+            waiter = by_id[waiter_id]
+            waiter.result = found
+            waiter.event.set()
 
     # -- deciding (this runtime's admission thread) ----------------------------------------
 

@@ -23,17 +23,18 @@ from __future__ import annotations
 
 import logging
 import zlib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from sqlalchemy import and_, delete, func, insert, select, text, update
+from sqlalchemy import and_, delete, func, select, update
 from sqlalchemy.engine import Connection
+from sqlalchemy.engine.interfaces import DBAPICursor
 
 from controlplane.contract import TaskSnapshot, TaskStatus, utcnow
-from persistence._schema import AdmissionRow, ChildRow, TaskRow
+from persistence._schema import ADMISSIONS, TASKS, AdmissionRow, ChildRow, TaskRow
 
 if TYPE_CHECKING:
     from persistence._queue_listener import AdmissionListener
@@ -90,6 +91,7 @@ class AdmissionQueue:
         self._s = store
         self._db = store._db
         self._postgres = self._db.backend.name == "postgresql"
+        self._sql = _QueueSql.build(self._db.sql.placeholder)
 
     # -- decisions ---------------------------------------------------------------------
 
@@ -107,36 +109,23 @@ class AdmissionQueue:
         waits before it; else its Task row reads ``queued``. Idempotent on retry.
         Returns the decision and the Task's place in the store's order (``seq``)."""
         keys = sorted(set(keys))
+        sql = self._sql
 
         def op(_attempt: int) -> tuple[Admitted, int]:
-            with self._db.connection(write=True) as conn:
-                self._lock(conn, keys)
-                known = conn.execute(select(_A.seq).where(_A.task_id == task_id)).first()
-                if known is None:
-                    now = utcnow()
-                    rows = [
-                        {
-                            "task_id": task_id,
-                            "key": key,
-                            "state": _QUEUED,
-                            "runtime_id": runtime_id,
-                            "child_id": child_id,
-                            "queued_at": now,
-                            "plan": plan,
-                        }
-                        for key in keys
-                    ]
-                    conn.execute(insert(AdmissionRow), rows)
+            with self._db.cursor(write=True) as cursor:
+                self._lock(cursor, keys)
+                cursor.execute(sql.first_seq, (task_id,))
+                (seq,) = cursor.fetchone() or (None,)
+                if seq is None:  # not written by an earlier attempt whose commit was lost
+                    now = self._s._stamp(utcnow())
+                    for key in keys:
+                        cursor.execute(sql.insert, (task_id, key, runtime_id, child_id, now, plan))
+                    cursor.execute(sql.first_seq, (task_id,))
+                    (seq,) = cursor.fetchone() or (None,)
                 # Its Task row reads queued until the decision below says otherwise.
-                conn.execute(
-                    update(TaskRow)
-                    .where(_T.task_id == task_id, _T.status == _RUNNING)
-                    .values(status=_QUEUED)
-                )
-                seq = conn.execute(
-                    select(func.min(_A.seq)).where(_A.task_id == task_id)
-                ).scalar_one()
-                return self._try(conn, task_id, limits, locked=True), int(seq)
+                assert seq is not None  # written above, in this transaction
+                cursor.execute(sql.task_queued, (task_id,))
+                return self._try(cursor, task_id, limits, locked=True), int(seq)
 
         return self._run(f"queue task {task_id}", op)
 
@@ -144,22 +133,43 @@ class AdmissionQueue:
         """Give the Task its slots if there is room and it is first in line."""
 
         def op(_attempt: int) -> Admitted:
-            with self._db.connection(write=True) as conn:
-                return self._try(conn, task_id, limits, locked=False)
+            with self._db.cursor(write=True) as cursor:
+                return self._try(cursor, task_id, limits, locked=False)
 
         return self._run(f"admit task {task_id}", op)
 
-    def release(self, task_id: str) -> None:
+    def release(
+        self,
+        task_id: str,
+        *,
+        waiting: Sequence[tuple[str, frozenset[str]]] = (),
+        limits: Mapping[str, int] | None = None,
+    ) -> list[tuple[str, Admitted]]:
         """Forget a Task's rows (it settled, or never ran): its slot or place is free, and
-        every listening runtime hears so (PostgreSQL)."""
+        every listening runtime hears so (PostgreSQL). In the same transaction, admit what
+        of ``waiting`` (the releasing runtime's own waiting Tasks and their keys, in the
+        store's order) can now run: a slot freed here is taken here without another
+        round trip. Returns those decided (admitted, or gone)."""
 
-        def op(_attempt: int) -> None:
-            with self._db.connection(write=True) as conn:
-                gone = conn.execute(delete(AdmissionRow).where(_A.task_id == task_id))
-                if gone.rowcount and self._postgres:
-                    conn.execute(text("SELECT pg_notify(:c, '')"), {"c": CHANNEL})
+        def op(_attempt: int) -> list[tuple[str, Admitted]]:
+            decided: list[tuple[str, Admitted]] = []
+            with self._db.cursor(write=True) as cursor:
+                cursor.execute(self._sql.delete, (task_id,))
+                released = cursor.rowcount
+                full: set[str] = set()
+                for waiter, keys in waiting:
+                    if keys & full:
+                        continue
+                    found = self._try(cursor, waiter, limits or {}, locked=False)
+                    if found is Admitted.WAIT:
+                        full |= keys
+                    else:
+                        decided.append((waiter, found))
+                if released and self._postgres:
+                    cursor.execute(_NOTIFY, (CHANNEL,))
+            return decided
 
-        self._run(f"release the slot of task {task_id}", op)
+        return self._run(f"release the slot of task {task_id}", op)
 
     def adopt(self, task_id: str, *, dead: str, runtime_id: str) -> tuple[bool, int | None]:
         """Take a queued Task of the dead runtime ``dead`` over for ``runtime_id``: its
@@ -292,47 +302,32 @@ class AdmissionQueue:
     # -- plumbing ----------------------------------------------------------------------
 
     def _try(
-        self, conn: Connection, task_id: str, limits: Mapping[str, int], *, locked: bool
+        self, cursor: DBAPICursor, task_id: str, limits: Mapping[str, int], *, locked: bool
     ) -> Admitted:
-        rows = conn.execute(select(_A.key, _A.seq, _A.state).where(_A.task_id == task_id)).all()
+        """Inside the caller's write transaction: admit the Task if, under each of its
+        keys, fewer than the limit hold a slot and it is first in line."""
+        sql = self._sql
+        cursor.execute(sql.rows, (task_id,))
+        rows = cursor.fetchall()
         if not rows:
             return Admitted.GONE
         if not locked:
-            self._lock(conn, sorted(row.key for row in rows))
-        status = conn.execute(select(_T.status).where(_T.task_id == task_id)).scalar_one_or_none()
-        if status not in (_QUEUED, _RUNNING):
-            return Admitted.GONE
-        if all(row.state == _RUNNING for row in rows):
+            self._lock(cursor, [row[0] for row in rows])
+        if rows[0][3] not in (_QUEUED, _RUNNING):
+            return Admitted.GONE  # settled meanwhile (killed, interrupted)
+        if all(row[2] == _RUNNING for row in rows):
             return Admitted.NOW
-        for row in rows:
-            limit = limits.get(row.key)
+        for key, seq, _state, _status in rows:
+            limit = limits.get(key)
             if limit is None:
                 continue  # a key this runtime does not limit: no slot to wait for
-            if int(conn.execute(self._holding(row.key)).scalar_one()) >= limit:
+            cursor.execute(sql.room, (key, key, seq))
+            holding, ahead = cursor.fetchone() or (0, 0)
+            if int(holding) >= limit or int(ahead) > 1:
                 return Admitted.WAIT
-            if int(conn.execute(self._ahead(row.key, row.seq)).scalar_one()) > 1:
-                return Admitted.WAIT
-        conn.execute(
-            update(AdmissionRow)
-            .where(_A.task_id == task_id)
-            .values(state=_RUNNING, admitted_at=utcnow())
-        )
-        conn.execute(
-            update(TaskRow)
-            .where(_T.task_id == task_id, _T.status == _QUEUED)
-            .values(status=_RUNNING)
-        )
+        cursor.execute(sql.admit, (self._s._stamp(utcnow()), task_id))
+        cursor.execute(sql.task_running, (task_id,))
         return Admitted.NOW
-
-    @staticmethod
-    def _holding(key: str) -> Any:
-        """How many Tasks hold a slot under ``key``."""
-        return (
-            select(func.count())
-            .select_from(AdmissionRow)
-            .join(TaskRow, _T.task_id == _A.task_id)
-            .where(_A.key == key, _A.state == _RUNNING, _T.status == _RUNNING)
-        )
 
     @staticmethod
     def _ahead(key: str, seq: int) -> Any:
@@ -344,19 +339,68 @@ class AdmissionQueue:
             .where(_A.key == key, _A.state == _QUEUED, _A.seq <= seq, _T.status == _QUEUED)
         )
 
-    def _lock(self, conn: Connection, keys: Iterable[str]) -> None:
+    def _lock(self, cursor: DBAPICursor, keys: Iterable[str]) -> None:
         """PostgreSQL: the keys' advisory locks, in key order (no deadlock). SQLite's
         write transaction already admits one writer at a time."""
         if not self._postgres:
             return
         for key in sorted(set(keys)):
-            conn.execute(
-                text("SELECT pg_advisory_xact_lock(:space, :key)"),
-                {"space": _LOCK_SPACE, "key": _signed(zlib.crc32(key.encode()))},
-            )
+            cursor.execute(_LOCK, (_LOCK_SPACE, _signed(zlib.crc32(key.encode()))))
 
     def _run(self, action: str, operation: Callable[[int], T]) -> T:
         return self._s._run(action, operation)
+
+
+@dataclass(frozen=True, slots=True)
+class _QueueSql:
+    """The decisions' hand-written SQL (on a cursor: the ORM costs several times the
+    statements here, measured), with the driver's placeholder."""
+
+    first_seq: str
+    insert: str
+    task_queued: str
+    rows: str
+    room: str
+    admit: str
+    task_running: str
+    delete: str
+
+    @classmethod
+    def build(cls, p: str) -> _QueueSql:
+        a, t = ADMISSIONS, TASKS
+        holding = (
+            f"SELECT count(*) FROM {a} h JOIN {t} ht ON ht.task_id = h.task_id "
+            f"WHERE h.key = {p} AND h.state = '{_RUNNING}' AND ht.status = '{_RUNNING}'"
+        )
+        ahead = (
+            f"SELECT count(*) FROM {a} q JOIN {t} qt ON qt.task_id = q.task_id "
+            f"WHERE q.key = {p} AND q.state = '{_QUEUED}' AND q.seq <= {p} "
+            f"AND qt.status = '{_QUEUED}'"
+        )
+        return cls(
+            first_seq=f"SELECT min(seq) FROM {a} WHERE task_id = {p}",
+            insert=(
+                f"INSERT INTO {a} (task_id, key, state, runtime_id, child_id, queued_at, plan) "
+                f"VALUES ({p}, {p}, '{_QUEUED}', {p}, {p}, {p}, {p})"
+            ),
+            task_queued=(
+                f"UPDATE {t} SET status = '{_QUEUED}' WHERE task_id = {p} AND status = '{_RUNNING}'"
+            ),
+            rows=(
+                f"SELECT r.key, r.seq, r.state, rt.status FROM {a} r "
+                f"JOIN {t} rt ON rt.task_id = r.task_id WHERE r.task_id = {p} ORDER BY r.key"
+            ),
+            room=f"SELECT ({holding}), ({ahead})",
+            admit=(f"UPDATE {a} SET state = '{_RUNNING}', admitted_at = {p} WHERE task_id = {p}"),
+            task_running=(
+                f"UPDATE {t} SET status = '{_RUNNING}' WHERE task_id = {p} AND status = '{_QUEUED}'"
+            ),
+            delete=f"DELETE FROM {a} WHERE task_id = {p}",
+        )
+
+
+_LOCK = "SELECT pg_advisory_xact_lock(%s, %s)"  # PostgreSQL only: its placeholders
+_NOTIFY = "SELECT pg_notify(%s, '')"
 
 
 def _signed(value: int) -> int:
