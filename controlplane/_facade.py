@@ -191,7 +191,8 @@ class SubagentControl:
         self._root: RootActorProxy | None = None
         self._passivator: Passivator | None = None
         if store is not None and self._runtime is not None and self._router is not None:
-            self._heartbeat = Heartbeat(self._runtime, store, self.tasks)
+            adopts = self._admission is not None
+            self._heartbeat = Heartbeat(self._runtime, store, self.tasks, adopts=adopts)
             context = ActorContext(
                 store, self.tasks, self.agents, self.providers, runtime_id=self._runtime_id,
                 admission=self._admission,

@@ -280,6 +280,21 @@ class AdmissionQueue:
 
         return self._run("read queue heads", op)
 
+    def stranded(self, runtime_id: str) -> list[tuple[str, str]]:
+        """``(task id, runtime id)`` of every Task queued by another runtime than
+        ``runtime_id`` (the admission table is small: no scan of the Task rows)."""
+        query = (
+            select(_A.task_id, _A.runtime_id)
+            .where(_A.state == _QUEUED, _A.runtime_id != runtime_id)
+            .distinct()
+        )
+
+        def op(_attempt: int) -> list[tuple[str, str]]:
+            with self._db.connection(write=False) as conn:
+                return [(str(t), str(r)) for t, r in conn.execute(query).all()]
+
+        return self._run("read queued tasks", op)
+
     def sweep(self) -> int:
         """Delete the rows of Tasks that settled without releasing them (their runtime
         died); how many went. They take no slot and hold no place already (joined)."""

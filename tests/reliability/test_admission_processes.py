@@ -105,3 +105,31 @@ def test_a_sigkilled_runtime_holding_the_queue_head_loses_nothing(
         assert not (probe / "violations.log").exists()
     finally:
         survivor.close()
+
+
+def test_a_runtime_without_limits_settles_a_dead_runtimes_queued_tasks_interrupted(
+    reaped: Reaper, url: str, tmp_path: Path
+) -> None:
+    probe = tmp_path / "slots"
+    probe.mkdir()
+    doomed = _runtime(reaped, url, probe, "doomed", 0.01)
+    doomed.say("hold")
+    doomed.say("hold")
+    held = [doomed.expect("holding "), doomed.expect("holding ")]
+    doomed.say("queue-start")
+    _child, queued, _status = doomed.expect("queued ").split()
+
+    survivor = SubagentControl.open(url, lease_ttl_s=3.0)  # no limits: it cannot adopt
+    try:
+        doomed.reap()
+
+        settled = survivor.tasks.wait(queued, timeout=WAIT_S, requester=PARENT)
+        assert settled.status is TaskStatus.INTERRUPTED
+        assert settled.outcome is not None
+        assert "interrupted" in (settled.outcome.detail or "")
+        for task_id in held:
+            assert survivor.tasks.wait(task_id, timeout=WAIT_S, requester=PARENT).status is (
+                TaskStatus.INTERRUPTED
+            )
+    finally:
+        survivor.close()
