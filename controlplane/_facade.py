@@ -117,7 +117,8 @@ class SubagentControl:
             ``"provider:model"``; at most n activations under that key run at once across
             every runtime on the store (configure the same limits in each). A start or
             resume past it is answered at once and its Task reads ``queued`` until a slot
-            frees (FIFO), then ``running``.
+            frees (FIFO per key: an activation under two limited keys waits its turn under
+            each), then ``running``.
     """
 
     def __init__(

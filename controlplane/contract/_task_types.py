@@ -23,11 +23,11 @@ class TaskStatus(StrEnum):
     """
 
     RUNNING = "running"
-    QUEUED = "queued"
     COMPLETED = "completed"
     FAILED = "failed"
     KILLED = "killed"
     INTERRUPTED = "interrupted"
+    QUEUED = "queued"
 
     @property
     def is_terminal(self) -> bool:

@@ -300,3 +300,28 @@ def test_the_tree_shows_a_queued_activations_place(
     assert holding.queue_position is None
     gate.set()
     settle(control, queued.task_id, parent)
+
+
+def test_an_activation_under_two_limited_keys_waits_its_turn_under_each(
+    make_control: MakeControl, provider: FakeProvider
+) -> None:
+    control = make_control(concurrency={"fake": 2, "fake:m1": 1})
+    parent = control.agents.register("parent-1")
+    gate = threading.Event()
+    provider.default_plan(result_gate=gate)
+    first_m1 = start_child(control, parent, agent_model="m1")
+    second_m1 = start_child(control, parent, agent_model="m1")  # fake:m1 is full
+    # fake has room, but first in fake's line is second_m1: FIFO per key.
+    first_m2 = start_child(control, parent, agent_model="m2")
+    starts = (first_m1, second_m1, first_m2)
+
+    assert [_status(control, s.task_id, parent) for s in starts] == [
+        TaskStatus.RUNNING,
+        TaskStatus.QUEUED,
+        TaskStatus.QUEUED,
+    ]
+    assert control.tasks.get(first_m2.task_id, requester=parent).queue_position == 2
+    gate.set()
+    for started in starts:
+        assert settle(control, started.task_id, parent).status is TaskStatus.COMPLETED
+    assert provider.starts[0].child_id == first_m1.child_id
