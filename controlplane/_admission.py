@@ -55,6 +55,9 @@ _POLL_WAITING_S = 0.2
 """How often a runtime with waiting Tasks asks the store, notified or not."""
 _POLL_IDLE_S = 1.0
 """How often a runtime with none looks for dead runtimes' queued Tasks to adopt."""
+_ADOPT_EVERY_S = 1.0
+"""How often a runtime looks for dead runtimes' queued Tasks first in line (a read of the
+queue's heads, and of the lease of each other runtime holding one)."""
 _SWEEP_EVERY_S = 30.0
 """How often the rows of Tasks settled without a release (their runtime died) are deleted."""
 
@@ -269,7 +272,7 @@ class Admission:
             try:
                 self._admit_waiting()
                 now = time.monotonic()
-                if now - last_scan >= _POLL_WAITING_S:
+                if now - last_scan >= _ADOPT_EVERY_S:
                     last_scan = now
                     self._adopt_dead()
                 if now - last_sweep >= _SWEEP_EVERY_S:

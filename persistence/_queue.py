@@ -382,35 +382,38 @@ class _QueueSql:
 
     @classmethod
     def build(cls, p: str) -> _QueueSql:
-        a, t = ADMISSIONS, TASKS
-        holding = (
-            f"SELECT count(*) FROM {a} h JOIN {t} ht ON ht.task_id = h.task_id "
-            f"WHERE h.key = {p} AND h.state = '{_RUNNING}' AND ht.status = '{_RUNNING}'"
-        )
-        ahead = (
-            f"SELECT count(*) FROM {a} q JOIN {t} qt ON qt.task_id = q.task_id "
-            f"WHERE q.key = {p} AND q.state = '{_QUEUED}' AND q.seq <= {p} "
-            f"AND qt.status = '{_QUEUED}'"
-        )
         return cls(
-            first_seq=f"SELECT min(seq) FROM {a} WHERE task_id = {p}",
+            first_seq=f"SELECT min(seq) FROM {ADMISSIONS} WHERE task_id = {p}",
             insert=(
-                f"INSERT INTO {a} (task_id, key, state, runtime_id, child_id, queued_at, plan) "
-                f"VALUES ({p}, {p}, '{_QUEUED}', {p}, {p}, {p}, {p})"
+                f"INSERT INTO {ADMISSIONS} (task_id, key, state, runtime_id, child_id, "
+                f"queued_at, plan) VALUES ({p}, {p}, '{_QUEUED}', {p}, {p}, {p}, {p})"
             ),
             task_queued=(
-                f"UPDATE {t} SET status = '{_QUEUED}' WHERE task_id = {p} AND status = '{_RUNNING}'"
+                f"UPDATE {TASKS} SET status = '{_QUEUED}' WHERE task_id = {p} "
+                f"AND status = '{_RUNNING}'"
             ),
             rows=(
-                f"SELECT r.key, r.seq, r.state, rt.status FROM {a} r "
-                f"JOIN {t} rt ON rt.task_id = r.task_id WHERE r.task_id = {p} ORDER BY r.key"
+                f"SELECT r.key, r.seq, r.state, rt.status FROM {ADMISSIONS} r "
+                f"JOIN {TASKS} rt ON rt.task_id = r.task_id WHERE r.task_id = {p} ORDER BY r.key"
             ),
-            room=f"SELECT ({holding}), ({ahead})",
-            admit=(f"UPDATE {a} SET state = '{_RUNNING}', admitted_at = {p} WHERE task_id = {p}"),
+            # How many hold a slot under the key, and the row's place among its waiters.
+            room=(
+                f"SELECT (SELECT count(*) FROM {ADMISSIONS} h JOIN {TASKS} ht "
+                f"ON ht.task_id = h.task_id WHERE h.key = {p} AND h.state = '{_RUNNING}' "
+                f"AND ht.status = '{_RUNNING}'), "
+                f"(SELECT count(*) FROM {ADMISSIONS} q JOIN {TASKS} qt ON qt.task_id = q.task_id "
+                f"WHERE q.key = {p} AND q.state = '{_QUEUED}' AND q.seq <= {p} "
+                f"AND qt.status = '{_QUEUED}')"
+            ),
+            admit=(
+                f"UPDATE {ADMISSIONS} SET state = '{_RUNNING}', admitted_at = {p} "
+                f"WHERE task_id = {p}"
+            ),
             task_running=(
-                f"UPDATE {t} SET status = '{_RUNNING}' WHERE task_id = {p} AND status = '{_QUEUED}'"
+                f"UPDATE {TASKS} SET status = '{_RUNNING}' WHERE task_id = {p} "
+                f"AND status = '{_QUEUED}'"
             ),
-            delete=f"DELETE FROM {a} WHERE task_id = {p}",
+            delete=f"DELETE FROM {ADMISSIONS} WHERE task_id = {p}",
         )
 
 

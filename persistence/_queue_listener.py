@@ -55,7 +55,10 @@ class AdmissionListener:
         try:
             conn.rollback()
             conn.autocommit = True
-            conn.execute(f"LISTEN {CHANNEL}")
+            from psycopg import sql  # here only: PostgreSQL's driver, present with it
+
+            listen = sql.SQL("LISTEN {}").format(sql.Identifier(CHANNEL))  # quoted identifier
+            conn.execute(listen)
             self.ready.set()
             while not self._stopped.is_set():
                 for _notice in conn.notifies(timeout=self._POLL_S):
