@@ -113,6 +113,7 @@ class ActivationActor(Actor):
         published = framed = False
         try:
             prepared = self._prepare()
+            self._admit(prepared)
             if prepared.header is None:
                 self._write_frame(prepared)
                 framed = True
@@ -151,8 +152,25 @@ class ActivationActor(Actor):
         if prepared is not None:
             outcome, persisted = self._end_turn(prepared, outcome, framed, settled_at)
         settled = self._ctx.tasks.settle(plan.task_id, outcome, at=settled_at, persisted=persisted)
+        if self._ctx.admission is not None:
+            self._ctx.admission.release(plan.task_id)  # the next in line may start now
         plan.trace.end(settled.outcome)
         self._tell(ActivationEnded(task_id=plan.task_id, durable=published or self._loaded))
+
+    def _admit(self, prepared: _Prepared) -> None:
+        """Wait for a slot under the concurrency limits the child falls under (SPEC §11),
+        before anything of the turn is written or run: its Task reads ``queued`` meanwhile.
+        Killed while waiting: a new child ends unpublished, nothing run; a resume's turn
+        still ends with its message in it (`started` was answered: it was delivered)."""
+        gate = self._ctx.admission
+        if gate is None:
+            return
+        outcome = gate.wait(self._plan, prepared.request.descriptor)
+        if outcome is None:
+            return
+        if outcome.status is TaskStatus.KILLED and prepared.header is None:
+            return  # the frame is written next, and the kill wins right after it
+        raise _Settle(outcome)
 
     def _write_frame(self, prepared: _Prepared) -> None:
         """Make a resumed turn's message durable before the provider starts (SPEC §5: every

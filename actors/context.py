@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from controlplane.contract import (
+    AdmissionGate,
     AgentRegistry,
     BudgetPort,
     Prices,
@@ -35,6 +36,8 @@ class ActorContext:
     budgets: BudgetPort | None = None
     """The budgets (SPEC §11): each activation's gate, and the refusal of a resume past
     a limit. None: nothing is limited."""
+    admission: AdmissionGate | None = None
+    """The concurrency limits every activation passes before it runs (None: no limits)."""
 
     @property
     def telemetry(self) -> Telemetry:

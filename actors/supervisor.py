@@ -272,6 +272,9 @@ class ChildSupervisor(Actor):
                 child_id=self._child_id,
                 signal=signal,
                 claim_child=True,  # no second activation, in any runtime
+                # Under concurrency limits it reads queued until its load names its model
+                # and the store admits it (`controlplane._admission`).
+                queued=self._ctx.admission is not None,
             )
         except SubagentControlError as exc:
             if exc.code is ErrorCode.CHILD_NOT_FOUND:

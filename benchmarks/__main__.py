@@ -31,7 +31,7 @@ from benchmarks._report import Section, write_report
 
 SECTIONS = (
     "routing", "hops", "resume", "scale", "tasks", "store", "children", "telemetry",
-    "forwarding",
+    "forwarding", "admission",
 )  # fmt: skip
 _DOCS = Path(__file__).resolve().parents[1] / "docs"
 
@@ -131,7 +131,14 @@ def _runners(
         config = ForwardingConfig.quick() if quick else ForwardingConfig()
         return run_forwarding(config, pg_url, pg_note)
 
+    def admission() -> Section:
+        from benchmarks.admission import AdmissionConfig, run_admission
+
+        config = AdmissionConfig.quick() if quick else AdmissionConfig()
+        return run_admission(config, workdir, pg_url, pg_note)
+
     return {
+        "admission": admission,
         "routing": routing,
         "hops": hops,
         "resume": resume,

@@ -21,6 +21,7 @@ SECTION_ORDER = (
     "Durable Tasks",
     "Store",
     "Real children",
+    "Admission control",
 )
 
 

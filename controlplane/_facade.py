@@ -24,6 +24,7 @@ from actors import (
     SpawnChild,
     deliver,
 )
+from controlplane._admission import Admission, placed_nodes
 from controlplane._budgets import (
     DEFAULT_MAX_TOOL_ROUNDS,
     DEFAULT_NOTICE_AT,
@@ -38,6 +39,7 @@ from controlplane._tasks import TaskService
 from controlplane._usage_views import child_usage, session_usage, spend_by_child
 from controlplane._validate import (
     check_child_id,
+    check_concurrency,
     check_options,
     check_source,
     check_start_spec,
@@ -62,7 +64,6 @@ from controlplane.contract import (
     Requester,
     SendResult,
     SubagentControlError,
-    TaskStatus,
     TextBlock,
     Usage,
     budget_of,
@@ -134,6 +135,12 @@ class SubagentControl:
             spend first passes this fraction of a limit; None for no notice.
         max_tool_rounds: The most tool rounds (replies with tool calls) a turn may run;
             past it the turn ends ``budget_exhausted``. None for no cap.
+        concurrency: Concurrency limits (SPEC §11): ``{key: n}``, key a provider name or
+            ``"provider:model"``; at most n activations under that key run at once across
+            every runtime on the store (configure the same limits in each). A start or
+            resume past it is answered at once and its Task reads ``queued`` until a slot
+            frees (FIFO per key: an activation under two limited keys waits its turn under
+            each), then ``running``.
     """
 
     def __init__(
@@ -153,8 +160,9 @@ class SubagentControl:
         tree_budget: Budget | None = None,
         budget_notice_at: float | None = DEFAULT_NOTICE_AT,
         max_tool_rounds: int | None = DEFAULT_MAX_TOOL_ROUNDS,
+        concurrency: Mapping[str, int] | None = None,
     ) -> None:
-        # First: a bad price is refused before anything is built.
+        # First: a bad price, budget or limit is refused before anything is built.
         self._prices = prices if isinstance(prices, Prices) else Prices(prices)
         session_budget, tree_budget = check_budget_options(
             session_budget=session_budget,
@@ -162,6 +170,7 @@ class SubagentControl:
             budget_notice_at=budget_notice_at,
             max_tool_rounds=max_tool_rounds,
         )
+        limits = check_concurrency(concurrency) if concurrency is not None else {}
         check_options(
             close_timeout_s=close_timeout_s,
             passivate_after_s=passivate_after_s,
@@ -215,7 +224,11 @@ class SubagentControl:
             telemetry=self._telemetry,
             routing=self._router,
             interrupter=self._runtime.interrupt_fenced if self._runtime is not None else None,
+            queue=store.queue if store is not None else None,
         )
+        self._admission: Admission | None = None
+        if store is not None and self._runtime is not None and limits:
+            self._admission = Admission(limits, store, self._runtime, self.tasks, self.agents)
         if task_tools:
             self.tasks.attach_surface(TASK_TOOLS_SURFACE)
         if self._budgets is not None:
@@ -224,17 +237,21 @@ class SubagentControl:
         self._root: RootActorProxy | None = None
         self._passivator: Passivator | None = None
         if store is not None and self._runtime is not None and self._router is not None:
-            self._heartbeat = Heartbeat(self._runtime, store, self.tasks)
+            adopts = self._admission is not None
+            self._heartbeat = Heartbeat(self._runtime, store, self.tasks, adopts=adopts)
             context = ActorContext(
                 store, self.tasks, self.agents, self.providers, runtime_id=self._runtime_id,
                 prices=self._prices,
                 budgets=self._budgets,
+                admission=self._admission,
             )  # fmt: skip
             self._root = RootActorProxy(RootActor.start(context, self._routes))
             if passivate_after_s is not None:
                 self._passivator = Passivator(self._root.ref, passivate_after_s)
             self._heartbeat.start()  # recovers what a crash left before the first send
             self._router.start()  # serves other runtimes' messages, now that the actors exist
+            if self._admission is not None:  # decides and adopts, now that the actors exist
+                self._admission.start(self._spawn_adopted)
         close_at_exit(self, self._close_at_exit)  # a script that never calls close() exits
 
     @classmethod
@@ -243,6 +260,8 @@ class SubagentControl:
         pass every option (``task_tools=``, …) to the constructor; the store's own options
         (`STORE_OPTIONS`: ``retry``, ``lock_timeout_s``, ``statement_timeout_s``,
         ``durable_os_crash``, ``pause_gc_on_load``) go to `SqlStore`."""
+        if options.get("concurrency") is not None:  # refused before the store is made
+            check_concurrency(options["concurrency"])
         store_options = {name: options.pop(name) for name in STORE_OPTIONS if name in options}
         if "prices" in options:  # checked before the store is opened: nothing to undo
             options["prices"] = Prices(options["prices"])
@@ -337,9 +356,13 @@ class SubagentControl:
             trace=trace,
         )
         try:
+            if self._admission is not None:  # queued in call order (its model is known)
+                self._admission.enter_start(plan)
             root.spawn_child(SpawnChild(plan=plan))
         except BaseException as exc:
             self.tasks.discard(task.id)
+            if self._admission is not None:
+                self._admission.release(task.id)
             trace.end(None)
             raise translate(exc, "nothing was started") from exc
         return ContinuableStart(child_id=child_id, task_id=task.id)
@@ -420,7 +443,7 @@ class SubagentControl:
         found = {
             child_id: (task.label, task.created_at)
             for child_id, task in latest_tasks.items()
-            if task.status is TaskStatus.RUNNING
+            if not task.status.is_terminal  # running, or queued for a slot
         }
         if self._store is not None:
             for meta in self._store.list_children(session):
@@ -432,7 +455,7 @@ class SubagentControl:
                 ChildView(
                     child_id=child_id,
                     label=label,
-                    running=latest is not None and latest.status is TaskStatus.RUNNING,
+                    running=latest is not None and not latest.status.is_terminal,
                     task_id=latest.id if latest else None,
                     created_at=created,
                     usage=spent.get(child_id, Usage.zero()),
@@ -448,6 +471,7 @@ class SubagentControl:
                 nodes = self._root.describe_all(timeout_s)
             except (pykka.ActorDeadError, pykka.Timeout):
                 nodes = []
+        nodes = placed_nodes(nodes, self.tasks)
         forwarded = self._router.in_flight() if self._router is not None else []
         return ActorTree(
             taken_at=utcnow(), closed=self._closed, supervisors=nodes,
@@ -505,6 +529,8 @@ class SubagentControl:
             # Past the deadline: what has not settled is killed here, so no Task reads
             # `running` after close (its daemon thread may still end later; it writes nothing).
             self.tasks.abandon("killed: the control plane closed before the run stopped")
+        if self._admission is not None:
+            self._admission.close()
         if self._root is not None:
             with contextlib.suppress(pykka.ActorDeadError, pykka.Timeout):
                 self._root.shutdown(max(1.0, deadline - time.monotonic()))
@@ -558,6 +584,10 @@ class SubagentControl:
                 ErrorCode.UNAUTHORIZED,
                 f"parent session {parent.session_id!r} is not live in this control plane",
             )
+
+    def _spawn_adopted(self, plan: ActivationPlan) -> None:
+        """Start a queued Task adopted from a dead runtime (`Admission`)."""
+        self._require_store().spawn_child(SpawnChild(plan=plan))
 
     def _kill_here(self, task_id: str, reason: str) -> bool:
         """Abort a Task of this runtime whose kill another runtime forwarded (the router's

@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING
 
 from controlplane._lease import Renewals
 from controlplane._own_lease import OwnLease
-from controlplane.contract import RuntimeInfo, SubagentControlError, TaskSnapshot
+from controlplane.contract import RuntimeInfo, SubagentControlError, TaskSnapshot, TaskStatus
 from controlplane.telemetry import log_lifecycle
 
 if TYPE_CHECKING:
@@ -118,6 +118,21 @@ class Runtime:
         settled = 0
         for task in self._store.ledger.running(list(dead)):
             settled += self.interrupt(task, dead[task.runtime_id or ""])
+        return settled
+
+    def sweep_queued(self) -> int:
+        """Settle the queued Tasks of every dead runtime ``interrupted`` (a runtime with
+        no concurrency limits of its own cannot adopt them: SPEC §11, `_admission`);
+        returns how many this call settled."""
+        settled = 0
+        judged: dict[str, bool] = {}
+        for task_id, runtime_id in self._store.queue.stranded(self.id):
+            if runtime_id not in judged:
+                judged[runtime_id] = self.is_dead_id(runtime_id)
+            task = self._store.ledger.get(task_id) if judged[runtime_id] else None
+            if task is not None and task.status is TaskStatus.QUEUED:
+                settled += self.interrupt(task, None)
+                self._store.queue.release(task_id)
         return settled
 
     def interrupt(self, task: TaskSnapshot, runtime: RuntimeInfo | None) -> bool:
@@ -224,8 +239,11 @@ class Heartbeat:
         tasks: This runtime's Task service (fenced, flushed and readmitted here).
     """
 
-    def __init__(self, runtime: Runtime, store: SqlStore, tasks: TaskService) -> None:
+    def __init__(
+        self, runtime: Runtime, store: SqlStore, tasks: TaskService, *, adopts: bool = False
+    ) -> None:
         self._runtime = runtime
+        self._adopts = adopts  # has concurrency limits: adopts dead runtimes' queued Tasks
         self._store = store
         self._tasks = tasks
         self._lease_ttl_s = runtime.lease_ttl_s
@@ -287,6 +305,8 @@ class Heartbeat:
                     if self._tasks.flush() == 0 and fenced is not None and not self.lease.lapsed:
                         self._tasks.readmit(fenced)
                     self._runtime.sweep()
+                    if not self._adopts:  # nobody here would start them: settle them
+                        self._runtime.sweep_queued()
                     self._runtime.expire()  # after the sweep: it releases what the dead held
             except SubagentControlError as exc:
                 log.warning("runtime %s: heartbeat or sweep failed (%s); retrying",

@@ -16,6 +16,7 @@ from datetime import datetime
 from controlplane._task_entry import (
     Claimer,
     Interrupter,
+    QueuePlaces,
     Requester,
     TaskEntry,
     TaskLedgerPort,
@@ -63,6 +64,8 @@ class TaskBook:
             None when Tasks live in this process only.
         interrupter: Writes a fenced Task's settlement (`Interrupter`, the runtime's);
             None without a store.
+        queue: Fills in queued Tasks' queue positions (the store's admission queue);
+            None without a store.
     """
 
     def __init__(
@@ -75,6 +78,7 @@ class TaskBook:
         telemetry: Telemetry | None = None,
         routing: TaskRouting | None = None,
         interrupter: Interrupter | None = None,
+        queue: QueuePlaces | None = None,
     ) -> None:
         self._lock = threading.Lock()
         self._max_live = max_live
@@ -95,6 +99,7 @@ class TaskBook:
         self._surfaces: set[str] = set()
         self._closed_reason: str | None = None
         self._routing = routing
+        self._queue = queue
         # The claim on its own: the benchmark of a resume's admission times it here.
         self._claimer: Claimer | None = routing.claim if routing is not None else None
 
@@ -160,8 +165,10 @@ class TaskBook:
         child_id: str | None,
         signal: CancelSignal,
         claim_child: bool = False,
+        queued: bool = False,
     ) -> TaskSnapshot:
-        """Register a running Task of kind ``subagent`` (and write it to the store).
+        """Register a running Task of kind ``subagent`` (and write it to the store);
+        ``queued``: it reads ``queued`` until its admission decides (`admitted`).
 
         Raises:
             SubagentControlError: ``NO_CONTROL_SURFACE`` without an attached surface,
@@ -179,6 +186,7 @@ class TaskBook:
             child_id=child_id,
             signal=signal,
             runtime_id=self._runtime_id,
+            queued=queued,
         )
         with self._lock:
             # Checked under the lock that `kill_owned_by` scans with: an owner disposed
@@ -225,6 +233,47 @@ class TaskBook:
                 self._live.pop(task.id, None)
             raise
         return snapshot
+
+    def queue(self, task_id: str, at: datetime) -> None:
+        """The Task waits for a slot under a concurrency limit from ``at`` on."""
+        with self._lock:
+            task = self._live.get(task_id)
+            if task is not None and task.outcome is None:
+                task.queue_as(True, at, None)
+
+    def admitted(self, task_id: str, at: datetime | None) -> None:
+        """The Task holds its slot (``at``: when it got it after waiting; None: it never
+        waited) and reads ``running``."""
+        with self._lock:
+            task = self._live.get(task_id)
+            if task is not None and task.outcome is None:
+                task.queue_as(False, task.queued_at, at if task.queued_at is not None else None)
+
+    def take_over_queued(self, task: TaskSnapshot, signal: CancelSignal, fence: int | None) -> None:
+        """Hold a queued Task that a dead runtime left (adopted: same id, now run here);
+        the store already names this runtime for it.
+
+        Raises:
+            SubagentControlError: ``CLOSED`` once `close` was called.
+        """
+        entry = TaskEntry(
+            id=task.id,
+            label=task.label,
+            owner=task.owner_session,
+            child_id=task.child_id,
+            signal=signal,
+            runtime_id=self._runtime_id,
+            created_at=task.created_at,
+            fence=fence,
+            queued=True,
+            queued_at=task.queued_at,
+        )
+        with self._lock:
+            if self._closed_reason is not None:
+                raise SubagentControlError(
+                    ErrorCode.CLOSED, "the control plane is closed; nothing was adopted"
+                )
+            self._live[task.id] = entry
 
     def discard(self, task_id: str) -> None:
         """Forget a Task that never ran (its start was refused after registration): it

@@ -26,6 +26,7 @@ from controlplane.contract import (
 __all__ = [
     "Claimer",
     "Interrupter",
+    "QueuePlaces",
     "Requester",
     "TaskEntry",
     "TaskLedgerPort",
@@ -65,6 +66,11 @@ class TaskEntry:
     runtime_id: str | None
     created_at: datetime = field(default_factory=utcnow)
     fence: int | None = None  # the claim's fencing number, for a Task that claimed its child
+    # Waiting for a slot under a concurrency limit (SPEC §11): reads ``queued`` until
+    # admitted; ``queued_at`` and ``admitted_at`` say how long it waited.
+    queued: bool = False
+    queued_at: datetime | None = None
+    admitted_at: datetime | None = None
     outcome: TaskOutcome | None = None
     settled_at: datetime | None = None
     usage: Usage = field(default_factory=Usage.zero)  # its turn's, once settled
@@ -80,7 +86,17 @@ class TaskEntry:
 
     @property
     def status(self) -> TaskStatus:
-        return TaskStatus.RUNNING if self.outcome is None else self.outcome.status
+        if self.outcome is not None:
+            return self.outcome.status
+        return TaskStatus.QUEUED if self.queued else TaskStatus.RUNNING
+
+    def queue_as(
+        self, queued: bool, queued_at: datetime | None, admitted_at: datetime | None
+    ) -> TaskSnapshot:
+        """Under the service's lock: record its place in (or out of) a queue."""
+        self.queued, self.queued_at, self.admitted_at = queued, queued_at, admitted_at
+        self.view = self._build()
+        return self.view
 
     def settle_as(
         self, outcome: TaskOutcome, settled_at: datetime | None, usage: Usage | None = None
@@ -116,6 +132,8 @@ class TaskEntry:
             settled_at=self.settled_at,
             ended_at=self.settled_at,
             usage=self.usage,
+            queued_at=self.queued_at,
+            admitted_at=self.admitted_at,
         )
 
 
@@ -149,6 +167,12 @@ class TaskRouting(Protocol):
     def kill_elsewhere(self, task: TaskSnapshot, reason: str) -> None:
         """Kill a running Task of another runtime (the router decides how)."""
         ...
+
+
+class QueuePlaces(Protocol):
+    """What the Task service needs of the admission queue (`persistence.AdmissionQueue`)."""
+
+    def with_places(self, snapshots: list[TaskSnapshot]) -> list[TaskSnapshot]: ...
 
 
 Interrupter = Callable[[TaskSnapshot], object]

@@ -6,6 +6,7 @@ through), and over the store's Task rows for the Tasks this runtime does not hol
 
 from __future__ import annotations
 
+import builtins
 import time
 from collections.abc import Callable
 from datetime import datetime
@@ -75,12 +76,13 @@ class TaskService(TaskBook):
     # -- owner side (public) ---------------------------------------------------------
 
     def get(self, task_id: str, *, requester: Requester) -> TaskSnapshot:
-        """A snapshot of one of the requester's Tasks, from any runtime.
+        """A snapshot of one of the requester's Tasks, from any runtime (a queued one with
+        its queue position).
 
         Raises:
             SubagentControlError: ``TASK_NOT_FOUND`` for an unknown id or another owner.
         """
-        return self._spent_elsewhere(self._fenced(task_id, requester))
+        return self._placed([self._spent_elsewhere(self._fenced(task_id, requester))])[0]
 
     def wait(
         self, task_id: str, timeout: float | None = None, *, requester: Requester
@@ -203,7 +205,9 @@ class TaskService(TaskBook):
             return sorted(mine.values(), key=lambda t: t.created_at)
         # The store has every Task; this runtime's own view wins for the ones it holds
         # (a settlement the store has not taken yet).
-        return [mine.get(t.id) or self._spent_elsewhere(t) for t in self._ledger.owned_by(owner)]
+        return self._placed(
+            [mine.get(t.id) or self._spent_elsewhere(t) for t in self._ledger.owned_by(owner)]
+        )
 
     def _spent_elsewhere(self, snapshot: TaskSnapshot) -> TaskSnapshot:
         """A Task running in another runtime (or left running by a dead one) with what its
@@ -216,6 +220,18 @@ class TaskService(TaskBook):
         ):
             return snapshot
         return snapshot.model_copy(update={"usage": self._ledger.running_spend(snapshot)})
+
+    def live(self, task_ids: builtins.list[str]) -> builtins.list[TaskSnapshot]:
+        """The snapshots of those of these Tasks whose activations exist here (unfenced:
+        for the tree dump), queued ones with their queue positions."""
+        found = [t.snapshot() for t in (self._live.get(i) for i in task_ids) if t is not None]
+        return self._placed(found)
+
+    def _placed(self, snapshots: builtins.list[TaskSnapshot]) -> builtins.list[TaskSnapshot]:
+        """Queued Tasks with their queue positions (a read only when one is queued)."""
+        if self._queue is None or all(s.status is not TaskStatus.QUEUED for s in snapshots):
+            return snapshots
+        return self._queue.with_places(snapshots)
 
     def latest_by_child(self, requester: Requester) -> dict[str, TaskSnapshot]:
         """The newest Task of each of the requester's children."""

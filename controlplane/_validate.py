@@ -10,7 +10,7 @@ The text, seconds and JSON checks these build on are the contract's (`storable_t
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import NamedTuple
 
 import pykka
@@ -200,3 +200,30 @@ def translate(exc: BaseException, consequence: str) -> BaseException:
             ErrorCode.CLOSED, f"the control plane is closing; {consequence}"
         )
     return SubagentControlError(ErrorCode.INTERNAL, f"internal error ({exc}); {consequence}")
+
+
+def check_concurrency(concurrency: object) -> dict[str, int]:
+    """The ``concurrency`` option as a plain dict (``INVALID_INPUT`` for a key that is not
+    a non-empty string, or a limit that is not an int of at least 1), before anything is
+    built."""
+    if not isinstance(concurrency, Mapping):
+        raise SubagentControlError(
+            ErrorCode.INVALID_INPUT,
+            "concurrency must be a mapping of 'provider' or 'provider:model' to a limit "
+            f"(an int >= 1), not {type(concurrency).__name__}; nothing was opened",
+        )
+    limits: dict[str, int] = {}
+    for key, limit in concurrency.items():
+        if not isinstance(key, str) or not key.strip():
+            raise SubagentControlError(
+                ErrorCode.INVALID_INPUT,
+                f"concurrency key {key!r} must be a provider name or 'provider:model'; "
+                "nothing was opened",
+            )
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise SubagentControlError(
+                ErrorCode.INVALID_INPUT,
+                f"concurrency[{key!r}] must be an int >= 1, not {limit!r}; nothing was opened",
+            )
+        limits[key] = limit
+    return limits

@@ -10,17 +10,24 @@ import logging
 from persistence._host_clock import LeaseNow, boot_id, host_name, is_expired
 from persistence._inbox import Inbox, InboxItem, Listener
 from persistence._ledger import TaskLedger
+from persistence._queue import AdmissionQueue, Admitted, QueueHead, QueuePlace
+from persistence._queue_listener import AdmissionListener
 from persistence._retry import RetryPolicy
 from persistence._spend import ScopeSpend, SpendLedger
 from persistence._store import SqlStore
 from persistence._task_sql import Fence, Settlement
 
 __all__ = [
+    "AdmissionListener",
+    "AdmissionQueue",
+    "Admitted",
     "Fence",
     "Inbox",
     "InboxItem",
     "LeaseNow",
     "Listener",
+    "QueueHead",
+    "QueuePlace",
     "RetryPolicy",
     "ScopeSpend",
     "Settlement",

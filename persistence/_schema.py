@@ -36,6 +36,7 @@ from controlplane.contract import (
 )
 
 __all__ = [
+    "ADMISSIONS",
     "CHILDREN",
     "EVENTS",
     "INBOX",
@@ -49,6 +50,7 @@ __all__ = [
     "SPEND_NOTICES",
     "SPEND_SINCE",
     "TASKS",
+    "AdmissionRow",
     "Base",
     "ChildRow",
     "EventRow",
@@ -66,7 +68,7 @@ __all__ = [
     "utc_time",
 ]
 
-SCHEMA_VERSION: Final = 8
+SCHEMA_VERSION: Final = 9
 """The version this code writes. Bump it with a migration in `_MIGRATIONS`."""
 SEGMENTS_SINCE: Final = 3
 """The first version with sealed segments: an older store, read as it is, has none."""
@@ -82,6 +84,7 @@ TASKS: Final = "subagent_tasks"
 INBOX: Final = "subagent_inbox"
 SPEND: Final = "subagent_spend"
 SPEND_NOTICES: Final = "subagent_spend_notices"
+ADMISSIONS: Final = "subagent_admissions"
 _VERSION_TABLE: Final = "subagent_schema"
 
 # Any constant works; it only has to be the same in every process that opens the store.
@@ -388,6 +391,31 @@ class SpendNoticeRow(Base):
     created_at: Mapped[UtcTime]
 
 
+class AdmissionRow(Base):
+    """One Task's place under one concurrency key (SPEC §11 "Concurrency limits").
+
+    A Task under a limited key has a row per key: ``queued`` while it waits, ``running``
+    once it holds the slot. A slot is taken only while the row is ``running`` AND its Task
+    still runs (a join, so a Task settled by any means — its turn's end, a sweep of its
+    dead runtime, a takeover — frees its slot at once, before the row is deleted). Queue
+    order is ``seq`` (FIFO across runtimes). ``plan`` is the JSON a live runtime needs to
+    start the Task itself when the runtime holding it died while it was queued (adoption).
+    """
+
+    __tablename__ = ADMISSIONS
+    __table_args__ = (Index("ix_subagent_admissions_key", "key", "state", "seq"),)
+
+    seq: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    task_id: Mapped[str] = mapped_column(String(64), index=True)
+    key: Mapped[str] = mapped_column(String(400))
+    state: Mapped[str] = mapped_column(String(16))
+    runtime_id: Mapped[str] = mapped_column(String(64))
+    child_id: Mapped[Identifier]
+    queued_at: Mapped[UtcTime]
+    admitted_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
+    plan: Mapped[str] = mapped_column(Text)
+
+
 Migration = Callable[[Connection], None]
 
 
@@ -486,6 +514,11 @@ def _add_spend(conn: Connection) -> None:
     Base.metadata.create_all(conn, tables=[tables[SPEND], tables[SPEND_NOTICES]])
 
 
+def _add_admissions(conn: Connection) -> None:
+    """Version 9: concurrency limits keep their durable FIFO queue (`AdmissionRow`)."""
+    Base.metadata.create_all(conn, tables=[Base.metadata.tables[ADMISSIONS]])
+
+
 _MIGRATIONS: dict[int, Migration] = {
     1: _drop_last_seq,
     2: _add_segments,
@@ -494,6 +527,7 @@ _MIGRATIONS: dict[int, Migration] = {
     5: _add_boot_clock,
     6: _add_task_spend,
     7: _add_spend,
+    8: _add_admissions,
 }
 """``_MIGRATIONS[n]`` upgrades a version-``n`` store to version ``n + 1``."""
 

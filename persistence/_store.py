@@ -39,6 +39,7 @@ from persistence._database import Database
 from persistence._deadlines import abandon_waits, abandoning, call_deadline
 from persistence._inbox import Inbox
 from persistence._ledger import TaskLedger
+from persistence._queue import AdmissionQueue
 from persistence._retry import Retrier, RetryListener, RetryPolicy
 from persistence._schema import (
     SCHEMA_VERSION,
@@ -161,6 +162,8 @@ class SqlStore:
         self.spend = SpendLedger(self._db, self._run)
         """What each child, its ancestors and its session spent, and their budgets (SPEC
         §11): counted by `append` from the usage its events record."""
+        self.queue = AdmissionQueue(self)
+        """The durable FIFO queue of concurrency limits (SPEC §11)."""
         try:
             self._run("open the store", self._check if read_only else self._open)
             if not read_only:  # read-only: no write ever takes the one connection open

@@ -58,7 +58,7 @@ def snapshot_of_columns(
     (`persistence._codec.construct`)."""
     status = _STATUSES[status_value]
     outcome = None
-    if status is not TaskStatus.RUNNING:
+    if status.is_terminal:
         outcome = construct(
             TaskOutcome,
             {
@@ -85,6 +85,10 @@ def snapshot_of_columns(
             "settled_at": settled,
             "ended_at": settled,
             "usage": stored_usage(spend),
+            # Filled in from the admission queue by whoever shows a queued Task.
+            "queue_position": None,
+            "queued_at": None,
+            "admitted_at": None,
         },
         _SNAPSHOT_SET,
     )

@@ -36,15 +36,17 @@ Fence = tuple[str, int]
 """A writer's claim on a child: its runtime id and the fencing number it claimed under."""
 
 _RUNNING = TaskStatus.RUNNING.value
+_QUEUED = TaskStatus.QUEUED.value
 
 
 def settle_sql(p: str) -> str:
     """The Task settlement as one raw statement with placeholder ``p``: it changes a
-    running Task only, so a settlement is written once whoever tries it."""
+    running (or queued: a kill, a close, a takeover) Task only, so a settlement is written
+    once whoever tries it."""
     return (
         f"UPDATE {TASKS} SET status = {p}, output = {p}, detail = {p}, code = {p}, "
         f"settled_at = {p}, notice_pending = {p}, spend = {p} WHERE task_id = {p} "
-        f"AND status = {p}"
+        f"AND status IN ({p}, '{_QUEUED}')"
     )
 
 

@@ -17,6 +17,7 @@ from controlplane.contract import (
     ErrorCode,
     SessionEvent,
     SubagentControlError,
+    TaskSnapshot,
     Usage,
     escape_controls,
     usage_of,
@@ -114,6 +115,7 @@ def run_tasks(args: argparse.Namespace, out: IO[str]) -> None:
     store = _open_store(args.db)
     try:
         tasks = store.ledger.recent(args.owner) if store.keeps_tasks else []
+        tasks = store.queue.with_places(tasks)  # queued ones with their places (SPEC §11)
     finally:
         store.close()
     _write_list(
@@ -135,7 +137,7 @@ def run_tasks(args: argparse.Namespace, out: IO[str]) -> None:
         ),
         row=lambda task: (
             task.id,
-            task.status.value,
+            _status(task),
             task.owner_session,
             task.child_id or "",
             task.created_at.isoformat(timespec="seconds"),
@@ -144,6 +146,13 @@ def run_tasks(args: argparse.Namespace, out: IO[str]) -> None:
             task.label,
         ),
     )
+
+
+def _status(task: TaskSnapshot) -> str:
+    """A Task's status; a queued one's with its place in the queue (``queued #2``)."""
+    if task.queue_position is None:
+        return task.status.value
+    return f"{task.status.value} #{task.queue_position}"
 
 
 def _write_list(

@@ -1,7 +1,9 @@
 """``subagent-control top``: a live view of a running process's children, refreshed in place.
 
-One line per live child (each supervisor of the process): its state, its Task, how long its
-activation has run, the messages held for its publication and its mailbox depth. On a
+One line per live child (each supervisor of the process): its state (``queued`` while its
+Task waits for a concurrency slot), its Task, how long its activation has run, its place in
+the queue and how long it waited, the messages held for its publication and its mailbox
+depth. On a
 terminal the view redraws every ``--interval`` seconds on the alternate screen and ends on
 ``q`` (or Ctrl-C), leaving the screen as it was; when stdout is not a terminal it prints
 plain frames (one by default) and exits, so ``top | grep`` and scripts work.
@@ -25,8 +27,10 @@ from controlplane.contract import ActorTree, SupervisorNode, escape_controls
 
 __all__ = ["render", "run_top"]
 
-_HEADER: Final = ("CHILD", "STATE", "TASK", "AGE", "TOKENS", "COST", "HELD", "MAILBOX", "PARENT")
-_ORDER: Final = {"running": 0, "starting": 1, "settling": 2, "busy": 3, "idle": 4}
+_HEADER: Final = (
+    "CHILD", "STATE", "TASK", "AGE", "QUEUE", "TOKENS", "COST", "HELD", "MAILBOX", "PARENT"
+)  # fmt: skip
+_ORDER: Final = {"running": 0, "starting": 1, "queued": 2, "settling": 3, "busy": 4, "idle": 5}
 _QUIT_KEYS: Final = frozenset(b"qQ")
 _ENTER_SCREEN: Final = "\x1b[?1049h\x1b[?25l"  # alternate screen, cursor hidden
 _LEAVE_SCREEN: Final = "\x1b[?25h\x1b[?1049l"
@@ -41,7 +45,7 @@ def render(tree: ActorTree, *, source: str, error: str | None = None) -> list[st
     nodes = sorted(tree.supervisors, key=_rank)
     counts: dict[str, int] = {}
     for node in nodes:
-        counts[node.state] = counts.get(node.state, 0) + 1
+        counts[_state(node)] = counts.get(_state(node), 0) + 1
     states = ", ".join(f"{counts[s]} {s}" for s in _ORDER if s in counts) or "none"
     noun = "child" if len(nodes) == 1 else "children"
     at = tree.taken_at.astimezone().strftime("%H:%M:%S")
@@ -56,16 +60,32 @@ def render(tree: ActorTree, *, source: str, error: str | None = None) -> list[st
 
 def _rank(node: SupervisorNode) -> tuple[int, float]:
     age = node.activation.age_s if node.activation is not None else 0.0
-    return _ORDER.get(node.state, len(_ORDER)), -age
+    return _ORDER.get(_state(node), len(_ORDER)), -age
+
+
+def _state(node: SupervisorNode) -> str:
+    """The supervisor's state, or ``queued`` while its Task waits for a slot."""
+    return "queued" if node.task_status == "queued" else node.state
+
+
+def _queue(node: SupervisorNode) -> str:
+    """``#position wait`` while queued, ``waited wait`` once admitted after a wait."""
+    activation = node.activation
+    if activation is None or activation.queued_s is None:
+        return "-"
+    if activation.queue_position is not None:
+        return f"#{activation.queue_position} {_age(activation.queued_s)}"
+    return f"waited {_age(activation.queued_s)}"
 
 
 def _row(node: SupervisorNode) -> tuple[str, ...]:
     activation = node.activation
     return (
         node.child_id,
-        node.state,
+        _state(node),
         node.task_id or "-",
         _age(activation.age_s) if activation is not None else "-",
+        _queue(node),
         f"{activation.usage.total_tokens:,}" if activation is not None else "-",
         _cost(activation.usage.cost if activation is not None else None),
         str(node.held_messages),

@@ -56,6 +56,7 @@ from controlplane.contract._provider import (
 from controlplane.contract._services import (
     NO_TRACE,
     ActivationTrace,
+    AdmissionGate,
     Origin,
     Requester,
     TaskService,
@@ -106,6 +107,7 @@ __all__ = [
     "ActivationNode",
     "ActivationTrace",
     "ActorTree",
+    "AdmissionGate",
     "AgentHandle",
     "AgentRegistry",
     "Budget",

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 __all__ = [
     "NO_TRACE",
     "ActivationTrace",
+    "AdmissionGate",
     "Origin",
     "Requester",
     "TaskService",
@@ -166,6 +167,23 @@ class Telemetry(Protocol):
         ...
 
 
+class AdmissionGate(Protocol):
+    """Concurrency limits as the activation meets them (SPEC §11): implemented by
+    `controlplane._admission.Admission`, present only when limits are configured."""
+
+    def wait(self, plan: object, descriptor: Descriptor) -> TaskOutcome | None:
+        """Block until the activation ``plan`` (an `actors.ActivationPlan`) holds a slot
+        under every limited key its ``descriptor`` falls under; None then (at once when
+        none is limited). Otherwise the outcome to settle with instead: ``killed`` when
+        its signal aborted while it waited, ``interrupted`` when its Task was settled
+        elsewhere meanwhile."""
+        ...
+
+    def release(self, task_id: str) -> None:
+        """The activation settled: free its slot (or its place) for the next in line."""
+        ...
+
+
 class TaskService(Protocol):
     """The Task service as the actors use it: admit, settle and release the Tasks of
     their activations (implemented by `controlplane._tasks.TaskService`, which is also the
@@ -184,8 +202,18 @@ class TaskService(Protocol):
         child_id: str | None,
         signal: CancelSignal,
         claim_child: bool = False,
+        queued: bool = False,
     ) -> TaskSnapshot:
-        """Register a running Task (and write it to the store)."""
+        """Register a running Task (and write it to the store); ``queued``: it reads
+        ``queued`` until its admission decides."""
+        ...
+
+    def queue(self, task_id: str, at: datetime) -> None:
+        """The Task waits for a slot under a concurrency limit from ``at`` on."""
+        ...
+
+    def admitted(self, task_id: str, at: datetime | None) -> None:
+        """The Task holds its slot (``at``: when, after waiting) and reads ``running``."""
         ...
 
     def discard(self, task_id: str) -> None:

@@ -15,8 +15,10 @@ __all__ = ["RuntimeInfo", "TaskNotice", "TaskOutcome", "TaskSnapshot", "TaskStat
 
 
 class TaskStatus(StrEnum):
-    """A Task's status; every value but ``running`` is terminal.
+    """A Task's status; every value but ``running`` and ``queued`` is terminal.
 
+    ``queued``: admitted, waiting for a slot under a concurrency limit (SPEC §11); it
+    reads ``running`` once a slot frees (FIFO, in whichever runtime holds it).
     ``interrupted``: the Task's runtime ended (crash, kill, lost claim) before it settled;
     a live runtime settled it so. Send the child a message to continue it.
     """
@@ -26,11 +28,12 @@ class TaskStatus(StrEnum):
     FAILED = "failed"
     KILLED = "killed"
     INTERRUPTED = "interrupted"
+    QUEUED = "queued"
 
     @property
     def is_terminal(self) -> bool:
         """Whether the Task has settled."""
-        return self is not TaskStatus.RUNNING
+        return self is not TaskStatus.RUNNING and self is not TaskStatus.QUEUED
 
 
 class TaskOutcome(BaseModel):
@@ -53,6 +56,11 @@ class TaskSnapshot(BaseModel):
             under its older name.
         usage: What its activation spent (SPEC §11): while it runs, what its turn has
             written so far; once settled, what its turn spent, kept with the Task.
+        queue_position: While ``queued``: its place in the queue of its concurrency key
+            (1 = next to start; the largest over its keys); None otherwise.
+        queued_at: When it entered the queue of a concurrency key, if it did (kept while
+            its activation holds the slot); ``admitted_at`` when it got the slot. The
+            wait is the difference (or now minus ``queued_at`` while queued).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -69,6 +77,9 @@ class TaskSnapshot(BaseModel):
     settled_at: datetime | None = None
     ended_at: datetime | None = None
     usage: Usage = Field(default_factory=Usage.zero)
+    queue_position: int | None = None
+    queued_at: datetime | None = None
+    admitted_at: datetime | None = None
 
 
 class TaskNotice(BaseModel):

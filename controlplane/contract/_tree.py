@@ -55,6 +55,10 @@ class ActivationNode(BaseModel):
     """The fencing number of this runtime's claim on the child (SPEC §9)."""
     usage: Usage = Field(default_factory=Usage.zero)
     """What the activation's turn has written so far (SPEC §11)."""
+    queue_position: int | None = None
+    """While its Task is ``queued``: its place under its concurrency key (1 = next)."""
+    queued_s: float | None = None
+    """How long its Task waited (or has waited so far) for a concurrency slot."""
 
 
 class SupervisorNode(BaseModel):

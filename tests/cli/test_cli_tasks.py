@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 import sqlalchemy as sa
 
-from controlplane import SubagentControl
+from controlplane import ContinuableStartSpec, SubagentControl
 from controlplane.cli import main
 from controlplane.contract import utcnow
 from persistence._schema import sqlite_time
@@ -114,3 +114,30 @@ def test_runtimes_judge_a_sqlite_lease_on_the_boot_clock_not_the_wall_clock(
     assert status == 0
     (runtime,) = [json.loads(line) for line in out.splitlines()]
     assert runtime["alive"] is (boot_id() is not None)  # no boot clock: the wall's verdict
+
+
+def test_the_tasks_view_shows_a_queued_tasks_place(
+    store_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    gate = threading.Event()
+    provider = FakeProvider()
+    provider.default_plan(result_gate=gate)
+    with SubagentControl.open(store_url, concurrency={"fake": 1}) as control:
+        control.providers.register(provider)
+        parent = control.agents.register("parent-1")
+        spec = ContinuableStartSpec(provider="fake", label="job", prompt=text("go"), parent=parent)
+        holder = control.start_continuable(spec)
+        queued = control.start_continuable(spec)
+
+        status, out = run(capsys, "tasks", "--db", store_url)
+        rows = {line.split()[0]: line.split() for line in out.splitlines()[1:]}
+        status_json, out_json = run(capsys, "tasks", "--db", store_url, "--json")
+        gate.set()
+        control.tasks.wait(queued.task_id, timeout=10.0, requester=parent)
+
+    assert (status, status_json) == (0, 0)
+    assert rows[holder.task_id][1] == "running"
+    assert rows[queued.task_id][1:3] == ["queued", "#1"]
+    listed = {t["id"]: t for t in map(json.loads, out_json.splitlines())}
+    assert listed[queued.task_id]["queue_position"] == 1
+    assert listed[queued.task_id]["queued_at"] is not None

@@ -107,8 +107,8 @@ def test_top_shows_each_activations_tokens_and_cost_and_a_dash_for_an_unknown_co
 
     lines = render(tree, source="here")
     rows = {line.split()[0]: line.split() for line in lines[2:]}
-    assert rows["priced"][4:6] == ["12,345", "$0.0312"]
-    assert rows["unpriced"][4:6] == ["7", "-"]
+    assert rows["priced"][5:7] == ["12,345", "$0.0312"]  # after the QUEUE column
+    assert rows["unpriced"][5:7] == ["7", "-"]
     assert "activation t-priced (initial, published, running, age 1.0s) tokens=12345 calls=0" in (
         tree.render()
     )

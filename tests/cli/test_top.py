@@ -36,12 +36,47 @@ def test_the_view_lists_busy_children_first_with_state_task_age_held_and_mailbox
     assert lines[0].startswith("subagent-control top — /tmp/x.sock — ")
     assert lines[0].endswith("2 children: 1 running, 1 idle")
     assert lines[1].split() == [
-        "CHILD", "STATE", "TASK", "AGE", "TOKENS", "COST", "HELD", "MAILBOX", "PARENT"
+        "CHILD", "STATE", "TASK", "AGE", "QUEUE", "TOKENS", "COST", "HELD", "MAILBOX", "PARENT"
     ]  # fmt: skip
     assert lines[2].split() == [
-        "child-busy", "running", "task-7", "1.5s", "0", "-", "1", "2", "parent-1"
+        "child-busy", "running", "task-7", "1.5s", "-", "0", "-", "1", "2", "parent-1"
     ]  # fmt: skip
-    assert lines[3].split() == ["child-idle", "idle", "-", "-", "-", "-", "0", "0", "parent-1"]
+    assert lines[3].split() == [
+        "child-idle", "idle", "-", "-", "-", "-", "-", "0", "0", "parent-1"
+    ]  # fmt: skip
+
+
+def test_the_view_shows_a_queued_child_its_place_and_its_wait() -> None:
+    tree = sample_tree()
+    busy = tree.supervisors[1]
+    assert busy.activation is not None
+    queued = busy.model_copy(
+        update={
+            "child_id": "child-queued",
+            "state": "starting",
+            "task_id": "task-8",
+            "task_status": "queued",
+            "activation": busy.activation.model_copy(
+                update={
+                    "task_id": "task-8",
+                    "published": False,
+                    "task_status": "queued",
+                    "queue_position": 2,
+                    "queued_s": 3.25,
+                }
+            ),
+        }
+    )
+    waited = busy.model_copy(
+        update={"activation": busy.activation.model_copy(update={"queued_s": 0.5})}
+    )
+    tree = tree.model_copy(update={"supervisors": [tree.supervisors[0], waited, queued]})
+
+    lines = render(tree, source="/tmp/x.sock")
+
+    assert lines[0].endswith("3 children: 1 running, 1 queued, 1 idle")
+    assert lines[3].split()[:6] == ["child-queued", "queued", "task-8", "1.5s", "#2", "3.2s"]
+    assert lines[2].split()[:6] == ["child-busy", "running", "task-7", "1.5s", "waited", "0.5s"]
 
 
 def test_without_a_terminal_top_prints_one_plain_frame_and_exits(

@@ -209,6 +209,7 @@ def test_task_status_values_are_the_spec_strings() -> None:
         "failed",
         "killed",
         "interrupted",
+        "queued",
     ]
 
 
