@@ -29,16 +29,25 @@ from controlplane.contract import (
     TOOL_CALL,
     TOOL_ROUND,
     Budget,
+    Descriptor,
     ErrorCode,
+    Prices,
     Spent,
     SubagentControlError,
     TaskNotice,
     budget_of,
     count_problem,
+    fold_descriptor,
 )
-from persistence import SpendLedger
+from persistence import SpendLedger, SqlStore
 
-__all__ = ["DEFAULT_MAX_TOOL_ROUNDS", "DEFAULT_NOTICE_AT", "Budgets", "check_budget_options"]
+__all__ = [
+    "DEFAULT_MAX_TOOL_ROUNDS",
+    "DEFAULT_NOTICE_AT",
+    "Budgets",
+    "check_budget_options",
+    "stored_descriptor",
+]
 
 DEFAULT_NOTICE_AT: Final = 0.8
 DEFAULT_MAX_TOOL_ROUNDS: Final = 50
@@ -83,6 +92,11 @@ def check_budget_options(
     return session, tree
 
 
+def stored_descriptor(store: SqlStore, child_id: str) -> Descriptor | None:
+    """The newest descriptor of a stored child (what its next turn will run as)."""
+    return fold_descriptor(store.load(child_id).own_events)
+
+
 class Budgets:
     """The control plane's budgets: its options, over the store's spend ledger."""
 
@@ -94,8 +108,12 @@ class Budgets:
         tree_budget: Budget | None,
         notice_at: float | None,
         max_tool_rounds: int | None,
+        prices: Prices | None = None,
+        descriptor_of: Callable[[str], Descriptor | None] | None = None,
     ) -> None:
         self._spend = spend
+        self._prices = prices if prices is not None else Prices()
+        self._descriptor_of = descriptor_of
         self._session = session_budget
         self.tree_budget = tree_budget
         """The budget of a top-level child started without one."""
@@ -153,8 +171,27 @@ class Budgets:
         checked = budget_of(budget)
         if self._spend.parent_of(child_id) != session:
             raise _unknown(child_id)
+        if checked is not None and checked.cost is not None and self._descriptor_of is not None:
+            self.require_priced(checked, self._descriptor_of(child_id))
         limits = checked.stored() if checked is not None else None
         self._spend.set_budget(child_id, limits or None)
+
+    def require_priced(self, budget: Budget | None, descriptor: Descriptor | None) -> None:
+        """Refuse a cost limit for a child whose model has no price: its calls' cost would
+        stay unknown, so the limit could never hold.
+
+        Raises:
+            SubagentControlError: ``INVALID_INPUT``; nothing was stored.
+        """
+        if budget is None or budget.cost is None or self._prices.is_priced(descriptor):
+            return
+        model = descriptor.agent_model if descriptor is not None else None
+        raise SubagentControlError(
+            ErrorCode.INVALID_INPUT,
+            f"a cost budget needs a price for the child's model ({model or 'no model named'}), "
+            "and none is known: open the control plane with prices={...} for it, or give the "
+            "budget no cost limit",
+        )
 
     def drain(self, owner: str) -> list[tuple[datetime, TaskNotice]]:
         """Take ``owner``'s soft budget notices."""

@@ -8,6 +8,7 @@ import threading
 import time
 import uuid
 from collections.abc import Mapping, Sequence
+from functools import partial
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
@@ -30,6 +31,7 @@ from controlplane._budgets import (
     DEFAULT_NOTICE_AT,
     Budgets,
     check_budget_options,
+    stored_descriptor,
 )
 from controlplane._exit import close_at_exit, closed
 from controlplane._forwarding import Forwarder
@@ -207,6 +209,8 @@ class SubagentControl:
                 tree_budget=tree_budget,
                 notice_at=budget_notice_at,
                 max_tool_rounds=max_tool_rounds,
+                prices=self._prices,
+                descriptor_of=partial(stored_descriptor, store),
             )
             store.on_retry(self._telemetry.store_retry)
             self._runtime = Runtime(self._runtime_id, store, lease_ttl_s=lease_ttl_s)
@@ -333,6 +337,8 @@ class SubagentControl:
         if self._budgets is not None and isinstance(parent, AgentHandle) and parent.depth == 0:
             tree_budget = self._budgets.tree_budget  # a top-level child's default
         descriptor, seed, prompt = start_inputs(spec, default_budget=tree_budget)
+        if self._budgets is not None:
+            self._budgets.require_priced(descriptor.budget, descriptor)
         op.message(prompt)
         self.tasks.require_surface()
         self._check_parent(parent)

@@ -26,6 +26,8 @@ from controlplane import (
     ErrorCode,
     EventKind,
     InProcessProvider,
+    ModelSelector,
+    Price,
     ScriptedModel,
     SessionEvent,
     SubagentControl,
@@ -157,16 +159,52 @@ def test_a_tool_call_past_the_tool_call_budget_never_runs_nor_is_written(opened:
     assert last_turn_end(control, child_id)["status"] == "budget_exhausted"
 
 
+# Each call of the priced model costs 0.6: a token in and a token out at 300,000 a million.
+PRICES = {"m1": Price(input=300_000, output=300_000)}
+PRICED_PARENT = ModelSelector(provider="inprocess", model="m1")
+
+
 def test_a_cost_budget_stops_the_run_once_the_priced_calls_reach_it(opened: Open) -> None:
-    priced = Usage(input_tokens=1, output_tokens=1, cost=0.6)
-    model = ScriptedModel([LOOK, LOOK, LOOK, "done"], usage=priced)
-    control = opened(model, [Looks().tool])
-    parent = control.agents.register("parent-1")
+    model = ScriptedModel([LOOK, LOOK, LOOK, "done"], usage=Usage(input_tokens=1, output_tokens=1))
+    control = opened(model, [Looks().tool], prices=PRICES)
+    parent = control.agents.register("parent-1", model=PRICED_PARENT)
 
     _child_id, snapshot = start(control, parent, Budget(cost=1.0))
 
     assert model.call_count == 2
     assert_exhausted(snapshot, "cost budget of 1 spent: 1.2")
+
+
+def test_a_cost_budget_for_a_model_with_no_price_is_refused_and_stores_nothing(
+    opened: Open,
+) -> None:
+    control = opened(ScriptedModel(["done"]), prices=PRICES)
+    unpriced = control.agents.register("parent-1", model=ModelSelector(provider="x", model="m2"))
+    priced = control.agents.register("parent-2", model=PRICED_PARENT)
+    assert control.store is not None
+
+    with pytest.raises(SubagentControlError) as caught:
+        start(control, unpriced, Budget(cost=1.0))
+    assert caught.value.code is ErrorCode.INVALID_INPUT
+    assert "price" in str(caught.value)
+    assert control.tasks.list(unpriced) == []
+    assert control.store.list_children("parent-1") == []
+
+    # set_budget refuses a cost limit for an unpriced child the same way, and keeps its budget.
+    child_id, done = start(control, unpriced, Budget(tokens=1_000))
+    assert done.status is TaskStatus.COMPLETED
+    with pytest.raises(SubagentControlError) as caught:
+        control.set_budget(unpriced, child_id, Budget(cost=1.0))
+    assert caught.value.code is ErrorCode.INVALID_INPUT
+    control.set_budget(unpriced, child_id, Budget(model_calls=1))  # its one call reached it
+    with pytest.raises(SubagentControlError) as refused:
+        control.send_message(unpriced, child_id, [TextBlock(text="again")])
+    assert refused.value.code is ErrorCode.BUDGET_EXHAUSTED
+
+    # A priced child takes a cost limit at start and later.
+    priced_child, done = start(control, priced, Budget(cost=100.0))
+    assert done.status is TaskStatus.COMPLETED
+    control.set_budget(priced, priced_child, Budget(cost=200.0))
 
 
 def test_a_seconds_budget_counts_the_running_turn_and_then_every_ended_one(opened: Open) -> None:
