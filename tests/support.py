@@ -47,6 +47,18 @@ MakeControl = Callable[..., SubagentControl]
 PARENT_MODEL = ModelSelector(provider="acme", model="m1")
 """The model selector of the ``parent`` and ``stranger`` fixtures."""
 
+TOOL_NAMES = [
+    "subagent",
+    "send_message",
+    "task_output",
+    "task_kill",
+    "task_list",
+    "list_agents",
+    "set_budget",
+]
+"""The parent's tools, in the order `ToolHandlers.definitions()` gives them (SPEC §7, and
+``set_budget`` from §11)."""
+
 WAIT_S = 10.0
 """How long a test waits for something that should happen promptly."""
 

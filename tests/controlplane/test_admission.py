@@ -10,6 +10,7 @@ import pytest
 
 from controlplane import (
     AgentHandle,
+    ContinuableStart,
     ErrorCode,
     EventKind,
     SubagentControl,
@@ -35,6 +36,18 @@ LIMITED = {"fake": 1}
 
 def _status(control: SubagentControl, task_id: str, parent: AgentHandle) -> TaskStatus:
     return control.tasks.get(task_id, requester=parent).status
+
+
+def holding_the_slot(
+    make_control: MakeControl, provider: FakeProvider
+) -> tuple[SubagentControl, AgentHandle, threading.Event, ContinuableStart]:
+    """A control plane under `LIMITED` whose one slot a started child holds until ``gate``
+    is set: every start or resume after it is queued."""
+    control = make_control(concurrency=LIMITED)
+    parent = control.agents.register("parent-1")
+    gate = threading.Event()
+    provider.plan(result_gate=gate)
+    return control, parent, gate, start_child(control, parent)
 
 
 def test_a_start_past_the_limit_reads_queued_and_the_queue_runs_in_order(
@@ -77,11 +90,7 @@ def test_a_start_past_the_limit_reads_queued_and_the_queue_runs_in_order(
 def test_tasks_wait_keeps_waiting_through_queued(
     make_control: MakeControl, provider: FakeProvider
 ) -> None:
-    control = make_control(concurrency=LIMITED)
-    parent = control.agents.register("parent-1")
-    gate = threading.Event()
-    provider.plan(result_gate=gate)
-    holder = start_child(control, parent)
+    control, parent, gate, holder = holding_the_slot(make_control, provider)
     queued = start_child(control, parent)
 
     with raises(ErrorCode.TIMEOUT):
@@ -161,11 +170,7 @@ def test_a_message_to_a_queued_child_is_held_and_delivered_when_it_runs(
 def test_killing_a_queued_task_settles_it_killed_at_once_and_frees_its_place(
     make_control: MakeControl, provider: FakeProvider
 ) -> None:
-    control = make_control(concurrency=LIMITED)
-    parent = control.agents.register("parent-1")
-    gate = threading.Event()
-    provider.plan(result_gate=gate)
-    holder = start_child(control, parent)
+    control, parent, gate, holder = holding_the_slot(make_control, provider)
     doomed = start_child(control, parent)
     after = start_child(control, parent)
     assert control.tasks.get(after.task_id, requester=parent).queue_position == 2
@@ -280,11 +285,7 @@ def test_bad_concurrency_is_invalid_input_and_opens_nothing(
 def test_the_tree_shows_a_queued_activations_place(
     make_control: MakeControl, provider: FakeProvider
 ) -> None:
-    control = make_control(concurrency=LIMITED)
-    parent = control.agents.register("parent-1")
-    gate = threading.Event()
-    provider.plan(result_gate=gate)
-    holder = start_child(control, parent)
+    control, parent, gate, holder = holding_the_slot(make_control, provider)
     queued = start_child(control, parent)
 
     nodes = {n.child_id: n for n in control.dump_tree().supervisors}

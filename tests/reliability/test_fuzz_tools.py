@@ -18,17 +18,8 @@ from controlplane import AgentHandle, ErrorCode, SubagentControl
 from controlplane.tools import INTERNAL_ERROR, ToolHandlers
 from tests.fakes import FakeProvider
 from tests.reliability.hostile import any_value, fuzz, hostile_text, mostly, non_json, store_counts
-from tests.support import PARENT_MODEL, WAIT_S, settle, start_child
+from tests.support import PARENT_MODEL, TOOL_NAMES, WAIT_S, settle, start_child
 
-TOOL_NAMES = [
-    "subagent",
-    "send_message",
-    "task_output",
-    "task_kill",
-    "task_list",
-    "list_agents",
-    "set_budget",
-]
 FUZZ = fuzz(max_examples=200)
 
 

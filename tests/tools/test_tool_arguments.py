@@ -17,18 +17,10 @@ from hypothesis import strategies as st
 
 from controlplane import SubagentControlError, TextBlock
 from controlplane.tools import MAX_MESSAGE_CHARS, ToolHandlers
+from tests.support import TOOL_NAMES
 
 from .conftest import Rig, Started
 
-TOOL_NAMES = [
-    "subagent",
-    "send_message",
-    "task_output",
-    "task_kill",
-    "task_list",
-    "list_agents",
-    "set_budget",
-]
 ARGUMENT_NAMES = {
     "subagent": ["description", "prompt"],
     "send_message": ["subagent_id", "message"],

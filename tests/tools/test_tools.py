@@ -14,6 +14,7 @@ from controlplane import (
 )
 from controlplane.models import ModelReply
 from controlplane.tools import INTERNAL_ERROR, ToolHandlers
+from tests.support import TOOL_NAMES
 
 from .conftest import PARENT, WAIT_S, MakeRig, Rig
 
@@ -30,15 +31,7 @@ def url(store_url: str) -> str:
 def test_definitions_name_the_seven_tools_with_strict_object_schemas(rig: Rig) -> None:
     definitions = rig.tools.definitions()
 
-    assert [d["name"] for d in definitions] == [
-        "subagent",
-        "send_message",
-        "task_output",
-        "task_kill",
-        "task_list",
-        "list_agents",
-        "set_budget",
-    ]
+    assert [d["name"] for d in definitions] == TOOL_NAMES
     arguments = {d["name"]: d["parameters"] for d in definitions}
     assert {name: set(schema["properties"]) for name, schema in arguments.items()} == {
         "subagent": {"description", "prompt"},
