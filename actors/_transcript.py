@@ -196,7 +196,8 @@ class ActivationTranscript:
                 # no provider has been called, so nothing acts meanwhile, and the message
                 # was answered `started`: it is written if the claim still allows it (the
                 # store checks the fencing number), the turn then closed as interrupted.
-                self._store.append(self._child_id, frame, fence=self._fence)
+                if frame:  # none when it goes on in the turn it opened before (adopted)
+                    self._store.append(self._child_id, frame, fence=self._fence)
             except SubagentControlError as exc:
                 self._state = "closed"
                 if exc.code is ErrorCode.FENCED:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -113,14 +114,17 @@ class ActivationActor(Actor):
         published = framed = False
         try:
             prepared = self._prepare()
-            self._admit(prepared)
             if prepared.header is None:
+                # Before any wait for a slot: a queued resume's message is durable while it
+                # waits, so whatever ends the wait (a kill, its runtime's death and a
+                # takeover or an adoption) finds it in its turn.
                 self._write_frame(prepared)
                 framed = True
-                # The load may have taken long: a kill that came meanwhile wins over the
-                # provider (and its turn ends with the message in it).
-                if plan.signal.aborted:
-                    raise _Settle(aborted(plan.signal))
+            self._admit(prepared)
+            if framed and plan.signal.aborted:
+                # The load (or the wait) may have taken long: a kill that came meanwhile
+                # wins over the provider, and the turn ends with the message in it.
+                raise _Settle(aborted(plan.signal))
             run = self._call_provider(prepared)
             if plan.signal.aborted:
                 # Killed while the provider was starting: never publish a run we must drop.
@@ -159,18 +163,16 @@ class ActivationActor(Actor):
 
     def _admit(self, prepared: _Prepared) -> None:
         """Wait for a slot under the concurrency limits the child falls under (SPEC §11),
-        before anything of the turn is written or run: its Task reads ``queued`` meanwhile.
-        Killed while waiting: a new child ends unpublished, nothing run; a resume's turn
-        still ends with its message in it (`started` was answered: it was delivered)."""
+        before anything of the turn runs: its Task reads ``queued`` meanwhile. Killed while
+        waiting: a new child ends unpublished, nothing written; a resume's turn, whose frame
+        was written before the wait, ends with its message in it (`started` was answered:
+        it was delivered)."""
         gate = self._ctx.admission
         if gate is None:
             return
         outcome = gate.wait(self._plan, prepared.request.descriptor)
-        if outcome is None:
-            return
-        if outcome.status is TaskStatus.KILLED and prepared.header is None:
-            return  # the frame is written next, and the kill wins right after it
-        raise _Settle(outcome)
+        if outcome is not None:
+            raise _Settle(outcome)
 
     def _write_frame(self, prepared: _Prepared) -> None:
         """Make a resumed turn's message durable before the provider starts (SPEC §5: every
@@ -264,6 +266,12 @@ class ActivationActor(Actor):
                 )
             )
         provider = self._provider(descriptor)
+        earlier = loaded.own_events
+        framed = _own_open_turn(earlier, last_turn, plan.task_id)
+        if framed is not None:
+            # This Task wrote its frame before it waited for a slot, and its runtime died:
+            # adopted here, it goes on in that turn (its message is in it once).
+            earlier, last_turn = earlier[:framed], last_turn - 1
         transcript = self._transcript(turn=last_turn + 1, descriptor=descriptor)
         gate = self._gate(descriptor.budget, transcript)
         # Not validated again: every value is ours and typed, and validating would visit each
@@ -277,10 +285,11 @@ class ActivationActor(Actor):
             depth=loaded.meta.depth,
             transcript=transcript,
             seed=loaded.seed,
-            events=loaded.own_events,
+            events=earlier,
             gate=gate,
         )
-        return _Prepared(provider, request, transcript, self._frame(transcript), None, gate)
+        frame = [] if framed is not None else self._frame(transcript)
+        return _Prepared(provider, request, transcript, frame, None, gate)
 
     def _gate(self, own: Budget | None, transcript: ActivationTranscript) -> TurnGate | None:
         """The run's spend gate (SPEC §11), or None when the control plane has no budgets."""
@@ -449,6 +458,23 @@ def _resume_facts(loaded: LoadedSession) -> tuple[int, list[SessionEvent]]:
     last_turn, indexes = facts
     seed = loaded.meta.seed_length
     return last_turn, [events[i] for i in indexes if i >= seed]
+
+
+def _own_open_turn(events: Sequence[SessionEvent], last_turn: int, task_id: str) -> int | None:
+    """Where the child's last turn begins, when it is still open and was opened by
+    ``task_id`` (its frame written before a wait its runtime did not live through); None
+    otherwise. Reads only the last turn: a closed one ends with its ``turn/end``."""
+    if not events or events[-1].kind == EventKind.TURN_END or events[-1].turn != last_turn:
+        return None
+    for index in range(len(events) - 1, -1, -1):
+        event = events[index]
+        if event.turn != last_turn:
+            return None
+        if event.kind == EventKind.TURN_START:
+            data = event.data
+            owned = isinstance(data, dict) and data.get("task_id") == task_id
+            return index if owned else None
+    return None
 
 
 def _conflict(child_id: str) -> str:

@@ -13,10 +13,17 @@ from pathlib import Path
 
 import pytest
 
-from controlplane import EventKind, SubagentControl, TaskStatus
+from controlplane import (
+    ErrorCode,
+    EventKind,
+    SubagentControl,
+    SubagentControlError,
+    TaskStatus,
+    TextBlock,
+)
 from tests.reliability.admission_child import PARENT, ProbedProvider, SlotProbe
 from tests.reliability.processes import LinesProcess, Reaper, reaping
-from tests.support import WAIT_S
+from tests.support import WAIT_S, eventually
 
 pytestmark = pytest.mark.slow
 
@@ -131,5 +138,59 @@ def test_a_runtime_without_limits_settles_a_dead_runtimes_queued_tasks_interrupt
             assert survivor.tasks.wait(task_id, timeout=WAIT_S, requester=PARENT).status is (
                 TaskStatus.INTERRUPTED
             )
+    finally:
+        survivor.close()
+
+
+def test_a_dead_runtimes_queued_resume_keeps_its_message_when_a_send_takes_its_child_over(
+    reaped: Reaper, url: str, tmp_path: Path
+) -> None:
+    """The queued resume was answered ``started``: its message was delivered, so it is in
+    the child's transcript whoever ends its wait. Here its runtime dies and a runtime with
+    no limits (it cannot adopt) continues the child with a message of its own: the queued
+    message stays in its own turn, closed ``interrupted``, before the new one."""
+    probe = tmp_path / "slots"
+    probe.mkdir()
+    doomed = _runtime(reaped, url, probe, "doomed", 0.01)
+    doomed.say("idle")
+    child = doomed.expect("idle ")
+    doomed.say("hold")
+    doomed.say("hold")
+    [doomed.expect("holding "), doomed.expect("holding ")]
+    doomed.say(f"queue-resume {child}")
+    queued, status = doomed.expect("queued ").split()
+    assert status == TaskStatus.QUEUED.value
+
+    survivor = SubagentControl.open(url, lease_ttl_s=3.0)
+    try:
+        survivor.providers.register(ProbedProvider(SlotProbe(probe, LIMIT), 0.01))
+        parent = survivor.agents.register(PARENT)
+        doomed.reap()
+        sent: list[str] = []
+
+        def taken_over() -> bool:
+            try:
+                result = survivor.send_message(parent, child, [TextBlock(text="after")])
+            except SubagentControlError as exc:  # the dead runtime's claim, until judged
+                if exc.code not in (ErrorCode.OWNERSHIP_CONFLICT, ErrorCode.NOT_DELIVERED):
+                    raise
+                return False
+            sent.append(result.task_id)
+            return True
+
+        eventually(taken_over, "a send took the dead runtime's child over", timeout=30.0)
+        after = survivor.tasks.wait(sent[0], timeout=WAIT_S, requester=PARENT)
+        assert after.status is TaskStatus.COMPLETED, after
+        stranded = survivor.tasks.wait(queued, timeout=WAIT_S, requester=PARENT)
+        assert stranded.status is TaskStatus.INTERRUPTED, stranded
+
+        assert survivor.store is not None
+        events = survivor.store.load(child).events
+        messages = [(e.turn, e.data) for e in events if e.kind == EventKind.USER_MESSAGE]
+        assert [data for _turn, data in messages][-2:] == [{"text": "adopt me"}, {"text": "after"}]
+        adopt_turn = messages[-2][0]
+        ends = {e.turn: e.data for e in events if e.kind == EventKind.TURN_END}
+        assert ends[adopt_turn]["status"] == TaskStatus.INTERRUPTED.value
+        assert messages[-1][0] == adopt_turn + 1
     finally:
         survivor.close()
