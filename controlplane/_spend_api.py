@@ -90,7 +90,7 @@ class SpendOptions:
         if options.get("concurrency") is not None:
             check_concurrency(options["concurrency"])
         if "prices" in options:
-            options["prices"] = Prices(options["prices"])
+            options["prices"] = _prices(options["prices"])
         check_budget_options(
             session_budget=options.get("session_budget"),
             tree_budget=options.get("tree_budget"),
