@@ -1,4 +1,7 @@
-"""`SubagentControl`: the facade that wires the registries, the store and the actor tree."""
+"""`SubagentControl`: the facade that wires the registries, the store and the actor tree.
+
+Its spend and limits (prices, budgets, usage, concurrency) are `controlplane._spend_api`,
+a mixin it inherits, and the options that configure them are checked there."""
 
 from __future__ import annotations
 
