@@ -1,4 +1,7 @@
-"""`SubagentControl`: the facade that wires the registries, the store and the actor tree."""
+"""`SubagentControl`: the facade that wires the registries, the store and the actor tree.
+
+Its spend and limits (prices, budgets, usage, concurrency) are `controlplane._spend_api`,
+a mixin it inherits, and the options that configure them are checked there."""
 
 from __future__ import annotations
 
@@ -8,7 +11,6 @@ import threading
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from functools import partial
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
@@ -26,22 +28,16 @@ from actors import (
     deliver,
 )
 from controlplane._admission import Admission, placed_nodes
-from controlplane._budgets import (
-    DEFAULT_MAX_TOOL_ROUNDS,
-    DEFAULT_NOTICE_AT,
-    Budgets,
-    check_budget_options,
-    stored_descriptor,
-)
+from controlplane._budgets import DEFAULT_MAX_TOOL_ROUNDS, DEFAULT_NOTICE_AT, Budgets
+from controlplane._child_views import child_views
 from controlplane._exit import close_at_exit, closed
 from controlplane._forwarding import Forwarder
 from controlplane._router import Router
 from controlplane._runtime import Heartbeat, Runtime, new_runtime_id
+from controlplane._spend_api import SpendApi, SpendOptions
 from controlplane._tasks import TaskService
-from controlplane._usage_views import child_usage, session_usage, spend_by_child
 from controlplane._validate import (
     check_child_id,
-    check_concurrency,
     check_options,
     check_source,
     check_start_spec,
@@ -63,13 +59,9 @@ from controlplane.contract import (
     Price,
     Prices,
     ProviderRegistry,
-    Requester,
     SendResult,
     SubagentControlError,
     TextBlock,
-    Usage,
-    budget_of,
-    requester_session,
     utcnow,
 )
 from controlplane.telemetry import Operation, Telemetry
@@ -98,7 +90,7 @@ STORE_OPTIONS = (
 _ROOT_TIMEOUT_S = 30.0
 
 
-class SubagentControl:
+class SubagentControl(SpendApi):
     """The control plane: start continuable children, steer or resume them, watch their Tasks.
 
     Example:
@@ -165,14 +157,14 @@ class SubagentControl:
         concurrency: Mapping[str, int] | None = None,
     ) -> None:
         # First: a bad price, budget or limit is refused before anything is built.
-        self._prices = prices if isinstance(prices, Prices) else Prices(prices)
-        session_budget, tree_budget = check_budget_options(
+        spend = SpendOptions.checked(
+            prices=prices,
             session_budget=session_budget,
             tree_budget=tree_budget,
             budget_notice_at=budget_notice_at,
             max_tool_rounds=max_tool_rounds,
+            concurrency=concurrency,
         )
-        limits = check_concurrency(concurrency) if concurrency is not None else {}
         check_options(
             close_timeout_s=close_timeout_s,
             passivate_after_s=passivate_after_s,
@@ -181,6 +173,7 @@ class SubagentControl:
             recent_tasks=recent_tasks,
         )
         self._store = store
+        self._prices = spend.prices
         self._close_timeout_s = close_timeout_s
         self._runtime_id = new_runtime_id()
         self._telemetry = Telemetry(
@@ -203,15 +196,7 @@ class SubagentControl:
         self._heartbeat: Heartbeat | None = None
         self._budgets: Budgets | None = None
         if store is not None:
-            self._budgets = Budgets(
-                store.spend,
-                session_budget=session_budget,
-                tree_budget=tree_budget,
-                notice_at=budget_notice_at,
-                max_tool_rounds=max_tool_rounds,
-                prices=self._prices,
-                descriptor_of=partial(stored_descriptor, store),
-            )
+            self._budgets = spend.budgets(store)
             store.on_retry(self._telemetry.store_retry)
             self._runtime = Runtime(self._runtime_id, store, lease_ttl_s=lease_ttl_s)
             if store.inbox is not None:
@@ -231,8 +216,8 @@ class SubagentControl:
             queue=store.queue if store is not None else None,
         )
         self._admission: Admission | None = None
-        if store is not None and self._runtime is not None and limits:
-            self._admission = Admission(limits, store, self._runtime, self.tasks, self.agents)
+        if store is not None and self._runtime is not None:
+            self._admission = spend.admission(store, self._runtime, self.tasks, self.agents)
         if task_tools:
             self.tasks.attach_surface(TASK_TOOLS_SURFACE)
         if self._budgets is not None:
@@ -264,18 +249,8 @@ class SubagentControl:
         pass every option (``task_tools=``, …) to the constructor; the store's own options
         (`STORE_OPTIONS`: ``retry``, ``lock_timeout_s``, ``statement_timeout_s``,
         ``durable_os_crash``, ``pause_gc_on_load``) go to `SqlStore`."""
-        if options.get("concurrency") is not None:  # refused before the store is made
-            check_concurrency(options["concurrency"])
         store_options = {name: options.pop(name) for name in STORE_OPTIONS if name in options}
-        if "prices" in options:  # checked before the store is opened: nothing to undo
-            options["prices"] = Prices(options["prices"])
-        # Checked before the store exists: a bad budget option leaves nothing behind.
-        check_budget_options(
-            session_budget=options.get("session_budget"),
-            tree_budget=options.get("tree_budget"),
-            budget_notice_at=options.get("budget_notice_at"),
-            max_tool_rounds=options.get("max_tool_rounds"),
-        )
+        SpendOptions.precheck(options)  # refused before the store is made: nothing to undo
         store = SqlStore(url, **store_options)
         try:
             return cls(store, **options)
@@ -299,12 +274,6 @@ class SubagentControl:
     def telemetry(self) -> Telemetry:
         """This control plane's spans, metrics and lifecycle logs (README, "Observe it")."""
         return self._telemetry
-
-    @property
-    def prices(self) -> Prices:
-        """The prices this control plane was opened with; ``prices.is_priced(descriptor)``
-        says whether a child's model has one (a cost can be known for it)."""
-        return self._prices
 
     @property
     def closed(self) -> bool:
@@ -333,12 +302,8 @@ class SubagentControl:
         self.providers.get(spec.provider)
         root = self._require_store()
         parent = spec.parent
-        tree_budget = None
-        if self._budgets is not None and isinstance(parent, AgentHandle) and parent.depth == 0:
-            tree_budget = self._budgets.tree_budget  # a top-level child's default
-        descriptor, seed, prompt = start_inputs(spec, default_budget=tree_budget)
-        if self._budgets is not None:
-            self._budgets.require_priced(descriptor.budget, descriptor)
+        descriptor, seed, prompt = start_inputs(spec, default_budget=self._start_budget(parent))
+        self._require_priced(descriptor)
         op.message(prompt)
         self.tasks.require_surface()
         self._check_parent(parent)
@@ -440,34 +405,9 @@ class SubagentControl:
         Oldest first; ``running`` when the child's newest Task in this process is running.
         """
         session = parent.session_id if isinstance(parent, AgentHandle) else parent
-        # The Tasks first, then the store: a child is durable from its publication on, and
-        # its initial Task runs until then, so it is always in one of the two snapshots.
-        # (A running Task whose child the store does not have yet is a start on its way.)
-        tasks = self.tasks.list(session)
-        latest_tasks = {t.child_id: t for t in tasks if t.child_id is not None}
-        spent = spend_by_child(tasks)
-        found = {
-            child_id: (task.label, task.created_at)
-            for child_id, task in latest_tasks.items()
-            if not task.status.is_terminal  # running, or queued for a slot
-        }
-        if self._store is not None:
-            for meta in self._store.list_children(session):
-                found[meta.child_id] = (meta.label or "", meta.created_at)
-        views = []
-        for child_id, (label, created) in found.items():
-            latest = latest_tasks.get(child_id)
-            views.append(
-                ChildView(
-                    child_id=child_id,
-                    label=label,
-                    running=latest is not None and not latest.status.is_terminal,
-                    task_id=latest.id if latest else None,
-                    created_at=created,
-                    usage=spent.get(child_id, Usage.zero()),
-                )
-            )
-        return sorted(views, key=lambda view: view.created_at)
+        tasks = self.tasks.list(session)  # first: see `child_views`
+        stored = self._store.list_children(session) if self._store is not None else []
+        return child_views(tasks, stored)
 
     def dump_tree(self, *, timeout_s: float = 0.25) -> ActorTree:
         """The actor tree right now; a supervisor busier than ``timeout_s`` shows as busy."""
@@ -575,6 +515,13 @@ class SubagentControl:
             )
         return self._root
 
+    def _open_store(self) -> SqlStore:
+        """The store, for a call that reads or writes it directly (`SpendApi`)."""
+        self._check_open()
+        self._require_store()
+        assert self._store is not None  # the root is built with the store
+        return self._store
+
     def _require_router(self) -> Router:
         self._require_store()
         assert self._router is not None  # built with the store, as the root is
@@ -602,74 +549,3 @@ class SubagentControl:
 
     def _kill_tasks_of(self, agent: AgentHandle) -> None:
         self.tasks.kill_owned_by(agent.session_id, f"owner session {agent.session_id} disposed")
-
-    # -- spend -----------------------------------------------------------------------
-
-    def usage(self, requester: Requester, child_id: str, *, tree: bool = False) -> Usage:
-        """What ``child_id`` has spent over all its turns, read from the store (SPEC §11).
-
-        The sum of the usage recorded with its own events (a fork's seed is its parent's
-        spend), so it holds across resumes, runtimes and restarts; a turn still running
-        counts what it has written so far.
-
-        Args:
-            requester: The child's parent session (its live handle or its session id).
-            child_id: The child.
-            tree: Add what every descendant spent: the children ``child_id`` started,
-                theirs, and so on.
-
-        Raises:
-            SubagentControlError: ``CHILD_NOT_FOUND`` for an unknown child or one that is
-                not the requester's (the same error: whether it exists is not told);
-                ``INVALID_INPUT`` for a requester that is neither a handle nor a session
-                id; ``PERSISTENCE_UNAVAILABLE``, ``STORE_UNAVAILABLE``, ``CLOSED``.
-        """
-        self._check_open()
-        self._require_store()
-        assert self._store is not None
-        return child_usage(self._store, requester, child_id, tree=tree)
-
-    def session_usage(self, requester: Requester) -> Usage:
-        """Everything ``requester``'s children and all their descendants have spent, read
-        from the store (across resumes, runtimes and restarts).
-
-        Raises:
-            SubagentControlError: ``INVALID_INPUT`` for a requester that is neither a
-                handle nor a session id; ``PERSISTENCE_UNAVAILABLE``,
-                ``STORE_UNAVAILABLE``, ``CLOSED``.
-        """
-        self._check_open()
-        self._require_store()
-        assert self._store is not None
-        return session_usage(self._store, requester)
-
-    def set_budget(self, requester: Requester, child_id: str, budget: Budget | None) -> None:
-        """Replace ``child_id``'s budget (SPEC §11): durable, across runtimes and restarts,
-        over the one its start set; what it has spent so far counts. ``None`` removes it.
-
-        A child its budget stopped can be continued once this gives it room (a send to it
-        is refused ``BUDGET_EXHAUSTED`` until then); its soft notice may come again.
-
-        Args:
-            requester: The child's parent session (its live handle or its session id).
-            child_id: The child.
-            budget: A `Budget` (or a mapping of its limits), or None.
-
-        Raises:
-            SubagentControlError: ``INVALID_INPUT`` for a bad budget or requester;
-                ``CHILD_NOT_FOUND`` for an unknown child or one that is not the
-                requester's (the same error); ``PERSISTENCE_UNAVAILABLE``,
-                ``STORE_UNAVAILABLE``, ``CLOSED``. Nothing changes when it raises.
-        """
-        self._check_open()
-        self._require_store()
-        assert self._budgets is not None  # built with the store
-        session = requester_session(requester)
-        if not isinstance(child_id, str) or not child_id or "\x00" in child_id:
-            budget_of(budget)  # a bad budget is named first, whatever the id
-            raise SubagentControlError(
-                ErrorCode.CHILD_NOT_FOUND,
-                f"no child {child_id!r} for this session; list your children and use one of "
-                "those ids",
-            )
-        self._budgets.set_budget(session, child_id, budget)

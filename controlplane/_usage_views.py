@@ -11,7 +11,6 @@ parent session is its id, and theirs, recursively.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
 from typing import Final
 
 from controlplane.contract import (
@@ -19,14 +18,13 @@ from controlplane.contract import (
     LoadedSession,
     Requester,
     SubagentControlError,
-    TaskSnapshot,
     Usage,
     requester_session,
     usage_of,
 )
 from persistence import SqlStore
 
-__all__ = ["child_usage", "session_usage", "spend_by_child"]
+__all__ = ["child_usage", "session_usage"]
 
 MAX_TREE_CHILDREN: Final = 100_000
 """The most descendants one aggregate reads: a bound on the walk, far past any real tree."""
@@ -106,13 +104,3 @@ def _load_own(store: SqlStore, session: str, child_id: str) -> LoadedSession:
     if loaded.meta.parent_session != session:
         raise unknown
     return loaded
-
-
-def spend_by_child(tasks: Iterable[TaskSnapshot]) -> dict[str, Usage]:
-    """Each child's spend as its Tasks report it (one read of the owner's Tasks, not a
-    transcript per child: what `list_agents` shows)."""
-    spent: dict[str, Usage] = {}
-    for task in tasks:
-        if task.child_id is not None and task.usage.stored():
-            spent[task.child_id] = spent.get(task.child_id, Usage.zero()) + task.usage
-    return spent

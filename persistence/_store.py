@@ -39,6 +39,7 @@ from persistence._database import Database
 from persistence._deadlines import abandon_waits, abandoning, call_deadline
 from persistence._inbox import Inbox
 from persistence._ledger import TaskLedger
+from persistence._migrations import check_schema, ensure_schema
 from persistence._queue import AdmissionQueue
 from persistence._retry import Retrier, RetryListener, RetryPolicy
 from persistence._schema import (
@@ -46,8 +47,6 @@ from persistence._schema import (
     SEGMENTS_SINCE,
     SPEND_SINCE,
     ChildRow,
-    check_schema,
-    ensure_schema,
     sqlite_time,
     utc_time,
 )

@@ -129,6 +129,13 @@ def test_a_bad_price_key_or_table_is_refused_at_open_and_nothing_is_opened(
     assert caught.value.code is ErrorCode.INVALID_INPUT
 
 
+def test_open_takes_a_prices_table_as_the_constructor_does(store_url: str) -> None:
+    prices = Prices({"m": PRICE})
+
+    with SubagentControl.open(store_url, prices=prices) as control:
+        assert control.prices is prices
+
+
 def test_a_price_is_found_by_provider_and_model_first_then_by_model() -> None:
     by_model, by_pair, by_agent = (
         Price(input=1, output=1),
