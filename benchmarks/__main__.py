@@ -31,7 +31,7 @@ from benchmarks._report import Section, write_report
 
 SECTIONS = (
     "routing", "hops", "resume", "scale", "tasks", "store", "children", "telemetry",
-    "forwarding", "admission",
+    "forwarding", "admission", "spend",
 )  # fmt: skip
 _DOCS = Path(__file__).resolve().parents[1] / "docs"
 
@@ -137,8 +137,14 @@ def _runners(
         config = AdmissionConfig.quick() if quick else AdmissionConfig()
         return run_admission(config, workdir, pg_url, pg_note)
 
+    def spend() -> Section:
+        from benchmarks.spend import SpendConfig, run_spend
+
+        return run_spend(SpendConfig.quick() if quick else SpendConfig(), workdir, pg_url, pg_note)
+
     return {
         "admission": admission,
+        "spend": spend,
         "routing": routing,
         "hops": hops,
         "resume": resume,

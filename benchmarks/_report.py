@@ -22,6 +22,7 @@ SECTION_ORDER = (
     "Store",
     "Real children",
     "Admission control",
+    "Usage and budgets",
 )
 
 

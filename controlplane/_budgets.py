@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import datetime
-from typing import Final
+from typing import Any, Final
 
 from controlplane.contract import (
     LIMITS,
@@ -55,6 +55,7 @@ _MODEL_LIMITS: Final = ("tokens", "cost", "model_calls", "seconds")
 _TOOL_LIMITS: Final = ("tool_calls", "seconds")
 _CHILD: Final = "child:"
 _SESSION: Final = "session:"
+_VALIDATED: Final = 1024  # distinct stored budgets kept validated (cleared when full)
 
 
 def check_budget_options(
@@ -119,6 +120,8 @@ class Budgets:
         """The budget of a top-level child started without one."""
         self._notice_at = notice_at
         self._max_rounds = max_tool_rounds
+        self._lock = threading.Lock()
+        self._validated: dict[tuple[tuple[str, type, Any], ...], Budget | None] = {}
 
     # -- the actors' side (`BudgetPort`) ------------------------------------------------
 
@@ -206,10 +209,27 @@ class Budgets:
             return self._session
         if not stored:
             return None
+        # Every gate check reads every budgeted scope: validating the same stored limits
+        # each time was a fifth of a check's cost. A `Budget` is immutable, so one per
+        # distinct stored form serves them all (the key keeps each limit's type: 1 and
+        # True, or 100 and 100.0, are not the same stored budget).
+        key = tuple([(name, type(limit), limit) for name, limit in stored.items()])
         try:
-            return Budget.model_validate(stored)
+            return self._validated[key]
+        except (KeyError, TypeError):
+            pass
+        try:
+            budget: Budget | None = Budget.model_validate(stored)
         except (SubagentControlError, ValueError):
-            return None  # not a budget this code wrote: no limit, rather than a guess
+            budget = None  # not a budget this code wrote: no limit, rather than a guess
+        try:
+            with self._lock:
+                if len(self._validated) >= _VALIDATED:
+                    self._validated.clear()
+                self._validated[key] = budget
+        except TypeError:
+            pass  # a limit that is not hashable is no budget either: nothing to keep
+        return budget
 
 
 class _Gate:
