@@ -158,7 +158,9 @@ class ListAgentsArgs(BaseModel):
 class SetBudgetArgs(BaseModel):
     """Arguments of ``set_budget``: a child and at least one limit."""
 
-    model_config = _STRICT
+    # `model_calls` is a tool argument's name; pydantic before 2.10 reserves the prefix
+    # ``model_`` and warns at import (on stderr, in every CLI run) unless it is opened.
+    model_config = ConfigDict(**_STRICT, protected_namespaces=())
 
     subagent_id: Identifier = Field(
         description="The subagent's id, as returned by subagent or list_agents."

@@ -159,3 +159,14 @@ def test_a_side_package_loads_only_itself_and_the_contract(
     loaded = loaded_by(f"import {package}")
 
     assert outside(loaded, "controlplane.contract", *allowed) == ["controlplane"]
+
+
+def test_importing_every_public_module_warns_of_nothing() -> None:
+    """A warning at import lands on the stderr of every CLI run and every harness (pydantic
+    before 2.10 warned of each model field named ``model_*``; the lowest-pins CI pass runs
+    this test on such a pydantic)."""
+    modules = "controlplane, controlplane.tools, controlplane.aio, controlplane.models, "
+    modules += "controlplane.cli, controlplane.telemetry, actors, persistence"
+    done = run_python("-W", "error", "-c", f"import {modules}", timeout=60.0)
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
