@@ -176,7 +176,7 @@ class Budgets:
             raise _unknown(child_id)
         if checked is not None and checked.cost is not None and self._descriptor_of is not None:
             self.require_priced(checked, self._descriptor_of(child_id))
-        limits = checked.stored() if checked is not None else None
+        limits = checked.limits() if checked is not None else None
         self._spend.set_budget(child_id, limits or None)
 
     def require_priced(self, budget: Budget | None, descriptor: Descriptor | None) -> None:

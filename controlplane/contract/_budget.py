@@ -113,12 +113,9 @@ class Budget(BaseModel):
         return value
 
     def limits(self) -> dict[str, float]:
-        """The limits that are set, by name."""
+        """The limits that are set, by name: also the JSON form kept in the descriptor and
+        the store."""
         return {name: limit for name in LIMITS if (limit := getattr(self, name)) is not None}
-
-    def stored(self) -> dict[str, float]:
-        """The JSON form kept in the descriptor and the store: the set limits only."""
-        return self.limits()
 
 
 def _limit_problem(name: str, limit: object) -> str | None:
