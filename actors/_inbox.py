@@ -34,6 +34,7 @@ from controlplane.contract import (
     CancelSignal,
     ErrorCode,
     MessageSource,
+    ParkedTask,
     SubagentControlError,
     SubagentRun,
     Telemetry,
@@ -120,15 +121,21 @@ class ActivationInbox:
             self._resolve(delivery, self._refusal(self._closed))
         return delivery
 
-    def close(self, code: ErrorCode, why: str) -> None:
-        """Refuse every message not taken yet, and every later one (first reason wins)."""
+    def close(self, code: ErrorCode, why: str, *, parked: bool = False) -> None:
+        """Refuse every message not taken yet, and every later one (first reason wins).
+        ``parked``: the run parked on an approval request, so the refusal is `ParkedTask`
+        (its sender sends it again, into the parked Task's turn)."""
         with self._lock:
             if self._closed is None:
-                self._closed = SubagentControlError(
-                    code,
-                    f"child {self._child_id}: {why}; the message was not delivered",
-                    child_id=self._child_id,
-                    task_id=self._task_id,
+                self._closed = (
+                    ParkedTask(child_id=self._child_id, task_id=self._task_id)
+                    if parked
+                    else SubagentControlError(
+                        code,
+                        f"child {self._child_id}: {why}; the message was not delivered",
+                        child_id=self._child_id,
+                        task_id=self._task_id,
+                    )
                 )
             self._state = "closed"
             queued, self._queue = self._queue, deque()
@@ -273,6 +280,8 @@ class ActivationInbox:
             self._changed.notify_all()
 
     def _refusal(self, closed: SubagentControlError) -> SubagentControlError:
+        if isinstance(closed, ParkedTask):
+            return ParkedTask(child_id=self._child_id, task_id=self._task_id)
         return SubagentControlError(
             closed.code, closed.message, child_id=closed.child_id, task_id=closed.task_id
         )

@@ -43,7 +43,7 @@ class ActivationView:
 
     task_id: str
     child_id: str
-    kind: Literal["initial", "resumed"]
+    kind: Literal["initial", "resumed", "continued"]
     owner_session: str
     fence: int | None
     status: TaskStatus

@@ -13,6 +13,7 @@ from controlplane.contract import (
     EventKind,
     MessageSource,
     NewEvent,
+    ParkedTask,
     Spent,
     SubagentControlError,
     TextBlock,
@@ -24,7 +25,7 @@ from controlplane.contract import (
 
 if TYPE_CHECKING:
     from actors._spend import TurnSpend
-    from persistence import Fence, Settlement, SqlStore
+    from persistence import Fence, Settlement, SqlStore, TxStep
 
 __all__ = ["ActivationTranscript", "SteeringReceipt", "message_data"]
 
@@ -124,6 +125,9 @@ class ActivationTranscript:
         self._state: Literal["held", "framed", "open", "closed"] = "held"
         self._held: list[NewEvent] = []
         self._queued: list[SteeringReceipt] = []  # delivered, record not yet written
+        # Set once the turn is open (published) or closed: `append_with` waits for it.
+        self._settled_state = threading.Event()
+        self._parked = False  # closed by `park_with`: the Task goes on elsewhere
 
     @property
     def turn(self) -> int:
@@ -157,6 +161,52 @@ class ActivationTranscript:
                     f"turn {self._turn} of child {self._child_id} has ended; nothing was written",
                     child_id=self._child_id,
                 )
+
+    def append_with(
+        self,
+        kind: str,
+        data: dict[str, Any],
+        source: MessageSource | None,
+        also: TxStep,
+    ) -> None:
+        """Append one event now, with ``also`` run in its transaction (an approval's row
+        and its Task's status go with its event: `persistence._approvals`). Before
+        publication it waits for it: a request must be durable before the run waits.
+
+        Raises:
+            SubagentControlError: ``CLOSED`` once the turn ended; ``FENCED``; what the
+                store or ``also`` raised (nothing written then).
+        """
+        data = plain_json(data, code=ErrorCode.INVALID_INPUT, what=f"{kind} event data")
+        event = NewEvent(kind=kind, turn=self._turn, data=data, source=source)
+        self._settled_state.wait()
+        with self._lock:
+            if self._state != "open":
+                raise SubagentControlError(
+                    ErrorCode.CLOSED,
+                    f"turn {self._turn} of child {self._child_id} has ended; nothing was written",
+                    child_id=self._child_id,
+                )
+            self._write_queued()
+            self._fenced(
+                lambda: self._store.append(self._child_id, [event], fence=self._fence, also=also)
+            )
+
+    def park_with(self, park: Callable[[], bool]) -> bool:
+        """Park the turn (SPEC §11): under this writer's lock — so no steer is handed to
+        the run meanwhile — write the steering records still queued, then run ``park``
+        (the claim given up in the store); when it returns True the turn takes nothing
+        more (a later steer is refused ``NOT_DELIVERED``; its sender's retry continues the
+        parked Task). Returns what ``park`` returned."""
+        with self._lock:
+            if self._state != "open":
+                return False
+            self._write_queued()
+            parked = self._fenced_call(park)
+            if parked:
+                self._state = "closed"
+                self._parked = True
+            return parked
 
     def held_spend(self) -> Spent:
         """What the run's events held until publication record spending: the store counts
@@ -200,6 +250,7 @@ class ActivationTranscript:
                     self._store.append(self._child_id, frame, fence=self._fence)
             except SubagentControlError as exc:
                 self._state = "closed"
+                self._settled_state.set()
                 if exc.code is ErrorCode.FENCED:
                     self._refused(exc)
                     raise
@@ -228,11 +279,13 @@ class ActivationTranscript:
                     )
             except SubagentControlError as exc:
                 self._state = "closed"
+                self._settled_state.set()
                 raise _durability(self._child_id, "publish the turn", exc) from exc
             if self._spend is not None:
                 self._spend.written(self._held)
             self._held = []
             self._state = "open"
+            self._settled_state.set()
 
     def steer(
         self,
@@ -263,6 +316,9 @@ class ActivationTranscript:
         )
         with self._lock:
             if self._state != "open":
+                if self._parked and self._task_id is not None:
+                    # Parked on an approval request: sent again, it continues that turn.
+                    raise ParkedTask(child_id=self._child_id, task_id=self._task_id)
                 raise _not_delivered(self._child_id, "its turn has ended")
             if self._signal is not None and self._signal.cause is ErrorCode.FENCED:
                 why = f"its turn was stopped ({self._signal.reason})"
@@ -294,6 +350,7 @@ class ActivationTranscript:
         """
         with self._lock:
             was_open, self._state = self._state in ("open", "framed"), "closed"
+            self._settled_state.set()
             self._held = []
             self._write_queued()  # delivered during the turn: recorded before its end
             if not was_open or end is None:
@@ -364,6 +421,11 @@ class ActivationTranscript:
         if self._spend is not None:
             self._spend.written(events)
 
+    def _fenced_call(self, call: Callable[[], bool]) -> bool:
+        result: list[bool] = []
+        self._fenced(lambda: result.append(call()))
+        return result[0]
+
     def _fenced(self, write: Callable[[], object]) -> None:
         """Run a write; one refused because this runtime lost the claim ends the turn.
 
@@ -422,6 +484,7 @@ class ActivationTranscript:
         everything after it."""
         if exc.code is ErrorCode.FENCED:
             self._state = "closed"
+            self._settled_state.set()
             if self._signal is not None:
                 self._signal.abort(exc.message, cause=ErrorCode.FENCED)
 

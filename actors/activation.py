@@ -29,6 +29,7 @@ from actors.context import ActorContext
 from actors.messages import ActivationEnded, ActivationPlan, Published, Settling
 from controlplane.contract import (
     BUDGET_EXHAUSTED_STATUS,
+    ApprovalDesk,
     Budget,
     ChildMeta,
     Descriptor,
@@ -100,6 +101,8 @@ class ActivationActor(Actor):
             with self._ctx.telemetry.scoped(self._plan.child_id, self._plan.task_id):
                 self._execute()
         finally:
+            if self._plan.receipt is not None:  # a steer it never wrote: not delivered
+                self._plan.receipt.resolve(_unwritten(self._plan))
             self.stop()
 
     def on_receive(self, message: Any) -> Any:
@@ -144,6 +147,9 @@ class ActivationActor(Actor):
             # Told before the Task settles (its listeners run then): a send they make must
             # find the record no longer taking messages, and why.
             self._tell(Settling(task_id=plan.task_id, status=outcome.status))
+            if outcome.status is TaskStatus.INPUT_REQUIRED:
+                self._park(run, prepared)
+                return
         except _Settle as settle:
             outcome = settle.outcome
         except BaseException as exc:  # escaping, it would stop every actor
@@ -160,6 +166,26 @@ class ActivationActor(Actor):
             self._ctx.admission.release(plan.task_id)  # the next in line may start now
         plan.trace.end(settled.outcome)
         self._tell(ActivationEnded(task_id=plan.task_id, durable=published or self._loaded))
+
+    def _park(self, run: SubagentRun, prepared: _Prepared) -> None:
+        """The run parked on an approval request (its desk gave the child's claim up):
+        disposed, the turn left open, the Task not settled — it reads ``input_required``
+        in the store until the answer continues it, in any runtime (SPEC §11)."""
+        plan = self._plan
+        try:
+            with plan.trace.disposing():
+                run.dispose()
+        except BaseException:  # escaping, it would stop every actor
+            log.exception("the parked run of task %s did not dispose cleanly", plan.task_id)
+        agent = getattr(run, "local_agent", None)
+        if agent is not None and agent.is_live:
+            agent.dispose()
+        prepared.transcript.close(None)
+        self._ctx.tasks.park(plan.task_id)
+        if self._ctx.admission is not None:
+            self._ctx.admission.release(plan.task_id)  # waiting holds no slot
+        plan.trace.end(None)
+        self._tell(ActivationEnded(task_id=plan.task_id, durable=True))
 
     def _admit(self, prepared: _Prepared) -> None:
         """Wait for a slot under the concurrency limits the child falls under (SPEC §11),
@@ -181,19 +207,24 @@ class ActivationActor(Actor):
         A new child has no transcript until publication, and a failed start leaves none
         (SPEC §5 start 4), so its frame waits for `publish`.
         """
+        receipt = self._plan.receipt
         try:
             with self._plan.trace.publishing():
                 prepared.transcript.write_frame(prepared.frame)
         except SubagentControlError as exc:
+            if receipt is not None:
+                receipt.resolve(exc)
             if exc.code is ErrorCode.FENCED or self._plan.signal.cause is ErrorCode.FENCED:
                 raise _Settle(aborted(self._plan.signal)) from exc  # interrupted, lease lost
             raise _Settle(failed(exc.message, exc.code)) from exc
+        if receipt is not None:
+            receipt.resolve(None)
 
     def _prepare(self) -> _Prepared:
         plan = self._plan
         if plan.kind == "initial":
             return self._prepare_initial()
-        return self._prepare_resumed()
+        return self._prepare_resumed(continued=plan.kind == "continued")
 
     def _prepare_initial(self) -> _Prepared:
         plan = self._plan
@@ -233,10 +264,11 @@ class ActivationActor(Actor):
             transcript=transcript,
             seed=seed,
             gate=gate,
+            approvals=self._desk(transcript, plan.parent.session_id),
         )
         return _Prepared(provider, request, transcript, frame, header, gate)
 
-    def _prepare_resumed(self) -> _Prepared:
+    def _prepare_resumed(self, *, continued: bool) -> _Prepared:
         plan = self._plan
         child = plan.child_id
         try:
@@ -268,7 +300,17 @@ class ActivationActor(Actor):
         provider = self._provider(descriptor)
         earlier = loaded.own_events
         framed = _own_open_turn(earlier, last_turn, plan.task_id)
-        if framed is not None:
+        open_turn: list[SessionEvent] = []
+        if continued:
+            if framed is None:
+                raise _Settle(
+                    failed(f"task {plan.task_id} has no open turn of child {child} to go on in")
+                )
+            # Parked on an approval request: it goes on in its own open turn, whose
+            # events the run reads (its prompt among them), writing no frame.
+            earlier, open_turn = earlier[:framed], earlier[framed:]
+            last_turn -= 1
+        elif framed is not None:
             # This Task wrote its frame before it waited for a slot, and its runtime died:
             # adopted here, it goes on in that turn (its message is in it once).
             earlier, last_turn = earlier[:framed], last_turn - 1
@@ -286,10 +328,45 @@ class ActivationActor(Actor):
             transcript=transcript,
             seed=loaded.seed,
             events=earlier,
+            open_turn=open_turn,
             gate=gate,
+            approvals=self._desk(transcript, loaded.meta.parent_session),
         )
-        frame = [] if framed is not None else self._frame(transcript)
+        if continued:
+            frame = self._steered(transcript)
+        else:
+            frame = [] if framed is not None else self._frame(transcript)
         return _Prepared(provider, request, transcript, frame, None, gate)
+
+    def _steered(self, transcript: ActivationTranscript) -> list[NewEvent]:
+        """A continued turn's frame: the message sent to the parked child, if any, as a
+        ``steering/message`` of its open turn (read before the model goes on)."""
+        plan = self._plan
+        if not plan.prompt:
+            return []
+        event = NewEvent(
+            kind=EventKind.STEERING_MESSAGE,
+            turn=transcript.turn,
+            data=message_data(plan.prompt),
+            source=plan.source,
+        )
+        return [event]
+
+    def _desk(self, transcript: ActivationTranscript, parent_session: str) -> ApprovalDesk | None:
+        """Where the run asks for approvals (SPEC §11), or None without a store for them."""
+        approvals = self._ctx.approvals
+        if approvals is None:
+            return None
+        plan = self._plan
+        return approvals.desk(
+            task_id=plan.task_id,
+            child_id=plan.child_id,
+            parent_session=parent_session,
+            turn=transcript.turn,
+            fence=plan.fence,
+            signal=plan.signal,
+            transcript=transcript,
+        )
 
     def _gate(self, own: Budget | None, transcript: ActivationTranscript) -> TurnGate | None:
         """The run's spend gate (SPEC §11), or None when the control plane has no budgets."""
@@ -382,6 +459,8 @@ class ActivationActor(Actor):
             return TaskOutcome(status=TaskStatus.COMPLETED, output=text_of(result.output))
         if reason == StopReason.ABORTED:
             return aborted(self._plan.signal)
+        if reason == StopReason.INPUT_REQUIRED:
+            return TaskOutcome(status=TaskStatus.INPUT_REQUIRED)  # parked (see `_park`)
         return failed(reason)
 
     def _dispose(self, run: SubagentRun, outcome: TaskOutcome) -> TaskOutcome:
@@ -475,6 +554,16 @@ def _own_open_turn(events: Sequence[SessionEvent], last_turn: int, task_id: str)
             owned = isinstance(data, dict) and data.get("task_id") == task_id
             return index if owned else None
     return None
+
+
+def _unwritten(plan: ActivationPlan) -> SubagentControlError:
+    return SubagentControlError(
+        ErrorCode.NOT_DELIVERED,
+        f"child {plan.child_id}: its waiting task {plan.task_id} ended before it could take "
+        "the message; the message was not delivered; retry it",
+        child_id=plan.child_id,
+        task_id=plan.task_id,
+    )
 
 
 def _conflict(child_id: str) -> str:

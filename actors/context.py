@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from controlplane.contract import (
     AdmissionGate,
     AgentRegistry,
+    ApprovalPort,
     BudgetPort,
     Prices,
     ProviderRegistry,
@@ -38,6 +39,9 @@ class ActorContext:
     a limit. None: nothing is limited."""
     admission: AdmissionGate | None = None
     """The concurrency limits every activation passes before it runs (None: no limits)."""
+    approvals: ApprovalPort | None = None
+    """Approval requests (SPEC §11): each activation's desk, and the claim of a parked
+    Task this runtime continues. None: no store keeps requests."""
 
     @property
     def telemetry(self) -> Telemetry:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -21,6 +22,7 @@ from controlplane.contract import (
     NewEvent,
     Origin,
     SendResult,
+    SubagentControlError,
     SubagentRun,
     SupervisorNode,
     TaskStatus,
@@ -34,6 +36,7 @@ __all__ = [
     "BeginActivation",
     "Describe",
     "DescribeAll",
+    "FrameReceipt",
     "PassivateIfIdle",
     "Published",
     "Reply",
@@ -50,12 +53,42 @@ __all__ = [
 _MESSAGE = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
 
 
+class FrameReceipt:
+    """A message carried into a continued turn (SPEC §11: sent to a child parked on an
+    approval request): resolved once its activation has written it into the turn, or
+    with the reason it could not. Its sender is answered ``steered`` only then."""
+
+    __slots__ = ("_done", "_error")
+
+    def __init__(self) -> None:
+        self._done = threading.Event()
+        self._error: SubagentControlError | None = None
+
+    def resolve(self, error: SubagentControlError | None) -> None:
+        """Written (None), or not, with why; the first resolution stands."""
+        if not self._done.is_set():
+            self._error = error
+            self._done.set()
+
+    def wait(self) -> None:
+        """Return once the message is written.
+
+        Raises:
+            SubagentControlError: it was not (``NOT_DELIVERED``, ``DURABILITY_FAILED``…).
+        """
+        self._done.wait()
+        if self._error is not None:
+            raise self._error
+
+
 class ActivationPlan(BaseModel):
     """Everything an activation actor needs to run one turn of a child."""
 
     model_config = _MESSAGE
 
-    kind: Literal["initial", "resumed"]
+    # ``continued``: a Task parked on an approval request goes on in its own open turn
+    # (its answer came, it was killed, or a message was sent to it: SPEC §11).
+    kind: Literal["initial", "resumed", "continued"]
     task_id: str
     child_id: str
     parent: AgentHandle
@@ -76,6 +109,8 @@ class ActivationPlan(BaseModel):
     # The fencing number of this runtime's claim on the child (an initial start claims
     # number 1 with the header); None for a resume of a child the store does not have.
     fence: int | None = 1
+    # A continued turn's message (a steer to a parked child), resolved once it is written.
+    receipt: FrameReceipt | None = None
 
 
 class SendMessage(BaseModel):
@@ -97,6 +132,9 @@ class SendMessage(BaseModel):
     # child itself once this runtime has let it go), and its steering record carries the
     # id, so the sender can tell whether it was delivered even if this runtime dies.
     forwarded: str | None = None
+    # The Task parked on an approval request to continue here (its answer came: SPEC
+    # §11), with no message: answered ``started`` with that Task's id.
+    continues: str | None = None
 
 
 class SpawnChild(BaseModel):
@@ -237,6 +275,7 @@ class Reply:
     task_id: str
     inbox: ActivationInbox | None = None
     delivery: Delivery | None = None
+    receipt: FrameReceipt | None = None
 
     def result(self) -> SendResult:
         """The send's result, once it is final: for a steer, once the message's record is
@@ -248,4 +287,6 @@ class Reply:
         """
         if self.inbox is not None and self.delivery is not None:
             self.inbox.wait(self.delivery)
+        if self.receipt is not None:
+            self.receipt.wait()
         return SendResult(route=self.route, task_id=self.task_id)

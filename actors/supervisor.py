@@ -32,6 +32,7 @@ from actors.messages import (
     ActivationPlan,
     BeginActivation,
     Describe,
+    FrameReceipt,
     PassivateIfIdle,
     Published,
     Reply,
@@ -43,6 +44,7 @@ from controlplane.contract import (
     ActivationNode,
     CancelSignal,
     ErrorCode,
+    ParkedTask,
     SubagentControlError,
     SupervisorNode,
     SupervisorState,
@@ -224,6 +226,8 @@ class ChildSupervisor(Actor):
         conflict = self._squatter(current)
         if conflict is not None:
             raise conflict
+        if send.continues is not None:
+            return self._continue_ordered(current, send)
         if current is None:
             if send.forwarded is not None:
                 raise _not_delivered(self._child_id, None, "it has no running activation here")
@@ -239,6 +243,10 @@ class ChildSupervisor(Actor):
                 f"child {self._child_id} has no task for this session",
                 child_id=self._child_id,
             )
+        if current.status is TaskStatus.INPUT_REQUIRED:
+            # Its run is parking on an approval request: sent again once it has, the
+            # message goes into that Task's turn (`_continue`).
+            raise ParkedTask(child_id=self._child_id, task_id=current.task_id)
         if current.status is not TaskStatus.RUNNING or current.signal.aborted:
             what = "being killed" if current.status is TaskStatus.RUNNING else current.status.value
             raise _not_delivered(
@@ -259,6 +267,69 @@ class ChildSupervisor(Actor):
         delivery = inbox.put(send.message, send.source, send.forwarded)
         return Reply(route="steered", task_id=current.task_id, inbox=inbox, delivery=delivery)
 
+    def _continue_ordered(self, current: Activation | None, send: SendMessage) -> Reply:
+        """Continue a parked Task with no message (its answer came, SPEC §11)."""
+        task_id = send.continues
+        assert task_id is not None
+        if current is not None:
+            if current.task_id == task_id:
+                return Reply(route="started", task_id=task_id)  # it goes on here already
+            raise _not_delivered(self._child_id, task_id, "another activation of it runs here")
+        return self._continue(send, task_id)
+
+    def _continue(self, send: SendMessage, task_id: str) -> Reply:
+        """Continue ``task_id``, parked on an approval request, in a new activation here:
+        the child claimed for it, its open turn gone on with (SPEC §11). A message sent
+        with it (a steer to a waiting child) is held and delivered at publication, into
+        that same turn: answered ``steered`` with the parked Task's id."""
+        approvals = self._ctx.approvals
+        claimed = approvals.claim_parked(task_id, self._child_id) if approvals else None
+        if claimed is None:
+            raise _not_delivered(
+                self._child_id, task_id, "its waiting task is being continued by another runtime"
+            )
+        snapshot, fence = claimed
+        if send.continues is None and snapshot.owner_session != send.parent.session_id:
+            raise SubagentControlError(
+                ErrorCode.UNAUTHORIZED,
+                f"child {self._child_id} belongs to another parent session; only its direct "
+                "parent can send it messages; the message was not delivered",
+                child_id=self._child_id,
+            )
+        signal = CancelSignal()
+        receipt = FrameReceipt() if send.continues is None else None
+        self._ctx.tasks.take_over_parked(snapshot, signal, fence)
+        trace = self._ctx.telemetry.activation(
+            task_id=task_id,
+            child_id=self._child_id,
+            route="continued",
+            origin=send.origin,
+            chars=len(text_of(send.message)),
+        )
+        plan = ActivationPlan(
+            kind="continued",
+            task_id=task_id,
+            child_id=self._child_id,
+            parent=send.parent,
+            # The message goes into the turn with the continued activation's first write
+            # (before its run could park again), and its sender hears `steered` then.
+            prompt=send.message if receipt is not None else (),
+            source=send.source,
+            signal=signal,
+            label=snapshot.label,
+            trace=trace,
+            fence=fence,
+            receipt=receipt,
+        )
+        self._install(plan)
+        try:
+            self._begin()
+        except Exception as exc:
+            self._fail(BeginActivation(), exc)
+        if receipt is not None:
+            return Reply(route="steered", task_id=task_id, receipt=receipt)
+        return Reply(route="started", task_id=task_id)
+
     def _resume(self, send: SendMessage) -> Reply:
         if self._ctx.budgets is not None:
             # A child with a limit reached could not run its next turn: refused before any
@@ -276,6 +347,9 @@ class ChildSupervisor(Actor):
                 # and the store admits it (`controlplane._admission`).
                 queued=self._ctx.admission is not None,
             )
+        except ParkedTask as parked:
+            # Its Task waits on an approval request: the message goes into that turn.
+            return self._continue(send, parked.parked_task_id)
         except SubagentControlError as exc:
             if exc.code is ErrorCode.CHILD_NOT_FOUND:
                 # Refused at the claim, with no Task: nothing here to keep a thread for.
@@ -355,6 +429,7 @@ class ChildSupervisor(Actor):
                 current,
                 ErrorCode.NOT_DELIVERED,
                 "the activation ended before it could take the message",
+                parked=current.status is TaskStatus.INPUT_REQUIRED,
             )
             self._drop()
         # Only now, with the association gone, may `tasks.wait()` return.
@@ -401,10 +476,12 @@ class ChildSupervisor(Actor):
         self._current = None
         self._slot.view = None
 
-    def _close_inbox(self, current: Activation, code: ErrorCode, why: str) -> None:
+    def _close_inbox(
+        self, current: Activation, code: ErrorCode, why: str, *, parked: bool = False
+    ) -> None:
         held, self._held = self._held, 0
         self._ctx.telemetry.held_messages(-held)
-        current.inbox.close(code, why)
+        current.inbox.close(code, why, parked=parked)
 
     # -- helpers ---------------------------------------------------------------------
 

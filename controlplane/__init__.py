@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 from controlplane.contract import (
     ActorTree,
     AgentHandle,
+    ApprovalAnswer,
+    ApprovalRequest,
     Budget,
     CancelSignal,
     ChildMeta,
@@ -59,6 +61,8 @@ __all__ = [
     "AcpProvider",
     "ActorTree",
     "AgentHandle",
+    "ApprovalAnswer",
+    "ApprovalRequest",
     "Budget",
     "CancelSignal",
     "ChildMeta",

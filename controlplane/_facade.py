@@ -28,6 +28,8 @@ from actors import (
     deliver,
 )
 from controlplane._admission import Admission, placed_nodes
+from controlplane._approval_api import DEFAULT_APPROVAL_GRACE_S, ApprovalApi, check_grace
+from controlplane._approvals import Approvals
 from controlplane._budgets import DEFAULT_MAX_TOOL_ROUNDS, DEFAULT_NOTICE_AT, Budgets
 from controlplane._child_views import child_views
 from controlplane._exit import close_at_exit, closed
@@ -90,7 +92,7 @@ STORE_OPTIONS = (
 _ROOT_TIMEOUT_S = 30.0
 
 
-class SubagentControl(SpendApi):
+class SubagentControl(SpendApi, ApprovalApi):
     """The control plane: start continuable children, steer or resume them, watch their Tasks.
 
     Example:
@@ -135,6 +137,9 @@ class SubagentControl(SpendApi):
             resume past it is answered at once and its Task reads ``queued`` until a slot
             frees (FIFO per key: an activation under two limited keys waits its turn under
             each), then ``running``.
+        approval_grace_s: How long a child's run waits for an approval answer holding its
+            thread before it parks (SPEC §11): the run ends, its Task stays
+            ``input_required``, and the answer continues it from the store, in any runtime.
     """
 
     def __init__(
@@ -155,6 +160,7 @@ class SubagentControl(SpendApi):
         budget_notice_at: float | None = DEFAULT_NOTICE_AT,
         max_tool_rounds: int | None = DEFAULT_MAX_TOOL_ROUNDS,
         concurrency: Mapping[str, int] | None = None,
+        approval_grace_s: float = DEFAULT_APPROVAL_GRACE_S,
     ) -> None:
         # First: a bad price, budget or limit is refused before anything is built.
         spend = SpendOptions.checked(
@@ -172,6 +178,7 @@ class SubagentControl(SpendApi):
             lease_ttl_s=lease_ttl_s,
             recent_tasks=recent_tasks,
         )
+        grace_s = check_grace(approval_grace_s)
         self._store = store
         self._prices = spend.prices
         self._close_timeout_s = close_timeout_s
@@ -222,6 +229,11 @@ class SubagentControl(SpendApi):
             self.tasks.attach_surface(TASK_TOOLS_SURFACE)
         if self._budgets is not None:
             self.tasks.add_notices(self._budgets.drain)
+        self._approvals: Approvals | None = None
+        if store is not None and self._runtime is not None:
+            self._approvals = Approvals(store, self._runtime, self.tasks, grace_s=grace_s)
+            self.tasks.add_notices(self._approvals.notices)
+            self.tasks.add_approvals(self._approvals.requests, self._approvals.kill_parked)
         self.agents.on_dispose(self._kill_tasks_of)
         self._root: RootActorProxy | None = None
         self._passivator: Passivator | None = None
@@ -233,6 +245,7 @@ class SubagentControl(SpendApi):
                 prices=self._prices,
                 budgets=self._budgets,
                 admission=self._admission,
+                approvals=self._approvals,
             )  # fmt: skip
             self._root = RootActorProxy(RootActor.start(context, self._routes))
             if passivate_after_s is not None:
@@ -241,6 +254,8 @@ class SubagentControl(SpendApi):
             self._router.start()  # serves other runtimes' messages, now that the actors exist
             if self._admission is not None:  # decides and adopts, now that the actors exist
                 self._admission.start(self._spawn_adopted)
+            if self._approvals is not None:  # continues answered Tasks, now that they exist
+                self._approvals.start(self._continue_parked)
         close_at_exit(self, self._close_at_exit)  # a script that never calls close() exits
 
     @classmethod
@@ -477,6 +492,8 @@ class SubagentControl(SpendApi):
             self.tasks.abandon("killed: the control plane closed before the run stopped")
         if self._admission is not None:
             self._admission.close()
+        if self._approvals is not None:
+            self._approvals.close()
         if self._root is not None:
             with contextlib.suppress(pykka.ActorDeadError, pykka.Timeout):
                 self._root.shutdown(max(1.0, deadline - time.monotonic()))

@@ -74,7 +74,7 @@ def plan_of(
             fence=1,
             **common,
         )
-    return ActivationPlan(kind="resumed", fence=fence, **common)
+    return ActivationPlan(kind=data["kind"], fence=fence, **common)
 
 
 def queued_at(data: dict[str, Any]) -> datetime | None:

@@ -48,7 +48,7 @@ from controlplane.telemetry import log_lifecycle
 
 if TYPE_CHECKING:
     from controlplane._tasks import TaskService
-    from persistence import LeaseNow, SqlStore
+    from persistence import LeaseNow, Settlement, SqlStore
 
 __all__ = ["Heartbeat", "Runtime", "new_runtime_id"]
 
@@ -166,6 +166,17 @@ class Runtime:
                 the child; ``CHILD_NOT_FOUND`` for a child not in the store.
         """
         return self._store.admit_claiming(task, is_dead=self._is_dead)
+
+    def continue_parked(self, task_id: str, child_id: str) -> int | None:
+        """Claim a child for its Task that waits on an approval request (parked, or left
+        waiting by a dead runtime), so this runtime continues it; the fencing number, or
+        None when it is not there to take."""
+        return self._store.continue_parked(task_id, child_id, self.id, is_dead=self._is_dead)
+
+    def settle_parked(self, settlement: Settlement) -> bool:
+        """Settle a Task parked on an approval request (parked, or left waiting by a dead
+        runtime) with its turn's end; False when a live runtime holds it."""
+        return self._store.settle_parked(settlement, is_dead=self._is_dead)
 
     def is_dead_id(self, runtime_id: str) -> bool:
         """Whether the runtime ``runtime_id`` is dead (closed, lapsed, its process gone,

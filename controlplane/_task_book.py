@@ -26,6 +26,7 @@ from controlplane._task_entry import (
 )
 from controlplane.contract import (
     AgentHandle,
+    ApprovalRequest,
     CancelSignal,
     ErrorCode,
     SubagentControlError,
@@ -95,6 +96,7 @@ class TaskBook:
         self._interrupter = interrupter
         self._suspended: str | None = None  # why new Tasks are refused for now
         self._listeners: list[TaskListener] = []
+        self._rest_listeners: list[TaskListener] = []  # a Task starts waiting for an answer
         self._notices: dict[str, deque[TaskNotice]] = {}  # without a ledger only
         self._surfaces: set[str] = set()
         self._closed_reason: str | None = None
@@ -275,6 +277,68 @@ class TaskBook:
                 )
             self._live[task.id] = entry
 
+    def take_over_parked(self, task: TaskSnapshot, signal: CancelSignal, fence: int) -> None:
+        """Hold a Task parked on an approval request, which this runtime now continues
+        (same id, same turn; the store already names this runtime for it).
+
+        Raises:
+            SubagentControlError: ``CLOSED`` once `close` was called; ``STORE_UNAVAILABLE``
+                while fenced.
+        """
+        entry = TaskEntry(
+            id=task.id,
+            label=task.label,
+            owner=task.owner_session,
+            child_id=task.child_id,
+            signal=signal,
+            runtime_id=self._runtime_id,
+            created_at=task.created_at,
+            fence=fence,
+            request=task.request,
+        )
+        if task.request is not None:
+            entry.resting.set()
+        with self._lock:
+            if self._closed_reason is not None:
+                raise SubagentControlError(
+                    ErrorCode.CLOSED, "the control plane is closed; nothing was continued"
+                )
+            if self._suspended is not None:
+                raise SubagentControlError(
+                    ErrorCode.STORE_UNAVAILABLE,
+                    f"this runtime cannot act until it renews its lease ({self._suspended})",
+                    task_id=task.id,
+                )
+            self._live[task.id] = entry
+
+    def asking(self, task_id: str, request: ApprovalRequest | None) -> None:
+        """The Task waits for ``request``'s answer (it reads ``input_required``, and its
+        waiters return); None: the answer was taken and it runs again."""
+        with self._lock:
+            task = self._live.get(task_id)
+            if task is None or task.outcome is not None:
+                return
+            snapshot = task.ask_as(request)
+            listeners = list(self._rest_listeners) if request is not None else []
+        for listener in listeners:
+            try:
+                listener(snapshot)
+            except Exception:
+                log.exception("listener %r failed for task %s", listener, task_id)
+
+    def park(self, task_id: str) -> TaskEntry | None:
+        """The Task's run parked on an approval request: its activation is gone from this
+        runtime, the Task goes on in the store (``input_required``), not settled. Returns
+        its entry as it was."""
+        with self._lock:
+            task = self._live.pop(task_id, None)
+            if task is not None:
+                task.parked = True
+        if task is not None:
+            task.resting.set()
+            task.released.set()
+        return task
+
     def discard(self, task_id: str) -> None:
         """Forget a Task that never ran (its start was refused after registration): it
         settles ``failed`` in the store, where it was already recorded, with no notice."""
@@ -409,6 +473,7 @@ class TaskBook:
                 del self._live[task_id]
                 self._remember(task.snapshot())
         task.released.set()
+        task.resting.set()
 
     def _remember(self, snapshot: TaskSnapshot) -> None:
         """Under the lock: keep a settled Task among the recent ones (bounded)."""
@@ -452,9 +517,9 @@ class TaskBook:
             running = [t for t in self._live.values() if t.owner == owner and t.outcome is None]
         return sum(self._abort(task, reason) for task in running)
 
-    def _abort(self, task: TaskEntry, reason: str) -> bool:
+    def _abort(self, task: TaskEntry, reason: str, *, cause: ErrorCode | None = None) -> bool:
         """Abort a Task's signal: the first abort is its kill (logged)."""
-        first = task.signal.abort(reason)
+        first = task.signal.abort(reason, cause=cause)
         if first:
             log_kill(task.child_id, task.id, self._runtime_id, reason)
         return first
@@ -466,7 +531,9 @@ class TaskBook:
             tasks = list(self._live.values())
         for task in tasks:
             if task.outcome is None:
-                self._abort(task, reason)
+                # Closing, not a kill: a run waiting for an approval answer parks instead
+                # (its Task outlives the runtime, SPEC §11); every other run is killed.
+                self._abort(task, reason, cause=ErrorCode.CLOSED)
         return [task.id for task in tasks if not task.released.is_set()]
 
     def abandon(self, detail: str) -> int:

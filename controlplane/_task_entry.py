@@ -13,6 +13,7 @@ from typing import Protocol
 
 from controlplane._usage_text import spend_clause
 from controlplane.contract import (
+    ApprovalRequest,
     CancelSignal,
     Requester,
     TaskNotice,
@@ -71,6 +72,11 @@ class TaskEntry:
     queued: bool = False
     queued_at: datetime | None = None
     admitted_at: datetime | None = None
+    # Waiting for the answer to an approval request (SPEC §11): reads ``input_required``.
+    request: ApprovalRequest | None = None
+    # Its run parked: gone from this runtime, the Task goes on in the store (a kill that
+    # found it live just before must settle it there).
+    parked: bool = False
     outcome: TaskOutcome | None = None
     settled_at: datetime | None = None
     usage: Usage = field(default_factory=Usage.zero)  # its turn's, once settled
@@ -79,6 +85,9 @@ class TaskEntry:
     # Set only once the activation is gone from its supervisor, so `wait()` returning means
     # a follow-up starts the next activation.
     released: threading.Event = field(default_factory=threading.Event)
+    # Set when `wait()` may return: released, or waiting for an answer (cleared once the
+    # answer is taken, while the Task goes on).
+    resting: threading.Event = field(default_factory=threading.Event)
     view: TaskSnapshot = field(init=False)
 
     def __post_init__(self) -> None:
@@ -88,7 +97,19 @@ class TaskEntry:
     def status(self) -> TaskStatus:
         if self.outcome is not None:
             return self.outcome.status
+        if self.request is not None:
+            return TaskStatus.INPUT_REQUIRED
         return TaskStatus.QUEUED if self.queued else TaskStatus.RUNNING
+
+    def ask_as(self, request: ApprovalRequest | None) -> TaskSnapshot:
+        """Under the service's lock: waiting for ``request``'s answer (None: answered)."""
+        self.request = request
+        if request is not None:
+            self.resting.set()
+        elif not self.released.is_set():
+            self.resting.clear()
+        self.view = self._build()
+        return self.view
 
     def queue_as(
         self, queued: bool, queued_at: datetime | None, admitted_at: datetime | None
@@ -134,6 +155,7 @@ class TaskEntry:
             usage=self.usage,
             queued_at=self.queued_at,
             admitted_at=self.admitted_at,
+            request=self.request if self.outcome is None else None,
         )
 
 

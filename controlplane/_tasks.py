@@ -17,12 +17,14 @@ from controlplane._task_entry import (
     Claimer,
     Interrupter,
     Requester,
+    TaskEntry,
     TaskLedgerPort,
     TaskListener,
     TaskRouting,
     notice_of,
 )
 from controlplane.contract import (
+    ApprovalRequest,
     ErrorCode,
     SubagentControlError,
     TaskNotice,
@@ -43,6 +45,10 @@ __all__ = [
 
 NoticeSource = Callable[[str], list[tuple[datetime, TaskNotice]]]
 """Where other notices for an owner come from: ``source(owner)`` takes them."""
+RequestSource = Callable[[list[str]], dict[str, ApprovalRequest]]
+"""The open approval request of each of these Tasks that has one."""
+ParkedKiller = Callable[[TaskSnapshot, str], bool]
+"""Kill a Task parked on an approval request; False if it is not parked (it runs)."""
 
 _POLL_FIRST_S = 0.01
 _POLL_MAX_S = 0.5
@@ -61,10 +67,20 @@ class TaskService(TaskBook):
     """
 
     _notice_sources: list[NoticeSource]
+    _requests: RequestSource | None
+    _kill_parked: ParkedKiller | None
 
     def __init__(self, **book: Any) -> None:
         super().__init__(**book)
         self._notice_sources = []
+        self._requests = None
+        self._kill_parked = None
+
+    def add_approvals(self, requests: RequestSource, kill_parked: ParkedKiller) -> None:
+        """Read waiting Tasks' requests from ``requests`` (SPEC §11), and kill a Task
+        parked on one through ``kill_parked`` (it has no activation anywhere)."""
+        self._requests = requests
+        self._kill_parked = kill_parked
 
     # -- waiting (the runtime's close: unfenced) -------------------------------------
 
@@ -87,10 +103,13 @@ class TaskService(TaskBook):
     def wait(
         self, task_id: str, timeout: float | None = None, *, requester: Requester
     ) -> TaskSnapshot:
-        """Block until the Task has settled and its activation is gone; return its snapshot.
+        """Block until the Task has settled and its activation is gone, or until it waits
+        for the answer to an approval request (``input_required``, SPEC §11); return its
+        snapshot.
 
         A Task of another runtime is polled in the store (with backoff) until it settles
-        there, or until its runtime is found dead and it is settled ``interrupted``.
+        there (or waits for an answer), or until its runtime is found dead and it is
+        settled ``interrupted``.
 
         Raises:
             SubagentControlError: ``TASK_NOT_FOUND``; ``TIMEOUT`` if it has not settled
@@ -100,10 +119,10 @@ class TaskService(TaskBook):
         deadline = None if timeout is None else time.monotonic() + timeout
         live = self._live.get(snapshot.id)
         if live is not None:
-            if live.released.wait(timeout):
-                return self._fenced(task_id, requester)
-        elif snapshot.status.is_terminal:
-            return snapshot
+            if live.resting.wait(timeout):
+                return self.get(task_id, requester=requester)
+        elif snapshot.status.is_resting:
+            return self.get(task_id, requester=requester)
         else:
             pause = _POLL_FIRST_S
             while True:
@@ -113,8 +132,8 @@ class TaskService(TaskBook):
                 time.sleep(pause if left is None else min(pause, left))
                 pause = min(pause * 2, _POLL_MAX_S)
                 snapshot = self._fenced(task_id, requester)
-                if snapshot.status.is_terminal:
-                    return snapshot
+                if snapshot.status.is_resting:
+                    return self.get(task_id, requester=requester)
         raise SubagentControlError(
             ErrorCode.TIMEOUT,
             f"task {task_id} is still {snapshot.status.value} after {timeout}s; wait again",
@@ -138,6 +157,14 @@ class TaskService(TaskBook):
         live = self._live.get(snapshot.id)
         if live is not None:
             self._abort(live, reason)
+            if live.parked and self._kill_parked is not None:
+                self._kill_parked(snapshot, reason)  # it parked as it was aborted
+        elif (
+            snapshot.status is TaskStatus.INPUT_REQUIRED
+            and self._kill_parked is not None
+            and self._kill_parked(snapshot, reason)
+        ):
+            return  # parked: settled killed in the store, its turn closed
         elif self._routing is not None:
             self._routing.kill_elsewhere(snapshot, reason)
 
@@ -169,6 +196,34 @@ class TaskService(TaskBook):
             with self._lock:
                 if listener in self._listeners:
                     self._listeners.remove(listener)
+
+        return unsubscribe
+
+    def park(self, task_id: str) -> TaskEntry | None:
+        """`TaskBook.park`; a Task killed as its run parked is settled ``killed`` in the
+        store (its kill found it live here a moment before)."""
+        task = super().park(task_id)
+        signal = task.signal if task is not None else None
+        if (
+            task is not None
+            and signal is not None
+            and signal.aborted
+            and signal.cause is None  # a kill (closing parks on purpose)
+            and self._kill_parked is not None
+        ):
+            self._kill_parked(task.snapshot(), signal.reason or "killed")
+        return task
+
+    def on_rest(self, listener: TaskListener) -> Callable[[], None]:
+        """Call ``listener(snapshot)`` whenever a Task of this runtime starts waiting for
+        an approval answer (``input_required``); returns an unsubscribe function."""
+        with self._lock:
+            self._rest_listeners.append(listener)
+
+        def unsubscribe() -> None:
+            with self._lock:
+                if listener in self._rest_listeners:
+                    self._rest_listeners.remove(listener)
 
         return unsubscribe
 
@@ -228,10 +283,19 @@ class TaskService(TaskBook):
         return self._placed(found)
 
     def _placed(self, snapshots: builtins.list[TaskSnapshot]) -> builtins.list[TaskSnapshot]:
-        """Queued Tasks with their queue positions (a read only when one is queued)."""
-        if self._queue is None or all(s.status is not TaskStatus.QUEUED for s in snapshots):
+        """Queued Tasks with their queue positions, and Tasks waiting for an answer with
+        their requests (a read only when one is queued, or waits without its request)."""
+        if self._queue is not None and any(s.status is TaskStatus.QUEUED for s in snapshots):
+            snapshots = self._queue.with_places(snapshots)
+        asking = [
+            s.id for s in snapshots if s.status is TaskStatus.INPUT_REQUIRED and s.request is None
+        ]
+        if not asking or self._requests is None:
             return snapshots
-        return self._queue.with_places(snapshots)
+        found = self._requests(asking)
+        return [
+            s.model_copy(update={"request": found[s.id]}) if s.id in found else s for s in snapshots
+        ]
 
     def latest_by_child(self, requester: Requester) -> dict[str, TaskSnapshot]:
         """The newest Task of each of the requester's children."""

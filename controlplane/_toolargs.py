@@ -31,6 +31,7 @@ __all__ = [
     "MAX_MESSAGE_CHARS",
     "MAX_TIMEOUT_S",
     "TOOLS",
+    "AnswerArgs",
     "ListAgentsArgs",
     "SendMessageArgs",
     "SetBudgetArgs",
@@ -182,6 +183,22 @@ class SetBudgetArgs(BaseModel):
         return {name: value for name in LIMITS if (value := getattr(self, name)) is not None}
 
 
+class AnswerArgs(BaseModel):
+    """Arguments of ``answer``: an approval request, and whether to allow it."""
+
+    model_config = _STRICT
+
+    request_id: Identifier = Field(
+        description="The request's id, as the subagent's notice or task_output shows it."
+    )
+    allow: bool = Field(description="true: the tool runs; false: it does not.")
+    note: str | None = Field(
+        default=None,
+        max_length=MAX_MESSAGE_CHARS,
+        description="Why, or what to do instead: the subagent reads it.",
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class ToolSpec:
     """One tool: its name, what the model is told it does, and its argument model."""
@@ -246,6 +263,13 @@ TOOLS: Final[Mapping[str, ToolSpec]] = {
             "subagent its budget stopped can be sent messages again once the new limits "
             "leave it room.",
             SetBudgetArgs,
+        ),
+        ToolSpec(
+            "answer",
+            "Answer a subagent's request to run a tool that needs your approval (its task "
+            "reads input_required until you do). allow=true runs the tool once; "
+            "allow=false refuses it, and the subagent reads your note.",
+            AnswerArgs,
         ),
     )
 }
@@ -359,6 +383,7 @@ def _describe(error: Any) -> str:
 
 _KINDS: Final[dict[object, str]] = {
     str: "string",
+    str | None: "string",
     bool: "boolean",
     float: "number",
     int | None: "integer",

@@ -56,6 +56,8 @@ R = TypeVar("R")
 Requester = AgentHandle | str
 
 _RELEASE_GRACE_S: Final = 5.0
+_LOOK_AGAIN_S: Final = 0.5
+"""How often a wait looks at a Task nothing here will wake it for (another runtime's)."""
 """How long `wait` allows, after a Task settled, for its activation to be removed. That
 follows settlement at once; the bound only keeps a broken control plane from hanging us."""
 
@@ -119,7 +121,8 @@ class AsyncSubagentControl:
     async def wait(
         self, task_id: str, timeout: float | None = None, *, requester: Requester
     ) -> TaskSnapshot:
-        """Wait until the Task has settled and its activation is gone, like `tasks.wait`.
+        """Wait until the Task has settled and its activation is gone, or it waits for an
+        approval answer (``input_required``), like `tasks.wait`.
 
         No thread is held while the Task runs. Once this returns, a follow-up message
         starts the child's next activation.
@@ -187,6 +190,20 @@ class AsyncSubagentControl:
         """`SubagentControl.set_budget`, awaited (it writes the store)."""
         await self.run_blocking(self._control.set_budget, requester, child_id, budget)
 
+    async def answer(
+        self,
+        requester: Requester,
+        request_id: str,
+        *,
+        allow: bool,
+        note: str | None = None,
+        source: MessageSource | None = None,
+    ) -> None:
+        """`SubagentControl.answer`, awaited (it writes the store)."""
+        await self.run_blocking(
+            self._control.answer, requester, request_id, allow=allow, note=note, source=source
+        )
+
     async def close(self, *, timeout_s: float | None = None) -> None:
         """`SubagentControl.close`, awaited: cancels every activation and waits for it."""
         await self.run_blocking(self._control.close, timeout_s=timeout_s)
@@ -206,24 +223,33 @@ class AsyncSubagentControl:
 
         # Subscribe before the first look, so a Task settling in between is not missed.
         unsubscribe = self._control.tasks.on_done(on_done)
+        unrest = self._control.tasks.on_rest(on_done)
         try:
-            snapshot = await self.get(task_id, requester=requester)
-            if snapshot.status.is_terminal:
+            while True:
+                snapshot = await self.get(task_id, requester=requester)
+                if snapshot.status.is_resting:
+                    return True
+                # Woken when it settles or asks here; a Task of another runtime (or one
+                # that asks there) is looked at again every `_LOOK_AGAIN_S`.
+                step = loop.time() + _LOOK_AGAIN_S
+                until = step if deadline is None else min(step, deadline)
+                try:
+                    async with asyncio.timeout_at(until):
+                        await asyncio.shield(settled)
+                except TimeoutError:
+                    if deadline is not None and loop.time() >= deadline:
+                        return False
+                    continue
                 return True
-            try:
-                async with asyncio.timeout_at(deadline):
-                    await settled
-            except TimeoutError:
-                return False
-            return True
         finally:
+            unrest()
             # Also on cancellation: a cancelled wait leaves no listener behind.
             unsubscribe()
 
     async def _released(
         self, task_id: str, deadline: float | None, requester: Requester
     ) -> TaskSnapshot:
-        # Settled, so the activation's removal is imminent: the blocking wait is short.
+        # Settled (or waiting for an answer), so the blocking wait is short.
         timeout = None
         if deadline is not None:
             timeout = max(deadline - asyncio.get_running_loop().time(), _RELEASE_GRACE_S)

@@ -24,6 +24,7 @@ from controlplane._human import HumanInput
 from controlplane._toolargs import (
     MAX_MESSAGE_CHARS,
     TOOLS,
+    AnswerArgs,
     ListAgentsArgs,
     SendMessageArgs,
     SetBudgetArgs,
@@ -45,6 +46,7 @@ from controlplane.contract import (
     TaskSnapshot,
     TaskStatus,
     TextBlock,
+    dumps,
 )
 
 if TYPE_CHECKING:
@@ -59,6 +61,9 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+_ARGUMENTS_SHOWN: Final = 500
+"""A waiting request's arguments beyond this many characters are clipped in its text."""
 
 INTERNAL_ERROR: Final = ErrorCode.INTERNAL
 """The code of an unexpected failure inside a handler (a bug, not the model's arguments)."""
@@ -86,6 +91,8 @@ _HINTS: Final[dict[str, str]] = {
     ErrorCode.BUDGET_EXHAUSTED: (
         "Nothing was sent. Raise its budget with set_budget first if it should go on."
     ),
+    ErrorCode.REQUEST_NOT_FOUND: "Check the request id in task_output; do not retry this id.",
+    ErrorCode.REQUEST_CLOSED: "It needs no answer now; do not retry.",
 }
 
 
@@ -243,6 +250,8 @@ class ToolHandlers:
             return self._list_agents()
         if isinstance(args, SetBudgetArgs):
             return self._set_budget(args)
+        if isinstance(args, AnswerArgs):
+            return self._answer(args)
         raise TypeError(f"no handler for {type(args).__name__}")
 
     def _subagent(self, args: SubagentArgs) -> ToolResult:
@@ -322,6 +331,11 @@ class ToolHandlers:
         told = ", ".join(f"{name} {value:g}" for name, value in limits.items())
         return ToolResult(f"budget of subagent {args.subagent_id} set: {told}")
 
+    def _answer(self, args: AnswerArgs) -> ToolResult:
+        self._control.answer(self._parent, args.request_id, allow=args.allow, note=args.note)
+        verdict = "allowed: the tool runs" if args.allow else "denied: the tool does not run"
+        return ToolResult(f"request {args.request_id} {verdict}, and the subagent goes on")
+
     # -- errors -----------------------------------------------------------------------
 
     def _internal(self, name: object, exc: Exception) -> ToolResult:
@@ -348,7 +362,9 @@ def _refused(exc: SubagentControlError) -> ToolResult:
 
 def _output_result(snapshot: TaskSnapshot) -> ToolResult:
     outcome = snapshot.outcome
-    if outcome is None:
+    if snapshot.request is not None and outcome is None:
+        body = _request_text(snapshot)
+    elif outcome is None:
         body = ""
     elif outcome.status is TaskStatus.COMPLETED:
         body = outcome.output or ""
@@ -357,10 +373,25 @@ def _output_result(snapshot: TaskSnapshot) -> ToolResult:
     return ToolResult(f"{body}\n[status: {snapshot.status.value}]")
 
 
+def _request_text(snapshot: TaskSnapshot) -> str:
+    """What a task waiting for an approval shows: the request, and how to answer it."""
+    request = snapshot.request
+    assert request is not None
+    arguments = _one_line(dumps(request.arguments))
+    if len(arguments) > _ARGUMENTS_SHOWN:
+        arguments = arguments[: _ARGUMENTS_SHOWN - 1] + "…"
+    text = f"the subagent asks to run {request.tool} with {arguments}"
+    if request.reason:
+        text += f" (its reason: {_one_line(request.reason)[:200]})"
+    return f"{text}; answer it with answer(request_id={request.id!r}, allow=true or false)"
+
+
 def _task_line(task: TaskSnapshot) -> str:
     line = f"{task.id} [{task.status.value}] — {_one_line(task.label)}"
     if task.child_id:
         line = f"{line} (subagent {task.child_id})"
+    if task.request is not None:
+        line = f"{line} — asks to run {task.request.tool}: request {task.request.id}"
     return f"{line} — {usage_text(task.usage)}" if task.usage.stored() else line
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 
+from persistence._approvals import Answered, ApprovalBook, StoredRequest, WaitingRequest
 from persistence._host_clock import LeaseNow, boot_id, host_name, is_expired
 from persistence._inbox import Inbox, InboxItem, Listener
 from persistence._ledger import TaskLedger
@@ -15,12 +16,14 @@ from persistence._queue_listener import AdmissionListener
 from persistence._retry import RetryPolicy
 from persistence._spend import ScopeSpend, SpendLedger
 from persistence._store import SqlStore
-from persistence._task_sql import Fence, Settlement
+from persistence._task_sql import Fence, Settlement, TxStep
 
 __all__ = [
     "AdmissionListener",
     "AdmissionQueue",
     "Admitted",
+    "Answered",
+    "ApprovalBook",
     "Fence",
     "Inbox",
     "InboxItem",
@@ -33,7 +36,10 @@ __all__ = [
     "Settlement",
     "SpendLedger",
     "SqlStore",
+    "StoredRequest",
     "TaskLedger",
+    "TxStep",
+    "WaitingRequest",
     "boot_id",
     "host_name",
     "is_expired",

@@ -31,7 +31,7 @@ from persistence._codec import PendingEvent, decode_events, stored_events
 from persistence._schema import ChildRow, EventRow, sqlite_time
 from persistence._segments import batch_range, decode_segment
 from persistence._segments import seal as seal_rows
-from persistence._task_sql import Fence, Settlement, settle_params
+from persistence._task_sql import Fence, Settlement, TxStep, settle_params
 from persistence._turn_usage import turn_usage, usage_column
 
 if TYPE_CHECKING:
@@ -134,6 +134,7 @@ class Appends:
         fence: Fence | None = None,
         answer_steered: Sequence[tuple[str, str]] = (),
         seconds: float = 0.0,
+        also: TxStep | None = None,
     ) -> list[SessionEvent]:
         store = self._s
         sql = store._sql
@@ -182,6 +183,8 @@ class Appends:
             # this same transaction (nothing when they record no usage).
             if not counted:
                 store.spend.add(cursor, child_id, pending, seconds=seconds)
+            if also is not None:
+                also(cursor)
             sealed = self.seal(cursor, child_id) if ends_turn else None
             if settle is not None:
                 # The Task's spend, summed from the rows its turn's end just sealed (read

@@ -23,6 +23,7 @@ from controlplane.contract import (
     ErrorCode,
     EventKind,
     NewEvent,
+    ParkedTask,
     RuntimeInfo,
     SubagentControlError,
     TaskOutcome,
@@ -33,7 +34,7 @@ from controlplane.contract import (
 from persistence._appends import not_found
 from persistence._codec import from_json, prepare_events
 from persistence._host_clock import LeaseNow, is_expired
-from persistence._schema import CHILDREN, RUNTIMES, TASKS, utc_time
+from persistence._schema import APPROVALS, CHILDREN, RUNTIMES, TASKS, utc_time
 from persistence._task_sql import Settlement, TaskStatements, admit_params, settle_params
 from persistence._turn_usage import turn_usage, usage_column
 
@@ -82,8 +83,11 @@ class Claims:
         (the fencing number grows, so its runtime can never write again), in one
         transaction under the child's lock: once, however many runtimes try at once.
 
+        A Task whose run waited on an approval request that can be continued (or had
+        just been answered) is not interrupted: it goes on elsewhere (SPEC §11).
+
         Returns:
-            Whether this call settled it (False: it had settled already).
+            Whether this call settled it (False: it had settled already, or it waits).
         """
         if self._s._read_only:
             raise SubagentControlError(
@@ -98,6 +102,10 @@ class Claims:
         def op(_attempt: int) -> bool:
             with self._s._db.cursor(write=True) as cursor:
                 last = self._tail_or_none(cursor, task.child_id)
+                if self._parkable(cursor, task.id):
+                    # Its run waited for (or had just been given) an approval answer: the
+                    # Task goes on in whichever runtime continues it, not interrupted.
+                    return False
                 settled = self._interrupt_in(cursor, task.id, task.child_id, last, settlement)
             if settled:
                 self._s._committed()
@@ -190,6 +198,9 @@ class Claims:
         child_id = task.child_id
         assert child_id is not None
         holder, held_by_task, fence = claim
+        if held_by_task is not None and holder is None:
+            # Parked on an approval request (SPEC §11): the message goes into its turn.
+            raise ParkedTask(child_id=child_id, task_id=held_by_task)
         if holder is not None:
             info = self._runtime_row(cursor, holder)
             now = self._db_now(cursor)
@@ -208,6 +219,10 @@ class Claims:
                     child_id=child_id,
                     runtime_id=holder,
                 )
+            if held_by_task is not None and self._parkable(cursor, held_by_task):
+                # A dead runtime's run that waited for an answer: its Task goes on, in the
+                # runtime that continues it (`continue_parked`), not interrupted.
+                raise ParkedTask(child_id=child_id, task_id=held_by_task)
             if held_by_task is not None:
                 detail = (
                     f"interrupted: its runtime {holder} ended before the task settled "
@@ -225,6 +240,80 @@ class Claims:
                 settlement = (held_by_task, outcome, utcnow())
                 self._interrupt_in(cursor, held_by_task, child_id, tail, settlement)
         cursor.execute(sql.claim, (runtime_id, task.id, fence + 1, child_id))
+
+    def continue_parked(self, task_id: str, child_id: str, runtime_id: str, *,
+                        is_dead: IsDead) -> int | None:  # fmt: skip
+        """Claim a child for the Task that waits on an approval request in it — parked, or
+        left waiting by a dead runtime — so that ``runtime_id`` continues that Task (same
+        id, same turn); the Task's row names ``runtime_id`` from now on.
+
+        Returns:
+            The new fencing number; None when the Task no longer holds the child's claim,
+            or a live runtime (another, or this one) still holds it: nothing is written.
+        """
+
+        def op(_attempt: int) -> int | None:
+            with self._s._db.cursor(write=True) as cursor:
+                self._s._appends.tail(cursor, child_id)  # the child's lock
+                claim = self.claim_of(cursor, child_id)
+                if claim is None or claim[1] != task_id:
+                    return None
+                holder, _task, fence = claim
+                if holder is not None:
+                    info = self._runtime_row(cursor, holder)
+                    if holder == runtime_id or (
+                        info is not None and not is_dead(info, self._db_now(cursor))
+                    ):
+                        return None
+                cursor.execute(self._s._claim_sql.moved, (runtime_id, task_id))
+                if cursor.rowcount != 1:
+                    return None  # settled meanwhile
+                cursor.execute(self._s._claim_sql.claim, (runtime_id, task_id, fence + 1, child_id))
+            self._s._committed()
+            return fence + 1
+
+        return self._s._run(f"continue task {task_id}", op)
+
+    def settle_parked(self, settlement: Settlement, *, is_dead: IsDead) -> bool:
+        """Settle a Task that waits on an approval request with no live run — parked, or
+        left waiting by a dead runtime — closing its open turn with a ``turn/end`` of the
+        settlement's status and releasing the child's claim, in one transaction under the
+        child's lock.
+
+        Returns:
+            Whether it was settled here; False when a live runtime holds the child for it
+            (or it settled already), changing nothing.
+        """
+        task_id = settlement[0]
+
+        def op(_attempt: int) -> bool:
+            with self._s._db.cursor(write=True) as cursor:
+                cursor.execute(self._s._claim_sql.task_child, (task_id,))
+                row = cursor.fetchone()
+                if row is None or row[0] is None:
+                    return False
+                child_id = row[0]
+                last = self._tail_or_none(cursor, child_id)
+                claim = self.claim_of(cursor, child_id)
+                if claim is None or claim[1] != task_id:
+                    return False
+                holder = claim[0]
+                if holder is not None:
+                    info = self._runtime_row(cursor, holder)
+                    if info is not None and not is_dead(info, self._db_now(cursor)):
+                        return False
+                settled = self._interrupt_in(cursor, task_id, child_id, last, settlement)
+            if settled:
+                self._s._committed()
+            return settled
+
+        return self._s._run(f"settle parked task {task_id}", op)
+
+    def _parkable(self, cursor: DBAPICursor, task_id: str) -> bool:
+        """Whether a Task waits on an approval request whose run can be continued."""
+        cursor.execute(self._s._claim_sql.parkable, (task_id,))
+        row = cursor.fetchone()
+        return row is not None and bool(row[0])
 
     def _interrupt_in(
         self,
@@ -318,6 +407,8 @@ class Claims:
 
 
 _PG_NOW = "SELECT now()"
+_INPUT = TaskStatus.INPUT_REQUIRED.value
+_RUNNING = TaskStatus.RUNNING.value
 
 
 @dataclass(frozen=True, slots=True)
@@ -334,6 +425,10 @@ class ClaimStatements:
     revoke: str
     """Take a Task's claim away and grow the fencing number (takes child id, Task id)."""
     runtime: str
+    parkable: str
+    """Whether a Task waits on a request its run can be continued from (takes Task id)."""
+    moved: str
+    """A waiting Task's row names the runtime that continues it (takes runtime, Task id)."""
 
     @classmethod
     def build(cls, p: str, *, row_locks: bool) -> ClaimStatements:
@@ -357,5 +452,14 @@ class ClaimStatements:
             runtime=(
                 "SELECT host, pid, boot_id, lease_ttl_s, started_at, heartbeat_at, closed_at, "
                 f"heartbeat_boot_s FROM {RUNTIMES} WHERE runtime_id = {p}"
+            ),
+            parkable=(
+                f"SELECT r.parkable FROM {APPROVALS} r JOIN {TASKS} t ON t.task_id = r.task_id "
+                f"WHERE r.task_id = {p} AND r.state <> 'closed' "
+                f"AND t.status IN ('{_INPUT}', '{_RUNNING}')"
+            ),
+            moved=(
+                f"UPDATE {TASKS} SET runtime_id = {p} WHERE task_id = {p} "
+                f"AND status IN ('{_INPUT}', '{_RUNNING}')"
             ),
         )

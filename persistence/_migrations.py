@@ -19,6 +19,7 @@ from sqlalchemy.engine import Connection
 from controlplane.contract import ErrorCode, SubagentControlError
 from persistence._schema import (
     ADMISSIONS,
+    APPROVALS,
     CHILDREN,
     INBOX,
     RUNTIMES,
@@ -139,6 +140,11 @@ def _add_admissions(conn: Connection) -> None:
     Base.metadata.create_all(conn, tables=[Base.metadata.tables[ADMISSIONS]])
 
 
+def _add_approvals(conn: Connection) -> None:
+    """Version 10: approval requests wait in their own table (`ApprovalRow`)."""
+    Base.metadata.create_all(conn, tables=[Base.metadata.tables[APPROVALS]])
+
+
 _MIGRATIONS: dict[int, Migration] = {
     1: _drop_last_seq,
     2: _add_segments,
@@ -148,6 +154,7 @@ _MIGRATIONS: dict[int, Migration] = {
     6: _add_task_spend,
     7: _add_spend,
     8: _add_admissions,
+    9: _add_approvals,
 }
 """``_MIGRATIONS[n]`` upgrades a version-``n`` store to version ``n + 1``."""
 

@@ -31,6 +31,7 @@ from controlplane.contract import (
 
 __all__ = [
     "ADMISSIONS",
+    "APPROVALS",
     "CHILDREN",
     "EVENTS",
     "INBOX",
@@ -45,6 +46,7 @@ __all__ = [
     "SPEND_SINCE",
     "TASKS",
     "AdmissionRow",
+    "ApprovalRow",
     "Base",
     "ChildRow",
     "EventRow",
@@ -60,7 +62,7 @@ __all__ = [
     "utc_time",
 ]
 
-SCHEMA_VERSION: Final = 9
+SCHEMA_VERSION: Final = 10
 """The version this code writes. Bump it with a migration in `persistence._migrations`."""
 SEGMENTS_SINCE: Final = 3
 """The first version with sealed segments: an older store, read as it is, has none."""
@@ -77,6 +79,7 @@ INBOX: Final = "subagent_inbox"
 SPEND: Final = "subagent_spend"
 SPEND_NOTICES: Final = "subagent_spend_notices"
 ADMISSIONS: Final = "subagent_admissions"
+APPROVALS: Final = "subagent_approvals"
 _VERSION_TABLE: Final = "subagent_schema"
 
 
@@ -403,3 +406,47 @@ class AdmissionRow(Base):
     queued_at: Mapped[UtcTime]
     admitted_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
     plan: Mapped[str] = mapped_column(Text)
+
+
+class ApprovalRow(Base):
+    """An approval request (SPEC §11): a child's tool call waiting for its parent's (or a
+    person's) answer.
+
+    Written in the transaction of its ``approval/request`` event, with its Task turned
+    ``input_required``. ``state`` goes ``open`` → ``answered`` (a compare-and-set: one
+    answer, whoever sends it) → ``closed`` (the run took the answer, in the transaction of
+    its ``approval/answer`` event, and its Task reads ``running`` again). A request whose
+    Task settled first is closed whatever its row says: an answer to it is refused. While
+    a request waits, the child's claim either stays with the runtime whose run waits, or
+    is parked: no runtime, the claim's Task this one (`persistence._approvals`).
+    ``notice_pending`` is true until the parent drains the request's notice (then NULL).
+    ``pending`` holds the calls of the same reply still to run after this one.
+    """
+
+    __tablename__ = APPROVALS
+    __table_args__ = (
+        _partial_index(
+            "ix_subagent_approvals_notices", "parent_session", where="notice_pending IS NOT NULL"
+        ),
+        _partial_index("ix_subagent_approvals_waiting", "state", where="state <> 'closed'"),
+    )
+
+    request_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    task_id: Mapped[str] = mapped_column(String(64), index=True)
+    child_id: Mapped[Identifier]
+    parent_session: Mapped[Identifier]
+    turn: Mapped[int] = mapped_column(Integer)
+    call_id: Mapped[str] = mapped_column(String(200))
+    tool: Mapped[str] = mapped_column(String(200))
+    arguments: Mapped[JsonText]
+    reason: Mapped[str | None] = mapped_column(Text)
+    pending: Mapped[JsonText]
+    parkable: Mapped[bool] = mapped_column(Boolean)
+    state: Mapped[str] = mapped_column(String(16))
+    allow: Mapped[bool | None] = mapped_column(Boolean)
+    note: Mapped[str | None] = mapped_column(Text)
+    answer_source: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[UtcTime]
+    answered_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
+    deadline_at: Mapped[datetime | None] = mapped_column(UtcDateTime())
+    notice_pending: Mapped[bool | None] = mapped_column(Boolean)

@@ -25,6 +25,7 @@ from controlplane.contract import (
     utcnow,
 )
 from persistence._appends import Appends, not_found
+from persistence._approvals import ApprovalBook
 from persistence._backend import LOCK_TIMEOUT_S, STATEMENT_TIMEOUT_S, ConnectionSettings
 from persistence._claims import Claims, ClaimStatements, IsDead
 from persistence._codec import (
@@ -51,7 +52,7 @@ from persistence._schema import (
     utc_time,
 )
 from persistence._spend import SpendLedger
-from persistence._task_sql import Fence, Settlement, release_sql, settle_sql, spend_sql
+from persistence._task_sql import Fence, Settlement, TxStep, release_sql, settle_sql, spend_sql
 
 __all__ = ["SqlStore"]
 
@@ -163,6 +164,8 @@ class SqlStore:
         §11): counted by `append` from the usage its events record."""
         self.queue = AdmissionQueue(self)
         """The durable FIFO queue of concurrency limits (SPEC §11)."""
+        self.approvals = ApprovalBook(self)
+        """Approval requests and their answers (SPEC §11)."""
         try:
             self._run("open the store", self._check if read_only else self._open)
             if not read_only:  # read-only: no write ever takes the one connection open
@@ -236,6 +239,7 @@ class SqlStore:
         fence: Fence | None = None,
         answer_steered: Sequence[tuple[str, str]] = (),
         seconds: float = 0.0,
+        also: TxStep | None = None,
     ) -> list[SessionEvent]:
         """Append a batch of events to a child's transcript, all or nothing.
 
@@ -256,6 +260,11 @@ class SqlStore:
         The spend the events record (each one's ``data["usage"]``) and ``seconds`` (the
         wall-clock time of a turn, given with its ``turn/end``) are counted in the same
         transaction for the child and every scope above it (`SpendLedger`).
+
+        ``also`` runs inside the same transaction, under the child's lock and after the
+        claim check, with the transaction's cursor (an approval's row and its Task's
+        status go with its event: `persistence._approvals`); what it raises undoes the
+        whole append.
 
         Returns:
             The stored events, with their ``seq`` and ``created_at``.
@@ -290,6 +299,7 @@ class SqlStore:
                 fence,
                 answer_steered,
                 seconds,
+                also,
             ),
         )
 
@@ -386,6 +396,22 @@ class SqlStore:
                 written either way).
         """
         return self._claims.admit_claiming(task, is_dead=is_dead)
+
+    def continue_parked(
+        self, task_id: str, child_id: str, runtime_id: str, *, is_dead: IsDead
+    ) -> int | None:
+        """Claim a child for its Task that waits on an approval request, so that
+        ``runtime_id`` continues it (see `persistence._claims.Claims.continue_parked`)."""
+        if self._read_only:
+            raise _read_only(f"continue task {task_id}")
+        return self._claims.continue_parked(task_id, child_id, runtime_id, is_dead=is_dead)
+
+    def settle_parked(self, settlement: Settlement, *, is_dead: IsDead) -> bool:
+        """Settle a Task parked on an approval request, with its turn's end (see
+        `persistence._claims.Claims.settle_parked`)."""
+        if self._read_only:
+            raise _read_only(f"settle task {settlement[0]}")
+        return self._claims.settle_parked(settlement, is_dead=is_dead)
 
     def interrupt(self, task: TaskSnapshot, detail: str) -> bool:
         """Settle a dead runtime's running Task ``interrupted``, close its open turn and

@@ -89,6 +89,8 @@ def snapshot_of_columns(
             "queue_position": None,
             "queued_at": None,
             "admitted_at": None,
+            # Filled in from the approval requests by whoever shows a waiting Task.
+            "request": None,
         },
         _SNAPSHOT_SET,
     )

@@ -10,9 +10,12 @@ driver's placeholder, so one text serves both backends.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+
+from sqlalchemy.engine.interfaces import DBAPICursor
 
 from controlplane.contract import TaskOutcome, TaskSnapshot, TaskStatus
 from persistence._schema import CHILDREN, TASKS
@@ -22,6 +25,7 @@ __all__ = [
     "Fence",
     "Settlement",
     "TaskStatements",
+    "TxStep",
     "admit_params",
     "release_sql",
     "settle_params",
@@ -35,18 +39,22 @@ Settlement = tuple[str, TaskOutcome, datetime]
 Fence = tuple[str, int]
 """A writer's claim on a child: its runtime id and the fencing number it claimed under."""
 
+TxStep = Callable[[DBAPICursor], None]
+"""More statements to run in an append's transaction, on its cursor (`SqlStore.append`)."""
+
 _RUNNING = TaskStatus.RUNNING.value
 _QUEUED = TaskStatus.QUEUED.value
+_INPUT_REQUIRED = TaskStatus.INPUT_REQUIRED.value
 
 
 def settle_sql(p: str) -> str:
     """The Task settlement as one raw statement with placeholder ``p``: it changes a
-    running (or queued: a kill, a close, a takeover) Task only, so a settlement is written
-    once whoever tries it."""
+    running Task only (or queued, or waiting for an answer: a kill, a close, a takeover),
+    so a settlement is written once whoever tries it."""
     return (
         f"UPDATE {TASKS} SET status = {p}, output = {p}, detail = {p}, code = {p}, "
         f"settled_at = {p}, notice_pending = {p}, spend = {p} WHERE task_id = {p} "
-        f"AND status IN ({p}, '{_QUEUED}')"
+        f"AND status IN ({p}, '{_QUEUED}', '{_INPUT_REQUIRED}')"
     )
 
 

@@ -55,9 +55,10 @@ TOOL_NAMES = [
     "task_list",
     "list_agents",
     "set_budget",
+    "answer",
 ]
 """The parent's tools, in the order `ToolHandlers.definitions()` gives them (SPEC §7, and
-``set_budget`` from §11)."""
+``set_budget`` and ``answer`` from §11)."""
 
 WAIT_S = 10.0
 """How long a test waits for something that should happen promptly."""

@@ -10,6 +10,14 @@ interfaces here (the Protocols `TaskService` and `Telemetry`, the abstract
 """
 
 from controlplane.contract._agents import AgentHandle, AgentRegistry
+from controlplane.contract._approval import (
+    ApprovalAnswer,
+    ApprovalDesk,
+    ApprovalPolicy,
+    ApprovalRequest,
+    ApprovalState,
+    ApprovalTranscript,
+)
 from controlplane.contract._budget import (
     BUDGET_EXHAUSTED_STATUS,
     LIMITS,
@@ -33,7 +41,12 @@ from controlplane.contract._content import (
     text_of,
 )
 from controlplane.contract._descriptor import Descriptor, fold_descriptor
-from controlplane.contract._errors import ClaimConflict, ErrorCode, SubagentControlError
+from controlplane.contract._errors import (
+    ClaimConflict,
+    ErrorCode,
+    ParkedTask,
+    SubagentControlError,
+)
 from controlplane.contract._json import (
     JsonValue,
     count_problem,
@@ -57,6 +70,7 @@ from controlplane.contract._services import (
     NO_TRACE,
     ActivationTrace,
     AdmissionGate,
+    ApprovalPort,
     Origin,
     Requester,
     TaskService,
@@ -110,6 +124,13 @@ __all__ = [
     "AdmissionGate",
     "AgentHandle",
     "AgentRegistry",
+    "ApprovalAnswer",
+    "ApprovalDesk",
+    "ApprovalPolicy",
+    "ApprovalPort",
+    "ApprovalRequest",
+    "ApprovalState",
+    "ApprovalTranscript",
     "Budget",
     "BudgetPort",
     "CancelSignal",
@@ -129,6 +150,7 @@ __all__ = [
     "ModelSelector",
     "NewEvent",
     "Origin",
+    "ParkedTask",
     "Price",
     "Prices",
     "ProviderRegistry",

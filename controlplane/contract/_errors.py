@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 
-__all__ = ["ClaimConflict", "ErrorCode", "SubagentControlError"]
+__all__ = ["ClaimConflict", "ErrorCode", "ParkedTask", "SubagentControlError"]
 
 
 class ErrorCode(StrEnum):
@@ -31,6 +31,8 @@ class ErrorCode(StrEnum):
     CAPACITY = "CAPACITY"
     FENCED = "FENCED"
     BUDGET_EXHAUSTED = "BUDGET_EXHAUSTED"
+    REQUEST_NOT_FOUND = "REQUEST_NOT_FOUND"
+    REQUEST_CLOSED = "REQUEST_CLOSED"
 
 
 class SubagentControlError(Exception):
@@ -92,3 +94,30 @@ class ClaimConflict(SubagentControlError):
 
 def _rebuild_claim_conflict(message: str, child_id: str, runtime_id: str) -> ClaimConflict:
     return ClaimConflict(message, child_id=child_id, runtime_id=runtime_id)
+
+
+class ParkedTask(SubagentControlError):
+    """The child's claim belongs to a Task parked on an approval request (SPEC §11): a
+    message to the child goes into that Task's turn (the runtime continues it), never into
+    a new one. Raised by the claim of a resume, which then starts nothing.
+
+    Attributes:
+        parked_task_id: The Task that waits.
+    """
+
+    def __init__(self, *, child_id: str, task_id: str) -> None:
+        super().__init__(
+            ErrorCode.NOT_DELIVERED,
+            f"child {child_id} waits for an approval answer in task {task_id}; the message "
+            "was not delivered",
+            child_id=child_id,
+            task_id=task_id,
+        )
+        self.parked_task_id = task_id
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuild_parked, (self.child_id, self.parked_task_id))
+
+
+def _rebuild_parked(child_id: str, task_id: str) -> ParkedTask:
+    return ParkedTask(child_id=child_id, task_id=task_id)

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from pydantic import BaseModel, ConfigDict
 
 from controlplane.contract._agents import AgentHandle
+from controlplane.contract._approval import ApprovalDesk
 from controlplane.contract._budget import SpendGate
 from controlplane.contract._content import MessageSource, TextBlock
 from controlplane.contract._descriptor import Descriptor
@@ -39,6 +40,9 @@ class StopReason(StrEnum):
     ERROR = "error"
     MAX_TOKENS = "max-tokens"
     REFUSAL = "refusal"
+    INPUT_REQUIRED = "input_required"
+    """The run parked: it waits for the answer to an approval request and holds no thread
+    (SPEC §11); its Task stays ``input_required`` and the answer continues it."""
 
 
 class SubagentResult(BaseModel):
@@ -90,6 +94,9 @@ class _RequestBase(BaseModel):
     gate: SpendGate | None = None
     """What the run asks before each model call and tool call (SPEC §11 budgets): a call it
     refuses must not start. None when nothing limits the run."""
+    approvals: ApprovalDesk | None = None
+    """Where the run asks before a tool call that needs approval (SPEC §11). None when
+    the control plane has no store to keep requests in."""
 
 
 class StartRequest(_RequestBase):
@@ -100,6 +107,13 @@ class ResumeRequest(_RequestBase):
     """A later activation: ``events`` are the child's own events from the earlier turns."""
 
     events: list[SessionEvent]
+    open_turn: list[SessionEvent] = []
+    """A continued turn (a parked Task answered, killed or steered, SPEC §11): the events
+    its open turn has so far, from its ``turn/start``. The run goes on in that turn — its
+    prompt is among them — and never opens a new one. ``prompt`` is then empty, or the
+    message sent to the waiting child that continued it, already written into the turn
+    after these events as a ``steering/message`` (read before the model goes on). Empty
+    for a new turn."""
 
 
 @runtime_checkable

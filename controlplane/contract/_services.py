@@ -17,6 +17,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Final, Protocol
 
 from controlplane.contract._agents import AgentHandle
+from controlplane.contract._approval import ApprovalDesk, ApprovalRequest, ApprovalTranscript
 from controlplane.contract._content import TextBlock
 from controlplane.contract._descriptor import Descriptor
 from controlplane.contract._errors import ErrorCode, SubagentControlError
@@ -32,6 +33,7 @@ __all__ = [
     "NO_TRACE",
     "ActivationTrace",
     "AdmissionGate",
+    "ApprovalPort",
     "Origin",
     "Requester",
     "TaskService",
@@ -243,6 +245,44 @@ class TaskService(Protocol):
     def meter(self, task_id: str, spent: Callable[[], Usage]) -> None:
         """Read a running Task's ``usage`` from ``spent`` (what its turn has written so
         far, from any thread) until it settles."""
+        ...
+
+    def asking(self, task_id: str, request: ApprovalRequest | None) -> None:
+        """The Task waits for ``request``'s answer (None: it was taken; it runs again)."""
+        ...
+
+    def park(self, task_id: str) -> object:
+        """The Task's run parked on an approval request: gone from this runtime, the Task
+        not settled (a kill that came meanwhile settles it ``killed`` in the store)."""
+        ...
+
+    def take_over_parked(self, task: TaskSnapshot, signal: CancelSignal, fence: int) -> None:
+        """Hold a parked Task this runtime now continues (same id, same turn)."""
+        ...
+
+
+class ApprovalPort(Protocol):
+    """Approvals as the actors meet them (SPEC §11): implemented by
+    `controlplane._approvals.Approvals`, present when the control plane has a store."""
+
+    def desk(
+        self,
+        *,
+        task_id: str,
+        child_id: str,
+        parent_session: str,
+        turn: int,
+        fence: int | None,
+        signal: CancelSignal,
+        transcript: ApprovalTranscript,
+    ) -> ApprovalDesk:
+        """The desk where one activation's run asks (``request.approvals``)."""
+        ...
+
+    def claim_parked(self, task_id: str, child_id: str) -> tuple[TaskSnapshot, int] | None:
+        """Claim a child whose Task waits parked (or left waiting by a dead runtime), so
+        this runtime continues that Task: its snapshot and the new fencing number; None
+        when another runtime got it first, or it settled."""
         ...
 
 

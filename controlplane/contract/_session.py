@@ -39,6 +39,8 @@ class EventKind:
     DESCRIPTOR: Final = "subagent/descriptor"
     ASSISTANT_MESSAGE: Final = "assistant/message"
     TURN_END: Final = "turn/end"
+    APPROVAL_REQUEST: Final = "approval/request"
+    APPROVAL_ANSWER: Final = "approval/answer"
 
 
 class ChildMeta(BaseModel):

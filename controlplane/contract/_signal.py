@@ -42,8 +42,10 @@ class CancelSignal:
     @property
     def cause(self) -> ErrorCode | None:
         """Why the control plane aborted, when it was not a kill: ``INTERNAL`` (the
-        activation's supervisor failed; its Task settles ``failed``) or ``FENCED`` (its
-        runtime lost the child's claim; ``interrupted``). None for a kill."""
+        activation's supervisor failed; its Task settles ``failed``), ``FENCED`` (its
+        runtime lost the child's claim; ``interrupted``) or ``CLOSED`` (its runtime is
+        closing: ``killed``, unless its run waits for an approval answer and parks). None
+        for a kill."""
         return self._cause
 
     def abort(self, reason: str, *, cause: ErrorCode | None = None) -> bool:

@@ -8,6 +8,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from controlplane.contract._approval import ApprovalRequest
 from controlplane.contract._errors import ErrorCode
 from controlplane.contract._usage import Usage
 
@@ -15,10 +16,13 @@ __all__ = ["RuntimeInfo", "TaskNotice", "TaskOutcome", "TaskSnapshot", "TaskStat
 
 
 class TaskStatus(StrEnum):
-    """A Task's status; every value but ``running`` and ``queued`` is terminal.
+    """A Task's status; every value but ``running``, ``queued`` and ``input_required`` is
+    terminal.
 
     ``queued``: admitted, waiting for a slot under a concurrency limit (SPEC §11); it
     reads ``running`` once a slot frees (FIFO, in whichever runtime holds it).
+    ``input_required``: its child waits for the answer to an approval request
+    (`TaskSnapshot.request`); it reads ``running`` again once the answer is taken.
     ``interrupted``: the Task's runtime ended (crash, kill, lost claim) before it settled;
     a live runtime settled it so. Send the child a message to continue it.
     """
@@ -29,11 +33,20 @@ class TaskStatus(StrEnum):
     KILLED = "killed"
     INTERRUPTED = "interrupted"
     QUEUED = "queued"
+    INPUT_REQUIRED = "input_required"
 
     @property
     def is_terminal(self) -> bool:
         """Whether the Task has settled."""
-        return self is not TaskStatus.RUNNING and self is not TaskStatus.QUEUED
+        return self not in _LIVE
+
+    @property
+    def is_resting(self) -> bool:
+        """Whether ``tasks.wait`` returns on it: settled, or waiting for an answer."""
+        return self is TaskStatus.INPUT_REQUIRED or self.is_terminal
+
+
+_LIVE = frozenset({TaskStatus.RUNNING, TaskStatus.QUEUED, TaskStatus.INPUT_REQUIRED})
 
 
 class TaskOutcome(BaseModel):
@@ -61,6 +74,8 @@ class TaskSnapshot(BaseModel):
         queued_at: When it entered the queue of a concurrency key, if it did (kept while
             its activation holds the slot); ``admitted_at`` when it got the slot. The
             wait is the difference (or now minus ``queued_at`` while queued).
+        request: While ``input_required``: the approval request its child waits on
+            (``id``, ``tool``, ``arguments``; answer it with `SubagentControl.answer`).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -80,6 +95,7 @@ class TaskSnapshot(BaseModel):
     queue_position: int | None = None
     queued_at: datetime | None = None
     admitted_at: datetime | None = None
+    request: ApprovalRequest | None = None
 
 
 class TaskNotice(BaseModel):

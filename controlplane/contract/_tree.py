@@ -46,7 +46,7 @@ class ActivationNode(BaseModel):
     model_config = _FROZEN
 
     task_id: str
-    kind: Literal["initial", "resumed"]
+    kind: Literal["initial", "resumed", "continued"]
     published: bool
     task_status: str
     cancel_reason: str | None = None

@@ -23,6 +23,7 @@ from controlplane.contract import (
     MODEL_CALL,
     TOOL_ROUND,
     AgentHandle,
+    ApprovalDesk,
     CancelSignal,
     ErrorCode,
     EventKind,
@@ -42,16 +43,24 @@ from controlplane.contract import (
     usage_data,
 )
 from controlplane.contract import TOOL_CALL as GATE_TOOL_CALL
+from controlplane.providers._approval_calls import (
+    Continuation,
+    Parked,
+    approved_call,
+    continuation_of,
+    taken_call,
+)
 from controlplane.providers._chat_history import (
     STEERING_SEEN,
     TOOL_CALL,
     TOOL_RESULT,
     chat_history,
     counted_tool_result,
+    open_turn_history,
     tool_call_data,
     tool_message_text,
 )
-from controlplane.providers._child_tools import ChildTool, run_tool_call, select_tools
+from controlplane.providers._child_tools import ChildTool, ToolOutcome, select_tools
 from controlplane.providers._model import ChatMessage, ModelAdapter, ModelRequest, ToolCall
 
 __all__ = [
@@ -118,6 +127,10 @@ class AgentLoopRun:
         stop_timeout_s: float,
         tools: Sequence[ChildTool] = (),
         gate: SpendGate | None = None,
+        approvals: ApprovalDesk | None = None,
+        continuation: Continuation | None = None,
+        unread: Sequence[ChatMessage] = (),
+        seen: int = 0,
     ) -> None:
         self.child_id = child_id
         self.local_agent: AgentHandle | None = local_agent
@@ -130,12 +143,18 @@ class AgentLoopRun:
         # Asked before every model call and tool call (SPEC §11): its refusal ends the turn
         # before the call starts, and `result()` raises it (BUDGET_EXHAUSTED).
         self._gate = gate
+        # Where a call that needs approval is asked (SPEC §11); a continued turn goes on
+        # with the call its parked run waited on, having read ``seen`` of the turn's
+        # steering messages (``unread`` ones are read at the next model call).
+        self._desk = approvals
+        self._continuation = continuation
+        self._seen_before = seen
         self._stop_timeout_s = stop_timeout_s
         # The loop's own signal: aborted by the activation's signal or by `dispose`, and the
         # one the model sees, so either stops a model call in flight.
         self._signal = CancelSignal()
         self._lock = threading.Lock()
-        self._queue: list[ChatMessage] = []
+        self._queue: list[ChatMessage] = list(unread)
         self._closed = False
         self._done = threading.Event()
         self._result: SubagentResult | None = None
@@ -212,9 +231,12 @@ class AgentLoopRun:
         history = list(self._template.messages)
         output = ""
         stop_reason: str = StopReason.COMPLETED
-        seen = 0  # this turn's steered messages the model has been shown, in delivery order
+        # This turn's steered messages the model has been shown, in delivery order.
+        seen = self._seen_before
         try:
-            while True:
+            if self._continuation is not None and not self._go_on(self._continuation, history):
+                stop_reason = StopReason.ABORTED
+            while stop_reason != StopReason.ABORTED:
                 with self._lock:
                     history.extend(self._queue)
                     seen += len(self._queue)
@@ -248,7 +270,7 @@ class AgentLoopRun:
                 if reply.text:
                     output = reply.text
                 if calls:
-                    if not self._run_tools(calls, history):
+                    if not self._run_tools(calls, history, reason=reply.text):
                         stop_reason = StopReason.ABORTED
                         break
                     continue  # the model reads the results, with whatever was steered
@@ -260,6 +282,10 @@ class AgentLoopRun:
                         self._closed = True
                         stop_reason = reply.stop_reason
                         break
+        except Parked:
+            # Waiting for an approval answer past the grace period: the run ends, its Task
+            # stays input_required, and the answer continues the turn (SPEC §11).
+            stop_reason = StopReason.INPUT_REQUIRED
         except Exception as exc:  # result() re-raises it to the control plane
             self._close()  # a failed turn takes no further message
             if self._signal.aborted:
@@ -282,26 +308,82 @@ class AgentLoopRun:
             )
             self._done.set()
 
-    def _run_tools(self, calls: Sequence[ToolCall], history: list[ChatMessage]) -> bool:
+    def _run_tools(
+        self,
+        calls: Sequence[ToolCall],
+        history: list[ChatMessage],
+        *,
+        reason: str | None,
+        new_round: bool = True,
+    ) -> bool:
         """Run each call in order, writing it and its result; False once the turn is killed.
 
         A result that lost the race with a kill is dropped, not written, like a reply.
-        A call the gate refuses is neither written nor run.
+        A call the gate refuses is neither written nor run. A call that needs approval is
+        asked first (`approved_call`; ``reason``: what the model said with the calls).
+
+        Raises:
+            Parked: the run parked on an approval request.
         """
         gate = self._gate
-        if gate is not None:
+        if gate is not None and new_round:
             gate.check(TOOL_ROUND)
-        for call in calls:
+        for index, call in enumerate(calls):
             if gate is not None:
                 gate.check(GATE_TOOL_CALL)
             self._transcript.append(TOOL_CALL, tool_call_data(call))
-            outcome = run_tool_call(self._tools, call, self._signal)
-            if self._signal.aborted:
+            outcome = approved_call(
+                self._tools,
+                call,
+                calls[index + 1 :],
+                desk=self._desk,
+                reason=reason,
+                signal=self._signal,
+            )
+            if not self._answer_call(call, outcome, history):
                 return False
-            self._transcript.append(TOOL_RESULT, counted_tool_result(outcome.event_data(call.id)))
-            text = tool_message_text(output=outcome.output, error=outcome.error)
-            history.append(ChatMessage(role="tool", text=text, tool_call_id=call.id))
         return True
+
+    def _answer_call(
+        self, call: ToolCall, outcome: ToolOutcome, history: list[ChatMessage]
+    ) -> bool:
+        """Write a call's result and show it to the model; False once the turn is killed."""
+        if self._signal.aborted:
+            return False
+        self._transcript.append(TOOL_RESULT, counted_tool_result(outcome.event_data(call.id)))
+        text = tool_message_text(output=outcome.output, error=outcome.error)
+        history.append(ChatMessage(role="tool", text=text, tool_call_id=call.id))
+        return True
+
+    def _go_on(self, continuation: Continuation, history: list[ChatMessage]) -> bool:
+        """A continued turn: take the answer its parked run waited for (or wait again),
+        act on it, then run the reply's calls left after it; False once killed.
+
+        Raises:
+            Parked: it parked again (nothing answered it yet).
+        """
+        desk = self._desk
+        if desk is None:
+            raise SubagentControlError(
+                ErrorCode.NOT_RESUMABLE,
+                f"child {self.child_id} waits on an approval request, and this run has no "
+                "desk to take its answer at",
+                child_id=self.child_id,
+            )
+        # The reply's calls not yet written belong to the same assistant message.
+        _attach_calls(history, continuation.call.id, continuation.pending)
+        outcome = taken_call(
+            self._tools,
+            continuation.call,
+            continuation.request_id,
+            desk=desk,
+            signal=self._signal,
+        )
+        if not self._answer_call(continuation.call, outcome, history):
+            return False
+        return self._run_tools(
+            continuation.pending, history, reason=continuation.reason, new_round=False
+        )
 
     def _close(self) -> None:
         with self._lock:
@@ -377,6 +459,8 @@ class AgentLoopProvider:
         Raises:
             SubagentControlError: as for `start`.
         """
+        if request.open_turn:
+            return self._launch(request, signal, [])  # the history is read with its open turn
         return self._launch(request, signal, self._opening(request) + chat_history(request.events))
 
     def _opening(self, request: StartRequest | ResumeRequest) -> list[ChatMessage]:
@@ -392,9 +476,22 @@ class AgentLoopProvider:
         self._raise_if_cancelled(request, signal)
         # Filtered again at every activation: a resumed child sees what its descriptor allows.
         tools = select_tools(self._tools, request.descriptor.tool_filter)
-        history.append(
-            ChatMessage(role="user", text=text_of(request.prompt), source=request.source)
-        )
+        continuation: Continuation | None = None
+        unread: list[ChatMessage] = []
+        seen = 0
+        if isinstance(request, ResumeRequest) and request.open_turn:
+            # A parked turn goes on (SPEC §11): its prompt is in its events, read with them.
+            opened, unread, seen = open_turn_history([*request.events, *request.open_turn])
+            if request.prompt:  # sent to it while it waited, written after its events
+                unread.append(
+                    ChatMessage(role="user", text=text_of(request.prompt), source=request.source)
+                )
+            history = self._opening(request) + opened
+            continuation = continuation_of(request.open_turn)
+        else:
+            history.append(
+                ChatMessage(role="user", text=text_of(request.prompt), source=request.source)
+            )
         selector = _selector(request)
         template = ModelRequest(
             system=request.descriptor.persona,
@@ -416,6 +513,10 @@ class AgentLoopProvider:
             stop_timeout_s=self._stop_timeout_s,
             tools=tools,
             gate=request.gate,
+            approvals=request.approvals,
+            continuation=continuation,
+            unread=unread,
+            seen=seen,
         )
         try:
             # Roll back (no thread, agent disposed) for an abort that came while registering.
@@ -433,3 +534,17 @@ class AgentLoopProvider:
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self._name!r} model={self._model!r}>"
+
+
+def _attach_calls(history: list[ChatMessage], call_id: str, calls: Sequence[ToolCall]) -> None:
+    """Add ``calls`` to the assistant message that made call ``call_id`` (a continued
+    turn's history holds only the calls written before its run parked)."""
+    if not calls:
+        return
+    for index in range(len(history) - 1, -1, -1):
+        message = history[index]
+        if message.role == "assistant" and any(c.id == call_id for c in message.tool_calls):
+            history[index] = message.model_copy(
+                update={"tool_calls": [*message.tool_calls, *calls]}
+            )
+            return

@@ -35,6 +35,7 @@ __all__ = [
     "TOOL_RESULT",
     "chat_history",
     "counted_tool_result",
+    "open_turn_history",
     "tool_call_data",
     "tool_message_text",
 ]
@@ -85,6 +86,18 @@ def tool_call_data(call: ToolCall) -> dict[str, object]:
     return stored
 
 
+def open_turn_history(
+    events: Iterable[SessionEvent],
+) -> tuple[list[ChatMessage], list[ChatMessage], int]:
+    """The conversation in ``events`` whose last turn is still open (a turn that goes on
+    after an approval, SPEC §11): its messages, the last turn's waiting calls left
+    unanswered; the turn's steering messages its model has not read yet; and how many of
+    the turn's steering messages it has read."""
+    rebuild = _Rebuild()
+    rebuild.feed(events)
+    return rebuild.messages, rebuild.held, rebuild.steering_placed
+
+
 def chat_history(events: Iterable[SessionEvent]) -> list[ChatMessage]:
     """The conversation held in ``events``.
 
@@ -105,6 +118,13 @@ class _Rebuild:
         self.steering_placed = 0  # the turn's steering messages placed so far
 
     def run(self, events: Iterable[SessionEvent]) -> list[ChatMessage]:
+        self.feed(events)
+        self._end_turn()
+        return self.messages
+
+    def feed(self, events: Iterable[SessionEvent]) -> None:
+        """Take ``events`` in, leaving the last turn open (its calls unanswered, its
+        unread steering held)."""
         for event in events:
             # A turn opens with its frame and its prompt (``user/message``; mid-turn
             # messages are ``steering/message``): the prompt alone marks it in a fork's
@@ -130,8 +150,6 @@ class _Rebuild:
                     else:
                         self.messages.append(message)
                         self.assistant_at = None
-        self._end_turn()
-        return self.messages
 
     def _reply(self, text: str, seen: object) -> None:
         """Place a reply after the results it answers and the steering its call read."""

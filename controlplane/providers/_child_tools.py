@@ -18,11 +18,13 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from controlplane.contract import (
+    ApprovalPolicy,
     CancelSignal,
     ErrorCode,
     JsonValue,
     SubagentControlError,
     plain_json,
+    seconds_problem,
 )
 from controlplane.providers._model import ToolCall, ToolDefinition
 
@@ -65,10 +67,17 @@ class ChildTool:
         handler: ``handler(arguments: dict) -> str``. A handler that takes a second
             parameter gets the activation's `CancelSignal` too, so a kill can stop it. A
             raise becomes an error result the model reads.
+        approval: Whether a call needs its parent's (or a person's) approval before it
+            runs (SPEC §11): ``"never"`` (the default), ``"always"``, or a callable on the
+            parsed arguments returning True to ask (one that raises asks too). The request
+            is written before anything runs; the child waits (its Task reads
+            ``input_required``) until `SubagentControl.answer` allows or denies it.
+        approval_deadline_s: Deny a request unanswered after this many seconds (the
+            model reads why); None waits for the answer however long it takes.
 
     Raises:
         SubagentControlError: ``INVALID_INPUT`` for a bad name, a schema that is not a JSON
-            object, or a handler that is not callable.
+            object, a handler that is not callable, or a bad approval policy or deadline.
     """
 
     def __init__(
@@ -77,6 +86,9 @@ class ChildTool:
         description: str,
         parameters: Mapping[str, JsonValue] | type[BaseModel],
         handler: ToolHandler,
+        *,
+        approval: ApprovalPolicy = "never",
+        approval_deadline_s: float | None = None,
     ) -> None:
         if not isinstance(name, str) or not _NAME.match(name):
             raise SubagentControlError(
@@ -102,6 +114,33 @@ class ChildTool:
         self._definition = ToolDefinition(name=name, description=description, parameters=schema)
         self._handler = handler
         self._takes_signal = _takes_two_arguments(handler)
+        if not (approval in ("never", "always") or callable(approval)):
+            raise SubagentControlError(
+                ErrorCode.INVALID_INPUT,
+                f"the approval of tool {name!r} must be 'never', 'always' or a callable on "
+                f"its arguments, not {approval!r}",
+            )
+        if approval_deadline_s is not None and (problem := seconds_problem(approval_deadline_s)):
+            raise SubagentControlError(
+                ErrorCode.INVALID_INPUT, f"approval_deadline_s of tool {name!r} {problem}"
+            )
+        self._approval = approval
+        self.approval_deadline_s = approval_deadline_s
+        """Seconds before an unanswered request is denied; None: no deadline."""
+
+    def needs_approval(self, arguments: dict[str, Any]) -> bool:
+        """Whether a call with ``arguments`` must be approved before it runs (a policy
+        callable that raises asks: the safe side)."""
+        policy = self._approval
+        if policy == "never":
+            return False
+        if policy == "always":
+            return True
+        assert callable(policy)
+        try:
+            return bool(policy(arguments))
+        except Exception:
+            return True
 
     @property
     def name(self) -> str:

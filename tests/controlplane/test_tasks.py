@@ -210,7 +210,10 @@ def test_task_status_values_are_the_spec_strings() -> None:
         "killed",
         "interrupted",
         "queued",
+        "input_required",
     ]
+    live = {TaskStatus.RUNNING, TaskStatus.QUEUED, TaskStatus.INPUT_REQUIRED}
+    assert {status for status in TaskStatus if not status.is_terminal} == live
 
 
 def test_a_provider_is_registered_under_its_name(

@@ -19,6 +19,8 @@ EXPORTS = [
     "AcpProvider",
     "ActorTree",
     "AgentHandle",
+    "ApprovalAnswer",
+    "ApprovalRequest",
     "Budget",
     "CancelSignal",
     "ChildMeta",

@@ -29,6 +29,7 @@ ARGUMENT_NAMES = {
     "task_list": [],
     "list_agents": [],
     "set_budget": ["subagent_id", "tokens", "cost", "model_calls", "tool_calls", "seconds"],
+    "answer": ["request_id", "allow", "note"],
 }
 
 SETTINGS = settings(
@@ -73,6 +74,13 @@ def is_valid(name: str, arguments: object) -> bool:
         )
     if name == "set_budget":
         return _id_ok(arguments.get("subagent_id")) and _limits_ok(arguments)
+    if name == "answer":
+        note = arguments.get("note")
+        return (
+            _id_ok(arguments.get("request_id"))
+            and isinstance(arguments.get("allow"), bool)
+            and (note is None or (isinstance(note, str) and len(note) <= MAX_MESSAGE_CHARS))
+        )
     if name in ("task_output", "task_kill"):
         if not _id_ok(arguments.get("task_id")):
             return False

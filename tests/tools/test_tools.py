@@ -28,7 +28,7 @@ def url(store_url: str) -> str:
 # -- definitions ----------------------------------------------------------------------------
 
 
-def test_definitions_name_the_seven_tools_with_strict_object_schemas(rig: Rig) -> None:
+def test_definitions_name_the_eight_tools_with_strict_object_schemas(rig: Rig) -> None:
     definitions = rig.tools.definitions()
 
     assert [d["name"] for d in definitions] == TOOL_NAMES
@@ -41,6 +41,7 @@ def test_definitions_name_the_seven_tools_with_strict_object_schemas(rig: Rig) -
         "task_list": set(),
         "list_agents": set(),
         "set_budget": {"subagent_id", "tokens", "cost", "model_calls", "tool_calls", "seconds"},
+        "answer": {"request_id", "allow", "note"},
     }
     for definition in definitions:
         assert set(definition) == {"name", "description", "parameters"}
@@ -53,6 +54,7 @@ def test_definitions_name_the_seven_tools_with_strict_object_schemas(rig: Rig) -
     assert arguments["send_message"]["required"] == ["subagent_id", "message"]
     assert arguments["task_output"]["required"] == ["task_id"]
     assert arguments["set_budget"]["required"] == ["subagent_id"]
+    assert arguments["answer"]["required"] == ["request_id", "allow"]
     timeout = arguments["task_output"]["properties"]["timeout_s"]
     assert timeout["type"] == "number"
     assert timeout["exclusiveMinimum"] == 0

@@ -1,0 +1,68 @@
+"""Approvals across processes (SPEC §11): a runtime's child asks, its parent's notice is
+drained, the runtime is SIGKILLed — waiting on the request, or parked — and the answer
+given from another runtime goes on with the Task that asked: the tool runs exactly once,
+the turn completes, the notice is never given again. SQLite and PostgreSQL; every process
+a test starts is reaped, pass or fail."""
+
+from __future__ import annotations
+
+import json
+import signal
+from pathlib import Path
+
+import pytest
+
+from controlplane import (
+    EventKind,
+    InProcessProvider,
+    ScriptedModel,
+    SubagentControl,
+    TaskStatus,
+)
+from tests.reliability.approval_child import deploy_tool
+from tests.reliability.processes import LinesProcess, Reaper, reaping
+from tests.support import WAIT_S
+
+CHILD = Path(__file__).with_name("approval_child.py")
+
+pytestmark = pytest.mark.timeout(120)
+
+reaped = pytest.fixture(reaping, name="reaped")
+
+
+@pytest.mark.parametrize("grace_s", ["30", "0.05"], ids=["waiting", "parked"])
+def test_an_answer_from_another_runtime_after_a_sigkill_runs_the_tool_once_and_completes(
+    reaped: Reaper, store_url: str, tmp_path: Path, grace_s: str
+) -> None:
+    runs = tmp_path / "runs.jsonl"
+    runtime = reaped.add(LinesProcess(CHILD, store_url, str(runs), grace_s, name="asker"))
+    ready = json.loads(runtime.expect("READY ").removeprefix("READY "))
+    (notice,) = ready["notices"]
+    assert "deploy" in notice
+    assert ready["request_id"] in notice
+    runtime.proc.send_signal(signal.SIGKILL)
+    runtime.reap()
+
+    with SubagentControl.open(store_url, lease_ttl_s=30.0) as control:
+        control.providers.register(
+            InProcessProvider(ScriptedModel(["shipped"]), tools=[deploy_tool(runs)])
+        )
+        parent = control.agents.register("approver")
+        task_id = ready["task_id"]
+        assert control.tasks.get(task_id, requester=parent).status is (TaskStatus.INPUT_REQUIRED)
+        assert control.tasks.drain_notices(parent) == []  # once, across runtimes
+
+        control.answer(parent, ready["request_id"], allow=True)
+        done = control.tasks.wait(task_id, timeout=WAIT_S, requester=parent)
+        assert done.id == task_id
+        assert done.status is TaskStatus.COMPLETED, done
+        assert done.outcome is not None
+        assert done.outcome.output == "shipped"
+        assert runs.read_text().splitlines() == ['{"env": "prod"}']
+        assert control.store is not None
+        kinds = [e.kind for e in control.store.load(ready["child_id"]).events]
+        for kind in (EventKind.TURN_START, EventKind.APPROVAL_REQUEST,
+                     EventKind.APPROVAL_ANSWER, "tool/result", EventKind.TURN_END):  # fmt: skip
+            assert kinds.count(kind) == 1, (kind, kinds)
+        (completed,) = control.tasks.drain_notices(parent)
+        assert completed.status is TaskStatus.COMPLETED
