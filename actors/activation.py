@@ -185,7 +185,7 @@ class ActivationActor(Actor):
         if self._ctx.admission is not None:
             self._ctx.admission.release(plan.task_id)  # waiting holds no slot
         plan.trace.end(None)
-        self._tell(ActivationEnded(task_id=plan.task_id, durable=True))
+        self._tell(ActivationEnded(task_id=plan.task_id, durable=True, parked=True))
 
     def _admit(self, prepared: _Prepared) -> None:
         """Wait for a slot under the concurrency limits the child falls under (SPEC §11),

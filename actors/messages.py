@@ -234,13 +234,15 @@ class Settling(BaseModel):
 class ActivationEnded(BaseModel):
     """Supervisor (from the activation): the Task has its outcome; drop the association.
 
-    ``durable`` says whether the child exists in the store (published, or loaded).
+    ``durable`` says whether the child exists in the store (published, or loaded);
+    ``parked``, whether its run parked on an approval request (SPEC §11).
     """
 
     model_config = _MESSAGE
 
     task_id: str
     durable: bool
+    parked: bool = False
 
 
 class Describe(BaseModel):

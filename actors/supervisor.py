@@ -434,7 +434,11 @@ class ChildSupervisor(Actor):
             self._drop()
         # Only now, with the association gone, may `tasks.wait()` return.
         self._ctx.tasks.release(ended.task_id)
-        if (not ended.durable or self._broken is not None) and self._current is None:
+        if (not ended.durable or ended.parked or self._broken is not None) and (
+            self._current is None
+        ):
+            # A parked child waits in the store, holding no thread here: not even this
+            # supervisor's (its answer or its next message makes a new one, anywhere).
             self._retire()
 
     def _passivate_if_idle(self, idle_for_s: float) -> None:

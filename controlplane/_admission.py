@@ -363,13 +363,22 @@ class Admission:
 
 def placed_nodes(nodes: list[SupervisorNode], tasks: TaskService) -> list[SupervisorNode]:
     """The tree's supervisors, each activation whose Task waits (or waited) for a slot
-    with its status, queue position and wait (the supervisors know nothing of queues)."""
+    with its status, queue position and wait, and each whose child waits for an approval
+    answer with status ``input_required`` (the supervisors know neither)."""
     ids = [n.activation.task_id for n in nodes if n.activation is not None]
     snapshots = {s.id: s for s in tasks.live(ids)}
     out = []
     for node in nodes:
         snapshot = snapshots.get(node.task_id or "")
-        if node.activation is not None and snapshot is not None and snapshot.queued_at:
+        if (
+            node.activation is not None
+            and snapshot is not None
+            and snapshot.status is TaskStatus.INPUT_REQUIRED
+        ):
+            status = snapshot.status.value
+            activation = node.activation.model_copy(update={"task_status": status})
+            node = node.model_copy(update={"task_status": status, "activation": activation})
+        elif node.activation is not None and snapshot is not None and snapshot.queued_at:
             status = snapshot.status.value
             waited = (snapshot.admitted_at or utcnow()) - snapshot.queued_at
             activation = node.activation.model_copy(

@@ -18,6 +18,7 @@ from controlplane.contract import (
     SessionEvent,
     SubagentControlError,
     TaskSnapshot,
+    TaskStatus,
     Usage,
     escape_controls,
     usage_of,
@@ -116,6 +117,7 @@ def run_tasks(args: argparse.Namespace, out: IO[str]) -> None:
     try:
         tasks = store.ledger.recent(args.owner) if store.keeps_tasks else []
         tasks = store.queue.with_places(tasks)  # queued ones with their places (SPEC §11)
+        tasks = _with_requests(store, tasks)  # waiting ones with their requests (SPEC §11)
     finally:
         store.close()
     _write_list(
@@ -149,10 +151,22 @@ def run_tasks(args: argparse.Namespace, out: IO[str]) -> None:
 
 
 def _status(task: TaskSnapshot) -> str:
-    """A Task's status; a queued one's with its place in the queue (``queued #2``)."""
+    """A Task's status; a queued one's with its place in the queue (``queued #2``), one
+    waiting for an approval answer with the tool it asks for (``input_required deploy``)."""
+    if task.request is not None:
+        return f"{task.status.value} {task.request.tool}"
     if task.queue_position is None:
         return task.status.value
     return f"{task.status.value} #{task.queue_position}"
+
+
+def _with_requests(store: SqlStore, tasks: list[TaskSnapshot]) -> list[TaskSnapshot]:
+    """The Tasks, each waiting one with its approval request (one read, only if one waits)."""
+    waiting = [t.id for t in tasks if t.status is TaskStatus.INPUT_REQUIRED]
+    if not waiting:
+        return tasks
+    found = store.approvals.of_tasks(waiting)
+    return [t.model_copy(update={"request": found[t.id]}) if t.id in found else t for t in tasks]
 
 
 def _write_list(

@@ -30,7 +30,15 @@ __all__ = ["render", "run_top"]
 _HEADER: Final = (
     "CHILD", "STATE", "TASK", "AGE", "QUEUE", "TOKENS", "COST", "HELD", "MAILBOX", "PARENT"
 )  # fmt: skip
-_ORDER: Final = {"running": 0, "starting": 1, "queued": 2, "settling": 3, "busy": 4, "idle": 5}
+_ORDER: Final = {
+    "running": 0,
+    "starting": 1,
+    "input_required": 2,
+    "queued": 3,
+    "settling": 4,
+    "busy": 5,
+    "idle": 6,
+}
 _QUIT_KEYS: Final = frozenset(b"qQ")
 _ENTER_SCREEN: Final = "\x1b[?1049h\x1b[?25l"  # alternate screen, cursor hidden
 _LEAVE_SCREEN: Final = "\x1b[?25h\x1b[?1049l"
@@ -64,8 +72,11 @@ def _rank(node: SupervisorNode) -> tuple[int, float]:
 
 
 def _state(node: SupervisorNode) -> str:
-    """The supervisor's state, or ``queued`` while its Task waits for a slot."""
-    return "queued" if node.task_status == "queued" else node.state
+    """The supervisor's state, or ``queued`` while its Task waits for a slot, or
+    ``input_required`` while its child waits for an approval answer."""
+    if node.task_status in ("queued", "input_required"):
+        return node.task_status
+    return node.state
 
 
 def _queue(node: SupervisorNode) -> str:

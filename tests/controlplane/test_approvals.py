@@ -459,3 +459,47 @@ def test_bad_approval_options_are_refused_with_a_code() -> None:
     with pytest.raises(SubagentControlError) as grace:
         SubagentControl(approval_grace_s=-1)
     assert grace.value.code is ErrorCode.INVALID_INPUT
+
+
+def test_a_waiting_task_reads_input_required_in_the_tree_top_and_the_cli(
+    opened: Open, store_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from controlplane.cli import main
+    from controlplane.cli._top import render
+
+    control = opened(ScriptedModel([DEPLOY, "done"]), [Deploys().tool], approval_grace_s=30.0)
+    parent = control.agents.register("p1")
+    child_id, task_id = start(control, parent)
+    asked(control, parent, task_id)
+
+    tree = control.dump_tree()
+    (node,) = [n for n in tree.supervisors if n.child_id == child_id]
+    assert node.task_status == "input_required"
+    assert node.activation is not None and node.activation.task_status == "input_required"
+    assert any("input_required" in line for line in render(tree, source="test"))
+
+    assert main(["tasks", "--db", store_url]) == 0
+    shown = capsys.readouterr().out
+    assert f"{task_id}" in shown and "input_required deploy" in shown
+
+
+def test_parked_children_hold_no_thread_the_count_is_flat_from_20_to_200(opened: Open) -> None:
+    control = opened(
+        ScriptedModel([DEPLOY]), [Deploys().tool], approval_grace_s=0.0, passivate_after_s=None
+    )
+    parent = control.agents.register("p1")
+
+    def park(n: int) -> int:
+        tasks = [start(control, parent, label=f"c{i}")[1] for i in range(n)]
+        for task_id in tasks:
+            asked(control, parent, task_id)
+        wait_until(lambda: not any(
+            t.name.startswith(THREAD_PREFIX) for t in threading.enumerate()
+        ), "every run parked")  # fmt: skip
+        return threading.active_count()
+
+    with_20 = park(20)
+    with_200 = park(180)
+    assert with_200 <= with_20 + 2, (with_20, with_200)
+    waiting = [t for t in control.tasks.list(parent) if t.status is TaskStatus.INPUT_REQUIRED]
+    assert len(waiting) == 200
