@@ -475,12 +475,14 @@ def test_a_waiting_task_reads_input_required_in_the_tree_top_and_the_cli(
     tree = control.dump_tree()
     (node,) = [n for n in tree.supervisors if n.child_id == child_id]
     assert node.task_status == "input_required"
-    assert node.activation is not None and node.activation.task_status == "input_required"
+    assert node.activation is not None
+    assert node.activation.task_status == "input_required"
     assert any("input_required" in line for line in render(tree, source="test"))
 
     assert main(["tasks", "--db", store_url]) == 0
     shown = capsys.readouterr().out
-    assert f"{task_id}" in shown and "input_required deploy" in shown
+    assert f"{task_id}" in shown
+    assert "input_required deploy" in shown
 
 
 def test_parked_children_hold_no_thread_the_count_is_flat_from_20_to_200(opened: Open) -> None:
