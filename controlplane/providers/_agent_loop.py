@@ -46,6 +46,7 @@ from controlplane.providers._chat_history import (
     STEERING_SEEN,
     TOOL_CALL,
     TOOL_RESULT,
+    UnansweredCall,
     chat_history,
     counted_tool_result,
     tool_call_data,
@@ -53,6 +54,7 @@ from controlplane.providers._chat_history import (
 )
 from controlplane.providers._child_tools import ChildTool, run_tool_call, select_tools
 from controlplane.providers._model import ChatMessage, ModelAdapter, ModelRequest, ToolCall
+from controlplane.providers._recovery import answer_unanswered, resumed_history
 
 __all__ = [
     "THREAD_PREFIX",
@@ -118,6 +120,7 @@ class AgentLoopRun:
         stop_timeout_s: float,
         tools: Sequence[ChildTool] = (),
         gate: SpendGate | None = None,
+        unanswered: Sequence[UnansweredCall] = (),
     ) -> None:
         self.child_id = child_id
         self.local_agent: AgentHandle | None = local_agent
@@ -131,6 +134,7 @@ class AgentLoopRun:
         # before the call starts, and `result()` raises it (BUDGET_EXHAUSTED).
         self._gate = gate
         self._stop_timeout_s = stop_timeout_s
+        self._unanswered = tuple(unanswered)  # answered before the first model call
         # The loop's own signal: aborted by the activation's signal or by `dispose`, and the
         # one the model sees, so either stops a model call in flight.
         self._signal = CancelSignal()
@@ -214,6 +218,14 @@ class AgentLoopRun:
         stop_reason: str = StopReason.COMPLETED
         seen = 0  # this turn's steered messages the model has been shown, in delivery order
         try:
+            answer_unanswered(
+                self._unanswered,
+                history,
+                tools=self._tools,
+                transcript=self._transcript,
+                gate=self._gate,
+                signal=self._signal,
+            )  # a kill meanwhile: the first check below ends the turn
             while True:
                 with self._lock:
                     history.extend(self._queue)
@@ -374,10 +386,14 @@ class AgentLoopProvider:
     def resume(self, request: ResumeRequest, signal: CancelSignal) -> SubagentRun:
         """Continue the child in a new turn, from its opening and its own earlier events.
 
+        Before the turn's first model call, each tool call of those events that no result
+        answers is answered (`controlplane.providers._recovery`).
+
         Raises:
             SubagentControlError: as for `start`.
         """
-        return self._launch(request, signal, self._opening(request) + chat_history(request.events))
+        history, unanswered = resumed_history(self._opening(request), request.events)
+        return self._launch(request, signal, history, unanswered)
 
     def _opening(self, request: StartRequest | ResumeRequest) -> list[ChatMessage]:
         """The conversation a child opens with, before its own events."""
@@ -388,6 +404,7 @@ class AgentLoopProvider:
         request: StartRequest | ResumeRequest,
         signal: CancelSignal,
         history: list[ChatMessage],
+        unanswered: Sequence[UnansweredCall] = (),
     ) -> AgentLoopRun:
         self._raise_if_cancelled(request, signal)
         # Filtered again at every activation: a resumed child sees what its descriptor allows.
@@ -416,6 +433,7 @@ class AgentLoopProvider:
             stop_timeout_s=self._stop_timeout_s,
             tools=tools,
             gate=request.gate,
+            unanswered=unanswered,
         )
         try:
             # Roll back (no thread, agent disposed) for an abort that came while registering.

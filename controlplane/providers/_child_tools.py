@@ -65,10 +65,13 @@ class ChildTool:
         handler: ``handler(arguments: dict) -> str``. A handler that takes a second
             parameter gets the activation's `CancelSignal` too, so a kill can stop it. A
             raise becomes an error result the model reads.
+        idempotent: Running the call twice does what running it once does. A call of an
+            idempotent tool that a crash or kill left without a result is run again when
+            the child resumes; any other is answered as interrupted, never run again.
 
     Raises:
         SubagentControlError: ``INVALID_INPUT`` for a bad name, a schema that is not a JSON
-            object, or a handler that is not callable.
+            object, a handler that is not callable, or an ``idempotent`` that is not a bool.
     """
 
     def __init__(
@@ -77,6 +80,8 @@ class ChildTool:
         description: str,
         parameters: Mapping[str, JsonValue] | type[BaseModel],
         handler: ToolHandler,
+        *,
+        idempotent: bool = False,
     ) -> None:
         if not isinstance(name, str) or not _NAME.match(name):
             raise SubagentControlError(
@@ -87,6 +92,12 @@ class ChildTool:
             raise SubagentControlError(
                 ErrorCode.INVALID_INPUT, f"the handler of tool {name!r} is not callable"
             )
+        if not isinstance(idempotent, bool):
+            raise SubagentControlError(
+                ErrorCode.INVALID_INPUT,
+                f"idempotent of tool {name!r} must be True or False, not {idempotent!r}",
+            )
+        self._idempotent = idempotent
         self._model: type[BaseModel] | None = None
         if isinstance(parameters, type) and issubclass(parameters, BaseModel):
             self._model = parameters
@@ -107,6 +118,11 @@ class ChildTool:
     def name(self) -> str:
         """The tool's name."""
         return self._definition.name
+
+    @property
+    def idempotent(self) -> bool:
+        """Whether a call left without a result by a crash is run again on resume."""
+        return self._idempotent
 
     @property
     def definition(self) -> ToolDefinition:
