@@ -25,8 +25,10 @@ from controlplane import (
     ForkProvider,
     InProcessProvider,
     ScriptedModel,
+    SessionEvent,
     SubagentControl,
     SubagentControlError,
+    TaskSnapshot,
     TaskStatus,
     TextBlock,
 )
@@ -599,7 +601,9 @@ def crash_mid_call(url: str, runs_file: Path, reaped: Reaper, *, idempotent: boo
     return child_id
 
 
-def follow_up(url: str, child_id: str, runs_file: Path, *, idempotent: bool) -> Any:
+def follow_up(
+    url: str, child_id: str, runs_file: Path, *, idempotent: bool
+) -> tuple[ScriptedModel, list[SessionEvent], TaskSnapshot]:
     """Open the store in a new runtime and send the child a follow-up; the model, the
     stored events, and the follow-up's Task snapshot."""
 
@@ -620,7 +624,7 @@ def follow_up(url: str, child_id: str, runs_file: Path, *, idempotent: bool) -> 
     return model, stored, done
 
 
-def assert_seen_in_place(model: ScriptedModel, stored: list[Any], text: str) -> None:
+def assert_seen_in_place(model: ScriptedModel, stored: list[SessionEvent], text: str) -> None:
     """The model read the call's result right after the call, before the new prompt; and
     the conversation rebuilt from the store is the one it saw."""
     assert model.call_count == 1
@@ -635,7 +639,7 @@ def assert_seen_in_place(model: ScriptedModel, stored: list[Any], text: str) -> 
     assert_strictly_paired(seen)
 
 
-def results_of(stored: list[Any]) -> list[Any]:
+def results_of(stored: list[SessionEvent]) -> list[SessionEvent]:
     return [
         e for e in stored if e.kind == "tool/result" and e.data.get("id") == child_script.CALL_ID
     ]
