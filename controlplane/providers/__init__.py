@@ -2,7 +2,8 @@
 
 - `InProcessProvider` and `ForkProvider`: a model-and-tools loop on a thread of this
   process (`_agent_loop`), over any `ModelAdapter` (`_model`: the adapter Protocol and its
-  request and reply types; `_chat_history`: a transcript replayed as chat messages);
+  request and reply types; `_chat_history`: a transcript replayed as chat messages;
+  `_recovery`: the tool calls a crash left open, answered when the child resumes);
 - `ChildTool`: the tools such a child may call (`_child_tools`);
 - `ScriptedModel`: a deterministic adapter for demos and tests;
 - `OpenAIChatModel`: an adapter over the Chat Completions API (`_openai_model`, its wire

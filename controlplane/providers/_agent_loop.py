@@ -54,6 +54,7 @@ from controlplane.providers._chat_history import (
     STEERING_SEEN,
     TOOL_CALL,
     TOOL_RESULT,
+    UnansweredCall,
     chat_history,
     counted_tool_result,
     open_turn_history,
@@ -62,6 +63,7 @@ from controlplane.providers._chat_history import (
 )
 from controlplane.providers._child_tools import ChildTool, ToolOutcome, select_tools
 from controlplane.providers._model import ChatMessage, ModelAdapter, ModelRequest, ToolCall
+from controlplane.providers._recovery import answer_unanswered, resumed_history
 
 __all__ = [
     "THREAD_PREFIX",
@@ -131,6 +133,7 @@ class AgentLoopRun:
         continuation: Continuation | None = None,
         unread: Sequence[ChatMessage] = (),
         seen: int = 0,
+        unanswered: Sequence[UnansweredCall] = (),
     ) -> None:
         self.child_id = child_id
         self.local_agent: AgentHandle | None = local_agent
@@ -150,6 +153,7 @@ class AgentLoopRun:
         self._continuation = continuation
         self._seen_before = seen
         self._stop_timeout_s = stop_timeout_s
+        self._unanswered = tuple(unanswered)  # answered before the first model call
         # The loop's own signal: aborted by the activation's signal or by `dispose`, and the
         # one the model sees, so either stops a model call in flight.
         self._signal = CancelSignal()
@@ -234,6 +238,14 @@ class AgentLoopRun:
         # This turn's steered messages the model has been shown, in delivery order.
         seen = self._seen_before
         try:
+            answer_unanswered(
+                self._unanswered,
+                history,
+                tools=self._tools,
+                transcript=self._transcript,
+                gate=self._gate,
+                signal=self._signal,
+            )  # a kill meanwhile: the first check below ends the turn
             if self._continuation is not None and not self._go_on(self._continuation, history):
                 stop_reason = StopReason.ABORTED
             while stop_reason != StopReason.ABORTED:
@@ -456,12 +468,16 @@ class AgentLoopProvider:
     def resume(self, request: ResumeRequest, signal: CancelSignal) -> SubagentRun:
         """Continue the child in a new turn, from its opening and its own earlier events.
 
+        Before the turn's first model call, each tool call of those events that no result
+        answers is answered (`controlplane.providers._recovery`).
+
         Raises:
             SubagentControlError: as for `start`.
         """
         if request.open_turn:
             return self._launch(request, signal, [])  # the history is read with its open turn
-        return self._launch(request, signal, self._opening(request) + chat_history(request.events))
+        history, unanswered = resumed_history(self._opening(request), request.events)
+        return self._launch(request, signal, history, unanswered)
 
     def _opening(self, request: StartRequest | ResumeRequest) -> list[ChatMessage]:
         """The conversation a child opens with, before its own events."""
@@ -472,6 +488,7 @@ class AgentLoopProvider:
         request: StartRequest | ResumeRequest,
         signal: CancelSignal,
         history: list[ChatMessage],
+        unanswered: Sequence[UnansweredCall] = (),
     ) -> AgentLoopRun:
         self._raise_if_cancelled(request, signal)
         # Filtered again at every activation: a resumed child sees what its descriptor allows.
@@ -517,6 +534,7 @@ class AgentLoopProvider:
             continuation=continuation,
             unread=unread,
             seen=seen,
+            unanswered=unanswered,
         )
         try:
             # Roll back (no thread, agent disposed) for an abort that came while registering.

@@ -16,13 +16,17 @@ records and a later steering message is placed one reply early.)
 A Chat Completions conversation is stricter still: an assistant message that calls tools
 must be followed by one ``tool`` message per call before anything else; holding steering
 messages back to the next reply keeps them out of an exchange, and a call whose result was
-never written (the process died mid-call) is answered with an error.
+never written (the process died mid-call) is answered with an error. When the child resumes,
+the loop writes that call's result late, in the new turn (`controlplane.providers._recovery`);
+the rebuild puts it where the placeholder stood, right after the call, as the resumed model
+saw it, not after the new turn's prompt.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Literal
 
 from controlplane.contract import USAGE, EventKind, SessionEvent, Usage
@@ -33,7 +37,9 @@ __all__ = [
     "STEERING_SEEN",
     "TOOL_CALL",
     "TOOL_RESULT",
+    "UnansweredCall",
     "chat_history",
+    "chat_history_with_unanswered",
     "counted_tool_result",
     "open_turn_history",
     "tool_call_data",
@@ -44,7 +50,11 @@ TOOL_CALL = "tool/call"
 """Event kind: a tool call the child's model made (``id``, ``name``, ``arguments``)."""
 TOOL_RESULT = "tool/result"
 """Event kind: the result of a tool call (``id`` and ``output``, or ``id`` and ``error``)."""
-INTERRUPTED_TOOL_CALL = "the tool call was interrupted before it returned a result"
+INTERRUPTED_TOOL_CALL = (
+    "the tool call was interrupted: its turn ended before the tool returned, so it may or "
+    "may not have run; check its effects before calling it again"
+)
+"""What the model reads for a call left without a result (its error text)."""
 STEERING_SEEN = "steering_seen"
 """``assistant/message`` data key: how many of the turn's steering messages, in the order
 they were delivered, the model call that wrote the reply had read. Absent (a reply written by
@@ -98,21 +108,49 @@ def open_turn_history(
     return rebuild.messages, rebuild.held, rebuild.steering_placed
 
 
+@dataclass(frozen=True, slots=True)
+class UnansweredCall:
+    """A tool call no ``tool/result`` answers, and where its placeholder stands.
+
+    Attributes:
+        call: The call, as the conversation carries it.
+        at: The index of the ``tool`` message that answers it as interrupted.
+    """
+
+    call: ToolCall
+    at: int
+
+
 def chat_history(events: Iterable[SessionEvent]) -> list[ChatMessage]:
     """The conversation held in ``events``.
 
     Inbound messages become ``user`` messages, replies ``assistant`` messages (carrying the
     tool calls written after them), tool results ``tool`` messages; frames, descriptors and
-    unknown kinds are skipped.
+    unknown kinds are skipped. A call left without a result when its turn (or exchange)
+    ended is answered with `INTERRUPTED_TOOL_CALL`, which a result written later for it
+    replaces in place; a result for a call already answered is skipped.
     """
     return _Rebuild().run(events)
+
+
+def chat_history_with_unanswered(
+    events: Iterable[SessionEvent],
+) -> tuple[list[ChatMessage], list[UnansweredCall]]:
+    """`chat_history` of ``events``, and the calls in it no result answers, in call order
+    (from the same pass)."""
+    rebuild = _Rebuild()
+    messages = rebuild.run(events)
+    return messages, rebuild.unanswered()
 
 
 class _Rebuild:
     def __init__(self) -> None:
         self.messages: list[ChatMessage] = []
         self.assistant_at: int | None = None  # the reply that tool calls attach to
-        self.open_calls: list[str] = []  # calls still waiting for their result, in order
+        self.open_calls: list[ToolCall] = []  # calls still waiting for their result, in order
+        # Calls answered as interrupted, by id: where each placeholder stands, oldest first
+        # (a model may reuse an id in a later turn), so a late result replaces it in place.
+        self.placeholders: dict[str, list[tuple[int, ToolCall]]] = {}
         self.held: list[ChatMessage] = []  # steering messages the model has not read yet
         self.turn: int | None = None
         self.steering_placed = 0  # the turn's steering messages placed so far
@@ -175,31 +213,50 @@ class _Rebuild:
         self.messages[self.assistant_at] = reply.model_copy(
             update={"tool_calls": [*reply.tool_calls, call]}
         )
-        self.open_calls.append(call_id)
+        self.open_calls.append(call)
 
     def _result(self, data: dict[str, object]) -> None:
         call_id = data.get("id")
-        if call_id not in self.open_calls:
-            return  # a result without its call: nothing a model could pair it with
-        assert isinstance(call_id, str)
+        if not isinstance(call_id, str):
+            return
         output, error = data.get("output"), data.get("error")
         text = tool_message_text(
             output=output if isinstance(output, str) else None,
             error=error if isinstance(error, str) else None,
         )
-        self.open_calls.remove(call_id)
-        self.messages.append(ChatMessage(role="tool", text=text, tool_call_id=call_id))
+        message = ChatMessage(role="tool", text=text, tool_call_id=call_id)
+        at = next((n for n, call in enumerate(self.open_calls) if call.id == call_id), None)
+        if at is not None:
+            del self.open_calls[at]
+            self.messages.append(message)
+        elif waiting := self.placeholders.get(call_id):
+            # Written late, when the child resumed: the model read it where the placeholder
+            # stood, right after its call, never after the new turn's prompt.
+            self.messages[waiting.pop(0)[0]] = message
+            if not waiting:
+                del self.placeholders[call_id]
+        # Otherwise a result without its call, or for one already answered: nothing a model
+        # could pair it with.
 
     def _answer_open_calls(self) -> None:
-        for call_id in self.open_calls:
+        for call in self.open_calls:
+            self.placeholders.setdefault(call.id, []).append((len(self.messages), call))
             self.messages.append(
                 ChatMessage(
                     role="tool",
                     text=tool_message_text(error=INTERRUPTED_TOOL_CALL),
-                    tool_call_id=call_id,
+                    tool_call_id=call.id,
                 )
             )
         self.open_calls = []
+
+    def unanswered(self) -> list[UnansweredCall]:
+        """The calls still answered by a placeholder once `run` is over, in call order."""
+        waiting = [entry for entries in self.placeholders.values() for entry in entries]
+        return [
+            UnansweredCall(call=call, at=at)
+            for at, call in sorted(waiting, key=lambda entry: entry[0])
+        ]
 
     def _place(self, count: int | None) -> None:
         """Put the first ``count`` held messages (all: None) into the conversation."""

@@ -67,6 +67,10 @@ class ChildTool:
         handler: ``handler(arguments: dict) -> str``. A handler that takes a second
             parameter gets the activation's `CancelSignal` too, so a kill can stop it. A
             raise becomes an error result the model reads.
+        idempotent: Running the call twice does what running it once does. A call of an
+            idempotent tool that a crash or kill left without a result is run again when
+            the child resumes; any other is answered as interrupted, never run again (a
+            tool that needs approval is never run again unasked).
         approval: Whether a call needs its parent's (or a person's) approval before it
             runs (SPEC §11): ``"never"`` (the default), ``"always"``, or a callable on the
             parsed arguments returning True to ask (one that raises asks too). The request
@@ -77,7 +81,8 @@ class ChildTool:
 
     Raises:
         SubagentControlError: ``INVALID_INPUT`` for a bad name, a schema that is not a JSON
-            object, a handler that is not callable, or a bad approval policy or deadline.
+            object, a handler that is not callable, an ``idempotent`` that is not a bool,
+            or a bad approval policy or deadline.
     """
 
     def __init__(
@@ -87,6 +92,7 @@ class ChildTool:
         parameters: Mapping[str, JsonValue] | type[BaseModel],
         handler: ToolHandler,
         *,
+        idempotent: bool = False,
         approval: ApprovalPolicy = "never",
         approval_deadline_s: float | None = None,
     ) -> None:
@@ -99,6 +105,12 @@ class ChildTool:
             raise SubagentControlError(
                 ErrorCode.INVALID_INPUT, f"the handler of tool {name!r} is not callable"
             )
+        if not isinstance(idempotent, bool):
+            raise SubagentControlError(
+                ErrorCode.INVALID_INPUT,
+                f"idempotent of tool {name!r} must be True or False, not {idempotent!r}",
+            )
+        self._idempotent = idempotent
         self._model: type[BaseModel] | None = None
         if isinstance(parameters, type) and issubclass(parameters, BaseModel):
             self._model = parameters
@@ -146,6 +158,11 @@ class ChildTool:
     def name(self) -> str:
         """The tool's name."""
         return self._definition.name
+
+    @property
+    def idempotent(self) -> bool:
+        """Whether a call left without a result by a crash is run again on resume."""
+        return self._idempotent
 
     @property
     def definition(self) -> ToolDefinition:
