@@ -4,14 +4,14 @@ one JSON object per line over stdio), not from the client library it is tested a
 It answers ``initialize``, ``session/new``, ``session/load`` (with ``--load-session``: the
 sessions live in ``--state DIR``, so another process can load them) and ``session/prompt``
 (streaming ``agent_message_chunk`` updates: ``echo: <prompt>``, plus what it remembers of
-the session), and honours ``session/cancel``. Switches advertise the newer session methods:
-``--resume-session`` (``session/resume``: the session goes on, nothing is replayed),
-``--close-session`` (``session/close``) and ``--steering`` (the ``_session/steering``
-extension, advertised in ``initialize``'s ``_meta``: a message injected into the running
-turn, which a prompt run with ``--wait-for-steer`` waits for, saying so in ``DIR/waiting``,
-and answers; ``--refuse-steering``
-declines every one). An injected message gets a reply of its own (``noted: <message>``)
-before the agent answers the steering request. Flags make it misbehave on purpose: crash or
+the session, after ``--think`` seconds), and honours ``session/cancel``. Switches advertise
+the newer session methods: ``--resume-session`` (``session/resume``: the session goes on,
+nothing is replayed), ``--close-session`` (``session/close``) and ``--steering`` (the
+``_session/steering`` extension, advertised in ``initialize``'s ``_meta``: messages injected
+into the running turn, which its answer names; a prompt run with ``--wait-for-steer`` waits
+for one, saying so in ``DIR/waiting``; ``--refuse-steering`` declines every one). An injected
+message gets a reply of its own (``noted: <message>``) before the agent answers the
+steering request. Flags make it misbehave on purpose: crash or
 hang in a method (``--hang-if-exists FILE``: only while FILE exists), ignore cancellation,
 SIGTERM or the end of its stdin, call a tool, ask for a permission, spawn a grandchild
 process in its process group, or run as a wrapper (``--wrapper``: a process that spawns the
@@ -250,9 +250,14 @@ class Agent:
                 _steer_lock.wait_for(
                     lambda: bool(_steered.get(session_id)) or cancelled.is_set(), timeout=30
                 )
-                steered = _steered.pop(session_id, [])
             if cancelled.is_set():
                 return {"stopReason": "cancelled"}
+        if self.args.think:  # a model at work, which a steer can reach meanwhile
+            cancelled.wait(self.args.think)
+        with _steer_lock:  # from here the turn takes no message: it answers those it took
+            steered = _steered.pop(session_id, [])
+            _running.discard(session_id)
+        if steered or self.args.wait_for_steer:
             reply += f" (steered: {' | '.join(steered) or 'nothing'})"
         if remembered:
             reply += f" (remembered: {' | '.join(remembered)})"
@@ -291,6 +296,7 @@ def main() -> None:
     parser.add_argument("--steering", action="store_true")
     parser.add_argument("--refuse-steering", action="store_true")
     parser.add_argument("--wait-for-steer", action="store_true")
+    parser.add_argument("--think", type=float, help="seconds a prompt takes before answering")
     args = parser.parse_args()
     if args.wrapper:
         wrap([arg for arg in sys.argv[1:] if arg != "--wrapper"], Path(args.state))

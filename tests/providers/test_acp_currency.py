@@ -347,3 +347,45 @@ def test_a_steer_under_the_transcripts_lock_does_not_block_the_agents_writes(
         (EventKind.ASSISTANT_MESSAGE, "noted: by train"),
         (EventKind.ASSISTANT_MESSAGE, "echo: plan (steered: by train)"),
     ]
+
+
+def test_a_steer_racing_the_end_of_the_turn_is_steered_and_answered_or_not_delivered(
+    control: SubagentControl, agents: Logged
+) -> None:
+    # Follow-ups sent back to back from the moment the child starts, until one is refused:
+    # each lands in the turn (recorded once, and in the agent's answer) or is not delivered
+    # (in neither), whichever side of the turn's end it falls on.
+    register(control, agents, "--steering", "--tool-call", "--think", "0.02")
+    parent = control.agents.register("parent-1")
+    outcomes: dict[str, int] = {"steered": 0, "refused": 0}
+    for attempt in range(12):
+        child_id, task_id = start(control, parent, f"turn {attempt}")
+        steered: list[str] = []
+        refusal: ErrorCode | None = None
+        for n in range(50):
+            text = f"note {attempt}.{n}"
+            try:
+                sent = control.send_message(parent, child_id, [TextBlock(text=text)])
+            except SubagentControlError as exc:
+                refusal = exc.code
+                outcomes["refused"] += 1
+                break
+            if sent.route == "started":  # the turn was over before this one: a new turn
+                settle(control, sent.task_id, parent)
+                break
+            assert sent.task_id == task_id
+            steered.append(text)
+        assert refusal in (None, ErrorCode.NOT_DELIVERED)
+        snapshot = settle(control, task_id, parent)
+        outcomes["steered"] += len(steered)
+        assert snapshot.outcome is not None
+        expected = f"echo: turn {attempt}"
+        if steered:
+            expected += f" (steered: {' | '.join(steered)})"
+        assert snapshot.outcome.output == expected
+        turn = [e for e in events(control, child_id) if e.turn == 1]
+        recorded = [e.data["text"] for e in turn if e.kind == EventKind.STEERING_MESSAGE]
+        assert recorded == steered
+    # The race was run: some fell inside the turn, some after its end.
+    assert outcomes["steered"] > 0
+    assert outcomes["refused"] > 0
