@@ -199,7 +199,7 @@ class AcpRun:
         self._conn: Any = None
         self._session_id: str | None = None
         self._caps = Capabilities()
-        self._steers = SteerWaiter()
+        self._steers = SteerWaiter(self.child_id)
         self._thread = threading.Thread(
             target=self._run_loop, name=f"{THREAD_PREFIX}:{self.child_id}", daemon=True
         )
@@ -345,17 +345,9 @@ class AcpRun:
                 it does not say within ``steer_timeout_s`` that it took it.
         """
         if self._loop is None or self._signal.aborted:
-            refusal: str | None = SETTLED
-        else:
-            ask = self._steer_turn(text_of(message))
-            refusal = self._steers.ask(self._loop, ask, self._provider._steer_timeout_s)
-        if refusal is not None:
-            raise SubagentControlError(
-                ErrorCode.NOT_DELIVERED,
-                f"child {self.child_id} did not take the message: {refusal}; send it again "
-                "to continue the child in a new turn",
-                child_id=self.child_id,
-            )
+            raise self._steers.refused(SETTLED)
+        ask = self._steer_turn(text_of(message))
+        self._steers.ask(self._loop, ask, self._provider._steer_timeout_s)
 
     async def _steer_turn(self, text: str) -> str | None:
         prompt = self._prompt

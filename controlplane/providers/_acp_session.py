@@ -30,7 +30,14 @@ from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-from controlplane.contract import CancelSignal, ResumeRequest, StartRequest, text_of
+from controlplane.contract import (
+    CancelSignal,
+    ErrorCode,
+    ResumeRequest,
+    StartRequest,
+    SubagentControlError,
+    text_of,
+)
 from controlplane.providers._acp_client import SESSION_EVENT, primer
 
 __all__ = [
@@ -153,7 +160,8 @@ class SteerWaiter:
     Bounded: a steer waits at most its timeout, and no longer than the loop lives (`end`).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, child_id: str) -> None:
+        self._child_id = child_id
         self._ended = CancelSignal()
 
     def ask(
@@ -161,29 +169,44 @@ class SteerWaiter:
         loop: asyncio.AbstractEventLoop,
         steer: Coroutine[Any, Any, str | None],
         timeout_s: float,
-    ) -> str | None:
-        """Run ``steer`` on ``loop``; None if the agent took the message, else why not."""
+    ) -> None:
+        """Run ``steer`` on ``loop``; return once the agent took the message.
+
+        Raises:
+            SubagentControlError: ``NOT_DELIVERED``, saying why (`refused`).
+        """
         if self._ended.aborted:
             steer.close()
-            return SETTLED
+            raise self.refused(SETTLED)
         try:
             asked = asyncio.run_coroutine_threadsafe(steer, loop)
         except RuntimeError:  # the loop closed meanwhile: the turn is over
             steer.close()
-            return SETTLED
+            raise self.refused(SETTLED) from None
         answered = threading.Event()
         asked.add_done_callback(lambda _asked: answered.set())
         self._ended.add_callback(lambda _reason: answered.set())
         answered.wait(timeout_s)
         if not asked.done():
             if self._ended.aborted:
-                return SETTLED
+                raise self.refused(SETTLED)
             asked.cancel()
-            return f"the agent did not say within {timeout_s}s that it took the message"
+            raise self.refused(f"the agent did not say within {timeout_s}s that it took it")
         if asked.cancelled():
-            return SETTLED
+            raise self.refused(SETTLED)
         error = asked.exception()
-        return asked.result() if error is None else f"the steer failed ({error})"
+        refusal = asked.result() if error is None else f"the steer failed ({error})"
+        if refusal is not None:
+            raise self.refused(refusal)
+
+    def refused(self, why: str) -> SubagentControlError:
+        """The error a steer that did not reach the turn raises."""
+        return SubagentControlError(
+            ErrorCode.NOT_DELIVERED,
+            f"child {self._child_id} did not take the message: {why}; send it again to "
+            "continue the child in a new turn",
+            child_id=self._child_id,
+        )
 
     def end(self) -> None:
         """The loop is gone: answer every steer still waiting, refuse every later one."""
