@@ -6,12 +6,20 @@ loop in a thread of the run's own. `start` returns once the prompt is on its way
 failure to spawn, initialize or open the session fails the start with the agent's own
 words and leaves no child behind; after that the run's result is the prompt's.
 
+The session methods used are those the agent advertises (`_acp_session`): a resume is
+``session/resume``, else ``session/load``, else a new session primed with the transcript; a
+run ends with ``session/close``; a running turn takes steered messages through the
+``_session/steering`` extension. A steer waits for the agent's answer under the child's
+transcript lock, so the agent's updates are written on a writer thread of the run's own,
+never on the loop that must read that answer.
+
 Kill: ``session/cancel``; if the agent does not end its prompt within the grace period, the
 prompt is abandoned. Then, on every way out of the run (answered, cancelled, failed), the
-agent is reaped: EOF on its stdin, SIGTERM to its whole process group promptly after, and
-SIGKILL after the grace period (`_acp_client.reap`). Once reaping began nothing
-interrupts it: a kill or a cancellation that lands meanwhile cannot skip a signal. A harness
-that dies without reaping leaves the group to its guard (`controlplane.providers._acp_guard`).
+session is closed (bounded by the grace period; not after an abandoned prompt) and the agent
+is reaped: EOF on its stdin, SIGTERM to its whole process group promptly after, and SIGKILL
+after the grace period (`_acp_client.reap`). Once reaping began nothing interrupts it: a
+kill or a cancellation that lands meanwhile cannot skip a signal. A harness that dies
+without reaping leaves the group to its guard (`controlplane.providers._acp_guard`).
 """
 
 from __future__ import annotations
@@ -38,16 +46,22 @@ from controlplane.contract import (
     text_of,
 )
 from controlplane.providers._acp_client import (
-    SESSION_EVENT,
     AcpRecorder,
     PermissionPolicy,
     StderrTail,
-    primer,
     reap,
     spawn,
     stop_reason_of,
 )
 from controlplane.providers._acp_guard import GroupGuard
+from controlplane.providers._acp_session import (
+    SETTLED,
+    Capabilities,
+    SteerWaiter,
+    close_session,
+    open_session,
+    steer_session,
+)
 from controlplane.providers._agent_loop import start_cancelled
 from controlplane.providers._extras import require_extra
 
@@ -61,12 +75,16 @@ class AcpProvider:
     """Runs each child activation as an ACP agent subprocess (``pip install '…[acp]'``).
 
     A start is ``initialize`` + ``session/new`` + ``session/prompt``; the agent's session
-    id is written to the child's transcript (an ``acp/session`` event). A resume is
-    ``session/load`` of that id when the agent advertises ``loadSession`` (its replay is not
-    recorded again), otherwise a new session whose prompt opens with the child's transcript.
-    The agent's message chunks become ``assistant/message`` events (one per message), its
-    tool calls ``tool/call`` and ``tool/result``. A running ACP child takes no mid-turn
-    message: ``steer`` is None, so a follow-up during a turn is ``NOT_DELIVERED``.
+    id is written to the child's transcript (an ``acp/session`` event). A resume continues
+    that session with ``session/resume`` when the agent advertises it (nothing replayed),
+    else ``session/load`` when it advertises ``loadSession`` (its replay is not recorded
+    again), otherwise opens a new session whose prompt opens with the child's transcript.
+    When the agent advertises ``session/close``, the run closes its session before the
+    process is ended. The agent's message chunks become ``assistant/message`` events (one
+    per message), its tool calls ``tool/call`` and ``tool/result``. A run steers only when
+    the agent advertises the ``_session/steering`` extension: then ``run.steer`` injects a
+    follow-up into the running turn; otherwise ``steer`` is None and a follow-up during a
+    turn is ``NOT_DELIVERED``.
 
     Args:
         command: The agent's command line (a list, or a string split like a shell would).
@@ -76,9 +94,12 @@ class AcpProvider:
         permission: How permission requests are answered: ``deny`` (default) or ``allow``.
         start_timeout_s: How long the agent may take to answer ``initialize`` and open the
             session.
-        grace_s: How long a cancelled agent may take to end its prompt, and how long an
-            agent may take to exit after SIGTERM (sent 0.1 s after its stdin closed) before
-            SIGKILL.
+        grace_s: How long a cancelled agent may take to end its prompt, how long it may
+            take to answer ``session/close``, and how long it may take to exit after SIGTERM
+            (sent 0.1 s after its stdin closed) before SIGKILL.
+        steer_timeout_s: How long a steered message may wait for the agent to say it took
+            it; past that it counts as not delivered (an agent that injects it later still
+            has it: the reply may show it, the transcript does not).
 
     Raises:
         ImportError: the ``acp`` extra is not installed.
@@ -95,6 +116,7 @@ class AcpProvider:
         permission: PermissionPolicy = "deny",
         start_timeout_s: float = 30.0,
         grace_s: float = 2.0,
+        steer_timeout_s: float = 10.0,
     ) -> None:
         require_extra("acp", extra="acp", needed_by="AcpProvider")
         argv = shlex.split(command) if isinstance(command, str) else list(command)
@@ -109,6 +131,7 @@ class AcpProvider:
         self._permission = permission
         self._start_timeout_s = start_timeout_s
         self._grace_s = grace_s
+        self._steer_timeout_s = steer_timeout_s
 
     @property
     def name(self) -> str:
@@ -149,7 +172,10 @@ class AcpRun:
     Attributes:
         child_id: The child this run belongs to.
         local_agent: None: an ACP child is not an agent of this process.
-        steer: None: an ACP agent takes no message mid-turn.
+        steer: None unless the agent advertises the ``_session/steering`` extension; then
+            ``steer(message, source)`` injects ``message`` into the running turn, and
+            raises ``NOT_DELIVERED`` once the turn has settled or when the agent declines it.
+            Set before the run is published.
     """
 
     def __init__(self, provider: AcpProvider, request: StartRequest | ResumeRequest) -> None:
@@ -172,6 +198,8 @@ class AcpRun:
         self._canceller: asyncio.Task[None] | None = None
         self._conn: Any = None
         self._session_id: str | None = None
+        self._caps = Capabilities()
+        self._steers = SteerWaiter(self.child_id)
         self._thread = threading.Thread(
             target=self._run_loop, name=f"{THREAD_PREFIX}:{self.child_id}", daemon=True
         )
@@ -196,7 +224,7 @@ class AcpRun:
                 cancel, SIGTERM and SIGKILL grace periods.
         """
         self._signal.abort("the run was disposed")
-        self._thread.join(4 * self._provider._grace_s + 5.0)
+        self._thread.join(5 * self._provider._grace_s + 5.0)
         if self._thread.is_alive():
             raise SubagentControlError(
                 ErrorCode.TIMEOUT,
@@ -223,6 +251,10 @@ class AcpRun:
             with asyncio.Runner() as runner:
                 runner.run(self._main())
         finally:
+            # The loop is gone: a steer still waiting is answered now, so the writer thread
+            # has nothing left waiting for the transcript's lock.
+            self._steers.end()
+            self._recorder.close()
             self._started.set()
             self._done.set()
 
@@ -277,36 +309,52 @@ class AcpRun:
             self._conn, self._session_id = conn, session_id
             self._recorder.recording = True
             self._prompting = True
+            if self._caps.steering:
+                self.steer = self._steer  # before `start` returns: the run is not published yet
+            # Its first step queues the request for the wire before any steer can run.
             self._prompt = asyncio.ensure_future(conn.prompt(session_id=session_id, prompt=blocks))
             self._started.set()
             response = await self._prompt
-            self._recorder.end_turn(getattr(response, "usage", None))
+            await self._recorder.write(self._recorder.end_turn, getattr(response, "usage", None))
             if self._recorder.failure is not None:
                 raise self._recorder.failure
             reason = stop_reason_of(response.stop_reason)
             self._finish(StopReason.ABORTED if self._signal.aborted else reason)
         finally:
+            abandoned = self._prompt is not None and self._prompt.cancelled()
+            if self._caps.close and self._session_id is not None and not abandoned:
+                await close_session(conn, self._session_id, self._provider._grace_s)
             with contextlib.suppress(Exception):
                 await conn.close()
 
     async def _open_session(self, conn: Any) -> tuple[str, list[Any]]:
         import acp
 
-        cwd = self._provider._cwd or os.getcwd()
         info = acp.schema.Implementation(name="subagent-control", version="0.1")
         init = await conn.initialize(protocol_version=acp.PROTOCOL_VERSION, client_info=info)
-        blocks = [acp.text_block(text_of(self._request.prompt))]
-        earlier = _session_id(self._request)
-        capabilities = init.agent_capabilities
-        if earlier is not None and capabilities is not None and capabilities.load_session:
-            with contextlib.suppress(acp.RequestError):  # unknown to the agent: start afresh
-                await conn.load_session(cwd=cwd, session_id=earlier, mcp_servers=[])
-                return earlier, blocks
-        session = await conn.new_session(cwd=cwd, mcp_servers=[])
-        self._request.transcript.append(SESSION_EVENT, {"session_id": session.session_id})
-        if isinstance(self._request, ResumeRequest) and self._request.events:
-            blocks.insert(0, acp.text_block(primer(self._request.events)))
-        return session.session_id, blocks
+        self._caps = Capabilities.of(init)
+        cwd = self._provider._cwd or os.getcwd()
+        return await open_session(conn, self._caps, self._request, cwd)
+
+    def _steer(self, message: Sequence[TextBlock], source: MessageSource) -> None:
+        """Inject ``message`` into the running turn through the agent's steering extension.
+
+        Raises:
+            SubagentControlError: ``NOT_DELIVERED`` once the turn has settled (answered,
+                aborted, failed or disposed), when the agent declines the message, or when
+                it does not say within ``steer_timeout_s`` that it took it.
+        """
+        if self._loop is None or self._signal.aborted:
+            raise self._steers.refused(SETTLED)
+        ask = self._steer_turn(text_of(message))
+        self._steers.ask(self._loop, ask, self._provider._steer_timeout_s)
+
+    async def _steer_turn(self, text: str) -> str | None:
+        prompt = self._prompt
+        if prompt is None or prompt.done() or self._signal.aborted or self._reaping:
+            return SETTLED
+        assert self._session_id is not None
+        return await steer_session(self._conn, self._session_id, text)
 
     def _on_abort(self, task: asyncio.Task[None]) -> None:
         if self._reaping or task.done():
@@ -364,12 +412,3 @@ class AcpRun:
     def __repr__(self) -> str:
         state = "done" if self._done.is_set() else "running"
         return f"<AcpRun {self.child_id!r} {state}>"
-
-
-def _session_id(request: StartRequest | ResumeRequest) -> str | None:
-    for event in reversed(getattr(request, "events", [])):
-        if event.kind == SESSION_EVENT and isinstance(event.data, dict):
-            session_id = event.data.get("session_id")
-            if isinstance(session_id, str):
-                return session_id
-    return None

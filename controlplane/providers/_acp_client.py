@@ -2,21 +2,25 @@
 
 `AcpRecorder` is the ``acp.Client`` the agent talks to: it turns ``session/update``
 notifications into the child's transcript (``assistant/message`` per message, ``tool/call``
-and ``tool/result``) and answers permission requests by policy. The process helpers start
-the agent in its own process group and always reap it, and whatever it started
-(`controlplane.providers._acp_guard` covers the case where this process does not live to).
+and ``tool/result``) and answers permission requests by policy. It writes on a thread of
+its own, in arrival order, so the run's event loop never waits for the transcript's lock
+(which a steer holds while it waits for that loop to read the agent's answer). The process
+helpers start the agent in its own process group and always reap it, and whatever it
+started (`controlplane.providers._acp_guard` covers the case where this process does not
+live to).
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import concurrent.futures
 import contextlib
 import json
 import logging
 import os
 import signal
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 from controlplane.contract import (
@@ -71,6 +75,7 @@ _PRIMER_CHARS = 100_000
 EXIT_ON_EOF_S = 0.1
 """How long `reap` lets an agent whose stdin it closed exit on its own before SIGTERM."""
 _STDERR_LINES_LOGGED = 200
+_WRITER_PREFIX = "subagent-acp-writes"
 
 
 def stop_reason_of(acp_reason: str) -> str:
@@ -106,9 +111,26 @@ class AcpRecorder:
         self._text: list[str] = []
         self._message_id: str | None = None
         self._open_calls: set[str] = set()
+        # One thread: the writes keep the order their updates arrived in (it starts on the
+        # first write, so a recorder that writes nothing starts none).
+        self._writes = concurrent.futures.ThreadPoolExecutor(1, _WRITER_PREFIX)
 
     async def session_update(self, session_id: str, update: Any, **_meta: Any) -> None:
         if not self.recording or self.failure is not None:
+            return
+        # Submitted before the first await: in the order the notifications arrived.
+        await self.write(self._record_safely, update)
+
+    async def write(self, fn: Callable[..., None], *args: Any) -> None:
+        """Run ``fn(*args)``, a transcript write, on the recorder's writer thread."""
+        await asyncio.get_running_loop().run_in_executor(self._writes, fn, *args)
+
+    def close(self) -> None:
+        """Wait for the writes in flight and end the writer thread."""
+        self._writes.shutdown(wait=True)
+
+    def _record_safely(self, update: Any) -> None:
+        if self.failure is not None:
             return
         try:
             self._record(update)

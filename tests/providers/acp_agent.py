@@ -4,14 +4,22 @@ one JSON object per line over stdio), not from the client library it is tested a
 It answers ``initialize``, ``session/new``, ``session/load`` (with ``--load-session``: the
 sessions live in ``--state DIR``, so another process can load them) and ``session/prompt``
 (streaming ``agent_message_chunk`` updates: ``echo: <prompt>``, plus what it remembers of
-the session), and honours ``session/cancel``. Flags make it misbehave on purpose: crash or
+the session, after ``--think`` seconds), and honours ``session/cancel``. Switches advertise
+the newer session methods: ``--resume-session`` (``session/resume``: the session goes on,
+nothing is replayed), ``--close-session`` (``session/close``) and ``--steering`` (the
+``_session/steering`` extension, advertised in ``initialize``'s ``_meta``: messages injected
+into the running turn, which its answer names; a prompt run with ``--wait-for-steer`` waits
+for one, saying so in ``DIR/waiting``; ``--refuse-steering`` declines every one). An injected
+message gets a reply of its own (``noted: <message>``) before the agent answers the
+steering request. Flags make it misbehave on purpose: crash or
 hang in a method (``--hang-if-exists FILE``: only while FILE exists), ignore cancellation,
 SIGTERM or the end of its stdin, call a tool, ask for a permission, spawn a grandchild
 process in its process group, or run as a wrapper (``--wrapper``: a process that spawns the
 real agent on its own stdio and waits for it, as Codex's ACP adapter runs under node); one
 reports a turn's usage in its prompt response (``--usage JSON``). Every
 process appends its pid (and its grandchild's) to ``DIR/pids`` and every prompt it receives
-to ``DIR/prompts.jsonl``, for the tests to check.
+to ``DIR/prompts.jsonl``, and every method it is called with (and the session) to
+``DIR/methods.jsonl``, for the tests to check.
 """
 
 from __future__ import annotations
@@ -31,6 +39,10 @@ _out_lock = threading.Lock()
 _waiting: dict[Any, threading.Event] = {}
 _answers: dict[Any, Any] = {}
 _cancelled: dict[str, threading.Event] = {}
+_running: set[str] = set()  # sessions whose prompt runs now
+_steered: dict[str, list[str]] = {}  # per session: the messages injected into its turn
+_steer_lock = threading.Condition()
+STEERING = "_session/steering"
 
 
 def send(message: dict[str, Any]) -> None:
@@ -88,6 +100,10 @@ class Agent:
             return False
         return self.args.hang_if_exists is None or os.path.exists(self.args.hang_if_exists)
 
+    def note(self, method: str, params: dict[str, Any]) -> None:
+        with (self.state / "methods.jsonl").open("a") as log:
+            log.write(json.dumps({"method": method, "session": params.get("sessionId")}) + "\n")
+
     def handle(self, message: dict[str, Any]) -> None:
         method, params = message.get("method"), message.get("params") or {}
         if method is None:  # an answer to one of our requests
@@ -95,20 +111,58 @@ class Agent:
             if (done := _waiting.pop(message.get("id"), None)) is not None:
                 done.set()
             return
+        self.note(method, params)
         if method == "session/cancel":
             _cancelled.setdefault(params["sessionId"], threading.Event()).set()
+            with _steer_lock:
+                _steer_lock.notify_all()
             return
         self.misbehave(method)
-        result = getattr(self, "on_" + method.replace("/", "_"))(params)
+        if method == STEERING and self.args.steering:
+            result = self.on_steering(params)
+        else:
+            result = getattr(self, "on_" + method.replace("/", "_"))(params)
         send({"id": message["id"], "result": result})
 
     def on_initialize(self, params: dict[str, Any]) -> dict[str, Any]:
-        return {
+        sessions: dict[str, Any] = {}
+        if self.args.resume_session:
+            sessions["resume"] = {}
+        if self.args.close_session:
+            sessions["close"] = {}
+        answer: dict[str, Any] = {
             "protocolVersion": 1,
-            "agentCapabilities": {"loadSession": self.args.load_session},
+            "agentCapabilities": {
+                "loadSession": self.args.load_session,
+                "sessionCapabilities": sessions,
+            },
             "authMethods": [],
             "agentInfo": {"name": "test-agent", "version": "1.0"},
         }
+        if self.args.steering:  # as claude-agent-acp advertises it
+            answer["_meta"] = {"steering": {"supported": True}}
+        return answer
+
+    def on_session_resume(self, params: dict[str, Any]) -> dict[str, Any]:
+        if not (self.state / f"{params['sessionId']}.json").exists():
+            raise KeyError(params["sessionId"])
+        return {}  # the session goes on where it was: nothing is replayed
+
+    def on_session_close(self, params: dict[str, Any]) -> dict[str, Any]:
+        return {}
+
+    def on_steering(self, params: dict[str, Any]) -> dict[str, Any]:
+        session_id = params["sessionId"]
+        texts = [b.get("text", "") for b in params.get("prompt", []) if b.get("type") == "text"]
+        with _steer_lock:
+            if self.args.refuse_steering or session_id not in _running:
+                return {"outcome": "promptRequired", "reason": "noRunningTurn"}
+            # A reply of its own before the answer: the client is asked to write while it
+            # waits for that answer.
+            chunk(session_id, "agent_message_chunk", f"noted: {' '.join(texts)}", "m-steer")
+            _steered.setdefault(session_id, []).append(" ".join(texts))
+            _steer_lock.notify_all()
+        return {"outcome": "injected"}
 
     def on_session_new(self, params: dict[str, Any]) -> dict[str, Any]:
         session_id = f"sess-{uuid.uuid4().hex[:12]}"
@@ -131,6 +185,19 @@ class Agent:
             log.write(json.dumps({"session": session_id, "texts": texts}) + "\n")
         history = self.history(session_id)
         cancelled = _cancelled.setdefault(session_id, threading.Event())
+        try:
+            return self.answer(session_id, texts, history, cancelled)
+        finally:
+            with _steer_lock:
+                _running.discard(session_id)
+
+    def answer(
+        self,
+        session_id: str,
+        texts: list[str],
+        history: list[list[str]],
+        cancelled: threading.Event,
+    ) -> dict[str, Any]:
         if self.hangs_on("session/prompt"):
             chunk(session_id, "agent_message_chunk", "working on it")
             if self.args.ignore_cancel:
@@ -176,6 +243,22 @@ class Agent:
             extra = f" (permission: {json.dumps(answer.get('outcome') if answer else None)})"
         remembered = [text for role, text in history if role == "user"]
         reply = f"echo: {texts[-1] if texts else ''}"
+        if self.args.wait_for_steer:
+            chunk(session_id, "agent_message_chunk", "waiting for guidance", "m0")
+            (self.state / "waiting").touch()  # for the tests: that chunk is on its way
+            with _steer_lock:  # bounded: a test that never steers still ends
+                _steer_lock.wait_for(
+                    lambda: bool(_steered.get(session_id)) or cancelled.is_set(), timeout=30
+                )
+            if cancelled.is_set():
+                return {"stopReason": "cancelled"}
+        if self.args.think:  # a model at work, which a steer can reach meanwhile
+            cancelled.wait(self.args.think)
+        with _steer_lock:  # from here the turn takes no message: it answers those it took
+            steered = _steered.pop(session_id, [])
+            _running.discard(session_id)
+        if steered or self.args.wait_for_steer:
+            reply += f" (steered: {' | '.join(steered) or 'nothing'})"
         if remembered:
             reply += f" (remembered: {' | '.join(remembered)})"
         if len(texts) > 1:
@@ -208,6 +291,12 @@ def main() -> None:
     parser.add_argument("--wrapper", action="store_true")
     parser.add_argument("--stop-reason", default="end_turn")
     parser.add_argument("--usage", help="the PromptResponse usage to report, as JSON")
+    parser.add_argument("--resume-session", action="store_true")
+    parser.add_argument("--close-session", action="store_true")
+    parser.add_argument("--steering", action="store_true")
+    parser.add_argument("--refuse-steering", action="store_true")
+    parser.add_argument("--wait-for-steer", action="store_true")
+    parser.add_argument("--think", type=float, help="seconds a prompt takes before answering")
     args = parser.parse_args()
     if args.wrapper:
         wrap([arg for arg in sys.argv[1:] if arg != "--wrapper"], Path(args.state))
@@ -223,6 +312,9 @@ def main() -> None:
         if not line.strip():
             continue
         message = json.loads(line)
+        if message.get("method") == "session/prompt":  # running from the moment it is read
+            with _steer_lock:
+                _running.add(message["params"]["sessionId"])
         # Requests run in their own threads, so a session/cancel is read while a prompt runs.
         worker = threading.Thread(target=_safely, args=(agent, message), daemon=True)
         worker.start()

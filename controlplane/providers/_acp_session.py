@@ -1,0 +1,213 @@
+"""The session methods of one ACP activation: what the agent advertises, and how it is used.
+
+An agent says in its ``initialize`` answer which session methods it serves beyond
+``session/new`` and ``session/prompt``; each is used only when advertised:
+
+- ``session/resume`` (``agentCapabilities.sessionCapabilities.resume``): continue a session
+  without replaying its history. Preferred for a resume.
+- ``session/load`` (``agentCapabilities.loadSession``): continue it, with a replay of its
+  history as ``session/update`` notifications (which the recorder does not record again).
+- ``session/close`` (``agentCapabilities.sessionCapabilities.close``): free the session;
+  sent when the run ends, before the process is ended, bounded.
+- ``_session/steering``, an extension method (ACP extension methods start with ``_``),
+  advertised with ``_meta.steering.supported`` in the ``initialize`` answer (as
+  claude-agent-acp serves it): inject a message into the running turn. Asked with
+  ``idleBehavior: promptRequired``, the agent answers ``injected`` or declines
+  (``promptRequired``: no turn runs); it never starts a turn of its own for it.
+
+A resume that none of them can serve (or that the agent refuses: an unknown session) opens
+a new session whose prompt opens with the child's transcript (`primer`). The ``session/inject``
+draft (mid-turn input, ACP v2) is not used: it needs the v2 protocol, which the
+``agent-client-protocol`` package does not speak yet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+from controlplane.contract import (
+    CancelSignal,
+    ErrorCode,
+    ResumeRequest,
+    StartRequest,
+    SubagentControlError,
+    text_of,
+)
+from controlplane.providers._acp_client import SESSION_EVENT, primer
+
+__all__ = [
+    "SETTLED",
+    "STEERING_METHOD",
+    "Capabilities",
+    "SteerWaiter",
+    "close_session",
+    "earlier_session",
+    "open_session",
+    "steer_session",
+]
+
+STEERING_METHOD = "_session/steering"
+"""The steering extension's method name on the wire."""
+SETTLED = "the turn has settled"
+"""Why a steer was refused once the turn is over."""
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """The session methods an agent advertised in its ``initialize`` answer."""
+
+    load: bool = False
+    resume: bool = False
+    close: bool = False
+    steering: bool = False
+
+    @classmethod
+    def of(cls, init: Any) -> Capabilities:
+        """Read them from an ``acp.schema.InitializeResponse``."""
+        agent = getattr(init, "agent_capabilities", None)
+        sessions = getattr(agent, "session_capabilities", None)
+        metas = (getattr(init, "field_meta", None), getattr(agent, "field_meta", None))
+        return cls(
+            load=bool(getattr(agent, "load_session", False)),
+            resume=getattr(sessions, "resume", None) is not None,
+            close=getattr(sessions, "close", None) is not None,
+            steering=any(_steering_meta(meta) for meta in metas),
+        )
+
+
+def _steering_meta(meta: Any) -> bool:
+    steering = meta.get("steering") if isinstance(meta, dict) else None
+    return isinstance(steering, dict) and steering.get("supported") is True
+
+
+def earlier_session(request: StartRequest | ResumeRequest) -> str | None:
+    """The agent's session id recorded for this child (None for a start, or none recorded)."""
+    for event in reversed(getattr(request, "events", [])):
+        if event.kind == SESSION_EVENT and isinstance(event.data, dict):
+            session_id = event.data.get("session_id")
+            if isinstance(session_id, str):
+                return session_id
+    return None
+
+
+async def open_session(
+    conn: Any, caps: Capabilities, request: StartRequest | ResumeRequest, cwd: str
+) -> tuple[str, list[Any]]:
+    """Open the session this activation prompts, and the prompt's content blocks.
+
+    A resume continues the recorded session by ``session/resume``, else ``session/load``;
+    when neither is advertised, or the agent refuses both, a new session is opened (and
+    recorded) and the prompt opens with the child's transcript.
+    """
+    import acp
+
+    blocks = [acp.text_block(text_of(request.prompt))]
+    earlier = earlier_session(request)
+    if earlier is not None:
+        if caps.resume:
+            with contextlib.suppress(acp.RequestError):  # unknown to the agent: try on
+                await conn.resume_session(cwd=cwd, session_id=earlier, mcp_servers=[])
+                return earlier, blocks
+        if caps.load:
+            with contextlib.suppress(acp.RequestError):
+                await conn.load_session(cwd=cwd, session_id=earlier, mcp_servers=[])
+                return earlier, blocks
+    session = await conn.new_session(cwd=cwd, mcp_servers=[])
+    request.transcript.append(SESSION_EVENT, {"session_id": session.session_id})
+    if isinstance(request, ResumeRequest) and request.events:
+        blocks.insert(0, acp.text_block(primer(request.events)))
+    return session.session_id, blocks
+
+
+async def close_session(conn: Any, session_id: str, timeout_s: float) -> None:
+    """Send ``session/close``; an agent that errors or does not answer in time is let be
+    (the process is ended next anyway)."""
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(conn.close_session(session_id=session_id), timeout_s)
+
+
+async def steer_session(conn: Any, session_id: str, text: str) -> str | None:
+    """Ask the agent to inject ``text`` into the running turn.
+
+    Returns:
+        None when it was injected, else the agent's reason for declining it.
+    """
+    params = {
+        "sessionId": session_id,
+        "prompt": [{"type": "text", "text": text}],
+        "_meta": {"steering": {"idleBehavior": "promptRequired"}},
+    }
+    try:
+        # The SDK prefixes the extension's name with the "_" that marks it on the wire.
+        answer = await conn.ext_method(STEERING_METHOD[1:], params)
+    except Exception as exc:
+        return f"it answered the steering request with an error ({exc})"
+    outcome = answer.get("outcome") if isinstance(answer, dict) else None
+    if outcome == "injected":
+        return None
+    reason = answer.get("reason") if isinstance(answer, dict) else None
+    return f"it declined the message ({outcome or answer!r}{f', {reason}' if reason else ''})"
+
+
+class SteerWaiter:
+    """Hands steers from the callers' threads to the run's loop, and waits for each answer.
+
+    Bounded: a steer waits at most its timeout, and no longer than the loop lives (`end`).
+    """
+
+    def __init__(self, child_id: str) -> None:
+        self._child_id = child_id
+        self._ended = CancelSignal()
+
+    def ask(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        steer: Coroutine[Any, Any, str | None],
+        timeout_s: float,
+    ) -> None:
+        """Run ``steer`` on ``loop``; return once the agent took the message.
+
+        Raises:
+            SubagentControlError: ``NOT_DELIVERED``, saying why (`refused`).
+        """
+        if self._ended.aborted:
+            steer.close()
+            raise self.refused(SETTLED)
+        try:
+            asked = asyncio.run_coroutine_threadsafe(steer, loop)
+        except RuntimeError:  # the loop closed meanwhile: the turn is over
+            steer.close()
+            raise self.refused(SETTLED) from None
+        answered = threading.Event()
+        asked.add_done_callback(lambda _asked: answered.set())
+        self._ended.add_callback(lambda _reason: answered.set())
+        answered.wait(timeout_s)
+        if not asked.done():
+            if self._ended.aborted:
+                raise self.refused(SETTLED)
+            asked.cancel()
+            raise self.refused(f"the agent did not say within {timeout_s}s that it took it")
+        if asked.cancelled():
+            raise self.refused(SETTLED)
+        error = asked.exception()
+        refusal = asked.result() if error is None else f"the steer failed ({error})"
+        if refusal is not None:
+            raise self.refused(refusal)
+
+    def refused(self, why: str) -> SubagentControlError:
+        """The error a steer that did not reach the turn raises."""
+        return SubagentControlError(
+            ErrorCode.NOT_DELIVERED,
+            f"child {self._child_id} did not take the message: {why}; send it again to "
+            "continue the child in a new turn",
+            child_id=self._child_id,
+        )
+
+    def end(self) -> None:
+        """The loop is gone: answer every steer still waiting, refuse every later one."""
+        self._ended.abort("the run's loop ended")
