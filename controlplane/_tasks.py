@@ -157,6 +157,8 @@ class TaskService(TaskBook):
         live = self._live.get(snapshot.id)
         if live is not None:
             self._abort(live, reason)
+            # Killed, it waits for no answer: a `wait` from now on waits for the outcome.
+            self.asking(live.id, None)
             if live.parked and self._kill_parked is not None:
                 self._kill_parked(snapshot, reason)  # it parked as it was aborted
         elif (

@@ -91,7 +91,10 @@ class AcpProvider:
         name: The provider's key in the registry.
         cwd: The agent's working directory (and the session's ``cwd``); default: ours.
         env: Variables added to the agent's environment.
-        permission: How permission requests are answered: ``deny`` (default) or ``allow``.
+        permission: How permission requests are answered: ``deny`` (default), ``allow``,
+            or ``ask``: each becomes an approval request to the child's parent (SPEC §11),
+            answered live — the agent waits inside its process, so the run never parks;
+            if the runtime dies meanwhile the Task reads ``interrupted``.
         start_timeout_s: How long the agent may take to answer ``initialize`` and open the
             session.
         grace_s: How long a cancelled agent may take to end its prompt, how long it may
@@ -128,6 +131,11 @@ class AcpProvider:
         self._name = name
         self._cwd = cwd
         self._env = dict(env) if env else None
+        if permission not in ("deny", "allow", "ask"):
+            raise SubagentControlError(
+                ErrorCode.INVALID_INPUT,
+                f"permission must be 'deny', 'allow' or 'ask', not {permission!r}",
+            )
         self._permission = permission
         self._start_timeout_s = start_timeout_s
         self._grace_s = grace_s
@@ -184,7 +192,9 @@ class AcpRun:
         self.steer: Callable[[Sequence[TextBlock], MessageSource], None] | None = None
         self._provider = provider
         self._request = request
-        self._recorder = AcpRecorder(request.transcript, provider._permission)
+        self._recorder = AcpRecorder(
+            request.transcript, provider._permission, desk=request.approvals
+        )
         self._stderr = StderrTail(provider._argv[0])
         self._signal = CancelSignal()  # aborted by the activation's signal or by dispose
         self._loop: asyncio.AbstractEventLoop | None = None  # the thread's, once it runs

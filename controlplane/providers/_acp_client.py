@@ -24,7 +24,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Literal
 
 from controlplane.contract import (
+    ApprovalDesk,
     EventKind,
+    JsonValue,
     SessionEvent,
     StopReason,
     SubagentControlError,
@@ -62,7 +64,7 @@ USAGE_EVENT = "acp/usage"
 """Event kind: an ACP turn's usage (or ``usage_reported: false``), when the turn ended with
 no message left to carry it."""
 
-PermissionPolicy = Literal["deny", "allow"]
+PermissionPolicy = Literal["deny", "allow", "ask"]
 
 _STOP_REASONS = {
     "end_turn": StopReason.COMPLETED.value,
@@ -102,12 +104,19 @@ def primer(events: Sequence[SessionEvent]) -> str:
 class AcpRecorder:
     """The ``acp.Client`` of one activation: records what the agent does once ``recording``."""
 
-    def __init__(self, transcript: TranscriptWriter, permission: PermissionPolicy) -> None:
+    def __init__(
+        self,
+        transcript: TranscriptWriter,
+        permission: PermissionPolicy,
+        *,
+        desk: ApprovalDesk | None = None,
+    ) -> None:
         self.recording = False  # off while session/load replays the old conversation
         self.output = ""  # the last non-empty message of the turn
         self.failure: Exception | None = None  # a write that failed; fails the turn
         self._transcript = transcript
         self._permission = permission
+        self._desk = desk  # where an ``ask`` policy asks (SPEC §11)
         self._text: list[str] = []
         self._message_id: str | None = None
         self._open_calls: set[str] = set()
@@ -142,7 +151,12 @@ class AcpRecorder:
     ) -> Any:
         from acp.schema import AllowedOutcome, DeniedOutcome, RequestPermissionResponse
 
-        allow = self._permission == "allow"
+        if self._permission == "ask" and self._desk is not None:
+            allow = await self._ask(tool_call)
+            if allow is None:
+                return RequestPermissionResponse(outcome=DeniedOutcome(outcome="cancelled"))
+        else:
+            allow = self._permission == "allow"
         kinds = ("allow_once", "allow_always") if allow else ("reject_once", "reject_always")
         chosen = next((o for o in options if o.kind in kinds), None)
         log.info(
@@ -156,6 +170,34 @@ class AcpRecorder:
         return RequestPermissionResponse(
             outcome=AllowedOutcome(outcome="selected", option_id=chosen.option_id)
         )
+
+    async def _ask(self, tool_call: Any) -> bool | None:
+        """Ask the child's parent (SPEC §11) and wait for the answer, live: the agent waits
+        in its own process, so the run cannot park. None when the wait ended unanswered
+        (killed, closing): the agent is told the request was cancelled."""
+        desk = self._desk
+        assert desk is not None
+        await self.write(self.flush)  # the message before it comes first in the transcript
+        title = getattr(tool_call, "title", None) or "tool call"
+        raw = getattr(tool_call, "raw_input", None)
+        arguments = raw if isinstance(raw, dict) else {"input": raw} if raw is not None else {}
+        loop = asyncio.get_running_loop()
+        try:
+            request_id = await loop.run_in_executor(
+                self._writes,
+                lambda: desk.ask(
+                    tool=str(title)[:200],
+                    arguments=_plain(arguments),
+                    call_id=str(getattr(tool_call, "tool_call_id", "") or ""),
+                    parkable=False,
+                ),
+            )
+            # Not on the writer thread: the agent's updates keep being written meanwhile.
+            answer = await loop.run_in_executor(None, lambda: desk.wait(request_id, park=False))
+        except SubagentControlError as exc:
+            log.info("ACP permission for %r not answered: %s", title, exc.message)
+            return None
+        return None if answer is None else answer.allow
 
     def flush(self) -> None:
         """Write the message being streamed, if any (a new message or a tool call is a
@@ -319,3 +361,10 @@ async def reap(process: asyncio.subprocess.Process, grace_s: float) -> None:
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
+
+
+def _plain(value: object) -> dict[str, JsonValue]:
+    """An agent's raw tool input as a storable JSON object (what it cannot hold, as text)."""
+    text = json.dumps(value, ensure_ascii=False, default=str)
+    plain = json.loads(text.encode("utf-8", "replace").decode("utf-8"))
+    return plain if isinstance(plain, dict) else {"input": plain}

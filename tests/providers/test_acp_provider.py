@@ -375,6 +375,49 @@ def test_permission_requests_are_answered_by_the_policy(
     assert f'"optionId": "{option}"' in (snapshot.outcome.output or "")
 
 
+@pytest.mark.parametrize(("allow", "option"), [(True, "yes"), (False, "no")])
+def test_an_ask_policy_turns_a_permission_request_into_an_approval_the_parent_answers(
+    control: SubagentControl, agents: Agents, allow: bool, option: str
+) -> None:
+    register(control, agents, "--ask-permission", permission="ask")
+    parent = control.agents.register("parent-1")
+    child_id, task_id = start(control, parent, "clean up")
+    waiting = control.tasks.wait(task_id, timeout=WAIT_S, requester=parent)
+    assert waiting.status is TaskStatus.INPUT_REQUIRED
+    assert waiting.request is not None
+    assert waiting.request.tool == "delete everything"
+    (notice,) = control.tasks.drain_notices(parent)
+    assert waiting.request.id in notice.summary
+
+    control.answer(parent, waiting.request.id, allow=allow, note="checked")
+    snapshot = settle(control, task_id, parent)
+    assert snapshot.status is TaskStatus.COMPLETED
+    assert snapshot.outcome is not None
+    assert f'"optionId": "{option}"' in (snapshot.outcome.output or "")
+    assert control.store is not None
+    kinds = [e.kind for e in control.store.load(child_id).events]
+    assert kinds.count(EventKind.APPROVAL_REQUEST) == 1
+    assert kinds.count(EventKind.APPROVAL_ANSWER) == 1
+
+
+def test_a_killed_ask_is_cancelled_at_the_agent_and_the_task_killed(
+    control: SubagentControl, agents: Agents
+) -> None:
+    register(control, agents, "--ask-permission", permission="ask")
+    parent = control.agents.register("parent-1")
+    _child, task_id = start(control, parent, "clean up")
+    waiting = control.tasks.wait(task_id, timeout=WAIT_S, requester=parent)
+    assert waiting.request is not None
+    control.tasks.kill(task_id, requester=parent)
+    assert settle(control, task_id, parent).status is TaskStatus.KILLED
+
+
+def test_an_unknown_permission_policy_is_refused(agents: Agents) -> None:
+    with pytest.raises(SubagentControlError) as refused:
+        AcpProvider(agents.command(), permission="maybe")  # type: ignore[arg-type]
+    assert refused.value.code is ErrorCode.INVALID_INPUT
+
+
 def test_an_agents_stop_reason_becomes_the_tasks_outcome(
     control: SubagentControl, agents: Agents
 ) -> None:

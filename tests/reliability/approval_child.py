@@ -3,7 +3,8 @@ child whose ``deploy`` tool needs approval, waits until the Task reads ``input_r
 drains the parent's notices, prints ``READY {json}`` and waits to be SIGKILLed (bounded:
 it exits by itself after a minute).
 
-Args: store URL, the file the tool appends a line to each time it runs, the grace period.
+Args: store URL, the file the tool appends a line to each time it runs, the grace period,
+and (optional) a state directory: then the child is an ACP agent asking permission.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import time
 from pathlib import Path
 
 from controlplane import (
+    AcpProvider,
     ChildTool,
     ContinuableStartSpec,
     InProcessProvider,
@@ -40,14 +42,21 @@ def deploy_tool(runs: Path) -> ChildTool:
     return ChildTool("deploy", "Deploy.", {"type": "object"}, run, approval="always")
 
 
-def main(url: str, runs: str, grace_s: str) -> None:
+def main(url: str, runs: str, grace_s: str, acp_state: str = "") -> None:
     control = SubagentControl.open(url, lease_ttl_s=30.0, approval_grace_s=float(grace_s))
-    model = ScriptedModel([DEPLOY, "never reached here"])
-    control.providers.register(InProcessProvider(model, tools=[deploy_tool(Path(runs))]))
+    provider = "inprocess"
+    if acp_state:  # an ACP agent that asks permission, answered through the parent
+        agent = Path(__file__).parents[1] / "providers" / "acp_agent.py"
+        command = [sys.executable, str(agent), "--state", acp_state, "--ask-permission"]
+        control.providers.register(AcpProvider(command, permission="ask", grace_s=1.0))
+        provider = "acp"
+    else:
+        model = ScriptedModel([DEPLOY, "never reached here"])
+        control.providers.register(InProcessProvider(model, tools=[deploy_tool(Path(runs))]))
     parent = control.agents.register("approver")
     started = control.start_continuable(
         ContinuableStartSpec(
-            provider="inprocess", label="ship", prompt=[TextBlock(text="ship")], parent=parent
+            provider=provider, label="ship", prompt=[TextBlock(text="ship")], parent=parent
         )
     )
     waiting = control.tasks.wait(started.task_id, timeout=LIFETIME_S, requester=parent)
@@ -71,4 +80,4 @@ def main(url: str, runs: str, grace_s: str) -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:4])
+    main(*sys.argv[1:5])

@@ -7,16 +7,20 @@ a test starts is reaped, pass or fail."""
 from __future__ import annotations
 
 import json
+import os
 import signal
+import time
 from pathlib import Path
 
 import pytest
 
 from controlplane import (
+    ErrorCode,
     EventKind,
     InProcessProvider,
     ScriptedModel,
     SubagentControl,
+    SubagentControlError,
     TaskStatus,
 )
 from tests.reliability.approval_child import deploy_tool
@@ -66,3 +70,52 @@ def test_an_answer_from_another_runtime_after_a_sigkill_runs_the_tool_once_and_c
             assert kinds.count(kind) == 1, (kind, kinds)
         (completed,) = control.tasks.drain_notices(parent)
         assert completed.status is TaskStatus.COMPLETED
+
+
+def test_an_acp_agents_request_is_closed_and_its_task_interrupted_when_its_runtime_dies(
+    reaped: Reaper, store_url: str, tmp_path: Path
+) -> None:
+    pytest.importorskip("acp", reason="the acp extra is not installed")
+    state = tmp_path / "agent-state"
+    runtime = reaped.add(
+        LinesProcess(CHILD, store_url, str(tmp_path / "runs"), "30", str(state), name="acp")
+    )
+    ready = json.loads(runtime.expect("READY ").removeprefix("READY "))
+    runtime.proc.send_signal(signal.SIGKILL)
+    runtime.reap()
+    try:
+        with SubagentControl.open(store_url, lease_ttl_s=30.0) as control:
+            parent = control.agents.register("approver")
+            task_id = ready["task_id"]
+            deadline = time.monotonic() + WAIT_S
+            while control.tasks.get(task_id, requester=parent).status is not (
+                TaskStatus.INTERRUPTED
+            ):
+                assert time.monotonic() < deadline, "the dead runtime's ACP ask was not closed"
+                time.sleep(0.05)
+            with pytest.raises(SubagentControlError) as closed:
+                control.answer(parent, ready["request_id"], allow=True)
+            assert closed.value.code is ErrorCode.REQUEST_CLOSED
+            assert control.store is not None
+            (end,) = [
+                e for e in control.store.load(ready["child_id"]).events
+                if e.kind == EventKind.TURN_END
+            ]  # fmt: skip
+            assert end.data["status"] == "interrupted"
+    finally:
+        _kill_agents(state)
+
+
+def _kill_agents(state: Path) -> None:
+    """The killed runtime's agent ends on its closed stdin; bounded, then SIGKILLed."""
+    pids = state / "pids"
+    for pid in [int(p) for p in pids.read_text().split()] if pids.exists() else []:
+        deadline = time.monotonic() + WAIT_S
+        while time.monotonic() < deadline:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            time.sleep(0.05)
+        else:
+            os.kill(pid, signal.SIGKILL)
