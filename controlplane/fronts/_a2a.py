@@ -14,11 +14,15 @@ saw a Task settle could send one; a client that wants the end subscribes or poll
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import signal
 import socket
 import sys
 import threading
+from collections.abc import Generator
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from types import FrameType
 from typing import IO, TYPE_CHECKING, Self
 
 import uvicorn
@@ -59,6 +63,7 @@ if TYPE_CHECKING:
 __all__ = ["A2AServer", "agent_card", "run_a2a"]
 
 _STOP_S = 10.0
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 def agent_card(url: str, *, bearer: bool) -> AgentCard:
@@ -172,15 +177,27 @@ class A2AServer:
         config = uvicorn.Config(
             guarded, log_level="warning", lifespan="off", timeout_graceful_shutdown=2
         )
-        self._server = uvicorn.Server(config)
+        self._server = _Server(config)
         self._thread: threading.Thread | None = None
 
     def serve(self) -> None:
-        """Serve in this thread until `stop` (or, on the main thread, SIGINT or SIGTERM)."""
+        """Serve in this thread until `stop` (or, on the main thread, SIGINT or SIGTERM:
+        a second SIGINT ends open streams at once); then return, so the caller closes the
+        control plane."""
+        previous = {}
+        if threading.current_thread() is threading.main_thread():
+            previous = {sig: signal.signal(sig, self._on_signal) for sig in _STOP_SIGNALS}
         try:
             asyncio.run(self._server.serve(sockets=[self._socket]))
         finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
             self._socket.close()
+
+    def _on_signal(self, sig: int, _frame: FrameType | None) -> None:
+        if self._server.should_exit and sig == signal.SIGINT:
+            self._server.force_exit = True
+        self._server.should_exit = True
 
     def start(self) -> Self:
         """Serve in a thread of its own; returns at once (the socket already listens)."""
@@ -204,6 +221,15 @@ class A2AServer:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, without its signal handling: it raises the signal again once it
+    has stopped, which would end the process before the control plane is closed."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None]:
+        yield
 
 
 def run_a2a(args: argparse.Namespace, out: IO[str]) -> None:
