@@ -171,6 +171,7 @@ class A2AServer:
         guarded = HttpGuard(
             app,
             token=token,
+            loopback=is_loopback(host),
             max_body=max_body,
             open_paths=frozenset({AGENT_CARD_WELL_KNOWN_PATH}),
         )

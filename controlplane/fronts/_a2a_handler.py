@@ -111,8 +111,9 @@ class ControlPlaneHandler(RequestHandler):
         snapshots = await _guarded(self._aio.list_tasks(self._parent))
         page = list_page(snapshots, params)
         if params.HasField("history_length") and params.history_length > 0:
+            by_id = {snapshot.id: snapshot for snapshot in snapshots}
             for task in page.tasks:
-                snapshot = next(s for s in snapshots if s.id == task.id)
+                snapshot = by_id[task.id]
                 full = task_view(snapshot, await self._turn(snapshot))
                 task.CopyFrom(apply_history_length(full, params))
         return page
@@ -298,6 +299,7 @@ class ControlPlaneHandler(RequestHandler):
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(pause):
                         await wake.wait()
+                wake.clear()  # a wake-up counts once: never a loop without a pause
         finally:
             unsubscribe()
 

@@ -189,11 +189,17 @@ def bearer_token(host: str, *, token: str | None, token_file: Path) -> str | Non
 
 
 class HttpGuard:
-    """ASGI middleware: a bearer token on every path but ``open_paths`` (401 without it),
-    and a cap on request bodies (413), both checked before the application sees a byte.
+    """ASGI middleware that checks a request before the application sees a byte of it.
 
-    The body is read here (it is small: at most ``max_body`` bytes) and handed on whole,
-    so a chunked body past the cap is refused as surely as a declared one.
+    - A bearer token on every path but ``open_paths`` (401 without it).
+    - On a loopback server, a ``Host`` naming this machine (403 otherwise): a web page
+      cannot reach it through a DNS name rebound to 127.0.0.1.
+    - A POST's body is JSON (``Content-Type: application/json``, else 415): a web page's
+      form or ``text/plain`` post, which a browser sends cross-origin without asking, is
+      refused.
+    - A cap on the body (413). The body is read here (at most ``max_body`` bytes) and
+      handed on whole, so a chunked body past the cap is refused as surely as a declared
+      one.
     """
 
     def __init__(
@@ -201,11 +207,13 @@ class HttpGuard:
         app: ASGIApp,
         *,
         token: str | None,
+        loopback: bool,
         max_body: int = MAX_BODY_BYTES,
         open_paths: frozenset[str] = frozenset(),
     ) -> None:
         self._app = app
         self._expected = f"Bearer {token}".encode() if token is not None else None
+        self._loopback = loopback
         self._max_body = max_body
         self._open_paths = open_paths
 
@@ -213,12 +221,21 @@ class HttpGuard:
         if scope["type"] != "http":
             await self._app(scope, receive, send)
             return
+        headers = dict(scope.get("headers") or ())
         if self._expected is not None and scope.get("path") not in self._open_paths:
-            given = dict(scope.get("headers") or ()).get(b"authorization", b"")
+            given = headers.get(b"authorization", b"")
             if not hmac.compare_digest(given, self._expected):
                 await _refuse(send, 401, "a valid bearer token is required", bearer=True)
                 return
-        declared = dict(scope.get("headers") or ()).get(b"content-length")
+        if self._loopback and not is_loopback(_host_name(headers.get(b"host", b""))):
+            await _refuse(send, 403, "this server answers only requests addressed to loopback")
+            return
+        if scope.get("method") == "POST":
+            kind = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
+            if kind != b"application/json":
+                await _refuse(send, 415, "the request body must be application/json")
+                return
+        declared = headers.get(b"content-length")
         if declared is not None and (not declared.isdigit() or int(declared) > self._max_body):
             await _refuse(send, 413, f"the request body is over {self._max_body} bytes")
             return
@@ -243,6 +260,14 @@ class HttpGuard:
             return {"type": "http.request", "body": bytes(body), "more_body": False}
 
         await self._app(scope, replay, send)
+
+
+def _host_name(host: bytes) -> str:
+    """The name in a ``Host`` header, without its port (``[::1]:80`` → ``::1``)."""
+    text = host.decode("latin-1")
+    if text.startswith("["):
+        return text[1:].partition("]")[0]
+    return text.rpartition(":")[0] if text.count(":") == 1 else text
 
 
 async def _refuse(send: Send, status: int, message: str, *, bearer: bool = False) -> None:

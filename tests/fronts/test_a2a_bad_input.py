@@ -181,3 +181,28 @@ def test_another_sessions_task_and_context_are_not_found_and_nothing_changes(
     assert control.tasks.get(theirs.task_id, requester=other).status is TaskStatus.RUNNING
     assert events(control, theirs.child_id) == before
     assert control.tasks.list(a2a_parent) == []
+
+
+@pytest.mark.parametrize(
+    ("headers", "status"),
+    [
+        ({"A2A-Version": "1.0", "Content-Type": "text/plain"}, 415),
+        ({"A2A-Version": "1.0"}, 415),
+        ({**HEADERS, "Host": "rebound.example:8000"}, 403),
+    ],
+)
+def test_what_a_web_page_could_send_a_loopback_server_is_refused(
+    control: SubagentControl,
+    a2a_parent: AgentHandle,
+    model: ScriptedModel,
+    headers: dict[str, str],
+    status: int,
+) -> None:
+    """A cross-origin form or text post (sent without a preflight), or a request through a
+    DNS name rebound to 127.0.0.1, starts nothing."""
+    body = json.dumps(send_json("from a web page")).encode()
+    with served(control, a2a_parent, provider="inprocess") as url:
+        answer = httpx.post(url, content=body, headers=headers, timeout=WAIT_S)
+
+    assert answer.status_code == status
+    assert nothing_started(control, a2a_parent)
