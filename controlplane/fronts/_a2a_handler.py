@@ -123,14 +123,18 @@ class ControlPlaneHandler(RequestHandler):
     async def on_message_send(
         self, params: SendMessageRequest, context: ServerCallContext
     ) -> Task | Message:
-        validate_history_length(params.configuration)
+        config = params.configuration
+        validate_history_length(config)
         snapshot = await self._deliver(params)
-        if not params.configuration.return_immediately:
+        if not config.return_immediately:
             async for _event in self._follow(snapshot, seen=0):
                 pass  # blocking: answered once the Task ends or needs input
             snapshot = await self._snapshot(snapshot.id)
-        task = task_view(snapshot, await self._turn(snapshot))
-        return apply_history_length(task, params.configuration)
+        # The history only when asked for: it is the child's transcript, read whole, and
+        # a steer's answer must not cost more as the child's life grows.
+        asked = config.HasField("history_length") and config.history_length > 0
+        turn = await self._turn(snapshot) if asked else []
+        return apply_history_length(task_view(snapshot, turn), config)
 
     async def on_message_send_stream(
         self, params: SendMessageRequest, context: ServerCallContext
