@@ -9,7 +9,8 @@ that does not want to wait for the turn sends it). Per round, interleaved call b
 - start: ``start_continuable`` against a ``SendMessage`` without a context;
 - steer, on a pool of live children: ``send_message`` against a ``SendMessage`` naming
   the Task (``taskId``: one point read of the Task, then the steer) and one naming only the
-  context (``contextId``: the parent's Tasks are listed to find the child, then the steer);
+  context (``contextId``: the server checks the child is the parent's once, by listing the
+  parent's Tasks, and remembers it: a child's parent never changes);
 - the HTTP round trip alone: ``GET`` of the agent card through the same server and guard.
 
 The started children are released and settled between rounds (each holds threads).
@@ -197,7 +198,9 @@ round: median (min–max) across rounds; ratios taken inside each round.
 
 The A2A paths add the HTTP round trip (the agent card's `GET` above: the server, the
 guard and the client), JSON-RPC and protobuf decoding, a worker-thread hop per
-control-plane call, and the Task read that builds the answer. A steer naming only the
-context also lists the parent's Tasks to find the child and check it is theirs: its cost
-grows with the number of Tasks the parent holds; naming the `taskId` reads one row.
+control-plane call, and the Task read that builds the answer. A start's activation
+begins at once in the same process, and the server's thread hops wait for the GIL while
+it publishes. A steer naming only the context checks, the first time per child and
+server, that the child is the parent's by listing the parent's Tasks (a cost that grows
+with them); after that the server remembers it, as a child's parent never changes.
 """

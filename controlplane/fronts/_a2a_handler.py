@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
 from typing import TYPE_CHECKING, Final, TypeVar
 
@@ -77,6 +78,8 @@ POLL_FIRST_S: Final = 0.02
 POLL_MAX_S: Final = 0.25
 """A stream looks at the store again this soon after news, backing off to the maximum
 while nothing changes; a Task of this process that settles wakes it at once."""
+OWNED_CACHE: Final = 10_000
+"""How many children this server remembers as the parent's (the least recently used go)."""
 CANCEL_WAIT_S: Final = 10.0
 """How long `CancelTask` waits for the killed Task to settle before answering it as it is."""
 
@@ -96,6 +99,7 @@ class ControlPlaneHandler(RequestHandler):
         self._aio = AsyncSubagentControl(control)
         self._parent = parent
         self._provider = provider
+        self._ours: OrderedDict[str, None] = OrderedDict()  # the children known to be ours
 
     # -- reads -----------------------------------------------------------------------------
 
@@ -229,6 +233,7 @@ class ControlPlaneHandler(RequestHandler):
                 parent=self._parent,
             )
             started = await _guarded(self._aio.start_continuable(spec))
+            self._remember(started.child_id)
             return await self._snapshot(started.task_id)
         sent = await _guarded(self._aio.send_message(self._parent, child_id, blocks))
         return await self._snapshot(sent.task_id)
@@ -239,14 +244,26 @@ class ControlPlaneHandler(RequestHandler):
         Raises:
             TaskNotFoundError: it is another session's child (nothing is said about it).
         """
+        if context_id in self._ours:
+            self._ours.move_to_end(context_id)
+            return context_id
         latest = await _guarded(self._aio.run_blocking(self._latest_by_child))
         if context_id in latest:
+            self._remember(context_id)
             return context_id
         if await _guarded(self._aio.run_blocking(self._stored, context_id)):
             raise TaskNotFoundError(
                 message=f"no context {context_id!r} for this session; nothing was delivered"
             )
         return None
+
+    def _remember(self, child_id: str) -> None:
+        """Keep ``child_id`` as ours: a child's parent never changes, so this is never
+        stale, and a steer by context then skips listing the parent's Tasks."""
+        self._ours[child_id] = None
+        self._ours.move_to_end(child_id)
+        if len(self._ours) > OWNED_CACHE:
+            self._ours.popitem(last=False)
 
     def _latest_by_child(self) -> dict[str, TaskSnapshot]:
         return self._control.tasks.latest_by_child(self._parent)
