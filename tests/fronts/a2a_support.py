@@ -48,6 +48,7 @@ __all__ = [  # the SDK's names the tests use, imported once the extra is known t
     "InvalidParamsError",
     "ListTasksRequest",
     "Part",
+    "Role",
     "TaskNotCancelableError",
     "TaskNotFoundError",
     "TaskState",
