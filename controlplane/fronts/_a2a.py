@@ -40,7 +40,7 @@ from a2a.types.a2a_pb2 import (
 from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH, PROTOCOL_VERSION_1_0
 from starlette.applications import Starlette
 
-from controlplane.contract import AgentHandle
+from controlplane.contract import AgentHandle, ErrorCode, SubagentControlError
 from controlplane.fronts._a2a_handler import ControlPlaneHandler
 from controlplane.fronts._a2a_setup import (
     MAX_BODY_BYTES,
@@ -149,6 +149,7 @@ class A2AServer:
         token: str | None = None,
         max_body: int = MAX_BODY_BYTES,
     ) -> None:
+        handler = ControlPlaneHandler(control, parent, provider=provider or start_provider(control))
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         self._socket = socket.socket(family, socket.SOCK_STREAM)
         try:
@@ -165,7 +166,6 @@ class A2AServer:
         bound = self._socket.getsockname()[1]
         self.url = f"http://{f'[{host}]' if family == socket.AF_INET6 else host}:{bound}/"
         """Where clients reach it (the card's URL too)."""
-        handler = ControlPlaneHandler(control, parent, provider=provider or start_provider(control))
         app = Starlette(
             routes=[
                 *create_agent_card_routes(agent_card(self.url, bearer=token is not None)),
@@ -249,9 +249,14 @@ def run_a2a(args: argparse.Namespace, out: IO[str]) -> None:
         if args.openai_model:
             register_openai(control, model=args.openai_model, base_url=args.openai_base_url)
         parent = register_parent(control, args.parent)
-        server = A2AServer(
-            control, parent, host=host, port=port, token=token, max_body=args.max_body
-        )
+        try:
+            server = A2AServer(
+                control, parent, host=host, port=port, token=token, max_body=args.max_body
+            )
+        except OSError as exc:  # in use, not an address of this machine, not allowed
+            raise SubagentControlError(
+                ErrorCode.INVALID_INPUT, f"cannot listen on {args.http}: {exc.strerror or exc}"
+            ) from exc
         if token is not None and args.token is None:
             print(f"token written to {args.token_file}", file=sys.stderr)
         if not is_loopback(host):

@@ -7,6 +7,7 @@ Every server is reaped when its test ends, pass or fail (``reaped``)."""
 from __future__ import annotations
 
 import signal
+import socket
 from pathlib import Path
 
 import pytest
@@ -128,3 +129,18 @@ def test_without_the_extra_the_command_says_which_extra_to_install(sqlite_url: s
 
     assert done.returncode == 1, done.stderr
     assert "pip install 'subagent-control[a2a]'" in done.stderr
+
+
+def test_a_port_in_use_is_a_usage_error_that_names_it(sqlite_url: str) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        done = run_python(
+            "-m", "controlplane.cli", "a2a", "--db", sqlite_url, "--http", f"127.0.0.1:{port}",
+            "--setup", ECHO, timeout=60.0,
+        )  # fmt: skip
+
+    assert done.returncode == 2, done.stderr
+    assert f"cannot listen on 127.0.0.1:{port}" in done.stderr
+    assert "Traceback" not in done.stderr
