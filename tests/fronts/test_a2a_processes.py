@@ -144,3 +144,29 @@ def test_a_port_in_use_is_a_usage_error_that_names_it(sqlite_url: str) -> None:
     assert done.returncode == 2, done.stderr
     assert f"cannot listen on 127.0.0.1:{port}" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_openai_flags_start_children_on_a_chat_completions_server(
+    reaped: Reaper, sqlite_url: str, tmp_path: Path
+) -> None:
+    pytest.importorskip("openai", reason="the openai extra is not installed")
+    from tests.providers.openai_server import ChatServer
+
+    with ChatServer([{"text": "three facts about otters"}]) as chat:
+        server = reaped.add(
+            A2AProcess(
+                sqlite_url, "--openai-model", "m", "--openai-base-url", chat.base_url,
+                name="a2a-openai", stderr=tmp_path / "a2a.err",
+            )
+        )  # fmt: skip
+        url = server.ready()
+
+        async def ask() -> tuple[int, str]:
+            async with a2a_client(url, streaming=False) as client:
+                done = await send(client, message("otters?", immediately=False))
+                return done.status.state, done.artifacts[0].parts[0].text
+
+        state, output = run(ask)
+
+    assert state == COMPLETED
+    assert output == "three facts about otters"
