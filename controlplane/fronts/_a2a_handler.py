@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Final, TypeVar
 
 from a2a.server.context import ServerCallContext
 from a2a.server.events import Event
-from a2a.server.request_handlers import RequestHandler
+from a2a.server.request_handlers import RequestHandler, validate_request_params
 from a2a.types.a2a_pb2 import (
     AgentCard,
     CancelTaskRequest,
@@ -103,11 +103,13 @@ class ControlPlaneHandler(RequestHandler):
 
     # -- reads -----------------------------------------------------------------------------
 
+    @validate_request_params
     async def on_get_task(self, params: GetTaskRequest, context: ServerCallContext) -> Task:
         validate_history_length(params)
         snapshot = await self._snapshot(params.id)
         return apply_history_length(task_view(snapshot, await self._turn(snapshot)), params)
 
+    @validate_request_params
     async def on_list_tasks(
         self, params: ListTasksRequest, context: ServerCallContext
     ) -> ListTasksResponse:
@@ -124,6 +126,7 @@ class ControlPlaneHandler(RequestHandler):
 
     # -- messages ----------------------------------------------------------------------------
 
+    @validate_request_params
     async def on_message_send(
         self, params: SendMessageRequest, context: ServerCallContext
     ) -> Task | Message:
@@ -140,6 +143,7 @@ class ControlPlaneHandler(RequestHandler):
         turn = await self._turn(snapshot) if asked else []
         return apply_history_length(task_view(snapshot, turn), config)
 
+    @validate_request_params
     async def on_message_send_stream(
         self, params: SendMessageRequest, context: ServerCallContext
     ) -> AsyncGenerator[Event]:
@@ -147,6 +151,7 @@ class ControlPlaneHandler(RequestHandler):
         async for event in self._watch(snapshot):
             yield event
 
+    @validate_request_params
     async def on_subscribe_to_task(
         self, params: SubscribeToTaskRequest, context: ServerCallContext
     ) -> AsyncGenerator[Event]:
@@ -159,6 +164,7 @@ class ControlPlaneHandler(RequestHandler):
         async for event in self._watch(snapshot):
             yield event
 
+    @validate_request_params
     async def on_cancel_task(
         self, params: CancelTaskRequest, context: ServerCallContext
     ) -> Task | None:

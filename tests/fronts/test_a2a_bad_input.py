@@ -117,7 +117,7 @@ def test_a_message_that_is_not_text_is_invalid_and_starts_nothing(
 
         async def body() -> None:
             async with a2a_client(url) as client:
-                with pytest.raises(InvalidParamsError, match=r"nothing was delivered|text"):
+                with pytest.raises(InvalidParamsError):
                     await stream(client.send_message(request))
 
         run(body)
