@@ -169,7 +169,9 @@ class A2AServer:
         app = Starlette(
             routes=[
                 *create_agent_card_routes(agent_card(self.url, bearer=token is not None)),
-                *create_jsonrpc_routes(handler, rpc_url="/"),
+                # v0.3 clients (``message/send``, …) too: the SDK translates them to the
+                # same handler.
+                *create_jsonrpc_routes(handler, rpc_url="/", enable_v0_3_compat=True),
             ]
         )
         guarded = HttpGuard(

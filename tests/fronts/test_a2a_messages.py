@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
+import httpx
 import pytest
 
 from controlplane import AgentHandle, InProcessProvider, ScriptedModel, SubagentControl
@@ -26,7 +27,7 @@ from tests.fronts.a2a_support import (
     texts,
     wait_state,
 )
-from tests.support import events, inbound
+from tests.support import WAIT_S, events, inbound
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -225,3 +226,30 @@ def test_list_tasks_gives_the_sessions_tasks_newest_first_and_filters_by_context
 
     assert listed == made[::-1]
     assert in_context == made[:1]
+
+
+def test_a_v0_3_client_is_served_by_the_same_handler(
+    control: SubagentControl, a2a_parent: AgentHandle, echo: ScriptedModel
+) -> None:
+    """Many A2A clients still speak v0.3 (``message/send``, no ``A2A-Version`` header)."""
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "message/send",
+        "params": {
+            "message": {
+                "kind": "message",
+                "messageId": "m1",
+                "role": "user",
+                "parts": [{"kind": "text", "text": "hello from v0.3"}],
+            }
+        },
+    }
+    with served(control, a2a_parent, provider="inprocess") as url:
+        answer = httpx.post(url, json=body, timeout=WAIT_S).json()["result"]
+
+    assert answer["kind"] == "task"
+    assert answer["status"]["state"] == "completed"
+    assert answer["artifacts"][0]["parts"][0]["text"] == "echo: hello from v0.3"
+    snapshot = control.tasks.get(answer["id"], requester=a2a_parent)
+    assert snapshot.child_id == answer["contextId"]
