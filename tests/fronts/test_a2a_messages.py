@@ -253,3 +253,28 @@ def test_a_v0_3_client_is_served_by_the_same_handler(
     assert answer["artifacts"][0]["parts"][0]["text"] == "echo: hello from v0.3"
     snapshot = control.tasks.get(answer["id"], requester=a2a_parent)
     assert snapshot.child_id == answer["contextId"]
+
+
+def test_concurrent_steers_of_one_working_task_each_land_once_in_it(
+    control: SubagentControl, a2a_parent: AgentHandle, gated: ScriptedModel
+) -> None:
+    steers = [f"steer {n}" for n in range(12)]
+    with served(control, a2a_parent, provider="inprocess") as url:
+
+        async def body() -> tuple[str, str, set[str]]:
+            async with a2a_client(url, streaming=False) as client:
+                started = await send(client, message("first"))
+                answers = await asyncio.gather(
+                    *(send(client, message(s, context_id=started.context_id)) for s in steers)
+                )
+                gated.release(100)
+                await wait_state(client, started.id, COMPLETED)
+                return started.id, started.context_id, {a.id for a in answers}
+
+        task_id, context, answered = run(body)
+
+    assert answered == {task_id}
+    stored = events(control, context)
+    for steer in steers:
+        assert [e.kind for e in inbound(stored, steer)] == [EventKind.STEERING_MESSAGE]
+    assert len(control.tasks.list(a2a_parent)) == 1
