@@ -4,7 +4,9 @@ and another parent session's Task or context."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,12 +15,14 @@ import pytest
 
 from controlplane import AgentHandle, InProcessProvider, ScriptedModel, SubagentControl
 from controlplane.contract import TaskStatus
+from tests.fakes import FakeProvider
 from tests.fronts.a2a_support import (
     CancelTaskRequest,
     GetTaskRequest,
     InvalidParamsError,
     Part,
     TaskNotFoundError,
+    UnsupportedOperationError,
     a2a_client,
     message,
     run,
@@ -27,7 +31,7 @@ from tests.fronts.a2a_support import (
     stream,
     subscribe,
 )
-from tests.support import WAIT_S, events, eventually, is_durable, start_child
+from tests.support import WAIT_S, events, eventually, inbound, is_durable, start_child
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -206,3 +210,28 @@ def test_what_a_web_page_could_send_a_loopback_server_is_refused(
 
     assert answer.status_code == status
     assert nothing_started(control, a2a_parent)
+
+
+def test_a_steer_the_running_child_cannot_take_is_refused_and_not_delivered(
+    control: SubagentControl,
+    a2a_parent: AgentHandle,
+    provider: FakeProvider,
+    hold: threading.Event,
+) -> None:
+    """A run without live delivery (an ACP child's, say) refuses a steer: NOT_DELIVERED, as
+    an A2A error naming it; the Task runs on and its transcript has no steering record."""
+    plan = provider.plan(result_gate=hold, steerable=False)
+    with served(control, a2a_parent, provider="fake") as url:
+
+        async def body() -> tuple[str, str]:
+            async with a2a_client(url, streaming=False) as client:
+                started = await send(client, message("first"))
+                assert await asyncio.to_thread(plan.returned.wait, WAIT_S)
+                with pytest.raises(UnsupportedOperationError, match="not delivered"):
+                    await send(client, message("steer", context_id=started.context_id))
+                return started.id, started.context_id
+
+        task_id, context = run(body)
+
+    assert control.tasks.get(task_id, requester=a2a_parent).status is TaskStatus.RUNNING
+    assert inbound(events(control, context), "steer") == []
