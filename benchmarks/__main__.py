@@ -31,7 +31,7 @@ from benchmarks._report import Section, write_report
 
 SECTIONS = (
     "routing", "hops", "resume", "scale", "tasks", "store", "children", "telemetry",
-    "forwarding", "admission", "spend",
+    "forwarding", "admission", "spend", "a2a",
 )  # fmt: skip
 _DOCS = Path(__file__).resolve().parents[1] / "docs"
 
@@ -142,7 +142,13 @@ def _runners(
 
         return run_spend(SpendConfig.quick() if quick else SpendConfig(), workdir, pg_url, pg_note)
 
+    def a2a() -> Section | None:
+        from benchmarks.a2a import A2AConfig, run_a2a
+
+        return run_a2a(A2AConfig.quick() if quick else A2AConfig(), workdir)
+
     return {
+        "a2a": a2a,
         "admission": admission,
         "spend": spend,
         "routing": routing,

@@ -39,6 +39,9 @@ exit status:
   5  the admin socket answered with an error, or with something that is not a tree
 """
 
+_A2A_PACKAGES: Final = frozenset({"a2a", "uvicorn", "starlette", "sse_starlette", "google"})
+"""What the ``a2a`` extra brings: a missing one is reported as the extra to install."""
+
 _EXIT_BY_CODE: Final = {
     ErrorCode.CHILD_NOT_FOUND: EXIT_NOT_FOUND,
     ErrorCode.INVALID_INPUT: EXIT_USAGE,
@@ -194,7 +197,72 @@ def _parser() -> argparse.ArgumentParser:
     _add_db(transcript)
     transcript.add_argument("--json", action="store_true", help="print one event per line")
     transcript.set_defaults(run=run_transcript)
+    _add_a2a(commands, formatter, common)
     return parser
+
+
+def _add_a2a(commands: Any, formatter: type[argparse.HelpFormatter], common: Any) -> None:
+    a2a = commands.add_parser(
+        "a2a",
+        help="serve the control plane to A2A clients (HTTP JSON-RPC)",
+        description="Serve A2A on HOST:PORT: a context is a child, a task one of its Tasks; "
+        "a message to a working task steers it. Prints 'ready URL' once listening; serves "
+        "until SIGINT or SIGTERM. Needs the 'a2a' extra.",
+        epilog=_EPILOG,
+        formatter_class=formatter,
+        parents=[common],
+    )
+    _add_db(a2a)
+    a2a.add_argument(
+        "--http", required=True, metavar="HOST:PORT", help="where to listen (port 0: any)"
+    )
+    a2a.add_argument(
+        "--setup",
+        metavar="MODULE:FUNCTION",
+        help="called with the open SubagentControl before serving, to register providers",
+    )
+    a2a.add_argument(
+        "--parent",
+        default="a2a",
+        metavar="SESSION",
+        help="the parent session clients act as (default: %(default)s)",
+    )
+    a2a.add_argument("--openai-model", metavar="NAME", help="start children on this model")
+    a2a.add_argument("--openai-base-url", metavar="URL", help="its OpenAI-compatible server")
+    a2a.add_argument(
+        "--token",
+        metavar="TOKEN",
+        help="the bearer token clients must send (required off loopback: else one is made)",
+    )
+    a2a.add_argument(
+        "--token-file",
+        default="a2a.token",
+        metavar="PATH",
+        help="where a made token is written, mode 0600 (default: %(default)s)",
+    )
+    a2a.add_argument(
+        "--max-body",
+        type=_positive_int,
+        default=1 << 20,
+        metavar="BYTES",
+        help="refuse larger request bodies with 413 (default: %(default)s)",
+    )
+    a2a.set_defaults(run=_run_a2a)
+
+
+def _run_a2a(args: argparse.Namespace, out: Any) -> None:
+    # Imported here: the other commands load neither the runtime nor the A2A SDK.
+    try:
+        from controlplane.fronts._a2a import run_a2a
+    except ImportError as exc:
+        if (exc.name or "").split(".")[0] not in _A2A_PACKAGES:
+            raise
+        raise CommandExit(
+            EXIT_FAILURE,
+            f"the a2a command needs the optional {exc.name!r} package: "
+            "pip install 'subagent-control[a2a]'",
+        ) from exc
+    run_a2a(args, out)
 
 
 def _add_db(parser: argparse.ArgumentParser) -> None:

@@ -1,0 +1,206 @@
+"""The A2A front (issue 28): what serving a start and a steer over A2A costs beside calling
+the Python API directly, ratios measured in the same run.
+
+One control plane on SQLite with the bench provider (its runs block, so children stay
+live), served by `A2AServer` on a loopback port in this process; a keep-alive `httpx`
+client posts hand-built JSON-RPC (``SendMessage`` with ``returnImmediately``, as a client
+that does not want to wait for the turn sends it). Per round, interleaved call by call:
+
+- start: ``start_continuable`` against a ``SendMessage`` without a context;
+- steer, on a pool of live children: ``send_message`` against a ``SendMessage`` naming
+  the Task (``taskId``: one point read of the Task, then the steer) and one naming only the
+  context (``contextId``: the server checks the child is the parent's once, by listing the
+  parent's Tasks, and remembers it: a child's parent never changes);
+- the HTTP round trip alone: ``GET`` of the agent card through the same server and guard.
+
+The started children are released and settled between rounds (each holds threads).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import orjson
+
+from benchmarks._harness import frozen_gc, sqlite_url
+from benchmarks._provider import PROVIDER_NAME, BenchProvider
+from benchmarks._report import Section, table
+from benchmarks._stats import Spread, fmt_ratio, fmt_s, percentile, sample_interleaved, spread
+from controlplane import ContinuableStartSpec, SubagentControl, TextBlock
+
+__all__ = ["A2AConfig", "run_a2a"]
+
+_PARENT = "bench-a2a"
+_TEXT = "Also check the migration for the events table; keep seq gapless."
+_HEADERS = {"A2A-Version": "1.0", "Content-Type": "application/json"}
+_CARD = ".well-known/agent-card.json"
+_WAIT_S = 60.0
+_STARTS = ("start: Python API", "start: A2A")
+_STEERS = ("steer: Python API", "steer: A2A, taskId", "steer: A2A, contextId", "HTTP round trip")
+
+
+@dataclass(frozen=True)
+class A2AConfig:
+    """How much to measure."""
+
+    rounds: int = 5
+    starts: int = 40
+    steers: int = 300
+    live: int = 20
+
+    @classmethod
+    def quick(cls) -> A2AConfig:
+        """A smoke run: small, seconds."""
+        return cls(rounds=2, starts=5, steers=20, live=4)
+
+
+def run_a2a(config: A2AConfig, workdir: Path) -> Section | None:
+    """Measure starts and steers through the A2A front and directly."""
+    try:
+        from controlplane.fronts._a2a import A2AServer
+    except ImportError:  # the a2a extra is not installed
+        return None
+    p50: dict[str, list[float]] = {name: [] for name in (*_STARTS, *_STEERS)}
+    control = SubagentControl.open(sqlite_url(workdir / "a2a.db"))
+    provider = BenchProvider()
+    control.providers.register(provider)
+    parent = control.agents.register(_PARENT)
+    server = A2AServer(control, parent, provider=PROVIDER_NAME).start()
+    try:
+        with httpx.Client(base_url=server.url, headers=_HEADERS, timeout=_WAIT_S) as http:
+            bench = _Bench(control, provider, parent, http)
+            pool = bench.live_pool(config.live)
+            with frozen_gc():
+                for _ in range(config.rounds):
+                    timed = sample_interleaved(bench.starts(), config.starts, chunk=1)
+                    timed |= sample_interleaved(bench.steers(pool), config.steers, chunk=1)
+                    for name, samples in timed.items():
+                        p50[name].append(percentile(samples, 50))
+                    bench.settle_started()
+            tasks = len(control.tasks.list(parent))
+    finally:
+        server.stop()
+        for run in list(provider.runs.values()):
+            run.release()
+        control.close()
+    return Section("A2A front", _body(config, p50, tasks), {"p50": p50})
+
+
+class _Bench:
+    def __init__(
+        self,
+        control: SubagentControl,
+        provider: BenchProvider,
+        parent: object,
+        http: httpx.Client,
+    ) -> None:
+        self._control = control
+        self._provider = provider
+        self._parent = parent
+        self._http = http
+        self._started: list[str] = []
+        self._rng = random.Random(28)
+
+    def live_pool(self, count: int) -> list[tuple[str, str]]:
+        """``count`` live children, published: (child id, Task id) each."""
+        pool = []
+        for _ in range(count):
+            start = self._control.start_continuable(self._spec())
+            self._control.send_message(self._parent, start.child_id, [TextBlock(text="ready?")])  # type: ignore[arg-type]
+            pool.append((start.child_id, start.task_id))
+        return pool
+
+    def starts(self) -> dict[str, Callable[[], object]]:
+        def direct() -> None:
+            self._started.append(self._control.start_continuable(self._spec()).task_id)
+
+        def over_a2a() -> None:
+            self._started.append(self._rpc(_send(_TEXT))["result"]["task"]["id"])
+
+        return dict(zip(_STARTS, (direct, over_a2a), strict=True))
+
+    def steers(self, pool: list[tuple[str, str]]) -> dict[str, Callable[[], object]]:
+        message = [TextBlock(text=_TEXT)]
+
+        def direct() -> None:
+            child_id, _task_id = self._rng.choice(pool)
+            self._control.send_message(self._parent, child_id, message)  # type: ignore[arg-type]
+
+        def by_task() -> None:
+            child_id, task_id = self._rng.choice(pool)
+            self._rpc(_send(_TEXT, context_id=child_id, task_id=task_id))
+
+        def by_context() -> None:
+            child_id, _task_id = self._rng.choice(pool)
+            self._rpc(_send(_TEXT, context_id=child_id))
+
+        def round_trip() -> None:
+            self._http.get(_CARD).raise_for_status()
+
+        return dict(zip(_STEERS, (direct, by_task, by_context, round_trip), strict=True))
+
+    def settle_started(self) -> None:
+        """Release and settle the children started this round (their threads go)."""
+        for task_id in self._started:
+            snapshot = self._control.tasks.get(task_id, requester=self._parent)  # type: ignore[arg-type]
+            self._provider.runs[snapshot.child_id or ""].release()
+            self._control.tasks.wait(task_id, _WAIT_S, requester=self._parent)  # type: ignore[arg-type]
+        self._started.clear()
+
+    def _spec(self) -> ContinuableStartSpec:
+        return ContinuableStartSpec(
+            provider=PROVIDER_NAME,
+            label="bench",
+            prompt=[TextBlock(text=_TEXT)],
+            parent=self._parent,  # type: ignore[arg-type]
+        )
+
+    def _rpc(self, body: bytes) -> dict[str, object]:
+        answer = self._http.post("", content=body)
+        answer.raise_for_status()
+        reply = answer.json()
+        if "result" not in reply:
+            raise AssertionError(f"A2A refused: {reply}")
+        return reply  # type: ignore[no-any-return]
+
+
+def _send(text: str, *, context_id: str = "", task_id: str = "") -> bytes:
+    message = {"messageId": "m", "role": "ROLE_USER", "parts": [{"text": text}]}
+    if context_id:
+        message["contextId"] = context_id
+    if task_id:
+        message["taskId"] = task_id
+    params = {"message": message, "configuration": {"returnImmediately": True}}
+    return orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": params})
+
+
+def _body(config: A2AConfig, p50: dict[str, list[float]], tasks: int) -> str:
+    def ratio(name: str, base: str) -> Spread:
+        return spread([v / b for v, b in zip(p50[name], p50[base], strict=True)])
+
+    rows = []
+    for name in (*_STARTS, *_STEERS):
+        base = _STARTS[0] if name.startswith("start") else _STEERS[0]
+        shown = "—" if name == base else fmt_ratio(ratio(name, base))
+        rows.append([name, fmt_s(spread(p50[name])), shown])
+    return f"""\
+SQLite; the server in this process on a loopback port, a keep-alive `httpx` client posting
+JSON-RPC `SendMessage` with `returnImmediately`; {config.rounds} rounds of
+{config.starts} starts and {config.steers} steers per path, interleaved call by call,
+over {config.live} live children (the parent held {tasks} Tasks at the end). p50 per
+round: median (min–max) across rounds; ratios taken inside each round.
+
+{table(["path", "p50", "vs the Python API"], rows)}
+
+The A2A paths add the HTTP round trip (the agent card's `GET` above: the server, the
+guard and the client), JSON-RPC and protobuf decoding, a worker-thread hop per
+control-plane call, and the Task read that builds the answer. A start's activation
+begins at once in the same process, and the server's thread hops wait for the GIL while
+it publishes. A steer naming only the context checks, the first time per child and
+server, that the child is the parent's by listing the parent's Tasks (a cost that grows
+with them); after that the server remembers it, as a child's parent never changes.
+"""

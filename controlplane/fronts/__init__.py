@@ -1,0 +1,1 @@
+"""Protocol fronts: the control plane served to clients that speak MCP or A2A (SPEC §12)."""

@@ -1,0 +1,269 @@
+"""The A2A front (SPEC §12): the control plane served to A2A clients over HTTP JSON-RPC.
+
+``subagent-control a2a --db URL --http HOST:PORT`` runs `run_a2a`; `A2AServer` serves one
+control plane on one socket, in the caller's thread or a thread of its own. A2A's
+``contextId`` is our child id and its ``taskId`` our Task id; requests are answered by
+`controlplane.fronts._a2a_handler.ControlPlaneHandler` for one parent session, behind the
+HTTP guard (a bearer token off loopback, capped bodies).
+
+Push notifications are not offered: the SDK's push-config store is an async SQLAlchemy
+store of its own (another engine and driver on our database), and only the process that
+saw a Task settle could send one; a client that wants the end subscribes or polls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+import socket
+import sys
+import threading
+from collections.abc import Generator
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from types import FrameType
+from typing import IO, TYPE_CHECKING, Self
+
+import uvicorn
+from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
+from a2a.types.a2a_pb2 import (
+    AgentCapabilities,
+    AgentCard,
+    AgentInterface,
+    AgentSkill,
+    HTTPAuthSecurityScheme,
+    SecurityRequirement,
+    SecurityScheme,
+    StringList,
+)
+from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH, PROTOCOL_VERSION_1_0
+from starlette.applications import Starlette
+
+from controlplane.contract import AgentHandle, ErrorCode, SubagentControlError
+from controlplane.fronts._a2a_handler import ControlPlaneHandler
+from controlplane.fronts._a2a_setup import (
+    MAX_BODY_BYTES,
+    HttpGuard,
+    bearer_token,
+    is_loopback,
+    load_setup,
+    open_control,
+    parse_bind,
+    register_openai,
+    register_parent,
+    start_provider,
+)
+
+if TYPE_CHECKING:
+    import argparse
+
+    from controlplane._facade import SubagentControl
+
+__all__ = ["A2AServer", "agent_card", "run_a2a"]
+
+_STOP_S = 10.0
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def agent_card(url: str, *, bearer: bool) -> AgentCard:
+    """The card this server shows at ``/.well-known/agent-card.json``."""
+    try:
+        ours = version("subagent-control")
+    except PackageNotFoundError:  # run from a source tree
+        ours = "0"
+    card = AgentCard(
+        name="subagent-control",
+        description=(
+            "Continuable background subagents: each context is one durable subagent, each "
+            "task one run of it. A message to a working task steers it; to an idle context "
+            "it resumes the subagent as a new task."
+        ),
+        version=ours,
+        supported_interfaces=[
+            AgentInterface(
+                url=url, protocol_binding="JSONRPC", protocol_version=PROTOCOL_VERSION_1_0
+            )
+        ],
+        capabilities=AgentCapabilities(streaming=True, push_notifications=False),
+        default_input_modes=["text/plain"],
+        default_output_modes=["text/plain"],
+        skills=[
+            AgentSkill(
+                id="start-subagent",
+                name="Start a subagent",
+                description=(
+                    "Send a message without a contextId (or with a new one): it starts a "
+                    "subagent in the background. The answer's contextId is the subagent, "
+                    "its id the task; the task's label is the message's text."
+                ),
+                tags=["subagent", "start"],
+                examples=["Research the history of the bicycle and summarise it."],
+            ),
+            AgentSkill(
+                id="continue-subagent",
+                name="Continue a subagent",
+                description=(
+                    "Send a message to a subagent's contextId. While its task is working the "
+                    "message steers that task (the same task answers); once it is idle the "
+                    "subagent resumes from its transcript as a new task. A message naming an "
+                    "ended task is refused."
+                ),
+                tags=["subagent", "steer", "resume"],
+                examples=["Also cover the safety bicycle."],
+            ),
+        ],
+    )
+    if bearer:
+        card.security_schemes["bearer"].CopyFrom(
+            SecurityScheme(http_auth_security_scheme=HTTPAuthSecurityScheme(scheme="bearer"))
+        )
+        card.security_requirements.append(SecurityRequirement(schemes={"bearer": StringList()}))
+    return card
+
+
+class A2AServer:
+    """One control plane served over A2A on one listening socket, for one parent session.
+
+    The socket is bound and listening when this returns, so `url` is final (port 0 picks
+    a free port) and early clients queue until the server runs.
+
+    Args:
+        control: The open control plane (the caller closes it, after `stop`).
+        parent: The live parent session every client acts as.
+        host: Where to listen.
+        port: The port (0: any free one).
+        provider: The provider new children start on (default: `start_provider`).
+        token: The bearer token clients must present (None: none is asked).
+        max_body: The cap on a request body, in bytes.
+    """
+
+    def __init__(
+        self,
+        control: SubagentControl,
+        parent: AgentHandle,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        provider: str | None = None,
+        token: str | None = None,
+        max_body: int = MAX_BODY_BYTES,
+    ) -> None:
+        handler = ControlPlaneHandler(control, parent, provider=provider or start_provider(control))
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        self._socket = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            # Inherited by every accepted connection. Without it a keep-alive client waits
+            # out its delayed ACK (40 ms) on each answer, which the server writes in two
+            # parts (headers, body): measured by `python -m benchmarks --sections a2a`.
+            self._socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self._socket.bind((host, port))
+            self._socket.listen(128)
+        except BaseException:
+            self._socket.close()
+            raise
+        bound = self._socket.getsockname()[1]
+        self.url = f"http://{f'[{host}]' if family == socket.AF_INET6 else host}:{bound}/"
+        """Where clients reach it (the card's URL too)."""
+        app = Starlette(
+            routes=[
+                *create_agent_card_routes(agent_card(self.url, bearer=token is not None)),
+                # v0.3 clients (``message/send``, …) too: the SDK translates them to the
+                # same handler.
+                *create_jsonrpc_routes(handler, rpc_url="/", enable_v0_3_compat=True),
+            ]
+        )
+        guarded = HttpGuard(
+            app,
+            token=token,
+            loopback=is_loopback(host),
+            max_body=max_body,
+            open_paths=frozenset({AGENT_CARD_WELL_KNOWN_PATH}),
+        )
+        config = uvicorn.Config(
+            guarded, log_level="warning", lifespan="off", timeout_graceful_shutdown=2
+        )
+        self._server = _Server(config)
+        self._thread: threading.Thread | None = None
+
+    def serve(self) -> None:
+        """Serve in this thread until `stop` (or, on the main thread, SIGINT or SIGTERM:
+        a second SIGINT ends open streams at once); then return, so the caller closes the
+        control plane."""
+        previous = {}
+        if threading.current_thread() is threading.main_thread():
+            previous = {sig: signal.signal(sig, self._on_signal) for sig in _STOP_SIGNALS}
+        try:
+            asyncio.run(self._server.serve(sockets=[self._socket]))
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            self._socket.close()
+
+    def _on_signal(self, sig: int, _frame: FrameType | None) -> None:
+        if self._server.should_exit and sig == signal.SIGINT:
+            self._server.force_exit = True
+        self._server.should_exit = True
+
+    def start(self) -> Self:
+        """Serve in a thread of its own; returns at once (the socket already listens)."""
+        self._thread = threading.Thread(target=self.serve, name="a2a-server", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout_s: float = _STOP_S) -> None:
+        """Stop serving (open streams are ended) and wait for the thread, if any."""
+        self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+            if self._thread.is_alive():
+                self._server.force_exit = True
+                self._thread.join(timeout_s)
+        else:
+            self._socket.close()
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, without its signal handling: it raises the signal again once it
+    has stopped, which would end the process before the control plane is closed."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None]:
+        yield
+
+
+def run_a2a(args: argparse.Namespace, out: IO[str]) -> None:
+    """``subagent-control a2a``: open the control plane, register its providers and the
+    parent, print ``ready <url>`` once the socket listens, serve until a signal."""
+    host, port = parse_bind(args.http)
+    token = bearer_token(host, token=args.token, token_file=Path(args.token_file))
+    control = open_control(args.db)
+    try:
+        if args.setup:
+            load_setup(args.setup)(control)
+        if args.openai_model:
+            register_openai(control, model=args.openai_model, base_url=args.openai_base_url)
+        parent = register_parent(control, args.parent)
+        try:
+            server = A2AServer(
+                control, parent, host=host, port=port, token=token, max_body=args.max_body
+            )
+        except OSError as exc:  # in use, not an address of this machine, not allowed
+            raise SubagentControlError(
+                ErrorCode.INVALID_INPUT, f"cannot listen on {args.http}: {exc.strerror or exc}"
+            ) from exc
+        if token is not None and args.token is None:
+            print(f"token written to {args.token_file}", file=sys.stderr)
+        if not is_loopback(host):
+            print(f"serving A2A beyond this machine on {host}", file=sys.stderr)
+        print(f"ready {server.url}", file=out, flush=True)
+        server.serve()
+    finally:
+        control.close()
