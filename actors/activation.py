@@ -264,7 +264,7 @@ class ActivationActor(Actor):
             transcript=transcript,
             seed=seed,
             gate=gate,
-            approvals=self._desk(transcript, plan.parent.session_id),
+            approvals=self._desk(transcript, plan.parent.session_id, plan.descriptor.provider),
         )
         return _Prepared(provider, request, transcript, frame, header, gate)
 
@@ -330,7 +330,7 @@ class ActivationActor(Actor):
             events=earlier,
             open_turn=open_turn,
             gate=gate,
-            approvals=self._desk(transcript, loaded.meta.parent_session),
+            approvals=self._desk(transcript, loaded.meta.parent_session, descriptor.provider),
         )
         if continued:
             frame = self._steered(transcript)
@@ -352,7 +352,9 @@ class ActivationActor(Actor):
         )
         return [event]
 
-    def _desk(self, transcript: ActivationTranscript, parent_session: str) -> ApprovalDesk | None:
+    def _desk(
+        self, transcript: ActivationTranscript, parent_session: str, provider: str
+    ) -> ApprovalDesk | None:
         """Where the run asks for approvals (SPEC §11), or None without a store for them."""
         approvals = self._ctx.approvals
         if approvals is None:
@@ -362,6 +364,7 @@ class ActivationActor(Actor):
             task_id=plan.task_id,
             child_id=plan.child_id,
             parent_session=parent_session,
+            provider=provider,
             turn=transcript.turn,
             fence=plan.fence,
             signal=plan.signal,

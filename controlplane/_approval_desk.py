@@ -81,6 +81,7 @@ class ActivationDesk:
         task_id: str,
         child_id: str,
         parent_session: str,
+        provider: str,
         turn: int,
         fence: Fence | None,
         signal: CancelSignal,
@@ -94,6 +95,7 @@ class ActivationDesk:
         self._task_id = task_id
         self._child_id = child_id
         self._parent_session = parent_session
+        self._provider = provider
         self._turn = turn
         self._fence = fence
         self._signal = signal
@@ -128,6 +130,7 @@ class ActivationDesk:
             parkable=parkable and self._fence is not None,
             created_at=now,
             deadline_at=None if deadline_s is None else now + timedelta(seconds=deadline_s),
+            provider=self._provider,
         )
         data: dict[str, JsonValue] = {
             "id": request.request_id,

@@ -35,6 +35,7 @@ from controlplane.contract import (
     CancelSignal,
     ErrorCode,
     MessageSource,
+    ProviderRegistry,
     SubagentControlError,
     TaskNotice,
     TaskOutcome,
@@ -69,13 +70,22 @@ class Approvals:
         store: The shared store (its requests, claims, Tasks).
         runtime: This runtime (its id; whether another one is dead).
         tasks: This runtime's Task service.
+        providers: This runtime's providers: it continues only the Tasks whose child's
+            provider it has (one that lacks it would fail the Task).
         grace_s: How long a run waits for an answer holding its thread before it parks.
     """
 
     def __init__(
-        self, store: SqlStore, runtime: Runtime, tasks: TaskService, *, grace_s: float
+        self,
+        store: SqlStore,
+        runtime: Runtime,
+        tasks: TaskService,
+        providers: ProviderRegistry,
+        *,
+        grace_s: float,
     ) -> None:
         self._store = store
+        self._providers = providers
         self._book = store.approvals
         self._runtime = runtime
         self._tasks = tasks
@@ -109,6 +119,7 @@ class Approvals:
         task_id: str,
         child_id: str,
         parent_session: str,
+        provider: str,
         turn: int,
         fence: int | None,
         signal: CancelSignal,
@@ -122,6 +133,7 @@ class Approvals:
             task_id=task_id,
             child_id=child_id,
             parent_session=parent_session,
+            provider=provider,
             turn=turn,
             fence=None if fence is None else (self._runtime.id, fence),
             signal=signal,
@@ -131,6 +143,16 @@ class Approvals:
 
     def claim_parked(self, task_id: str, child_id: str) -> tuple[TaskSnapshot, int] | None:
         """`controlplane.contract.ApprovalPort.claim_parked`."""
+        provider = self._book.provider_of(task_id)
+        if provider is not None and provider not in self._providers.names():
+            raise SubagentControlError(
+                ErrorCode.UNKNOWN_PROVIDER,
+                f"child {child_id} waits for an approval answer, and its provider "
+                f"{provider!r} is not registered in this runtime; the message was not "
+                "delivered: send it from a runtime that has the provider",
+                child_id=child_id,
+                task_id=task_id,
+            )
         fence = self._runtime.continue_parked(task_id, child_id)
         if fence is None:
             return None
@@ -187,6 +209,8 @@ class Approvals:
     def _continue_task(self, request: StoredRequest) -> None:
         if self._continue is None:
             return  # not started: the sweep of a live runtime takes it
+        if request.provider not in self._providers.names():
+            return  # a runtime that has the child's provider continues it (its sweep)
         try:
             self._continue(request.child_id, request.task_id, request.parent_session)
         except SubagentControlError as exc:

@@ -231,7 +231,9 @@ class SubagentControl(SpendApi, ApprovalApi):
             self.tasks.add_notices(self._budgets.drain)
         self._approvals: Approvals | None = None
         if store is not None and self._runtime is not None:
-            self._approvals = Approvals(store, self._runtime, self.tasks, grace_s=grace_s)
+            self._approvals = Approvals(
+                store, self._runtime, self.tasks, self.providers, grace_s=grace_s
+            )
             self.tasks.add_notices(self._approvals.notices)
             self.tasks.add_approvals(self._approvals.requests, self._approvals.kill_parked)
         self.agents.on_dispose(self._kill_tasks_of)

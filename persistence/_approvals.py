@@ -68,6 +68,7 @@ class StoredRequest:
     parkable: bool
     created_at: datetime
     deadline_at: datetime | None = None
+    provider: str = ""
 
     def public(self) -> ApprovalRequest:
         """The request as `TaskSnapshot.request` shows it."""
@@ -129,7 +130,8 @@ class ApprovalBook:
                  request.turn, request.call_id, request.tool, _json(request.arguments),
                  request.reason, _json(request.pending), request.parkable,
                  stamp(request.created_at),
-                 None if request.deadline_at is None else stamp(request.deadline_at)),
+                 None if request.deadline_at is None else stamp(request.deadline_at),
+                 request.provider),
             )  # fmt: skip
 
         return step
@@ -251,6 +253,18 @@ class ApprovalBook:
 
         return self._s._run(f"read request {request_id}", op)
 
+    def provider_of(self, task_id: str) -> str | None:
+        """The provider of the child whose Task waits on a request not yet taken (None:
+        it waits on none)."""
+
+        def op(_attempt: int) -> str | None:
+            with self._db.cursor(write=False) as cursor:
+                cursor.execute(self._sql.provider_of, (task_id,))
+                row = cursor.fetchone()
+            return None if row is None else str(row[0])
+
+        return self._s._run(f"read the request of task {task_id}", op)
+
     def of_tasks(self, task_ids: Sequence[str]) -> dict[str, ApprovalRequest]:
         """The open (unanswered) request of each of these Tasks that waits for one."""
         if not task_ids:
@@ -311,16 +325,16 @@ class ApprovalBook:
 
 _COLUMNS = (
     "r.request_id, r.task_id, r.child_id, r.parent_session, r.turn, r.call_id, r.tool, "
-    "r.arguments, r.reason, r.pending, r.parkable, r.created_at, r.deadline_at"
+    "r.arguments, r.reason, r.pending, r.parkable, r.created_at, r.deadline_at, r.provider"
 )
-_STORED_WIDTH = 13
+_STORED_WIDTH = 14
 _GONE = (None, None, None, None, None)
 _SELECT = f"SELECT {_COLUMNS} FROM {APPROVALS} r"
 
 
 def _stored(row: Sequence[Any]) -> StoredRequest:
     (request_id, task_id, child_id, parent_session, turn, call_id, tool, arguments, reason,
-     pending, parkable, created_at, deadline_at) = row  # fmt: skip
+     pending, parkable, created_at, deadline_at, provider) = row  # fmt: skip
     return StoredRequest(
         request_id=request_id,
         task_id=task_id,
@@ -335,6 +349,7 @@ def _stored(row: Sequence[Any]) -> StoredRequest:
         parkable=bool(parkable),
         created_at=utc_time(created_at),
         deadline_at=None if deadline_at is None else utc_time(deadline_at),
+        provider=provider,
     )
 
 
@@ -355,6 +370,7 @@ class _ApprovalSql:
     answer_of: str
     waiting: str
     drain: str
+    provider_of: str
 
     @classmethod
     def build(cls, p: str) -> _ApprovalSql:
@@ -362,8 +378,8 @@ class _ApprovalSql:
             insert=(
                 f"INSERT INTO {APPROVALS} (request_id, task_id, child_id, parent_session, turn, "
                 "call_id, tool, arguments, reason, pending, parkable, state, created_at, "
-                f"deadline_at, notice_pending) VALUES ({p}, {p}, {p}, {p}, {p}, {p}, {p}, {p}, "
-                f"{p}, {p}, {p}, 'open', {p}, {p}, TRUE)"
+                f"deadline_at, provider, notice_pending) VALUES ({p}, {p}, {p}, {p}, {p}, {p}, "
+                f"{p}, {p}, {p}, {p}, {p}, 'open', {p}, {p}, {p}, TRUE)"
             ),
             task_asks=(
                 f"UPDATE {TASKS} SET status = '{_INPUT}' WHERE task_id = {p} "
@@ -401,6 +417,9 @@ class _ApprovalSql:
                 f"JOIN {TASKS} t ON t.task_id = r.task_id "
                 f"JOIN {CHILDREN} c ON c.child_id = r.child_id "
                 f"WHERE r.state <> 'closed' AND t.status IN ('{_INPUT}', '{_RUNNING}')"
+            ),
+            provider_of=(
+                f"SELECT provider FROM {APPROVALS} WHERE task_id = {p} AND state <> 'closed'"
             ),
             drain=(
                 f"UPDATE {APPROVALS} SET notice_pending = NULL WHERE parent_session = {p} "

@@ -438,6 +438,8 @@ class ApprovalRow(Base):
     turn: Mapped[int] = mapped_column(Integer)
     call_id: Mapped[str] = mapped_column(String(200))
     tool: Mapped[str] = mapped_column(String(200))
+    # The child's provider: only a runtime that has it continues a parked Task.
+    provider: Mapped[str] = mapped_column(String(200))
     arguments: Mapped[JsonText]
     reason: Mapped[str | None] = mapped_column(Text)
     pending: Mapped[JsonText]

@@ -271,18 +271,24 @@ class ApprovalPort(Protocol):
         task_id: str,
         child_id: str,
         parent_session: str,
+        provider: str,
         turn: int,
         fence: int | None,
         signal: CancelSignal,
         transcript: ApprovalTranscript,
     ) -> ApprovalDesk:
-        """The desk where one activation's run asks (``request.approvals``)."""
+        """The desk where one activation's run asks (``request.approvals``); ``provider``
+        is the child's (only a runtime that has it continues the Task once parked)."""
         ...
 
     def claim_parked(self, task_id: str, child_id: str) -> tuple[TaskSnapshot, int] | None:
         """Claim a child whose Task waits parked (or left waiting by a dead runtime), so
         this runtime continues that Task: its snapshot and the new fencing number; None
-        when another runtime got it first, or it settled."""
+        when another runtime got it first, or it settled.
+
+        Raises:
+            SubagentControlError: ``UNKNOWN_PROVIDER`` when this runtime does not have the
+                child's provider (nothing claimed: a runtime that has it continues it)."""
         ...
 
 

@@ -505,3 +505,27 @@ def test_parked_children_hold_no_thread_the_count_is_flat_from_20_to_200(opened:
     assert with_200 <= with_20 + 2, (with_20, with_200)
     waiting = [t for t in control.tasks.list(parent) if t.status is TaskStatus.INPUT_REQUIRED]
     assert len(waiting) == 200
+
+
+def test_a_runtime_without_the_childs_provider_answers_but_leaves_the_task_to_one_with_it(
+    opened: Open, store_url: str
+) -> None:
+    deploys = Deploys()
+    holder = opened(ScriptedModel([DEPLOY, "done"]), [deploys.tool], approval_grace_s=0.05)
+    parent = holder.agents.register("p1")
+    child_id, task_id = start(holder, parent)
+    request = asked(holder, parent, task_id).request
+    assert request is not None
+    wait_until(lambda: not loop_threads(child_id), "parked")
+
+    with SubagentControl.open(store_url) as bare:  # a console: no providers
+        console = bare.agents.register("p1")
+        with pytest.raises(SubagentControlError) as refused:
+            bare.send_message(console, child_id, [TextBlock(text="hi")],
+                              MessageSource(kind="human"))  # fmt: skip
+        assert refused.value.code is ErrorCode.UNKNOWN_PROVIDER  # not delivered, not failed
+        bare.answer(console, request.id, allow=True, source=MessageSource(kind="human"))
+        # The holder's sweep continues it; the console never fails it.
+        done = settled(holder, parent, task_id)
+    assert done.status is TaskStatus.COMPLETED
+    assert deploys.runs == [{"env": "prod"}]
