@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
+from controlplane.cli._answer import run_answer
 from controlplane.cli._exit_status import (
     EXIT_FAILURE,
     EXIT_NOT_FOUND,
@@ -33,7 +34,7 @@ exit status:
   0  success
   1  any other failure reported by the control plane or the store
   2  usage error, including a malformed --db URL
-  3  not found: an unknown child, or a SQLite store file that does not exist
+  3  not found: an unknown child or request, or a SQLite store file that does not exist
   4  unreachable: no socket at --socket, connection refused or timed out, permission
      denied, or the database server cannot be reached
   5  the admin socket answered with an error, or with something that is not a tree
@@ -44,6 +45,7 @@ _A2A_PACKAGES: Final = frozenset({"a2a", "uvicorn", "starlette", "sse_starlette"
 
 _EXIT_BY_CODE: Final = {
     ErrorCode.CHILD_NOT_FOUND: EXIT_NOT_FOUND,
+    ErrorCode.REQUEST_NOT_FOUND: EXIT_NOT_FOUND,
     ErrorCode.INVALID_INPUT: EXIT_USAGE,
     ErrorCode.STORE_UNAVAILABLE: EXIT_UNREACHABLE,
     ErrorCode.PERSISTENCE_UNAVAILABLE: EXIT_UNREACHABLE,
@@ -197,8 +199,33 @@ def _parser() -> argparse.ArgumentParser:
     _add_db(transcript)
     transcript.add_argument("--json", action="store_true", help="print one event per line")
     transcript.set_defaults(run=run_transcript)
+    _add_answer(commands, formatter, common)
     _add_a2a(commands, formatter, common)
     return parser
+
+
+def _add_answer(commands: Any, formatter: type[argparse.HelpFormatter], common: Any) -> None:
+    answer = commands.add_parser(
+        "answer",
+        help="answer a child's approval request, as a person",
+        description="Allow or deny the tool call a child waits to run (its Task reads "
+        "input_required; 'tasks --db' shows it, and tasks.get(...).request gives the "
+        "request id). The run waiting for it takes the answer; a parked Task is continued "
+        "by a live runtime that has its child's provider. Writes the answer only.",
+        epilog=_EPILOG,
+        formatter_class=formatter,
+        parents=[common],
+    )
+    answer.add_argument("request", metavar="REQUEST", help="the approval request's id")
+    _add_db(answer)
+    verdict = answer.add_mutually_exclusive_group(required=True)
+    verdict.add_argument("--allow", dest="allow", action="store_true", help="run the tool")
+    verdict.add_argument("--deny", dest="allow", action="store_false", help="refuse it")
+    answer.add_argument("--note", help="why, for the child's model to read")
+    answer.add_argument(
+        "--as", dest="who", metavar="NAME", help="who answers (default: cli:<your user name>)"
+    )
+    answer.set_defaults(run=run_answer)
 
 
 def _add_a2a(commands: Any, formatter: type[argparse.HelpFormatter], common: Any) -> None:

@@ -28,12 +28,21 @@ from controlplane.contract import (
 if TYPE_CHECKING:
     from persistence import SqlStore
 
-__all__ = ["run_children", "run_runtimes", "run_tasks", "run_transcript"]
+__all__ = ["open_store", "run_children", "run_runtimes", "run_tasks", "run_transcript"]
 
 M = TypeVar("M", bound=BaseModel)
 
 
-def _open_store(url: str) -> SqlStore:
+def open_store(url: str, *, write: bool = False) -> SqlStore:
+    """The store at ``url``, read as it is (``write``: opened to write, as a runtime would).
+
+    Raises:
+        CommandExit: a URL that is not one (usage), a SQLite file that is not there.
+    """
+    return _open_store(url, write=write)
+
+
+def _open_store(url: str, *, write: bool = False) -> SqlStore:
     scheme, sep, _ = url.partition("://")
     if not sep or not scheme:
         raise CommandExit(
@@ -49,7 +58,7 @@ def _open_store(url: str) -> SqlStore:
 
     # Read as it is: an inspection never creates tables or migrates an older store
     # (a process of that older version may still be using it).
-    return SqlStore(url, read_only=True)
+    return SqlStore(url, read_only=not write)
 
 
 def _sqlite_file(url: str) -> str | None:

@@ -529,3 +529,29 @@ def test_a_runtime_without_the_childs_provider_answers_but_leaves_the_task_to_on
         done = settled(holder, parent, task_id)
     assert done.status is TaskStatus.COMPLETED
     assert deploys.runs == [{"env": "prod"}]
+
+
+def test_a_person_answers_from_the_command_line_and_a_runtime_goes_on(
+    opened: Open, store_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from controlplane.cli import main
+
+    deploys = Deploys()
+    control = opened(ScriptedModel([DEPLOY, "done"]), [deploys.tool], approval_grace_s=0.05)
+    parent = control.agents.register("p1")
+    child_id, task_id = start(control, parent)
+    request = asked(control, parent, task_id).request
+    assert request is not None
+    wait_until(lambda: not loop_threads(child_id), "parked")
+
+    assert main(["answer", "no-such-request", "--db", store_url, "--allow"]) == 3
+    assert main(["answer", request.id, "--db", store_url, "--allow", "--note", "ok"]) == 0
+    assert "allowed" in capsys.readouterr().out
+    assert main(["answer", request.id, "--db", store_url, "--deny"]) == 1  # taken once
+    done = settled(control, parent, task_id)
+    assert done.status is TaskStatus.COMPLETED
+    assert deploys.runs == [{"env": "prod"}]
+    assert control.store is not None
+    (answer,) = [e for e in control.store.load(child_id).events if e.kind == "approval/answer"]
+    assert answer.source is not None
+    assert answer.source.kind == "human"
