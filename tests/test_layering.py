@@ -46,7 +46,7 @@ def layer_of(module: str) -> str:
         return sub
     if sub == "models":  # the public face of the providers' model adapters
         return "providers"
-    if sub in ("cli", "tools", "aio"):
+    if sub in ("cli", "tools", "aio", "fronts"):
         return "front"
     return "runtime"  # the facade, Tasks, routing, leases, the package's own __init__
 

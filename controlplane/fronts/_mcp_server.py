@@ -87,7 +87,7 @@ class McpFront:
     # -- tools ------------------------------------------------------------------------
 
     async def _list_tools(
-        self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams
+        self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
         tools = [
             types.Tool(
@@ -113,7 +113,9 @@ class McpFront:
 
     # -- tasks ------------------------------------------------------------------------
 
-    async def _tasks_get(self, ctx: ServerRequestContext[Any], params: TaskIdParams) -> HandlerResult:
+    async def _tasks_get(
+        self, ctx: ServerRequestContext[Any], params: TaskIdParams
+    ) -> HandlerResult:
         snapshot = await self._snapshot(params.task_id)
         output = await self._output_text(snapshot) if snapshot.status.is_terminal else None
         return detailed_task(snapshot, output)

@@ -27,9 +27,9 @@ from controlplane.contract import ErrorCode, SubagentControlError
 
 __all__ = [
     "DEFAULT_HOST",
-    "ASGIApp",
     "MAX_BODY_BYTES",
     "TOKEN_ENV",
+    "ASGIApp",
     "Bind",
     "guard",
     "is_loopback",
@@ -77,7 +77,8 @@ def parse_bind(text: str) -> Bind:
         port = -1
     if not sep or not 0 <= port <= 65535:
         raise SubagentControlError(
-            ErrorCode.INVALID_INPUT, f"--http must read HOST:PORT (e.g. 127.0.0.1:8765), not {text!r}"
+            ErrorCode.INVALID_INPUT,
+            f"--http must read HOST:PORT (e.g. 127.0.0.1:8765), not {text!r}",
         )
     return Bind(host=host, port=port)
 

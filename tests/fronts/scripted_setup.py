@@ -22,3 +22,10 @@ def echo(control: SubagentControl) -> None:
 def slow(control: SubagentControl) -> None:
     """Children answer after `SLOW_S` seconds, unless killed first."""
     control.providers.register(InProcessProvider(ScriptedModel(echo=True, delay_s=SLOW_S)))
+
+
+def failing(control: SubagentControl) -> None:
+    """Every model call fails: the Task fails with the model's words."""
+    control.providers.register(
+        InProcessProvider(ScriptedModel([RuntimeError("the model is down")]))
+    )

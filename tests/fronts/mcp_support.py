@@ -1,0 +1,67 @@
+"""Helpers the MCP front's tests share: bounded client conversations, the HTTP server
+subprocess, and the text of a tool result."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import anyio
+
+from tests.reliability.processes import LinesProcess, Reaper
+
+T = TypeVar("T")
+
+
+SETUP = "tests.fronts.scripted_setup"
+CALL_S = 30.0
+"""The bound on one test's whole client conversation."""
+
+
+def run(conversation: Callable[[], Awaitable[T]], timeout_s: float = CALL_S) -> T:
+    """Run an async client conversation to its end, within ``timeout_s``."""
+
+    async def bounded() -> T:
+        with anyio.fail_after(timeout_s):
+            return await conversation()
+
+    return anyio.run(bounded)
+
+
+def cli_command() -> list[str]:
+    """The ``subagent-control`` console script, run by this interpreter."""
+    script = Path(sys.executable).with_name("subagent-control")
+    if script.exists():
+        return [sys.executable, str(script)]
+    return [sys.executable, "-m", "controlplane.cli"]
+
+
+class HttpServer:
+    """``subagent-control mcp --http BIND`` as a subprocess; ``url`` once it serves."""
+
+    def __init__(
+        self, reaper: Reaper, db: str, *args: str, setup: str = "echo", bind: str = "127.0.0.1:0"
+    ) -> None:
+        command = cli_command()
+        self.process = reaper.add(
+            LinesProcess(
+                Path(command[1]),
+                *command[2:],
+                "mcp", "--db", db, "--setup", f"{SETUP}:{setup}",
+                "--http", bind, *args,
+                name="mcp-http",
+            )
+        )  # fmt: skip
+        self.url = self.process.expect("serving MCP at ")
+
+    def kill(self) -> None:
+        """SIGKILL it and wait until it is gone."""
+        self.process.reap()
+
+
+def text_of(result: Any) -> str:
+    """The one text block of a tool result."""
+    (block,) = result.content
+    return str(block.text)
