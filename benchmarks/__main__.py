@@ -31,7 +31,7 @@ from benchmarks._report import Section, write_report
 
 SECTIONS = (
     "routing", "hops", "resume", "scale", "tasks", "store", "children", "telemetry",
-    "forwarding", "admission", "spend",
+    "forwarding", "admission", "spend", "fronts",
 )  # fmt: skip
 _DOCS = Path(__file__).resolve().parents[1] / "docs"
 
@@ -142,7 +142,16 @@ def _runners(
 
         return run_spend(SpendConfig.quick() if quick else SpendConfig(), workdir, pg_url, pg_note)
 
+    def fronts() -> Section | None:
+        try:
+            from benchmarks.fronts import FrontsConfig, run_fronts
+        except ImportError:  # the mcp extra is missing
+            return None
+        config = FrontsConfig.quick() if quick else FrontsConfig()
+        return run_fronts(config, workdir, pg_url, pg_note)
+
     return {
+        "fronts": fronts,
         "admission": admission,
         "spend": spend,
         "routing": routing,
