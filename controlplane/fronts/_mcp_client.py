@@ -10,11 +10,12 @@ server process on the same store.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from typing import Any, Literal
 
 import anyio
 import mcp_types as types
-from mcp.client.extension import ClaimContext, ClientExtension, ResultClaim
+from mcp.client.extension import ClaimContext, ClientExtension, NotificationBinding, ResultClaim
 from mcp.client.session import ClientSession
 from mcp.shared.exceptions import MCPError
 from pydantic import Field
@@ -24,8 +25,10 @@ from controlplane.fronts._mcp_tasks import POLL_INTERVAL_MS, TASKS_EXTENSION
 __all__ = [
     "CreatedTask",
     "DetailedTask",
+    "TaskNotice",
     "TasksClient",
     "cancel_task",
+    "follow_tasks",
     "get_task",
     "task_result",
 ]
@@ -63,6 +66,20 @@ class DetailedTask(_TaskFields):
         return self.status in _TERMINAL
 
 
+class TaskNotice(types.NotificationParams):
+    """A ``notifications/tasks`` notification: the task as ``tasks/get`` would read it."""
+
+    task_id: str
+    status: str
+    status_message: str | None = None
+    result: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+
+
+class _ListenRequest(types.Request[types.SubscriptionsListenRequestParams, str]):
+    pass
+
+
 class _TaskIdParams(types.RequestParams):
     task_id: str = Field(min_length=1)
 
@@ -89,14 +106,50 @@ async def task_result(session: ClientSession, task_id: str) -> types.CallToolRes
     return await session.send_request(request, types.CallToolResult)
 
 
+async def follow_tasks(
+    session: ClientSession, task_ids: list[str], *, timeout_s: float | None = None
+) -> None:
+    """Follow tasks on a ``subscriptions/listen`` stream until every one has settled.
+
+    Each status change arrives as ``notifications/tasks``, handed to the ``on_status`` of
+    this client's `TasksClient` (the server follows only its parent session's tasks).
+    """
+    request = _ListenRequest(
+        method="subscriptions/listen",
+        params=types.SubscriptionsListenRequestParams(
+            notifications=types.SubscriptionFilter.model_validate({"taskIds": task_ids})
+        ),
+    )
+    # Answered when the stream ends: every followed task has settled.
+    await session.send_request(
+        request, types.SubscriptionsListenResult, request_read_timeout_seconds=timeout_s
+    )
+
+
 class TasksClient(ClientExtension):
     """Declares the tasks extension; ``call_tool`` polls a task handle to its result.
 
     A task that ends ``failed`` raises `MCPError` with the server's error; ``cancelled``
     returns an error result.
+
+    Args:
+        on_status: Called with each ``notifications/tasks`` a `follow_tasks` stream brings.
     """
 
     identifier = TASKS_EXTENSION
+
+    def __init__(self, on_status: Callable[[TaskNotice], Awaitable[None]] | None = None) -> None:
+        self._on_status = on_status
+
+    def notifications(self) -> list[NotificationBinding[Any]]:
+        """``notifications/tasks``, to ``on_status``."""
+        if self._on_status is None:
+            return []
+        return [
+            NotificationBinding(
+                method="notifications/tasks", params_type=TaskNotice, handler=self._on_status
+            )
+        ]
 
     def claims(self) -> list[ResultClaim[Any]]:
         """The ``resultType: "task"`` claim on ``tools/call``."""

@@ -23,6 +23,7 @@ from pydantic import Field
 
 from controlplane.aio import AsyncSubagentControl
 from controlplane.contract import AgentHandle, SubagentControlError, TaskSnapshot
+from controlplane.fronts._mcp_listen import TaskListener
 from controlplane.fronts._mcp_tasks import (
     TASKS_EXTENSION,
     created_task_id,
@@ -77,6 +78,11 @@ class McpFront:
         self.server.add_request_handler("tasks/get", TaskIdParams, self._tasks_get)
         self.server.add_request_handler("tasks/result", TaskIdParams, self._tasks_result)
         self.server.add_request_handler("tasks/cancel", TaskIdParams, self._tasks_cancel)
+        self.server.add_request_handler(
+            "subscriptions/listen",
+            types.SubscriptionsListenRequestParams,
+            TaskListener(self._aio, parent, self._output_text),
+        )
         self.server.extensions[TASKS_EXTENSION] = {}
 
     @property

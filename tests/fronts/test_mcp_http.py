@@ -13,13 +13,20 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import anyio
 import httpx2
 import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from controlplane.fronts import MAX_BODY_BYTES, TOKEN_ENV
-from controlplane.fronts.mcp_tasks import CreatedTask, TasksClient, get_task
+from controlplane.fronts.mcp_tasks import (
+    CreatedTask,
+    TaskNotice,
+    TasksClient,
+    follow_tasks,
+    get_task,
+)
 from tests.fronts.mcp_support import HttpServer, run, text_of
 from tests.reliability.processes import Reaper
 
@@ -174,3 +181,30 @@ def test_a_non_loopback_bind_without_a_token_generates_one_into_a_0600_file(
         assert _tasks(url, token) == "(no tasks)"
     finally:
         token_file.unlink(missing_ok=True)
+
+
+def test_a_followed_task_is_notified_over_http_until_settled(
+    reaped: Reaper, sqlite_url: str
+) -> None:
+    server = HttpServer(reaped, sqlite_url)
+    seen: list[TaskNotice] = []
+    settled = anyio.Event()
+
+    async def on_status(notice: TaskNotice) -> None:
+        seen.append(notice)
+        if notice.status == "completed":
+            settled.set()
+
+    async def conversation() -> None:
+        async with _client(server.url, extensions=[TasksClient(on_status=on_status)]) as client:
+            created = await client.session.call_tool(
+                "subagent", {"description": "d", "prompt": "hi"}, allow_claimed=True
+            )
+            assert isinstance(created, CreatedTask)
+            await follow_tasks(client.session, [created.task_id], timeout_s=20)
+            await settled.wait()
+
+    run(conversation)
+
+    assert seen[-1].status == "completed"
+    assert seen[-1].result is not None

@@ -4,9 +4,17 @@ SIGKILLed and reaped (PostgreSQL, the shared deployment)."""
 
 from __future__ import annotations
 
+import anyio
 import pytest
 
-from controlplane.fronts.mcp_tasks import CreatedTask, TasksClient, cancel_task, get_task
+from controlplane.fronts.mcp_tasks import (
+    CreatedTask,
+    TaskNotice,
+    TasksClient,
+    cancel_task,
+    follow_tasks,
+    get_task,
+)
 from tests.fronts.mcp_support import HttpServer, run, text_of
 from tests.fronts.test_mcp_http import _client
 from tests.reliability.processes import Reaper
@@ -91,3 +99,37 @@ def test_tasks_cancel_through_another_live_server_stops_the_task(
             return (await get_task(one.session, created.task_id)).status
 
     assert run(conversation) == "cancelled"
+
+
+def test_a_server_notifies_the_settlement_of_a_task_running_in_another(
+    reaped: Reaper, pg_url: str
+) -> None:
+    running_in, follower = HttpServer(reaped, pg_url, setup="slow"), HttpServer(reaped, pg_url)
+    seen: list[TaskNotice] = []
+    settled = anyio.Event()
+
+    async def on_status(notice: TaskNotice) -> None:
+        seen.append(notice)
+        if notice.status == "cancelled":
+            settled.set()
+
+    async def conversation() -> str:
+        async with _client(running_in.url, extensions=[TasksClient()]) as one:
+            created = await one.session.call_tool(
+                "subagent", {"description": "slow", "prompt": "hi"}, allow_claimed=True
+            )
+            assert isinstance(created, CreatedTask)
+            extensions = [TasksClient(on_status=on_status)]
+            async with (
+                _client(follower.url, extensions=extensions) as other,
+                anyio.create_task_group() as group,
+            ):
+                group.start_soon(follow_tasks, other.session, [created.task_id])
+                await cancel_task(one.session, created.task_id)
+                await settled.wait()
+            return created.task_id
+
+    task_id = run(conversation)
+
+    assert [n.status for n in seen] == ["working", "cancelled"]
+    assert {n.task_id for n in seen} == {task_id}

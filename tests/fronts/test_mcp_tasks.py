@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+import anyio
 import pytest
 from mcp import Client
 from mcp.shared.exceptions import MCPError
@@ -14,8 +15,10 @@ from controlplane import TaskOutcome, TaskSnapshot, TaskStatus
 from controlplane.fronts import Opened, mcp_front
 from controlplane.fronts.mcp_tasks import (
     CreatedTask,
+    TaskNotice,
     TasksClient,
     cancel_task,
+    follow_tasks,
     get_task,
     task_result,
 )
@@ -200,3 +203,60 @@ def test_our_statuses_map_to_the_extensions(ours: TaskStatus, theirs: str) -> No
     assert ("pollIntervalMs" in task) is (not ours.is_terminal)
     if theirs == "failed":
         assert task["error"]["message"] == "why"
+
+
+class _Notices:
+    """The ``notifications/tasks`` a client received, and an event once one is terminal."""
+
+    def __init__(self) -> None:
+        self.seen: list[TaskNotice] = []
+        self.settled = anyio.Event()
+
+    async def __call__(self, notice: TaskNotice) -> None:
+        self.seen.append(notice)
+        if notice.status in ("completed", "failed", "cancelled"):
+            self.settled.set()
+
+
+def test_a_followed_task_is_notified_at_each_status_change_until_settled(
+    opened: Opened,
+) -> None:
+    front = mcp_front(opened.control, opened.parent, provider=opened.provider)
+    notices = _Notices()
+
+    async def conversation() -> str:
+        async with Client(front.server, extensions=[TasksClient(on_status=notices)]) as client:
+            created = await _created(client, "subagent", {"description": "d", "prompt": "hi"})
+            await follow_tasks(client.session, [created.task_id], timeout_s=WAIT_S)
+            await notices.settled.wait()
+            return created.task_id
+
+    task_id = run(conversation)
+
+    assert {n.task_id for n in notices.seen} == {task_id}
+    assert notices.seen[-1].status == "completed"
+    assert notices.seen[-1].result == {
+        "content": [{"type": "text", "text": "echo: hi\n[status: completed]"}],
+        "isError": False,
+    }
+
+
+def test_following_without_the_extension_is_refused_and_another_sessions_task_is_not_followed(
+    slow_opened: Opened,
+) -> None:
+    control = slow_opened.control
+    front = mcp_front(control, slow_opened.parent, provider=slow_opened.provider)
+    theirs = start_child(control, control.agents.register("someone-else"), provider="inprocess")
+    notices = _Notices()
+
+    async def conversation() -> int:
+        async with Client(front.server) as plain:
+            with pytest.raises(MCPError) as info:
+                await follow_tasks(plain.session, [theirs.task_id], timeout_s=WAIT_S)
+        async with Client(front.server, extensions=[TasksClient(on_status=notices)]) as client:
+            # Not honored: the stream ends at once, with nothing about the Task.
+            await follow_tasks(client.session, [theirs.task_id], timeout_s=WAIT_S)
+        return info.value.code
+
+    assert run(conversation) == -32021
+    assert notices.seen == []
