@@ -2,7 +2,9 @@
 
 ``tree`` and ``top`` ask a running process over its admin socket; ``children``,
 ``transcript``, ``tasks`` and ``runtimes`` read the store directly and never start an actor
-(they import only ``persistence`` and the contract, and only when they run).
+(they import only ``persistence`` and the contract, and only when they run). ``mcp`` is the
+one that runs a control plane: it serves it over MCP (`controlplane.fronts`), and loads it
+only when it runs.
 """
 
 from __future__ import annotations
@@ -85,7 +87,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="subagent-control",
         description="Inspect a subagent-control runtime (tree) or its store (children, "
-        "transcript).",
+        "transcript), or serve it over MCP (mcp).",
         epilog=_EPILOG,
         formatter_class=formatter,
         parents=[common],

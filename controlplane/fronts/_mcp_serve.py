@@ -7,15 +7,17 @@ The control plane is opened before serving and closed after, whatever ended the 
 
 from __future__ import annotations
 
+import signal
 import socket
+import threading
 from pathlib import Path
 from typing import TextIO
 
 import anyio
 import uvicorn
-from mcp.server.stdio import stdio_server
 
 from controlplane.fronts._mcp_server import McpFront
+from controlplane.fronts._mcp_stdio import serve_stdio
 from controlplane.fronts._security import (
     MAX_BODY_BYTES,
     ASGIApp,
@@ -56,7 +58,7 @@ def serve_mcp(
     try:
         front = McpFront(opened.control, opened.parent, provider=opened.provider)
         if bind is None:
-            anyio.run(_serve_stdio, front)
+            anyio.run(serve_stdio, front)
         else:
             required, token_file = resolve_token(bind, token, token_dir=token_dir)
             anyio.run(_serve_http, front, bind, required, token_file, out)
@@ -70,13 +72,6 @@ def http_app(front: McpFront, bind: Bind, token: str | None) -> ASGIApp:
         streamable_http_path=MCP_PATH, host=bind.host, max_request_body_size=MAX_BODY_BYTES
     )
     return guard(app, token=token)
-
-
-async def _serve_stdio(front: McpFront) -> None:
-    async with stdio_server() as (read_stream, write_stream):
-        await front.server.run(
-            read_stream, write_stream, front.server.create_initialization_options()
-        )
 
 
 async def _serve_http(
@@ -99,7 +94,17 @@ async def _serve_http(
     print(f"serving MCP at http://{bind.url_host}:{port}{MCP_PATH}", file=out, flush=True)
     if token_file is not None:
         print(f"bearer token written to {token_file}", file=out, flush=True)
+    # uvicorn stops on SIGTERM, then raises it again under the handler it found: ours
+    # absorbs it, so the caller still closes the control plane (Tasks settle `killed`).
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _absorb) if main else None
     try:
         await server.serve(sockets=[sock])
     finally:
+        if main:
+            signal.signal(signal.SIGTERM, previous)
         sock.close()
+
+
+def _absorb(_signum: int, _frame: object) -> None:
+    """A SIGTERM after uvicorn's graceful stop: nothing left to do but return."""
