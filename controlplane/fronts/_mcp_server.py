@@ -16,13 +16,20 @@ from typing import TYPE_CHECKING, Any, Final
 
 import mcp_types as types
 from mcp.server.context import HandlerResult, ServerRequestContext
-from mcp.server.lowlevel.server import Server
+from mcp.server.lowlevel.server import NotificationOptions, Server
 from mcp.shared.exceptions import MCPError
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import Field
 
 from controlplane.aio import AsyncSubagentControl
 from controlplane.contract import AgentHandle, SubagentControlError, TaskSnapshot
+from controlplane.fronts._mcp_legacy import (
+    RELATED_TASK,
+    LegacyTaskCalls,
+    is_legacy,
+    legacy_task,
+    tasks_capability,
+)
 from controlplane.fronts._mcp_listen import TaskListener
 from controlplane.fronts._mcp_tasks import (
     TASKS_EXTENSION,
@@ -41,6 +48,7 @@ __all__ = ["SERVER_NAME", "McpFront", "TaskIdParams"]
 SERVER_NAME: Final = "subagent-control"
 _MAX_ID_CHARS: Final = 200
 _RESULT_WAIT_S: Final = 600.0  # `tasks/result` blocks until settled, within a bound
+_CANCEL_WAIT_S: Final = 10.0  # a 2025-11-25 `tasks/cancel` answers once the kill settled
 
 _INSTRUCTIONS: Final = (
     "Delegate work to continuable background subagents: start one with `subagent`, follow "
@@ -53,6 +61,29 @@ class TaskIdParams(types.RequestParams):
     """The params of ``tasks/get``, ``tasks/result`` and ``tasks/cancel``."""
 
     task_id: str = Field(min_length=1, max_length=_MAX_ID_CHARS)
+
+
+class _Server(Server[Any]):
+    """The SDK's server, telling handshake-era clients it serves 2025-11-25 tasks."""
+
+    def get_capabilities(
+        self,
+        notification_options: NotificationOptions | None = None,
+        experimental_capabilities: dict[str, dict[str, Any]] | None = None,
+        extensions: dict[str, dict[str, Any]] | None = None,
+        *,
+        protocol_version: str | None = None,
+    ) -> types.ServerCapabilities:
+        """The SDK's capabilities, plus ``tasks`` on a handshake-era connection."""
+        capabilities = super().get_capabilities(
+            notification_options,
+            experimental_capabilities,
+            extensions,
+            protocol_version=protocol_version,
+        )
+        if protocol_version in MODERN_PROTOCOL_VERSIONS:
+            return capabilities
+        return capabilities.model_copy(update={"tasks": tasks_capability()})
 
 
 class McpFront:
@@ -68,7 +99,7 @@ class McpFront:
         self._parent = parent
         self._tools = ToolHandlers(control, parent, provider=provider)
         self._aio = AsyncSubagentControl(control)
-        self.server: Server[Any] = Server(
+        self.server: Server[Any] = _Server(
             SERVER_NAME,
             version=_version(),
             instructions=_INSTRUCTIONS,
@@ -84,6 +115,7 @@ class McpFront:
             TaskListener(self._aio, parent, self._output_text),
         )
         self.server.extensions[TASKS_EXTENSION] = {}
+        self.server.middleware.append(LegacyTaskCalls(self._tools, self._snapshot))
 
     @property
     def tools(self) -> ToolHandlers:
@@ -123,6 +155,8 @@ class McpFront:
         self, ctx: ServerRequestContext[Any], params: TaskIdParams
     ) -> HandlerResult:
         snapshot = await self._snapshot(params.task_id)
+        if is_legacy(ctx):
+            return legacy_task(snapshot)
         output = await self._output_text(snapshot) if snapshot.status.is_terminal else None
         return detailed_task(snapshot, output)
 
@@ -133,18 +167,31 @@ class McpFront:
         result = await self._tools.acall(
             "task_output", {"task_id": params.task_id, "wait": True, "timeout_s": _RESULT_WAIT_S}
         )
-        return _tool_result(result.text, is_error=result.is_error)
+        answer = _tool_result(result.text, is_error=result.is_error)
+        answer.meta = {RELATED_TASK: {"taskId": params.task_id}}
+        return answer
 
     async def _tasks_cancel(
         self, ctx: ServerRequestContext[Any], params: TaskIdParams
     ) -> HandlerResult:
         snapshot = await self._snapshot(params.task_id)
+        if snapshot.status.is_terminal and is_legacy(ctx):
+            raise MCPError(
+                code=types.INVALID_PARAMS,
+                message=f"task {snapshot.id} is already {snapshot.status.value}; nothing to cancel",
+            )
         if not snapshot.status.is_terminal:
             try:
                 await self._aio.kill(snapshot.id, requester=self._parent)
             except SubagentControlError as exc:
                 raise _protocol_error(exc) from None
-        # Cancellation is cooperative: acknowledged now, observed with tasks/get.
+        if is_legacy(ctx):
+            # 2025-11-25 answers with the task as cancellation left it (a kill settles fast).
+            settled = await self._aio.wait_or_snapshot(
+                snapshot.id, _CANCEL_WAIT_S, requester=self._parent
+            )
+            return legacy_task(settled)
+        # The extension's cancellation is cooperative: acknowledged now, seen by tasks/get.
         return {}
 
     async def _snapshot(self, task_id: str) -> TaskSnapshot:

@@ -3,6 +3,7 @@ subprocess, and the text of a tool result."""
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -65,3 +66,45 @@ def text_of(result: Any) -> str:
     """The one text block of a tool result."""
     (block,) = result.content
     return str(block.text)
+
+
+class RawStdio:
+    """``subagent-control mcp`` over stdio, spoken by hand: one JSON-RPC message per line.
+
+    For what the SDK's client cannot send or read (the 2025-11-25 task-augmented
+    ``tools/call``); reaped by ``reaper`` pass or fail.
+    """
+
+    def __init__(self, reaper: Reaper, db: str, *, setup: str = "echo") -> None:
+        command = cli_command()
+        self.process = reaper.add(
+            LinesProcess(
+                Path(command[1]), *command[2:], "mcp", "--db", db, "--setup", f"{SETUP}:{setup}",
+                name="mcp-stdio",
+            )
+        )  # fmt: skip
+        self._next_id = 0
+
+    def request(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Send a request and return its response (result or error), skipping notifications."""
+        self._next_id += 1
+        message: dict[str, Any] = {"jsonrpc": "2.0", "id": self._next_id, "method": method}
+        if params is not None:
+            message["params"] = params
+        self.process.say(json.dumps(message))
+        for _ in range(100):  # bounded: notifications in between are few
+            answer: dict[str, Any] = json.loads(self.process.next_line())
+            if answer.get("id") == self._next_id:
+                return answer
+        raise AssertionError(f"no answer to {method}")
+
+    def initialize(self, capabilities: dict[str, Any]) -> dict[str, Any]:
+        """The 2025-11-25 handshake; the server's ``initialize`` result."""
+        params = {
+            "protocolVersion": "2025-11-25",
+            "capabilities": capabilities,
+            "clientInfo": {"name": "raw", "version": "0"},
+        }
+        result = self.request("initialize", params)["result"]
+        self.process.say(json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}))
+        return dict(result)
