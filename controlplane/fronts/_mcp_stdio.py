@@ -17,7 +17,12 @@ import sys
 from typing import Any, Final, cast
 
 import anyio
+import mcp_types as types
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.server.stdio import stdio_server
+from mcp.shared.message import SessionMessage
+from mcp_types.jsonrpc import JSONRPCError
+from pydantic import ValidationError
 
 from controlplane.fronts._mcp_server import McpFront
 
@@ -54,14 +59,51 @@ async def serve_stdio(front: McpFront) -> None:
                     return
 
         async def serve() -> None:
-            async with stdio_server(stdin=cast(Any, stdin)) as (read_stream, write_stream):
+            async with (
+                stdio_server(stdin=cast(Any, stdin)) as (read_stream, write_stream),
+                anyio.create_task_group() as relaying,
+            ):
+                parsed, parsed_reader = anyio.create_memory_object_stream[
+                    SessionMessage | Exception
+                ](0)
+                relaying.start_soon(_answer_unparseable, read_stream, parsed, write_stream)
                 await front.server.run(
-                    read_stream, write_stream, front.server.create_initialization_options()
+                    parsed_reader, write_stream, front.server.create_initialization_options()
                 )
             group.cancel_scope.cancel()  # the client closed stdin: stop listening for signals
 
         group.start_soon(stop_on_signal)
         group.start_soon(serve)
+
+
+async def _answer_unparseable(
+    lines: MemoryObjectReceiveStream[SessionMessage | Exception],
+    parsed: MemoryObjectSendStream[SessionMessage | Exception],
+    replies: MemoryObjectSendStream[SessionMessage],
+) -> None:
+    """Pass the messages on; answer a line that is no JSON-RPC message with a parse error.
+
+    The SDK drops such a line silently over stdio (over HTTP it answers -32700); JSON-RPC
+    asks for an error response with a null id, so a client learns its line was refused.
+    """
+    async with parsed:
+        async for item in lines:
+            if isinstance(item, Exception):
+                error = _error_for(item)
+                await replies.send(
+                    SessionMessage(JSONRPCError(jsonrpc="2.0", id=None, error=error))
+                )
+                continue
+            await parsed.send(item)
+
+
+def _error_for(exc: Exception) -> types.ErrorData:
+    # Not JSON at all is a parse error; JSON that is no JSON-RPC message an invalid request.
+    if isinstance(exc, ValidationError) and all(e["type"] != "json_invalid" for e in exc.errors()):
+        return types.ErrorData(
+            code=types.INVALID_REQUEST, message="Invalid Request: not a JSON-RPC message"
+        )
+    return types.ErrorData(code=types.PARSE_ERROR, message="Parse error: not JSON")
 
 
 async def _pipe_lines() -> _PipeLines | None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from controlplane import SubagentControl, TaskStatus
-from tests.fronts.mcp_support import SETUP, HttpServer, cli_command, run, text_of
+from tests.fronts.mcp_support import SETUP, HttpServer, RawStdio, cli_command, run, text_of
 from tests.fronts.test_mcp_http import _client
 from tests.reliability.processes import LinesProcess, Reaper
 from tests.support import run_python
@@ -94,3 +94,29 @@ def test_sigterm_ends_an_http_server_and_its_running_task_is_killed(
 
     assert server.process.proc.wait(EXIT_S) == 0, server.process.stderr()
     assert _status(sqlite_url, task_id) is TaskStatus.KILLED
+
+
+@pytest.mark.parametrize(
+    ("line", "code", "message"),
+    [
+        ("{not json", -32700, "Parse error: not JSON"),
+        ("[1, 2]", -32600, "Invalid Request: not a JSON-RPC message"),
+        ('{"jsonrpc": "2.0", "id": 1}', -32600, "Invalid Request: not a JSON-RPC message"),
+    ],
+)
+def test_a_malformed_line_over_stdio_gets_a_json_rpc_error_and_changes_nothing(
+    reaped: Reaper, sqlite_url: str, line: str, code: int, message: str
+) -> None:
+    server = RawStdio(reaped, sqlite_url)
+
+    server.process.say(line)
+    refused = json.loads(server.process.next_line())
+    server.initialize({})
+    tasks = server.request("tools/call", {"name": "task_list", "arguments": {}})["result"]
+
+    assert refused == {
+        "jsonrpc": "2.0",
+        "id": None,
+        "error": {"code": code, "message": message},
+    }
+    assert tasks["content"][0]["text"] == "(no tasks)"
