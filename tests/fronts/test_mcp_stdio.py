@@ -106,3 +106,30 @@ def test_without_the_extra_the_command_says_which_extra_to_install(tmp_path: Pat
 
     assert done.returncode == 2, done.stderr
     assert "pip install 'subagent-control[mcp]'" in done.stderr
+
+
+def test_openai_model_serves_children_on_a_chat_completions_server(sqlite_url: str) -> None:
+    pytest.importorskip("openai", reason="the openai extra is not installed")
+    from tests.providers.openai_server import ChatServer
+
+    with ChatServer([{"text": "four facts about otters"}]) as chat:
+        server = StdioServerParameters(
+            command=sys.executable,
+            args=["-m", "controlplane.cli", "mcp", "--db", sqlite_url,
+                  "--openai-model", "m", "--openai-base-url", chat.base_url],
+            cwd=str(REPO),
+        )  # fmt: skip
+
+        async def conversation() -> str:
+            async with Client(server) as client:
+                started = text_of(
+                    await client.call_tool("subagent", {"description": "d", "prompt": "otters"})
+                )
+                waited = {"task_id": started.rsplit(" ", 1)[-1], "wait": True, "timeout_s": 20}
+                return text_of(await client.call_tool("task_output", waited))
+
+        output = run(conversation)
+        requests = chat.requests
+
+    assert output == "four facts about otters\n[status: completed]"
+    assert requests[0]["model"] == "m"
