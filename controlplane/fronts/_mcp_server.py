@@ -6,7 +6,11 @@ One source for the tools: names, descriptions and JSON schemas come from
 tool added there (the approvals' ``answer``) is served here with nothing to change, and
 the model-facing texts are the same as in any harness.
 
-Requires the optional ``mcp`` extra; `controlplane.fronts.mcp_server` says so when it is
+Tasks come in the two shapes MCP has had: the ``io.modelcontextprotocol/tasks`` extension
+on 2026-07-28 connections (`controlplane.fronts._mcp_tasks`, pushes in `._mcp_listen`) and
+the 2025-11-25 core's on handshake-era ones (`._mcp_legacy`); both read our Task rows.
+
+Requires the optional ``mcp`` extra; `controlplane.fronts.mcp_front` says so when it is
 missing.
 """
 

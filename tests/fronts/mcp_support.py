@@ -9,8 +9,6 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-import anyio
-
 from tests.reliability.processes import LinesProcess, Reaper
 
 T = TypeVar("T")
@@ -23,6 +21,7 @@ CALL_S = 30.0
 
 def run(conversation: Callable[[], Awaitable[T]], timeout_s: float = CALL_S) -> T:
     """Run an async client conversation to its end, within ``timeout_s``."""
+    import anyio  # comes with the mcp extra
 
     async def bounded() -> T:
         with anyio.fail_after(timeout_s):

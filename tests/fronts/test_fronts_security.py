@@ -4,11 +4,11 @@ messages (the HTTP tests drive it through a real server)."""
 
 from __future__ import annotations
 
+import asyncio
 import stat
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 
 from controlplane import ErrorCode
@@ -104,7 +104,7 @@ def _call(app: Any, headers: list[tuple[bytes, bytes]], chunks: list[bytes]) -> 
         sent.append(message)
 
     scope = {"type": "http", "method": "POST", "path": "/mcp", "headers": headers}
-    anyio.run(app(inner), scope, receive, send)
+    asyncio.run(app(inner)(scope, receive, send))
     return sent[0]["status"], ran
 
 
