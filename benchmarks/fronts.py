@@ -301,6 +301,17 @@ def _body(config: FrontsConfig, figures: dict[str, dict[str, Spread]], pg_note: 
                 rows,
             )
         )
+    parts.append(_READING)
     if pg_note:
         parts.append(f"PostgreSQL: not measured ({pg_note}).")
     return "\n\n".join(parts)
+
+
+_READING = """\
+Reading it: the last column is the MCP front's own cost, over the `ToolHandlers` call it
+makes. A start through the front meets the goal in memory; over HTTP the client, the
+server and the control plane share one process's GIL, which the ping does not show. A
+steer misses it in the tools layer, not in the front: `ToolHandlers.send_message` first
+checks that the child is the caller's by listing the session's children and Tasks
+(`control.children`), a cost that grows with the session (a point lookup of the child's
+parent would make it constant)."""
