@@ -31,7 +31,7 @@ from benchmarks._report import Section, write_report
 
 SECTIONS = (
     "routing", "hops", "resume", "scale", "tasks", "store", "children", "telemetry",
-    "forwarding", "admission", "spend", "a2a",
+    "forwarding", "admission", "spend", "a2a", "fronts",
 )  # fmt: skip
 _DOCS = Path(__file__).resolve().parents[1] / "docs"
 
@@ -147,8 +147,17 @@ def _runners(
 
         return run_a2a(A2AConfig.quick() if quick else A2AConfig(), workdir)
 
+    def fronts() -> Section | None:
+        try:
+            from benchmarks.fronts import FrontsConfig, run_fronts
+        except ImportError:  # the mcp extra is missing
+            return None
+        config = FrontsConfig.quick() if quick else FrontsConfig()
+        return run_fronts(config, workdir, pg_url, pg_note)
+
     return {
         "a2a": a2a,
+        "fronts": fronts,
         "admission": admission,
         "spend": spend,
         "routing": routing,

@@ -125,3 +125,15 @@ def test_quickstart_piped_to_a_reader_that_goes_early_exits(tmp_path: Path) -> N
             demo.kill()
             demo.wait(10)
     assert demo.returncode is not None
+
+
+@pytest.mark.timeout(150)
+def test_mcp_front_drives_a_child_through_the_stdio_server(tmp_path: Path) -> None:
+    pytest.importorskip("mcp", reason="the mcp extra is not installed")
+    out = run_example("mcp_front.py", "--db", f"sqlite:///{tmp_path}/state.db")
+
+    assert "tools: subagent, send_message, task_output" in out
+    assert "subagent      -> echo: find three otter facts\n[status: completed]" in out
+    assert "send_message  -> MCP task " in out
+    assert "tasks/result  -> echo: now only sea otters\n[status: completed]" in out
+    assert "2 model calls" in out  # the follow-up continued the same child

@@ -2,7 +2,9 @@
 
 ``tree`` and ``top`` ask a running process over its admin socket; ``children``,
 ``transcript``, ``tasks`` and ``runtimes`` read the store directly and never start an actor
-(they import only ``persistence`` and the contract, and only when they run).
+(they import only ``persistence`` and the contract, and only when they run). ``mcp`` is the
+one that runs a control plane: it serves it over MCP (`controlplane.fronts`), and loads it
+only when it runs.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any, Final
+from typing import Any, Final, TextIO
 
 from controlplane.cli._answer import run_answer
 from controlplane.cli._exit_status import (
@@ -90,7 +92,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="subagent-control",
         description="Inspect a subagent-control runtime (tree) or its store (children, "
-        "transcript).",
+        "transcript), or serve it over MCP (mcp).",
         epilog=_EPILOG,
         formatter_class=formatter,
         parents=[common],
@@ -200,6 +202,7 @@ def _parser() -> argparse.ArgumentParser:
     transcript.add_argument("--json", action="store_true", help="print one event per line")
     transcript.set_defaults(run=run_transcript)
     _add_answer(commands, formatter, common)
+    _add_mcp(commands, formatter, common)
     _add_a2a(commands, formatter, common)
     return parser
 
@@ -290,6 +293,51 @@ def _run_a2a(args: argparse.Namespace, out: Any) -> None:
             "pip install 'subagent-control[a2a]'",
         ) from exc
     run_a2a(args, out)
+
+
+def _add_mcp(commands: Any, formatter: type[argparse.HelpFormatter], common: Any) -> None:
+    # The front is imported only when the command runs: the other commands never load
+    # the facade, and the `mcp` extra may be missing.
+    from controlplane.fronts import add_front_arguments
+
+    mcp = commands.add_parser(
+        "mcp",
+        help="serve the subagent tools over MCP (stdio, or streamable HTTP)",
+        description="Serve the subagent tools (subagent, send_message, task_output, ...) "
+        "as an MCP server whose clients act as one parent session. stdio by default; "
+        "--http serves streamable HTTP at HOST:PORT/mcp (loopback by default; any other "
+        "address requires a bearer token). Needs the mcp extra: "
+        "pip install 'subagent-control[mcp]'.",
+        epilog=_EPILOG,
+        formatter_class=formatter,
+        parents=[common],
+    )
+    add_front_arguments(mcp, default_parent="mcp")
+    transport = mcp.add_mutually_exclusive_group()
+    transport.add_argument(
+        "--stdio", action="store_true", help="serve one client over stdin/stdout (the default)"
+    )
+    transport.add_argument(
+        "--http", metavar="HOST:PORT", help="serve streamable HTTP at http://HOST:PORT/mcp"
+    )
+    mcp.add_argument(
+        "--token",
+        metavar="TOKEN",
+        help="the bearer token HTTP clients must send (default: $SUBAGENT_CONTROL_TOKEN; "
+        "generated into a 0600 file, whose path is printed, for a non-loopback bind)",
+    )
+    mcp.set_defaults(run=_run_mcp)
+
+
+def _run_mcp(args: argparse.Namespace, out: TextIO) -> None:
+    from controlplane.fronts import FrontOptions, serve_mcp
+
+    try:
+        serve_mcp(FrontOptions.from_args(args), http=args.http, token=args.token, out=out)
+    except ImportError as exc:
+        raise CommandExit(EXIT_USAGE, str(exc)) from None
+    except KeyboardInterrupt:
+        pass  # Ctrl-C ends a server: not an error
 
 
 def _add_db(parser: argparse.ArgumentParser) -> None:
