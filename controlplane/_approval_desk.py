@@ -32,9 +32,9 @@ from controlplane.contract import (
     TaskStatus,
     utcnow,
 )
-from persistence import Fence, SqlStore, StoredRequest
+from persistence import ApprovalBook, Fence, SqlStore, StoredRequest
 
-__all__ = ["DEADLINE_SOURCE", "ActivationDesk", "Waiters", "deadline_note"]
+__all__ = ["ActivationDesk", "Waiters", "deny_at_deadline"]
 
 DEADLINE_SOURCE = MessageSource(kind="system", sender_session_id="approval-deadline")
 """Who answers a request its deadline denied."""
@@ -207,17 +207,7 @@ class ActivationDesk:
         request = self._asked.get(request_id) or self._stored(request_id)
         if request is None or request.deadline_at is None or request.deadline_at > utcnow():
             return False
-        try:
-            self._book.answer(
-                request_id,
-                allow=False,
-                note=deadline_note(request),
-                source=DEADLINE_SOURCE,
-                session=None,
-            )
-        except SubagentControlError as exc:
-            if exc.code is not ErrorCode.REQUEST_CLOSED:
-                raise
+        deny_at_deadline(self._book, request)  # or the answer came first: taken next round
         return True
 
     def _stored(self, request_id: str) -> StoredRequest | None:
@@ -251,6 +241,24 @@ class ActivationDesk:
         return self._transcript.park_with(
             lambda: self._book.park(request_id, self._child_id, fence)
         )
+
+
+def deny_at_deadline(book: ApprovalBook, request: StoredRequest) -> bool:
+    """Deny ``request``, its deadline past, as the system; False when an answer (or a
+    settlement) came first."""
+    try:
+        book.answer(
+            request.request_id,
+            allow=False,
+            note=deadline_note(request),
+            source=DEADLINE_SOURCE,
+            session=None,
+        )
+    except SubagentControlError as exc:
+        if exc.code is not ErrorCode.REQUEST_CLOSED:
+            raise
+        return False
+    return True
 
 
 def deadline_note(request: StoredRequest) -> str:

@@ -24,7 +24,7 @@ import threading
 from collections.abc import Callable
 from datetime import datetime
 
-from controlplane._approval_desk import DEADLINE_SOURCE, ActivationDesk, Waiters, deadline_note
+from controlplane._approval_desk import ActivationDesk, Waiters, deny_at_deadline
 from controlplane._runtime import Runtime
 from controlplane._task_entry import Requester
 from controlplane._tasks import TaskService
@@ -280,17 +280,7 @@ class Approvals:
         if waiting.state == "open":
             if request.deadline_at is None or request.deadline_at > now:
                 return  # parked, unanswered: the answer will continue it
-            try:
-                self._book.answer(
-                    request.request_id,
-                    allow=False,
-                    note=deadline_note(request),
-                    source=DEADLINE_SOURCE,
-                    session=None,
-                )
-            except SubagentControlError as exc:
-                if exc.code is not ErrorCode.REQUEST_CLOSED:
-                    raise
+            if not deny_at_deadline(self._book, request):
                 return  # answered meanwhile: whoever answered continues it
         self._continue_task(request)
 

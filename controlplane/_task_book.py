@@ -12,6 +12,7 @@ import uuid
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from datetime import datetime
+from typing import Any
 
 from controlplane._task_entry import (
     Claimer,
@@ -256,26 +257,10 @@ class TaskBook:
         the store already names this runtime for it.
 
         Raises:
-            SubagentControlError: ``CLOSED`` once `close` was called.
+            SubagentControlError: ``CLOSED`` once `close` was called; ``STORE_UNAVAILABLE``
+                while fenced.
         """
-        entry = TaskEntry(
-            id=task.id,
-            label=task.label,
-            owner=task.owner_session,
-            child_id=task.child_id,
-            signal=signal,
-            runtime_id=self._runtime_id,
-            created_at=task.created_at,
-            fence=fence,
-            queued=True,
-            queued_at=task.queued_at,
-        )
-        with self._lock:
-            if self._closed_reason is not None:
-                raise SubagentControlError(
-                    ErrorCode.CLOSED, "the control plane is closed; nothing was adopted"
-                )
-            self._live[task.id] = entry
+        self._take_over(task, signal, fence, queued=True, queued_at=task.queued_at)
 
     def take_over_parked(self, task: TaskSnapshot, signal: CancelSignal, fence: int) -> None:
         """Hold a Task parked on an approval request, which this runtime now continues
@@ -285,6 +270,12 @@ class TaskBook:
             SubagentControlError: ``CLOSED`` once `close` was called; ``STORE_UNAVAILABLE``
                 while fenced.
         """
+        self._take_over(task, signal, fence, request=task.request)
+
+    def _take_over(
+        self, task: TaskSnapshot, signal: CancelSignal, fence: int | None, **state: Any
+    ) -> None:
+        """Hold a stored Task this runtime now runs (same id), in ``state``."""
         entry = TaskEntry(
             id=task.id,
             label=task.label,
@@ -294,14 +285,14 @@ class TaskBook:
             runtime_id=self._runtime_id,
             created_at=task.created_at,
             fence=fence,
-            request=task.request,
+            **state,
         )
-        if task.request is not None:
+        if entry.request is not None:
             entry.resting.set()
         with self._lock:
             if self._closed_reason is not None:
                 raise SubagentControlError(
-                    ErrorCode.CLOSED, "the control plane is closed; nothing was continued"
+                    ErrorCode.CLOSED, "the control plane is closed; nothing was taken over"
                 )
             if self._suspended is not None:
                 raise SubagentControlError(
