@@ -159,7 +159,16 @@ class ActivationDesk:
         try:
             while True:
                 woken.clear()
-                state, answer, status = self._book.state(request_id)
+                try:
+                    state, answer, status = self._book.state(request_id)
+                except SubagentControlError as exc:
+                    if exc.code is not ErrorCode.STORE_UNAVAILABLE or self._signal.aborted:
+                        raise
+                    # The store is out of reach longer than its retries: waiting costs
+                    # nothing, so wait on (a long outage fences the runtime, which ends
+                    # this wait through the signal; the Task is then parked, not lost).
+                    woken.wait(_POLL_S)
+                    continue
                 if state == "answered" and answer is not None:
                     self._take(request_id, answer)
                     return answer

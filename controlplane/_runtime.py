@@ -155,7 +155,13 @@ class Runtime:
         or its claim taken): ``interrupted`` with its turn's end, once (the Task service's
         `controlplane._tasks.Interrupter`)."""
         detail = task.outcome.detail if task.outcome is not None else None
-        return self._store.interrupt(task, detail or "interrupted: this runtime lost its lease")
+        settled = self._store.interrupt(task, detail or "interrupted: this runtime lost its lease")
+        if not settled and task.child_id is not None:
+            # Its run waited for an approval answer, so the Task was not interrupted: it
+            # goes on elsewhere. Park its claim, which names this runtime, or nobody would
+            # (this runtime is alive again and runs it no more).
+            self._store.release_waiting(task.id, task.child_id, self.id)
+        return settled
 
     def claim(self, task: TaskSnapshot) -> int | None:
         """Admit a resume's Task and claim its child for this runtime (taking over a dead

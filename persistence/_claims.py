@@ -309,6 +309,27 @@ class Claims:
 
         return self._s._run(f"settle parked task {task_id}", op)
 
+    def release_waiting(self, task_id: str, child_id: str, runtime_id: str) -> bool:
+        """Park the child's claim that ``runtime_id`` holds for ``task_id``, a Task waiting
+        on (or just answered on) an approval request whose run ended here without parking
+        (fenced): the claim keeps the Task with no runtime, the fencing number grows, and
+        the answer continues it wherever it is given. Returns whether it parked it (False:
+        the claim is not this runtime's for this Task, or the Task waits on nothing)."""
+
+        def op(_attempt: int) -> bool:
+            with self._s._db.cursor(write=True) as cursor:
+                self._s._appends.tail(cursor, child_id)  # the child's lock
+                claim = self.claim_of(cursor, child_id)
+                if claim is None or claim[:2] != (runtime_id, task_id):
+                    return False
+                if not self._parkable(cursor, task_id):
+                    return False
+                cursor.execute(self._s._claim_sql.park, (child_id, task_id))
+            self._s._committed()
+            return True
+
+        return self._s._run(f"park the claim of task {task_id}", op)
+
     def _parkable(self, cursor: DBAPICursor, task_id: str) -> bool:
         """Whether a Task waits on an approval request whose run can be continued."""
         cursor.execute(self._s._claim_sql.parkable, (task_id,))
@@ -429,6 +450,8 @@ class ClaimStatements:
     """Whether a Task waits on a request its run can be continued from (takes Task id)."""
     moved: str
     """A waiting Task's row names the runtime that continues it (takes runtime, Task id)."""
+    park: str
+    """Park a child's claim: no runtime, its Task kept (takes child id, Task id)."""
 
     @classmethod
     def build(cls, p: str, *, row_locks: bool) -> ClaimStatements:
@@ -461,5 +484,9 @@ class ClaimStatements:
             moved=(
                 f"UPDATE {TASKS} SET runtime_id = {p} WHERE task_id = {p} "
                 f"AND status IN ('{_INPUT}', '{_RUNNING}')"
+            ),
+            park=(
+                f"UPDATE {CHILDREN} SET claim_runtime = NULL, fence = fence + 1 "
+                f"WHERE child_id = {p} AND claim_task = {p}"
             ),
         )

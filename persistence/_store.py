@@ -406,6 +406,13 @@ class SqlStore:
             raise _read_only(f"continue task {task_id}")
         return self._claims.continue_parked(task_id, child_id, runtime_id, is_dead=is_dead)
 
+    def release_waiting(self, task_id: str, child_id: str, runtime_id: str) -> bool:
+        """Park the claim ``runtime_id`` holds for a Task that waits on an approval request
+        its run no longer waits for here (see `persistence._claims.Claims.release_waiting`)."""
+        if self._read_only:
+            raise _read_only(f"park task {task_id}")
+        return self._claims.release_waiting(task_id, child_id, runtime_id)
+
     def settle_parked(self, settlement: Settlement, *, is_dead: IsDead) -> bool:
         """Settle a Task parked on an approval request, with its turn's end (see
         `persistence._claims.Claims.settle_parked`)."""

@@ -555,3 +555,31 @@ def test_a_person_answers_from_the_command_line_and_a_runtime_goes_on(
     (answer,) = [e for e in control.store.load(child_id).events if e.kind == "approval/answer"]
     assert answer.source is not None
     assert answer.source.kind == "human"
+
+
+def test_a_waiting_run_stopped_by_a_lost_lease_leaves_its_task_for_the_answer(
+    opened: Open,
+) -> None:
+    deploys = Deploys()
+    control = opened(ScriptedModel([DEPLOY, "done"]), [deploys.tool], approval_grace_s=30.0)
+    parent = control.agents.register("p1")
+    child_id, task_id = start(control, parent)
+    request = asked(control, parent, task_id).request
+    assert request is not None
+
+    # The lease watchdog's path: stop acting, then (store reachable again) write what the
+    # fenced Tasks left, and take new work again.
+    fenced = "lease lost (test)"
+    control.tasks.fence(fenced)
+    wait_until(lambda: not loop_threads(child_id), "the fenced run stopped")
+    wait_until(lambda: control.tasks.flush() == 0, "the fenced settlements written")
+    control.tasks.readmit(fenced)
+
+    assert control.store is not None
+    stored = control.store.ledger.get(task_id)
+    assert stored is not None
+    assert stored.status is TaskStatus.INPUT_REQUIRED  # not interrupted: it waits
+    control.answer(parent, request.id, allow=True)
+    done = settled(control, parent, task_id)
+    assert done.status is TaskStatus.COMPLETED
+    assert deploys.runs == [{"env": "prod"}]
