@@ -57,6 +57,8 @@ its child's supervisor the order (it claims the child and starts the activation)
 _SWEEP_EVERY_S = 1.0
 """How often a runtime looks for requests nobody else will act on (a deadline's
 precision, and how soon an answer whose waiter died is taken)."""
+_CLOSE_JOIN_S = 0.5
+"""How long `Approvals.close` waits for a sweep in progress."""
 _ARGUMENTS_IN_NOTICE = 300
 """A request's arguments beyond this many characters are clipped in its notice (the
 transcript keeps them whole)."""
@@ -106,10 +108,14 @@ class Approvals:
         self._thread.start()
 
     def close(self) -> None:
-        """Stop sweeping (the activations' signals were aborted: their desks returned)."""
+        """Stop sweeping (the activations' signals were aborted: their desks returned).
+
+        Not waited for long: a sweep stuck in a store call (a partition) ends at its
+        deadline on its own, a daemon thread that acts on nothing once stopped, and
+        `close` must not take that long."""
         self._stopped.set()
         if self._thread is not None:
-            self._thread.join(5.0)
+            self._thread.join(_CLOSE_JOIN_S)
 
     # -- the actors' side (ApprovalPort) ------------------------------------------------
 
@@ -245,7 +251,8 @@ class Approvals:
             try:
                 self._sweep()
             except SubagentControlError as exc:
-                log.warning("approvals: the store refused (%s); retrying", exc.message)
+                if not self._stopped.is_set():
+                    log.warning("approvals: the store refused (%s); retrying", exc.message)
             except Exception:  # a bug here must not end the sweep: Tasks would wait forever
                 log.exception("approvals sweep failed")
 

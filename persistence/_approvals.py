@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from sqlalchemy import select
 from sqlalchemy.engine.interfaces import DBAPICursor
 
 from controlplane.contract import (
@@ -39,7 +40,7 @@ from controlplane.contract import (
     TaskStatus,
     utcnow,
 )
-from persistence._schema import APPROVALS, CHILDREN, TASKS, utc_time
+from persistence._schema import APPROVALS, CHILDREN, TASKS, ApprovalRow, utc_time
 from persistence._task_sql import Fence, TxStep
 
 if TYPE_CHECKING:
@@ -270,14 +271,11 @@ class ApprovalBook:
         if not task_ids:
             return {}
 
+        query = _BY_ID.where(_A.state == "open", _A.task_id.in_(list(task_ids)))
+
         def op(_attempt: int) -> dict[str, ApprovalRequest]:
-            marks = ", ".join([self._db.sql.placeholder] * len(task_ids))
-            with self._db.cursor(write=False) as cursor:
-                cursor.execute(
-                    f"{_SELECT} WHERE r.state = 'open' AND r.task_id IN ({marks})",
-                    tuple(task_ids),
-                )
-                return {r.task_id: r.public() for r in map(_stored, cursor.fetchall())}
+            with self._db.connection(write=False) as conn:
+                return {r.task_id: r.public() for r in map(_stored, conn.execute(query).all())}
 
         return self._s._run("read approval requests", op)
 
@@ -301,24 +299,25 @@ class ApprovalBook:
         """Take the parent's pending request notices, each once across every runtime: of
         requests still open whose Task still waits."""
 
-        def op(_attempt: int) -> list[StoredRequest]:
+        def op(_attempt: int) -> list[str]:
             with self._db.cursor(write=True) as cursor:
                 cursor.execute(self._sql.drain, (parent_session,))
-                taken = [row[0] for row in cursor.fetchall()]
-                if not taken:
-                    return []
-                marks = ", ".join([self._db.sql.placeholder] * len(taken))
-                cursor.execute(
-                    f"{_SELECT} WHERE r.request_id IN ({marks}) AND r.state = 'open'",
-                    tuple(taken),
-                )
-                return sorted(map(_stored, cursor.fetchall()), key=lambda r: r.created_at)
+                return [row[0] for row in cursor.fetchall()]
 
-        return self._s._run(f"drain the request notices of {parent_session}", op)
+        taken = self._s._run(f"drain the request notices of {parent_session}", op)
+        if not taken:
+            return []
+        query = _BY_ID.where(_A.request_id.in_(taken), _A.state == "open")
+
+        def read(_attempt: int) -> list[StoredRequest]:
+            with self._db.connection(write=False) as conn:
+                rows = map(_stored, conn.execute(query).all())
+            return sorted(rows, key=lambda r: r.created_at)
+
+        return self._s._run(f"read the request notices of {parent_session}", read)
 
     def _request(self, cursor: DBAPICursor, request_id: str) -> tuple[StoredRequest] | None:
-        cursor.execute(f"{_SELECT} WHERE r.request_id = {self._db.sql.placeholder}",
-                       (request_id,))  # fmt: skip
+        cursor.execute(self._sql.request, (request_id,))
         row = cursor.fetchone()
         return None if row is None else (_stored(row),)
 
@@ -329,7 +328,14 @@ _COLUMNS = (
 )
 _STORED_WIDTH = 14
 _GONE = (None, None, None, None, None)
-_SELECT = f"SELECT {_COLUMNS} FROM {APPROVALS} r"
+_A = ApprovalRow
+_BY_ID = select(
+    _A.request_id, _A.task_id, _A.child_id, _A.parent_session, _A.turn, _A.call_id, _A.tool,
+    _A.arguments, _A.reason, _A.pending, _A.parkable, _A.created_at, _A.deadline_at,
+    _A.provider,
+)  # fmt: skip
+"""The request columns `_stored` reads, for the reads that take a list of ids (built with
+SQLAlchemy: a list's placeholders are not written by hand)."""
 
 
 def _stored(row: Sequence[Any]) -> StoredRequest:
@@ -371,6 +377,7 @@ class _ApprovalSql:
     waiting: str
     drain: str
     provider_of: str
+    request: str
 
     @classmethod
     def build(cls, p: str) -> _ApprovalSql:
@@ -418,6 +425,7 @@ class _ApprovalSql:
                 f"JOIN {CHILDREN} c ON c.child_id = r.child_id "
                 f"WHERE r.state <> 'closed' AND t.status IN ('{_INPUT}', '{_RUNNING}')"
             ),
+            request=f"SELECT {_COLUMNS} FROM {APPROVALS} r WHERE r.request_id = {p}",
             provider_of=(
                 f"SELECT provider FROM {APPROVALS} WHERE task_id = {p} AND state <> 'closed'"
             ),

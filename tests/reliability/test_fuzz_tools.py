@@ -126,6 +126,10 @@ def calls_of(name: str) -> st.SearchStrategy[tuple[str, dict[str, Any]]]:
             {"subagent_id": identifier},
             optional={limit: numbers for limit in ("tokens", "cost", "model_calls", "tool_calls")},
         ),
+        "answer": st.fixed_dictionaries(
+            {"request_id": identifier, "allow": mostly(st.booleans(), any_value())},
+            optional={"note": words},
+        ),
     }
     own = fields[name]
     return st.tuples(st.just(name), mostly(own, argument_dicts()))
