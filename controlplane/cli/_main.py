@@ -2,9 +2,9 @@
 
 ``tree`` and ``top`` ask a running process over its admin socket; ``children``,
 ``transcript``, ``tasks`` and ``runtimes`` read the store directly and never start an actor
-(they import only ``persistence`` and the contract, and only when they run). ``mcp`` is the
-one that runs a control plane: it serves it over MCP (`controlplane.fronts`), and loads it
-only when it runs.
+(they import only ``persistence`` and the contract, and only when they run). ``mcp``
+and ``a2a`` run a control plane: they serve it over MCP or A2A (`controlplane.fronts`), and
+load it only when they run.
 """
 
 from __future__ import annotations
@@ -232,48 +232,27 @@ def _add_answer(commands: Any, formatter: type[argparse.HelpFormatter], common: 
 
 
 def _add_a2a(commands: Any, formatter: type[argparse.HelpFormatter], common: Any) -> None:
+    from controlplane.fronts import MAX_BODY_BYTES, add_front_arguments
+
     a2a = commands.add_parser(
         "a2a",
         help="serve the control plane to A2A clients (HTTP JSON-RPC)",
         description="Serve A2A on HOST:PORT: a context is a child, a task one of its Tasks; "
         "a message to a working task steers it. Prints 'ready URL' once listening; serves "
-        "until SIGINT or SIGTERM. Needs the 'a2a' extra.",
+        "until SIGINT or SIGTERM. Loopback by default; any other address requires a bearer "
+        "token. Needs the 'a2a' extra.",
         epilog=_EPILOG,
         formatter_class=formatter,
         parents=[common],
     )
-    _add_db(a2a)
+    add_front_arguments(a2a, default_parent="a2a")
     a2a.add_argument(
         "--http", required=True, metavar="HOST:PORT", help="where to listen (port 0: any)"
     )
     a2a.add_argument(
-        "--setup",
-        metavar="MODULE:FUNCTION",
-        help="called with the open SubagentControl before serving, to register providers",
-    )
-    a2a.add_argument(
-        "--parent",
-        default="a2a",
-        metavar="SESSION",
-        help="the parent session clients act as (default: %(default)s)",
-    )
-    a2a.add_argument("--openai-model", metavar="NAME", help="start children on this model")
-    a2a.add_argument("--openai-base-url", metavar="URL", help="its OpenAI-compatible server")
-    a2a.add_argument(
-        "--token",
-        metavar="TOKEN",
-        help="the bearer token clients must send (required off loopback: else one is made)",
-    )
-    a2a.add_argument(
-        "--token-file",
-        default="a2a.token",
-        metavar="PATH",
-        help="where a made token is written, mode 0600 (default: %(default)s)",
-    )
-    a2a.add_argument(
         "--max-body",
         type=_positive_int,
-        default=1 << 20,
+        default=MAX_BODY_BYTES,
         metavar="BYTES",
         help="refuse larger request bodies with 413 (default: %(default)s)",
     )
@@ -282,8 +261,10 @@ def _add_a2a(commands: Any, formatter: type[argparse.HelpFormatter], common: Any
 
 def _run_a2a(args: argparse.Namespace, out: Any) -> None:
     # Imported here: the other commands load neither the runtime nor the A2A SDK.
+    from controlplane.fronts import FrontOptions
+
     try:
-        from controlplane.fronts._a2a import run_a2a
+        from controlplane.fronts._a2a import serve_a2a
     except ImportError as exc:
         if (exc.name or "").split(".")[0] not in _A2A_PACKAGES:
             raise
@@ -292,7 +273,13 @@ def _run_a2a(args: argparse.Namespace, out: Any) -> None:
             f"the a2a command needs the optional {exc.name!r} package: "
             "pip install 'subagent-control[a2a]'",
         ) from exc
-    run_a2a(args, out)
+    serve_a2a(
+        FrontOptions.from_args(args),
+        http=args.http,
+        token=args.token,
+        max_body=args.max_body,
+        out=out,
+    )
 
 
 def _add_mcp(commands: Any, formatter: type[argparse.HelpFormatter], common: Any) -> None:
@@ -319,12 +306,6 @@ def _add_mcp(commands: Any, formatter: type[argparse.HelpFormatter], common: Any
     )
     transport.add_argument(
         "--http", metavar="HOST:PORT", help="serve streamable HTTP at http://HOST:PORT/mcp"
-    )
-    mcp.add_argument(
-        "--token",
-        metavar="TOKEN",
-        help="the bearer token HTTP clients must send (default: $SUBAGENT_CONTROL_TOKEN; "
-        "generated into a 0600 file, whose path is printed, for a non-loopback bind)",
     )
     mcp.set_defaults(run=_run_mcp)
 

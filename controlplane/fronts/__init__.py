@@ -1,8 +1,9 @@
 """Protocol fronts: the control plane served to clients that speak a protocol (MCP, A2A).
 
 A front is a front end, like the CLI: it imports the runtime, nothing below imports it.
-The shared setup (open the store, register providers, register the parent session) and
-the HTTP rules (loopback, bearer token, body cap) live here once for every front.
+The shared setup (open the store, register providers, register the parent session, the
+flags that say how) and the HTTP rules (loopback, bearer token, loopback addressing, body
+cap, JSON posts, the listening socket) live here once for every front.
 
 Each protocol's SDK is an optional extra, imported only when that front is used:
 `serve_mcp` and `mcp_front` need ``pip install 'subagent-control[mcp]'``.
@@ -28,6 +29,7 @@ from controlplane.fronts._setup import (
     FrontOptions,
     Opened,
     add_front_arguments,
+    default_provider,
     load_setup,
     open_front,
 )
@@ -45,6 +47,7 @@ __all__ = [
     "FrontOptions",
     "Opened",
     "add_front_arguments",
+    "default_provider",
     "guard",
     "is_loopback",
     "load_setup",

@@ -1,10 +1,11 @@
 """The A2A front (SPEC §12): the control plane served to A2A clients over HTTP JSON-RPC.
 
-``subagent-control a2a --db URL --http HOST:PORT`` runs `run_a2a`; `A2AServer` serves one
+``subagent-control a2a --db URL --http HOST:PORT`` runs `serve_a2a`; `A2AServer` serves one
 control plane on one socket, in the caller's thread or a thread of its own. A2A's
 ``contextId`` is our child id and its ``taskId`` our Task id; requests are answered by
 `controlplane.fronts._a2a_handler.ControlPlaneHandler` for one parent session, behind the
-HTTP guard (a bearer token off loopback, capped bodies).
+fronts' shared HTTP rules (`controlplane.fronts._security`) and opened by their shared
+setup (`controlplane.fronts._setup`).
 
 Push notifications are not offered: the SDK's push-config store is an async SQLAlchemy
 store of its own (another engine and driver on our database), and only the process that
@@ -16,8 +17,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-import socket
-import sys
 import threading
 from collections.abc import Generator
 from importlib.metadata import PackageNotFoundError, version
@@ -40,27 +39,24 @@ from a2a.types.a2a_pb2 import (
 from a2a.utils.constants import AGENT_CARD_WELL_KNOWN_PATH, PROTOCOL_VERSION_1_0
 from starlette.applications import Starlette
 
-from controlplane.contract import AgentHandle, ErrorCode, SubagentControlError
+from controlplane.contract import AgentHandle
 from controlplane.fronts._a2a_handler import ControlPlaneHandler
-from controlplane.fronts._a2a_setup import (
+from controlplane.fronts._security import (
     MAX_BODY_BYTES,
-    HttpGuard,
-    bearer_token,
+    Bind,
+    announce_token,
+    guard,
     is_loopback,
-    load_setup,
-    open_control,
+    listen,
     parse_bind,
-    register_openai,
-    register_parent,
-    start_provider,
+    resolve_token,
 )
+from controlplane.fronts._setup import FrontOptions, default_provider, open_front
 
 if TYPE_CHECKING:
-    import argparse
-
     from controlplane._facade import SubagentControl
 
-__all__ = ["A2AServer", "agent_card", "run_a2a"]
+__all__ = ["A2AServer", "agent_card", "serve_a2a"]
 
 _STOP_S = 10.0
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -133,7 +129,7 @@ class A2AServer:
         parent: The live parent session every client acts as.
         host: Where to listen.
         port: The port (0: any free one).
-        provider: The provider new children start on (default: `start_provider`).
+        provider: The provider new children start on (default: `default_provider`).
         token: The bearer token clients must present (None: none is asked).
         max_body: The cap on a request body, in bytes.
     """
@@ -149,22 +145,12 @@ class A2AServer:
         token: str | None = None,
         max_body: int = MAX_BODY_BYTES,
     ) -> None:
-        handler = ControlPlaneHandler(control, parent, provider=provider or start_provider(control))
-        family = socket.AF_INET6 if ":" in host else socket.AF_INET
-        self._socket = socket.socket(family, socket.SOCK_STREAM)
-        try:
-            self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            # Inherited by every accepted connection. Without it a keep-alive client waits
-            # out its delayed ACK (40 ms) on each answer, which the server writes in two
-            # parts (headers, body): measured by `python -m benchmarks --sections a2a`.
-            self._socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            self._socket.bind((host, port))
-            self._socket.listen(128)
-        except BaseException:
-            self._socket.close()
-            raise
-        bound = self._socket.getsockname()[1]
-        self.url = f"http://{f'[{host}]' if family == socket.AF_INET6 else host}:{bound}/"
+        handler = ControlPlaneHandler(
+            control, parent, provider=provider or default_provider(control)
+        )
+        bind = Bind(host, port)
+        self._socket = listen(bind)
+        self.url = f"http://{bind.url_host}:{self._socket.getsockname()[1]}/"
         """Where clients reach it (the card's URL too)."""
         app = Starlette(
             routes=[
@@ -174,7 +160,7 @@ class A2AServer:
                 *create_jsonrpc_routes(handler, rpc_url="/", enable_v0_3_compat=True),
             ]
         )
-        guarded = HttpGuard(
+        guarded = guard(
             app,
             token=token,
             loopback=is_loopback(host),
@@ -239,31 +225,46 @@ class _Server(uvicorn.Server):
         yield
 
 
-def run_a2a(args: argparse.Namespace, out: IO[str]) -> None:
-    """``subagent-control a2a``: open the control plane, register its providers and the
-    parent, print ``ready <url>`` once the socket listens, serve until a signal."""
-    host, port = parse_bind(args.http)
-    token = bearer_token(host, token=args.token, token_file=Path(args.token_file))
-    control = open_control(args.db)
+def serve_a2a(
+    options: FrontOptions,
+    *,
+    http: str,
+    token: str | None,
+    out: IO[str],
+    max_body: int = MAX_BODY_BYTES,
+    token_dir: Path | None = None,
+) -> None:
+    """``subagent-control a2a``: open the control plane (`open_front`), print ``ready <url>``
+    once the socket listens, serve until a signal, close it.
+
+    Args:
+        options: The store, parent session and providers.
+        http: ``HOST:PORT`` to listen on.
+        token: The bearer token clients must send (else `TOKEN_ENV`, else generated when
+            the bind is not loopback).
+        out: Where the URL (and a generated token's file) is printed.
+        max_body: The cap on a request body, in bytes.
+        token_dir: Where a generated token file goes (the temporary directory by default).
+
+    Raises:
+        SubagentControlError: ``INVALID_INPUT`` for a bad bind, token or ``--setup``, or a
+            bind it cannot listen on.
+    """
+    bind = parse_bind(http)  # a typo fails before the store opens
+    opened = open_front(options)
     try:
-        if args.setup:
-            load_setup(args.setup)(control)
-        if args.openai_model:
-            register_openai(control, model=args.openai_model, base_url=args.openai_base_url)
-        parent = register_parent(control, args.parent)
-        try:
-            server = A2AServer(
-                control, parent, host=host, port=port, token=token, max_body=args.max_body
-            )
-        except OSError as exc:  # in use, not an address of this machine, not allowed
-            raise SubagentControlError(
-                ErrorCode.INVALID_INPUT, f"cannot listen on {args.http}: {exc.strerror or exc}"
-            ) from exc
-        if token is not None and args.token is None:
-            print(f"token written to {args.token_file}", file=sys.stderr)
-        if not is_loopback(host):
-            print(f"serving A2A beyond this machine on {host}", file=sys.stderr)
+        required, token_file = resolve_token(bind, token, token_dir=token_dir)
+        server = A2AServer(
+            opened.control,
+            opened.parent,
+            host=bind.host,
+            port=bind.port,
+            provider=opened.provider,
+            token=required,
+            max_body=max_body,
+        )
         print(f"ready {server.url}", file=out, flush=True)
+        announce_token(bind, token_file, out)
         server.serve()
     finally:
-        control.close()
+        opened.control.close()

@@ -22,7 +22,10 @@ from controlplane.fronts._security import (
     MAX_BODY_BYTES,
     ASGIApp,
     Bind,
+    announce_token,
     guard,
+    is_loopback,
+    listen,
     parse_bind,
     resolve_token,
 )
@@ -61,7 +64,11 @@ def serve_mcp(
             anyio.run(serve_stdio, front)
         else:
             required, token_file = resolve_token(bind, token, token_dir=token_dir)
-            anyio.run(_serve_http, front, bind, required, token_file, out)
+            sock = listen(bind)
+            try:
+                anyio.run(_serve_http, front, bind, sock, required, token_file, out)
+            finally:
+                sock.close()
     finally:
         opened.control.close()
 
@@ -71,18 +78,17 @@ def http_app(front: McpFront, bind: Bind, token: str | None) -> ASGIApp:
     app = front.server.streamable_http_app(
         streamable_http_path=MCP_PATH, host=bind.host, max_request_body_size=MAX_BODY_BYTES
     )
-    return guard(app, token=token)
+    return guard(app, token=token, loopback=is_loopback(bind.host))
 
 
 async def _serve_http(
-    front: McpFront, bind: Bind, token: str | None, token_file: Path | None, out: TextIO
+    front: McpFront,
+    bind: Bind,
+    sock: socket.socket,
+    token: str | None,
+    token_file: Path | None,
+    out: TextIO,
 ) -> None:
-    # Bound before serving, so the URL printed carries the real port (``:0`` picks one).
-    family = socket.AF_INET6 if ":" in bind.host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((bind.host, bind.port))
-    sock.listen(128)
     port = sock.getsockname()[1]
     config = uvicorn.Config(
         http_app(front, bind, token),
@@ -92,8 +98,7 @@ async def _serve_http(
     )
     server = uvicorn.Server(config)
     print(f"serving MCP at http://{bind.url_host}:{port}{MCP_PATH}", file=out, flush=True)
-    if token_file is not None:
-        print(f"bearer token written to {token_file}", file=out, flush=True)
+    announce_token(bind, token_file, out)
     # uvicorn stops on SIGTERM, then raises it again under the handler it found: ours
     # absorbs it, so the caller still closes the control plane (Tasks settle `killed`).
     main = threading.current_thread() is threading.main_thread()
@@ -103,7 +108,6 @@ async def _serve_http(
     finally:
         if main:
             signal.signal(signal.SIGTERM, previous)
-        sock.close()
 
 
 def _absorb(_signum: int, _frame: object) -> None:

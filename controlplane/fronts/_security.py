@@ -1,13 +1,23 @@
 """The rules every HTTP front enforces before a request reaches its protocol: where it may
-listen, who may call it, and how much a request may send.
+listen, who may call it, and what a request may send.
 
 - Loopback by default. A bind to any other address serves only with a bearer token: the
-  one given (``--token`` or `TOKEN_ENV`), else a fresh one written to a 0600 file whose
-  path is printed, so an operator copies it without it ever appearing in ``ps``.
+  one given (``--token`` or `TOKEN_ENV`), else a fresh one written to a new 0600 file in
+  the temporary directory, whose path is printed, so an operator copies it without it
+  ever appearing in ``ps`` (a fresh file each time: two servers never share or overwrite
+  one, and nothing is written through a link planted at a known path).
 - A request without the token, or with a wrong one, is answered 401 before its body is
-  read; a body over the cap is answered 413. Both change nothing.
+  read (``open_paths`` excepted: a card that says how to authenticate).
+- A loopback server answers only requests addressed to loopback: a ``Host`` (or an
+  ``Origin``) naming another machine is answered 403, so a web page cannot reach it
+  through a DNS name rebound to 127.0.0.1.
+- A body over the cap is answered 413; a POST with a body that is not
+  ``application/json`` 415 (a web page's form or text post, which a browser sends
+  cross-origin without asking first). None of them changes anything.
+- The listening socket sets ``TCP_NODELAY``, inherited by every accepted connection.
 
-`guard` is plain ASGI, so the MCP front (Starlette) and the A2A front share it.
+`guard` is plain ASGI and `listen` a plain socket, so the MCP front (Starlette) and the
+A2A front share them.
 """
 
 from __future__ import annotations
@@ -17,11 +27,14 @@ import ipaddress
 import json
 import os
 import secrets
+import socket
+import sys
 import tempfile
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import IO, Any, Final
+from urllib.parse import urlsplit
 
 from controlplane.contract import ErrorCode, SubagentControlError
 
@@ -31,8 +44,10 @@ __all__ = [
     "TOKEN_ENV",
     "ASGIApp",
     "Bind",
+    "announce_token",
     "guard",
     "is_loopback",
+    "listen",
     "parse_bind",
     "resolve_token",
 ]
@@ -64,17 +79,14 @@ class Bind:
 
 
 def parse_bind(text: str) -> Bind:
-    """``HOST:PORT``, ``[V6]:PORT`` or ``:PORT`` (loopback) as a `Bind`.
+    """``HOST:PORT``, ``[V6]:PORT`` or ``:PORT`` (loopback) as a `Bind`; port 0 picks one.
 
     Raises:
         SubagentControlError: ``INVALID_INPUT`` for anything else.
     """
     host, sep, port_text = text.rpartition(":")
     host = host.strip("[]") or DEFAULT_HOST
-    try:
-        port = int(port_text)
-    except ValueError:
-        port = -1
+    port = int(port_text) if port_text.isdigit() else -1
     if not sep or not 0 <= port <= 65535:
         raise SubagentControlError(
             ErrorCode.INVALID_INPUT,
@@ -103,30 +115,80 @@ def resolve_token(
     (the temporary directory by default); its path is returned for the operator.
 
     Raises:
-        SubagentControlError: ``INVALID_INPUT`` for an empty or blank token.
+        SubagentControlError: ``INVALID_INPUT`` for a token that is empty, or not printable
+            ASCII without spaces (it could not travel in an ``Authorization`` header).
     """
     token = given if given is not None else os.environ.get(TOKEN_ENV)
     if token is not None:
-        if not token.strip() or token != token.strip():
+        if not token or not token.isascii() or not token.isprintable() or " " in token:
             raise SubagentControlError(
-                ErrorCode.INVALID_INPUT, "the bearer token must be non-empty, without spaces"
+                ErrorCode.INVALID_INPUT,
+                f"the bearer token (--token or ${TOKEN_ENV}) must be printable ASCII "
+                "without spaces",
             )
         return token, None
     if is_loopback(bind.host):
         return None, None
     token = secrets.token_urlsafe(32)
-    # mkstemp creates the file 0600 and exclusively: nobody reads it between write and chmod.
+    # mkstemp creates the file 0600 and exclusively: nobody reads it between write and chmod,
+    # and no link planted at a guessed name is followed.
     fd, name = tempfile.mkstemp(prefix="subagent-control-token-", dir=token_dir)
-    with os.fdopen(fd, "w", encoding="utf-8") as out:
+    with os.fdopen(fd, "w", encoding="ascii") as out:
         out.write(token + "\n")
     return token, Path(name)
 
 
-def guard(app: ASGIApp, *, token: str | None, max_body: int = MAX_BODY_BYTES) -> ASGIApp:
-    """Wrap an ASGI app: bearer token (when ``token`` is set), then the body cap.
+def listen(bind: Bind) -> socket.socket:
+    """A socket bound to ``bind`` and listening, so a front's URL carries its real port
+    (``:0`` picks one) and early clients queue until it serves.
 
-    The body is read whole (up to ``max_body``) before ``app`` sees the request, so an
-    oversized request is refused before anything parses it.
+    Raises:
+        SubagentControlError: ``INVALID_INPUT`` naming the bind when it cannot listen there
+            (in use, not an address of this machine, not allowed).
+    """
+    family = socket.AF_INET6 if ":" in bind.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        # Inherited by every accepted connection (asyncio sets it only on sockets it made
+        # itself). Without it a keep-alive client waits out its delayed ACK (40 ms) on each
+        # answer, which the server writes in two parts (headers, body).
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.bind((bind.host, bind.port))
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        raise SubagentControlError(
+            ErrorCode.INVALID_INPUT,
+            f"cannot listen on {bind.url_host}:{bind.port}: {exc.strerror or exc}",
+        ) from exc
+    return sock
+
+
+def announce_token(bind: Bind, token_file: Path | None, out: IO[str]) -> None:
+    """Print where a generated token went (on ``out``, after the front's URL line), and
+    warn on stderr when the front serves beyond this machine."""
+    if token_file is not None:
+        print(f"bearer token written to {token_file}", file=out, flush=True)
+    if not is_loopback(bind.host):
+        print(f"serving beyond this machine on {bind.host}", file=sys.stderr, flush=True)
+
+
+def guard(
+    app: ASGIApp,
+    *,
+    token: str | None,
+    loopback: bool,
+    max_body: int = MAX_BODY_BYTES,
+    open_paths: frozenset[str] = frozenset(),
+) -> ASGIApp:
+    """Wrap an ASGI app in the HTTP rules (see the module): bearer token (when ``token``
+    is set, on every path but ``open_paths``), loopback addressing (when ``loopback``),
+    the body cap, JSON posts.
+
+    The body is read whole (up to ``max_body``) before ``app`` sees the request, so a
+    chunked body past the cap is refused as surely as a declared one, before anything
+    parses it.
     """
     expected = f"Bearer {token}".encode() if token is not None else None
 
@@ -134,57 +196,78 @@ def guard(app: ASGIApp, *, token: str | None, max_body: int = MAX_BODY_BYTES) ->
         if scope["type"] != "http":
             await app(scope, receive, send)
             return
-        if expected is not None and not _authorized(scope, expected):
+        headers = {bytes(name).lower(): bytes(value) for name, value in scope.get("headers", ())}
+        if not _authorized(scope, headers, expected, open_paths):
             await _refuse(send, 401, "missing or wrong bearer token", auth=True)
             return
-        declared = _content_length(scope)
-        if declared is not None and declared > max_body:
+        if loopback and not _addressed_to_loopback(headers):
+            await _refuse(send, 403, "this server answers only requests addressed to loopback")
+            return
+        declared = headers.get(b"content-length", b"")
+        if declared.isdigit() and int(declared) > max_body:
             await _refuse(send, 413, f"request body over {max_body} bytes")
             return
-        chunks: list[bytes] = []
-        size = 0
+        body = bytearray()
         more = True
         while more:
             message = await receive()
-            if message["type"] == "http.disconnect":
+            if message["type"] != "http.request":  # the client went away
                 return
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > max_body:
+            body += message.get("body", b"")
+            if len(body) > max_body:
                 await _refuse(send, 413, f"request body over {max_body} bytes")
                 return
-            chunks.append(chunk)
             more = bool(message.get("more_body", False))
-        body = b"".join(chunks)
+        # Only a POST that carries a body: a GET (an SSE stream) or an empty POST has
+        # nothing to parse.
+        if scope.get("method") == "POST" and body and not _is_json(headers):
+            await _refuse(send, 415, "the request body must be application/json")
+            return
         replayed = False
 
         async def replay() -> Message:
             nonlocal replayed
-            if not replayed:
-                replayed = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()  # later: the disconnect, when it comes
+            if replayed:  # after the body: the client's disconnect, for a stream's end
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": bytes(body), "more_body": False}
 
         await app(scope, replay, send)
 
     return guarded
 
 
-def _authorized(scope: Scope, expected: bytes) -> bool:
-    for name, value in scope.get("headers", ()):
-        if name.lower() == b"authorization":
-            return hmac.compare_digest(bytes(value), expected)
-    return False
+def _authorized(
+    scope: Scope, headers: dict[bytes, bytes], expected: bytes | None, open_paths: frozenset[str]
+) -> bool:
+    if expected is None or scope.get("path") in open_paths:
+        return True
+    return hmac.compare_digest(headers.get(b"authorization", b""), expected)
 
 
-def _content_length(scope: Scope) -> int | None:
-    for name, value in scope.get("headers", ()):
-        if name.lower() == b"content-length":
-            try:
-                return int(value)
-            except ValueError:
-                return None
-    return None
+def _addressed_to_loopback(headers: dict[bytes, bytes]) -> bool:
+    if not is_loopback(_host_name(headers.get(b"host", b""))):
+        return False
+    origin = headers.get(b"origin")  # sent by browsers only; absent for other clients
+    if origin is None:
+        return True
+    try:
+        return is_loopback(urlsplit(origin.decode("latin-1")).hostname or "")
+    except ValueError:
+        return False
+
+
+def _host_name(host: bytes) -> str:
+    """The name in a ``Host`` header, without its port (``[::1]:80`` → ``::1``)."""
+    text = host.decode("latin-1")
+    if text.startswith("["):
+        return text[1:].partition("]")[0]
+    return text.rpartition(":")[0] if text.count(":") == 1 else text
+
+
+def _is_json(headers: dict[bytes, bytes]) -> bool:
+    kind = headers.get(b"content-type", b"").split(b";")[0].strip().lower()
+    return kind == b"application/json"
 
 
 async def _refuse(send: Send, status: int, message: str, *, auth: bool = False) -> None:

@@ -1,6 +1,6 @@
 """What every protocol front does before it serves: open the control plane from ``--db``,
-register providers (``--setup MODULE:FUNCTION`` or ``--openai-model``), and register the
-parent session its clients act as.
+register providers (``--setup MODULE:FUNCTION`` or ``--openai-model``), choose the one
+children start on, and register the parent session its clients act as.
 
 Front-agnostic on purpose: the MCP front and the A2A front share these flags and this
 order, so a deployment configured for one serves the other the same way.
@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from controlplane.contract import AgentHandle, ErrorCode, SubagentControlError
+from controlplane.fronts._security import TOKEN_ENV
 
 if TYPE_CHECKING:
     from controlplane._facade import SubagentControl
@@ -26,12 +27,14 @@ __all__ = [
     "FrontOptions",
     "Opened",
     "add_front_arguments",
+    "default_provider",
     "load_setup",
     "open_front",
 ]
 
 DEFAULT_PROVIDER: Final = "inprocess"
-"""The provider the ``subagent`` tool starts children with unless ``--provider`` names one."""
+"""The provider children start on when ``--provider`` names none and several (or none) are
+registered."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +47,7 @@ class FrontOptions:
         setup: ``MODULE:FUNCTION`` called with the open control plane, or None.
         openai_model: Register an `InProcessProvider` on `OpenAIChatModel` with this model.
         openai_base_url: The Chat Completions server for ``openai_model``.
-        provider: The provider children are started with.
+        provider: The provider children are started with (None: `default_provider`).
     """
 
     db: str
@@ -52,7 +55,7 @@ class FrontOptions:
     setup: str | None = None
     openai_model: str | None = None
     openai_base_url: str | None = None
-    provider: str = DEFAULT_PROVIDER
+    provider: str | None = None
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> FrontOptions:
@@ -77,8 +80,8 @@ class Opened:
 
 
 def add_front_arguments(parser: argparse.ArgumentParser, *, default_parent: str) -> None:
-    """Add ``--db``, ``--parent``, ``--setup``, ``--openai-model``, ``--openai-base-url`` and
-    ``--provider`` to a front's subcommand."""
+    """Add ``--db``, ``--parent``, ``--setup``, ``--openai-model``, ``--openai-base-url``,
+    ``--provider`` and ``--token`` to a front's subcommand."""
     parser.add_argument(
         "--db",
         required=True,
@@ -109,9 +112,16 @@ def add_front_arguments(parser: argparse.ArgumentParser, *, default_parent: str)
     )
     parser.add_argument(
         "--provider",
-        default=DEFAULT_PROVIDER,
         metavar="NAME",
-        help="the provider children are started with (default: %(default)s)",
+        help="the provider children are started with (default: the only one registered, "
+        f"else {DEFAULT_PROVIDER})",
+    )
+    parser.add_argument(
+        "--token",
+        metavar="TOKEN",
+        help=f"the bearer token HTTP clients must send (default: ${TOKEN_ENV}; a "
+        "non-loopback bind without one gets a generated token in a new 0600 file in the "
+        "temporary directory, whose path is printed)",
     )
 
 
@@ -171,10 +181,20 @@ def open_front(options: FrontOptions, **control_options: Any) -> Opened:
         elif options.openai_model:
             _register_openai(control, options)
         parent = control.agents.register(options.parent)
-    except BaseException:
+    except BaseException:  # KeyboardInterrupt too: close, then let it end the command
         control.close()
         raise
-    return Opened(control=control, parent=parent, provider=options.provider)
+    return Opened(
+        control=control, parent=parent, provider=options.provider or default_provider(control)
+    )
+
+
+def default_provider(control: SubagentControl) -> str:
+    """The provider children start on when none is named: the only one registered, else
+    `DEFAULT_PROVIDER` (a start then fails ``UNKNOWN_PROVIDER`` if it is not registered;
+    the front still serves the session's Tasks)."""
+    names = control.providers.names()
+    return names[0] if len(names) == 1 else DEFAULT_PROVIDER
 
 
 def _register_openai(control: SubagentControl, options: FrontOptions) -> None:
@@ -183,4 +203,5 @@ def _register_openai(control: SubagentControl, options: FrontOptions) -> None:
 
     assert options.openai_model is not None
     model = OpenAIChatModel(options.openai_model, base_url=options.openai_base_url)
-    control.providers.register(InProcessProvider(model, name=options.provider))
+    name = options.provider or DEFAULT_PROVIDER
+    control.providers.register(InProcessProvider(model, name=name))

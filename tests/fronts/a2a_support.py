@@ -4,7 +4,7 @@ real command as a subprocess), the SDK's own client, and bounded async waits."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -158,10 +158,18 @@ def texts(responses: list[StreamResponse]) -> list[str]:
 
 
 class A2AProcess(LinesProcess):
-    """``python -m controlplane.cli a2a`` on a free loopback port: add it to the test's
-    reaper first, then wait for it with `ready`."""
+    """``python -m controlplane.cli a2a`` on ``bind`` (a free loopback port by default): add
+    it to the test's reaper first, then wait for it with `ready`."""
 
-    def __init__(self, url: str, *args: str, name: str, stderr: Path | None = None) -> None:
+    def __init__(
+        self,
+        url: str,
+        *args: str,
+        name: str,
+        stderr: Path | None = None,
+        bind: str = "127.0.0.1:0",
+        env: Mapping[str, str] | None = None,
+    ) -> None:
         # LinesProcess runs `python SCRIPT ARGS`: here the script is the CLI module.
         super().__init__(
             Path("-m"),
@@ -170,10 +178,11 @@ class A2AProcess(LinesProcess):
             "--db",
             url,
             "--http",
-            "127.0.0.1:0",
+            bind,
             *args,
             name=name,
             stderr=stderr,
+            env=env,
         )
         self.url = ""
 

@@ -149,7 +149,7 @@ def test_a_missing_or_wrong_token_gets_401_and_changes_nothing(
 
     assert missing.status_code == 401
     assert wrong.status_code == 401
-    assert wrong.headers["www-authenticate"] == "Bearer"
+    assert wrong.headers["www-authenticate"].startswith("Bearer")
     assert card.status_code == 200  # the card says how to authenticate
     assert "bearer" in card.json()["securitySchemes"]
     assert [t.id for t in control.tasks.list(a2a_parent)] == [task_id]

@@ -1,18 +1,21 @@
 """The A2A front as the real command, ``python -m controlplane.cli a2a``, driven by the SDK's
 client: one server start to end and after a restart, two servers on one PostgreSQL store
-(a Task started on one is steered and followed on the other), and the missing extra.
+(a Task started on one is steered and followed on the other), a bind beyond loopback with
+its generated token, and the missing extra.
 
 Every server is reaped when its test ends, pass or fail (``reaped``)."""
 
 from __future__ import annotations
 
 import signal
-import socket
+import stat
 from pathlib import Path
 
+import httpx
 import pytest
 
 from controlplane.contract import EventKind
+from controlplane.fronts import TOKEN_ENV
 from persistence import SqlStore
 from tests.fronts.a2a_support import (
     A2AProcess,
@@ -131,21 +134,6 @@ def test_without_the_extra_the_command_says_which_extra_to_install(sqlite_url: s
     assert "pip install 'subagent-control[a2a]'" in done.stderr
 
 
-def test_a_port_in_use_is_a_usage_error_that_names_it(sqlite_url: str) -> None:
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen(1)
-        port = taken.getsockname()[1]
-        done = run_python(
-            "-m", "controlplane.cli", "a2a", "--db", sqlite_url, "--http", f"127.0.0.1:{port}",
-            "--setup", ECHO, timeout=60.0,
-        )  # fmt: skip
-
-    assert done.returncode == 2, done.stderr
-    assert f"cannot listen on 127.0.0.1:{port}" in done.stderr
-    assert "Traceback" not in done.stderr
-
-
 def test_openai_flags_start_children_on_a_chat_completions_server(
     reaped: Reaper, sqlite_url: str, tmp_path: Path
 ) -> None:
@@ -170,3 +158,33 @@ def test_openai_flags_start_children_on_a_chat_completions_server(
 
     assert state == COMPLETED
     assert output == "three facts about otters"
+
+
+def test_a_non_loopback_bind_without_a_token_generates_one_into_a_0600_file(
+    reaped: Reaper, sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same rule as the MCP front's: a new file in the temporary directory, its path
+    printed after the URL; a request without the token changes nothing."""
+    monkeypatch.delenv(TOKEN_ENV, raising=False)
+    server = reaped.add(
+        A2AProcess(
+            sqlite_url, "--setup", ECHO, name="a2a-public", bind="0.0.0.0:0",
+            env={"TMPDIR": str(tmp_path)}, stderr=tmp_path / "a2a.err",
+        )
+    )  # fmt: skip
+    url = server.ready().replace("0.0.0.0", "127.0.0.1")
+    token_file = Path(server.expect("bearer token written to "))
+    token = token_file.read_text(encoding="utf-8").strip()
+
+    refused = httpx.post(url, json={}, timeout=WAIT_S)
+
+    async def ask() -> str:
+        async with a2a_client(url, streaming=False, token=token) as client:
+            done = await send(client, message("hello", immediately=False))
+            return done.artifacts[0].parts[0].text
+
+    assert token_file.parent == tmp_path
+    assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
+    assert refused.status_code == 401
+    assert run(ask) == "echo: hello"
+    assert "serving beyond this machine" in (tmp_path / "a2a.err").read_text(encoding="utf-8")

@@ -1,7 +1,8 @@
 """The MCP front over streamable HTTP: the console script as a subprocess (reaped pass or
 fail), real SDK clients, and the bad requests an HTTP server must refuse without changing
-anything: no or a wrong bearer token (401), an oversized body (413), malformed JSON-RPC
-(a JSON-RPC error)."""
+anything: no or a wrong bearer token (401), a request not addressed to loopback (403), an
+oversized body (413), a body that is not JSON (415), malformed JSON-RPC (a JSON-RPC
+error)."""
 
 from __future__ import annotations
 
@@ -120,6 +121,37 @@ def test_no_or_a_wrong_bearer_token_gets_401_and_changes_nothing(
     assert [status for status, _ in refused] == [401, 401, 401]
     assert all(body["error"]["code"] == -32600 for _, body in refused)
     assert _tasks(server.url, TOKEN) == "(no tasks)"
+
+
+def _start(prompt: str) -> bytes:
+    return json.dumps(
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+         "params": {"name": "subagent", "arguments": {"description": "d", "prompt": prompt}}}
+    ).encode()  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("headers", "status"),
+    [
+        ({"Host": "rebound.example"}, 403),
+        ({"Host": "127.0.0.1", "Origin": "https://evil.example"}, 403),
+        ({"Content-Type": "text/plain"}, 415),
+        ({"Content-Type": "application/x-www-form-urlencoded"}, 415),
+    ],
+)
+def test_what_a_web_page_could_send_a_loopback_server_is_refused(
+    reaped: Reaper, sqlite_url: str, headers: dict[str, str], status: int
+) -> None:
+    """A request through a DNS name rebound to 127.0.0.1, a page of another origin, or a
+    form or text post (which a browser sends cross-origin without a preflight) starts
+    nothing; the SDK's own client (JSON posts, an SSE GET, a DELETE) is served as before."""
+    server = HttpServer(reaped, sqlite_url)
+
+    refused, body = _post(server.url, _start("from a web page"), headers)
+
+    assert refused == status
+    assert body["error"]["code"] == -32600
+    assert _tasks(server.url) == "(no tasks)"
 
 
 def test_an_oversized_body_gets_413_and_starts_nothing(reaped: Reaper, sqlite_url: str) -> None:
