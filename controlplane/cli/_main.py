@@ -116,8 +116,10 @@ def _parser() -> argparse.ArgumentParser:
         "top",
         help="watch the live children of a process serving an admin socket",
         description="A live view of a running process's children, one line each (state, "
-        "Task, age, held messages, mailbox), refreshed in place; q quits. When stdout is "
-        "not a terminal, prints --iterations plain frames (default 1) and exits.",
+        "Task, age, held messages, mailbox), refreshed in place; q quits. Rows fit the "
+        "terminal: ids shrink to a unique prefix (which every id argument accepts), the "
+        "parent session is clipped; --wide shows them whole. When stdout is not a "
+        "terminal, prints --iterations plain, uncut frames (default 1) and exits.",
         epilog=_EPILOG,
         formatter_class=formatter,
         parents=[common],
@@ -142,6 +144,11 @@ def _parser() -> argparse.ArgumentParser:
         default=5.0,
         metavar="SECONDS",
         help="give up on one request after this long (default: %(default)s)",
+    )
+    top.add_argument(
+        "--wide",
+        action="store_true",
+        help="whole ids and session names, even past the terminal's width",
     )
     top.set_defaults(run=run_top)
 
