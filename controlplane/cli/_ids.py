@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
-from controlplane.cli._exit_status import EXIT_NOT_FOUND, EXIT_USAGE, CommandExit
-from controlplane.contract import escape_controls
+from controlplane.contract import ErrorCode, SubagentControlError, escape_controls
 
 if TYPE_CHECKING:
     from persistence import SqlStore
@@ -25,17 +24,23 @@ MAX_CANDIDATES: Final = 10
 """How many of the ids an ambiguous prefix fits are listed."""
 
 _NOUNS: Final = {"child": "children", "task": "tasks", "request": "requests"}
+_NOT_FOUND: Final = {
+    "child": ErrorCode.CHILD_NOT_FOUND,
+    "task": ErrorCode.TASK_NOT_FOUND,
+    "request": ErrorCode.REQUEST_NOT_FOUND,
+}
 
 
 def resolve_id(store: SqlStore, kind: str, text: str) -> str:
     """The id of ``kind`` that ``text`` is, or is the unique prefix of.
 
     Raises:
-        CommandExit: ``EXIT_USAGE`` when the prefix fits more than one id (the first
-            `MAX_CANDIDATES` are listed); ``EXIT_NOT_FOUND`` when it fits none.
+        SubagentControlError: ``INVALID_INPUT`` (a usage error) when the prefix fits more
+            than one id, the first `MAX_CANDIDATES` listed; ``CHILD_NOT_FOUND``,
+            ``TASK_NOT_FOUND`` or ``REQUEST_NOT_FOUND`` when it fits none.
     """
     if not text:
-        raise CommandExit(EXIT_USAGE, f"an empty {kind} id")
+        raise SubagentControlError(ErrorCode.INVALID_INPUT, f"an empty {kind} id")
     # One more than we list: enough to tell "exactly these" from "these and more".
     found = store.ids_with_prefix(kind, text, limit=MAX_CANDIDATES + 1)
     if text in found:  # a whole id, even if it is also the prefix of another
@@ -46,15 +51,15 @@ def resolve_id(store: SqlStore, kind: str, text: str) -> str:
             if found and len(text) < MIN_PREFIX
             else ""
         )
-        raise CommandExit(
-            EXIT_NOT_FOUND, escape_controls(f"no {kind} {text!r} in this store{hint}")
+        raise SubagentControlError(
+            _NOT_FOUND[kind], escape_controls(f"no {kind} {text!r} in this store{hint}")
         )
     if len(found) == 1:
         return found[0]
     shown = found[:MAX_CANDIDATES]
     more = " and more" if len(found) > MAX_CANDIDATES else ""
-    raise CommandExit(
-        EXIT_USAGE,
+    raise SubagentControlError(
+        ErrorCode.INVALID_INPUT,
         escape_controls(
             f"{kind} prefix {text!r} is ambiguous: it starts {len(shown)}{more} "
             f"{_NOUNS.get(kind, kind)} ({', '.join(shown)}{', …' if more else ''}); "

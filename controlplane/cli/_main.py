@@ -18,7 +18,6 @@ from typing import Any, Final, TextIO
 
 from controlplane.cli._answer import run_answer
 from controlplane.cli._exit_status import (
-    EXIT_FAILURE,
     EXIT_OK,
     EXIT_USAGE,
     CommandExit,
@@ -34,9 +33,9 @@ _EPILOG: Final = """\
 exit status:
   0  success
   1  any other failure reported by the control plane or the store
-  2  usage error, including a malformed --db URL, a --db whose database driver is not
-     installed (install the extra the message names), and an id prefix that fits
-     more than one id (the first 10 are listed)
+  2  usage error, including a malformed --db URL, a missing optional extra or
+     database driver (the message names what to install), and an id prefix that
+     fits more than one id (the first 10 are listed)
   3  not found: an unknown child or request (an id, or a prefix of 4+ characters that
      fits none), or a SQLite store file that does not exist
   4  unreachable: no socket at --socket, connection refused or timed out, permission
@@ -294,7 +293,7 @@ def _run_a2a(args: argparse.Namespace, out: Any) -> None:
         if (exc.name or "").split(".")[0] not in _A2A_PACKAGES:
             raise
         raise CommandExit(
-            EXIT_FAILURE,
+            EXIT_USAGE,
             f"the a2a command needs the optional {exc.name!r} package: "
             "pip install 'subagent-control[a2a]'",
         ) from exc

@@ -10,7 +10,6 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Iterator
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +32,7 @@ from controlplane.cli import main
 from controlplane.cli._exit_status import EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE
 from controlplane.models import ModelReply, ToolCall
 from persistence import SqlStore
-from persistence._schema import ApprovalRow
+from tests.cli.cli_support import insert_requests
 from tests.support import eventually, run_python
 
 pytestmark = pytest.mark.timeout(60)
@@ -153,25 +152,10 @@ def test_a_prefix_that_fits_no_id_or_is_too_short_is_not_found(
         assert "at least 4 characters" in err
 
 
-def _insert_requests(url: str, ids: list[str]) -> None:
-    engine = sa.create_engine(url)
-    now = datetime.now(UTC)
-    row: dict[str, Any] = {
-        "task_id": "t", "child_id": "c", "parent_session": "p", "turn": 1, "call_id": "c1",
-        "tool": "deploy", "provider": "inprocess", "arguments": "{}", "pending": "[]",
-        "parkable": True, "state": "open", "created_at": now,
-    }  # fmt: skip
-    try:
-        with engine.begin() as conn:
-            conn.execute(sa.insert(ApprovalRow), [row | {"request_id": rid} for rid in ids])
-    finally:
-        engine.dispose()
-
-
 def test_answer_refuses_an_ambiguous_request_prefix_and_answers_nothing(
     store: SqlStore, store_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    _insert_requests(store_url, ["beef0001", "beef0002"])
+    insert_requests(store_url, ["beef0001", "beef0002"])
 
     status, _, err = run(capsys, "answer", "beef", "--db", store_url, "--allow")
 
