@@ -60,11 +60,13 @@ def status_of(error: SubagentControlError) -> int:
 
 
 def _caused_by_import(error: BaseException) -> bool:
+    """Whether ``error`` was raised ``from`` an `ImportError` (the store's translation of
+    a missing driver), directly or down its chain of causes."""
     seen: set[int] = set()
     cause: BaseException | None = error
     while cause is not None and id(cause) not in seen:  # bounded: a cycle ends it
         if isinstance(cause, ImportError):
             return True
         seen.add(id(cause))
-        cause = cause.__cause__ or cause.__context__
+        cause = cause.__cause__
     return False
