@@ -38,6 +38,7 @@ from persistence._codec import (
 )
 from persistence._database import Database
 from persistence._deadlines import abandon_waits, abandoning, call_deadline
+from persistence._id_prefix import KEPT_SINCE, prefix_query
 from persistence._inbox import Inbox
 from persistence._ledger import TaskLedger
 from persistence._migrations import check_schema, ensure_schema
@@ -325,6 +326,21 @@ class SqlStore:
             query = query.where(ChildRow.parent_session == parent_session)
         return self._run("list children", lambda _attempt: self._list(query))
 
+    def ids_with_prefix(self, kind: str, prefix: str, *, limit: int) -> list[str]:
+        """The first ``limit`` ids of ``kind`` (``child``, ``task`` or ``request``) that
+        start with ``prefix``, in key order: one read on the primary key's index (a short
+        id typed by a person, `persistence._id_prefix`). A store too old to keep that kind
+        has none.
+
+        Raises:
+            SubagentControlError: ``INVALID_INPUT`` for an unknown kind, an empty prefix or a
+                limit outside 1..1000; ``STORE_UNAVAILABLE``.
+        """
+        query = prefix_query(kind, prefix, limit)
+        if self._version < KEPT_SINCE[kind]:
+            return []
+        return self._run(f"find {kind} ids starting {prefix!r}", lambda _a: self._ids(query))
+
     def deadline(self, seconds: float) -> AbstractContextManager[None]:
         """Bound every store call this thread makes inside the block, retries included,
         to end within ``seconds`` (a silent network's waits are cut, on PostgreSQL)."""
@@ -467,6 +483,10 @@ class SqlStore:
                 },
             )
         return construct(LoadedSession, {"meta": meta, "events": events})
+
+    def _ids(self, query: Select[str]) -> list[str]:
+        with self._db.session(write=False) as session:
+            return list(session.scalars(query))
 
     def _list(self, query: Select[ChildRow]) -> list[ChildMeta]:
         with self._db.session(write=False) as session:

@@ -12,6 +12,7 @@ import argparse
 import getpass
 from typing import IO
 
+from controlplane.cli._ids import resolve_id
 from controlplane.cli._store import open_store
 from controlplane.contract import MessageSource
 
@@ -24,7 +25,7 @@ def run_answer(args: argparse.Namespace, out: IO[str]) -> None:
     store = open_store(args.db, write=True)
     try:
         answered = store.approvals.answer(
-            args.request,
+            resolve_id(store, "request", args.request),
             allow=args.allow,
             note=args.note,
             source=MessageSource(kind="human", sender_session_id=who),

@@ -18,16 +18,14 @@ from typing import Any, Final, TextIO
 
 from controlplane.cli._answer import run_answer
 from controlplane.cli._exit_status import (
-    EXIT_FAILURE,
-    EXIT_NOT_FOUND,
     EXIT_OK,
-    EXIT_UNREACHABLE,
     EXIT_USAGE,
     CommandExit,
+    status_of,
 )
 from controlplane.cli._store import run_children, run_runtimes, run_tasks, run_transcript
 from controlplane.cli._tree import run_top, run_tree
-from controlplane.contract import ErrorCode, SubagentControlError
+from controlplane.contract import SubagentControlError
 
 __all__ = ["main"]
 
@@ -35,8 +33,11 @@ _EPILOG: Final = """\
 exit status:
   0  success
   1  any other failure reported by the control plane or the store
-  2  usage error, including a malformed --db URL
-  3  not found: an unknown child or request, or a SQLite store file that does not exist
+  2  usage error, including a malformed --db URL, a missing optional extra or
+     database driver (the message names what to install), and an id prefix that
+     fits more than one id (the first 10 are listed)
+  3  not found: an unknown child or request (an id, or a prefix of 4+ characters that
+     fits none), or a SQLite store file that does not exist
   4  unreachable: no socket at --socket, connection refused or timed out, permission
      denied, or the database server cannot be reached
   5  the admin socket answered with an error, or with something that is not a tree
@@ -44,15 +45,6 @@ exit status:
 
 _A2A_PACKAGES: Final = frozenset({"a2a", "uvicorn", "starlette", "sse_starlette", "google"})
 """What the ``a2a`` extra brings: a missing one is reported as the extra to install."""
-
-_EXIT_BY_CODE: Final = {
-    ErrorCode.CHILD_NOT_FOUND: EXIT_NOT_FOUND,
-    ErrorCode.REQUEST_NOT_FOUND: EXIT_NOT_FOUND,
-    ErrorCode.INVALID_INPUT: EXIT_USAGE,
-    ErrorCode.STORE_UNAVAILABLE: EXIT_UNREACHABLE,
-    ErrorCode.PERSISTENCE_UNAVAILABLE: EXIT_UNREACHABLE,
-    ErrorCode.TIMEOUT: EXIT_UNREACHABLE,
-}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -70,7 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.status
     except SubagentControlError as exc:
         _complain(str(exc))
-        return _EXIT_BY_CODE.get(exc.code, EXIT_FAILURE)
+        return status_of(exc)
     except BrokenPipeError:
         # `subagent-control transcript … | head` closed the pipe: not an error.
         _silence_stdout()
@@ -123,8 +115,10 @@ def _parser() -> argparse.ArgumentParser:
         "top",
         help="watch the live children of a process serving an admin socket",
         description="A live view of a running process's children, one line each (state, "
-        "Task, age, held messages, mailbox), refreshed in place; q quits. When stdout is "
-        "not a terminal, prints --iterations plain frames (default 1) and exits.",
+        "Task, age, held messages, mailbox), refreshed in place; q quits. Rows fit the "
+        "terminal: ids shrink to a unique prefix (which every id argument accepts), the "
+        "parent session is clipped; --wide shows them whole. When stdout is not a "
+        "terminal, prints --iterations plain, uncut frames (default 1) and exits.",
         epilog=_EPILOG,
         formatter_class=formatter,
         parents=[common],
@@ -149,6 +143,11 @@ def _parser() -> argparse.ArgumentParser:
         default=5.0,
         metavar="SECONDS",
         help="give up on one request after this long (default: %(default)s)",
+    )
+    top.add_argument(
+        "--wide",
+        action="store_true",
+        help="whole ids and session names, even past the terminal's width",
     )
     top.set_defaults(run=run_top)
 
@@ -197,7 +196,9 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=formatter,
         parents=[common],
     )
-    transcript.add_argument("child", metavar="CHILD", help="the child id")
+    transcript.add_argument(
+        "child", metavar="CHILD", help="the child id, or a unique prefix of it (4+ characters)"
+    )
     _add_db(transcript)
     transcript.add_argument("--json", action="store_true", help="print one event per line")
     transcript.set_defaults(run=run_transcript)
@@ -219,7 +220,11 @@ def _add_answer(commands: Any, formatter: type[argparse.HelpFormatter], common: 
         formatter_class=formatter,
         parents=[common],
     )
-    answer.add_argument("request", metavar="REQUEST", help="the approval request's id")
+    answer.add_argument(
+        "request",
+        metavar="REQUEST",
+        help="the approval request's id, or a unique prefix of it (4+ characters)",
+    )
     _add_db(answer)
     verdict = answer.add_mutually_exclusive_group(required=True)
     verdict.add_argument("--allow", dest="allow", action="store_true", help="run the tool")
@@ -269,7 +274,7 @@ def _run_a2a(args: argparse.Namespace, out: Any) -> None:
         if (exc.name or "").split(".")[0] not in _A2A_PACKAGES:
             raise
         raise CommandExit(
-            EXIT_FAILURE,
+            EXIT_USAGE,
             f"the a2a command needs the optional {exc.name!r} package: "
             "pip install 'subagent-control[a2a]'",
         ) from exc

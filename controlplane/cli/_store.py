@@ -13,6 +13,7 @@ from typing import IO, TYPE_CHECKING, Any, TypeVar
 from pydantic import BaseModel
 
 from controlplane.cli._exit_status import EXIT_NOT_FOUND, EXIT_USAGE, CommandExit
+from controlplane.cli._ids import resolve_id
 from controlplane.contract import (
     ErrorCode,
     SessionEvent,
@@ -243,7 +244,7 @@ def run_runtimes(args: argparse.Namespace, out: IO[str]) -> None:
 def run_transcript(args: argparse.Namespace, out: IO[str]) -> None:
     store = _open_store(args.db)
     try:
-        session = store.load(args.child)
+        session = store.load(resolve_id(store, "child", args.child))
     finally:
         store.close()
     if args.json:

@@ -15,6 +15,7 @@ control characters escaped, as ``tree`` does.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import select
 import shutil
@@ -25,11 +26,15 @@ from typing import IO, Final
 
 from controlplane.contract import ActorTree, SupervisorNode, escape_controls
 
-__all__ = ["render", "run_top"]
+__all__ = ["ID_SHOWN", "render", "run_top"]
 
 _HEADER: Final = (
     "CHILD", "STATE", "TASK", "AGE", "QUEUE", "TOKENS", "COST", "HELD", "MAILBOX", "PARENT"
 )  # fmt: skip
+_ID_COLUMNS: Final = (0, 2)  # CHILD, TASK
+ID_SHOWN: Final = 8
+"""The shortest prefix of an id ``top`` shows in a fitted view (the demo prints as many)."""
+_MIN_LAST: Final = 4
 _ORDER: Final = {
     "running": 0,
     "starting": 1,
@@ -47,9 +52,17 @@ _CLEAR_LINE: Final = "\x1b[K"
 _CLEAR_BELOW: Final = "\x1b[J"
 
 
-def render(tree: ActorTree, *, source: str, error: str | None = None) -> list[str]:
+def render(
+    tree: ActorTree, *, source: str, error: str | None = None, width: int | None = None
+) -> list[str]:
     """The view of ``tree`` as lines: a summary, a header, then one row per child,
-    busiest first (running, starting, settling, busy, idle; the oldest activation first)."""
+    busiest first (running, starting, settling, busy, idle; the oldest activation first).
+
+    ``width``: rows wider than that many columns are fitted by cutting the wide columns,
+    not the useful ones: the child and Task ids shrink to a prefix unique among the rows
+    (at least `ID_SHOWN` characters, which every id argument of the CLI accepts), and the
+    parent session is clipped to what is left. None: whole ids and names, however wide.
+    """
     nodes = sorted(tree.supervisors, key=_rank)
     counts: dict[str, int] = {}
     for node in nodes:
@@ -58,12 +71,18 @@ def render(tree: ActorTree, *, source: str, error: str | None = None) -> list[st
     noun = "child" if len(nodes) == 1 else "children"
     at = tree.taken_at.astimezone().strftime("%H:%M:%S")
     closed = " (closed)" if tree.closed else ""
-    summary = f"subagent-control top — {source} — {at}{closed} — {len(nodes)} {noun}: {states}"
-    rows = [_row(node) for node in nodes]
+    when = f"{at}{closed} — {len(nodes)} {noun}: {states}"
+    summary = f"subagent-control top — {source} — {when}"
+    if width is not None and len(summary) > width:
+        summary = f"top — {when}"  # the counts matter more than the socket's path
+    rows = [_HEADER, *(_row(node) for node in nodes)]
+    table = _table(rows)
+    if width is not None and max(len(line) for line in table) > width:
+        table = _table(_short_ids(rows), width=width)
     lines = [escape_controls(summary)]
     if error is not None:
         lines.append(escape_controls(f"! {error} (showing the last view)"))
-    return [*lines, *_table([_HEADER, *rows])]
+    return [*lines, *table]
 
 
 def _rank(node: SupervisorNode) -> tuple[int, float]:
@@ -120,13 +139,56 @@ def _age(seconds: float) -> str:
     return f"{hours}h{minutes:02d}m"
 
 
-def _table(rows: list[tuple[str, ...]]) -> list[str]:
+def _short_ids(rows: list[tuple[str, ...]]) -> list[tuple[str, ...]]:
+    """The rows with each id column cut to one prefix length that keeps its ids apart."""
+    header, *body = rows
+    for column in _ID_COLUMNS:
+        keep = _unique_length({row[column] for row in body if row[column] != "-"})
+        body = [(*row[:column], row[column][:keep], *row[column + 1 :]) for row in body]
+    return [header, *body]
+
+
+def _unique_length(ids: set[str]) -> int:
+    """The shortest length, at least `ID_SHOWN`, at which no two of ``ids`` share a prefix
+    (sorted, an id shares the longest prefix with a neighbour)."""
+    ordered = sorted(ids)
+    longest = max((_shared(a, b) for a, b in itertools.pairwise(ordered)), default=0)
+    return max(ID_SHOWN, longest + 1)
+
+
+def _shared(a: str, b: str) -> int:
+    """How many leading characters ``a`` and ``b`` share."""
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def _table(rows: list[tuple[str, ...]], *, width: int | None = None) -> list[str]:
     cells = [[escape_controls(cell) for cell in row] for row in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(_HEADER) - 1)]
+    gap = 2
+    if width is not None:
+        # The last column (the parent session) takes what the others leave. When two
+        # spaces between columns leave it too little, one does; past a few characters of
+        # it, the terminal cuts the row.
+        last = max(len(row[-1]) for row in cells)
+        if width - sum(widths) - gap * len(widths) < min(last, _MIN_LAST * 2):
+            gap = 1
+        room = max(_MIN_LAST, width - sum(widths) - gap * len(widths))
+        for row in cells:
+            row[-1] = _clip(row[-1], room)
+    sep = " " * gap
     return [
-        "  ".join([*(c.ljust(w) for c, w in zip(row, widths, strict=False)), row[-1]]).rstrip()
+        sep.join([*(c.ljust(w) for c, w in zip(row, widths, strict=False)), row[-1]]).rstrip()
         for row in cells
     ]
+
+
+def _clip(text: str, room: int) -> str:
+    return text if len(text) <= room else text[: room - 1] + "…"
 
 
 def run_top(
@@ -136,10 +198,14 @@ def run_top(
     source: str,
     interval_s: float,
     iterations: int | None,
+    wide: bool = False,
     keys: IO[str] | None = None,
 ) -> None:
     """Show ``fetch()`` every ``interval_s`` seconds: live on a terminal until ``q`` (or
     ``iterations`` frames), else ``iterations`` plain frames (default one).
+
+    On a terminal each frame fits its width (`render`) unless ``wide``; plain frames are
+    never cut, so a script or ``grep`` sees whole ids.
 
     Raises:
         Whatever ``fetch`` raises when not on a terminal, or for the first frame.
@@ -153,7 +219,9 @@ def run_top(
         frames = 0
         error: str | None = None
         while True:
-            _draw(out, render(tree, source=source, error=error))
+            size = shutil.get_terminal_size()
+            fit = None if wide else size.columns
+            _draw(out, render(tree, source=source, error=error, width=fit), size, wide=wide)
             frames += 1
             if iterations is not None and frames >= iterations:
                 return
@@ -176,12 +244,21 @@ def _plain(
         out.flush()
 
 
-def _draw(out: IO[str], lines: list[str]) -> None:
-    size = shutil.get_terminal_size()
-    shown = lines[: max(1, size.lines - 1)]
+def _draw(out: IO[str], lines: list[str], size: os.terminal_size, *, wide: bool) -> None:
+    """One frame from the top of the screen: each line cut at the terminal's width, or
+    (``wide``) whole, wrapping onto as many screen rows as it needs."""
+    rows_left = max(1, size.lines - 1)
+    shown: list[str] = []
+    for line in lines:
+        rows = -(-len(line) // size.columns) if wide and line else 1
+        if rows > rows_left:
+            break
+        shown.append(line if wide else line[: size.columns])
+        rows_left -= rows
     if len(shown) < len(lines):
-        shown[-1] = f"… {len(lines) - len(shown) + 1} more (enlarge the terminal)"
-    text = _CLEAR_LINE + "\n".join(line[: size.columns] + _CLEAR_LINE for line in shown)
+        hidden = len(lines) - len(shown) + (1 if shown else 0)
+        shown[-1:] = [f"… {hidden} more (enlarge the terminal)"]
+    text = _CLEAR_LINE + "\n".join(line + _CLEAR_LINE for line in shown)
     out.write(_HOME + text + "\n" + _CLEAR_BELOW)
     out.flush()
 

@@ -47,6 +47,7 @@ def run_top(args: argparse.Namespace, out: IO[str]) -> None:
         source=args.socket,
         interval_s=args.interval,
         iterations=args.iterations,
+        wide=args.wide,
     )
 
 

@@ -12,11 +12,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import sqlalchemy as sa
+
 from controlplane import ActorTree
 from controlplane.contract import (
     ActivationNode,
     SupervisorNode,
 )
+from persistence._schema import ApprovalRow
 
 
 def sample_tree() -> ActorTree:
@@ -142,3 +145,20 @@ def stop_process(proc: subprocess.Popen[str]) -> int:
     except subprocess.TimeoutExpired:
         proc.kill()
         return proc.wait(timeout=30)
+
+
+def insert_requests(url: str, ids: list[str]) -> None:
+    """Write open approval requests with these ids (for the CLI's id lookups only: no
+    child or Task stands behind them)."""
+    engine = sa.create_engine(url)
+    now = datetime.now(UTC)
+    row: dict[str, Any] = {
+        "task_id": "t", "child_id": "c", "parent_session": "p", "turn": 1, "call_id": "c1",
+        "tool": "deploy", "provider": "inprocess", "arguments": "{}", "pending": "[]",
+        "parkable": True, "state": "open", "created_at": now,
+    }  # fmt: skip
+    try:
+        with engine.begin() as conn:
+            conn.execute(sa.insert(ApprovalRow), [row | {"request_id": rid} for rid in ids])
+    finally:
+        engine.dispose()
