@@ -1,6 +1,6 @@
 """The A2A front: serve the control plane to A2A clients, and drive it with the SDK's client.
 
-Needs ``pip install -e '.[a2a]'``. Run it::
+Needs ``pip install 'subagent-control[a2a]'``. Run it::
 
     python examples/a2a_front.py
 

@@ -1,6 +1,7 @@
 """An ACP agent as a child: start it, continue it in a second turn, show its transcript.
 
-Run it with any Agent Client Protocol agent installed (needs ``pip install -e '.[acp]'``)::
+Run it with any Agent Client Protocol agent installed (needs the ``acp`` extra:
+``pip install 'subagent-control[acp]'``)::
 
     python examples/acp_child.py -- gemini --experimental-acp
     python examples/acp_child.py --prompt "list the files here" -- claude-code-acp

@@ -1,6 +1,6 @@
 """A real child: a Chat Completions model with one tool, continued after its first turn.
 
-Run it against any OpenAI-compatible server (needs ``pip install -e '.[openai]'``)::
+Run it against any OpenAI-compatible server (needs ``pip install 'subagent-control[openai]'``)::
 
     python examples/openai_child.py --base-url http://127.0.0.1:11434/v1 --model llama3.2
     python examples/openai_child.py --model gpt-4o-mini            # OpenAI, OPENAI_API_KEY set
