@@ -21,6 +21,7 @@ from controlplane.contract._approval import ApprovalDesk, ApprovalRequest, Appro
 from controlplane.contract._content import TextBlock
 from controlplane.contract._descriptor import Descriptor
 from controlplane.contract._errors import ErrorCode, SubagentControlError
+from controlplane.contract._run_trace import RunTrace
 from controlplane.contract._signal import CancelSignal
 from controlplane.contract._task_types import TaskOutcome, TaskSnapshot
 from controlplane.contract._usage import Usage
@@ -79,7 +80,7 @@ class Origin:
         self.caller = caller
 
 
-class ActivationTrace(abc.ABC):
+class ActivationTrace(RunTrace, abc.ABC):
     """One activation's span and timings, from admission to settlement (implemented by
     `controlplane.telemetry.SpanTrace`; `NO_TRACE` does nothing). Thread-safe: the
     supervisor adds steer events while the activation's thread runs its phases.
@@ -121,8 +122,16 @@ class ActivationTrace(abc.ABC):
         """The run is published: the child is durable and takes steers."""
 
     @abc.abstractmethod
-    def steered(self, message: Sequence[TextBlock], source_kind: str) -> None:
-        """A message was handed to the running turn."""
+    def steered(
+        self, message: Sequence[TextBlock], source_kind: str, sender: object = None
+    ) -> None:
+        """A message was handed to the running turn; ``sender``: what `sender` answered
+        on the thread of the call that sent it."""
+
+    def sender(self) -> object:
+        """The span current on the calling thread (a sender's), or None when this
+        activation is not traced: `steered` links the two."""
+        return None
 
     @abc.abstractmethod
     def model_call(self, input_tokens: int, output_tokens: int) -> None:
@@ -322,7 +331,9 @@ class _NoTrace(ActivationTrace):
     def published(self) -> None:
         return None
 
-    def steered(self, message: Sequence[TextBlock], source_kind: str) -> None:
+    def steered(
+        self, message: Sequence[TextBlock], source_kind: str, sender: object = None
+    ) -> None:
         return None
 
     def model_call(self, input_tokens: int, output_tokens: int) -> None:

@@ -22,9 +22,10 @@ This module is the one the rest of the code imports these from.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -49,9 +50,12 @@ from controlplane.telemetry._otel import (
     RUNTIME_ID,
     SOURCE,
     SPAN_ACTIVATION,
+    SPAN_DELIVER,
+    SPAN_KILL,
     SPAN_SEND,
     SPAN_START,
     TASK_ID,
+    TRACEPARENT,
     Api,
     Instruments,
     clip,
@@ -174,6 +178,57 @@ class Telemetry:
         """The ``subagent.send`` operation of a `send_message` call."""
         return Operation(self, SPAN_SEND, child_id if isinstance(child_id, str) else None)
 
+    def kill(self, task_id: object) -> Operation:
+        """The ``subagent.kill`` operation of a `tasks.kill` call (its span ends as the
+        call returns)."""
+        operation = Operation(self, SPAN_KILL, None)
+        operation.task_id = task_id if isinstance(task_id, str) else None
+        return operation
+
+    # -- across processes (W3C Trace Context) --------------------------------------------
+
+    def carrier(self) -> dict[str, str]:
+        """The calling thread's trace context as ``{"traceparent": …}``, for a send or
+        kill forwarded to another runtime; empty when there is none to carry."""
+        api = self._api
+        if api is None or not api.get_current_span().get_span_context().is_valid:
+            return {}
+        carrier: dict[str, str] = {}
+        api.propagator.inject(carrier)
+        return carrier
+
+    @contextlib.contextmanager
+    def delivering(self, kind: str, child_id: str, carried: dict[str, Any]) -> Iterator[None]:
+        """A forwarded send or kill is delivered here: its ``traceparent`` is taken out of
+        ``carried`` (the item's source), and a ``subagent.deliver`` span, continuing the
+        sender's trace, is current meanwhile (the steer links it to the activation)."""
+        traceparent = carried.pop(TRACEPARENT, None)
+        tracing = self._tracing()
+        if tracing is None:
+            yield
+            return
+        tracer, api = tracing
+        parent = (
+            api.propagator.extract({TRACEPARENT: traceparent})
+            if isinstance(traceparent, str)
+            else None
+        )
+        attributes = {AGENT_ID: child_id[:_ID_LIMIT], "subagent.forwarded.kind": kind,
+                      RUNTIME_ID: self.runtime_id}  # fmt: skip
+        span = tracer.start_span(
+            SPAN_DELIVER, context=parent, kind=api.consumer, attributes=attributes
+        )
+        token = api.attach(api.set_span_in_context(span, parent))
+        try:
+            yield
+        except BaseException as exc:
+            span.set_attribute(ERROR_TYPE, error_type(exc))
+            span.set_status(api.error, clip(str(exc)))
+            raise
+        finally:
+            api.detach(token)
+            span.end()
+
     # -- activations ---------------------------------------------------------------------
 
     def activation(
@@ -259,7 +314,8 @@ class Operation:
     span (a child of the caller's current span), its metrics and its log line. A context
     manager; a raise on the way out is recorded with its error code and passes on."""
 
-    __slots__ = ("_name", "_source", "_span", "_telemetry", "chars", "child_id", "origin")
+    __slots__ = ("_name", "_source", "_span", "_telemetry", "_token", "chars", "child_id",
+                 "origin", "task_id")  # fmt: skip
 
     def __init__(self, telemetry: Telemetry, name: str, child_id: str | None) -> None:
         self._telemetry = telemetry
@@ -267,8 +323,10 @@ class Operation:
         self._span: Span | None = None
         self._source: str | None = None
         self.child_id = child_id
+        self.task_id: str | None = None
         self.chars = 0
         self.origin = Origin(None, time.perf_counter())
+        self._token: Any = None
 
     def __enter__(self) -> Operation:
         tracing = self._telemetry._tracing()
@@ -279,11 +337,13 @@ class Operation:
         span = tracer.start_span(self._name, context=caller)
         if span.is_recording():
             self._span = span
+            context = api.set_span_in_context(span, caller)
             self.origin = Origin(
-                api.set_span_in_context(span, caller),
-                self.origin.started,
-                api.get_current_span(caller).get_span_context(),
+                context, self.origin.started, api.get_current_span(caller).get_span_context()
             )
+            # Current on the caller's thread meanwhile: the steer it makes names it, and
+            # a send or kill forwarded to another runtime carries it.
+            self._token = api.attach(context)
         return self
 
     def __exit__(
@@ -292,6 +352,12 @@ class Operation:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        api = self._telemetry._api
+        if self._token is not None and api is not None:
+            api.detach(self._token)
+        if self._name == SPAN_KILL:
+            self._killed(exc)
+            return
         if exc is None:
             return
         code = error_type(exc)
@@ -308,6 +374,16 @@ class Operation:
         if span is not None and api is not None:
             span.set_status(api.error, clip(str(exc)))
             self._end(span, task_id, ERROR_TYPE, code)
+
+    def _killed(self, exc: BaseException | None) -> None:
+        span, api = self._span, self._telemetry._api
+        if span is None or api is None:
+            return
+        if exc is None:
+            self._end(span, self.task_id)
+            return
+        span.set_status(api.error, clip(str(exc)))
+        self._end(span, self.task_id, ERROR_TYPE, error_type(exc))
 
     def message(self, blocks: Sequence[TextBlock], source: MessageSource | None = None) -> Origin:
         """Note the validated message's size (logged, never its text); returns the origin
