@@ -66,7 +66,7 @@ from controlplane.contract._provider import (
     SubagentRun,
     TranscriptWriter,
 )
-from controlplane.contract._run_trace import NO_RUN_TRACE, ModelCallTrace, RunTrace
+from controlplane.contract._run_trace import NO_RUN_TRACE, ModelCallTrace, RunTrace, Suspended
 from controlplane.contract._services import (
     NO_TRACE,
     ActivationTrace,
@@ -173,6 +173,7 @@ __all__ = [
     "SubagentRun",
     "SupervisorNode",
     "SupervisorState",
+    "Suspended",
     "TaskNotice",
     "TaskOutcome",
     "TaskService",

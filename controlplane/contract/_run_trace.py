@@ -16,9 +16,14 @@ from contextlib import AbstractContextManager
 from types import TracebackType
 from typing import Final
 
-__all__ = ["NO_RUN_TRACE", "ModelCallTrace", "RunTrace"]
+__all__ = ["NO_RUN_TRACE", "ModelCallTrace", "RunTrace", "Suspended"]
 
 _NULL: Final[AbstractContextManager[None]] = contextlib.nullcontext()
+
+
+class Suspended(Exception):
+    """A raise that ends a traced call without failing it: the run parked on an approval
+    request (SPEC §11) and goes on later, elsewhere perhaps. Its span ends unfailed."""
 
 
 class ModelCallTrace:

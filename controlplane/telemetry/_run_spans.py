@@ -17,7 +17,7 @@ from contextvars import Token
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final
 
-from controlplane.contract import ModelCallTrace
+from controlplane.contract import ModelCallTrace, Suspended
 from controlplane.telemetry._otel import (
     ERROR_TYPE,
     GENAI_PROVIDER,
@@ -44,6 +44,7 @@ __all__ = [
 INPUT_TOKENS: Final = "gen_ai.usage.input_tokens"
 OUTPUT_TOKENS: Final = "gen_ai.usage.output_tokens"
 TOOL_NAME: Final = "gen_ai.tool.name"
+PARKED: Final = "subagent.parked"
 
 
 class Failures:
@@ -142,7 +143,9 @@ class _Child:
             return
         if self._token is not None:
             self._api.detach(self._token)
-        if exc is None:
+        if exc is None or isinstance(exc, Suspended):
+            if exc is not None:  # parked on an approval request: not a failure
+                span.set_attribute(PARKED, True)
             span.end()
             return
         span.set_status(self._api.error, clip(str(exc)))

@@ -24,7 +24,7 @@ from controlplane import (
 from controlplane.contract import Usage
 from controlplane.models import ModelReply, ToolCall
 from tests.reliability.processes import LinesProcess, Reaper, reaping
-from tests.support import WAIT_S, in_thread, settle, start_child, text
+from tests.support import WAIT_S, eventually, in_thread, settle, start_child, text
 from tests.telemetry.conftest import Otel
 
 pytestmark = pytest.mark.timeout(60)
@@ -196,3 +196,30 @@ def test_a_steer_and_a_kill_forwarded_to_another_process_continue_the_sender_s_t
     assert call["parent_id"] == activation["span_id"]
     assert call["attributes"]["error.type"] == activation["attributes"]["error.type"]
     assert activation["attributes"]["error.type"] == "CANCELLED"
+
+
+def test_a_tool_call_that_waits_for_approval_is_one_span_under_the_activation(
+    control: SubagentControl, parent: AgentHandle, otel: Otel
+) -> None:
+    model = ScriptedModel(
+        [ModelReply(tool_calls=[ToolCall(id="c1", name="rm", arguments={})]), "removed"]
+    )
+    tool = ChildTool("rm", "Remove.", {"type": "object"}, lambda _a: "gone", approval="always")
+    control.providers.register(InProcessProvider(model, tools=[tool]))
+    started = start_child(control, parent, provider="inprocess", prompt="clean up")
+    waiting = control.tasks.wait(started.task_id, timeout=WAIT_S, requester=parent)
+    assert waiting.status is TaskStatus.INPUT_REQUIRED
+    assert waiting.request is not None
+    control.answer(parent, waiting.request.id, allow=True)
+    eventually(
+        lambda: control.tasks.get(started.task_id, requester=parent).status.is_terminal,
+        "the answered Task settles",
+    )
+
+    # Answered within the run's grace period: one span from the call to its result,
+    # the wait for the answer included, under the one activation.
+    (activation,) = otel.spans("subagent.activation")
+    (span,) = otel.spans("execute_tool rm")
+    assert span.parent.span_id == activation.context.span_id
+    assert span.status.status_code.name != "ERROR"
+    assert "error.type" not in span.attributes
