@@ -160,6 +160,7 @@ def test_a_provider_that_fails_to_start_marks_its_phase_and_the_activation_faile
     assert call.parent.span_id == activation.context.span_id
     assert call.status.status_code.name == "ERROR"
     assert call.attributes["error.type"] == "RuntimeError"
+    assert activation.attributes["error.type"] == "RuntimeError"  # one per failure
     assert otel.spans("subagent.publish") == []
 
 
