@@ -66,8 +66,9 @@ class Origin:
     """Where a start or a send came from, handed to the activation it admits: the trace
     context it ran under (its own span current in it), when it began
     (`time.perf_counter`), and the caller's own span. In memory; a send forwarded to
-    another process carries its ``traceparent`` instead (`Telemetry.carrier`). Immutable (a plain class, not a dataclass, so
-    the pydantic messages that carry it check only its type). A value, so it lives here:
+    another process carries its ``traceparent`` instead (`Telemetry.carrier`). Immutable
+    (a plain class, not a dataclass, so the pydantic messages that carry it check only its
+    type). A value, so it lives here:
     the telemetry makes it, the actors carry it, neither needs the other's code."""
 
     __slots__ = ("caller", "context", "started")
