@@ -51,7 +51,7 @@ class Delivery:
     """One message put into an activation's inbox; its sender waits for it
     (`ActivationInbox.wait`)."""
 
-    __slots__ = ("_done", "_error", "forwarded", "message", "source")
+    __slots__ = ("_done", "_error", "forwarded", "message", "sender", "source")
 
     def __init__(
         self, message: tuple[TextBlock, ...], source: MessageSource, forwarded: str | None
@@ -59,6 +59,7 @@ class Delivery:
         self.message = message
         self.source = source
         self.forwarded = forwarded
+        self.sender: object = None  # the sending call's span, for the activation's trace
         self._done = False
         self._error: SubagentControlError | None = None
 
@@ -179,6 +180,7 @@ class ActivationInbox:
                 ``OWNERSHIP_CONFLICT``, ``CLOSED``, ``FENCED``…), or ``DURABILITY_FAILED``:
                 the run has it, the transcript does not.
         """
+        delivery.sender = self._trace.sender()
         while True:
             with self._lock:
                 while not delivery._done and (self._draining or self._state == "held"):
@@ -263,7 +265,7 @@ class ActivationInbox:
             exc.task_id = self._task_id
             self._settle(delivery, exc)
             return None
-        self._trace.steered(message, source.kind)
+        self._trace.steered(message, source.kind, delivery.sender)
         return receipt
 
     def _settle(self, delivery: Delivery, error: SubagentControlError | None) -> None:

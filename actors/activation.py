@@ -265,6 +265,7 @@ class ActivationActor(Actor):
             seed=seed,
             gate=gate,
             approvals=self._desk(transcript, plan.parent.session_id, plan.descriptor.provider),
+            trace=plan.trace,
         )
         return _Prepared(provider, request, transcript, frame, header, gate)
 
@@ -331,6 +332,7 @@ class ActivationActor(Actor):
             open_turn=open_turn,
             gate=gate,
             approvals=self._desk(transcript, loaded.meta.parent_session, descriptor.provider),
+            trace=plan.trace,
         )
         if continued:
             frame = self._steered(transcript)

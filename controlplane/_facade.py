@@ -207,7 +207,7 @@ class SubagentControl(SpendApi, ApprovalApi):
             store.on_retry(self._telemetry.store_retry)
             self._runtime = Runtime(self._runtime_id, store, lease_ttl_s=lease_ttl_s)
             if store.inbox is not None:
-                self._forwarder = Forwarder(self._runtime, store)
+                self._forwarder = Forwarder(self._runtime, store, self._telemetry)
             self._router = Router(
                 self._runtime, self._forwarder, self.agents,
                 deliver_here=self._route, kill_here=self._kill_here,

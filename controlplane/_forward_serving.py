@@ -18,6 +18,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +39,8 @@ within moments of the first)."""
 Serve = Callable[["InboxItem"], SendResult]
 """Deliver a message taken from the inbox here (steer only); raises the refusal."""
 KillHere = Callable[[str, str], bool]
+Delivering = Callable[[str, str, dict[str, Any]], AbstractContextManager[None]]
+"""Around one forwarded item's delivery (`Telemetry.delivering`): takes its trace context."""
 """Abort a Task of this runtime, given its id and the reason; False if it is not here."""
 
 
@@ -69,8 +72,10 @@ class Serving:
         workers: ThreadPoolExecutor,
         serve: Serve,
         kill_here: KillHere,
+        delivering: Delivering | None = None,
     ) -> None:
         self._runtime_id = runtime_id
+        self._delivering = delivering
         self._inbox = inbox
         self._workers = workers
         self._serve = serve
@@ -126,7 +131,12 @@ class Serving:
         with self._lock:
             self._serving[inbox_id] = flight
         try:
-            reply = self._deliver(item)
+            with (  # continues the sender's trace
+                self._delivering(item.kind, item.child_id, item.source)
+                if self._delivering is not None
+                else contextlib.nullcontext()
+            ):
+                reply = self._deliver(item)
             # `steered` only ever comes back once the steering record is written, and
             # that transaction answered it (`persistence.SqlStore.append`).
             if reply.get("route") != "steered":

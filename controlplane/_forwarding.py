@@ -73,6 +73,7 @@ from controlplane.contract import (
     TaskSnapshot,
     TextBlock,
 )
+from controlplane.telemetry import Telemetry
 from persistence import InboxItem
 
 if TYPE_CHECKING:
@@ -103,8 +104,12 @@ class Forwarder:
         store: The shared store (PostgreSQL: it has an inbox).
     """
 
-    def __init__(self, runtime: Runtime, store: SqlStore) -> None:
+    def __init__(
+        self, runtime: Runtime, store: SqlStore, telemetry: Telemetry | None = None
+    ) -> None:
         assert store.inbox is not None
+        # Carries the trace context out (`traceparent`) and continues it in (delivering).
+        self._telemetry = telemetry or Telemetry(runtime.id, enabled=False)
         self._runtime = runtime
         self._store = store
         self._inbox: Inbox = store.inbox
@@ -128,7 +133,9 @@ class Forwarder:
         """
         assert self._listener is None, "listen is called once"
         runtime_id = self._runtime.id
-        self._serving = Serving(runtime_id, self._inbox, self._workers, serve, kill_here)
+        self._serving = Serving(
+            runtime_id, self._inbox, self._workers, serve, kill_here, self._telemetry.delivering
+        )
         self._listener = self._inbox.listen(
             runtime_id, on_message=self._serving.on_message, on_reply=self._on_reply
         )
@@ -235,7 +242,7 @@ class Forwarder:
             sender_runtime=self._runtime.id,
             parent_session=parent_session,
             message=[block.model_dump(mode="json") for block in message],
-            source=source.model_dump(mode="json"),
+            source={**source.model_dump(mode="json"), **self._telemetry.carrier()},
         )
         sent: SendResult | None = None
         try:
@@ -265,7 +272,7 @@ class Forwarder:
             sender_runtime=self._runtime.id,
             parent_session=task.owner_session,
             message=[],
-            source={"task_id": task.id, "reason": reason},
+            source={"task_id": task.id, "reason": reason, **self._telemetry.carrier()},
         )
         with self._posted(item, holder) as posted:
             try:

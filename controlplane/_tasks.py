@@ -146,6 +146,17 @@ class TaskService(TaskBook):
         Killing a settled Task changes nothing.
 
         Raises:
+            SubagentControlError: as `_kill`.
+        """
+        with self.telemetry.kill(task_id):  # a span; a forwarded kill carries its context
+            self._kill(task_id, requester=requester)
+
+    def _kill(self, task_id: str, *, requester: Requester) -> None:
+        """Request the Task's cancellation and return at once (settlement follows).
+
+        Killing a settled Task changes nothing.
+
+        Raises:
             SubagentControlError: ``TASK_NOT_FOUND``; for a Task that runs in another
                 live runtime, ``OWNERSHIP_CONFLICT`` on SQLite, and on PostgreSQL (which
                 forwards the kill there) ``NOT_DELIVERED`` if that runtime did not take it.

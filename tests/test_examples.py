@@ -137,3 +137,21 @@ def test_mcp_front_drives_a_child_through_the_stdio_server(tmp_path: Path) -> No
     assert "send_message  -> MCP task " in out
     assert "tasks/result  -> echo: now only sea otters\n[status: completed]" in out
     assert "2 model calls" in out  # the follow-up continued the same child
+
+
+@pytest.mark.timeout(150)
+def test_observe_draws_one_turn_s_trace_with_the_model_and_tool_spans_under_the_activation() -> (
+    None
+):
+    pytest.importorskip("opentelemetry.sdk", reason="the OpenTelemetry SDK is not installed")
+    out = run_example("observe.py")
+
+    assert "exporting spans to the console" in out
+    assert "steer from another thread: route=steered" in out
+    assert "task killed" in out
+    tree = out.split("one turn's trace")[1]
+    assert "    subagent.activation  (error.type=CANCELLED, steered by subagent.send)" in tree
+    assert "      chat scripted-1\n" in tree
+    assert "      execute_tool lookup\n        lookup (the tool's own span)" in tree
+    assert "      chat scripted-1  (error.type=CANCELLED)" in tree
+    assert "  subagent.kill" in tree

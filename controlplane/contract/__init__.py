@@ -66,6 +66,7 @@ from controlplane.contract._provider import (
     SubagentRun,
     TranscriptWriter,
 )
+from controlplane.contract._run_trace import NO_RUN_TRACE, ModelCallTrace, RunTrace, Suspended
 from controlplane.contract._services import (
     NO_TRACE,
     ActivationTrace,
@@ -113,6 +114,7 @@ __all__ = [
     "BUDGET_EXHAUSTED_STATUS",
     "LIMITS",
     "MODEL_CALL",
+    "NO_RUN_TRACE",
     "NO_TRACE",
     "TOOL_CALL",
     "TOOL_ROUND",
@@ -147,6 +149,7 @@ __all__ = [
     "JsonValue",
     "LoadedSession",
     "MessageSource",
+    "ModelCallTrace",
     "ModelSelector",
     "NewEvent",
     "Origin",
@@ -156,6 +159,7 @@ __all__ = [
     "ProviderRegistry",
     "Requester",
     "ResumeRequest",
+    "RunTrace",
     "RuntimeInfo",
     "SendResult",
     "SessionEvent",
@@ -169,6 +173,7 @@ __all__ = [
     "SubagentRun",
     "SupervisorNode",
     "SupervisorState",
+    "Suspended",
     "TaskNotice",
     "TaskOutcome",
     "TaskService",

@@ -15,6 +15,7 @@ from controlplane.contract._budget import SpendGate
 from controlplane.contract._content import MessageSource, TextBlock
 from controlplane.contract._descriptor import Descriptor
 from controlplane.contract._errors import ErrorCode, SubagentControlError
+from controlplane.contract._run_trace import NO_RUN_TRACE, RunTrace
 from controlplane.contract._session import SessionEvent
 
 if TYPE_CHECKING:
@@ -97,6 +98,9 @@ class _RequestBase(BaseModel):
     approvals: ApprovalDesk | None = None
     """Where the run asks before a tool call that needs approval (SPEC §11). None when
     the control plane has no store to keep requests in."""
+    trace: RunTrace = NO_RUN_TRACE
+    """The activation's trace, for the run's own threads (`RunTrace`): a no-op without
+    OpenTelemetry."""
 
 
 class StartRequest(_RequestBase):

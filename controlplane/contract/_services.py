@@ -21,6 +21,7 @@ from controlplane.contract._approval import ApprovalDesk, ApprovalRequest, Appro
 from controlplane.contract._content import TextBlock
 from controlplane.contract._descriptor import Descriptor
 from controlplane.contract._errors import ErrorCode, SubagentControlError
+from controlplane.contract._run_trace import RunTrace
 from controlplane.contract._signal import CancelSignal
 from controlplane.contract._task_types import TaskOutcome, TaskSnapshot
 from controlplane.contract._usage import Usage
@@ -64,9 +65,10 @@ def requester_session(requester: object) -> str:
 class Origin:
     """Where a start or a send came from, handed to the activation it admits: the trace
     context it ran under (its own span current in it), when it began
-    (`time.perf_counter`), and the caller's own span. In memory only: a send forwarded to
-    another process does not carry it yet. Immutable (a plain class, not a dataclass, so
-    the pydantic messages that carry it check only its type). A value, so it lives here:
+    (`time.perf_counter`), and the caller's own span. In memory; a send forwarded to
+    another process carries its ``traceparent`` instead (`Telemetry.carrier`). Immutable
+    (a plain class, not a dataclass, so the pydantic messages that carry it check only its
+    type). A value, so it lives here:
     the telemetry makes it, the actors carry it, neither needs the other's code."""
 
     __slots__ = ("caller", "context", "started")
@@ -79,7 +81,7 @@ class Origin:
         self.caller = caller
 
 
-class ActivationTrace(abc.ABC):
+class ActivationTrace(RunTrace, abc.ABC):
     """One activation's span and timings, from admission to settlement (implemented by
     `controlplane.telemetry.SpanTrace`; `NO_TRACE` does nothing). Thread-safe: the
     supervisor adds steer events while the activation's thread runs its phases.
@@ -121,8 +123,16 @@ class ActivationTrace(abc.ABC):
         """The run is published: the child is durable and takes steers."""
 
     @abc.abstractmethod
-    def steered(self, message: Sequence[TextBlock], source_kind: str) -> None:
-        """A message was handed to the running turn."""
+    def steered(
+        self, message: Sequence[TextBlock], source_kind: str, sender: object = None
+    ) -> None:
+        """A message was handed to the running turn; ``sender``: what `sender` answered
+        on the thread of the call that sent it."""
+
+    def sender(self) -> object:
+        """The span current on the calling thread (a sender's), or None when this
+        activation is not traced: `steered` links the two."""
+        return None
 
     @abc.abstractmethod
     def model_call(self, input_tokens: int, output_tokens: int) -> None:
@@ -322,7 +332,9 @@ class _NoTrace(ActivationTrace):
     def published(self) -> None:
         return None
 
-    def steered(self, message: Sequence[TextBlock], source_kind: str) -> None:
+    def steered(
+        self, message: Sequence[TextBlock], source_kind: str, sender: object = None
+    ) -> None:
         return None
 
     def model_call(self, input_tokens: int, output_tokens: int) -> None:

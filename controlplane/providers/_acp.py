@@ -196,6 +196,7 @@ class AcpRun:
             request.transcript, provider._permission, desk=request.approvals
         )
         self._stderr = StderrTail(provider._argv[0])
+        self._trace = request.trace  # current on the loop's thread: its requests nest under it
         self._signal = CancelSignal()  # aborted by the activation's signal or by dispose
         self._loop: asyncio.AbstractEventLoop | None = None  # the thread's, once it runs
         self._started = threading.Event()  # the prompt is on its way, or the start failed
@@ -258,7 +259,7 @@ class AcpRun:
     def _run_loop(self) -> None:
         try:
             # The runner cancels and awaits whatever tasks are left, then closes the loop.
-            with asyncio.Runner() as runner:
+            with self._trace.current(), asyncio.Runner() as runner:
                 runner.run(self._main())
         finally:
             # The loop is gone: a steer still waiting is answered now, so the writer thread

@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 
 from controlplane.contract import (
     MODEL_CALL,
+    NO_RUN_TRACE,
     TOOL_ROUND,
     AgentHandle,
     ApprovalDesk,
@@ -30,6 +31,7 @@ from controlplane.contract import (
     MessageSource,
     ModelSelector,
     ResumeRequest,
+    RunTrace,
     SpendGate,
     StartRequest,
     StopReason,
@@ -134,8 +136,10 @@ class AgentLoopRun:
         unread: Sequence[ChatMessage] = (),
         seen: int = 0,
         unanswered: Sequence[UnansweredCall] = (),
+        trace: RunTrace = NO_RUN_TRACE,
     ) -> None:
         self.child_id = child_id
+        self._trace = trace  # the activation's: its context is current on the loop's thread
         self.local_agent: AgentHandle | None = local_agent
         self.steer: Callable[[Sequence[TextBlock], MessageSource], None] | None = self._steer
         self._agent = local_agent
@@ -165,7 +169,7 @@ class AgentLoopRun:
         self._error: Exception | None = None
         # Daemon, like the activation actor: dispose() joins it, and a model adapter that
         # ignores cancellation must not keep the process alive after dispose gave up on it.
-        self._thread = threading.Thread(target=self._loop, name=thread_name, daemon=True)
+        self._thread = threading.Thread(target=self._traced, name=thread_name, daemon=True)
         self._started = False
 
     def result(self) -> SubagentResult:
@@ -231,6 +235,10 @@ class AgentLoopRun:
         self._started = True
         self._thread.start()
 
+    def _traced(self) -> None:
+        with self._trace.current():
+            self._loop()
+
     def _loop(self) -> None:
         history = list(self._template.messages)
         output = ""
@@ -259,7 +267,11 @@ class AgentLoopRun:
                 if self._gate is not None:
                     self._gate.check(MODEL_CALL)
                 request = self._template.model_copy(update={"messages": list(history)})
-                reply = self._model.complete(request, self._signal)
+                model = request.model.model if request.model is not None else None
+                with self._trace.calling_model(model) as traced:
+                    reply = self._model.complete(request, self._signal)
+                    if reply.usage is not None:
+                        traced.usage(reply.usage.input_tokens, reply.usage.output_tokens)
                 if self._signal.aborted:
                     # A reply that lost the race with a kill is dropped, not written.
                     stop_reason = StopReason.ABORTED
@@ -344,14 +356,15 @@ class AgentLoopRun:
             if gate is not None:
                 gate.check(GATE_TOOL_CALL)
             self._transcript.append(TOOL_CALL, tool_call_data(call))
-            outcome = approved_call(
-                self._tools,
-                call,
-                calls[index + 1 :],
-                desk=self._desk,
-                reason=reason,
-                signal=self._signal,
-            )
+            with self._trace.calling_tool(call.name):  # approval included
+                outcome = approved_call(
+                    self._tools,
+                    call,
+                    calls[index + 1 :],
+                    desk=self._desk,
+                    reason=reason,
+                    signal=self._signal,
+                )
             if not self._answer_call(call, outcome, history):
                 return False
         return True
@@ -384,13 +397,14 @@ class AgentLoopRun:
             )
         # The reply's calls not yet written belong to the same assistant message.
         _attach_calls(history, continuation.call.id, continuation.pending)
-        outcome = taken_call(
-            self._tools,
-            continuation.call,
-            continuation.request_id,
-            desk=desk,
-            signal=self._signal,
-        )
+        with self._trace.calling_tool(continuation.call.name):
+            outcome = taken_call(
+                self._tools,
+                continuation.call,
+                continuation.request_id,
+                desk=desk,
+                signal=self._signal,
+            )
         if not self._answer_call(continuation.call, outcome, history):
             return False
         return self._run_tools(
@@ -535,6 +549,7 @@ class AgentLoopProvider:
             unread=unread,
             seen=seen,
             unanswered=unanswered,
+            trace=request.trace,
         )
         try:
             # Roll back (no thread, agent disposed) for an abort that came while registering.

@@ -23,6 +23,7 @@ from controlplane.contract import (
     JsonValue,
     SessionEvent,
     SubagentControlError,
+    Suspended,
 )
 from controlplane.providers._chat_history import tool_call_data
 from controlplane.providers._child_tools import ChildTool, ToolOutcome, bounded, run_tool_call
@@ -31,7 +32,7 @@ from controlplane.providers._model import ToolCall
 __all__ = ["Continuation", "Parked", "approved_call", "continuation_of", "taken_call"]
 
 
-class Parked(Exception):
+class Parked(Suspended):
     """The run parked on an approval request: the loop ends with ``input_required``."""
 
 

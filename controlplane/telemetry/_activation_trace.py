@@ -14,11 +14,12 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
+from contextlib import AbstractContextManager
 from contextvars import Token
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final
 
-from controlplane.contract import ActivationTrace
+from controlplane.contract import NO_RUN_TRACE, ActivationTrace, ModelCallTrace
 from controlplane.telemetry._lifecycle import log_lifecycle
 from controlplane.telemetry._otel import (
     CHARS,
@@ -36,8 +37,8 @@ from controlplane.telemetry._otel import (
     TOKEN_TYPE,
     Api,
     clip,
-    error_type,
 )
+from controlplane.telemetry._run_spans import Current, Failures, ModelSpan, ToolSpan
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer
@@ -47,14 +48,17 @@ if TYPE_CHECKING:
 
 __all__ = ["SpanTrace"]
 
+SENT_TRACE: Final = "subagent.send.trace_id"
+SENT_SPAN: Final = "subagent.send.span_id"
+
 
 class SpanTrace(ActivationTrace):
     """One activation's span and timings, from admission to settlement (the contract's
     `ActivationTrace`). Thread-safe: the supervisor adds steer events while the
     activation's thread runs its phases."""
 
-    __slots__ = ("_api", "_ended", "_lock", "_model", "_span", "_started", "_telemetry",
-                 "_tracer", "child_id", "origin", "route", "task_id")  # fmt: skip
+    __slots__ = ("_api", "_ended", "_failures", "_lock", "_model", "_span", "_started",
+                 "_telemetry", "_tracer", "child_id", "origin", "route", "task_id")  # fmt: skip
 
     def __init__(
         self,
@@ -78,13 +82,14 @@ class SpanTrace(ActivationTrace):
         self._ended = False
         # The token metric's attributes: the operation, and the model once described.
         self._model: dict[str, str] = {OPERATION: "chat"}
+        self._failures = Failures()
 
     def phase(self, name: str, *, current: bool = False) -> _Phase | _NoPhase:
         """A child span around one phase (`PHASES`); ``current`` makes it the thread's
         current span meanwhile, so what the provider instruments nests under it."""
         if self._span is None or self._api is None or self._tracer is None:
             return _NO_PHASE
-        return _Phase(self._api, self._tracer, self._span, name, current)
+        return _Phase(self._api, self._tracer, self._span, name, current, self._failures)
 
     def loading(self) -> _Phase | _NoPhase:
         """The ``subagent.load`` phase: a resume reads the child from the store."""
@@ -148,12 +153,53 @@ class SpanTrace(ActivationTrace):
         if self._span is not None:
             self._span.add_event("subagent.published")
 
-    def steered(self, message: Sequence[TextBlock], source_kind: str) -> None:
-        """A message was handed to the running turn (an event on the activation's span,
-        with the message's length: measured only when there is a span)."""
-        if self._span is not None:
-            chars = sum(len(block.text) for block in message)
-            self._span.add_event("subagent.steered", {CHARS: chars, SOURCE: source_kind})
+    def steered(
+        self, message: Sequence[TextBlock], source_kind: str, sender: object = None
+    ) -> None:
+        """A message was handed to the running turn: an event on the activation's span
+        naming the send that steered it (its span's ids, and the message's length), and a
+        link from that send's span to the activation."""
+        span = self._span
+        if span is None:
+            return
+        chars = sum(len(block.text) for block in message)
+        attributes: dict[str, str | int] = {CHARS: chars, SOURCE: source_kind}
+        if sender is not None:
+            sent = sender.get_span_context()  # type: ignore[attr-defined]
+            if sent.is_valid:
+                attributes[SENT_TRACE] = format(sent.trace_id, "032x")
+                attributes[SENT_SPAN] = format(sent.span_id, "016x")
+                if sender.is_recording():  # type: ignore[attr-defined]
+                    link = {"subagent.link": "activation"}
+                    sender.add_link(span.get_span_context(), link)  # type: ignore[attr-defined]
+        span.add_event("subagent.steered", attributes)
+
+    def sender(self) -> object:
+        """The calling thread's current span (the send's), when this activation is traced."""
+        if self._span is None or self._api is None:
+            return None
+        return self._api.get_current_span()
+
+    # -- the run's own threads (`RunTrace`) ---------------------------------------------
+
+    def current(self) -> AbstractContextManager[None]:
+        """The activation's span current on this thread meanwhile."""
+        if self._span is None or self._api is None:
+            return NO_RUN_TRACE.current()
+        return Current(self._api, self._span)
+
+    def calling_model(self, model: str | None) -> ModelCallTrace:
+        """A ``chat {model}`` client span around one model call."""
+        if self._span is None or self._api is None or self._tracer is None:
+            return NO_RUN_TRACE.calling_model(model)
+        provider = self._model.get(GENAI_PROVIDER)
+        return ModelSpan(self._api, self._tracer, self._span, self._failures, model, provider)
+
+    def calling_tool(self, name: str) -> AbstractContextManager[None]:
+        """An ``execute_tool {name}`` span around one child tool call."""
+        if self._span is None or self._api is None or self._tracer is None:
+            return NO_RUN_TRACE.calling_tool(name)
+        return ToolSpan(self._api, self._tracer, self._span, self._failures, name)
 
     def end(self, outcome: TaskOutcome | None) -> None:
         """The Task settled with ``outcome`` (None: it was never admitted after all, and
@@ -173,14 +219,21 @@ class SpanTrace(ActivationTrace):
         span, api = self._span, self._api
         if span is None or api is None:
             return
+        # One error.type across the trace: the code that settled the Task, on the
+        # activation and on every span that failed under it.
+        code = outcome.code.value if outcome is not None and outcome.code is not None else None
+        first = self._failures.first()
+        self._failures.settle(code)
         if outcome is None:
             span.set_status(api.error, "the activation was never admitted")
+            if first is not None:
+                span.set_attribute(ERROR_TYPE, first)
         else:
             attributes = {OUTCOME: status or ""}
             if outcome.detail:
                 attributes[DETAIL] = clip(outcome.detail)
-            if outcome.code is not None:
-                attributes[ERROR_TYPE] = outcome.code.value
+            if code is not None or (first is not None and status in ("failed", "interrupted")):
+                attributes[ERROR_TYPE] = code or first or ""
             span.set_attributes(attributes)
             if status in ("failed", "interrupted"):
                 span.set_status(api.error, clip(outcome.detail or status))
@@ -190,9 +243,13 @@ class SpanTrace(ActivationTrace):
 class _Phase:
     """A phase's child span of a recorded activation span."""
 
-    __slots__ = ("_api", "_current", "_name", "_parent", "_span", "_token", "_tracer")
+    __slots__ = ("_api", "_current", "_failures", "_name", "_parent", "_span", "_token",
+                 "_tracer")  # fmt: skip
 
-    def __init__(self, api: Api, tracer: Tracer, parent: Span, name: str, current: bool) -> None:
+    def __init__(
+        self, api: Api, tracer: Tracer, parent: Span, name: str, current: bool, failures: Failures
+    ) -> None:
+        self._failures = failures
         self._api = api
         self._tracer = tracer
         self._parent = parent
@@ -219,10 +276,11 @@ class _Phase:
             return
         if self._token is not None:
             self._api.detach(self._token)
-        if exc is not None:
-            span.set_attribute(ERROR_TYPE, error_type(exc))
-            span.set_status(self._api.error, clip(str(exc)))
-        span.end()
+        if exc is None:
+            span.end()
+            return
+        span.set_status(self._api.error, clip(str(exc)))
+        self._failures.failed(span, exc)  # its error.type: the Task's, once it settles
 
 
 class _NoPhase:

@@ -43,10 +43,13 @@ __all__ = [
     "RUNTIME_ID",
     "SOURCE",
     "SPAN_ACTIVATION",
+    "SPAN_DELIVER",
+    "SPAN_KILL",
     "SPAN_SEND",
     "SPAN_START",
     "TASK_ID",
     "TOKEN_TYPE",
+    "TRACEPARENT",
     "Api",
     "Instruments",
     "clip",
@@ -59,6 +62,9 @@ INSTRUMENTATION: Final = "subagent-control"
 SPAN_START: Final = "subagent.start"
 SPAN_SEND: Final = "subagent.send"
 SPAN_ACTIVATION: Final = "subagent.activation"
+SPAN_KILL: Final = "subagent.kill"
+SPAN_DELIVER: Final = "subagent.deliver"
+TRACEPARENT: Final = "traceparent"
 PHASES: Final = (
     "subagent.load",
     "subagent.provider.start",
@@ -120,7 +126,7 @@ class Api:
 
     def __init__(self) -> None:
         from opentelemetry import context, trace
-        from opentelemetry.trace import Link, StatusCode
+        from opentelemetry.trace import Link, SpanKind, StatusCode
 
         self.get_current = context.get_current
         self.attach = context.attach
@@ -139,7 +145,13 @@ class Api:
             metrics_internal, "_METER_PROVIDER", metrics.get_meter_provider
         )
         self.proxy_provider = trace.ProxyTracerProvider
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
         self.link = Link
+        # W3C Trace Context (`traceparent`): what a forwarded send or kill carries.
+        self.propagator = TraceContextTextMapPropagator()
+        self.client, self.internal = SpanKind.CLIENT, SpanKind.INTERNAL
+        self.consumer, self.producer = SpanKind.CONSUMER, SpanKind.PRODUCER
         self.error = StatusCode.ERROR
 
 

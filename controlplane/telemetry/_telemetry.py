@@ -8,11 +8,15 @@ The API is imported when a control plane is built, never at ``import controlplan
 
 Everything the actors and the facade emit goes through one `Telemetry` per control plane:
 
-- ``subagent.start`` and ``subagent.send`` spans on the caller's thread, children of the
-  caller's current span (the parent's tool call): an `Operation`, here;
+- ``subagent.start``, ``subagent.send`` and ``subagent.kill`` spans on the caller's thread,
+  children of the caller's current span (the parent's tool call) and current meanwhile:
+  an `Operation`, here;
 - one ``subagent.activation`` span per activation, from admission to settlement, a child of
-  the start or send that admitted it, with child spans for its phases (`PHASES`): an
-  `SpanTrace` (`controlplane.telemetry._activation_trace`);
+  the start or send that admitted it, with child spans for its phases (`PHASES`) and, on
+  the run's own threads, its model and tool calls: an `SpanTrace`
+  (`controlplane.telemetry._activation_trace`, `controlplane.telemetry._run_spans`);
+- W3C ``traceparent`` out with a forwarded send or kill (`Telemetry.carrier`), and in as a
+  ``subagent.deliver`` span where it is delivered (`Telemetry.delivering`);
 - the metric instruments (`METRICS`);
 - the lifecycle log lines it owns (`controlplane.telemetry._lifecycle`): start, publish, steer,
   retry.
@@ -22,13 +26,12 @@ This module is the one the rest of the code imports these from.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-import time
-from collections.abc import Sequence
-from types import TracebackType
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from controlplane.contract import Origin, SubagentControlError
+from controlplane.contract import Origin
 from controlplane.telemetry._activation_trace import SpanTrace
 from controlplane.telemetry._lifecycle import (
     current_scope,
@@ -36,10 +39,10 @@ from controlplane.telemetry._lifecycle import (
     log_lifecycle,
     scoped,
 )
+from controlplane.telemetry._operation import ID_LIMIT, Operation
 from controlplane.telemetry._otel import (
     AGENT_ID,
     CAUSE,
-    CHARS,
     ERROR_TYPE,
     INSTRUMENTATION,
     METRICS,
@@ -47,11 +50,13 @@ from controlplane.telemetry._otel import (
     PHASES,
     ROUTE,
     RUNTIME_ID,
-    SOURCE,
     SPAN_ACTIVATION,
+    SPAN_DELIVER,
+    SPAN_KILL,
     SPAN_SEND,
     SPAN_START,
     TASK_ID,
+    TRACEPARENT,
     Api,
     Instruments,
     clip,
@@ -61,14 +66,10 @@ from controlplane.telemetry._otel import (
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import MeterProvider
-    from opentelemetry.trace import Span, Tracer, TracerProvider
+    from opentelemetry.trace import Tracer, TracerProvider
 
     from controlplane.contract import (
-        ContinuableStart,
         Descriptor,
-        MessageSource,
-        SendResult,
-        TextBlock,
     )
 
 __all__ = [
@@ -78,8 +79,6 @@ __all__ = [
     "SpanTrace",
     "Telemetry",
 ]
-
-_ID_LIMIT = 200
 
 
 class Telemetry:
@@ -174,6 +173,57 @@ class Telemetry:
         """The ``subagent.send`` operation of a `send_message` call."""
         return Operation(self, SPAN_SEND, child_id if isinstance(child_id, str) else None)
 
+    def kill(self, task_id: object) -> Operation:
+        """The ``subagent.kill`` operation of a `tasks.kill` call (its span ends as the
+        call returns)."""
+        operation = Operation(self, SPAN_KILL, None)
+        operation.task_id = task_id if isinstance(task_id, str) else None
+        return operation
+
+    # -- across processes (W3C Trace Context) --------------------------------------------
+
+    def carrier(self) -> dict[str, str]:
+        """The calling thread's trace context as ``{"traceparent": …}``, for a send or
+        kill forwarded to another runtime; empty when there is none to carry."""
+        api = self._api
+        if api is None or not api.get_current_span().get_span_context().is_valid:
+            return {}
+        carrier: dict[str, str] = {}
+        api.propagator.inject(carrier)
+        return carrier
+
+    @contextlib.contextmanager
+    def delivering(self, kind: str, child_id: str, carried: dict[str, Any]) -> Iterator[None]:
+        """A forwarded send or kill is delivered here: its ``traceparent`` is taken out of
+        ``carried`` (the item's source), and a ``subagent.deliver`` span, continuing the
+        sender's trace, is current meanwhile (the steer links it to the activation)."""
+        traceparent = carried.pop(TRACEPARENT, None)
+        tracing = self._tracing()
+        if tracing is None:
+            yield
+            return
+        tracer, api = tracing
+        parent = (
+            api.propagator.extract({TRACEPARENT: traceparent})
+            if isinstance(traceparent, str)
+            else None
+        )
+        attributes = {AGENT_ID: child_id[:ID_LIMIT], "subagent.forwarded.kind": kind,
+                      RUNTIME_ID: self.runtime_id}  # fmt: skip
+        span = tracer.start_span(
+            SPAN_DELIVER, context=parent, kind=api.consumer, attributes=attributes
+        )
+        token = api.attach(api.set_span_in_context(span, parent))
+        try:
+            yield
+        except BaseException as exc:
+            span.set_attribute(ERROR_TYPE, error_type(exc))
+            span.set_status(api.error, clip(str(exc)))
+            raise
+        finally:
+            api.detach(token)
+            span.end()
+
     # -- activations ---------------------------------------------------------------------
 
     def activation(
@@ -252,123 +302,3 @@ def _links(api: Api, origin: Origin | None) -> list[Any] | None:
     if origin is None or origin.caller is None or not origin.caller.is_valid:
         return None
     return [api.link(origin.caller, {"subagent.link": "caller"})]
-
-
-class Operation:
-    """One ``start_continuable`` or ``send_message`` call, on the caller's thread: its
-    span (a child of the caller's current span), its metrics and its log line. A context
-    manager; a raise on the way out is recorded with its error code and passes on."""
-
-    __slots__ = ("_name", "_source", "_span", "_telemetry", "chars", "child_id", "origin")
-
-    def __init__(self, telemetry: Telemetry, name: str, child_id: str | None) -> None:
-        self._telemetry = telemetry
-        self._name = name
-        self._span: Span | None = None
-        self._source: str | None = None
-        self.child_id = child_id
-        self.chars = 0
-        self.origin = Origin(None, time.perf_counter())
-
-    def __enter__(self) -> Operation:
-        tracing = self._telemetry._tracing()
-        if tracing is None:
-            return self
-        tracer, api = tracing
-        caller = api.get_current()
-        span = tracer.start_span(self._name, context=caller)
-        if span.is_recording():
-            self._span = span
-            self.origin = Origin(
-                api.set_span_in_context(span, caller),
-                self.origin.started,
-                api.get_current_span(caller).get_span_context(),
-            )
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if exc is None:
-            return
-        code = error_type(exc)
-        task_id = exc.task_id if isinstance(exc, SubagentControlError) else None
-        event = "send refused" if self._name == SPAN_SEND else "start refused"
-        log_lifecycle(
-            logging.INFO, event, child_id=self.child_id, task_id=task_id,
-            runtime_id=self._telemetry.runtime_id, code=code, chars=self.chars or None,
-        )  # fmt: skip
-        metrics = self._telemetry._metrics
-        if metrics is not None and self._name == SPAN_SEND:
-            metrics.sends.add(1, {ERROR_TYPE: code})
-        span, api = self._span, self._telemetry._api
-        if span is not None and api is not None:
-            span.set_status(api.error, clip(str(exc)))
-            self._end(span, task_id, ERROR_TYPE, code)
-
-    def message(self, blocks: Sequence[TextBlock], source: MessageSource | None = None) -> Origin:
-        """Note the validated message's size (logged, never its text); returns the origin
-        to hand to the activation this call may admit."""
-        self.chars = sum(len(block.text) for block in blocks)
-        self._source = source.kind if source is not None else None
-        return self.origin
-
-    def admit(
-        self, *, task_id: str, child_id: str, route: str, descriptor: Descriptor | None
-    ) -> SpanTrace:
-        """The activation this call admitted (`Telemetry.activation` under this call)."""
-        self.child_id = child_id
-        return self._telemetry.activation(
-            task_id=task_id,
-            child_id=child_id,
-            route=route,
-            origin=self.origin,
-            chars=self.chars,
-            descriptor=descriptor,
-        )
-
-    def started(self, start: ContinuableStart) -> ContinuableStart:
-        """The start returned: close its span."""
-        if self._span is not None:
-            self._end(self._span, start.task_id)
-        return start
-
-    def sent(self, result: SendResult) -> SendResult:
-        """The send was answered ``steered`` or ``started``: count it, time a steer."""
-        telemetry = self._telemetry
-        if result.route == "steered":
-            log_lifecycle(
-                logging.INFO, "steer", child_id=self.child_id, task_id=result.task_id,
-                runtime_id=telemetry.runtime_id, chars=self.chars,
-            )  # fmt: skip
-        metrics = telemetry._metrics
-        if metrics is not None:
-            attributes = {ROUTE: result.route}
-            metrics.sends.add(1, attributes)
-            if result.route == "steered":
-                metrics.steer_s.record(time.perf_counter() - self.origin.started, attributes)
-        if self._span is not None:
-            self._end(self._span, result.task_id, ROUTE, result.route)
-        return result
-
-    def _end(self, span: Span, task_id: str | None, key: str = "", value: str = "") -> None:
-        """Set the span's attributes in one call (each call takes the span's lock) and end
-        it."""
-        attributes: dict[str, str | int] = {RUNTIME_ID: self._telemetry.runtime_id}
-        if self._name == SPAN_START:
-            attributes[OPERATION] = "create_agent"
-        if self.child_id is not None:
-            attributes[AGENT_ID] = self.child_id[:_ID_LIMIT]
-        if task_id is not None:
-            attributes[TASK_ID] = task_id
-        if self.chars:
-            attributes[CHARS] = self.chars
-        if self._source is not None:
-            attributes[SOURCE] = self._source
-        if key:
-            attributes[key] = value
-        span.set_attributes(attributes)
-        span.end()

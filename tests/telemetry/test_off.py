@@ -174,8 +174,9 @@ def test_a_global_provider_set_after_the_control_plane_opened_is_used_from_then_
     """
     done = run_python("-c", textwrap.dedent(code), timeout=60.0)
     assert done.returncode == 0, done.stderr
-    # One send span (the second steer's); the activation began before: it has none.
-    assert done.stdout.strip() == str(["subagent.send"])
+    # The second steer's send span and the kill's; the activation began before: it has
+    # none.
+    assert done.stdout.strip() == str(["subagent.send", "subagent.kill"])
 
 
 @pytest.mark.slow

@@ -93,12 +93,19 @@ def test_a_child_s_life_is_traced_under_the_callers_spans(
         "subagent.publish",
     ]
     steer_events = [e for e in initial.events if e.name == "subagent.steered"]
-    assert [dict(e.attributes) for e in steer_events] == [
-        {"subagent.message.chars": len("also this"), "subagent.message.source": "coordinator"}
-    ]
-
     sends = otel.spans("subagent.send")
     steer_send = _one(sends, **{"subagent.route": "steered"})
+    # The event names the send that steered; the send links to the activation.
+    assert [dict(e.attributes) for e in steer_events] == [
+        {
+            "subagent.message.chars": len("also this"),
+            "subagent.message.source": "coordinator",
+            "subagent.send.trace_id": format(steer_send.context.trace_id, "032x"),
+            "subagent.send.span_id": format(steer_send.context.span_id, "016x"),
+        }
+    ]
+    assert [link.context.span_id for link in steer_send.links] == [initial.context.span_id]
+
     assert steer_send.attributes["subagent.task.id"] == first_task
     assert steer_send.attributes["subagent.message.chars"] == len("also this")
 
@@ -153,6 +160,7 @@ def test_a_provider_that_fails_to_start_marks_its_phase_and_the_activation_faile
     assert call.parent.span_id == activation.context.span_id
     assert call.status.status_code.name == "ERROR"
     assert call.attributes["error.type"] == "RuntimeError"
+    assert activation.attributes["error.type"] == "RuntimeError"  # one per failure
     assert otel.spans("subagent.publish") == []
 
 
