@@ -200,11 +200,17 @@ def _body(config: A2AConfig, p50: dict[str, list[float]], tasks: int) -> str:
     def ratio(name: str, base: str) -> Spread:
         return spread([v / b for v, b in zip(p50[name], p50[base], strict=True)])
 
+    def beyond(name: str, base: str) -> Spread:
+        trip = p50[_STEERS[-1]]
+        pairs = zip(p50[name], trip, p50[base], strict=True)
+        return spread([(v - t) / b for v, t, b in pairs])
+
     rows = []
     for name in (*_STARTS, *_STEERS):
         base = _STARTS[0] if name.startswith("start") else _STEERS[0]
         shown = "—" if name == base else fmt_ratio(ratio(name, base))
-        rows.append([name, fmt_s(spread(p50[name])), shown])
+        over = fmt_ratio(beyond(name, base)) if "A2A" in name else "—"
+        rows.append([name, fmt_s(spread(p50[name])), shown, over])
     return f"""\
 SQLite; the server in this process on a loopback port, a keep-alive `httpx` client posting
 JSON-RPC `SendMessage` with `returnImmediately`; {config.rounds} rounds of
@@ -212,13 +218,14 @@ JSON-RPC `SendMessage` with `returnImmediately`; {config.rounds} rounds of
 over {config.live} live children (the parent held {tasks} Tasks at the end). p50 per
 round: median (min–max) across rounds; ratios taken inside each round.
 
-{table(["path", "p50", "vs the Python API"], rows)}
+{table(["path", "p50", "vs the Python API", "(path − round trip) / API (goal ≤ 1.5×)"], rows)}
 
 The A2A paths add the HTTP round trip (the agent card's `GET` above: the server, the
-guard and the client), JSON-RPC and protobuf decoding, a worker-thread hop per
-control-plane call, and the Task read that builds the answer. A start's activation
-begins at once in the same process, and the server's thread hops wait for the GIL while
-it publishes. A steer naming only the context checks, the first time per child and
-server, that the child is the parent's by listing the parent's Tasks (a cost that grows
-with them); after that the server remembers it, as a child's parent never changes.
+guard and the client), the SDK's JSON-RPC and protobuf decoding and encoding, and one
+worker-thread hop per message (the Task reads that build the answer ride in it). A start's
+activation begins at once in this process and publishes its run while the answer is on its
+way, and the request's threads wait for the GIL behind it: the held row is the same start
+with the provider's start, and so the publication, held until the answer is in. A steer
+naming only the context reads the child's stored parent once per child and server, then
+remembers it (a child's parent never changes).
 """

@@ -314,9 +314,11 @@ def _body(config: FrontsConfig, figures: dict[str, dict[str, Spread]], pg_note: 
 
 _READING = """\
 Reading it: the last column is the MCP front's own cost, over the `ToolHandlers` call it
-makes. A start through the front meets the goal in memory; over HTTP the client, the
-server and the control plane share one process's GIL, which the ping does not show. A
-steer misses it in the tools layer, not in the front: `ToolHandlers.send_message` first
-checks that the child is the caller's by listing the session's children and Tasks
-(`control.children`), a cost that grows with the session (a point lookup of the child's
-parent would make it constant)."""
+makes; `tools / api` is the tool layer's: a worker-thread hop (`acall` must not block the
+client's loop) and, for a steer, the ownership check, which reads the child's stored header
+once per child and `ToolHandlers` and then remembers it (against the session's size: the
+last table). On SQLite a steer through the API is a few hundred microseconds, about what
+that hop and the SDK's handling of a `tools/call` beyond a ping add between them, so a
+steer through the front stays above 1.5× there; the same costs are a smaller share of a
+PostgreSQL steer. Over HTTP the client, the uvicorn server and the control plane share one
+process's GIL, which the ping does not show."""
