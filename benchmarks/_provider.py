@@ -22,7 +22,7 @@ from controlplane import (
     TextBlock,
 )
 
-__all__ = ["BenchProvider", "BenchRun"]
+__all__ = ["BenchProvider", "BenchRun", "HeldStartProvider"]
 
 PROVIDER_NAME = "bench"
 
@@ -99,3 +99,33 @@ class BenchProvider:
             runs = list(self.runs.values())
         for run in runs:
             run.release()
+
+
+class HeldStartProvider(BenchProvider):
+    """A `BenchProvider` whose ``start`` waits for `let_one_start` (or the activation's
+    cancellation): a front's start is answered before its activation publishes, which
+    tells the front's own cost from that of the publication running beside it."""
+
+    name = "bench-held"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._permits = threading.Semaphore(0)
+
+    def let_one_start(self) -> None:
+        """Let one waiting (or the next) ``start`` go on."""
+        self._permits.release()
+
+    def start(self, request: StartRequest, signal: CancelSignal) -> BenchRun:
+        """A run for a new child, once a start is let go."""
+        deadline = time.monotonic() + _HELD_S
+        while not self._permits.acquire(timeout=0.01):
+            if signal.aborted:
+                raise RuntimeError("the held start was cancelled")
+            if time.monotonic() > deadline:
+                raise RuntimeError("a held start was never let go")
+        return super().start(request, signal)
+
+
+_HELD_S = 60.0
+"""The longest a held start waits for the benchmark."""

@@ -6,11 +6,14 @@ live), served by `A2AServer` on a loopback port in this process; a keep-alive `h
 client posts hand-built JSON-RPC (``SendMessage`` with ``returnImmediately``, as a client
 that does not want to wait for the turn sends it). Per round, interleaved call by call:
 
-- start: ``start_continuable`` against a ``SendMessage`` without a context;
+- start: ``start_continuable`` against a ``SendMessage`` without a context, and the same
+  to a second server whose provider holds each start until the answer is in (so the new
+  activation's publication does not run beside the request: what is left is the front's
+  own cost);
 - steer, on a pool of live children: ``send_message`` against a ``SendMessage`` naming
-  the Task (``taskId``: one point read of the Task, then the steer) and one naming only the
-  context (``contextId``: the server checks the child is the parent's once, by listing the
-  parent's Tasks, and remembers it: a child's parent never changes);
+  the Task (``taskId``: the Task's read and the steer, in one worker-thread call) and one
+  naming only the context (``contextId``: the server reads the child's stored parent once
+  and remembers it, as a child's parent never changes);
 - the HTTP round trip alone: ``GET`` of the agent card through the same server and guard.
 
 The started children are released and settled between rounds (each holds threads).
@@ -22,12 +25,13 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import orjson
 
 from benchmarks._harness import frozen_gc, sqlite_url
-from benchmarks._provider import PROVIDER_NAME, BenchProvider
+from benchmarks._provider import PROVIDER_NAME, BenchProvider, HeldStartProvider
 from benchmarks._report import Section, table
 from benchmarks._stats import Spread, fmt_ratio, fmt_s, percentile, sample_interleaved, spread
 from controlplane import ContinuableStartSpec, SubagentControl, TextBlock
@@ -39,7 +43,7 @@ _TEXT = "Also check the migration for the events table; keep seq gapless."
 _HEADERS = {"A2A-Version": "1.0", "Content-Type": "application/json"}
 _CARD = ".well-known/agent-card.json"
 _WAIT_S = 60.0
-_STARTS = ("start: Python API", "start: A2A")
+_STARTS = ("start: Python API", "start: A2A", "start: A2A, publication held")
 _STEERS = ("steer: Python API", "steer: A2A, taskId", "steer: A2A, contextId", "HTTP round trip")
 
 
@@ -66,13 +70,18 @@ def run_a2a(config: A2AConfig, workdir: Path) -> Section | None:
         return None
     p50: dict[str, list[float]] = {name: [] for name in (*_STARTS, *_STEERS)}
     control = SubagentControl.open(sqlite_url(workdir / "a2a.db"))
-    provider = BenchProvider()
+    provider, held = BenchProvider(), HeldStartProvider()
     control.providers.register(provider)
+    control.providers.register(held)
     parent = control.agents.register(_PARENT)
     server = A2AServer(control, parent, provider=PROVIDER_NAME).start()
+    held_server = A2AServer(control, parent, provider=held.name).start()
     try:
-        with httpx.Client(base_url=server.url, headers=_HEADERS, timeout=_WAIT_S) as http:
-            bench = _Bench(control, provider, parent, http)
+        with (
+            httpx.Client(base_url=server.url, headers=_HEADERS, timeout=_WAIT_S) as http,
+            httpx.Client(base_url=held_server.url, headers=_HEADERS, timeout=_WAIT_S) as slow,
+        ):
+            bench = _Bench(control, provider, parent, http, (held, slow))
             pool = bench.live_pool(config.live)
             with frozen_gc():
                 for _ in range(config.rounds):
@@ -84,7 +93,8 @@ def run_a2a(config: A2AConfig, workdir: Path) -> Section | None:
             tasks = len(control.tasks.list(parent))
     finally:
         server.stop()
-        for run in list(provider.runs.values()):
+        held_server.stop()
+        for run in [*provider.runs.values(), *held.runs.values()]:
             run.release()
         control.close()
     return Section("A2A front", _body(config, p50, tasks), {"p50": p50})
@@ -97,11 +107,13 @@ class _Bench:
         provider: BenchProvider,
         parent: object,
         http: httpx.Client,
+        held: tuple[HeldStartProvider, httpx.Client],
     ) -> None:
         self._control = control
         self._provider = provider
         self._parent = parent
         self._http = http
+        self._held, self._held_http = held
         self._started: list[str] = []
         self._rng = random.Random(28)
 
@@ -121,7 +133,12 @@ class _Bench:
         def over_a2a() -> None:
             self._started.append(self._rpc(_send(_TEXT))["result"]["task"]["id"])
 
-        return dict(zip(_STARTS, (direct, over_a2a), strict=True))
+        def publication_held() -> None:
+            reply = self._rpc(_send(_TEXT), self._held_http)
+            self._held.let_one_start()  # answered: now it may publish
+            self._started.append(reply["result"]["task"]["id"])
+
+        return dict(zip(_STARTS, (direct, over_a2a, publication_held), strict=True))
 
     def steers(self, pool: list[tuple[str, str]]) -> dict[str, Callable[[], object]]:
         message = [TextBlock(text=_TEXT)]
@@ -144,10 +161,11 @@ class _Bench:
         return dict(zip(_STEERS, (direct, by_task, by_context, round_trip), strict=True))
 
     def settle_started(self) -> None:
-        """Release and settle the children started this round (their threads go)."""
+        """End and settle the children started this round (their threads go): a kill, as a
+        held start's run may not exist yet."""
         for task_id in self._started:
-            snapshot = self._control.tasks.get(task_id, requester=self._parent)  # type: ignore[arg-type]
-            self._provider.runs[snapshot.child_id or ""].release()
+            self._control.tasks.kill(task_id, requester=self._parent)  # type: ignore[arg-type]
+        for task_id in self._started:
             self._control.tasks.wait(task_id, _WAIT_S, requester=self._parent)  # type: ignore[arg-type]
         self._started.clear()
 
@@ -159,13 +177,13 @@ class _Bench:
             parent=self._parent,  # type: ignore[arg-type]
         )
 
-    def _rpc(self, body: bytes) -> dict[str, object]:
-        answer = self._http.post("", content=body)
+    def _rpc(self, body: bytes, http: httpx.Client | None = None) -> dict[str, Any]:
+        answer = (http or self._http).post("", content=body)
         answer.raise_for_status()
-        reply = answer.json()
+        reply: dict[str, Any] = answer.json()
         if "result" not in reply:
             raise AssertionError(f"A2A refused: {reply}")
-        return reply  # type: ignore[no-any-return]
+        return reply
 
 
 def _send(text: str, *, context_id: str = "", task_id: str = "") -> bytes:
@@ -182,11 +200,17 @@ def _body(config: A2AConfig, p50: dict[str, list[float]], tasks: int) -> str:
     def ratio(name: str, base: str) -> Spread:
         return spread([v / b for v, b in zip(p50[name], p50[base], strict=True)])
 
+    def beyond(name: str, base: str) -> Spread:
+        trip = p50[_STEERS[-1]]
+        pairs = zip(p50[name], trip, p50[base], strict=True)
+        return spread([(v - t) / b for v, t, b in pairs])
+
     rows = []
     for name in (*_STARTS, *_STEERS):
         base = _STARTS[0] if name.startswith("start") else _STEERS[0]
         shown = "—" if name == base else fmt_ratio(ratio(name, base))
-        rows.append([name, fmt_s(spread(p50[name])), shown])
+        over = fmt_ratio(beyond(name, base)) if "A2A" in name else "—"
+        rows.append([name, fmt_s(spread(p50[name])), shown, over])
     return f"""\
 SQLite; the server in this process on a loopback port, a keep-alive `httpx` client posting
 JSON-RPC `SendMessage` with `returnImmediately`; {config.rounds} rounds of
@@ -194,13 +218,14 @@ JSON-RPC `SendMessage` with `returnImmediately`; {config.rounds} rounds of
 over {config.live} live children (the parent held {tasks} Tasks at the end). p50 per
 round: median (min–max) across rounds; ratios taken inside each round.
 
-{table(["path", "p50", "vs the Python API"], rows)}
+{table(["path", "p50", "vs the Python API", "(path − round trip) / API (goal ≤ 1.5×)"], rows)}
 
 The A2A paths add the HTTP round trip (the agent card's `GET` above: the server, the
-guard and the client), JSON-RPC and protobuf decoding, a worker-thread hop per
-control-plane call, and the Task read that builds the answer. A start's activation
-begins at once in the same process, and the server's thread hops wait for the GIL while
-it publishes. A steer naming only the context checks, the first time per child and
-server, that the child is the parent's by listing the parent's Tasks (a cost that grows
-with them); after that the server remembers it, as a child's parent never changes.
+guard and the client), the SDK's JSON-RPC and protobuf decoding and encoding, and one
+worker-thread hop per message (the Task reads that build the answer ride in it). A start's
+activation begins at once in this process and publishes its run while the answer is on its
+way, and the request's threads wait for the GIL behind it: the held row is the same start
+with the provider's start, and so the publication, held until the answer is in. A steer
+naming only the context reads the child's stored parent once per child and server, then
+remembers it (a child's parent never changes).
 """

@@ -27,10 +27,11 @@ import threading
 import warnings
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import AsyncExitStack, ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from benchmarks._fronts_growth import GrowthConfig, measure_growth
 from benchmarks._harness import frozen_gc, pg_schema, sqlite_url
 from benchmarks._provider import BenchProvider
 from benchmarks._report import Section, table
@@ -54,15 +55,17 @@ class FrontsConfig:
     rounds: int = 5
     ops: int = 200
     chunk: int = 20
+    growth: GrowthConfig = field(default_factory=GrowthConfig)
 
     @classmethod
     def quick(cls) -> FrontsConfig:
         """A smoke run: seconds."""
-        return cls(live=4, rounds=2, ops=20, chunk=10)
+        return cls(live=4, rounds=2, ops=20, chunk=10, growth=GrowthConfig.quick())
 
 
 def run_fronts(config: FrontsConfig, workdir: Path, pg_url: str | None, pg_note: str) -> Section:
-    """Measure a start, a steer and a ping per mode, per backend."""
+    """Measure a start, a steer and a ping per mode, per backend; then a tool steer as the
+    session grows (SQLite)."""
     figures: dict[str, dict[str, Spread]] = {}
     backends: list[tuple[str, Callable[[], Any]]] = [
         ("SQLite", lambda: _sqlite(workdir / "fronts.db"))
@@ -72,7 +75,9 @@ def run_fronts(config: FrontsConfig, workdir: Path, pg_url: str | None, pg_note:
     for backend, url_of in backends:
         with frozen_gc(), url_of() as url:
             figures[backend] = asyncio.run(_measure(config, url))
-    return Section("Protocol fronts", _body(config, figures, pg_url is None and pg_note), {})
+    growth = measure_growth(config.growth, workdir)
+    body = _body(config, figures, pg_url is None and pg_note)
+    return Section("Protocol fronts", f"{body}\n\n{growth}", {})
 
 
 @contextmanager
@@ -100,8 +105,8 @@ async def _measure(config: FrontsConfig, url: str) -> dict[str, Spread]:
         stack.callback(starts.release_all)
         control.providers.register(live)
         control.providers.register(starts)
-        # Starts under a session of their own: `send_message` through the tools checks
-        # ownership by listing the session's Tasks, which the starts would grow.
+        # Starts under a session of their own, so the steers' session stays as it is (its
+        # size is measured apart: `benchmarks._fronts_growth`).
         parent = control.agents.register(_PARENT)
         starter = control.agents.register(f"{_PARENT}-starts")
         pool = [
@@ -309,9 +314,11 @@ def _body(config: FrontsConfig, figures: dict[str, dict[str, Spread]], pg_note: 
 
 _READING = """\
 Reading it: the last column is the MCP front's own cost, over the `ToolHandlers` call it
-makes. A start through the front meets the goal in memory; over HTTP the client, the
-server and the control plane share one process's GIL, which the ping does not show. A
-steer misses it in the tools layer, not in the front: `ToolHandlers.send_message` first
-checks that the child is the caller's by listing the session's children and Tasks
-(`control.children`), a cost that grows with the session (a point lookup of the child's
-parent would make it constant)."""
+makes; `tools / api` is the tool layer's: a worker-thread hop (`acall` must not block the
+client's loop) and, for a steer, the ownership check, which reads the child's stored header
+once per child and `ToolHandlers` and then remembers it (against the session's size: the
+last table). On SQLite a steer through the API is a few hundred microseconds, about what
+that hop and the SDK's handling of a `tools/call` beyond a ping add between them, so a
+steer through the front stays above 1.5× there; the same costs are a smaller share of a
+PostgreSQL steer. Over HTTP the client, the uvicorn server and the control plane share one
+process's GIL, which the ping does not show."""

@@ -14,6 +14,8 @@ Example:
 from __future__ import annotations
 
 import logging
+import threading
+from collections import OrderedDict
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Literal, overload
@@ -61,6 +63,10 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+
+_OWNED_CACHE: Final = 10_000
+"""How many children confirmed as the parent's one `ToolHandlers` remembers (the least
+recently steered go first; a forgotten one is read from the store again)."""
 
 _ARGUMENTS_SHOWN: Final = 500
 """A waiting request's arguments beyond this many characters are clipped in its text."""
@@ -144,6 +150,9 @@ class ToolHandlers:
         self._parent = parent
         self._provider = provider
         self._aio = AsyncSubagentControl(control, executor=executor)
+        # Children confirmed as this parent's from their stored headers (see `_owns`).
+        self._owned: OrderedDict[str, None] = OrderedDict()
+        self._owned_lock = threading.Lock()
 
     @property
     def parent(self) -> AgentHandle:
@@ -269,7 +278,7 @@ class ToolHandlers:
         child_id = args.subagent_id
         # The API would start a Task that fails on an id this parent does not own; the
         # model is better served by a refusal that changes nothing.
-        if all(view.child_id != child_id for view in self._control.children(self._parent)):
+        if not self._owns(child_id):
             raise SubagentControlError(
                 ErrorCode.CHILD_NOT_FOUND,
                 f"you have no subagent {child_id!r}; nothing was sent",
@@ -284,6 +293,35 @@ class ToolHandlers:
         if result.route == "steered":
             return ToolResult(f"message delivered to running task {result.task_id}")
         return ToolResult(f"message started task {result.task_id} continuing subagent {child_id}")
+
+    def _owns(self, child_id: str) -> bool:
+        """Whether ``child_id`` is this parent's child, at a cost that does not grow with
+        the parent's children and Tasks (a steer's critical path).
+
+        A stored child's header names its parent: one point read, then remembered, as a
+        child's parent never changes (and a stored child is never deleted). A child the
+        store does not have may still be starting (durable only once its run is published),
+        known by its running initial Task: only then are the parent's children listed, as
+        `SubagentControl.children` reads them (Tasks first, so a start that publishes
+        meanwhile is in one of the two). Such a child is not remembered: a start that fails
+        before publishing leaves no child to send to.
+        """
+        with self._owned_lock:
+            if child_id in self._owned:
+                self._owned.move_to_end(child_id)
+                return True
+        store = self._control.store
+        if store is not None and _plausible_id(child_id):
+            parent = store.spend.parent_of(child_id)
+            if parent is not None:
+                if parent != self._parent.session_id:
+                    return False  # another session's child: its parent never changes
+                with self._owned_lock:
+                    self._owned[child_id] = None
+                    if len(self._owned) > _OWNED_CACHE:
+                        self._owned.popitem(last=False)
+                return True
+        return any(view.child_id == child_id for view in self._control.children(self._parent))
 
     def _task_output(self, args: TaskOutputArgs) -> ToolResult:
         tasks = self._control.tasks
@@ -393,6 +431,13 @@ def _task_line(task: TaskSnapshot) -> str:
     if task.request is not None:
         line = f"{line} — asks to run {task.request.tool}: request {task.request.id}"
     return f"{line} — {usage_text(task.usage)}" if task.usage.stored() else line
+
+
+def _plausible_id(child_id: str) -> bool:
+    """Whether the store can be asked about ``child_id`` as it is (ours are uuid4
+    strings; PostgreSQL refuses a NUL in text, and a driver cannot encode a lone
+    surrogate): anything else takes the listing's path, which compares in Python."""
+    return child_id.isascii() and "\x00" not in child_id
 
 
 def _one_line(text: str) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import OrderedDict
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Sequence
 from typing import TYPE_CHECKING, Final, TypeVar
 
 from a2a.server.context import ServerCallContext
@@ -50,11 +50,13 @@ from actors import follow_up_label
 from controlplane.aio import AsyncSubagentControl
 from controlplane.contract import (
     AgentHandle,
+    ContinuableStart,
     ContinuableStartSpec,
     ErrorCode,
     SessionEvent,
     SubagentControlError,
     TaskSnapshot,
+    TextBlock,
 )
 from controlplane.fronts._a2a_errors import a2a_error, message_blocks
 from controlplane.fronts._a2a_list import list_page
@@ -211,24 +213,23 @@ class ControlPlaneHandler(RequestHandler):
     # -- routing a message -------------------------------------------------------------------
 
     async def _deliver(self, params: SendMessageRequest) -> TaskSnapshot:
-        """Start, steer or resume, as the message's ids say; the Task that took it."""
+        """Start, steer or resume, as the message's ids say; the Task that took it.
+
+        Each way is one worker-thread call, its Task reads included: a hop costs more than
+        the in-memory read of a live Task, and more again while a new activation publishes
+        in this process (``python -m benchmarks --sections a2a``).
+        """
         message = params.message
         blocks = message_blocks(message)
         child_id: str | None = None
         if message.task_id:
-            named = await self._snapshot(message.task_id)
-            if message.context_id and named.child_id != message.context_id:
-                raise InvalidParamsError(
-                    message=f"task {named.id} is not in context {message.context_id!r}; "
-                    "nothing was delivered"
+            sent = await _guarded(
+                self._aio.run_blocking(
+                    self._steer_named, message.task_id, message.context_id, blocks
                 )
-            if a2a_state(named) in TERMINAL_STATES:
-                raise UnsupportedOperationError(
-                    message=f"task {named.id} is {named.status.value}: a message to an ended "
-                    "task is refused and nothing was delivered; send it to its context "
-                    "without a taskId to continue the subagent"
-                )
-            child_id = named.child_id
+            )
+            if sent is not None:
+                return sent
         elif message.context_id:
             child_id = await self._own_child(message.context_id)
         if child_id is None:
@@ -238,14 +239,47 @@ class ControlPlaneHandler(RequestHandler):
                 prompt=list(blocks),
                 parent=self._parent,
             )
-            started = await _guarded(self._aio.start_continuable(spec))
+            started, snapshot = await _guarded(self._aio.run_blocking(self._start, spec))
             self._remember(started.child_id)
-            return await self._snapshot(started.task_id)
-        sent = await _guarded(self._aio.send_message(self._parent, child_id, blocks))
-        return await self._snapshot(sent.task_id)
+            return snapshot
+        return await _guarded(self._aio.run_blocking(self._send, child_id, blocks))
+
+    def _steer_named(
+        self, task_id: str, context_id: str, blocks: Sequence[TextBlock]
+    ) -> TaskSnapshot | None:
+        """Send to the child of the Task named (blocking), which must be working and, when a
+        context is named too, in it; the Task that took it, or None for a Task of no child
+        (the message then starts one)."""
+        named = self._control.tasks.get(task_id, requester=self._parent)
+        if context_id and named.child_id != context_id:
+            raise InvalidParamsError(
+                message=f"task {named.id} is not in context {context_id!r}; nothing was delivered"
+            )
+        if a2a_state(named) in TERMINAL_STATES:
+            raise UnsupportedOperationError(
+                message=f"task {named.id} is {named.status.value}: a message to an ended "
+                "task is refused and nothing was delivered; send it to its context "
+                "without a taskId to continue the subagent"
+            )
+        if named.child_id is None:
+            return None
+        return self._send(named.child_id, blocks)
+
+    def _send(self, child_id: str, blocks: Sequence[TextBlock]) -> TaskSnapshot:
+        """Steer or resume ``child_id`` (blocking); the Task that took the message."""
+        sent = self._control.send_message(self._parent, child_id, blocks)
+        return self._control.tasks.get(sent.task_id, requester=self._parent)
+
+    def _start(self, spec: ContinuableStartSpec) -> tuple[ContinuableStart, TaskSnapshot]:
+        """Start a child (blocking); its ids and its Task."""
+        started = self._control.start_continuable(spec)
+        return started, self._control.tasks.get(started.task_id, requester=self._parent)
 
     async def _own_child(self, context_id: str) -> str | None:
         """``context_id`` if it is a child of ours; None for a new context.
+
+        A stored child's header names its parent (one point read); a child still starting
+        is not stored yet, but its Task is, so only then are the parent's Tasks listed.
 
         Raises:
             TaskNotFoundError: it is another session's child (nothing is said about it).
@@ -253,11 +287,14 @@ class ControlPlaneHandler(RequestHandler):
         if context_id in self._ours:
             self._ours.move_to_end(context_id)
             return context_id
-        latest = await _guarded(self._aio.run_blocking(self._latest_by_child))
-        if context_id in latest:
+        parent = await _guarded(self._aio.run_blocking(self._stored_parent, context_id))
+        if parent is None:
+            latest = await _guarded(self._aio.run_blocking(self._latest_by_child))
+            parent = self._parent.session_id if context_id in latest else None
+        if parent == self._parent.session_id:
             self._remember(context_id)
             return context_id
-        if await _guarded(self._aio.run_blocking(self._stored, context_id)):
+        if parent is not None:
             raise TaskNotFoundError(
                 message=f"no context {context_id!r} for this session; nothing was delivered"
             )
@@ -265,7 +302,7 @@ class ControlPlaneHandler(RequestHandler):
 
     def _remember(self, child_id: str) -> None:
         """Keep ``child_id`` as ours: a child's parent never changes, so this is never
-        stale, and a steer by context then skips listing the parent's Tasks."""
+        stale, and a steer by context then skips the store."""
         self._ours[child_id] = None
         self._ours.move_to_end(child_id)
         if len(self._ours) > OWNED_CACHE:
@@ -274,17 +311,13 @@ class ControlPlaneHandler(RequestHandler):
     def _latest_by_child(self) -> dict[str, TaskSnapshot]:
         return self._control.tasks.latest_by_child(self._parent)
 
-    def _stored(self, child_id: str) -> bool:
+    def _stored_parent(self, child_id: str) -> str | None:
+        """The parent session of a stored child; None when the store does not have it (or
+        cannot be asked about such an id: ours are uuid4 strings)."""
         store = self._control.store
-        if store is None:
-            return False
-        try:
-            store.load(child_id)
-        except SubagentControlError as exc:
-            if exc.code in (ErrorCode.CHILD_NOT_FOUND, ErrorCode.INVALID_INPUT):
-                return False
-            raise
-        return True
+        if store is None or not child_id.isascii() or "\x00" in child_id:
+            return None
+        return store.spend.parent_of(child_id)
 
     # -- following a Task ------------------------------------------------------------------
 
