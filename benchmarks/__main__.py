@@ -20,6 +20,7 @@ the server is unreachable.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -143,15 +144,17 @@ def _runners(
         return run_spend(SpendConfig.quick() if quick else SpendConfig(), workdir, pg_url, pg_note)
 
     def a2a() -> Section | None:
+        if not _has("a2a", "httpx"):  # the a2a extra is missing: no section
+            return None
         from benchmarks.a2a import A2AConfig, run_a2a
 
         return run_a2a(A2AConfig.quick() if quick else A2AConfig(), workdir)
 
     def fronts() -> Section | None:
-        try:
-            from benchmarks.fronts import FrontsConfig, run_fronts
-        except ImportError:  # the mcp extra is missing
+        if not _has("mcp"):  # the mcp extra is missing: no section
             return None
+        from benchmarks.fronts import FrontsConfig, run_fronts
+
         config = FrontsConfig.quick() if quick else FrontsConfig()
         return run_fronts(config, workdir, pg_url, pg_note)
 
@@ -284,6 +287,11 @@ def _parser() -> argparse.ArgumentParser:
 
 def _log(message: str) -> None:
     print(f"[benchmarks] {message}", file=sys.stderr, flush=True)
+
+
+def _has(*modules: str) -> bool:
+    """Whether every one of ``modules`` can be imported (an optional extra is installed)."""
+    return all(importlib.util.find_spec(name) is not None for name in modules)
 
 
 if __name__ == "__main__":

@@ -55,7 +55,7 @@ def prefix_query(kind: str, prefix: str, limit: int) -> Select[str]:
         raise SubagentControlError(
             ErrorCode.INVALID_INPUT, f"limit must be an integer from 1 to {_MAX_LIMIT}"
         )
-    query = select(key).where(key >= prefix, key.like(_like_pattern(prefix), escape="\\"))
+    query = select(key).where(key >= prefix, key.like(_like_pattern(prefix), escape=_ESCAPE))
     upper = _successor(prefix)
     if upper is not None:
         query = query.where(key < upper)
@@ -63,7 +63,8 @@ def prefix_query(kind: str, prefix: str, limit: int) -> Select[str]:
 
 
 def _like_pattern(prefix: str) -> str:
-    escaped = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+    escaped = prefix.replace(_ESCAPE, _ESCAPE * 2)
+    escaped = escaped.replace("%", _ESCAPE + "%").replace("_", _ESCAPE + "_")
     return escaped + "%"
 
 
@@ -78,3 +79,8 @@ def _successor(prefix: str) -> str | None:
             return text[:-1] + chr(step)
         text = text[:-1]
     return None
+
+
+_ESCAPE = "!"
+"""The LIKE escape character: not a backslash, which SQLAlchemy before 2.0.31 renders into
+PostgreSQL's ESCAPE clause as two characters (refused), and not one an id needs escaped."""

@@ -10,6 +10,7 @@ so a missing SQLite file is not a failure of theirs.
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -85,14 +86,19 @@ _SERVERS: dict[str, tuple[str, ...]] = {
 def _cases() -> Iterator[object]:
     usage, not_found, unreachable = "usage error", "not found", "unreachable"
     for name, argv in {**_STORE_COMMANDS, **_SERVERS}.items():
-        yield _case(f"{name}-bad-url", (*argv, "--db", "nonsense"), usage, "nonsense")
-        yield _case(f"{name}-unsupported-db", (*argv, "--db", "mysql://u@h/db"), usage, "mysql")
+        # A server without its extra says so first (its own case below): these need it.
+        needs = name if name in _SERVERS else None
+        yield _case(f"{name}-bad-url", (*argv, "--db", "nonsense"), usage, "nonsense",
+                    needs=needs)  # fmt: skip
+        yield _case(f"{name}-unsupported-db", (*argv, "--db", "mysql://u@h/db"), usage, "mysql",
+                    needs=needs)  # fmt: skip
         yield _case(
             f"{name}-missing-driver",
             (*argv, "--db", PG_URL),
             usage,
             "subagent-control[postgres]",
             without="psycopg",
+            needs=needs,
         )
     for name, argv in _STORE_COMMANDS.items():
         yield _case(f"{name}-missing-sqlite-file", (*argv, "--db", MISSING), not_found, "no SQLite")
@@ -117,9 +123,17 @@ def _cases() -> Iterator[object]:
 
 
 def _case(
-    name: str, argv: tuple[str, ...], meaning: str, says: str, *, without: str | None = None
+    name: str,
+    argv: tuple[str, ...],
+    meaning: str,
+    says: str,
+    *,
+    without: str | None = None,
+    needs: str | None = None,
 ) -> object:
-    return pytest.param(Case(argv, meaning, says, without), id=name)
+    missing = needs is not None and importlib.util.find_spec(needs) is None
+    marks = pytest.mark.skip(reason=f"the {needs} extra is not installed") if missing else ()
+    return pytest.param(Case(argv, meaning, says, without), id=name, marks=marks)
 
 
 @pytest.fixture
