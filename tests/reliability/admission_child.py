@@ -27,6 +27,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import IO
 
@@ -177,10 +178,25 @@ def main(url: str, probe_dir: str, name: str, limit: int, turn_s: float) -> None
             print(f"queued {child_id} {task_id} {status}", flush=True)
         elif word == "queue-resume":
             sent = control.send_message(parent, arg, [TextBlock(text="adopt me")])
+            # `started` is answered before the resumed turn's frame is written (its load
+            # comes first): the test kills this runtime once the message is durable.
+            _until_written(control, arg, "adopt me")
             status = control.tasks.get(sent.task_id, requester=parent).status.value
             print(f"queued {sent.task_id} {status}", flush=True)
     control.close()
     print("closed", flush=True)
+
+
+def _until_written(control: SubagentControl, child_id: str, text: str) -> None:
+    """Wait (bounded) until ``text`` is a ``user/message`` of the child's transcript."""
+    assert control.store is not None
+    deadline = time.monotonic() + WATCHDOG_S
+    while time.monotonic() < deadline:
+        events = control.store.load(child_id).events
+        if any(e.kind == "user/message" and e.data.get("text") == text for e in events):
+            return
+        time.sleep(0.005)
+    raise SystemExit(f"the message {text!r} was never written")
 
 
 if __name__ == "__main__":
