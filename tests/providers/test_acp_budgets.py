@@ -6,8 +6,6 @@ its budget is refused before any agent process starts, until its parent raises i
 from __future__ import annotations
 
 import json
-import os
-import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,7 +23,7 @@ from controlplane import (
 
 pytest.importorskip("acp", reason="the acp extra is not installed")
 
-from tests.providers.test_acp_provider import Agents, alive, register
+from tests.providers.test_acp_provider import Agents, reaped, register
 
 WAIT_S = 15.0
 REPORTED = {"totalTokens": 75, "inputTokens": 50, "outputTokens": 25}
@@ -33,12 +31,7 @@ REPORTED = {"totalTokens": 75, "inputTokens": 50, "outputTokens": 25}
 
 @pytest.fixture
 def agents(tmp_path: Path) -> Iterator[Agents]:
-    made = Agents(tmp_path / "agent-state")
-    yield made
-    survivors = [pid for pid in made.pids() if alive(pid)]
-    for pid in survivors:
-        os.kill(pid, signal.SIGKILL)
-    assert survivors == [], "an agent process outlived its activation"
+    yield from reaped(Agents(tmp_path / "agent-state"))
 
 
 @pytest.fixture

@@ -10,8 +10,6 @@ is called with (``methods.jsonl``), so the tests assert on what it received.
 from __future__ import annotations
 
 import json
-import os
-import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -34,7 +32,15 @@ from controlplane.providers._acp import THREAD_PREFIX
 pytest.importorskip("acp", reason="the acp extra is not installed")
 from controlplane import AcpProvider
 from tests.providers.fakes import FakeTranscript, Parent, start_request
-from tests.providers.test_acp_provider import Agents, alive, events, register, settle, start
+from tests.providers.test_acp_provider import (
+    Agents,
+    alive,
+    events,
+    reaped,
+    register,
+    settle,
+    start,
+)
 from tests.support import eventually
 
 pytestmark = pytest.mark.timeout(60)
@@ -61,12 +67,7 @@ class Logged(Agents):
 
 @pytest.fixture
 def agents(tmp_path: Path) -> Iterator[Logged]:
-    made = Logged(tmp_path / "agent-state")
-    yield made
-    survivors = [pid for pid in made.pids() if alive(pid)]
-    for pid in survivors:
-        os.kill(pid, signal.SIGKILL)
-    assert survivors == [], "an agent process outlived its activation"
+    yield from reaped(Logged(tmp_path / "agent-state"))
 
 
 @pytest.fixture

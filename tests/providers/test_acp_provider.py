@@ -16,7 +16,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
@@ -55,6 +55,9 @@ def alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
+A = TypeVar("A", bound="Agents")
+
+
 class Agents:
     """Builds agent command lines sharing one state directory, and checks their pids."""
 
@@ -73,14 +76,19 @@ class Agents:
         return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-@pytest.fixture
-def agents(tmp_path: Path) -> Iterator[Agents]:
-    made = Agents(tmp_path / "agent-state")
+def reaped(made: A) -> Iterator[A]:
+    """An agents fixture's body: yield ``made``, then fail on (and kill) any agent process
+    that outlived its activation."""
     yield made
     survivors = [pid for pid in made.pids() if alive(pid)]
     for pid in survivors:
         os.kill(pid, signal.SIGKILL)
     assert survivors == [], "an agent process outlived its activation"
+
+
+@pytest.fixture
+def agents(tmp_path: Path) -> Iterator[Agents]:
+    yield from reaped(Agents(tmp_path / "agent-state"))
 
 
 @pytest.fixture
