@@ -1,0 +1,207 @@
+"""The console over plain HTTP, in this process: what a POST must carry to change anything
+(its own origin and the session's CSRF token), the token a non-loopback console asks,
+the security headers, and ``/api/`` answering what the pages show.
+
+A child of this process waits on an approval (SQLite in ``tmp_path``); every refused POST
+is checked against the store: nothing was answered, nothing ran."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from controlplane import (
+    ChildTool,
+    ContinuableStartSpec,
+    InProcessProvider,
+    ScriptedModel,
+    SubagentControl,
+    TaskStatus,
+    TextBlock,
+)
+from controlplane.fronts._console import ConsoleServer
+from controlplane.fronts._console_app import CSP
+from controlplane.models import ModelReply, ToolCall
+from tests.support import WAIT_S
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class Waiting:
+    """A control plane whose child waits on an approval for ``deploy``, and its console."""
+
+    def __init__(self, url: str, *, token: str | None = None) -> None:
+        self.runs: list[dict[str, Any]] = []
+        call = ToolCall(id="c1", name="deploy", arguments={"env": "prod"})
+        model = ScriptedModel([ModelReply(text="shipping", tool_calls=[call]), "shipped"])
+        tool = ChildTool("deploy", "Deploy.", {"type": "object"}, self._run, approval="always")
+        self.control = SubagentControl.open(url, approval_grace_s=60.0)
+        self.control.providers.register(InProcessProvider(model, tools=[tool]))
+        self.parent = self.control.agents.register("boss")
+        started = self.control.start_continuable(
+            ContinuableStartSpec(provider="inprocess", label="ship it", parent=self.parent,
+                                 prompt=[TextBlock(text="ship")])  # fmt: skip
+        )
+        self.child_id, self.task_id = started.child_id, started.task_id
+        snap = self.control.tasks.wait(self.task_id, timeout=WAIT_S, requester=self.parent)
+        assert snap.status is TaskStatus.INPUT_REQUIRED and snap.request is not None
+        self.request_id = snap.request.id
+        self.console = ConsoleServer(self.control, token=token).start()
+
+    def _run(self, arguments: dict[str, Any]) -> str:
+        self.runs.append(arguments)
+        return "deployed"
+
+    def pending(self) -> bool:
+        store = self.control.store
+        assert store is not None
+        state, answer, _ = store.approvals.state(self.request_id)
+        return answer is None
+
+    def close(self) -> None:
+        self.console.stop()
+        self.control.close(timeout_s=10.0)
+
+
+@pytest.fixture
+def waiting(sqlite_url: str) -> Iterator[Waiting]:
+    opened = Waiting(sqlite_url)
+    yield opened
+    opened.close()
+
+
+def _session(url: str) -> tuple[httpx.Client, str]:
+    """A client that opened the overview: its session cookie, and the page's CSRF token."""
+    client = httpx.Client(base_url=url, timeout=WAIT_S)
+    page = client.get("/")
+    assert page.status_code == 200
+    found = re.search(r'<meta name="csrf-token" content="([0-9a-f]+)">', page.text)
+    assert found is not None
+    return client, found.group(1)
+
+
+def _answer(client: httpx.Client, waiting: Waiting, headers: dict[str, str]) -> httpx.Response:
+    return client.post(
+        f"/api/requests/{waiting.request_id}/answer", json={"allow": True}, headers=headers
+    )
+
+
+def test_a_post_without_the_csrf_token_or_from_another_origin_changes_nothing(
+    waiting: Waiting,
+) -> None:
+    url = waiting.console.url
+    origin = url.rstrip("/")
+    client, csrf = _session(url)
+    other, other_csrf = _session(url)
+    with contextlib.closing(client), contextlib.closing(other):
+        refused = {
+            "no token": _answer(client, waiting, {"origin": origin}),
+            "wrong token": _answer(client, waiting, {"origin": origin, "x-csrf-token": "0" * 40}),
+            "another session's token": _answer(
+                client, waiting, {"origin": origin, "x-csrf-token": other_csrf}
+            ),
+            "no origin": _answer(client, waiting, {"x-csrf-token": csrf}),
+            "another origin": _answer(
+                client, waiting, {"origin": "http://127.0.0.1:1", "x-csrf-token": csrf}
+            ),
+            "a foreign host": _answer(
+                client, waiting, {"origin": "http://evil.example", "x-csrf-token": csrf}
+            ),
+        }
+        assert {why: r.status_code for why, r in refused.items()} == dict.fromkeys(refused, 403)
+        assert waiting.pending()
+        assert waiting.runs == []
+        kill = client.post(f"/api/tasks/{waiting.task_id}/kill", headers={"origin": origin})
+        assert kill.status_code == 403
+        store = waiting.control.store
+        assert store is not None
+        assert store.ledger.get(waiting.task_id).status is TaskStatus.INPUT_REQUIRED
+
+        allowed = _answer(client, waiting, {"origin": origin, "x-csrf-token": csrf})
+        assert allowed.status_code == 200, allowed.text
+        done = waiting.control.tasks.wait(waiting.task_id, timeout=WAIT_S,
+                                          requester=waiting.parent)  # fmt: skip
+        again = _answer(client, waiting, {"origin": origin, "x-csrf-token": csrf})
+    assert done.status is TaskStatus.COMPLETED
+    assert waiting.runs == [{"env": "prod"}]
+    assert again.status_code == 409 and again.json()["error"] == "REQUEST_CLOSED"
+
+
+def test_every_answer_carries_the_policy_and_the_api_says_what_the_page_shows(
+    waiting: Waiting,
+) -> None:
+    with httpx.Client(base_url=waiting.console.url, timeout=WAIT_S) as client:
+        page = client.get("/")
+        overview = client.get("/api/overview").json()
+        child = client.get(f"/api/children/{waiting.child_id}").json()
+        runtimes = client.get("/api/runtimes").json()
+        missing = client.get("/api/children/nobody")
+        script = client.get("/static/console.js")
+    assert page.headers["content-security-policy"] == CSP
+    assert "'unsafe-inline'" not in CSP and "script-src 'self'" in CSP
+    assert "<script>" not in page.text  # only <script src=…>
+    assert page.headers["x-frame-options"] == "DENY"
+    for words in ("Needs you", "Working", "Completed"):
+        assert words in page.text
+    [needing] = overview["groups"]["needs"]
+    assert (needing["child_id"], needing["status"]) == (waiting.child_id, "input_required deploy")
+    assert child["request"]["id"] == waiting.request_id
+    assert child["request"]["arguments"] == {"env": "prod"}
+    assert [e["kind"] for e in child["events"]][:2] == ["turn/start", "user/message"]
+    assert waiting.control.runtime_id in [r["runtime_id"] for r in runtimes["runtimes"]]
+    assert missing.status_code == 404
+    assert script.headers["content-type"].startswith("text/javascript")
+
+
+def test_a_message_from_the_console_steers_the_waiting_turn_as_a_person(
+    waiting: Waiting,
+) -> None:
+    url = waiting.console.url
+    client, csrf = _session(url)
+    headers = {"origin": url.rstrip("/"), "x-csrf-token": csrf}
+    with contextlib.closing(client):
+        sent = client.post(f"/api/children/{waiting.child_id}/messages",
+                           json={"message": "use the blue cluster"}, headers=headers)  # fmt: skip
+        budget = client.post(f"/api/children/{waiting.child_id}/budget",
+                             json={"budget-tokens": "5000"}, headers=headers)  # fmt: skip
+        empty = client.post(f"/api/children/{waiting.child_id}/messages", json={"message": " "},
+                            headers=headers)  # fmt: skip
+    assert sent.status_code == 200, sent.text
+    assert sent.json()["route"] == "steered"
+    assert sent.json()["task_id"] == waiting.task_id
+    assert budget.status_code == 200, budget.text
+    assert empty.status_code == 400
+    store = waiting.control.store
+    assert store is not None
+    steers = [e for e in store.load(waiting.child_id).events if e.kind == "steering/message"]
+    assert [(e.data["text"], e.source.kind if e.source else None) for e in steers] == [
+        ("use the blue cluster", "human")
+    ]
+    assert store.spend.read([f"child:{waiting.child_id}"])[f"child:{waiting.child_id}"].budget == {
+        "tokens": 5000
+    }
+
+
+def test_with_a_token_every_request_shows_it_and_a_browser_keeps_it_in_a_cookie(
+    sqlite_url: str,
+) -> None:
+    opened = Waiting(sqlite_url, token="s3cret-token")
+    try:
+        url = opened.console.url
+        with httpx.Client(base_url=url, timeout=WAIT_S) as client:
+            assert client.get("/").status_code == 401
+            assert client.get("/api/overview").status_code == 401
+            assert client.get("/?token=wrong").status_code == 401
+            entered = client.get("/?token=s3cret-token")
+            assert entered.status_code == 303 and entered.headers["location"] == "/"
+            assert client.get("/").status_code == 200  # the cookie now
+        with httpx.Client(base_url=url, timeout=WAIT_S) as script:
+            bearer = {"authorization": "Bearer s3cret-token"}
+            assert script.get("/api/overview", headers=bearer).status_code == 200
+    finally:
+        opened.close()
