@@ -46,7 +46,7 @@ class Harness(LinesProcess):
         return found
 
 
-def populate(url: str, *, children: int, tasks: int, sessions: int = 10) -> list[str]:
+def populate(url: str, *, children: int, tasks: int, sessions: int = 7) -> list[str]:
     """Write ``children`` children (a tenth of them grandchildren) under ``sessions``
     parent sessions, each with a finished first turn, and ``tasks`` settled Tasks spread
     over them, straight into the store at ``url``; the child ids, oldest first."""

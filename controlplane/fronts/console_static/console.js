@@ -13,14 +13,13 @@
     flash.className = failed ? "failed" : "ok";
   }
 
-  // -- the filter: rows whose text holds every word typed stay shown -----------------
+  // -- the filter: rows whose text holds what is typed stay shown ---------------------
   const filter = document.getElementById("filter");
   function applyFilter() {
     if (!filter) return;
-    const words = filter.value.toLowerCase().split(/\s+/).filter(Boolean);
+    const wanted = filter.value.trim().toLowerCase().replace(/\s+/g, " ");
     for (const row of document.querySelectorAll("tr.child, ul.tree li")) {
-      const text = row.textContent.toLowerCase();
-      row.hidden = !words.every((w) => text.includes(w));
+      row.hidden = !row.textContent.toLowerCase().replace(/\s+/g, " ").includes(wanted);
     }
   }
   if (filter) filter.addEventListener("input", applyFilter);
