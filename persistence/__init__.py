@@ -11,8 +11,8 @@ from persistence._approvals import Answered, ApprovalBook, StoredRequest, Waitin
 from persistence._host_clock import LeaseNow, boot_id, host_name, is_expired
 from persistence._inbox import Inbox, InboxItem, Listener
 from persistence._ledger import TaskLedger
-from persistence._queue import AdmissionQueue, Admitted, QueueHead, QueuePlace
 from persistence._overview import ChangeMarker, KeyedTask, StoreOverview
+from persistence._queue import AdmissionQueue, Admitted, QueueHead, QueuePlace
 from persistence._queue_listener import AdmissionListener
 from persistence._retry import RetryPolicy
 from persistence._spend import ScopeSpend, SpendLedger

@@ -83,9 +83,15 @@ class StoreOverview:
         self._latest = select(*(ranked.c[c.name] for c in columns)).where(ranked.c.newest == 1)
         self._of_child = select(*columns).order_by(_T.created_at.desc(), _T.task_id.desc())
         self._spend = select(
-            _S.scope, _S.tokens, _S.cost, _S.model_calls, _S.tool_calls, _S.seconds, _S.budget,
+            _S.scope,
+            _S.tokens,
+            _S.cost,
+            _S.model_calls,
+            _S.tool_calls,
+            _S.seconds,
+            _S.budget,
             _S.warned,
-        ).where(_S.scope.like(f"{_CHILD_SCOPE}%"))  # fmt: skip
+        ).where(_S.scope.like(f"{_CHILD_SCOPE}%"))
         self._keyed = (
             select(_A.key, _A.task_id, _A.state, _A.seq, _T.status, _T.label, _T.child_id)
             .join(TaskRow, _T.task_id == _A.task_id)
@@ -161,7 +167,7 @@ class ChangeMarker:
         Raises:
             SubagentControlError: ``STORE_UNAVAILABLE`` when the database cannot be read.
         """
-        return self._run("read the store's change marker", self._read)  # type: ignore[no-any-return]
+        return self._run("read the store's change marker", self._read)
 
     def close(self) -> None:
         """Give back the connection the marker keeps."""

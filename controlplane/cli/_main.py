@@ -10,6 +10,7 @@ load it only when they run.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
@@ -263,10 +264,8 @@ def _run_console(args: argparse.Namespace, out: Any) -> None:
             f"the console command needs the optional {exc.name!r} package: "
             "pip install 'subagent-control[console]'",
         ) from exc
-    try:
+    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C ends a server: not an error
         serve_console(args.db, http=args.http, token=args.token, setup=args.setup, out=out)
-    except KeyboardInterrupt:
-        pass  # Ctrl-C ends a server: not an error
 
 
 def _add_answer(commands: Any, formatter: type[argparse.HelpFormatter], common: Any) -> None:

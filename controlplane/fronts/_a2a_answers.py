@@ -17,8 +17,8 @@ from typing import Any, Final
 
 from a2a.types.a2a_pb2 import Message, Part, Role
 from a2a.utils.errors import InvalidParamsError
-from google.protobuf import json_format
-from google.protobuf.struct_pb2 import Value
+from google.protobuf import json_format  # type: ignore[import-untyped]
+from google.protobuf.struct_pb2 import Value  # type: ignore[import-untyped]
 
 from controlplane.contract import ApprovalRequest, TaskSnapshot
 

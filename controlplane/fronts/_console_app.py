@@ -117,9 +117,7 @@ class _Views:
         return found
 
 
-def console_app(
-    control: SubagentControl, *, feed: ChangeFeed, token: str | None
-) -> ASGIApp:
+def console_app(control: SubagentControl, *, feed: ChangeFeed, token: str | None) -> ASGIApp:
     """The console for ``control``'s store, following ``feed``; ``token`` (or None) is
     asked of every request."""
     store = control.store
@@ -132,8 +130,10 @@ def console_app(
     secret = secrets.token_bytes(32)
     handlers = _Handlers(control, store, views, feed)
     static = {
-        name: (resources.files("controlplane.fronts").joinpath("console_static", name)
-               .read_bytes(), kind)  # fmt: skip
+        name: (
+            resources.files("controlplane.fronts").joinpath("console_static", name).read_bytes(),
+            kind,
+        )
         for name, kind in _STATIC.items()
     }
 
@@ -201,8 +201,9 @@ class _Handlers:
 
     async def child_events(self, request: Request) -> Response:
         child_id = request.path_params["child_id"]
-        return self._stream(lambda: self._views.regions(f"child:{child_id}",
-                                                        lambda: self._child(child_id)))  # fmt: skip
+        return self._stream(
+            lambda: self._views.regions(f"child:{child_id}", lambda: self._child(child_id))
+        )
 
     async def runtimes_events(self, request: Request) -> Response:
         return self._stream(lambda: self._views.regions("runtimes", self._runtimes))
@@ -268,9 +269,7 @@ class _Handlers:
         request_id = request.path_params["request_id"]
 
         def act() -> dict[str, Any]:
-            self._control.answer(
-                HUMAN_SENDER, request_id, allow=allow, note=note, source=_human()
-            )
+            self._control.answer(HUMAN_SENDER, request_id, allow=allow, note=note, source=_human())
             return {"answered": request_id, "allow": allow}
 
         return await self._act(act)
@@ -415,9 +414,13 @@ def _page(
 def _error_page(request: Request, exc: SubagentControlError) -> Response:
     body = f"<h1>{'Not found' if exc.code is ErrorCode.CHILD_NOT_FOUND else 'Error'}</h1>"
     html = page(
-        title="Error", csrf=request.scope["console.csrf"], stream="", regions={},
-        body=body + '<p id="problem"></p>', nav="",
-    )  # fmt: skip
+        title="Error",
+        csrf=request.scope["console.csrf"],
+        stream="",
+        regions={},
+        body=body + '<p id="problem"></p>',
+        nav="",
+    )
     html = html.replace('<p id="problem"></p>', f"<p>{_escape(exc.message)}</p>")
     return HTMLResponse(html, status_code=_STATUS.get(exc.code, 500))
 
@@ -450,20 +453,22 @@ def _protect(app: ASGIApp, *, secret: bytes, token: str | None) -> ASGIApp:
             offered = query.get("token", [None])[0]
             if offered is not None and hmac.compare_digest(offered, token):
                 set_cookies.append(f"{TOKEN_COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict")
-                await _respond(send, 303, b"", "text/plain", set_cookies,
-                               location=scope.get("path", "/"))  # fmt: skip
+                await _respond(
+                    send, 303, b"", "text/plain", set_cookies, location=scope.get("path", "/")
+                )
                 return
             bearer = headers.get(b"authorization", "")
             shown = cookies.get(TOKEN_COOKIE, "")
             if not (
-                hmac.compare_digest(bearer, f"Bearer {token}")
-                or hmac.compare_digest(shown, token)
+                hmac.compare_digest(bearer, f"Bearer {token}") or hmac.compare_digest(shown, token)
             ):
                 await _respond(
-                    send, 401,
+                    send,
+                    401,
                     b"this console needs its token: open it once as /?token=TOKEN",
-                    "text/plain; charset=utf-8", [],
-                )  # fmt: skip
+                    "text/plain; charset=utf-8",
+                    [],
+                )
                 return
         session = cookies.get(SESSION_COOKIE, "")
         if len(session) < 20:
@@ -473,9 +478,12 @@ def _protect(app: ASGIApp, *, secret: bytes, token: str | None) -> ASGIApp:
             refused = _post_refusal(headers, csrf_of(session))
             if refused is not None:
                 await _respond(
-                    send, 403, json.dumps({"error": "forbidden", "message": refused}).encode(),
-                    "application/json", [],
-                )  # fmt: skip
+                    send,
+                    403,
+                    json.dumps({"error": "forbidden", "message": refused}).encode(),
+                    "application/json",
+                    [],
+                )
                 return
         scope["console.csrf"] = csrf_of(session)
 

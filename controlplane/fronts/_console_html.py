@@ -61,7 +61,7 @@ def page(
         '<link rel="stylesheet" href="/static/console.css">'
         '<script src="/static/console.js" defer></script>'
         f'</head><body data-stream="{_e(stream)}">'
-        f'<header><strong>subagent-control</strong><nav>{links}</nav>'
+        f"<header><strong>subagent-control</strong><nav>{links}</nav>"
         '<span id="live" class="live">connecting…</span></header>'
         f'<main>{filled}<p id="flash" role="status" aria-live="polite"></p></main>'
         "</body></html>"
@@ -250,8 +250,7 @@ def _usage(view: ChildPage) -> str:
         "<h2>Usage</h2>"
         f"<p>{total.total_tokens:,} tokens ({total.input_tokens:,} in, "
         f"{total.output_tokens:,} out), {total.model_calls} model calls, "
-        f"{total.tool_calls} tool calls, cost {_cost(total.cost)}</p>"
-        + tokens_chart(view.turns)
+        f"{total.tool_calls} tool calls, cost {_cost(total.cost)}</p>" + tokens_chart(view.turns)
     )
 
 
@@ -344,8 +343,11 @@ def _event_text(kind: str, data: Any) -> str:
     if not isinstance(data, dict):
         return "" if data is None else _json(data)
     if kind in (EventKind.TURN_START, EventKind.TURN_END):
-        return " ".join(f"{k}={v}" for k, v in data.items() if k in ("task_id", "activation",
-                                                                     "status", "detail"))  # fmt: skip
+        return " ".join(
+            f"{k}={v}"
+            for k, v in data.items()
+            if k in ("task_id", "activation", "status", "detail")
+        )
     if kind == "tool/call":
         return f"{data.get('name', '')}({_json(data.get('arguments', {}))})"
     if kind == EventKind.APPROVAL_REQUEST:

@@ -114,9 +114,7 @@ class Overview:
         """The whole overview under ``/api/overview``."""
         return {
             "read_at": self.read_at.isoformat(),
-            "groups": {
-                name: [row.as_json() for row in self.group(name)] for name in GROUP_TITLES
-            },
+            "groups": {name: [row.as_json() for row in self.group(name)] for name in GROUP_TITLES},
             "sessions": self.roots,
         }
 
@@ -209,9 +207,7 @@ class ChildPage:
             "tasks": [t.model_dump(mode="json") for t in self.tasks],
             "usage": {
                 "total": self.total.model_dump(mode="json"),
-                "turns": [
-                    {"turn": t.turn, **t.usage.model_dump(mode="json")} for t in self.turns
-                ],
+                "turns": [{"turn": t.turn, **t.usage.model_dump(mode="json")} for t in self.turns],
             },
             "children": [c.model_dump(mode="json") for c in self.children],
             "events": [e.model_dump(mode="json") for e in self.events],
@@ -229,8 +225,9 @@ def child_page(store: SqlStore, child_id: str) -> ChildPage:
     tasks = store.queue.with_places(tasks)
     waiting = [t.id for t in tasks if t.status is TaskStatus.INPUT_REQUIRED]
     requests = store.approvals.of_tasks(waiting) if waiting else {}
-    tasks = [t.model_copy(update={"request": requests[t.id]}) if t.id in requests else t
-             for t in tasks]  # fmt: skip
+    tasks = [
+        t.model_copy(update={"request": requests[t.id]}) if t.id in requests else t for t in tasks
+    ]
     request = next((t.request for t in tasks if t.request is not None), None)
     own = session.own_events
     by_turn: dict[int, list[SessionEvent]] = defaultdict(list)
@@ -301,16 +298,19 @@ class RuntimesPage:
                 r.info.model_dump(mode="json")
                 | {
                     "alive": r.alive,
-                    "holds": [
-                        {"child_id": c, "task_id": t, "fence": f} for c, t, f in r.holds
-                    ],
+                    "holds": [{"child_id": c, "task_id": t, "fence": f} for c, t, f in r.holds],
                 }
                 for r in self.runtimes
             ],
             "queues": {
                 key: [
-                    {"task_id": k.task_id, "state": k.state, "status": k.status,
-                     "label": k.label, "child_id": k.child_id}  # fmt: skip
+                    {
+                        "task_id": k.task_id,
+                        "state": k.state,
+                        "status": k.status,
+                        "label": k.label,
+                        "child_id": k.child_id,
+                    }
                     for k in keyed
                 ]
                 for key, keyed in self.queues.items()

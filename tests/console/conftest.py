@@ -64,9 +64,11 @@ def page(browser: Any) -> Iterator[Any]:
     opened.on("pageerror", lambda error: problems.append(f"page error: {error}"))
     opened.on(
         "console",
-        lambda message: problems.append(f"console {message.type}: {message.text}")
-        if message.type == "error" and "Content Security Policy" in message.text
-        else None,
+        lambda message: (
+            problems.append(f"console {message.type}: {message.text}")
+            if message.type == "error" and "Content Security Policy" in message.text
+            else None
+        ),
     )
     opened.set_default_timeout(10_000)
     try:

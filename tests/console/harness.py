@@ -60,8 +60,9 @@ def main(url: str, runs: str, mode: str) -> None:
     try:
         if mode == "approval":
             call = ToolCall(id="c1", name="deploy", arguments={"env": "prod"})
-            model = ScriptedModel([ModelReply(text="shipping to prod", tool_calls=[call]),
-                                   "shipped"])  # fmt: skip
+            model = ScriptedModel(
+                [ModelReply(text="shipping to prod", tool_calls=[call]), "shipped"]
+            )
             tools = [deploy_tool(Path(runs))]
         else:
             call = ToolCall(id="w1", name="wait", arguments={})
@@ -71,10 +72,12 @@ def main(url: str, runs: str, mode: str) -> None:
         parent = control.agents.register("harness")
         started = control.start_continuable(
             ContinuableStartSpec(
-                provider="inprocess", label=f"{mode} job", parent=parent,
+                provider="inprocess",
+                label=f"{mode} job",
+                parent=parent,
                 prompt=[TextBlock(text=f"do the {mode} job")],
             )
-        )  # fmt: skip
+        )
         ready: dict[str, Any] = {"child_id": started.child_id, "task_id": started.task_id}
         if mode == "approval":
             waiting = control.tasks.wait(started.task_id, timeout=LIFETIME_S, requester=parent)

@@ -25,9 +25,18 @@ class ConsoleProcess(LinesProcess):
         env: Mapping[str, str] | None = None,
     ) -> None:
         super().__init__(
-            Path("-m"), "controlplane.cli", "console", "--db", url, "--http", bind, *args,
-            name=name, stderr=stderr, env=env,
-        )  # fmt: skip
+            Path("-m"),
+            "controlplane.cli",
+            "console",
+            "--db",
+            url,
+            "--http",
+            bind,
+            *args,
+            name=name,
+            stderr=stderr,
+            env=env,
+        )
 
     def ready(self) -> str:
         """Wait (bounded) until it listens; its address."""
@@ -70,8 +79,12 @@ def populate(url: str, *, children: int, tasks: int, sessions: int = 7) -> list[
             child_id = str(uuid.uuid4())
             nested = index % 10 == 9 and ids
             parent = ids[index - 1] if nested else f"session-{index % sessions}"
-            meta = ChildMeta(child_id=child_id, parent_session=parent, depth=2 if nested else 1,
-                             label=f"job {index}")  # fmt: skip
+            meta = ChildMeta(
+                child_id=child_id,
+                parent_session=parent,
+                depth=2 if nested else 1,
+                label=f"job {index}",
+            )
             store.create_child(
                 meta,
                 [
@@ -85,10 +98,14 @@ def populate(url: str, *, children: int, tasks: int, sessions: int = 7) -> list[
         for index in range(tasks):
             child_id = ids[index % len(ids)]
             task = TaskSnapshot(
-                id=str(uuid.uuid4()), label=f"turn {index}", owner_session="owner",
-                status=TaskStatus.RUNNING, child_id=child_id, runtime_id="gone",
+                id=str(uuid.uuid4()),
+                label=f"turn {index}",
+                owner_session="owner",
+                status=TaskStatus.RUNNING,
+                child_id=child_id,
+                runtime_id="gone",
                 created_at=start + timedelta(milliseconds=index),
-            )  # fmt: skip
+            )
             store.ledger.admit(task)
             outcome = TaskOutcome(status=TaskStatus.COMPLETED, output=f"output {index}")
             store.ledger.settle((task.id, outcome, task.created_at))

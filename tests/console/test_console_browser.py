@@ -79,16 +79,19 @@ def test_a_person_finds_answers_and_steers_a_waiting_child_without_a_reload(
         ("use the blue cluster", "human")
     ]
     assert [(e.data["allow"], e.data["note"]) for e in answers] == [(True, "go ahead")]
-    assert answers[0].source is not None and answers[0].source.kind == "human"
+    assert answers[0].source is not None
+    assert answers[0].source.kind == "human"
     assert runs.read_text(encoding="utf-8").splitlines() == ['{"env": "prod"}']
-    assert task is not None and task.status is TaskStatus.COMPLETED
+    assert task is not None
+    assert task.status is TaskStatus.COMPLETED
 
 
 def test_kill_from_the_page_ends_a_task_running_in_another_process(
     reaped: Reaper, pg_url: str, page: Any, tmp_path: Path
 ) -> None:
-    harness = reaped.add(Harness(pg_url, tmp_path / "runs.log", "slow",
-                                 stderr=tmp_path / "harness.err"))  # fmt: skip
+    harness = reaped.add(
+        Harness(pg_url, tmp_path / "runs.log", "slow", stderr=tmp_path / "harness.err")
+    )
     ids = harness.ready()
     console = reaped.add(ConsoleProcess(pg_url, stderr=tmp_path / "console.err"))
     url = console.ready()
@@ -99,34 +102,36 @@ def test_kill_from_the_page_ends_a_task_running_in_another_process(
     working.get_by_role("link", name="slow job").click()
     page.on("dialog", lambda dialog: dialog.accept())
     page.get_by_role("button", name="Kill").click()
-    expect(page.locator("#region-state")).to_contain_text("last Task killed",
-                                                         timeout=WAIT_S * 1000)  # fmt: skip
+    expect(page.locator("#region-state")).to_contain_text("last Task killed", timeout=WAIT_S * 1000)
 
     with SqlStore(pg_url, read_only=True) as store:
         task = store.ledger.get(ids["task_id"])
-    assert task is not None and task.status is TaskStatus.KILLED
+    assert task is not None
+    assert task.status is TaskStatus.KILLED
     page.goto(url)
     expect(page.locator("section.group-completed")).to_contain_text("slow job")
 
 
 PAYLOADS = (
     "<script>window.__pwned = 'script'</script>",
-    '<img src=x onerror="window.__pwned = \'img\'">',
+    "<img src=x onerror=\"window.__pwned = 'img'\">",
     '"><svg onload="window.__pwned = \'svg\'">',
 )
 
 
-def test_markup_in_a_transcript_shows_as_text_and_runs_nothing(
-    sqlite_url: str, page: Any
-) -> None:
+def test_markup_in_a_transcript_shows_as_text_and_runs_nothing(sqlite_url: str, page: Any) -> None:
     hostile = " ".join(PAYLOADS)
     control = SubagentControl.open(sqlite_url)
     try:
         control.providers.register(InProcessProvider(ScriptedModel([hostile, hostile])))
         parent = control.agents.register("parent <b>")
         started = control.start_continuable(
-            ContinuableStartSpec(provider="inprocess", label=f"label {PAYLOADS[1]}",
-                                 parent=parent, prompt=[TextBlock(text=hostile)])  # fmt: skip
+            ContinuableStartSpec(
+                provider="inprocess",
+                label=f"label {PAYLOADS[1]}",
+                parent=parent,
+                prompt=[TextBlock(text=hostile)],
+            )
         )
         control.tasks.wait(started.task_id, timeout=WAIT_S, requester=parent)
         with ConsoleServer(control) as console:
@@ -137,8 +142,9 @@ def test_markup_in_a_transcript_shows_as_text_and_runs_nothing(
             expect(timeline.locator("li.ev-assistant-message")).to_contain_text(PAYLOADS[0])
             expect(page.locator("#live")).to_have_text("live")
             # Over the stream too: a resumed turn's events arrive as a region update.
-            sent = control.send_message(parent, started.child_id, [TextBlock(text=hostile)],
-                                        MessageSource(kind="human"))  # fmt: skip
+            sent = control.send_message(
+                parent, started.child_id, [TextBlock(text=hostile)], MessageSource(kind="human")
+            )
             control.tasks.wait(sent.task_id, timeout=WAIT_S, requester=parent)
             expect(timeline.locator("li.ev-turn-end")).to_have_count(2)
             for payload in PAYLOADS:

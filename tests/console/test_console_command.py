@@ -27,7 +27,8 @@ def test_the_command_serves_the_store_and_stops_on_sigterm(
     page = httpx.get(url, timeout=WAIT_S)
     runtimes = httpx.get(f"{url}api/runtimes", timeout=WAIT_S).json()
 
-    assert page.status_code == 200 and "Needs you" in page.text
+    assert page.status_code == 200
+    assert "Needs you" in page.text
     assert [r["pid"] for r in runtimes["runtimes"]] == [console.proc.pid]
     console.proc.send_signal(signal.SIGTERM)
     assert console.proc.wait(WAIT_S) == 0
@@ -37,8 +38,12 @@ def test_beyond_loopback_the_console_asks_a_generated_token(
     reaped: Reaper, sqlite_url: str, tmp_path: Path
 ) -> None:
     console = reaped.add(
-        ConsoleProcess(sqlite_url, bind="0.0.0.0:0", stderr=tmp_path / "console.err",
-                       env={"TMPDIR": str(tmp_path)})  # fmt: skip
+        ConsoleProcess(
+            sqlite_url,
+            bind="0.0.0.0:0",
+            stderr=tmp_path / "console.err",
+            env={"TMPDIR": str(tmp_path)},
+        )
     )
     url = console.ready().replace("0.0.0.0", "127.0.0.1")
     token_file = Path(console.expect("bearer token written to "))
@@ -46,8 +51,9 @@ def test_beyond_loopback_the_console_asks_a_generated_token(
 
     assert stat.S_IMODE(token_file.stat().st_mode) == 0o600
     assert httpx.get(f"{url}api/overview", timeout=WAIT_S).status_code == 401
-    shown = httpx.get(f"{url}api/overview", timeout=WAIT_S,
-                      headers={"authorization": f"Bearer {token}"})  # fmt: skip
+    shown = httpx.get(
+        f"{url}api/overview", timeout=WAIT_S, headers={"authorization": f"Bearer {token}"}
+    )
     assert shown.status_code == 200
 
 

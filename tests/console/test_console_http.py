@@ -44,12 +44,17 @@ class Waiting:
         self.control.providers.register(InProcessProvider(model, tools=[tool]))
         self.parent = self.control.agents.register("boss")
         started = self.control.start_continuable(
-            ContinuableStartSpec(provider="inprocess", label="ship it", parent=self.parent,
-                                 prompt=[TextBlock(text="ship")])  # fmt: skip
+            ContinuableStartSpec(
+                provider="inprocess",
+                label="ship it",
+                parent=self.parent,
+                prompt=[TextBlock(text="ship")],
+            )
         )
         self.child_id, self.task_id = started.child_id, started.task_id
         snap = self.control.tasks.wait(self.task_id, timeout=WAIT_S, requester=self.parent)
-        assert snap.status is TaskStatus.INPUT_REQUIRED and snap.request is not None
+        assert snap.status is TaskStatus.INPUT_REQUIRED
+        assert snap.request is not None
         self.request_id = snap.request.id
         self.console = ConsoleServer(self.control, token=token).start()
 
@@ -60,7 +65,7 @@ class Waiting:
     def pending(self) -> bool:
         store = self.control.store
         assert store is not None
-        state, answer, _ = store.approvals.state(self.request_id)
+        _state, answer, _ = store.approvals.state(self.request_id)
         return answer is None
 
     def close(self) -> None:
@@ -124,12 +129,12 @@ def test_a_post_without_the_csrf_token_or_from_another_origin_changes_nothing(
 
         allowed = _answer(client, waiting, {"origin": origin, "x-csrf-token": csrf})
         assert allowed.status_code == 200, allowed.text
-        done = waiting.control.tasks.wait(waiting.task_id, timeout=WAIT_S,
-                                          requester=waiting.parent)  # fmt: skip
+        done = waiting.control.tasks.wait(waiting.task_id, timeout=WAIT_S, requester=waiting.parent)
         again = _answer(client, waiting, {"origin": origin, "x-csrf-token": csrf})
     assert done.status is TaskStatus.COMPLETED
     assert waiting.runs == [{"env": "prod"}]
-    assert again.status_code == 409 and again.json()["error"] == "REQUEST_CLOSED"
+    assert again.status_code == 409
+    assert again.json()["error"] == "REQUEST_CLOSED"
 
 
 def test_every_answer_carries_the_policy_and_the_api_says_what_the_page_shows(
@@ -143,7 +148,8 @@ def test_every_answer_carries_the_policy_and_the_api_says_what_the_page_shows(
         missing = client.get("/api/children/nobody")
         script = client.get("/static/console.js")
     assert page.headers["content-security-policy"] == CSP
-    assert "'unsafe-inline'" not in CSP and "script-src 'self'" in CSP
+    assert "'unsafe-inline'" not in CSP
+    assert "script-src 'self'" in CSP
     assert "<script>" not in page.text  # only <script src=…>
     assert page.headers["x-frame-options"] == "DENY"
     for words in ("Needs you", "Working", "Completed"):
@@ -165,12 +171,19 @@ def test_a_message_from_the_console_steers_the_waiting_turn_as_a_person(
     client, csrf = _session(url)
     headers = {"origin": url.rstrip("/"), "x-csrf-token": csrf}
     with contextlib.closing(client):
-        sent = client.post(f"/api/children/{waiting.child_id}/messages",
-                           json={"message": "use the blue cluster"}, headers=headers)  # fmt: skip
-        budget = client.post(f"/api/children/{waiting.child_id}/budget",
-                             json={"budget-tokens": "5000"}, headers=headers)  # fmt: skip
-        empty = client.post(f"/api/children/{waiting.child_id}/messages", json={"message": " "},
-                            headers=headers)  # fmt: skip
+        sent = client.post(
+            f"/api/children/{waiting.child_id}/messages",
+            json={"message": "use the blue cluster"},
+            headers=headers,
+        )
+        budget = client.post(
+            f"/api/children/{waiting.child_id}/budget",
+            json={"budget-tokens": "5000"},
+            headers=headers,
+        )
+        empty = client.post(
+            f"/api/children/{waiting.child_id}/messages", json={"message": " "}, headers=headers
+        )
     assert sent.status_code == 200, sent.text
     assert sent.json()["route"] == "steered"
     assert sent.json()["task_id"] == waiting.task_id
@@ -198,7 +211,8 @@ def test_with_a_token_every_request_shows_it_and_a_browser_keeps_it_in_a_cookie(
             assert client.get("/api/overview").status_code == 401
             assert client.get("/?token=wrong").status_code == 401
             entered = client.get("/?token=s3cret-token")
-            assert entered.status_code == 303 and entered.headers["location"] == "/"
+            assert entered.status_code == 303
+            assert entered.headers["location"] == "/"
             assert client.get("/").status_code == 200  # the cookie now
         with httpx.Client(base_url=url, timeout=WAIT_S) as script:
             bearer = {"authorization": "Bearer s3cret-token"}

@@ -45,8 +45,7 @@ class Deploys:
 
     def __init__(self) -> None:
         self.runs: list[dict[str, Any]] = []
-        self.tool = ChildTool("deploy", "Deploy.", {"type": "object"}, self._run,
-                              approval="always")  # fmt: skip
+        self.tool = ChildTool("deploy", "Deploy.", {"type": "object"}, self._run, approval="always")
 
     def _run(self, arguments: dict[str, Any]) -> str:
         self.runs.append(arguments)
@@ -120,7 +119,8 @@ def test_a_reply_to_a_waiting_task_answers_its_request_once_and_is_no_steer(
     waiting, answered, done = run(drive)
 
     words, data = waiting.status.message.parts
-    assert "deploy" in words.text and "allow" in words.text
+    assert "deploy" in words.text
+    assert "allow" in words.text
     request = _data(data)
     assert (request["tool"], request["arguments"]) == ("deploy", {"env": "prod"})
     assert answered.id == waiting.id
@@ -143,8 +143,14 @@ def test_a_reply_that_says_neither_allow_nor_deny_is_refused_and_the_task_still_
             started = await send(client, message("ship"))
             await wait_state(client, started.id, WAITING)
             with pytest.raises(InvalidParamsError) as refused:
-                await send(client, message("what is the weather like?",
-                                           context_id=started.context_id, task_id=started.id))  # fmt: skip
+                await send(
+                    client,
+                    message(
+                        "what is the weather like?",
+                        context_id=started.context_id,
+                        task_id=started.id,
+                    ),
+                )
             still = await wait_state(client, started.id, WAITING)
             return started, str(refused.value), still
 
