@@ -92,8 +92,9 @@ _STATIC: Final = {
 class _Views:
     """The views of the current store generation, read once however many pages show them."""
 
-    def __init__(self, store: SqlStore) -> None:
+    def __init__(self, store: SqlStore, feed: ChangeFeed) -> None:
         self._store = store
+        self._feed = feed
         self._lock = threading.Lock()
         self._generation = 0
         self._cache: dict[str, dict[str, str]] = {}
@@ -110,6 +111,7 @@ class _Views:
             generation = self._generation
         if found is not None:
             return found
+        self._feed.view_reads += 1
         found = read()
         with self._lock:
             if generation == self._generation:
@@ -125,7 +127,7 @@ def console_app(control: SubagentControl, *, feed: ChangeFeed, token: str | None
         raise SubagentControlError(
             ErrorCode.PERSISTENCE_UNAVAILABLE, "the console reads a store; open one with a URL"
         )
-    views = _Views(store)
+    views = _Views(store, feed)
     feed.on_change(views.changed)
     secret = secrets.token_bytes(32)
     handlers = _Handlers(control, store, views, feed)

@@ -125,7 +125,7 @@ def _recency(row: ChildRowView) -> datetime:
 
 def overview(store: SqlStore) -> Overview:
     """Every child of the store, each with its newest Task and its spend (a few reads)."""
-    children = store.list_children()
+    children = store.overview.children()
     latest = store.overview.latest_tasks() if store.keeps_tasks else {}
     spend = store.overview.child_spend() if store.keeps_tasks else {}
     tasks = store.queue.with_places(list(latest.values()))

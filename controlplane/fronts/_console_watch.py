@@ -46,6 +46,9 @@ class ChangeFeed:
         self._thread = threading.Thread(target=self._watch, name="console-feed", daemon=True)
         self.reads = 0
         """How many times the marker was read (the console's idle load on the store)."""
+        self.view_reads = 0
+        """How many times a page's view was read from the store (once per change and kind
+        of page, however many pages show it)."""
 
     def start(self) -> None:
         """Start watching."""
