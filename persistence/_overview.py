@@ -24,8 +24,8 @@ from typing import Any, TypeVar
 from sqlalchemy import select
 
 from controlplane.contract import ChildMeta, TaskSnapshot, TaskStatus
-from persistence._database import Database
 from persistence._codec import construct
+from persistence._database import Database
 from persistence._schema import TASKS, AdmissionRow, ChildRow, SpendRow, TaskRow, utc_time
 from persistence._spend import ScopeSpend, _scope_spend
 from persistence._task_snapshots import snapshot_of
