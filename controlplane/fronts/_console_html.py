@@ -90,7 +90,7 @@ def overview_regions(view: Overview) -> dict[str, str]:
         rows = view.group(name)
         table = (
             _table(
-                ("Label", "Status", "Age", "Provider:model", "Tokens", "Cost", "Child"),
+                ("Label", "Status", "Age", "Tokens", "Cost", "Child"),
                 (_child_cells(row, now) for row in rows),
                 row_class="child",
             )
@@ -118,7 +118,6 @@ def _child_cells(row: ChildRowView, now: datetime) -> tuple[str, ...]:
         f'<span class="status status-{_e(row.task.status.value if row.task else "idle")}">'
         f"{_e(row.status)}</span>",
         _e(_age(row.task.created_at if row.task else row.meta.created_at, now)),
-        "-",  # a child's provider and model are on its page (read from its transcript)
         f"{row.tokens:,}",
         _cost(row.cost),
         f"<code>{_e(row.meta.child_id[:8])}</code>",
@@ -265,7 +264,7 @@ def tokens_chart(turns: list[TurnUsage], *, width: int = 600, height: int = 140)
         what = "Model calls per turn (no tokens reported)"
     top = max(max(tokens), 1)
     slot = width / len(turns)
-    bar = max(slot * 0.8, 1.0)
+    bar = min(max(slot * 0.8, 1.0), 48.0)
     usable = height - 20
     bars = []
     for index, (turn, value) in enumerate(zip(turns, tokens, strict=True)):
