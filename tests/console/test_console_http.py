@@ -2,8 +2,9 @@
 (its own origin and the session's CSRF token), the token a non-loopback console asks,
 the security headers, and ``/api/`` answering what the pages show.
 
-A child of this process waits on an approval (SQLite in ``tmp_path``); every refused POST
-is checked against the store: nothing was answered, nothing ran."""
+A child of this process waits on an approval (SQLite in ``tmp_path``, and PostgreSQL when
+its URL is set); every refused POST is checked against the store: nothing was answered,
+nothing ran."""
 
 from __future__ import annotations
 
@@ -74,8 +75,8 @@ class Waiting:
 
 
 @pytest.fixture
-def waiting(sqlite_url: str) -> Iterator[Waiting]:
-    opened = Waiting(sqlite_url)
+def waiting(store_url: str) -> Iterator[Waiting]:
+    opened = Waiting(store_url)
     yield opened
     opened.close()
 
