@@ -17,13 +17,16 @@ import httpx
 import pytest
 
 from controlplane import (
+    Budget,
     ChildTool,
     ContinuableStartSpec,
+    ErrorCode,
     InProcessProvider,
     ScriptedModel,
     SubagentControl,
     TaskStatus,
     TextBlock,
+    Usage,
 )
 from controlplane.fronts._console import ConsoleServer
 from controlplane.fronts._console_app import CSP
@@ -220,3 +223,60 @@ def test_with_a_token_every_request_shows_it_and_a_browser_keeps_it_in_a_cookie(
             assert script.get("/api/overview", headers=bearer).status_code == 200
     finally:
         opened.close()
+
+
+def test_a_child_stopped_by_its_budget_needs_you_until_the_console_raises_it(
+    sqlite_url: str,
+) -> None:
+    look = ModelReply(tool_calls=[ToolCall(id="c1", name="look", arguments={})])
+    model = ScriptedModel(
+        [look, look, "done", "again"], usage=Usage(input_tokens=50, output_tokens=10)
+    )
+    control = SubagentControl.open(sqlite_url)
+    try:
+        tool = ChildTool("look", "Look.", {"type": "object"}, lambda _arguments: "seen")
+        control.providers.register(InProcessProvider(model, tools=[tool]))
+        parent = control.agents.register("boss")
+        started = control.start_continuable(
+            ContinuableStartSpec(
+                provider="inprocess",
+                label="look around",
+                parent=parent,
+                prompt=[TextBlock(text="look")],
+                budget=Budget(tokens=100),
+            )
+        )
+        stopped = control.tasks.wait(started.task_id, timeout=WAIT_S, requester=parent)
+        assert stopped.outcome is not None
+        assert stopped.outcome.code is ErrorCode.BUDGET_EXHAUSTED
+        with ConsoleServer(control) as console:
+            client, csrf = _session(console.url)
+            headers = {"origin": console.url.rstrip("/"), "x-csrf-token": csrf}
+            with contextlib.closing(client):
+                before = client.get("/api/overview").json()["groups"]
+                refused = client.post(
+                    f"/api/children/{started.child_id}/messages",
+                    json={"message": "more"},
+                    headers=headers,
+                )
+                raised = client.post(
+                    f"/api/children/{started.child_id}/budget",
+                    json={"budget-tokens": "1000"},
+                    headers=headers,
+                )
+                sent = client.post(
+                    f"/api/children/{started.child_id}/messages",
+                    json={"message": "more"},
+                    headers=headers,
+                )
+            resumed = control.tasks.wait(sent.json()["task_id"], timeout=WAIT_S, requester=parent)
+    finally:
+        control.close(timeout_s=10.0)
+
+    [needing] = before["needs"]
+    assert (needing["child_id"], needing["status"]) == (started.child_id, "stopped by budget")
+    assert refused.status_code == 409
+    assert refused.json()["error"] == "BUDGET_EXHAUSTED"
+    assert raised.status_code == 200
+    assert sent.json()["route"] == "started"
+    assert resumed.status is TaskStatus.COMPLETED
