@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
+import html
 import json
 import secrets
 import threading
@@ -414,23 +415,12 @@ def _page(
 
 
 def _error_page(request: Request, exc: SubagentControlError) -> Response:
-    body = f"<h1>{'Not found' if exc.code is ErrorCode.CHILD_NOT_FOUND else 'Error'}</h1>"
-    html = page(
-        title="Error",
-        csrf=request.scope["console.csrf"],
-        stream="",
-        regions={},
-        body=body + '<p id="problem"></p>',
-        nav="",
+    title = "Not found" if exc.code is ErrorCode.CHILD_NOT_FOUND else "Error"
+    said = f"<h1>{title}</h1><p>{html.escape(exc.message, quote=True)}</p>"
+    shown = page(
+        title=title, csrf=request.scope["console.csrf"], stream="", regions={}, body=said, nav=""
     )
-    html = html.replace('<p id="problem"></p>', f"<p>{_escape(exc.message)}</p>")
-    return HTMLResponse(html, status_code=_STATUS.get(exc.code, 500))
-
-
-def _escape(text: str) -> str:
-    import html
-
-    return html.escape(text, quote=True)
+    return HTMLResponse(shown, status_code=_STATUS.get(exc.code, 500))
 
 
 # -- the protection around the app --------------------------------------------------------

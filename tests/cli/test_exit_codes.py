@@ -4,8 +4,8 @@ of the help's ``exit status`` list, never by its number.
 
 The store commands run on SQLite; a missing database driver or extra is acted out in a
 fresh interpreter whose ``sys.modules`` holds None for it, as an install without the
-extra would fail. The servers (``mcp``, ``a2a``, ``console``) create a store that does not exist yet,
-so a missing SQLite file is not a failure of theirs.
+extra would fail. The servers (``mcp``, ``a2a``, ``console``) create a store that does not
+exist yet, so a missing SQLite file is not a failure of theirs.
 """
 
 from __future__ import annotations
