@@ -4,32 +4,20 @@ Reads come from the store (`controlplane.fronts._console_views`), on a worker th
 pages of one kind share one read per change of the store (`_Views`). Actions go through
 the control plane the console opened, as a person (``MessageSource(kind="human")``).
 
-Safety, on top of the fronts' HTTP rules (`controlplane.fronts._security.guard`: loopback
-addressing, the body cap, JSON posts):
-
-- with a token, every request shows it: ``Authorization: Bearer …``, or the cookie set
-  when a browser first opens ``/?token=…`` (then redirected to the address without it);
-- every page request gets a session cookie (``HttpOnly``, ``SameSite=Strict``), and its
-  CSRF token (an HMAC of the session under a secret of this process) is in the page;
-- a POST changes something only with an ``Origin`` that is this server's own and that
-  CSRF token in ``X-CSRF-Token``; otherwise it is answered 403 and nothing is done;
-- every answer carries a Content-Security-Policy without inline script or style.
+The token, session, CSRF and origin checks and the security headers wrap it
+(`controlplane.fronts._console_guard`), inside the fronts' HTTP rules.
 """
 
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import hmac
 import html
 import json
 import secrets
 import threading
 from collections.abc import AsyncIterator, Callable
-from http.cookies import SimpleCookie
 from importlib import resources
 from typing import TYPE_CHECKING, Any, Final, TypeVar
-from urllib.parse import parse_qs, urlsplit
 
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -44,6 +32,7 @@ from controlplane.contract import (
     SubagentControlError,
     TextBlock,
 )
+from controlplane.fronts._console_guard import protect
 from controlplane.fronts._console_html import (
     OVERVIEW_BODY,
     RUNTIMES_BODY,
@@ -55,25 +44,19 @@ from controlplane.fronts._console_html import (
 )
 from controlplane.fronts._console_views import child_page, overview, runtimes_page
 from controlplane.fronts._console_watch import ChangeFeed
-from controlplane.fronts._security import ASGIApp, Message, Receive, Scope, Send
+from controlplane.fronts._security import ASGIApp
 
 if TYPE_CHECKING:
     from controlplane._facade import SubagentControl
     from controlplane.contract import AgentHandle
     from persistence import SqlStore
 
-__all__ = ["CSP", "HUMAN_SENDER", "console_app"]
+__all__ = ["HUMAN_SENDER", "console_app"]
 
 T = TypeVar("T")
 
-CSP: Final = (
-    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-    "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
-)
 HUMAN_SENDER: Final = "console"
 """The ``sender_session_id`` of what a person sends or answers from the console."""
-SESSION_COOKIE: Final = "sc_console_session"
-TOKEN_COOKIE: Final = "sc_console_token"
 KEEPALIVE_S: Final = 15.0
 _STATUS: Final = {
     ErrorCode.INVALID_INPUT: 400,
@@ -165,7 +148,7 @@ def console_app(control: SubagentControl, *, feed: ChangeFeed, token: str | None
             Route("/static/{name}", serve_static),
         ]
     )
-    return _protect(app, secret=secret, token=token)
+    return protect(app, secret=secret, token=token)
 
 
 class _Handlers:
@@ -421,126 +404,3 @@ def _error_page(request: Request, exc: SubagentControlError) -> Response:
         title=title, csrf=request.scope["console.csrf"], stream="", regions={}, body=said, nav=""
     )
     return HTMLResponse(shown, status_code=_STATUS.get(exc.code, 500))
-
-
-# -- the protection around the app --------------------------------------------------------
-
-
-def _protect(app: ASGIApp, *, secret: bytes, token: str | None) -> ASGIApp:
-    """Token, session cookie, CSRF and origin checks, and the security headers (see the
-    module)."""
-
-    def csrf_of(session: str) -> str:
-        return hmac.new(secret, session.encode(), hashlib.sha256).hexdigest()[:40]
-
-    async def protected(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await app(scope, receive, send)
-            return
-        headers = {bytes(k).lower(): bytes(v).decode("latin-1") for k, v in scope["headers"]}
-        cookies = _cookies(headers.get(b"cookie", ""))
-        set_cookies: list[str] = []
-        if token is not None:
-            query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
-            offered = query.get("token", [None])[0]
-            if offered is not None and hmac.compare_digest(offered, token):
-                set_cookies.append(f"{TOKEN_COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict")
-                await _respond(
-                    send, 303, b"", "text/plain", set_cookies, location=scope.get("path", "/")
-                )
-                return
-            bearer = headers.get(b"authorization", "")
-            shown = cookies.get(TOKEN_COOKIE, "")
-            if not (
-                hmac.compare_digest(bearer, f"Bearer {token}") or hmac.compare_digest(shown, token)
-            ):
-                await _respond(
-                    send,
-                    401,
-                    b"this console needs its token: open it once as /?token=TOKEN",
-                    "text/plain; charset=utf-8",
-                    [],
-                )
-                return
-        session = cookies.get(SESSION_COOKIE, "")
-        if len(session) < 20:
-            session = secrets.token_urlsafe(24)
-            set_cookies.append(f"{SESSION_COOKIE}={session}; Path=/; HttpOnly; SameSite=Strict")
-        if scope.get("method") == "POST":
-            refused = _post_refusal(headers, csrf_of(session))
-            if refused is not None:
-                await _respond(
-                    send,
-                    403,
-                    json.dumps({"error": "forbidden", "message": refused}).encode(),
-                    "application/json",
-                    [],
-                )
-                return
-        scope["console.csrf"] = csrf_of(session)
-
-        async def secured(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                extra = [(k.encode(), v.encode()) for k, v in _SECURITY_HEADERS]
-                extra += [(b"set-cookie", c.encode()) for c in set_cookies]
-                message = dict(message)
-                message["headers"] = [*message.get("headers", []), *extra]
-            await send(message)
-
-        await app(scope, receive, secured)
-
-    return protected
-
-
-_SECURITY_HEADERS: Final = (
-    ("content-security-policy", CSP),
-    ("x-content-type-options", "nosniff"),
-    ("referrer-policy", "no-referrer"),
-    ("x-frame-options", "DENY"),
-)
-
-
-def _post_refusal(headers: dict[bytes, str], csrf: str) -> str | None:
-    """Why a POST may not change anything, or None: its origin must be this server and it
-    must carry the session's CSRF token."""
-    origin = headers.get(b"origin")
-    host = headers.get(b"host", "")
-    if origin is None:
-        return "a change needs an Origin header naming this console; nothing was changed"
-    try:
-        parts = urlsplit(origin)
-    except ValueError:
-        return "a malformed Origin; nothing was changed"
-    if parts.scheme not in ("http", "https") or parts.netloc != host:
-        return "a change from another origin is refused; nothing was changed"
-    offered = headers.get(b"x-csrf-token", "")
-    if not offered or not hmac.compare_digest(offered, csrf):
-        return "a missing or wrong CSRF token (reload the page); nothing was changed"
-    return None
-
-
-def _cookies(header: str) -> dict[str, str]:
-    jar: SimpleCookie = SimpleCookie()
-    try:
-        jar.load(header)
-    except Exception:  # a malformed cookie header reads as none (http.cookies.CookieError)
-        return {}
-    return {name: morsel.value for name, morsel in jar.items()}
-
-
-async def _respond(
-    send: Send,
-    status: int,
-    body: bytes,
-    kind: str,
-    cookies: list[str],
-    *,
-    location: str | None = None,
-) -> None:
-    headers = [(b"content-type", kind.encode()), (b"content-length", str(len(body)).encode())]
-    headers += [(k.encode(), v.encode()) for k, v in _SECURITY_HEADERS]
-    headers += [(b"set-cookie", c.encode()) for c in cookies]
-    if location is not None:
-        headers.append((b"location", location.encode()))
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})

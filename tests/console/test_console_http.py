@@ -29,7 +29,7 @@ from controlplane import (
     Usage,
 )
 from controlplane.fronts._console import ConsoleServer
-from controlplane.fronts._console_app import CSP
+from controlplane.fronts._console_guard import CSP
 from controlplane.models import ModelReply, ToolCall
 from tests.support import WAIT_S
 
