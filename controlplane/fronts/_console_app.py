@@ -58,6 +58,8 @@ T = TypeVar("T")
 HUMAN_SENDER: Final = "console"
 """The ``sender_session_id`` of what a person sends or answers from the console."""
 KEEPALIVE_S: Final = 15.0
+_MAX_VIEWS: Final = 1000
+"""Read locks kept for this many views at most (then those not in use are dropped)."""
 _STATUS: Final = {
     ErrorCode.INVALID_INPUT: 400,
     ErrorCode.UNAUTHORIZED: 403,
@@ -74,7 +76,8 @@ _STATIC: Final = {
 
 
 class _Views:
-    """The views of the current store generation, read once however many pages show them."""
+    """The views of the current store generation, read once however many pages show them:
+    the streams a change wakes together wait for the first one's read of their view."""
 
     def __init__(self, store: SqlStore, feed: ChangeFeed) -> None:
         self._store = store
@@ -82,6 +85,7 @@ class _Views:
         self._lock = threading.Lock()
         self._generation = 0
         self._cache: dict[str, dict[str, str]] = {}
+        self._reading: dict[str, threading.Lock] = {}
 
     def changed(self) -> None:
         with self._lock:
@@ -92,14 +96,22 @@ class _Views:
         """The regions of ``key`` (read now, or as read since the last change)."""
         with self._lock:
             found = self._cache.get(key)
-            generation = self._generation
+            reading = self._reading.setdefault(key, threading.Lock())
         if found is not None:
             return found
-        self._feed.view_reads += 1
-        found = read()
-        with self._lock:
-            if generation == self._generation:
-                self._cache[key] = found
+        with reading:  # one read per view at a time; the others take its result
+            with self._lock:
+                found = self._cache.get(key)
+                generation = self._generation
+            if found is not None:
+                return found
+            self._feed.view_reads += 1
+            found = read()
+            with self._lock:
+                if generation == self._generation:
+                    self._cache[key] = found
+                if len(self._reading) > _MAX_VIEWS:  # children's pages come and go
+                    self._reading = {k: v for k, v in self._reading.items() if v.locked()}
         return found
 
 

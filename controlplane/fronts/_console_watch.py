@@ -46,6 +46,8 @@ class ChangeFeed:
         self._thread = threading.Thread(target=self._watch, name="console-feed", daemon=True)
         self.reads = 0
         """How many times the marker was read (the console's idle load on the store)."""
+        self.changes = 0
+        """How many times the streams were woken (a change seen, or a poke)."""
         self.view_reads = 0
         """How many times a page's view was read from the store (once per change and kind
         of page, however many pages show it)."""
@@ -89,6 +91,7 @@ class ChangeFeed:
         with self._lock:
             waiters = list(self._waiters.items())
             hooks = list(self._hooks)
+            self.changes += 1
         for hook in hooks:
             hook()
         for event, loop in waiters:

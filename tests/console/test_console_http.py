@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -280,3 +281,69 @@ def test_a_child_stopped_by_its_budget_needs_you_until_the_console_raises_it(
     assert raised.status_code == 200
     assert sent.json()["route"] == "started"
     assert resumed.status is TaskStatus.COMPLETED
+
+
+def test_pages_open_on_one_view_share_one_read_of_the_store_per_change(sqlite_url: str) -> None:
+    control = SubagentControl.open(sqlite_url, lease_ttl_s=600.0)  # no heartbeat meanwhile
+    try:
+        control.providers.register(InProcessProvider(ScriptedModel(["done", "again"])))
+        parent = control.agents.register("boss")
+        started = control.start_continuable(
+            ContinuableStartSpec(
+                provider="inprocess", label="one", parent=parent, prompt=[TextBlock(text="go")]
+            )
+        )
+        control.tasks.wait(started.task_id, timeout=WAIT_S, requester=parent)
+        streams: list[_Stream] = []
+        try:
+            with ConsoleServer(control) as console:
+                page = f"{console.url}events/children/{started.child_id}"
+                streams = [_Stream(page) for _ in range(5)]
+                for stream in streams:
+                    stream.wait_for("event: live")
+                before, seen = console.feed.view_reads, console.feed.changes
+                sent = control.send_message(parent, started.child_id, [TextBlock(text="more")])
+                control.tasks.wait(sent.task_id, timeout=WAIT_S, requester=parent)
+                for stream in streams:
+                    stream.wait_for("again")  # the new turn's reply, in the timeline region
+                reads = console.feed.view_reads - before
+                changes = console.feed.changes - seen
+        finally:  # the console has stopped: it ended every stream
+            for stream in streams:
+                stream.close()
+    finally:
+        control.close(timeout_s=10.0)
+
+    # At most one read per change the watcher saw, for five pages (not five).
+    assert 1 <= reads <= changes, (reads, changes)
+
+
+class _Stream:
+    """An event stream read on a thread of its own; `wait_for` a text in what came."""
+
+    def __init__(self, url: str) -> None:
+        self._client = httpx.Client(timeout=WAIT_S)
+        self._seen = ""
+        self._cond = threading.Condition()
+        self._response = self._client.send(self._client.build_request("GET", url), stream=True)
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        with contextlib.suppress(httpx.HTTPError):
+            for chunk in self._response.iter_text():
+                with self._cond:
+                    self._seen += chunk
+                    self._cond.notify_all()
+
+    def wait_for(self, text: str) -> None:
+        with self._cond:
+            assert self._cond.wait_for(lambda: text in self._seen, WAIT_S), self._seen[-500:]
+            self._seen = self._seen[self._seen.index(text) + len(text) :]
+
+    def close(self) -> None:
+        """Once the server ended the stream: the reader has seen its end."""
+        self._thread.join(WAIT_S)
+        assert not self._thread.is_alive(), "the stream did not end"
+        self._response.close()
+        self._client.close()
