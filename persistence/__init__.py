@@ -11,6 +11,7 @@ from persistence._approvals import Answered, ApprovalBook, StoredRequest, Waitin
 from persistence._host_clock import LeaseNow, boot_id, host_name, is_expired
 from persistence._inbox import Inbox, InboxItem, Listener
 from persistence._ledger import TaskLedger
+from persistence._overview import ChangeMarker, KeyedTask, StoreOverview
 from persistence._queue import AdmissionQueue, Admitted, QueueHead, QueuePlace
 from persistence._queue_listener import AdmissionListener
 from persistence._retry import RetryPolicy
@@ -24,9 +25,11 @@ __all__ = [
     "Admitted",
     "Answered",
     "ApprovalBook",
+    "ChangeMarker",
     "Fence",
     "Inbox",
     "InboxItem",
+    "KeyedTask",
     "LeaseNow",
     "Listener",
     "QueueHead",
@@ -36,6 +39,7 @@ __all__ = [
     "Settlement",
     "SpendLedger",
     "SqlStore",
+    "StoreOverview",
     "StoredRequest",
     "TaskLedger",
     "TxStep",

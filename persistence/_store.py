@@ -42,6 +42,7 @@ from persistence._id_prefix import KEPT_SINCE, prefix_query
 from persistence._inbox import Inbox
 from persistence._ledger import TaskLedger
 from persistence._migrations import check_schema, ensure_schema
+from persistence._overview import StoreOverview
 from persistence._queue import AdmissionQueue
 from persistence._retry import Retrier, RetryListener, RetryPolicy
 from persistence._schema import (
@@ -167,6 +168,8 @@ class SqlStore:
         """The durable FIFO queue of concurrency limits (SPEC §11)."""
         self.approvals = ApprovalBook(self)
         """Approval requests and their answers (SPEC §11)."""
+        self.overview = StoreOverview(self._db, self._run)
+        """Whole-store reads for a view of every child at once (SPEC §13)."""
         try:
             self._run("open the store", self._check if read_only else self._open)
             if not read_only:  # read-only: no write ever takes the one connection open

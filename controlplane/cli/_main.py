@@ -10,6 +10,7 @@ load it only when they run.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import sys
@@ -45,6 +46,10 @@ exit status:
 
 _A2A_PACKAGES: Final = frozenset({"a2a", "uvicorn", "starlette", "sse_starlette", "google"})
 """What the ``a2a`` extra brings: a missing one is reported as the extra to install."""
+
+
+_CONSOLE_PACKAGES: Final = frozenset({"uvicorn", "starlette", "anyio", "h11"})
+"""What the ``console`` extra brings: a missing one is reported as the extra to install."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -205,7 +210,62 @@ def _parser() -> argparse.ArgumentParser:
     _add_answer(commands, formatter, common)
     _add_mcp(commands, formatter, common)
     _add_a2a(commands, formatter, common)
+    _add_console(commands, formatter, common)
     return parser
+
+
+def _add_console(commands: Any, formatter: type[argparse.HelpFormatter], common: Any) -> None:
+    console = commands.add_parser(
+        "console",
+        help="serve a web page where a person watches and answers every child",
+        description="Serve the console on HOST:PORT: every child grouped under 'Needs you', "
+        "'Working' and 'Completed', each child's transcript as it grows, its approval "
+        "requests (Allow/Deny), Kill, and a Message box that sends as a person; the runtimes "
+        "and queues; the same as JSON under /api/. Reads the store, so any process on it "
+        "may serve it. Prints http://HOST:PORT/ once listening; serves until SIGINT or "
+        "SIGTERM. Loopback by default; any other address requires a token. Needs the "
+        "'console' extra.",
+        epilog=_EPILOG,
+        formatter_class=formatter,
+        parents=[common],
+    )
+    _add_db(console)
+    console.add_argument(
+        "--http",
+        default="127.0.0.1:8765",
+        metavar="HOST:PORT",
+        help="where to listen (default: %(default)s; port 0: any)",
+    )
+    console.add_argument(
+        "--token",
+        metavar="T",
+        help="the token a browser shows (open /?token=T once) or a script sends as a bearer "
+        "token; else $SUBAGENT_CONTROL_TOKEN; generated into a 0600 file when the address "
+        "is not loopback",
+    )
+    console.add_argument(
+        "--setup",
+        metavar="MODULE:FUNCTION",
+        help="call FUNCTION(control) first, e.g. to register providers so that this process "
+        "can run the turns a message resumes",
+    )
+    console.set_defaults(run=_run_console)
+
+
+def _run_console(args: argparse.Namespace, out: Any) -> None:
+    # Imported here: the other commands load neither the runtime nor the web server.
+    try:
+        from controlplane.fronts._console import serve_console
+    except ImportError as exc:
+        if (exc.name or "").split(".")[0] not in _CONSOLE_PACKAGES:
+            raise
+        raise CommandExit(
+            EXIT_USAGE,
+            f"the console command needs the optional {exc.name!r} package: "
+            "pip install 'subagent-control[console]'",
+        ) from exc
+    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C ends a server: not an error
+        serve_console(args.db, http=args.http, token=args.token, setup=args.setup, out=out)
 
 
 def _add_answer(commands: Any, formatter: type[argparse.HelpFormatter], common: Any) -> None:

@@ -30,6 +30,7 @@ from a2a.types.a2a_pb2 import (
     ListTasksRequest,
     ListTasksResponse,
     Message,
+    Role,
     SendMessageRequest,
     SubscribeToTaskRequest,
     Task,
@@ -56,8 +57,10 @@ from controlplane.contract import (
     SessionEvent,
     SubagentControlError,
     TaskSnapshot,
+    TaskStatus,
     TextBlock,
 )
+from controlplane.fronts._a2a_answers import verdict_of
 from controlplane.fronts._a2a_errors import a2a_error, message_blocks
 from controlplane.fronts._a2a_list import list_page
 from controlplane.fronts._a2a_view import (
@@ -134,9 +137,9 @@ class ControlPlaneHandler(RequestHandler):
     ) -> Task | Message:
         config = params.configuration
         validate_history_length(config)
-        snapshot = await self._deliver(params)
+        snapshot, answered = await self._deliver(params)
         if not config.return_immediately:
-            async for _event in self._follow(snapshot, seen=0):
+            async for _event in self._follow(snapshot, seen=0, answered=answered):
                 pass  # blocking: answered once the Task ends or needs input
             snapshot = await self._snapshot(snapshot.id)
         # The history only when asked for: it is the child's transcript, read whole, and
@@ -149,8 +152,8 @@ class ControlPlaneHandler(RequestHandler):
     async def on_message_send_stream(
         self, params: SendMessageRequest, context: ServerCallContext
     ) -> AsyncGenerator[Event]:
-        snapshot = await self._deliver(params)
-        async for event in self._watch(snapshot):
+        snapshot, answered = await self._deliver(params)
+        async for event in self._watch(snapshot, answered=answered):
             yield event
 
     @validate_request_params
@@ -212,25 +215,22 @@ class ControlPlaneHandler(RequestHandler):
 
     # -- routing a message -------------------------------------------------------------------
 
-    async def _deliver(self, params: SendMessageRequest) -> TaskSnapshot:
-        """Start, steer or resume, as the message's ids say; the Task that took it.
+    async def _deliver(self, params: SendMessageRequest) -> tuple[TaskSnapshot, str | None]:
+        """Start, steer or resume, as the message's ids say, or answer the approval request
+        the Task it names waits on; the Task that took it, and the request it answered.
 
         Each way is one worker-thread call, its Task reads included: a hop costs more than
         the in-memory read of a live Task, and more again while a new activation publishes
         in this process (``python -m benchmarks --sections a2a``).
         """
         message = params.message
-        blocks = message_blocks(message)
         child_id: str | None = None
         if message.task_id:
-            sent = await _guarded(
-                self._aio.run_blocking(
-                    self._steer_named, message.task_id, message.context_id, blocks
-                )
-            )
+            sent, answered = await _guarded(self._aio.run_blocking(self._to_named, message))
             if sent is not None:
-                return sent
-        elif message.context_id:
+                return sent, answered
+        blocks = message_blocks(message)
+        if message.context_id and not message.task_id:
             child_id = await self._own_child(message.context_id)
         if child_id is None:
             spec = ContinuableStartSpec(
@@ -241,16 +241,17 @@ class ControlPlaneHandler(RequestHandler):
             )
             started, snapshot = await _guarded(self._aio.run_blocking(self._start, spec))
             self._remember(started.child_id)
-            return snapshot
-        return await _guarded(self._aio.run_blocking(self._send, child_id, blocks))
+            return snapshot, None
+        return await _guarded(self._aio.run_blocking(self._send, child_id, blocks)), None
 
-    def _steer_named(
-        self, task_id: str, context_id: str, blocks: Sequence[TextBlock]
-    ) -> TaskSnapshot | None:
-        """Send to the child of the Task named (blocking), which must be working and, when a
-        context is named too, in it; the Task that took it, or None for a Task of no child
-        (the message then starts one)."""
-        named = self._control.tasks.get(task_id, requester=self._parent)
+    def _to_named(self, message: Message) -> tuple[TaskSnapshot | None, str | None]:
+        """Deliver a message naming a Task (blocking): the answer to the approval request
+        it waits on (`controlplane.fronts._a2a_answers`), else a steer of its child, which
+        must be working and, when a context is named too, in it. The Task that took it and
+        the request answered; (None, None) for a Task of no child (the message then starts
+        one)."""
+        named = self._control.tasks.get(message.task_id, requester=self._parent)
+        context_id = message.context_id
         if context_id and named.child_id != context_id:
             raise InvalidParamsError(
                 message=f"task {named.id} is not in context {context_id!r}; nothing was delivered"
@@ -261,9 +262,17 @@ class ControlPlaneHandler(RequestHandler):
                 "task is refused and nothing was delivered; send it to its context "
                 "without a taskId to continue the subagent"
             )
+        request = named.request
+        if named.status is TaskStatus.INPUT_REQUIRED and request is not None:
+            if message.role == Role.ROLE_AGENT:
+                raise InvalidParamsError(message="the message must be the user's (role ROLE_USER)")
+            verdict = verdict_of(message, request)
+            self._control.answer(self._parent, request.id, allow=verdict.allow, note=verdict.note)
+            return self._control.tasks.get(named.id, requester=self._parent), request.id
+        blocks = message_blocks(message)
         if named.child_id is None:
-            return None
-        return self._send(named.child_id, blocks)
+            return None, None
+        return self._send(named.child_id, blocks), None
 
     def _send(self, child_id: str, blocks: Sequence[TextBlock]) -> TaskSnapshot:
         """Steer or resume ``child_id`` (blocking); the Task that took the message."""
@@ -321,16 +330,22 @@ class ControlPlaneHandler(RequestHandler):
 
     # -- following a Task ------------------------------------------------------------------
 
-    async def _watch(self, snapshot: TaskSnapshot) -> AsyncIterator[Event]:
+    async def _watch(
+        self, snapshot: TaskSnapshot, *, answered: str | None = None
+    ) -> AsyncIterator[Event]:
         """The Task as it is now, then its updates to its end (A2A: a Task comes first)."""
         turn = await self._turn(snapshot)
-        yield task_view(snapshot, turn)
-        async for event in self._follow(snapshot, seen=max((e.seq for e in turn), default=0)):
+        yield task_view(_past(snapshot, answered), turn)
+        seen = max((e.seq for e in turn), default=0)
+        async for event in self._follow(snapshot, seen=seen, answered=answered):
             yield event
 
-    async def _follow(self, snapshot: TaskSnapshot, *, seen: int) -> AsyncIterator[Event]:
+    async def _follow(
+        self, snapshot: TaskSnapshot, *, seen: int, answered: str | None = None
+    ) -> AsyncIterator[Event]:
         """The Task's transcript updates after ``seen``, then its final events, read from the
-        store: the Task row first, then the transcript, so an ended Task's turn is whole."""
+        store: the Task row first, then the transcript, so an ended Task's turn is whole.
+        Still waiting on the request ``answered`` (just answered), it reads as working."""
         loop = asyncio.get_running_loop()
         wake = asyncio.Event()
 
@@ -343,7 +358,7 @@ class ControlPlaneHandler(RequestHandler):
         pause = POLL_FIRST_S
         try:
             while True:
-                current = await self._snapshot(snapshot.id)
+                current = _past(await self._snapshot(snapshot.id), answered)
                 fresh = [e for e in await self._turn(current) if e.seq > seen]
                 for event in fresh:
                     seen = event.seq
@@ -379,6 +394,15 @@ class ControlPlaneHandler(RequestHandler):
                 return []
             raise a2a_error(exc) from exc
         return turn_of(loaded.events, snapshot.id)
+
+
+def _past(snapshot: TaskSnapshot, answered: str | None) -> TaskSnapshot:
+    """``snapshot``, read as working while it still shows the request just ``answered``
+    (the answer is written; the run waiting for it has not taken it yet)."""
+    request = snapshot.request
+    if answered is None or request is None or request.id != answered:
+        return snapshot
+    return snapshot.model_copy(update={"status": TaskStatus.RUNNING, "request": None})
 
 
 async def _guarded(call: Awaitable[T]) -> T:

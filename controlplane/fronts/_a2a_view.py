@@ -25,6 +25,7 @@ from a2a.types.a2a_pb2 import (
 )
 
 from controlplane.contract import EventKind, SessionEvent, TaskSnapshot
+from controlplane.fronts._a2a_answers import request_message
 
 __all__ = [
     "OUTPUT_ARTIFACT",
@@ -75,9 +76,12 @@ def a2a_state(snapshot: TaskSnapshot) -> TaskState:
 
 def status_of(snapshot: TaskSnapshot) -> TaskStatus:
     """The Task's A2A status; a failed, cancelled or interrupted one carries its detail as
-    an agent message."""
+    an agent message, one waiting on an approval its request (`request_message`)."""
     status = TaskStatus(state=a2a_state(snapshot))
     status.timestamp.FromDatetime(snapshot.settled_at or snapshot.created_at)
+    if snapshot.request is not None and status.state == TaskState.TASK_STATE_INPUT_REQUIRED:
+        status.message.CopyFrom(request_message(snapshot, snapshot.request))
+        return status
     outcome = snapshot.outcome
     if outcome is not None and outcome.detail and status.state != TaskState.TASK_STATE_COMPLETED:
         detail = outcome.detail

@@ -4,8 +4,8 @@ of the help's ``exit status`` list, never by its number.
 
 The store commands run on SQLite; a missing database driver or extra is acted out in a
 fresh interpreter whose ``sys.modules`` holds None for it, as an install without the
-extra would fail. The servers (``mcp``, ``a2a``) create a store that does not exist yet,
-so a missing SQLite file is not a failure of theirs.
+extra would fail. The servers (``mcp``, ``a2a``, ``console``) create a store that does not
+exist yet, so a missing SQLite file is not a failure of theirs.
 """
 
 from __future__ import annotations
@@ -80,14 +80,17 @@ _STORE_COMMANDS: dict[str, tuple[str, ...]] = {
 _SERVERS: dict[str, tuple[str, ...]] = {
     "mcp": ("mcp",),
     "a2a": ("a2a", "--http", "127.0.0.1:0"),
+    "console": ("console", "--http", "127.0.0.1:0"),
 }
+_EXTRA_MODULE = {"mcp": "mcp", "a2a": "a2a", "console": "uvicorn"}
+"""A module each server's extra brings."""
 
 
 def _cases() -> Iterator[object]:
     usage, not_found, unreachable = "usage error", "not found", "unreachable"
     for name, argv in {**_STORE_COMMANDS, **_SERVERS}.items():
         # A server without its extra says so first (its own case below): these need it.
-        needs = name if name in _SERVERS else None
+        needs = _EXTRA_MODULE.get(name)
         yield _case(f"{name}-bad-url", (*argv, "--db", "nonsense"), usage, "nonsense",
                     needs=needs)  # fmt: skip
         yield _case(f"{name}-unsupported-db", (*argv, "--db", "mysql://u@h/db"), usage, "mysql",
@@ -119,6 +122,8 @@ def _cases() -> Iterator[object]:
                 without="mcp")  # fmt: skip
     yield _case("a2a-missing-extra", (*_SERVERS["a2a"], "--db", DB), usage,
                 "subagent-control[a2a]", without="a2a")  # fmt: skip
+    yield _case("console-missing-extra", (*_SERVERS["console"], "--db", DB), usage,
+                "subagent-control[console]", without="uvicorn")  # fmt: skip
     yield _case("unknown-command", ("frobnicate",), usage, "invalid choice")
 
 
