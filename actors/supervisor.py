@@ -68,8 +68,9 @@ _LABEL_LIMIT = 80
 
 
 def follow_up_label(message: tuple[TextBlock, ...]) -> str:
-    """The label of a resumed activation's Task, derived from the follow-up message."""
-    label = " ".join(text_of(message).split())
+    """The label of a resumed activation's Task, derived from the follow-up message (NUL
+    dropped: message text may hold it, a label's text column may not)."""
+    label = " ".join(text_of(message).replace("\x00", " ").split())
     if not label:
         return "subagent follow-up"
     if len(label) > _LABEL_LIMIT:

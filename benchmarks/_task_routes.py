@@ -74,7 +74,7 @@ def without_task_rows(plane: Plane, *, keep_claims: bool) -> None:
     (`_claim_only`), so its appends carry the fencing number and its ``turn/end``
     releases the claim as shipped. Without, a resume writes nothing before the provider
     is called: the route as it was before SPEC §9."""
-    tasks = plane.control.tasks
+    tasks = plane.control._tasks
     store = plane.control.store
     runtime = plane.control._runtime
     if getattr(tasks, "_ledger", None) is None or tasks.running():
@@ -142,7 +142,7 @@ def measure_routes(
                 plane.resume(child_id)
             running[side] = []
             plane.grow(running[side], live)
-        tasks = planes["with"].control.tasks
+        tasks = planes["with"].control._tasks
         assert tasks._claimer is not None
         admit = _TimedAdmit(tasks._claimer)
         tasks._claimer = admit

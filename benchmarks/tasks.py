@@ -242,7 +242,7 @@ own store file seeded alike ({config.resume_pool} idle children of 10 messages,
 {config.live} live children):
 
 - *with Task rows*: as shipped;
-- *without* (the baseline): its Task service has no ledger (`control.tasks._ledger = None`
+- *without* (the baseline): its Task service has no ledger (`control._tasks._ledger = None`
   before any Task starts), so it writes no Task row: no admission `INSERT`, no settlement
   `UPDATE` of its own (written only when a turn had no `turn/end`), notices kept in
   memory, no Task read from the store; the settlement inside `turn/end` stays one `UPDATE`

@@ -49,6 +49,8 @@ from controlplane.contract import (
 
 if TYPE_CHECKING:
     from controlplane._facade import SubagentControl
+    from controlplane._handle import ChildHandle
+    from controlplane._task_view import Tasks
     from controlplane.providers import (
         AcpProvider,
         ChildTool,
@@ -65,6 +67,7 @@ __all__ = [
     "ApprovalRequest",
     "Budget",
     "CancelSignal",
+    "ChildHandle",
     "ChildMeta",
     "ChildTool",
     "ContinuableStart",
@@ -93,6 +96,7 @@ __all__ = [
     "TaskOutcome",
     "TaskSnapshot",
     "TaskStatus",
+    "Tasks",
     "TextBlock",
     "Usage",
 ]
@@ -102,11 +106,13 @@ __all__ = [
 # import the facade (which imports them back) or the providers.
 _LAZY: dict[str, str] = {
     "AcpProvider": "controlplane.providers",
+    "ChildHandle": "controlplane._handle",
     "ChildTool": "controlplane.providers",
     "ForkProvider": "controlplane.providers",
     "InProcessProvider": "controlplane.providers",
     "ScriptedModel": "controlplane.providers",
     "SubagentControl": "controlplane._facade",
+    "Tasks": "controlplane._task_view",
 }
 
 # Importable from here until the next release, with a DeprecationWarning naming the home.

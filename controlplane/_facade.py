@@ -10,7 +10,7 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
@@ -34,9 +34,11 @@ from controlplane._budgets import DEFAULT_MAX_TOOL_ROUNDS, DEFAULT_NOTICE_AT, Bu
 from controlplane._child_views import child_views
 from controlplane._exit import close_at_exit, closed
 from controlplane._forwarding import Forwarder
+from controlplane._handle import HandleApi, Message
 from controlplane._router import Router
 from controlplane._runtime import Heartbeat, Runtime, new_runtime_id
 from controlplane._spend_api import SpendApi, SpendOptions
+from controlplane._task_view import Tasks
 from controlplane._tasks import TaskService
 from controlplane._validate import (
     check_child_id,
@@ -63,7 +65,6 @@ from controlplane.contract import (
     ProviderRegistry,
     SendResult,
     SubagentControlError,
-    TextBlock,
     utcnow,
 )
 from controlplane.telemetry import Operation, Telemetry
@@ -92,7 +93,7 @@ STORE_OPTIONS = (
 _ROOT_TIMEOUT_S = 30.0
 
 
-class SubagentControl(SpendApi, ApprovalApi):
+class SubagentControl(HandleApi, SpendApi, ApprovalApi):
     """The control plane: start continuable children, steer or resume them, watch their Tasks.
 
     Example:
@@ -212,7 +213,9 @@ class SubagentControl(SpendApi, ApprovalApi):
                 self._runtime, self._forwarder, self.agents,
                 deliver_here=self._route, kill_here=self._kill_here,
             )  # fmt: skip
-        self.tasks = TaskService(
+        # The full Task service stays here (the runtime, the actors and the fronts write
+        # through it); callers hold `tasks`, a view with the documented verbs only.
+        self._tasks = TaskService(
             max_live=max_live_activations,
             ledger=store.ledger if store is not None else None,
             runtime_id=self._runtime_id,
@@ -222,28 +225,29 @@ class SubagentControl(SpendApi, ApprovalApi):
             interrupter=self._runtime.interrupt_fenced if self._runtime is not None else None,
             queue=store.queue if store is not None else None,
         )
+        self.tasks = Tasks(self._tasks)
         self._admission: Admission | None = None
         if store is not None and self._runtime is not None:
-            self._admission = spend.admission(store, self._runtime, self.tasks, self.agents)
+            self._admission = spend.admission(store, self._runtime, self._tasks, self.agents)
         if task_tools:
-            self.tasks.attach_surface(TASK_TOOLS_SURFACE)
+            self._tasks.attach_surface(TASK_TOOLS_SURFACE)
         if self._budgets is not None:
-            self.tasks.add_notices(self._budgets.drain)
+            self._tasks.add_notices(self._budgets.drain)
         self._approvals: Approvals | None = None
         if store is not None and self._runtime is not None:
             self._approvals = Approvals(
-                store, self._runtime, self.tasks, self.providers, grace_s=grace_s
+                store, self._runtime, self._tasks, self.providers, grace_s=grace_s
             )
-            self.tasks.add_notices(self._approvals.notices)
-            self.tasks.add_approvals(self._approvals.requests, self._approvals.kill_parked)
+            self._tasks.add_notices(self._approvals.notices)
+            self._tasks.add_approvals(self._approvals.requests, self._approvals.kill_parked)
         self.agents.on_dispose(self._kill_tasks_of)
         self._root: RootActorProxy | None = None
         self._passivator: Passivator | None = None
         if store is not None and self._runtime is not None and self._router is not None:
             adopts = self._admission is not None
-            self._heartbeat = Heartbeat(self._runtime, store, self.tasks, adopts=adopts)
+            self._heartbeat = Heartbeat(self._runtime, store, self._tasks, adopts=adopts)
             context = ActorContext(
-                store, self.tasks, self.agents, self.providers, runtime_id=self._runtime_id,
+                store, self._tasks, self.agents, self.providers, runtime_id=self._runtime_id,
                 prices=self._prices,
                 budgets=self._budgets,
                 admission=self._admission,
@@ -322,11 +326,11 @@ class SubagentControl(SpendApi, ApprovalApi):
         descriptor, seed, prompt = start_inputs(spec, default_budget=self._start_budget(parent))
         self._require_priced(descriptor)
         op.message(prompt)
-        self.tasks.require_surface()
+        self._tasks.require_surface()
         self._check_parent(parent)
         child_id = str(uuid.uuid4())
         signal = CancelSignal()
-        task = self.tasks.start(label=spec.label, owner=parent, child_id=child_id, signal=signal)
+        task = self._tasks.start(label=spec.label, owner=parent, child_id=child_id, signal=signal)
         trace = op.admit(task_id=task.id, child_id=child_id, route="initial", descriptor=descriptor)
         plan = ActivationPlan(
             kind="initial",
@@ -348,7 +352,7 @@ class SubagentControl(SpendApi, ApprovalApi):
                 self._admission.enter_start(plan)
             root.spawn_child(SpawnChild(plan=plan))
         except BaseException as exc:
-            self.tasks.discard(task.id)
+            self._tasks.discard(task.id)
             if self._admission is not None:
                 self._admission.release(task.id)
             trace.end(None)
@@ -361,7 +365,7 @@ class SubagentControl(SpendApi, ApprovalApi):
         self,
         parent: AgentHandle,
         child_id: str,
-        message: Sequence[TextBlock],
+        message: Message,
         source: MessageSource | None = None,
     ) -> SendResult:
         """Deliver a follow-up: steer the running activation, or resume the idle child.
@@ -389,7 +393,7 @@ class SubagentControl(SpendApi, ApprovalApi):
         self,
         parent: AgentHandle,
         child_id: str,
-        message: Sequence[TextBlock],
+        message: Message,
         source: MessageSource | None,
         op: Operation | None,
     ) -> SendResult:
@@ -422,7 +426,7 @@ class SubagentControl(SpendApi, ApprovalApi):
         Oldest first; ``running`` when the child's newest Task in this process is running.
         """
         session = parent.session_id if isinstance(parent, AgentHandle) else parent
-        tasks = self.tasks.list(session)  # first: see `child_views`
+        tasks = self._tasks.list(session)  # first: see `child_views`
         stored = self._store.list_children(session) if self._store is not None else []
         return child_views(tasks, stored)
 
@@ -434,7 +438,7 @@ class SubagentControl(SpendApi, ApprovalApi):
                 nodes = self._root.describe_all(timeout_s)
             except (pykka.ActorDeadError, pykka.Timeout):
                 nodes = []
-        nodes = placed_nodes(nodes, self.tasks)
+        nodes = placed_nodes(nodes, self._tasks)
         forwarded = self._router.in_flight() if self._router is not None else []
         return ActorTree(
             taken_at=utcnow(), closed=self._closed, supervisors=nodes,
@@ -486,12 +490,12 @@ class SubagentControl(SpendApi, ApprovalApi):
         if self._root is not None:
             with contextlib.suppress(pykka.ActorDeadError, pykka.Timeout):
                 self._root.stop_accepting(_ROOT_TIMEOUT_S)
-        for task_id in self.tasks.close("control plane closed"):
-            self.tasks.wait_released(task_id, max(0.0, deadline - time.monotonic()))
+        for task_id in self._tasks.close("control plane closed"):
+            self._tasks.wait_released(task_id, max(0.0, deadline - time.monotonic()))
         if abandon:
             # Past the deadline: what has not settled is killed here, so no Task reads
             # `running` after close (its daemon thread may still end later; it writes nothing).
-            self.tasks.abandon("killed: the control plane closed before the run stopped")
+            self._tasks.abandon("killed: the control plane closed before the run stopped")
         if self._admission is not None:
             self._admission.close()
         if self._approvals is not None:
@@ -564,7 +568,7 @@ class SubagentControl(SpendApi, ApprovalApi):
     def _kill_here(self, task_id: str, reason: str) -> bool:
         """Abort a Task of this runtime whose kill another runtime forwarded (the router's
         ``kill_here``: the Task service is built after the router)."""
-        return self.tasks.kill_here(task_id, reason)
+        return self._tasks.kill_here(task_id, reason)
 
     def _kill_tasks_of(self, agent: AgentHandle) -> None:
-        self.tasks.kill_owned_by(agent.session_id, f"owner session {agent.session_id} disposed")
+        self._tasks.kill_owned_by(agent.session_id, f"owner session {agent.session_id} disposed")

@@ -1,7 +1,7 @@
 """The book of live Tasks: the runtime's record of the Tasks whose activations exist here,
 which the actors write through (start, settle, release) and the runtime drives (fencing,
-flushing refused settlements, closing). The public read side, `control.tasks`, is built
-on it (`controlplane._tasks.TaskService`)."""
+flushing refused settlements, closing). The read side (`controlplane._tasks.TaskService`)
+is built on it; callers see that through `controlplane._task_view.Tasks`."""
 
 from __future__ import annotations
 

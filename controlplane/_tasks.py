@@ -1,4 +1,6 @@
-"""The Task service: what parents observe of activations, fenced by owner session.
+"""The Task service: what parents observe of activations, fenced by owner session, and
+the book the runtime writes them through (users hold the `controlplane._task_view.Tasks`
+view of it, with the read verbs only).
 
 `TaskService` is the read side (snapshots, ``wait``, ``kill``, notices, listeners) over the
 book of live Tasks it extends (`controlplane._task_book.TaskBook`, which the actors write
@@ -309,10 +311,6 @@ class TaskService(TaskBook):
         return [
             s.model_copy(update={"request": found[s.id]}) if s.id in found else s for s in snapshots
         ]
-
-    def latest_by_child(self, requester: Requester) -> dict[str, TaskSnapshot]:
-        """The newest Task of each of the requester's children."""
-        return {t.child_id: t for t in self.list(requester) if t.child_id is not None}
 
     def _fenced(self, task_id: object, requester: Requester) -> TaskSnapshot:
         owner = requester_session(requester)

@@ -24,7 +24,7 @@ from controlplane.contract import (
 )
 from persistence import SqlStore
 
-__all__ = ["child_usage", "session_usage"]
+__all__ = ["child_usage", "load_own", "session_usage"]
 
 MAX_TREE_CHILDREN: Final = 100_000
 """The most descendants one aggregate reads: a bound on the walk, far past any real tree."""
@@ -44,7 +44,7 @@ def child_usage(store: SqlStore, requester: Requester, child_id: str, *, tree: b
         raise SubagentControlError(
             ErrorCode.INVALID_INPUT, f"tree must be True or False, not {tree!r}"
         )
-    loaded = _load_own(store, session, child_id)
+    loaded = load_own(store, session, child_id)
     total = usage_of(loaded.own_events)
     if tree:
         total = total + _descendants_usage(store, [loaded.meta.child_id])
@@ -88,7 +88,15 @@ def _descendants_usage(store: SqlStore, roots: list[str]) -> Usage:
     return total
 
 
-def _load_own(store: SqlStore, session: str, child_id: str) -> LoadedSession:
+def load_own(store: SqlStore, requester: Requester, child_id: str) -> LoadedSession:
+    """``child_id`` loaded, if it is ``requester``'s child.
+
+    Raises:
+        SubagentControlError: ``CHILD_NOT_FOUND`` for an unknown child, an id the store
+            cannot hold, or another session's child (the same error: whether it exists
+            is not told).
+    """
+    session = requester_session(requester)
     unknown = SubagentControlError(
         ErrorCode.CHILD_NOT_FOUND,
         f"no child {child_id!r} for this session; list your children and use one of those ids",

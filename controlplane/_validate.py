@@ -140,10 +140,22 @@ def check_child_id(child_id: object) -> str:
 
 
 def message_blocks(message: object) -> tuple[TextBlock, ...]:
-    """A message as the blocks a transcript can keep (``INVALID_INPUT`` if it is not)."""
-    if isinstance(message, (str, bytes)) or not isinstance(message, Iterable):
+    """A message as the blocks a transcript can keep (``INVALID_INPUT`` if it is not).
+
+    A ``str`` is one text block (text is the only block type); an empty or blank one is
+    refused, as the model tools refuse it: it is a mistake, not a message. A list of
+    `TextBlock` is taken as it is (an empty follow-up included)."""
+    if isinstance(message, str):
+        if not message.strip():
+            raise SubagentControlError(
+                ErrorCode.INVALID_INPUT,
+                "a message is a non-empty str or a list of TextBlock; this str is empty",
+            )
+        message = (TextBlock(text=message),)
+    elif isinstance(message, (bytes, bytearray)) or not isinstance(message, Iterable):
         raise SubagentControlError(
-            ErrorCode.INVALID_INPUT, "a message is a list of TextBlock, e.g. [TextBlock(text=…)]"
+            ErrorCode.INVALID_INPUT,
+            f"a message is a str or a list of TextBlock, not {type(message).__name__}",
         )
     try:
         blocks = tuple(

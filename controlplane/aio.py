@@ -106,10 +106,11 @@ class AsyncSubagentControl:
         self,
         parent: AgentHandle,
         child_id: str,
-        message: Sequence[TextBlock],
+        message: str | Sequence[TextBlock],
         source: MessageSource | None = None,
     ) -> SendResult:
-        """`SubagentControl.send_message`, awaited.
+        """`SubagentControl.send_message`, awaited (a message is a ``str`` or a list of
+        `TextBlock`).
 
         A steer held until its run is published keeps its worker thread until then;
         cancelling this coroutine does not withdraw the message.
@@ -223,7 +224,7 @@ class AsyncSubagentControl:
 
         # Subscribe before the first look, so a Task settling in between is not missed.
         unsubscribe = self._control.tasks.on_done(on_done)
-        unrest = self._control.tasks.on_rest(on_done)
+        unrest = self._control._tasks.on_rest(on_done)  # the runtime's service: not a user verb
         try:
             while True:
                 snapshot = await self.get(task_id, requester=requester)

@@ -198,8 +198,8 @@ class AdmissionGate(Protocol):
 
 class TaskService(Protocol):
     """The Task service as the actors use it: admit, settle and release the Tasks of
-    their activations (implemented by `controlplane._tasks.TaskService`, which is also the
-    callers' `control.tasks`)."""
+    their activations (implemented by `controlplane._tasks.TaskService`; callers see it through
+    the smaller `control.tasks`)."""
 
     @property
     def telemetry(self) -> Telemetry:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from controlplane.contract._agents import AgentHandle
 from controlplane.contract._content import TextBlock
@@ -19,6 +19,7 @@ __all__ = ["ChildView", "ContinuableStart", "ContinuableStartSpec", "SendResult"
 class ContinuableStartSpec(BaseModel):
     """What to start: a provider, a label, a prompt and the parent that owns the child.
 
+    ``prompt`` is a list of `TextBlock`, or a non-empty ``str`` (one text block).
     ``agent_provider``/``agent_model`` default to the parent's `ModelSelector`; a selector
     neither declares is omitted from the descriptor. ``seed_events`` (for the ``fork``
     provider) are copied into the child once, as its seed.
@@ -41,6 +42,14 @@ class ContinuableStartSpec(BaseModel):
     # A `Budget` (or a mapping of its limits), checked by `start_continuable`, which refuses
     # anything else with INVALID_INPUT; kept in the child's descriptor (SPEC §11).
     budget: Any = None
+
+    @field_validator("prompt", mode="before")
+    @classmethod
+    def _text_prompt(cls, value: object) -> object:
+        # A blank str stays a str, which the list type then refuses: it is a mistake.
+        if isinstance(value, str) and value.strip():
+            return [TextBlock(text=value)]
+        return value
 
 
 class ContinuableStart(BaseModel):

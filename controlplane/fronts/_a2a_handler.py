@@ -318,7 +318,8 @@ class ControlPlaneHandler(RequestHandler):
             self._ours.popitem(last=False)
 
     def _latest_by_child(self) -> dict[str, TaskSnapshot]:
-        return self._control.tasks.latest_by_child(self._parent)
+        tasks = self._control.tasks.list(self._parent)  # oldest first: the newest wins
+        return {t.child_id: t for t in tasks if t.child_id is not None}
 
     def _stored_parent(self, child_id: str) -> str | None:
         """The parent session of a stored child; None when the store does not have it (or

@@ -571,10 +571,10 @@ def test_a_waiting_run_stopped_by_a_lost_lease_leaves_its_task_for_the_answer(
     # The lease watchdog's path: stop acting, then (store reachable again) write what the
     # fenced Tasks left, and take new work again.
     fenced = "lease lost (test)"
-    control.tasks.fence(fenced)
+    control._tasks.fence(fenced)
     wait_until(lambda: not loop_threads(child_id), "the fenced run stopped")
-    wait_until(lambda: control.tasks.flush() == 0, "the fenced settlements written")
-    control.tasks.readmit(fenced)
+    wait_until(lambda: control._tasks.flush() == 0, "the fenced settlements written")
+    control._tasks.readmit(fenced)
 
     assert control.store is not None
     stored = control.store.ledger.get(task_id)

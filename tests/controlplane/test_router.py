@@ -375,6 +375,6 @@ def test_the_task_service_built_on_the_router_claims_and_kills_with_no_further_w
 
 def test_the_control_plane_s_objects_are_wired_by_their_constructors_only(url: str) -> None:
     with SubagentControl.open(url) as control:
-        parts = (control.tasks, control._runtime, control._router, control._forwarder)
+        parts = (control._tasks, control._runtime, control._router, control._forwarder)
         assert not [name for obj in parts for name in _WIRING if hasattr(obj, name)]
-        assert control.tasks._routing is control._router
+        assert control._tasks._routing is control._router

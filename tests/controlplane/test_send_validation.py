@@ -46,8 +46,8 @@ def test_a_malformed_child_id_is_invalid_input(
 
 @pytest.mark.parametrize(
     "message",
-    ["a bare string", [{"type": "image"}], [TextBlock(text="ok"), 7], None],
-    ids=["string", "foreign-block", "mixed", "none"],
+    ["", [{"type": "image"}], [TextBlock(text="ok"), 7], None, b"bytes"],
+    ids=["empty-string", "foreign-block", "mixed", "none", "bytes"],
 )
 def test_a_malformed_message_is_invalid_input_and_changes_nothing(
     control: SubagentControl,

@@ -51,7 +51,7 @@ def test_a_start_a_steer_a_kill_a_resume_and_a_failed_turn_are_counted(
     failing = control.send_message(parent, child_id, text("fail"))
     settle(control, failing.task_id, parent)
     with raises(ErrorCode.INVALID_INPUT):
-        control.send_message(parent, child_id, "not a list of blocks")  # type: ignore[arg-type]
+        control.send_message(parent, child_id, b"not a message")  # type: ignore[arg-type]
 
     assert otel.value("subagent.activations", subagent__route="initial") == 1
     assert otel.value("subagent.activations", subagent__outcome__status="killed") == 1

@@ -58,7 +58,7 @@ def spec(rig: Rig, *, provider: str = "inprocess", prompt: str = "go") -> Contin
 
 def listeners(rig: Rig) -> int:
     # Private on purpose: the one place a leaked completion listener would show.
-    return len(rig.control.tasks._listeners)
+    return len(rig.control._tasks._listeners)
 
 
 class Ticker:

@@ -23,6 +23,7 @@ EXPORTS = [
     "ApprovalRequest",
     "Budget",
     "CancelSignal",
+    "ChildHandle",
     "ChildMeta",
     "ChildTool",
     "ContinuableStart",
@@ -51,6 +52,7 @@ EXPORTS = [
     "TaskOutcome",
     "TaskSnapshot",
     "TaskStatus",
+    "Tasks",
     "TextBlock",
     "Usage",
 ]
