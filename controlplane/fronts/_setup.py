@@ -231,8 +231,9 @@ def open_runtime(options: FrontOptions, **control_options: Any) -> SubagentContr
     given = [flag for flag, on in (("--setup", options.setup), ("--openai-model",
              options.openai_model), ("--demo", options.demo)) if on]  # fmt: skip
     if len(given) > 1:
+        many = "both" if len(given) == 2 else "several"
         raise SubagentControlError(
-            ErrorCode.INVALID_INPUT, f"give one of {', '.join(given)}, not several"
+            ErrorCode.INVALID_INPUT, f"give one of {', '.join(given)}, not {many}"
         )
     # Resolved before the store opens: a typo must not leave a runtime behind.
     setup = load_setup(options.setup) if options.setup else None

@@ -2,8 +2,9 @@
 in its model call, and one idle child whose first turn completed.
 
 Usage: ``act_holder.py URL``. Prints ``idle <child_id>``, then ``running <child_id>
-<task_id>``; on ``release`` (stdin) lets the waiting model call (and the next few) answer; prints ``settled
-<status>`` once the running Task settled, then serves until stdin closes.
+<task_id>``; on ``release`` (stdin) lets the waiting model call (and the next few)
+answer; prints ``settled <status>`` once the running Task settled; serves until stdin
+closes.
 """
 
 from __future__ import annotations

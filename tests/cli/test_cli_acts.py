@@ -37,10 +37,7 @@ def events(url: str, child_id: str) -> list[tuple[str, str | None, str]]:
     """The child's events: (kind, source kind, text)."""
     with SqlStore(url, read_only=True) as store:
         found = store.load(child_id).events
-    return [
-        (e.kind, e.source.kind if e.source else None, json.dumps(e.data))
-        for e in found
-    ]
+    return [(e.kind, e.source.kind if e.source else None, json.dumps(e.data)) for e in found]
 
 
 class Follower:
@@ -63,7 +60,8 @@ class Follower:
         assert self.proc.stdout is not None
         for _ in range(lines):
             line = self.proc.stdout.readline()
-            assert line, f"the follower ended: {self.proc.stderr.read() if self.proc.stderr else ''}"
+            err = self.proc.stderr.read() if self.proc.stderr and not line else ""
+            assert line, f"the follower ended: {err}"
             if all(text in line for text in texts):
                 return line
         pytest.fail(f"{texts!r} not followed within {lines} lines")
@@ -101,8 +99,9 @@ def test_a_person_sends_kills_and_follows_from_the_command_line(
     follower = Follower(store_url, idle_child)
     try:
         follower.wait_for("idle one")  # the transcript so far
+        setup = "tests.cli.act_setup:register"
         status, out, err = run(capsys, "send", idle_child[:8], "and one more thing",
-                               "--db", store_url, "--setup", "tests.cli.act_setup:register")  # fmt: skip
+                               "--db", store_url, "--setup", setup)  # fmt: skip
         assert status == EXIT_OK, err
         started, settled = out.splitlines()
         assert started.startswith("started task ")
@@ -113,7 +112,8 @@ def test_a_person_sends_kills_and_follows_from_the_command_line(
         code, err = follower.stop()
     assert code == EXIT_OK, err
     assert "Traceback" not in err
-    assert any(s == "human" and "and one more thing" in t for _, s, t in events(store_url, idle_child))
+    idle_events = events(store_url, idle_child)
+    assert any(s == "human" and "and one more thing" in t for _, s, t in idle_events)
 
     # send to the running child: steered in the other process (PostgreSQL), or refused.
     status, out, err = run(capsys, "send", child_id, "steer this", "--db", store_url)
@@ -122,7 +122,8 @@ def test_a_person_sends_kills_and_follows_from_the_command_line(
         assert any(s == "human" and "steer this" in t for _, s, t in events(store_url, child_id))
     else:
         assert status == EXIT_FAILURE
-        assert "[OWNERSHIP_CONFLICT]" in err and "runtime" in err
+        assert "[OWNERSHIP_CONFLICT]" in err
+        assert "runtime" in err
         assert not any("steer this" in t for _, _, t in events(store_url, child_id))
 
     # kill the running Task: killed in the other process (PostgreSQL), or refused.
