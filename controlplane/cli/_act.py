@@ -62,6 +62,15 @@ def run_send(args: argparse.Namespace, out: IO[str]) -> None:
         if result.route == "started" and snapshot.runtime_id == control.runtime_id:
             # Its turn runs in this command's runtime: closing now would end it.
             settled = control.tasks.wait(result.task_id, timeout=args.timeout, requester=parent)
+            outcome = settled.outcome
+            if outcome is not None and outcome.code is ErrorCode.UNKNOWN_PROVIDER:
+                # This runtime has no provider for the child: nothing else could run it.
+                raise SubagentControlError(
+                    ErrorCode.UNKNOWN_PROVIDER,
+                    f"task {settled.id} failed: {outcome.detail}; give send the child's "
+                    "provider with --setup MODULE:FUNCTION",
+                    task_id=settled.id,
+                )
             out.write(_outcome_line(settled))
     finally:
         control.close()

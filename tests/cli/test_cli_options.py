@@ -11,9 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from controlplane import ChildMeta
+from controlplane import (
+    ChildMeta,
+    ContinuableStartSpec,
+    InProcessProvider,
+    ScriptedModel,
+    SubagentControl,
+    TextBlock,
+)
 from controlplane.cli import main
-from controlplane.cli._exit_status import EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE
+from controlplane.cli._exit_status import EXIT_FAILURE, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE
 from controlplane.cli._main import _parser
 from persistence import SqlStore
 from tests.support import run_python
@@ -141,3 +148,24 @@ def test_zsh_gets_the_same_script_through_bashcompinit() -> None:
     assert done.returncode == EXIT_OK
     assert done.stdout.startswith("autoload -U +X bashcompinit && bashcompinit\n")
     assert "complete -o default -F _subagent_control subagent-control" in done.stdout
+
+
+def test_a_send_that_resumes_a_child_without_its_provider_says_which_to_give(
+    sqlite_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with SubagentControl.open(sqlite_url) as control:
+        control.providers.register(InProcessProvider(ScriptedModel(["first"])))
+        parent = control.agents.register("p")
+        started = control.start_continuable(
+            ContinuableStartSpec(
+                provider="inprocess", label="l", prompt=[TextBlock(text="go")], parent=parent
+            )
+        )
+        control.tasks.wait(started.task_id, timeout=10, requester=parent)
+
+    status, out, err = run(capsys, "send", started.child_id, "more", "--db", sqlite_url)
+
+    assert status == EXIT_FAILURE
+    assert out.startswith("started task ")
+    assert err.startswith("subagent-control: [UNKNOWN_PROVIDER]")
+    assert "--setup MODULE:FUNCTION" in err
