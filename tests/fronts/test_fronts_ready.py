@@ -32,6 +32,7 @@ def _front(reaped: Reaper, *argv: str) -> LinesProcess:
     return reaped.add(LinesProcess(Path(command[1]), *command[2:], *argv, name=argv[0]))
 
 
+@pytest.mark.slow  # a server process each (a few seconds)
 @pytest.mark.parametrize("front", ["mcp", "a2a"])
 def test_a_front_without_a_provider_says_so_as_it_starts(
     front: str, sqlite_url: str, reaped: Reaper
@@ -42,6 +43,7 @@ def test_a_front_without_a_provider_says_so_as_it_starts(
     assert "--demo" in server.stderr()
 
 
+@pytest.mark.slow  # a server process each (a few seconds)
 def test_a_front_with_the_demo_says_which_provider_children_start_on(
     sqlite_url: str, reaped: Reaper
 ) -> None:
@@ -51,6 +53,7 @@ def test_a_front_with_the_demo_says_which_provider_children_start_on(
     assert "serving no provider" not in server.stderr()
 
 
+@pytest.mark.slow  # a server process each (a few seconds)
 def test_the_demo_answers_through_its_tool_and_mcp_tools_take_id_prefixes(
     sqlite_url: str,
 ) -> None:
@@ -117,6 +120,7 @@ def test_an_id_prefix_resolves_among_the_session_s_own_ids_only(opened: Opened) 
     assert "beef" not in ambiguous.value.message
 
 
+@pytest.mark.slow  # a server process each (a few seconds)
 def test_v_logs_one_line_per_request_over_stdio(sqlite_url: str, reaped: Reaper) -> None:
     server = _front(reaped, "-v", "mcp", "--db", sqlite_url, "--demo")
     hello = {"protocolVersion": "2025-11-25", "capabilities": {},
@@ -138,6 +142,7 @@ def test_v_logs_one_line_per_request_over_stdio(sqlite_url: str, reaped: Reaper)
     ]
 
 
+@pytest.mark.slow  # a server process each (a few seconds)
 def test_v_logs_one_line_per_http_request(sqlite_url: str, reaped: Reaper) -> None:
     server = _front(reaped, "-v", "mcp", "--db", sqlite_url, "--http", "127.0.0.1:0", "--demo")
     url = server.expect("serving MCP at ")
@@ -150,6 +155,7 @@ def test_v_logs_one_line_per_http_request(sqlite_url: str, reaped: Reaper) -> No
     assert sum("POST /mcp" in line for line in server.stderr().splitlines()) == 1
 
 
+@pytest.mark.slow  # a server process each (a few seconds)
 def test_the_openai_key_comes_from_the_variable_named_and_a_missing_one_is_refused(
     sqlite_url: str,
 ) -> None:
@@ -164,6 +170,7 @@ def test_the_openai_key_comes_from_the_variable_named_and_a_missing_one_is_refus
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.slow  # a server process each (a few seconds)
 def test_the_demo_and_setup_are_one_or_the_other(sqlite_url: str) -> None:
     done = run_python(
         "-m", "controlplane.cli", "mcp", "--db", sqlite_url, "--demo",
