@@ -10,6 +10,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -67,3 +68,30 @@ def test_start_postgres_uses_pg_ctl_where_there_is_no_pg_ctlcluster() -> None:
                 stop = ["runuser", "-u", "postgres", "--", *stop]
             subprocess.run(stop, capture_output=True, timeout=60, check=False)
         shutil.rmtree(home, ignore_errors=True)
+
+
+@pytest.mark.slow  # two pytest runs of its own
+@pytest.mark.timeout(240)
+def test_the_test_command_prints_each_skip_reason_once_and_leaves_slow_tests_out() -> None:
+    env = {k: v for k, v in os.environ.items() if k != "SUBAGENT_CONTROL_TEST_PG_URL"}
+    env["PYTHONPATH"] = str(ROOT)
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-m", "postgres",
+         "tests/cli/test_cli_options.py", "tests/cli/test_cli_tasks.py"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    assert out.count("PostgreSQL not available") == 1, out  # not one line per test
+    (line,) = [line for line in out.splitlines() if "PostgreSQL not available" in line]
+    assert int(line.split()[0]) >= 5  # how many it skipped
+    assert "SKIPPED [" not in out
+
+    # pyproject's addopts leave the slow tests out; `-m slow` (as .ci/run does) runs them.
+    listed = subprocess.run(
+        [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--collect-only", "-q",
+         "tests/test_ci.py"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert "test_start_postgres_uses_pg_ctl_where_there_is_no_pg_ctlcluster" not in listed.stdout
+    assert "2 deselected" in listed.stdout
