@@ -164,6 +164,8 @@ class ActivationInbox:
             self._changed.notify_all()
 
     def _on_abort(self, reason: str) -> None:
+        if self._signal.cause is None:  # a kill, not a close or a lost claim
+            self._trace.killed()  # on the kill's thread: its span links to the activation
         with self._lock:
             queued, self._queue = self._queue, deque()
             for delivery in queued:

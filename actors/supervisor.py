@@ -108,6 +108,7 @@ class ChildSupervisor(Actor):
         self._current: Activation | None = None
         self._held = 0  # messages put into the current inbox before its run was published
         self._last_activity_s = time.time()  # as a float: set on every message
+        self._label: str | None = None  # its latest activation's, for the live views
         # Since when it has had no activation and no message (monotonic); None while busy.
         self._idle_since: float | None = None if initial is not None else time.monotonic()
         if initial is not None:
@@ -463,6 +464,7 @@ class ChildSupervisor(Actor):
 
     def _install(self, plan: ActivationPlan) -> None:
         """Make ``plan`` this child's current activation, with a fresh record and inbox."""
+        self._label = plan.label or self._label
         inbox = ActivationInbox(
             plan.child_id,
             plan.task_id,
@@ -547,6 +549,7 @@ class ChildSupervisor(Actor):
             mailbox_depth=mailbox_depth(self.actor_ref),
             last_activity=datetime.fromtimestamp(self._last_activity_s, UTC),
             activation=activation,
+            label=self._label,
         )
 
 

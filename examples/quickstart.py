@@ -1,17 +1,19 @@
 """subagent-control in two minutes: start, steer, settle, restart, resume, kill, inspect.
 
-Run it with:  python examples/quickstart.py  [--db sqlite:///path/state.db]
+Run it with:  python examples/quickstart.py  [--db URL] [--socket PATH] [--serve]
 
-Everything runs on an embedded SQLite file; the "model" is a tiny stand-in adapter that
-answers from the conversation it is given, so you can see what each child remembers.
+Everything runs on an embedded SQLite file (``demo.db`` in the working directory unless
+``--db`` names another store); the "model" is a tiny stand-in adapter that answers from
+the conversation it is given, so you can see what each child remembers. It ends by
+printing the commands that inspect what it did; with ``--serve`` it then keeps serving
+its admin socket (``--socket``) for ``tree`` and ``top`` until Ctrl-C.
 """
 
 from __future__ import annotations
 
 import argparse
-import tempfile
+import signal
 import threading
-from pathlib import Path
 
 from controlplane import (
     AgentHandle,
@@ -69,11 +71,22 @@ def outcome_line(control: SubagentControl, parent: AgentHandle, task_id: str) ->
     return f"{snap.status.value:<9} {text}"
 
 
+DEFAULT_DB = "sqlite:///demo.db"
+DEFAULT_SOCKET = "/tmp/subagent-control-demo.sock"
+CLI = ".venv/bin/subagent-control"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--db", help="store URL (default: a fresh SQLite file)")
+    parser.add_argument("--db", default=DEFAULT_DB, help="store URL (default: %(default)s)")
+    parser.add_argument(
+        "--socket", default=DEFAULT_SOCKET, help="admin socket path (default: %(default)s)"
+    )
+    parser.add_argument(
+        "--serve", action="store_true", help="keep serving the admin socket until Ctrl-C"
+    )
     args = parser.parse_args()
-    url = args.db or f"sqlite:///{Path(tempfile.mkdtemp()) / 'state.db'}"
+    url = args.db
     model = RecallModel()
 
     def open_control() -> SubagentControl:
@@ -148,6 +161,22 @@ def main() -> None:
     say("\ntasks of parent-1 in this process:")
     for snap in control.tasks.list(parent):
         say(f"   {snap.id[:8]}  {snap.status.value:<9} {snap.label}")
+
+    say(f"\n9. inspect it: the store stays in {url}")
+    say(f"   {CLI} children --db {url}")
+    say(f"   {CLI} transcript {research.child_id[:8]} --db {url}")
+    say(f"   {CLI} tasks --db {url}")
+    live = "while it serves" if args.serve else "while it serves (run it again with --serve)"
+    say(f"   live views of this process, {live}:")
+    say(f"   {CLI} tree --socket {args.socket}")
+    say(f"   {CLI} top --socket {args.socket}")
+    if args.serve:
+        control.serve_admin(args.socket)
+        say(f"\nserving {args.socket} until Ctrl-C")
+        stop = threading.Event()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, lambda _signum, _frame: stop.set())
+        stop.wait()
     control.close()
 
 

@@ -227,7 +227,8 @@ def open_engine(url: str, settings: ConnectionSettings) -> tuple[Engine, Backend
     """An engine and its backend description for a store URL.
 
     ``sqlite:///path`` (file, WAL), ``sqlite://`` or ``sqlite:///:memory:`` (one shared
-    in-memory connection), ``postgresql+psycopg://…`` (``postgresql://`` means psycopg too).
+    in-memory connection), ``postgresql+psycopg://…`` (``postgresql://`` and
+    ``postgres://`` mean psycopg too).
     Every connection gets ``settings``, except where the URL sets the same thing itself
     (SQLite ``?timeout=``, PostgreSQL ``options=-c lock_timeout=…``): the URL wins.
 
@@ -260,6 +261,9 @@ def _parse(url: object) -> URL:
         raise SubagentControlError(
             ErrorCode.INVALID_INPUT, f"the store URL must be a string, not {type(url).__name__}"
         )
+    if url.startswith("postgres://"):
+        # Heroku's, libpq's and most hosts' spelling; SQLAlchemy knows only "postgresql".
+        url = "postgresql" + url.removeprefix("postgres")
     try:
         return make_url(url)
     except (sa_exc.ArgumentError, ValueError) as exc:

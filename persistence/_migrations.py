@@ -196,13 +196,14 @@ def check_schema(conn: Connection) -> int:
     are no segments).
 
     Raises:
-        SubagentControlError: ``STORE_UNAVAILABLE`` for a database without the store's
-            tables, or a store written by a newer version of this code.
+        SubagentControlError: ``STORE_NOT_FOUND`` for a database without the store's
+            tables; ``STORE_UNAVAILABLE`` for a store written by a newer version of this
+            code.
     """
     found = _stored_version(conn)
     if found is None:
         raise SubagentControlError(
-            ErrorCode.STORE_UNAVAILABLE,
+            ErrorCode.STORE_NOT_FOUND,
             "this database holds no subagent-control store (no schema version table); "
             "check the URL",
         )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import re
 import sqlite3
 import sys
 from collections.abc import Callable
@@ -155,6 +156,12 @@ class Retrier:
             cause = getattr(exc, "orig", None)
             if isinstance(cause, SubagentControlError):
                 raise cause from None  # our own check, run by SQLAlchemy (a bind parameter)
+            if is_missing_database(exc):
+                raise SubagentControlError(
+                    ErrorCode.STORE_NOT_FOUND,
+                    f"could not {action}: {describe(exc)}; the server is reachable but has "
+                    "no such database: create it (createdb NAME) or check the URL",
+                ) from exc
             raise SubagentControlError(
                 ErrorCode.STORE_UNAVAILABLE,
                 f"could not {action}: {describe(exc)}; check that the database is "
@@ -237,9 +244,28 @@ def is_transient(error: BaseException) -> bool:
         if sqlstate:
             return sqlstate in _PG_TRANSIENT_SQLSTATES or sqlstate.startswith(_PG_CONNECTION_CLASS)
         # No SQLSTATE: the failure happened on the client side of the connection
-        # (refused, reset, closed by the server).
-        return isinstance(error, psycopg.OperationalError)
+        # (refused, reset, closed by the server), or the database is not there.
+        return isinstance(error, psycopg.OperationalError) and not is_missing_database(error)
     return False
+
+
+_PG_INVALID_CATALOG_NAME = "3D000"
+"""PostgreSQL's SQLSTATE for a database that does not exist."""
+_PG_NO_DATABASE = re.compile(r'FATAL: +database ".*" does not exist')
+
+
+def is_missing_database(error: BaseException) -> bool:
+    """Whether the server answered that the database the URL names does not exist: a
+    wrong name, not an outage (never transient, never retried)."""
+    if isinstance(error, sa_exc.DBAPIError) and error.orig is not None:
+        error = error.orig
+    psycopg = sys.modules.get("psycopg")
+    if psycopg is None or not isinstance(error, psycopg.Error):
+        return False
+    if getattr(error, "sqlstate", None) == _PG_INVALID_CATALOG_NAME:
+        return True
+    # Refused while connecting, libpq's error has no SQLSTATE: only the server's words.
+    return _PG_NO_DATABASE.search(str(error)) is not None
 
 
 def retry_cause(error: BaseException) -> str:

@@ -88,7 +88,7 @@ class SqlStore:
         retry: How to retry transient failures; `RetryPolicy()` by default.
         read_only: Read the store as it is, for inspection: no table is created, an older
             store is not migrated, and `create_child` and `append` refuse with
-            ``INVALID_INPUT``. A database without a store is ``STORE_UNAVAILABLE``.
+            ``INVALID_INPUT``. A database without a store is ``STORE_NOT_FOUND``.
         lock_timeout_s: The longest any statement waits for a lock held by another
             connection (PostgreSQL ``lock_timeout``, e.g. an append behind a stuck
             transaction that holds the child's row; SQLite's busy timeout, behind another

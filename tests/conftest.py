@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import threading
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -142,3 +143,18 @@ def hold() -> Iterator[threading.Event]:
     gate = threading.Event()
     yield gate
     gate.set()
+
+
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """Each skip reason once, with how many tests it skipped (``-ra`` printed one line per
+    test: hundreds of identical "PostgreSQL not available" lines burying the result)."""
+    reasons: Counter[str] = Counter()
+    for report in terminalreporter.stats.get("skipped", []):
+        longrepr = report.longrepr
+        reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+        reasons[reason.removeprefix("Skipped: ")] += 1
+    if not reasons:
+        return
+    terminalreporter.section("skipped, by reason", sep="-")
+    for reason, count in reasons.most_common():
+        terminalreporter.line(f"{count:5} {reason}")

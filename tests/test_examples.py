@@ -55,6 +55,7 @@ def test_human_and_parent_messages_share_one_turn_with_their_sources() -> None:
 
 
 @pytest.mark.timeout(150)
+@pytest.mark.slow  # measured: 5 s under load (--durations)
 def test_openai_child_calls_its_tool_and_is_resumed_against_a_local_server() -> None:
     pytest.importorskip("openai", reason="the openai extra is not installed")
     from tests.providers.openai_server import ChatServer
@@ -128,6 +129,7 @@ def test_quickstart_piped_to_a_reader_that_goes_early_exits(tmp_path: Path) -> N
 
 
 @pytest.mark.timeout(150)
+@pytest.mark.slow  # measured: 7 s under load (--durations)
 def test_mcp_front_drives_a_child_through_the_stdio_server(tmp_path: Path) -> None:
     pytest.importorskip("mcp", reason="the mcp extra is not installed")
     out = run_example("mcp_front.py", "--db", f"sqlite:///{tmp_path}/state.db")

@@ -1,23 +1,29 @@
-"""The ``subagent-control`` command: the live actor tree, and offline views of the store.
+"""The ``subagent-control`` command: the live actor tree, offline views of the store, a
+person's verbs, and the protocol servers.
 
 ``tree`` and ``top`` ask a running process over its admin socket; ``children``,
 ``transcript``, ``tasks`` and ``runtimes`` read the store directly and never start an actor
-(they import only ``persistence`` and the contract, and only when they run). ``mcp``
-and ``a2a`` run a control plane: they serve it over MCP or A2A (`controlplane.fronts`), and
-load it only when they run.
+(they import only ``persistence`` and the contract, and only when they run); ``answer``
+writes one answer. ``send`` and ``kill`` open a runtime for the length of the command
+(`controlplane.cli._act`). ``mcp`` and ``a2a`` run a control plane: they serve it over MCP
+or A2A (`controlplane.fronts`), and load it only when they run. Every ``--db`` defaults to
+``$SUBAGENT_CONTROL_DB``.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.metadata
 import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, Final, TextIO
 
+from controlplane.cli._act import run_kill, run_send
 from controlplane.cli._answer import run_answer
+from controlplane.cli._completion import run_completion
 from controlplane.cli._exit_status import (
     EXIT_OK,
     EXIT_USAGE,
@@ -27,22 +33,27 @@ from controlplane.cli._exit_status import (
 from controlplane.cli._store import run_children, run_runtimes, run_tasks, run_transcript
 from controlplane.cli._tree import run_top, run_tree
 from controlplane.contract import SubagentControlError
+from controlplane.fronts import add_db_argument
 
 __all__ = ["main"]
 
 _EPILOG: Final = """\
 exit status:
   0  success
-  1  any other failure reported by the control plane or the store
+  1  any other failure reported by the control plane or the store (its [CODE] is
+     printed), e.g. OWNERSHIP_CONFLICT for a turn running in another process on SQLite
   2  usage error, including a malformed --db URL, a missing optional extra or
-     database driver (the message names what to install), and an id prefix that
-     fits more than one id (the first 10 are listed)
-  3  not found: an unknown child or request (an id, or a prefix of 4+ characters that
-     fits none), or a SQLite store file that does not exist
+     database driver (the message names what to install), an id prefix that fits
+     more than one id (the first 10 are listed), and a --setup that fails or raises
+  3  not found: an unknown child, Task or request (an id, or a prefix of 4+ characters
+     that fits none), a SQLite store file, a database, or a store in it, that does not
+     exist
   4  unreachable: no socket at --socket, connection refused or timed out, permission
      denied, or the database server cannot be reached
   5  the admin socket answered with an error, or with something that is not a tree
 """
+
+_SEE_EPILOG: Final = "exit status: see subagent-control --help"
 
 _A2A_PACKAGES: Final = frozenset({"a2a", "uvicorn", "starlette", "sse_starlette", "google"})
 """What the ``a2a`` extra brings: a missing one is reported as the extra to install."""
@@ -88,12 +99,15 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser = argparse.ArgumentParser(
         prog="subagent-control",
-        description="Inspect a subagent-control runtime (tree) or its store (children, "
-        "transcript), or serve it over MCP (mcp).",
+        description="Inspect, steer and serve durable subagents: a live process's actor\n"
+        "tree (tree, top); a store's children, Tasks and transcripts; a person's message,\n"
+        "kill and approval answer; the MCP and A2A servers. Every command is listed\n"
+        "below (COMMAND --help tells more); each --db defaults to $SUBAGENT_CONTROL_DB.",
         epilog=_EPILOG,
         formatter_class=formatter,
         parents=[common],
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     tree = commands.add_parser(
@@ -101,7 +115,7 @@ def _parser() -> argparse.ArgumentParser:
         help="print the live actor tree of a process serving an admin socket",
         description="Ask a running process for its actor tree over the admin socket it "
         "serves (control.serve_admin(PATH)).",
-        epilog=_EPILOG,
+        epilog=_SEE_EPILOG,
         formatter_class=formatter,
         parents=[common],
     )
@@ -124,7 +138,7 @@ def _parser() -> argparse.ArgumentParser:
         "terminal: ids shrink to a unique prefix (which every id argument accepts), the "
         "parent session is clipped; --wide shows them whole. When stdout is not a "
         "terminal, prints --iterations plain, uncut frames (default 1) and exits.",
-        epilog=_EPILOG,
+        epilog=_SEE_EPILOG,
         formatter_class=formatter,
         parents=[common],
     )
@@ -161,11 +175,11 @@ def _parser() -> argparse.ArgumentParser:
             name,
             help=help,
             description=f"{description} Reads the store only; starts nothing.",
-            epilog=_EPILOG,
+            epilog=_SEE_EPILOG,
             formatter_class=formatter,
             parents=[common],
         )
-        _add_db(view)
+        add_db_argument(view)
         view.add_argument("--json", action="store_true", help="print one JSON object per line")
         view.set_defaults(run=run)
         return view
@@ -184,6 +198,12 @@ def _parser() -> argparse.ArgumentParser:
         run_tasks,
     )
     tasks.add_argument("--owner", metavar="SESSION", help="only the Tasks of this session")
+    tasks.add_argument(
+        "--watch",
+        action="store_true",
+        help="list them again every --interval (in place on a terminal); Ctrl-C quits",
+    )
+    _add_refresh(tasks, "list")
     offline(
         "runtimes",
         "list the runtimes that share a store",
@@ -197,20 +217,45 @@ def _parser() -> argparse.ArgumentParser:
         help="print the transcript of one child",
         description="Print every event of one child, oldest first. Reads the store only; "
         "starts nothing.",
-        epilog=_EPILOG,
+        epilog=_SEE_EPILOG,
         formatter_class=formatter,
         parents=[common],
     )
     transcript.add_argument(
         "child", metavar="CHILD", help="the child id, or a unique prefix of it (4+ characters)"
     )
-    _add_db(transcript)
+    add_db_argument(transcript)
     transcript.add_argument("--json", action="store_true", help="print one event per line")
+    transcript.add_argument(
+        "--follow",
+        "-f",
+        action="store_true",
+        help="then print each new event as it is written, until Ctrl-C",
+    )
+    transcript.add_argument(
+        "--interval",
+        type=_positive_float,
+        default=0.5,
+        metavar="SECONDS",
+        help="with --follow, look for new events this often (default: %(default)s)",
+    )
     transcript.set_defaults(run=run_transcript)
     _add_answer(commands, formatter, common)
+    _add_acts(commands, formatter, common)
     _add_mcp(commands, formatter, common)
     _add_a2a(commands, formatter, common)
     _add_console(commands, formatter, common)
+    completion = commands.add_parser(
+        "completion",
+        help="print a shell completion script (bash or zsh)",
+        description="Print a completion script for bash or zsh; load it with "
+        "'source <(subagent-control completion bash)' (in ~/.bashrc or ~/.zshrc).",
+        epilog=_SEE_EPILOG,
+        formatter_class=formatter,
+        parents=[common],
+    )
+    completion.add_argument("shell", choices=("bash", "zsh"), help="the shell")
+    completion.set_defaults(run=lambda args, out: run_completion(parser, args.shell, out))
     return parser
 
 
@@ -225,11 +270,11 @@ def _add_console(commands: Any, formatter: type[argparse.HelpFormatter], common:
         "may serve it. Prints http://HOST:PORT/ once listening; serves until SIGINT or "
         "SIGTERM. Loopback by default; any other address requires a token. Needs the "
         "'console' extra.",
-        epilog=_EPILOG,
+        epilog=_SEE_EPILOG,
         formatter_class=formatter,
         parents=[common],
     )
-    _add_db(console)
+    add_db_argument(console)
     console.add_argument(
         "--http",
         default="127.0.0.1:8765",
@@ -268,24 +313,99 @@ def _run_console(args: argparse.Namespace, out: Any) -> None:
         serve_console(args.db, http=args.http, token=args.token, setup=args.setup, out=out)
 
 
+def _add_refresh(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument(
+        "--interval",
+        type=_positive_float,
+        default=1.0,
+        metavar="SECONDS",
+        help=f"with --watch, {what} again this often (default: %(default)s)",
+    )
+    parser.add_argument(
+        "--iterations",
+        type=_positive_int,
+        metavar="N",
+        help="with --watch, stop after N frames (default: until Ctrl-C on a terminal, else 1)",
+    )
+
+
+def _add_acts(commands: Any, formatter: type[argparse.HelpFormatter], common: Any) -> None:
+    from controlplane.fronts import add_provider_arguments
+
+    send = commands.add_parser(
+        "send",
+        help="send a child a message, as a person (it steers or resumes the child)",
+        description="Send TEXT to CHILD as a person (MessageSource kind 'human'), under the "
+        "child's parent session. Prints 'steered task ID' when its running turn took it "
+        "(in any process on PostgreSQL; on SQLite a turn running in another process "
+        "refuses OWNERSHIP_CONFLICT, naming it), or 'started task ID' when the idle child "
+        "resumed. A resumed turn needs the child's provider: give it with --setup (or "
+        "--demo); it then runs in this command, which waits for it to settle.",
+        epilog=_SEE_EPILOG,
+        formatter_class=formatter,
+        parents=[common],
+    )
+    send.add_argument(
+        "child", metavar="CHILD", help="the child id, or a unique prefix of it (4+ characters)"
+    )
+    send.add_argument("text", metavar="TEXT", help="the message")
+    add_db_argument(send)
+    add_provider_arguments(send)
+    send.add_argument(
+        "--as", dest="who", metavar="NAME", help="who sends (default: cli:<your user name>)"
+    )
+    _add_timeout(send, "for a turn started here to settle", 600.0)
+    send.set_defaults(run=run_send)
+
+    kill = commands.add_parser(
+        "kill",
+        help="kill a running Task, in whichever process runs it",
+        description="Kill TASK as its owner session and wait until it reads settled. A Task "
+        "running in another live process is killed there on PostgreSQL; on SQLite that "
+        "refuses OWNERSHIP_CONFLICT, naming the process. A dead runtime's Task reads "
+        "interrupted.",
+        epilog=_SEE_EPILOG,
+        formatter_class=formatter,
+        parents=[common],
+    )
+    kill.add_argument(
+        "task", metavar="TASK", help="the Task id, or a unique prefix of it (4+ characters)"
+    )
+    add_db_argument(kill)
+    kill.set_defaults(setup=None, demo=False)
+    _add_timeout(kill, "for the Task to settle", 30.0)
+    kill.set_defaults(run=run_kill)
+
+
+def _add_timeout(parser: argparse.ArgumentParser, what: str, default: float) -> None:
+    parser.add_argument(
+        "--timeout",
+        type=_positive_float,
+        default=default,
+        metavar="SECONDS",
+        help=f"wait at most this long {what} (default: %(default)s)",
+    )
+
+
 def _add_answer(commands: Any, formatter: type[argparse.HelpFormatter], common: Any) -> None:
     answer = commands.add_parser(
         "answer",
         help="answer a child's approval request, as a person",
         description="Allow or deny the tool call a child waits to run (its Task reads "
-        "input_required; 'tasks --db' shows it, and tasks.get(...).request gives the "
-        "request id). The run waiting for it takes the answer; a parked Task is continued "
-        "by a live runtime that has its child's provider. Writes the answer only.",
-        epilog=_EPILOG,
+        "input_required; 'tasks --db' shows it with request=ID). The run waiting for it "
+        "takes the answer; a parked Task is continued by a live runtime that has its "
+        "child's provider. Writes the answer only.",
+        epilog=_SEE_EPILOG,
         formatter_class=formatter,
         parents=[common],
     )
     answer.add_argument(
         "request",
         metavar="REQUEST",
-        help="the approval request's id, or a unique prefix of it (4+ characters)",
+        help="the approval request's id, or the id of the Task that waits on it (or a unique "
+        "prefix of either, 4+ characters); 'tasks' shows each waiting Task's request=ID",
     )
-    _add_db(answer)
+    add_db_argument(answer)
     verdict = answer.add_mutually_exclusive_group(required=True)
     verdict.add_argument("--allow", dest="allow", action="store_true", help="run the tool")
     verdict.add_argument("--deny", dest="allow", action="store_false", help="refuse it")
@@ -306,7 +426,7 @@ def _add_a2a(commands: Any, formatter: type[argparse.HelpFormatter], common: Any
         "a message to a working task steers it. Prints 'ready URL' once listening; serves "
         "until SIGINT or SIGTERM. Loopback by default; any other address requires a bearer "
         "token. Needs the 'a2a' extra.",
-        epilog=_EPILOG,
+        epilog=_SEE_EPILOG,
         formatter_class=formatter,
         parents=[common],
     )
@@ -360,7 +480,7 @@ def _add_mcp(commands: Any, formatter: type[argparse.HelpFormatter], common: Any
         "--http serves streamable HTTP at HOST:PORT/mcp (loopback by default; any other "
         "address requires a bearer token). Needs the mcp extra: "
         "pip install 'subagent-control[mcp]'.",
-        epilog=_EPILOG,
+        epilog=_SEE_EPILOG,
         formatter_class=formatter,
         parents=[common],
     )
@@ -386,13 +506,11 @@ def _run_mcp(args: argparse.Namespace, out: TextIO) -> None:
         pass  # Ctrl-C ends a server: not an error
 
 
-def _add_db(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--db",
-        required=True,
-        metavar="URL",
-        help="the store URL, e.g. sqlite:///state.db or postgresql+psycopg://user@host:5432/db",
-    )
+def _version() -> str:
+    try:
+        return importlib.metadata.version("subagent-control")
+    except importlib.metadata.PackageNotFoundError:  # run from a checkout, not installed
+        return "unknown"
 
 
 def _positive_float(text: str) -> float:

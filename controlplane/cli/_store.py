@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import time
 from collections.abc import Callable, Sequence
 from typing import IO, TYPE_CHECKING, Any, TypeVar
 
@@ -27,6 +28,7 @@ from controlplane.contract import (
 )
 
 if TYPE_CHECKING:
+    from controlplane.contract import LoadedSession
     from persistence import SqlStore
 
 __all__ = ["open_store", "run_children", "run_runtimes", "run_tasks", "run_transcript"]
@@ -123,6 +125,34 @@ def _usage_cells(usage: Usage) -> tuple[str, str, str]:
 
 
 def run_tasks(args: argparse.Namespace, out: IO[str]) -> None:
+    if not getattr(args, "watch", False):
+        _write_tasks(args, out)
+        return
+    # --watch: the list again every --interval, in place on a terminal; elsewhere
+    # --iterations frames (default 1), one after another. Ctrl-C ends it.
+    terminal = out.isatty()
+    frames = args.iterations if args.iterations is not None else (None if terminal else 1)
+    shown = 0
+    try:
+        while frames is None or shown < frames:
+            if shown:
+                time.sleep(args.interval)
+            if terminal:
+                out.write(_HOME_AND_CLEAR)
+            elif shown:
+                out.write("\n")
+            out.write(f"tasks at {utcnow().astimezone().strftime('%H:%M:%S')} (Ctrl-C quits)\n")
+            _write_tasks(args, out)
+            out.flush()
+            shown += 1
+    except KeyboardInterrupt:
+        pass  # the way a watch ends
+
+
+_HOME_AND_CLEAR = "\x1b[H\x1b[J"
+
+
+def _write_tasks(args: argparse.Namespace, out: IO[str]) -> None:
     store = _open_store(args.db)
     try:
         tasks = store.ledger.recent(args.owner) if store.keeps_tasks else []
@@ -162,9 +192,10 @@ def run_tasks(args: argparse.Namespace, out: IO[str]) -> None:
 
 def _status(task: TaskSnapshot) -> str:
     """A Task's status; a queued one's with its place in the queue (``queued #2``), one
-    waiting for an approval answer with the tool it asks for (``input_required deploy``)."""
+    waiting for an approval answer with the tool it asks for and the request's id, which
+    ``answer`` takes (``input_required deploy request=3f2a…``)."""
     if task.request is not None:
-        return f"{task.status.value} {task.request.tool}"
+        return f"{task.status.value} {task.request.tool} request={task.request.id}"
     if task.queue_position is None:
         return task.status.value
     return f"{task.status.value} #{task.queue_position}"
@@ -245,9 +276,16 @@ def run_transcript(args: argparse.Namespace, out: IO[str]) -> None:
     store = _open_store(args.db)
     try:
         session = store.load(resolve_id(store, "child", args.child))
+        _write_transcript(session, args.json, out)
+        if args.follow:
+            _follow(store, session.meta.child_id, session.events[-1].seq if session.events
+                    else -1, args, out)  # fmt: skip
     finally:
         store.close()
-    if args.json:
+
+
+def _write_transcript(session: LoadedSession, as_json: bool, out: IO[str]) -> None:
+    if as_json:
         for event in session.events:
             out.write(event.model_dump_json() + "\n")
         return
@@ -260,11 +298,35 @@ def run_transcript(args: argparse.Namespace, out: IO[str]) -> None:
         )
         + "\n"
     )
-    rows = [
-        (str(e.seq), str(e.turn), e.kind, e.source.kind if e.source else "-", _event_text(e))
-        for e in session.events
-    ]
-    _write_table(out, ("SEQ", "TURN", "KIND", "SOURCE", "TEXT"), rows)
+    _write_table(out, _EVENT_HEADER, [_event_row(e) for e in session.events])
+
+
+_EVENT_HEADER = ("SEQ", "TURN", "KIND", "SOURCE", "TEXT")
+
+
+def _event_row(e: SessionEvent) -> tuple[str, ...]:
+    return (str(e.seq), str(e.turn), e.kind, e.source.kind if e.source else "-", _event_text(e))
+
+
+def _follow(
+    store: SqlStore, child_id: str, last_seq: int, args: argparse.Namespace, out: IO[str]
+) -> None:
+    """Print each event written after ``last_seq`` as it comes, until Ctrl-C."""
+    out.flush()
+    try:
+        while True:
+            time.sleep(args.interval)
+            fresh = [e for e in store.load(child_id).events if e.seq > last_seq]
+            for event in fresh:
+                if args.json:
+                    out.write(event.model_dump_json() + "\n")
+                else:
+                    out.write(escape_controls("  ".join(_event_row(event))) + "\n")
+                last_seq = event.seq
+            if fresh:
+                out.flush()
+    except KeyboardInterrupt:
+        return  # Ctrl-C is how a follow ends: not an error
 
 
 def _spend_header(usage: Usage) -> str:

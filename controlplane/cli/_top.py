@@ -29,7 +29,8 @@ from controlplane.contract import ActorTree, SupervisorNode, escape_controls
 __all__ = ["ID_SHOWN", "render", "run_top"]
 
 _HEADER: Final = (
-    "CHILD", "STATE", "TASK", "AGE", "QUEUE", "TOKENS", "COST", "HELD", "MAILBOX", "PARENT"
+    "CHILD", "STATE", "TASK", "AGE", "QUEUE", "TOKENS", "COST", "HELD", "MAILBOX",
+    "PARENT  LABEL",
 )  # fmt: skip
 _ID_COLUMNS: Final = (0, 2)  # CHILD, TASK
 ID_SHOWN: Final = 8
@@ -120,7 +121,8 @@ def _row(node: SupervisorNode) -> tuple[str, ...]:
         _cost(activation.usage.cost if activation is not None else None),
         str(node.held_messages),
         str(node.mailbox_depth),
-        node.parent_session or "?",
+        # Free text, last: the label follows its parent, and a narrow view clips it first.
+        f"{node.parent_session or '?'}  {node.label}" if node.label else node.parent_session or "?",
     )
 
 
@@ -171,7 +173,7 @@ def _table(rows: list[tuple[str, ...]], *, width: int | None = None) -> list[str
     widths = [max(len(row[i]) for row in cells) for i in range(len(_HEADER) - 1)]
     gap = 2
     if width is not None:
-        # The last column (the parent session) takes what the others leave. When two
+        # The last column (the parent session and label) takes what the others leave. When two
         # spaces between columns leave it too little, one does; past a few characters of
         # it, the terminal cuts the row.
         last = max(len(row[-1]) for row in cells)

@@ -33,6 +33,7 @@ class ErrorCode(StrEnum):
     BUDGET_EXHAUSTED = "BUDGET_EXHAUSTED"
     REQUEST_NOT_FOUND = "REQUEST_NOT_FOUND"
     REQUEST_CLOSED = "REQUEST_CLOSED"
+    STORE_NOT_FOUND = "STORE_NOT_FOUND"
 
 
 class SubagentControlError(Exception):

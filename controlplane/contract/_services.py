@@ -134,6 +134,10 @@ class ActivationTrace(RunTrace, abc.ABC):
         activation is not traced: `steered` links the two."""
         return None
 
+    def killed(self) -> None:
+        """Its Task was killed, on the killing call's thread (the kill's span, or a
+        forwarded kill's delivery span, is current there): the trace links the two."""
+
     @abc.abstractmethod
     def model_call(self, input_tokens: int, output_tokens: int) -> None:
         """A model call's usage was recorded (its server reported tokens): the token

@@ -79,6 +79,8 @@ class SupervisorNode(BaseModel):
     mailbox_depth: int = 0
     last_activity: datetime
     activation: ActivationNode | None = None
+    label: str | None = None
+    """Its latest activation's label (the child's, or the follow-up that resumed it)."""
 
 
 class ForwardedNode(BaseModel):
@@ -138,6 +140,7 @@ class ActorTree(BaseModel):
                     f"{'└─' if last else '├─'} supervisor {sup.child_id} [{sup.state}]"
                     f" parent={sup.parent_session or '?'}{task} held={sup.held_messages}"
                     f" mailbox={sup.mailbox_depth} quiet={quiet_s:.1f}s"
+                    + (f" label={sup.label!r}" if sup.label else "")
                 )
             )
             act = sup.activation

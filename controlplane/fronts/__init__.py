@@ -25,13 +25,17 @@ from controlplane.fronts._security import (
     resolve_token,
 )
 from controlplane.fronts._setup import (
+    DB_ENV,
     DEFAULT_PROVIDER,
     FrontOptions,
     Opened,
+    add_db_argument,
     add_front_arguments,
+    add_provider_arguments,
     default_provider,
     load_setup,
     open_front,
+    open_runtime,
 )
 
 if TYPE_CHECKING:
@@ -40,19 +44,23 @@ if TYPE_CHECKING:
     from controlplane.fronts._mcp_server import McpFront
 
 __all__ = [
+    "DB_ENV",
     "DEFAULT_PROVIDER",
     "MAX_BODY_BYTES",
     "TOKEN_ENV",
     "Bind",
     "FrontOptions",
     "Opened",
+    "add_db_argument",
     "add_front_arguments",
+    "add_provider_arguments",
     "default_provider",
     "guard",
     "is_loopback",
     "load_setup",
     "mcp_front",
     "open_front",
+    "open_runtime",
     "parse_bind",
     "resolve_token",
     "serve_mcp",

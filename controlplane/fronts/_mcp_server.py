@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Final
 
+import anyio
 import mcp_types as types
 from mcp.server.context import HandlerResult, ServerRequestContext
 from mcp.server.lowlevel.server import NotificationOptions, Server
@@ -27,6 +28,7 @@ from pydantic import Field
 
 from controlplane.aio import AsyncSubagentControl
 from controlplane.contract import AgentHandle, SubagentControlError, TaskSnapshot
+from controlplane.fronts._mcp_ids import expand_ids
 from controlplane.fronts._mcp_legacy import (
     RELATED_TASK,
     LegacyTaskCalls,
@@ -42,7 +44,7 @@ from controlplane.fronts._mcp_tasks import (
     task_fields,
     wants_tasks,
 )
-from controlplane.tools import ToolHandlers
+from controlplane.tools import ToolHandlers, ToolResult
 
 if TYPE_CHECKING:
     from controlplane._facade import SubagentControl
@@ -101,6 +103,7 @@ class McpFront:
 
     def __init__(self, control: SubagentControl, parent: AgentHandle, *, provider: str) -> None:
         self._parent = parent
+        self._control = control
         self._tools = ToolHandlers(control, parent, provider=provider)
         self._aio = AsyncSubagentControl(control)
         self.server: Server[Any] = _Server(
@@ -144,7 +147,16 @@ class McpFront:
     async def _call_tool(
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> HandlerResult:
-        result = await self._tools.acall(params.name, params.arguments or {})
+        arguments = params.arguments or {}
+        try:
+            # Ids as the CLI takes them: a unique prefix of one of this session's ids.
+            arguments = await anyio.to_thread.run_sync(
+                expand_ids, self._control, self._parent, arguments
+            )
+        except SubagentControlError as exc:
+            result = ToolResult.error(exc.code.value, exc.message)
+        else:
+            result = await self._tools.acall(params.name, arguments)
         task_id = created_task_id(params.name, result.text, is_error=result.is_error)
         if task_id is not None and _may_answer_with_a_task(ctx):
             # The Task row exists before `subagent` returns: a tasks/get from anywhere

@@ -10,6 +10,7 @@ pipe, such as a file, is left to the SDK: it ends on its own at end of file.)
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 import stat
@@ -27,6 +28,8 @@ from pydantic import ValidationError
 from controlplane.fronts._mcp_server import McpFront
 
 __all__ = ["serve_stdio"]
+
+log = logging.getLogger("controlplane.fronts.mcp")
 
 _MAX_LINE: Final = 64 * 1024 * 1024  # one JSON-RPC message per line; a tool message is ≤ 1 MB
 
@@ -94,7 +97,21 @@ async def _answer_unparseable(
                     SessionMessage(JSONRPCError(jsonrpc="2.0", id=None, error=error))
                 )
                 continue
+            _log_request(item)
             await parsed.send(item)
+
+
+def _log_request(item: SessionMessage) -> None:
+    """One line per request from the client (``-v``), as the HTTP fronts log theirs."""
+    if not log.isEnabledFor(logging.INFO):
+        return
+    message: Any = item.message
+    method = getattr(message, "method", None)
+    if method is None or getattr(message, "id", None) is None:
+        return  # a response or a notification: not a request
+    params = getattr(message, "params", None) or {}
+    name = params.get("name") if isinstance(params, dict) else None
+    log.info("stdio %s%s", method, f" {name}" if isinstance(name, str) else "")
 
 
 def _error_for(exc: Exception) -> types.ErrorData:

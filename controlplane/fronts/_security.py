@@ -25,11 +25,13 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import json
+import logging
 import os
 import secrets
 import socket
 import sys
 import tempfile
+import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +39,8 @@ from typing import IO, Any, Final
 from urllib.parse import urlsplit
 
 from controlplane.contract import ErrorCode, SubagentControlError
+
+log = logging.getLogger("controlplane.fronts.http")
 
 __all__ = [
     "DEFAULT_HOST",
@@ -192,6 +196,28 @@ def guard(
     """
     expected = f"Bearer {token}".encode() if token is not None else None
 
+    async def logged(scope: Scope, receive: Receive, send: Send) -> None:
+        # One line per request (``-v``): method, path, status, time; never a body.
+        if scope["type"] != "http" or not log.isEnabledFor(logging.INFO):
+            await guarded(scope, receive, send)
+            return
+        status = 0
+        began = time.monotonic()
+
+        async def sending(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = int(message["status"])
+            await send(message)
+
+        try:
+            await guarded(scope, receive, sending)
+        finally:
+            log.info(
+                "%s %s %s %.0f ms", scope.get("method"), scope.get("path"), status or "-",
+                (time.monotonic() - began) * 1000,
+            )  # fmt: skip
+
     async def guarded(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await app(scope, receive, send)
@@ -234,7 +260,7 @@ def guard(
 
         await app(scope, replay, send)
 
-    return guarded
+    return logged
 
 
 def _authorized(

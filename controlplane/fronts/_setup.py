@@ -1,6 +1,7 @@
-"""What every protocol front does before it serves: open the control plane from ``--db``,
-register providers (``--setup MODULE:FUNCTION`` or ``--openai-model``), choose the one
-children start on, and register the parent session its clients act as.
+"""What every protocol front does before it serves: open the control plane from ``--db``
+(or ``$SUBAGENT_CONTROL_DB``), register providers (``--setup MODULE:FUNCTION``,
+``--openai-model`` or the built-in ``--demo``), say on stderr which provider children
+start on (or that none is served), and register the parent session its clients act as.
 
 Front-agnostic on purpose: the MCP front and the A2A front share these flags and this
 order, so a deployment configured for one serves the other the same way.
@@ -23,15 +24,19 @@ if TYPE_CHECKING:
     from controlplane._facade import SubagentControl
 
 __all__ = [
+    "DB_ENV",
     "DEFAULT_PROVIDER",
     "FrontOptions",
     "Opened",
+    "add_db_argument",
     "add_front_arguments",
     "default_provider",
     "load_setup",
     "open_front",
 ]
 
+DB_ENV: Final = "SUBAGENT_CONTROL_DB"
+"""The store URL every command takes when it is given no ``--db``."""
 DEFAULT_PROVIDER: Final = "inprocess"
 """The provider children start on when ``--provider`` names none and several (or none) are
 registered."""
@@ -47,7 +52,10 @@ class FrontOptions:
         setup: ``MODULE:FUNCTION`` called with the open control plane, or None.
         openai_model: Register an `InProcessProvider` on `OpenAIChatModel` with this model.
         openai_base_url: The Chat Completions server for ``openai_model``.
+        openai_api_key_env: The environment variable that holds the API key for
+            ``openai_model`` (None: the SDK's own, ``OPENAI_API_KEY``).
         provider: The provider children are started with (None: `default_provider`).
+        demo: Register the built-in demo provider (`controlplane.fronts._demo`).
     """
 
     db: str
@@ -56,6 +64,8 @@ class FrontOptions:
     openai_model: str | None = None
     openai_base_url: str | None = None
     provider: str | None = None
+    openai_api_key_env: str | None = None
+    demo: bool = False
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> FrontOptions:
@@ -67,6 +77,8 @@ class FrontOptions:
             openai_model=args.openai_model,
             openai_base_url=args.openai_base_url,
             provider=args.provider,
+            openai_api_key_env=args.openai_api_key_env,
+            demo=args.demo,
         )
 
 
@@ -79,15 +91,24 @@ class Opened:
     provider: str
 
 
-def add_front_arguments(parser: argparse.ArgumentParser, *, default_parent: str) -> None:
-    """Add ``--db``, ``--parent``, ``--setup``, ``--openai-model``, ``--openai-base-url``,
-    ``--provider`` and ``--token`` to a front's subcommand."""
+def add_db_argument(parser: argparse.ArgumentParser) -> None:
+    """Add ``--db URL``, required unless `DB_ENV` is set (read when the parser is made)."""
+    from_env = os.environ.get(DB_ENV) or None
     parser.add_argument(
         "--db",
-        required=True,
+        required=from_env is None,
+        default=from_env,
         metavar="URL",
-        help="the store URL, e.g. sqlite:///state.db or postgresql+psycopg://user@host:5432/db",
+        help="the store URL, e.g. sqlite:///state.db or postgresql://user@host:5432/db "
+        f"(default: ${DB_ENV}{', set' if from_env else ''})",
     )
+
+
+def add_front_arguments(parser: argparse.ArgumentParser, *, default_parent: str) -> None:
+    """Add ``--db``, ``--parent``, ``--setup``, ``--demo``, ``--openai-model``,
+    ``--openai-base-url``, ``--openai-api-key-env``, ``--provider`` and ``--token`` to a
+    front's subcommand."""
+    add_db_argument(parser)
     parser.add_argument(
         "--parent",
         default=default_parent,
@@ -95,11 +116,7 @@ def add_front_arguments(parser: argparse.ArgumentParser, *, default_parent: str)
         help="the parent session clients act as; every server on the same store with the "
         "same --parent answers for its children and Tasks (default: %(default)s)",
     )
-    parser.add_argument(
-        "--setup",
-        metavar="MODULE:FUNCTION",
-        help="call FUNCTION(control) from MODULE before serving, to register providers",
-    )
+    add_provider_arguments(parser)
     parser.add_argument(
         "--openai-model",
         metavar="NAME",
@@ -109,6 +126,12 @@ def add_front_arguments(parser: argparse.ArgumentParser, *, default_parent: str)
         "--openai-base-url",
         metavar="URL",
         help="the Chat Completions server for --openai-model (default: OpenAI's)",
+    )
+    parser.add_argument(
+        "--openai-api-key-env",
+        metavar="NAME",
+        help="read the API key for --openai-model from this environment variable "
+        "(default: OPENAI_API_KEY; a key is never given on the command line)",
     )
     parser.add_argument(
         "--provider",
@@ -122,6 +145,21 @@ def add_front_arguments(parser: argparse.ArgumentParser, *, default_parent: str)
         help=f"the bearer token HTTP clients must send (default: ${TOKEN_ENV}; a "
         "non-loopback bind without one gets a generated token in a new 0600 file in the "
         "temporary directory, whose path is printed)",
+    )
+
+
+def add_provider_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add ``--setup`` and ``--demo``: the providers a command's runtime has."""
+    parser.add_argument(
+        "--setup",
+        metavar="MODULE:FUNCTION",
+        help="call FUNCTION(control) from MODULE first, to register providers",
+    )
+    parser.add_argument(
+        "--demo",
+        action="store_true",
+        help="register the built-in demo provider ('demo': a scripted model that calls a "
+        "word_count tool, then answers), to try things without a model server",
     )
 
 
@@ -156,37 +194,97 @@ def load_setup(spec: str) -> Callable[[SubagentControl], object]:
 
 
 def open_front(options: FrontOptions, **control_options: Any) -> Opened:
-    """Open the control plane, register its providers and the parent session.
+    """Open the control plane, register its providers and the parent session, and say on
+    stderr which provider children start on (or that none is served).
 
     Nothing is left open when a step fails: the control plane is closed before the error
     propagates.
 
     Raises:
-        SubagentControlError: a bad ``--setup``, both ``--setup`` and ``--openai-model``,
-            a store that cannot be opened, or a parent already live in this process.
+        SubagentControlError: a bad ``--setup`` or one that raised, more than one of
+            ``--setup``, ``--openai-model`` and ``--demo``, a store that cannot be opened,
+            or a parent already live in this process.
+        ImportError: ``--openai-model`` without the ``openai`` extra.
+    """
+    control = open_runtime(options, **control_options)
+    try:
+        parent = control.agents.register(options.parent)
+    except BaseException:  # KeyboardInterrupt too: close, then let it end the command
+        control.close()
+        raise
+    opened = Opened(
+        control=control, parent=parent, provider=options.provider or default_provider(control)
+    )
+    _announce(opened)
+    return opened
+
+
+def open_runtime(options: FrontOptions, **control_options: Any) -> SubagentControl:
+    """Open the control plane on ``options.db`` with the providers ``options`` name.
+
+    Raises:
+        SubagentControlError: as `open_front` (the parent aside).
         ImportError: ``--openai-model`` without the ``openai`` extra.
     """
     from controlplane._facade import SubagentControl
 
-    if options.setup and options.openai_model:
+    given = [flag for flag, on in (("--setup", options.setup), ("--openai-model",
+             options.openai_model), ("--demo", options.demo)) if on]  # fmt: skip
+    if len(given) > 1:
+        many = "both" if len(given) == 2 else "several"
         raise SubagentControlError(
-            ErrorCode.INVALID_INPUT, "give --setup or --openai-model, not both"
+            ErrorCode.INVALID_INPUT, f"give one of {', '.join(given)}, not {many}"
         )
     # Resolved before the store opens: a typo must not leave a runtime behind.
     setup = load_setup(options.setup) if options.setup else None
     control = SubagentControl.open(options.db, **control_options)
     try:
         if setup is not None:
-            setup(control)
+            _run_setup(setup, options.setup or "", control)
         elif options.openai_model:
             _register_openai(control, options)
-        parent = control.agents.register(options.parent)
+        elif options.demo:
+            from controlplane.fronts._demo import register_demo
+
+            register_demo(control)
     except BaseException:  # KeyboardInterrupt too: close, then let it end the command
         control.close()
         raise
-    return Opened(
-        control=control, parent=parent, provider=options.provider or default_provider(control)
-    )
+    return control
+
+
+def _run_setup(setup: Callable[[SubagentControl], object], spec: str, control: Any) -> None:
+    """Call the ``--setup`` function; what it raises is a coded error naming it."""
+    try:
+        setup(control)
+    except SubagentControlError:
+        raise
+    except Exception as exc:  # the user's code: any failure is reported, not a traceback
+        raise SubagentControlError(
+            ErrorCode.INVALID_INPUT,
+            f"--setup {spec} raised {type(exc).__name__}: {exc}; fix it and start again",
+        ) from exc
+
+
+def _announce(opened: Opened) -> None:
+    """One line on stderr (stdout may be the protocol): the provider children start on,
+    or that none is served, so the first start does not have to tell."""
+    names = opened.control.providers.names()
+    if not names:
+        message = (
+            "serving no provider: every start fails UNKNOWN_PROVIDER (the Tasks and children "
+            "of the store are still served); give --demo to try it, or --setup "
+            "MODULE:FUNCTION or --openai-model NAME"
+        )
+    elif opened.provider not in names:
+        message = (
+            f"children start on provider {opened.provider!r}, which is not registered "
+            f"(registered: {', '.join(names)}): every start fails UNKNOWN_PROVIDER; "
+            "give --provider NAME"
+        )
+    else:
+        message = f"children start on provider {opened.provider!r}"
+    print(f"subagent-control: {message}", file=sys.stderr, flush=True)
 
 
 def default_provider(control: SubagentControl) -> str:
@@ -202,6 +300,15 @@ def _register_openai(control: SubagentControl, options: FrontOptions) -> None:
     from controlplane.providers import InProcessProvider
 
     assert options.openai_model is not None
-    model = OpenAIChatModel(options.openai_model, base_url=options.openai_base_url)
+    api_key = None
+    if options.openai_api_key_env:
+        api_key = os.environ.get(options.openai_api_key_env)
+        if not api_key:
+            raise SubagentControlError(
+                ErrorCode.INVALID_INPUT,
+                f"--openai-api-key-env {options.openai_api_key_env}: that environment "
+                "variable is not set or empty",
+            )
+    model = OpenAIChatModel(options.openai_model, base_url=options.openai_base_url, api_key=api_key)
     name = options.provider or DEFAULT_PROVIDER
     control.providers.register(InProcessProvider(model, name=name))

@@ -50,6 +50,8 @@ __all__ = ["SpanTrace"]
 
 SENT_TRACE: Final = "subagent.send.trace_id"
 SENT_SPAN: Final = "subagent.send.span_id"
+KILL_TRACE: Final = "subagent.kill.trace_id"
+KILL_SPAN: Final = "subagent.kill.span_id"
 
 
 class SpanTrace(ActivationTrace):
@@ -173,6 +175,23 @@ class SpanTrace(ActivationTrace):
                     link = {"subagent.link": "activation"}
                     sender.add_link(span.get_span_context(), link)  # type: ignore[attr-defined]
         span.add_event("subagent.steered", attributes)
+
+    def killed(self) -> None:
+        """A kill aborted this activation, on the kill's thread: a link from the kill's
+        span (current there, a lone trace when the caller had none) to the activation,
+        and an event on the activation naming it."""
+        span, api = self._span, self._api
+        if span is None or api is None:
+            return
+        killer = api.get_current_span()
+        attributes: dict[str, str | int] = {}
+        killed_by = killer.get_span_context()
+        if killed_by.is_valid:
+            attributes[KILL_TRACE] = format(killed_by.trace_id, "032x")
+            attributes[KILL_SPAN] = format(killed_by.span_id, "016x")
+            if killer.is_recording():
+                killer.add_link(span.get_span_context(), {"subagent.link": "activation"})
+        span.add_event("subagent.killed", attributes)
 
     def sender(self) -> object:
         """The calling thread's current span (the send's), when this activation is traced."""

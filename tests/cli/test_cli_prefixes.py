@@ -224,3 +224,53 @@ def test_the_demos_8_character_child_ids_work_as_cli_arguments(
         full = header.split()[1]
         assert full.startswith(prefix)
         uuid.UUID(full)  # the whole id, resolved
+
+
+def test_tasks_shows_a_waiting_task_s_request_and_answer_takes_the_task_s_id(
+    store_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    deploy = ChildTool(
+        "deploy", "Deploy.", {"type": "object"}, lambda _arguments: "deployed", approval="always"
+    )
+    asks = ModelReply(tool_calls=[ToolCall(id="c1", name="deploy", arguments={})])
+    with SubagentControl.open(store_url) as control:
+        control.providers.register(InProcessProvider(ScriptedModel([asks, "done"]), tools=[deploy]))
+        parent = control.agents.register("p1")
+        started = control.start_continuable(
+            ContinuableStartSpec(
+                provider="inprocess", label="ship", prompt=[TextBlock(text="go")], parent=parent
+            )
+        )
+        waiting = control.tasks.wait(started.task_id, timeout=WAIT_S, requester=parent)
+        assert waiting.request is not None
+
+        status, out, _ = run(capsys, "tasks", "--db", store_url)
+        assert status == EXIT_OK
+        (row,) = [line for line in out.splitlines() if line.startswith(started.task_id)]
+        assert f"input_required deploy request={waiting.request.id}" in row
+
+        status, out, err = run(capsys, "answer", started.task_id[:8], "--db", store_url, "--deny")
+        assert (status, err) == (EXIT_OK, "")
+        assert f"request {waiting.request.id} (deploy) denied" in out
+        eventually(
+            lambda: control.tasks.get(started.task_id, requester=parent).status.is_terminal,
+            "the answered Task settles",
+        )
+
+
+def test_answer_with_a_task_that_waits_on_no_request_says_so(
+    store_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with SubagentControl.open(store_url) as control:
+        control.providers.register(InProcessProvider(ScriptedModel(["done"])))
+        parent = control.agents.register("p1")
+        started = control.start_continuable(
+            ContinuableStartSpec(
+                provider="inprocess", label="plain", prompt=[TextBlock(text="go")], parent=parent
+            )
+        )
+        control.tasks.wait(started.task_id, timeout=WAIT_S, requester=parent)
+
+    status, _, err = run(capsys, "answer", started.task_id, "--db", store_url, "--allow")
+    assert status == EXIT_NOT_FOUND
+    assert f"task {started.task_id} waits on no approval request" in err

@@ -197,6 +197,7 @@ def test_a_sqlite_url_naming_no_file_exits_not_found_and_creates_nothing(
     assert not missing.exists()
 
 
+@pytest.mark.slow  # measured: 20 s under load (--durations)
 def test_an_unreachable_database_server_exits_unreachable(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -206,6 +207,7 @@ def test_an_unreachable_database_server_exits_unreachable(
 
 
 @pytest.mark.parametrize("verbose", [[], ["-v"]], ids=["quiet", "verbose"])
+@pytest.mark.slow  # measured: 42 s under load (--durations)
 def test_an_unreachable_database_is_one_line_on_stderr_unless_verbose(verbose: list[str]) -> None:
     done = run_python(
         "-m", "controlplane.cli", *verbose, "children", "--db", UNREACHABLE_PG, timeout=60

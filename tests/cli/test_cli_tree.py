@@ -180,17 +180,23 @@ def test_tree_exits_with_the_error_reply_code_when_the_answer_is_not_a_tree(
     assert "Traceback" not in err
 
 
-@pytest.mark.parametrize(
-    "argv",
-    [["--help"], ["tree", "--help"], ["children", "--help"], ["transcript", "--help"]],
-)
-def test_help_is_available_everywhere_and_documents_the_exit_codes(
-    capsys: pytest.CaptureFixture[str], argv: list[str]
+def test_the_top_level_help_documents_the_exit_codes_once(
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
-    status, out, _ = run(capsys, *argv)
+    status, out, _ = run(capsys, "--help")
     assert status == EXIT_OK
-    assert "exit status:" in out
+    assert out.count("exit status:") == 1
     assert "4  unreachable" in out
+
+
+@pytest.mark.parametrize("command", ["tree", "children", "transcript", "send", "mcp"])
+def test_a_command_s_help_points_to_the_exit_codes_instead_of_repeating_them(
+    capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    status, out, _ = run(capsys, command, "--help")
+    assert status == EXIT_OK
+    assert "exit status: see subagent-control --help" in out
+    assert "4  unreachable" not in out
 
 
 @pytest.mark.parametrize(

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 from datetime import UTC, datetime
 
+import pytest
+
 from controlplane import (
     ActorTree,
     ContinuableStartSpec,
@@ -49,6 +51,7 @@ def cli(*argv: str) -> str:
     return ran.stdout
 
 
+@pytest.mark.slow  # measured: 18 s under load (--durations)
 def test_children_and_tasks_show_what_each_spent_as_text_and_json(store_url: str) -> None:
     child_id, task_id = populated(store_url)
 

@@ -76,6 +76,8 @@ _STORE_COMMANDS: dict[str, tuple[str, ...]] = {
     "runtimes": ("runtimes",),
     "transcript": ("transcript", "ffff0000-lonely"),
     "answer": ("answer", "feed0000", "--allow"),
+    "send": ("send", "ffff0000-lonely", "hello"),
+    "kill": ("kill", "feed0000"),
 }
 _SERVERS: dict[str, tuple[str, ...]] = {
     "mcp": ("mcp",),
@@ -110,6 +112,12 @@ def _cases() -> Iterator[object]:
                 "no child 'eeee0000'")  # fmt: skip
     yield _case("answer-unknown-request", ("answer", "eeee0000", "--db", DB, "--deny"),
                 not_found, "no request 'eeee0000'")  # fmt: skip
+    yield _case("kill-unknown-task", ("kill", "eeee0000", "--db", DB), not_found,
+                "no task 'eeee0000'")  # fmt: skip
+    yield _case("send-unknown-child", ("send", "eeee0000", "hi", "--db", DB), not_found,
+                "no child 'eeee0000'")  # fmt: skip
+    yield _case("send-raising-setup", ("send", "ffff0000-lonely", "hi", "--db", DB, "--setup",
+                "tests.cli.act_setup:explode"), usage, "raised RuntimeError")  # fmt: skip
     yield _case("transcript-ambiguous-prefix", ("transcript", AMBIGUOUS, "--db", DB), usage,
                 "is ambiguous")  # fmt: skip
     yield _case("answer-ambiguous-prefix", ("answer", "feed", "--db", DB, "--allow"), usage,

@@ -37,7 +37,8 @@ def test_the_view_lists_busy_children_first_with_state_task_age_held_and_mailbox
     assert lines[0].startswith("subagent-control top — /tmp/x.sock — ")
     assert lines[0].endswith("2 children: 1 running, 1 idle")
     assert lines[1].split() == [
-        "CHILD", "STATE", "TASK", "AGE", "QUEUE", "TOKENS", "COST", "HELD", "MAILBOX", "PARENT"
+        "CHILD", "STATE", "TASK", "AGE", "QUEUE", "TOKENS", "COST", "HELD", "MAILBOX", "PARENT",
+        "LABEL",
     ]  # fmt: skip
     assert lines[2].split() == [
         "child-busy", "running", "task-7", "1.5s", "-", "0", "-", "1", "2", "parent-1"
@@ -114,7 +115,9 @@ def _uuid_tree(states: list[str], parent: str = "parent-1") -> ActorTree:
 
 
 _STATES = ["running", "input_required", "queued"]
-_HEADER = ["CHILD", "STATE", "TASK", "AGE", "QUEUE", "TOKENS", "COST", "HELD", "MAILBOX", "PARENT"]
+_HEADER = [
+    "CHILD", "STATE", "TASK", "AGE", "QUEUE", "TOKENS", "COST", "HELD", "MAILBOX", "PARENT", "LABEL"
+]  # fmt: skip
 
 
 def test_at_80_columns_a_row_keeps_age_held_mailbox_and_parent_and_shortens_the_ids() -> None:
@@ -293,3 +296,24 @@ def _drain(fd: int) -> bytes:
         if not chunk:
             return out
         out += chunk
+
+
+def test_the_live_views_show_each_child_s_label() -> None:
+    tree = sample_tree()
+    busy = tree.supervisors[1].model_copy(update={"label": "research otters"})
+    tree = tree.model_copy(update={"supervisors": [tree.supervisors[0], busy]})
+
+    (row,) = [line for line in render(tree, source="s") if line.startswith("child-busy")]
+    assert row.endswith("parent-1  research otters")
+    assert "label='research otters'" in tree.render()
+
+
+def test_a_running_child_s_supervisor_reports_its_task_s_label(
+    control: SubagentControl, parent: AgentHandle, provider: FakeProvider, hold: threading.Event
+) -> None:
+    child_id, task_id, _plan = running_child(control, parent, provider, hold)
+    label = control.tasks.get(task_id, requester=parent).label
+    assert label
+
+    (node,) = [s for s in control.dump_tree().supervisors if s.child_id == child_id]
+    assert node.label == label

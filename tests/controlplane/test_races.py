@@ -283,6 +283,7 @@ def test_owner_disposal_racing_a_start_leaves_no_task_running(
         assert all(s.status.is_terminal for s in control.tasks.list("parent-1"))
 
 
+@pytest.mark.slow  # measured: 4 s under load (--durations)
 def test_send_racing_close_is_steered_and_stored_or_refused_and_nowhere(
     make_control: MakeControl, url: str, provider: FakeProvider, rounds: int
 ) -> None:

@@ -13,6 +13,7 @@ pytest.importorskip("a2a", reason="the A2A front needs the 'a2a' extra")
 
 
 @pytest.mark.timeout(150)
+@pytest.mark.slow  # measured: 17 s under load (--durations)
 def test_the_a2a_example_starts_steers_follows_and_resumes() -> None:
     done = subprocess.run(
         [sys.executable, str(REPO / "examples" / "a2a_front.py")],

@@ -108,6 +108,7 @@ def test_a_bind_it_cannot_listen_on_is_invalid_input_naming_it() -> None:
 
 @pytest.mark.timeout(90)
 @pytest.mark.parametrize("front", ["mcp", "a2a"])
+@pytest.mark.slow  # measured: 14 s under load (--durations)
 def test_a_port_in_use_is_a_usage_error_that_names_it(front: str, sqlite_url: str) -> None:
     """The real command, for each front: exit 2, the bind named, no traceback."""
     if front == "a2a":

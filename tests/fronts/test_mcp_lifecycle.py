@@ -36,6 +36,7 @@ def _status(url: str, task_id: str) -> TaskStatus:
         (["--setup", f"{SETUP}:echo", "--openai-model", "m"], "not both"),
     ],
 )
+@pytest.mark.slow  # measured: 7 s under load (--durations)
 def test_a_bad_command_line_exits_2_and_creates_no_store(
     tmp_path: Path, args: list[str], says: str
 ) -> None:
@@ -104,6 +105,7 @@ def test_sigterm_ends_an_http_server_and_its_running_task_is_killed(
         ('{"jsonrpc": "2.0", "id": 1}', -32600, "Invalid Request: not a JSON-RPC message"),
     ],
 )
+@pytest.mark.slow  # measured: 12 s under load (--durations)
 def test_a_malformed_line_over_stdio_gets_a_json_rpc_error_and_changes_nothing(
     reaped: Reaper, sqlite_url: str, line: str, code: int, message: str
 ) -> None:

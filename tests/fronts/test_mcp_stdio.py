@@ -39,6 +39,7 @@ def test_the_tools_listed_are_the_tool_handlers_definitions(sqlite_url: str) -> 
 
 
 @pytest.mark.parametrize("mode", ["auto", "legacy"])
+@pytest.mark.slow  # measured: 10 s under load (--durations)
 def test_a_plain_subagent_call_then_task_output_with_wait(sqlite_url: str, mode: str) -> None:
     async def conversation() -> tuple[str, str, str]:
         async with Client(_server(sqlite_url), mode=mode) as client:
@@ -59,6 +60,7 @@ def test_a_plain_subagent_call_then_task_output_with_wait(sqlite_url: str, mode:
     assert agents.startswith(f"{child_id} [ready] — otters")
 
 
+@pytest.mark.slow  # measured: 7 s under load (--durations)
 def test_a_task_augmented_call_over_stdio_is_followed_by_tasks_get(sqlite_url: str) -> None:
     async def conversation() -> tuple[CreatedTask, str]:
         async with Client(_server(sqlite_url), extensions=[TasksClient()]) as client:
@@ -79,6 +81,7 @@ def test_a_task_augmented_call_over_stdio_is_followed_by_tasks_get(sqlite_url: s
     assert created.status == "working"
 
 
+@pytest.mark.slow  # measured: 6 s under load (--durations)
 def test_bad_tool_arguments_are_an_error_result_that_starts_nothing(sqlite_url: str) -> None:
     async def conversation() -> tuple[bool, str, str]:
         async with Client(_server(sqlite_url)) as client:
@@ -108,6 +111,7 @@ def test_without_the_extra_the_command_says_which_extra_to_install(tmp_path: Pat
     assert "pip install 'subagent-control[mcp]'" in done.stderr
 
 
+@pytest.mark.slow  # measured: 8 s under load (--durations)
 def test_openai_model_serves_children_on_a_chat_completions_server(sqlite_url: str) -> None:
     pytest.importorskip("openai", reason="the openai extra is not installed")
     from tests.providers.openai_server import ChatServer

@@ -16,6 +16,7 @@ APPENDS = 500
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.slow  # measured: 24 s under load (--durations)
 def test_eight_threads_appending_500_events_each_to_one_child_leave_a_gapless_sequence(
     store: SqlStore,
 ) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from hypothesis import given, settings
 
 from persistence._codec import from_json, to_json
@@ -12,6 +13,7 @@ from tests.persistence.conftest import json_values
 
 @settings(max_examples=500)
 @given(json_values)
+@pytest.mark.slow  # measured: 28 s under load (--durations)
 def test_stored_json_text_reads_back_exactly_with_ours_and_any_json_reader(value: object) -> None:
     text = to_json(value)
     assert from_json(text) == value

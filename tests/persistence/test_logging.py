@@ -46,6 +46,7 @@ def test_a_retry_is_logged_under_the_retry_module_name(
     assert [r.name for r in retried] == ["persistence._retry"]
 
 
+@pytest.mark.slow  # measured: 11 s under load (--durations)
 def test_importing_the_store_alone_prints_nothing_on_a_warning() -> None:
     # Without a handler anywhere, logging's last resort would print the warning to stderr.
     code = "import logging, persistence\nlogging.getLogger('persistence._retry').warning('heard')\n"

@@ -118,7 +118,7 @@ def test_a_read_only_open_of_a_database_without_a_store_is_refused_and_creates_n
     sqlite3.connect(path).close()  # an empty database: some other program's file
     with pytest.raises(SubagentControlError) as raised:
         SqlStore(f"sqlite:///{path}", read_only=True, retry=RetryPolicy.immediate())
-    assert raised.value.code == ErrorCode.STORE_UNAVAILABLE
+    assert raised.value.code == ErrorCode.STORE_NOT_FOUND  # a wrong URL, not an outage
     assert "no subagent-control store" in raised.value.message
     with sqlite3.connect(path) as conn:
         assert conn.execute("SELECT count(*) FROM sqlite_master").fetchone() == (0,)

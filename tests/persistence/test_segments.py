@@ -263,6 +263,7 @@ class Rows:
         max_size=40,
     )
 )
+@pytest.mark.slow  # measured: 13 s under load (--durations)
 def test_sealed_text_decodes_to_the_same_events_as_the_open_rows(
     items: list[tuple[object, str, bool]],
 ) -> None:

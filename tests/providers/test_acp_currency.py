@@ -350,6 +350,7 @@ def test_a_steer_under_the_transcripts_lock_does_not_block_the_agents_writes(
     ]
 
 
+@pytest.mark.slow  # measured: 5 s under load (--durations)
 def test_a_steer_racing_the_end_of_the_turn_is_steered_and_answered_or_not_delivered(
     control: SubagentControl, agents: Logged
 ) -> None:

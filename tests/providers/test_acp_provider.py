@@ -557,6 +557,7 @@ def test_a_finished_turn_of_an_agent_that_ignores_eof_settles_without_waiting_ou
         pytest.param(("--hang-on", "initialize"), id="while-starting"),
     ],
 )
+@pytest.mark.slow  # measured: 20 s under load (--durations)
 def test_a_sigkilled_harness_leaves_no_agent_process_behind(
     sqlite_url: str, agents: Agents, flags: tuple[str, ...]
 ) -> None:
@@ -582,6 +583,7 @@ def test_a_sigkilled_harness_leaves_no_agent_process_behind(
     eventually(lambda: not [pid for pid in pids if alive(pid)], "the agent's processes ended")
 
 
+@pytest.mark.slow  # measured: 7 s under load (--durations)
 def test_the_sdks_example_agent_answers_resumes_and_is_reaped_promptly(
     control: SubagentControl, tmp_path: Path
 ) -> None:

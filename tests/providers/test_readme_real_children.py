@@ -15,6 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.timeout(120)
+@pytest.mark.slow  # measured: 16 s under load (--durations)
 def test_the_readme_real_children_example_runs(tmp_path: Path) -> None:
     pytest.importorskip("openai", reason="the openai extra is not installed")
     readme = (ROOT / "README.md").read_text(encoding="utf-8")

@@ -80,6 +80,7 @@ class LinesProcess:
         stderr: The file its stderr goes to (kept for the test's tmp_path); a temporary file
             by default.
         env: Variables set for it besides ``PYTHONPATH`` (the repository).
+        cwd: Its working directory (the repository by default).
     """
 
     def __init__(
@@ -89,6 +90,7 @@ class LinesProcess:
         name: str,
         stderr: Path | None = None,
         env: Mapping[str, str] | None = None,
+        cwd: Path | None = None,
     ) -> None:
         self.name = name
         # Open for the process's life: `reap` closes it.
@@ -109,7 +111,7 @@ class LinesProcess:
                 stdout=subprocess.PIPE,
                 stderr=self._err,
                 env={**os.environ, "PYTHONPATH": str(REPO), **(env or {})},
-                cwd=REPO,
+                cwd=cwd or REPO,
                 text=True,
             )
         except BaseException:

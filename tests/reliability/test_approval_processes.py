@@ -35,6 +35,7 @@ reaped = pytest.fixture(reaping, name="reaped")
 
 
 @pytest.mark.parametrize("grace_s", ["30", "0.05"], ids=["waiting", "parked"])
+@pytest.mark.slow  # measured: 16 s under load (--durations)
 def test_an_answer_from_another_runtime_after_a_sigkill_runs_the_tool_once_and_completes(
     reaped: Reaper, store_url: str, tmp_path: Path, grace_s: str
 ) -> None:
@@ -72,6 +73,7 @@ def test_an_answer_from_another_runtime_after_a_sigkill_runs_the_tool_once_and_c
         assert completed.status is TaskStatus.COMPLETED
 
 
+@pytest.mark.slow  # measured: 13 s under load (--durations)
 def test_an_acp_agents_request_is_closed_and_its_task_interrupted_when_its_runtime_dies(
     reaped: Reaper, store_url: str, tmp_path: Path
 ) -> None:

@@ -34,6 +34,7 @@ def store(pg_url: str) -> Iterator[SqlStore]:
         yield opened
 
 
+@pytest.mark.slow  # measured: 14 s under load (--durations)
 def test_siblings_in_two_processes_never_spend_past_a_shared_budget_by_more_than_one_call_each(
     pg_url: str, store: SqlStore, reaped: Reaper, tmp_path: Path
 ) -> None:

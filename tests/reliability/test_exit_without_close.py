@@ -104,6 +104,7 @@ def assert_settled_and_continuable(url: str, child_id: str, task_id: str) -> Non
 
 
 @pytest.mark.parametrize("mode", ["return", "pipe"])
+@pytest.mark.slow  # measured: 16 s under load (--durations)
 def test_a_script_that_ends_without_close_exits_and_its_child_is_settled(
     mode: str, store_url: str, tmp_path: Path
 ) -> None:
@@ -114,6 +115,7 @@ def test_a_script_that_ends_without_close_exits_and_its_child_is_settled(
     assert_settled_and_continuable(url, child_id, task_id)
 
 
+@pytest.mark.slow  # measured: 14 s under load (--durations)
 def test_a_script_whose_model_ignores_the_kill_still_exits_within_the_bound(
     tmp_path: Path,
 ) -> None:

@@ -134,6 +134,7 @@ def refused(world: World, exc: SubagentControlError, allowed: set[ErrorCode], be
     agent_provider=st.none() | hostile_text(),
     agent_model=st.none() | hostile_text(),
 )
+@pytest.mark.slow  # measured: 5 s under load (--durations)
 def test_start_continuable_answers_any_spec_with_a_start_or_a_coded_refusal_that_writes_nothing(
     world: World,
     provider: str,

@@ -147,6 +147,7 @@ tool_calls = mostly(
 
 @FUZZ
 @given(call=tool_calls, as_json=st.booleans())
+@pytest.mark.slow  # measured: 30 s under load (--durations)
 def test_tool_calls_with_any_name_and_arguments_answer_or_refuse_readably_and_change_nothing(
     bench: Bench, call: tuple[Any, Any], as_json: bool
 ) -> None:
@@ -193,6 +194,7 @@ def resolve(bench: Bench, arguments: Any) -> Any:
         ),
     ),
 )
+@pytest.mark.slow  # measured: 5 s under load (--durations)
 def test_tool_calls_with_arguments_that_are_not_a_json_object_are_refused_readably(
     bench: Bench, name: str, raw: Any
 ) -> None:
@@ -225,6 +227,7 @@ def test_huge_and_absurdly_nested_arguments_are_refused_readably_and_change_noth
 
 
 @pytest.mark.parametrize("name", TOOL_NAMES)
+@pytest.mark.slow  # measured: 9 s under load (--durations)
 def test_arguments_with_thousands_of_junk_keys_get_a_refusal_of_readable_size(
     bench: Bench, name: str
 ) -> None:

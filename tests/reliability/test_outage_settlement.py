@@ -157,6 +157,7 @@ def test_an_outage_longer_than_the_retry_budget_at_a_turns_end_interrupts_its_ta
 
 
 @pytest.mark.parametrize("mode", ["before", "after"])
+@pytest.mark.slow  # measured: 6 s under load (--durations)
 def test_an_outage_beginning_and_ending_at_any_point_of_a_settlement_leaves_every_settled_task_with_one_closed_turn(  # noqa: E501
     control: SubagentControl,
     store: OutageStore,

@@ -25,6 +25,7 @@ def _connect(url: str, **options: object) -> object:
 
 
 @pytest.mark.postgres
+@pytest.mark.slow  # measured: 4 s under load (--durations)
 def test_a_crash_keeps_what_was_committed_and_cuts_every_connection(
     pg_server: PostgresServer,
 ) -> None:

@@ -223,3 +223,25 @@ def test_a_tool_call_that_waits_for_approval_is_one_span_under_the_activation(
     assert span.parent.span_id == activation.context.span_id
     assert span.status.status_code.name != "ERROR"
     assert "error.type" not in span.attributes
+
+
+def test_a_kill_outside_any_span_links_its_lone_span_to_the_activation_it_killed(
+    control: SubagentControl, parent: AgentHandle, otel: Otel
+) -> None:
+    model = ScriptedModel(["never answered"], gated=True)
+    control.providers.register(InProcessProvider(model))
+    started = start_child(control, parent, provider="inprocess", prompt="otters?")
+    assert model.wait_for_calls(1, WAIT_S)
+
+    control.tasks.kill(started.task_id, requester=parent)  # under no span of the caller's
+    assert settle(control, started.task_id, parent).status is TaskStatus.KILLED
+
+    (kill,) = otel.spans("subagent.kill")
+    (activation,) = otel.spans("subagent.activation")
+    assert kill.parent is None  # a trace of its own...
+    assert kill.context.trace_id != activation.context.trace_id
+    # ...linked to the activation it killed, which names the kill in an event.
+    assert [link.context.span_id for link in kill.links] == [activation.context.span_id]
+    assert kill.links[0].attributes["subagent.link"] == "activation"
+    (event,) = [e for e in activation.events if e.name == "subagent.killed"]
+    assert event.attributes["subagent.kill.span_id"] == format(kill.context.span_id, "016x")

@@ -179,6 +179,7 @@ def assert_bad_call_changes_nothing(rig: Rig, name: str, arguments: object) -> N
 @pytest.mark.parametrize("name", TOOL_NAMES)
 @SETTINGS
 @given(data=st.data())
+@pytest.mark.slow  # measured: 33 s under load (--durations)
 def test_random_argument_objects_are_errors_that_change_nothing(
     rig: Rig, settled: Started, name: str, data: st.DataObject
 ) -> None:
@@ -193,6 +194,7 @@ def test_random_argument_objects_are_errors_that_change_nothing(
 @pytest.mark.parametrize("name", TOOL_NAMES)
 @SETTINGS
 @given(arguments=as_call(json_values.filter(lambda value: not isinstance(value, dict))))
+@pytest.mark.slow  # measured: 56 s under load (--durations)
 def test_arguments_that_are_not_a_json_object_are_invalid_input(
     rig: Rig, settled: Started, name: str, arguments: object
 ) -> None:
