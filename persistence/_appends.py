@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import exc as sa_exc
-from sqlalchemy import insert
+from sqlalchemy import insert, select
 from sqlalchemy.engine import Connection
 from sqlalchemy.engine.interfaces import DBAPICursor
 
@@ -28,7 +28,7 @@ from controlplane.contract import (
     SubagentControlError,
 )
 from persistence._codec import PendingEvent, decode_events, stored_events
-from persistence._schema import ChildRow, EventRow, sqlite_time
+from persistence._schema import children_table, events_table, sqlite_time
 from persistence._segments import batch_range, decode_segment
 from persistence._segments import seal as seal_rows
 from persistence._task_sql import Fence, Settlement, TxStep, settle_params
@@ -57,26 +57,26 @@ class Appends:
         claim: tuple[str, str] | None = None,
     ) -> list[SessionEvent]:
         try:
-            with self._s._db.session(write=True) as session:
-                session.add(
-                    ChildRow(
-                        child_id=meta.child_id,
-                        parent_session=meta.parent_session,
-                        depth=meta.depth,
-                        seed_length=meta.seed_length,
-                        label=meta.label,
-                        created_batch=batch,
-                        created_at=meta.created_at,
-                        claim_runtime=claim[0] if claim else None,
-                        claim_task=claim[1] if claim else None,
-                        fence=1 if claim else 0,
-                    )
+            with self._s._db.connection(write=True) as conn:
+                conn.execute(
+                    insert(children_table),
+                    {
+                        "child_id": meta.child_id,
+                        "parent_session": meta.parent_session,
+                        "depth": meta.depth,
+                        "seed_length": meta.seed_length,
+                        "label": meta.label,
+                        "created_batch": batch,
+                        "created_at": meta.created_at,
+                        "claim_runtime": claim[0] if claim else None,
+                        "claim_task": claim[1] if claim else None,
+                        "fence": 1 if claim else 0,
+                    },
                 )
-                if pending:
-                    session.flush()  # the header first: the events' foreign key needs it
-                    self._created_spend(session.connection(), meta, pending)
-                    session.execute(
-                        insert(EventRow),
+                if pending:  # after the header: the events' foreign key needs it
+                    self._created_spend(conn, meta, pending)
+                    conn.execute(
+                        insert(events_table),
                         [
                             {
                                 "child_id": meta.child_id,
@@ -116,9 +116,10 @@ class Appends:
 
     def created_by(self, child_id: str, batch: str) -> list[SessionEvent] | None:
         """The events ``create_child`` call ``batch`` wrote, or None if it wrote nothing."""
-        with self._s._db.session(write=False) as session:
-            header = session.get(ChildRow, child_id)
-        if header is None or header.created_batch != batch:
+        query = select(children_table.c.created_batch).where(children_table.c.child_id == child_id)
+        with self._s._db.connection(write=False) as conn:
+            created_batch = conn.execute(query).scalar_one_or_none()
+        if created_batch != batch:
             return None
         with self._s._db.cursor(write=False) as cursor:
             return self.landed(cursor, child_id, batch)
