@@ -32,7 +32,7 @@ from benchmarks._report import Section, write_report
 
 SECTIONS = (
     "routing", "hops", "resume", "scale", "tasks", "store", "children", "telemetry",
-    "forwarding", "admission", "spend", "a2a", "fronts",
+    "forwarding", "admission", "spend", "a2a", "fronts", "scaleout",
 )  # fmt: skip
 _DOCS = Path(__file__).resolve().parents[1] / "docs"
 
@@ -158,7 +158,23 @@ def _runners(
         config = FrontsConfig.quick() if quick else FrontsConfig()
         return run_fronts(config, workdir, pg_url, pg_note)
 
+    def scaleout() -> Section:
+        from benchmarks.scaleout import ScaleoutConfig, plot_scaleout, run_scaleout
+
+        config = ScaleoutConfig.quick() if quick else ScaleoutConfig()
+        section = run_scaleout(config, pg_url, pg_note)
+        results = section.data.get("results")
+        if results:
+            try:
+                note = "quick run" if quick else "one run"
+                curve = plot.parent / "scaleout.png"
+                plot_scaleout(results, curve, title_note=note)  # type: ignore[arg-type]
+            except ImportError:
+                _log("scaleout: matplotlib is not installed (pip install -e '.[bench]'); no plot")
+        return section
+
     return {
+        "scaleout": scaleout,
         "a2a": a2a,
         "fronts": fronts,
         "admission": admission,

@@ -35,6 +35,7 @@ from persistence._task_sql import Fence, Settlement, TxStep, settle_params
 from persistence._turn_usage import turn_usage, usage_column
 
 if TYPE_CHECKING:
+    from persistence._inbox import WakeUp
     from persistence._store import SqlStore
 
 __all__ = ["Appends", "not_found"]
@@ -139,6 +140,7 @@ class Appends:
     ) -> list[SessionEvent]:
         store = self._s
         sql = store._sql
+        wakeups: list[WakeUp] = []  # of forwarded steers' senders, sent once committed
         with store._db.cursor(write=True) as cursor:
             # First, under the child's lock: an earlier attempt whose commit is still in
             # flight then finishes before the retry below looks for its rows.
@@ -159,7 +161,7 @@ class Appends:
                 row = (child_id, first, p.turn, p.kind, p.data_json, p.source_json, batch, stamp)
                 if inbox is not None and len(answer_steered) == 1:
                     # One record and its answer: one statement for both.
-                    inbox.insert_answering(cursor, sql.insert, row, answer_steered[0])
+                    wakeups = inbox.insert_answering(cursor, sql.insert, row, answer_steered[0])
                 else:
                     counted = store.spend.insert_counting(
                         cursor, child_id, p, sql.insert, row, seconds
@@ -167,7 +169,7 @@ class Appends:
                     if not counted:
                         cursor.execute(sql.insert, row)  # execute costs less than executemany
                     if inbox is not None:
-                        inbox.answer_steered(cursor, answer_steered)
+                        wakeups = inbox.answer_steered(cursor, answer_steered)
                 ends_turn = p.kind == EventKind.TURN_END
             else:
                 cursor.executemany(
@@ -178,7 +180,7 @@ class Appends:
                     ],
                 )
                 if inbox is not None:
-                    inbox.answer_steered(cursor, answer_steered)
+                    wakeups = inbox.answer_steered(cursor, answer_steered)
                 ends_turn = any(p.kind == EventKind.TURN_END for p in pending)
             # What these events spent, counted for the child and every scope above it in
             # this same transaction (nothing when they record no usage).
@@ -200,6 +202,8 @@ class Appends:
                 if fence is not None:  # the turn is over: the claim goes with it
                     cursor.execute(store._release_sql, (child_id, fence[1]))
         store._committed()
+        if wakeups and store.inbox is not None:
+            store.inbox.wake(wakeups)  # outside the write: see `persistence._inbox`
         return stored_events(pending, first, created_at)
 
     def seal(self, cursor: DBAPICursor, child_id: str) -> list[Any]:

@@ -166,8 +166,8 @@ class AdmissionQueue:
                         full |= keys
                     else:
                         decided.append((waiter, found))
-                if released and self._postgres:
-                    cursor.execute(_NOTIFY, (CHANNEL,))
+            if released and self._postgres:
+                self._wake()  # after the commit: see `_wake`
             return decided
 
         return self._run(f"release the slot of task {task_id}", op)
@@ -314,6 +314,17 @@ class AdmissionQueue:
 
     # -- plumbing ----------------------------------------------------------------------
 
+    def _wake(self) -> None:
+        """Tell every listening runtime a slot was freed, once the write that freed it has
+        committed, in a statement that writes nothing. A ``pg_notify`` inside the write
+        would serialize every notifying commit of the cluster behind one lock held
+        through each one's WAL flush. Best effort: a waiter that misses it polls."""
+        try:
+            with self._db.cursor(write=False) as cursor:
+                cursor.execute(_NOTIFY, (CHANNEL,))
+        except self._db.errors as exc:
+            log.info("could not announce a freed slot: %s", exc)
+
     def _try(
         self, cursor: DBAPICursor, task_id: str, limits: Mapping[str, int], *, locked: bool
     ) -> Admitted:
@@ -416,7 +427,7 @@ class _QueueSql:
 
 
 _LOCK = "SELECT pg_advisory_xact_lock(%s, %s)"  # PostgreSQL only: its placeholders
-_NOTIFY = "SELECT pg_notify(%s, '')"
+_NOTIFY = "SELECT pg_notify(%s, '')"  # writes nothing: no WAL flush to wait for
 
 
 def _signed(value: int) -> int:
