@@ -8,6 +8,8 @@ Usage::
     .venv/bin/python -m benchmarks --against ../base --rounds 3 --sections hops,resume
                                                     # this tree beside another checkout,
                                                     # alternating (see benchmarks._against)
+    BENCH_SCALEOUT_LEVELS=4 .venv/bin/python -m benchmarks --sections scaleout
+                                                    # the scale-out at 4 runtimes only
     .venv/bin/python -m benchmarks --profile        # also print where a steer, a
                                                     # 10,000-message resume, a warm resume
                                                     # and a stored tasks.get spend time
@@ -21,9 +23,11 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from benchmarks._harness import pg_server, scratch_dir
@@ -162,6 +166,9 @@ def _runners(
         from benchmarks.scaleout import ScaleoutConfig, plot_scaleout, run_scaleout
 
         config = ScaleoutConfig.quick() if quick else ScaleoutConfig()
+        levels = os.environ.get("BENCH_SCALEOUT_LEVELS")  # e.g. "4": one level only
+        if levels:
+            config = replace(config, levels=tuple(int(n) for n in levels.split(",")))
         section = run_scaleout(config, pg_url, pg_note)
         results = section.data.get("results")
         if results:
