@@ -36,7 +36,7 @@ from benchmarks._report import Section, write_report
 
 SECTIONS = (
     "routing", "hops", "resume", "scale", "tasks", "store", "children", "telemetry",
-    "forwarding", "admission", "spend", "a2a", "fronts", "scaleout",
+    "forwarding", "admission", "spend", "a2a", "fronts", "scaleout", "imports",
 )  # fmt: skip
 _DOCS = Path(__file__).resolve().parents[1] / "docs"
 
@@ -180,7 +180,13 @@ def _runners(
                 _log("scaleout: matplotlib is not installed (pip install -e '.[bench]'); no plot")
         return section
 
+    def imports() -> Section:
+        from benchmarks.imports import ImportsConfig, run_imports
+
+        return run_imports(ImportsConfig.quick() if quick else ImportsConfig(), workdir)
+
     return {
+        "imports": imports,
         "scaleout": scaleout,
         "a2a": a2a,
         "fronts": fronts,

@@ -322,7 +322,7 @@ def _section(config: ScaleoutConfig, results: list[PhaseResult]) -> Section:
             f"{r.per_op(r.commits):.2f}", f"{r.per_op(r.wal_bytes):,.0f}",
             _ms(r.per_op(r.runtime_cpu_s)), _ms(r.per_op(r.pg_cpu_s)),
         ])  # fmt: skip
-        figures[f"{name}/s, {r.runtimes} runtime(s)"] = r.per_s
+        figures[f"{name} per s, {r.runtimes} runtime(s)"] = r.per_s
         figures[f"{name} p50 s, {r.runtimes} runtime(s)"] = r.p50_s
     body = [
         f"Each level in a database of its own; every runtime an OS process with "
@@ -362,7 +362,7 @@ def _projection(results: list[PhaseResult], figures: dict[str, float]) -> str:
             continue
         ceiling = SERVER_VCPUS / r.per_op(r.pg_cpu_s)
         name = _PHASE_NAMES[r.phase]
-        figures[f"projected {name}/s, {SERVER_VCPUS} vCPUs"] = ceiling
+        figures[f"projected {name} per s, {SERVER_VCPUS} vCPUs"] = ceiling
         against = (
             f"{ceiling / DBOS_WORKFLOWS_PER_S:.2f}× DBOS's {DBOS_WORKFLOWS_PER_S:,} workflows/s, "
             f"{ceiling / DBOS_QUEUED_PER_S:.2f}× its {DBOS_QUEUED_PER_S:,} queued/s"
