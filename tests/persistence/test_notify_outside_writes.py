@@ -62,4 +62,5 @@ def test_the_probe_sees_a_notify_inside_a_write(tmp_path: Path) -> None:
         '_ANSWER = f"UPDATE {_T} SET state = 1 " "RETURNING pg_notify(%s, %s)"\n'
     )
     sql = _sql_constants(module)["_ANSWER"]
-    assert "pg_notify" in sql and _WRITES.search(sql)
+    assert "pg_notify" in sql
+    assert _WRITES.search(sql)
