@@ -336,9 +336,11 @@ def _section(config: ScaleoutConfig, results: list[PhaseResult]) -> Section:
         "",
         table(_COLUMNS, rows),
     ]
-    body += ["", _projection(results, figures)]
+    body += ["", _projection(results, figures), "", _PLOT]
     return Section(TITLE, "\n".join(body), {"figures": figures, "results": results})
 
+
+_PLOT = "![Scale-out: aggregate operations per second against runtime processes](scaleout.png)"
 
 _COLUMNS = (
     "runtimes", "operation", "aggregate /s", "p50", "p99", "commits / op", "WAL bytes / op",
