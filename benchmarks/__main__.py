@@ -8,6 +8,8 @@ Usage::
     .venv/bin/python -m benchmarks --against ../base --rounds 3 --sections hops,resume
                                                     # this tree beside another checkout,
                                                     # alternating (see benchmarks._against)
+    BENCH_SCALEOUT_LEVELS=4 .venv/bin/python -m benchmarks --sections scaleout
+                                                    # the scale-out at 4 runtimes only
     .venv/bin/python -m benchmarks --profile        # also print where a steer, a
                                                     # 10,000-message resume, a warm resume
                                                     # and a stored tasks.get spend time
@@ -21,9 +23,11 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from benchmarks._harness import pg_server, scratch_dir
@@ -32,7 +36,7 @@ from benchmarks._report import Section, write_report
 
 SECTIONS = (
     "routing", "hops", "resume", "scale", "tasks", "store", "children", "telemetry",
-    "forwarding", "admission", "spend", "a2a", "fronts",
+    "forwarding", "admission", "spend", "a2a", "fronts", "scaleout", "imports",
 )  # fmt: skip
 _DOCS = Path(__file__).resolve().parents[1] / "docs"
 
@@ -158,7 +162,32 @@ def _runners(
         config = FrontsConfig.quick() if quick else FrontsConfig()
         return run_fronts(config, workdir, pg_url, pg_note)
 
+    def scaleout() -> Section:
+        from benchmarks.scaleout import ScaleoutConfig, plot_scaleout, run_scaleout
+
+        config = ScaleoutConfig.quick() if quick else ScaleoutConfig()
+        levels = os.environ.get("BENCH_SCALEOUT_LEVELS")  # e.g. "4": one level only
+        if levels:
+            config = replace(config, levels=tuple(int(n) for n in levels.split(",")))
+        section = run_scaleout(config, pg_url, pg_note)
+        results = section.data.get("results")
+        if results:
+            try:
+                note = "quick run" if quick else "one run"
+                curve = plot.parent / "scaleout.png"
+                plot_scaleout(results, curve, title_note=note)  # type: ignore[arg-type]
+            except ImportError:
+                _log("scaleout: matplotlib is not installed (pip install -e '.[bench]'); no plot")
+        return section
+
+    def imports() -> Section:
+        from benchmarks.imports import ImportsConfig, run_imports
+
+        return run_imports(ImportsConfig.quick() if quick else ImportsConfig(), workdir)
+
     return {
+        "imports": imports,
+        "scaleout": scaleout,
         "a2a": a2a,
         "fronts": fronts,
         "admission": admission,

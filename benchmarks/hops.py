@@ -7,7 +7,10 @@ connection is traced and every pykka message counted):
 - a warm resume of an idle 10-message child (supervisor up): ``send_message`` until its
   Task settled, the run released as soon as ``provider.resume`` was called;
 - a cold resume of a 100-message child on a freshly opened control plane, the same way
-  (the plane's opening and closing are not counted).
+  (the plane's opening and closing are not counted);
+- a whole scripted turn: ``send_message`` to an idle child on an instant `ScriptedModel`
+  (`InProcessProvider`) until its Task completed — with its CPU time and wall time per
+  turn beside the counts.
 
 The benchmark provider writes nothing and calls no actor, so every count is outside the
 provider. The figures are per operation, averaged over many; a lease renewal that falls
@@ -38,6 +41,48 @@ from persistence import SqlStore
 __all__ = ["HopsConfig", "run_hops"]
 
 COLD_LENGTH = 100
+SCRIPTED_TURN = "scripted turn (start → completed)"
+timing: dict[str, tuple[float, float]] = {}
+"""The last count's CPU and wall p50 per scripted turn (seconds)."""
+
+
+class _ScriptedTurns:
+    """Turns of one idle child on an instant `ScriptedModel`, each until its Task completed."""
+
+    def __init__(self, plane: Plane) -> None:
+        from controlplane import ContinuableStartSpec, InProcessProvider, ScriptedModel
+
+        self._plane = plane
+        plane.control.providers.register(InProcessProvider(ScriptedModel(["done"])))
+        spec = ContinuableStartSpec(
+            provider="inprocess", label="turns", prompt=[TextBlock(text="go")],
+            parent=plane.parent,
+        )  # fmt: skip
+        started = plane.control.start_continuable(spec)
+        self._wait(started.task_id)
+        self._child = started.child_id
+        self._cpu = 0.0
+        self._walls: list[float] = []
+
+    def turn(self) -> None:
+        cpu, t0 = time.process_time(), time.perf_counter()
+        sent = self._plane.control.send_message(
+            self._plane.parent, self._child, [TextBlock(text="next")], None
+        )
+        self._wait(sent.task_id)
+        self._walls.append(time.perf_counter() - t0)
+        self._cpu += time.process_time() - cpu
+
+    def timing(self) -> tuple[float, float]:
+        return self._cpu / len(self._walls), statistics.median(self._walls)
+
+    def _wait(self, task_id: str) -> None:
+        from controlplane import TaskStatus
+
+        control, parent = self._plane.control, self._plane.parent
+        done = control.tasks.wait(task_id, timeout=60.0, requester=parent)
+        if done.status is not TaskStatus.COMPLETED:
+            raise AssertionError(f"a scripted turn ended {done.status}")
 
 
 @dataclass(frozen=True)
@@ -73,6 +118,7 @@ def count_operations(config: HopsConfig, workdir: Path) -> tuple[list[Tally], li
         idle = seed_child(store, 10)
         cold = seed_child(store, COLD_LENGTH)
     tallies: list[Tally] = []
+    timing.clear()
     with counting() as counts:
         plane = Plane.open(url)
         try:
@@ -85,6 +131,9 @@ def count_operations(config: HopsConfig, workdir: Path) -> tuple[list[Tally], li
                     "warm resume (to settled)", counts, config.resumes, lambda: plane.resume(idle)
                 )
             )
+            turns = _ScriptedTurns(plane)
+            tallies.append(_tally(SCRIPTED_TURN, counts, config.resumes, turns.turn))
+            timing[SCRIPTED_TURN] = turns.timing()
         finally:
             plane.close()
         cold_counts: list[Counts] = []
@@ -158,6 +207,9 @@ def run_hops(config: HopsConfig, workdir: Path) -> Section:
         figures[f"actor messages per {t.name}"] = (t.counts.tells + t.counts.asks) / t.ops
         figures[f"cross-thread hops per {t.name}"] = t.counts.hops / t.ops
         figures[f"store transactions per {t.name}"] = t.counts.total_transactions / t.ops
+    for name, (cpu, wall) in timing.items():
+        figures[f"CPU s per {name}"] = cpu
+        figures[f"wall p50 s of {name}"] = wall
     if steps:
         figures[f"cold resume to provider.resume, {COLD_LENGTH} messages, counted run"] = steps[
             -1
@@ -191,6 +243,12 @@ def _body(config: HopsConfig, tallies: list[Tally], steps: list[Step]) -> str:
     for t in tallies:
         items = [*t.counts.messages.items(), *t.counts.transactions.items()]
         parts = [f"`{label}` × {t.per(n)}" for label, n in sorted(items)]
+        if t.name in timing:
+            cpu, wall = timing[t.name]
+            parts.append(
+                f"CPU {cpu * 1e3:.2f} ms per turn (all threads), wall p50 {wall * 1e3:.2f} ms "
+                "(counters on; goal ≤ 1.5 ms p50 on SQLite)"
+            )
         breakdown.append(f"- **{t.name}**: " + "; ".join(parts))
     timeline = [
         [f"{step.at_s * 1e6:,.0f} µs", f"+{step.gap_s * 1e6:,.0f} µs", f"`{step.what}`"]

@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import exc as sa_exc
-from sqlalchemy import insert
+from sqlalchemy import insert, select
 from sqlalchemy.engine import Connection
 from sqlalchemy.engine.interfaces import DBAPICursor
 
@@ -28,13 +28,14 @@ from controlplane.contract import (
     SubagentControlError,
 )
 from persistence._codec import PendingEvent, decode_events, stored_events
-from persistence._schema import ChildRow, EventRow, sqlite_time
+from persistence._schema import children_table, events_table, sqlite_time
 from persistence._segments import batch_range, decode_segment
 from persistence._segments import seal as seal_rows
 from persistence._task_sql import Fence, Settlement, TxStep, settle_params
 from persistence._turn_usage import turn_usage, usage_column
 
 if TYPE_CHECKING:
+    from persistence._inbox import WakeUp
     from persistence._store import SqlStore
 
 __all__ = ["Appends", "not_found"]
@@ -57,26 +58,26 @@ class Appends:
         claim: tuple[str, str] | None = None,
     ) -> list[SessionEvent]:
         try:
-            with self._s._db.session(write=True) as session:
-                session.add(
-                    ChildRow(
-                        child_id=meta.child_id,
-                        parent_session=meta.parent_session,
-                        depth=meta.depth,
-                        seed_length=meta.seed_length,
-                        label=meta.label,
-                        created_batch=batch,
-                        created_at=meta.created_at,
-                        claim_runtime=claim[0] if claim else None,
-                        claim_task=claim[1] if claim else None,
-                        fence=1 if claim else 0,
-                    )
+            with self._s._db.connection(write=True) as conn:
+                conn.execute(
+                    insert(children_table),
+                    {
+                        "child_id": meta.child_id,
+                        "parent_session": meta.parent_session,
+                        "depth": meta.depth,
+                        "seed_length": meta.seed_length,
+                        "label": meta.label,
+                        "created_batch": batch,
+                        "created_at": meta.created_at,
+                        "claim_runtime": claim[0] if claim else None,
+                        "claim_task": claim[1] if claim else None,
+                        "fence": 1 if claim else 0,
+                    },
                 )
-                if pending:
-                    session.flush()  # the header first: the events' foreign key needs it
-                    self._created_spend(session.connection(), meta, pending)
-                    session.execute(
-                        insert(EventRow),
+                if pending:  # after the header: the events' foreign key needs it
+                    self._created_spend(conn, meta, pending)
+                    conn.execute(
+                        insert(events_table),
                         [
                             {
                                 "child_id": meta.child_id,
@@ -116,9 +117,10 @@ class Appends:
 
     def created_by(self, child_id: str, batch: str) -> list[SessionEvent] | None:
         """The events ``create_child`` call ``batch`` wrote, or None if it wrote nothing."""
-        with self._s._db.session(write=False) as session:
-            header = session.get(ChildRow, child_id)
-        if header is None or header.created_batch != batch:
+        query = select(children_table.c.created_batch).where(children_table.c.child_id == child_id)
+        with self._s._db.connection(write=False) as conn:
+            created_batch = conn.execute(query).scalar_one_or_none()
+        if created_batch != batch:
             return None
         with self._s._db.cursor(write=False) as cursor:
             return self.landed(cursor, child_id, batch)
@@ -138,6 +140,7 @@ class Appends:
     ) -> list[SessionEvent]:
         store = self._s
         sql = store._sql
+        wakeups: list[WakeUp] = []  # of forwarded steers' senders, sent once committed
         with store._db.cursor(write=True) as cursor:
             # First, under the child's lock: an earlier attempt whose commit is still in
             # flight then finishes before the retry below looks for its rows.
@@ -158,7 +161,7 @@ class Appends:
                 row = (child_id, first, p.turn, p.kind, p.data_json, p.source_json, batch, stamp)
                 if inbox is not None and len(answer_steered) == 1:
                     # One record and its answer: one statement for both.
-                    inbox.insert_answering(cursor, sql.insert, row, answer_steered[0])
+                    wakeups = inbox.insert_answering(cursor, sql.insert, row, answer_steered[0])
                 else:
                     counted = store.spend.insert_counting(
                         cursor, child_id, p, sql.insert, row, seconds
@@ -166,7 +169,7 @@ class Appends:
                     if not counted:
                         cursor.execute(sql.insert, row)  # execute costs less than executemany
                     if inbox is not None:
-                        inbox.answer_steered(cursor, answer_steered)
+                        wakeups = inbox.answer_steered(cursor, answer_steered)
                 ends_turn = p.kind == EventKind.TURN_END
             else:
                 cursor.executemany(
@@ -177,7 +180,7 @@ class Appends:
                     ],
                 )
                 if inbox is not None:
-                    inbox.answer_steered(cursor, answer_steered)
+                    wakeups = inbox.answer_steered(cursor, answer_steered)
                 ends_turn = any(p.kind == EventKind.TURN_END for p in pending)
             # What these events spent, counted for the child and every scope above it in
             # this same transaction (nothing when they record no usage).
@@ -199,6 +202,8 @@ class Appends:
                 if fence is not None:  # the turn is over: the claim goes with it
                     cursor.execute(store._release_sql, (child_id, fence[1]))
         store._committed()
+        if wakeups and store.inbox is not None:
+            store.inbox.wake(wakeups)  # outside the write: see `persistence._inbox`
         return stored_events(pending, first, created_at)
 
     def seal(self, cursor: DBAPICursor, child_id: str) -> list[Any]:

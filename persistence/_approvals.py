@@ -40,7 +40,7 @@ from controlplane.contract import (
     TaskStatus,
     utcnow,
 )
-from persistence._schema import APPROVALS, CHILDREN, TASKS, ApprovalRow, utc_time
+from persistence._schema import APPROVALS, CHILDREN, TASKS, approvals_table, utc_time
 from persistence._task_sql import Fence, TxStep
 
 if TYPE_CHECKING:
@@ -328,7 +328,7 @@ _COLUMNS = (
 )
 _STORED_WIDTH = 14
 _GONE = (None, None, None, None, None)
-_A = ApprovalRow
+_A = approvals_table.c
 _BY_ID = select(
     _A.request_id, _A.task_id, _A.child_id, _A.parent_session, _A.turn, _A.call_id, _A.tool,
     _A.arguments, _A.reason, _A.pending, _A.parkable, _A.created_at, _A.deadline_at,

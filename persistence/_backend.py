@@ -402,9 +402,9 @@ def _milliseconds(seconds: float) -> int:
 
 
 def _install_begin(engine: Engine, *, write_begin: str) -> None:
-    """Let SQLAlchemy-managed transactions (sessions, schema setup) BEGIN explicitly.
+    """Let SQLAlchemy-managed transactions (connections, schema setup) BEGIN explicitly.
 
-    The driver runs in autocommit mode on both backends, so without this hook a Session
+    The driver runs in autocommit mode on both backends, so without this hook a connection
     would run each statement in its own transaction.
     """
 

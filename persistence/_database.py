@@ -1,4 +1,4 @@
-"""One store's way into its database: cursors for the hot paths, sessions for the rest."""
+"""One store's way into its database: cursors for the hot paths, connections for the rest."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, cast
 from sqlalchemy import Connection
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine.interfaces import DBAPICursor
-from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import PoolProxiedConnection
 
 from controlplane.contract import SubagentControlError
@@ -42,8 +41,6 @@ class Database:
         )
         """What a failing database raises: SQLAlchemy's errors and the driver's own."""
         self._write_engine = self.engine.execution_options(**{WRITE_OPTION: True})
-        self._sessions = sessionmaker(self.engine, expire_on_commit=False)
-        self._write_sessions = sessionmaker(self._write_engine, expire_on_commit=False)
         self._lock = threading.Lock()
         self._writer: PoolProxiedConnection | None = None
 
@@ -51,15 +48,6 @@ class Database:
     def url(self) -> str:
         """The database URL, password hidden."""
         return self.engine.url.render_as_string(hide_password=True)
-
-    @contextmanager
-    def session(self, *, write: bool) -> Iterator[Session]:
-        """An ORM session in one transaction, committed when the block ends."""
-        with (
-            self._guard(write=write),
-            (self._write_sessions if write else self._sessions).begin() as session,
-        ):
-            yield session
 
     @contextmanager
     def connection(self, *, write: bool) -> Iterator[Connection]:

@@ -14,18 +14,17 @@ from __future__ import annotations
 import sys
 from typing import Final
 
-from sqlalchemy import Select, select
-from sqlalchemy.orm import InstrumentedAttribute
+from sqlalchemy import Column, Select, select
 
 from controlplane.contract import ErrorCode, SubagentControlError
-from persistence._schema import ApprovalRow, ChildRow, TaskRow
+from persistence._schema import approvals_table, children_table, tasks_table
 
 __all__ = ["ID_KINDS", "KEPT_SINCE", "prefix_query"]
 
-ID_KINDS: Final[dict[str, InstrumentedAttribute[str]]] = {
-    "child": ChildRow.child_id,
-    "task": TaskRow.task_id,
-    "request": ApprovalRow.request_id,
+ID_KINDS: Final[dict[str, Column[str]]] = {
+    "child": children_table.c.child_id,
+    "task": tasks_table.c.task_id,
+    "request": approvals_table.c.request_id,
 }
 """Each kind of id a person may abbreviate, and the primary key that holds it."""
 KEPT_SINCE: Final = {"child": 1, "task": 4, "request": 10}

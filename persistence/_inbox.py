@@ -7,13 +7,19 @@ message in the notification; the target takes it by writing its inbox row as ``t
 first (it wrote the row as ``abandoned``) can never be delivered late. A message too long
 for a notification (PostgreSQL's 8000 bytes) is written as a ``pending`` row first, and the
 notification only names it; taking it is then compare-and-set (``pending`` → ``taken``).
-The target writes its answer and notifies the sender in one transaction: for a message it
-steered, the transaction that writes the steering record (`Inbox.insert_answering`, in
-the record's own statement, or `Inbox.answer_steered` after a batch of records; both run
-by `SqlStore.append`), so the record and its answer commit together or not at all; for a
-refusal or a kill, one of its own (`Inbox.answer`). Notifications about answers only wake
-the sender up: every decision reads the row, so a lost notification costs time, never a
-message (a lost message is taken back, not delivered).
+The target writes its answer in one transaction: for a message it steered, the transaction
+that writes the steering record (`Inbox.insert_answering`, in the record's own statement,
+or `Inbox.answer_steered` after a batch of records; both run by `SqlStore.append`), so the
+record and its answer commit together or not at all; for a refusal or a kill, one of its
+own (`Inbox.answer`). Notifications about answers only wake the sender up: every decision
+reads the row, so a lost notification costs time, never a message (a lost message is taken
+back, not delivered).
+
+No write transaction notifies. PostgreSQL serializes the commits of every transaction
+that notifies, cluster-wide, under one lock held through the commit's WAL flush, so a
+``pg_notify`` in a write makes every forwarding runtime queue behind every other one's
+flush. A wake-up is sent after its write commits, as a statement of its own (`Inbox.wake`)
+that writes nothing and so waits for no flush.
 
 Each other operation is one statement, its own transaction (the store's PostgreSQL
 connections are in autocommit). Forgetting rows and posting a long message commit without
@@ -51,7 +57,7 @@ if TYPE_CHECKING:
 
     from persistence._store import SqlStore
 
-__all__ = ["Inbox", "InboxItem", "Listener", "channel_of", "steered_answer"]
+__all__ = ["Inbox", "InboxItem", "Listener", "WakeUp", "channel_of", "steered_answer"]
 
 log = logging.getLogger(__name__)
 
@@ -63,11 +69,13 @@ MESSAGE = "m"
 REPLY = "r"
 """Notification kind: the answer to a message the listening runtime forwarded is in."""
 
+WakeUp = tuple[str, str]
+"""A notification to send once its transaction has committed: (channel, payload)."""
+
 
 def channel_of(runtime_id: str) -> str:
     """The NOTIFY channel of a runtime: short (PostgreSQL allows 63 bytes) and a plain
-    identifier whatever the runtime id holds (a host name may have dots or capitals).
-    `_CHANNEL_OF_SENDER` computes the same in SQL."""
+    identifier whatever the runtime id holds (a host name may have dots or capitals)."""
     return _CHANNEL_PREFIX + hashlib.sha256(runtime_id.encode()).hexdigest()[:_CHANNEL_HEX]
 
 
@@ -118,16 +126,17 @@ class Inbox:
         written = len(notice) >= _PAYLOAD_LIMIT
 
         def op(_attempt: int) -> None:
-            with self._s._db.cursor(write=False) as cursor:  # one statement: autocommit
+            with self._s._db.cursor(write=False) as cursor:  # each statement: autocommit
                 if not written:
                     cursor.execute(_NOTIFY, (channel_of(target), notice))
                     return
                 cursor.execute(
                     _POST,
                     (item.inbox_id, item.kind, item.child_id, target, item.sender_runtime,
-                     item.parent_session, json.dumps(item.message), json.dumps(item.source),
-                     channel_of(target), _notice(item, written=True)),
+                     item.parent_session, json.dumps(item.message), json.dumps(item.source)),
                 )  # fmt: skip
+                if cursor.fetchone() is not None:  # written now (committed): wake it
+                    cursor.execute(_NOTIFY, (channel_of(target), _notice(item, written=True)))
 
         self._s._run(f"forward a message to runtime {target}", op)
         return written
@@ -194,36 +203,65 @@ class Inbox:
         payload = _reply_payload(inbox_id, text)
 
         def op(_attempt: int) -> bool:
-            with self._s._db.cursor(write=False) as cursor:  # one statement: autocommit
-                cursor.execute(_ANSWER, (text, inbox_id, text, payload))
-                return cursor.fetchone() is not None
+            with self._s._db.cursor(write=False) as cursor:  # each statement: autocommit
+                cursor.execute(_ANSWER, (text, inbox_id, text))
+                row = cursor.fetchone()
+                if row is not None:  # committed: wake its sender
+                    cursor.execute(_NOTIFY, (channel_of(row[0]), payload))
+                return row is not None
 
         return self._s._run(f"answer forwarded message {inbox_id}", op)
 
-    def answer_steered(self, cursor: DBAPICursor, steered: Sequence[tuple[str, str]]) -> None:
+    def answer_steered(
+        self, cursor: DBAPICursor, steered: Sequence[tuple[str, str]]
+    ) -> list[WakeUp]:
         """Inside the caller's transaction — the append that writes the steering records
-        of forwarded messages — answer each (inbox id, Task id) `steered_answer` and
-        notify its sender (PostgreSQL delivers the notification at commit): the answer
-        and the record commit together or not at all.
+        of forwarded messages — answer each (inbox id, Task id) `steered_answer`: the
+        answer and the record commit together or not at all. Returns the wake-ups of
+        their senders, for `wake` once that transaction has committed.
 
         A message its sender gave up meanwhile (its target looked dead: the row is
         ``abandoned``) keeps its row as it is, as `answer` would: the sender decides from
         the transcript once the target can no longer write, and finds the record or not.
         """
+        wakeups: list[WakeUp] = []
         for inbox_id, task_id in steered:
-            cursor.execute(_ANSWER_STEERED, _steered_params(inbox_id, task_id))
-            _check_answered(inbox_id, 0 if cursor.fetchone() is None else 1)
+            text, payload = _steered_params(inbox_id, task_id)
+            cursor.execute(_ANSWER_STEERED, (text, inbox_id))
+            fetched = cursor.fetchone()
+            _answered(wakeups, inbox_id, None if fetched is None else fetched[0], payload)
+        return wakeups
 
     def insert_answering(
         self, cursor: DBAPICursor, insert: str, row: Sequence[object], steered: tuple[str, str]
-    ) -> None:
+    ) -> list[WakeUp]:
         """`answer_steered` of one message, folded into the statement that inserts its
         steering record (``insert``, one row, with its parameters ``row``): a forwarded
         steer's record then costs the holder no round trip more than a local steer's."""
         inbox_id, task_id = steered
-        cursor.execute(_inserting(insert), (*_steered_params(inbox_id, task_id), *row))
+        text, payload = _steered_params(inbox_id, task_id)
+        cursor.execute(_inserting(insert), (text, inbox_id, *row))
         fetched = cursor.fetchone()
-        _check_answered(inbox_id, 0 if fetched is None else int(fetched[0]))
+        wakeups: list[WakeUp] = []
+        _answered(wakeups, inbox_id, None if fetched is None else fetched[0], payload)
+        return wakeups
+
+    def wake(self, wakeups: Sequence[WakeUp]) -> None:
+        """Send the wake-ups of answers whose transaction has committed, in one statement
+        that writes nothing (no lock shared with other runtimes' commits, no flush).
+
+        Best effort: a wake-up lost to a failing store costs its sender a poll, never a
+        message (it reads the row), so a failure here is logged, not raised.
+        """
+        if not wakeups:
+            return
+        channels = [channel for channel, _payload in wakeups]
+        payloads = [payload for _channel, payload in wakeups]
+        try:
+            with self._s._db.cursor(write=False) as cursor:
+                cursor.execute(_WAKE, (channels, payloads))
+        except self._s._db.errors as exc:
+            log.info("could not wake %d sender(s) of answers: %s", len(wakeups), exc)
 
     def take_back(self, item: InboxItem, *, target: str) -> bool:
         """Give a message up if its target has not taken it (its row is absent or
@@ -322,7 +360,7 @@ _POST = (
     f"INSERT INTO {INBOX} (inbox_id, kind, child_id, target_runtime, sender_runtime, "
     "parent_session, message, source, state, created_at) VALUES "
     "(%s, %s, %s, %s, %s, %s, %s, %s, 'pending', now()) ON CONFLICT DO NOTHING "
-    f"RETURNING {_NO_FLUSH}, pg_notify(%s, %s)"
+    f"RETURNING {_NO_FLUSH}"
 )
 _COLUMNS = (
     f"INSERT INTO {INBOX} AS i (inbox_id, kind, child_id, target_runtime, sender_runtime, "
@@ -347,20 +385,16 @@ _TAKE = (
 )
 _CHANNEL_PREFIX = "subagent_"
 _CHANNEL_HEX = 40
-_CHANNEL_OF_SENDER = (  # `channel_of(sender_runtime)`, for a statement that has the row
-    f"'{_CHANNEL_PREFIX}' || "
-    f"left(encode(sha256(convert_to(sender_runtime, 'UTF8')), 'hex'), {_CHANNEL_HEX})"
-)
 _ANSWER = (  # a retry finds its own answer there: the same reply, answered again
     f"UPDATE {INBOX} SET state = 'answered', reply = %s "
     "WHERE inbox_id = %s AND (state = 'taken' OR (state = 'answered' AND reply = %s)) "
-    f"RETURNING pg_notify({_CHANNEL_OF_SENDER}, %s)"
+    "RETURNING sender_runtime"
 )
 _ANSWER_STEERED = (  # inside the steering record's transaction, which waits for its flush
     f"UPDATE {INBOX} SET state = 'answered', reply = %s WHERE inbox_id = %s AND state = 'taken' "
-    f"RETURNING pg_notify({_CHANNEL_OF_SENDER}, %s)"
+    "RETURNING sender_runtime"
 )
-_ANSWERED = "RETURNING (SELECT count(*) FROM answered)"
+_ANSWERED = "RETURNING (SELECT sender_runtime FROM answered)"
 _ABANDON = (
     f"UPDATE {INBOX} SET state = 'abandoned' WHERE inbox_id = %s AND state IN (%s, 'abandoned')"
 )
@@ -373,6 +407,7 @@ _EXPIRE = (  # a sender (or target) gone: named dead for good, or no longer in t
     f"(SELECT 1 FROM {RUNTIMES} r WHERE r.runtime_id = i.target_runtime))"
 )
 _NOTIFY = "SELECT pg_notify(%s, %s)"  # writes nothing: no WAL flush to wait for
+_WAKE = "SELECT pg_notify(c, p) FROM unnest(%s::text[], %s::text[]) AS w(c, p)"
 _HOLDER = f"SELECT claim_runtime FROM {CHILDREN} WHERE child_id = %s"
 _PAYLOAD_LIMIT = 7000  # PostgreSQL's is 8000 bytes; JSON text here is mostly ASCII
 
@@ -384,9 +419,10 @@ def _notice(item: InboxItem, *, written: bool) -> str:
     return f"{MESSAGE}:{item.inbox_id}:{item.carried()}"
 
 
-def _steered_params(inbox_id: str, task_id: str) -> tuple[str, str, str]:
+def _steered_params(inbox_id: str, task_id: str) -> tuple[str, str]:
+    """The reply text of a steered message, and its wake-up's payload."""
     text = json.dumps(steered_answer(task_id))
-    return text, inbox_id, _reply_payload(inbox_id, text)
+    return text, _reply_payload(inbox_id, text)
 
 
 @functools.cache
@@ -397,9 +433,12 @@ def _inserting(insert: str) -> str:
     return f"WITH answered AS ({_ANSWER_STEERED}) {insert} {_ANSWERED}"
 
 
-def _check_answered(inbox_id: str, count: int) -> None:
-    if count == 0:
+def _answered(wakeups: list[WakeUp], inbox_id: str, sender: str | None, payload: str) -> None:
+    """Add the wake-up of an answered message's sender (None: nobody waits for it)."""
+    if sender is None:
         log.warning("forwarded message %s: answered after its sender left", inbox_id)
+    else:
+        wakeups.append((channel_of(sender), payload))
 
 
 def _reply_payload(inbox_id: str, text: str) -> str:

@@ -25,10 +25,10 @@ from persistence._point_reader import PointReader
 from persistence._schema import (
     NOTICE_PENDING,
     RUNNING_TASK,
-    ChildRow,
-    RuntimeRow,
-    TaskRow,
+    children_table,
+    runtimes_table,
     sqlite_time,
+    tasks_table,
     utc_time,
 )
 from persistence._task_snapshots import snapshot_of, snapshot_of_columns
@@ -45,6 +45,9 @@ _RUNNING = TaskStatus.RUNNING.value
 # planner that a query only wants the rows the index holds.
 _IS_RUNNING = text(RUNNING_TASK)
 _HAS_NOTICE = text(NOTICE_PENDING)
+_C = children_table.c
+_R = runtimes_table.c
+_T = tasks_table.c
 
 
 class TaskLedger:
@@ -58,7 +61,7 @@ class TaskLedger:
         self._sql = TaskStatements.build(db.sql.placeholder)
         self._postgres = db.backend.name == "postgresql"
         self._reader = PointReader(db)
-        self._columns = list(TaskRow.__table__.columns)
+        self._columns = list(tasks_table.columns)
 
     def without_spend(self) -> None:
         """Read a store older than version 7 as it is: its Task rows have no ``spend``
@@ -86,10 +89,10 @@ class TaskLedger:
                     lease_ttl_s=lease_ttl_s,
                     heartbeat_boot_s=self._boot_now(),
                 )
-                known = select(RuntimeRow.runtime_id).where(RuntimeRow.runtime_id == runtime_id)
+                known = select(_R.runtime_id).where(_R.runtime_id == runtime_id)
                 if conn.execute(known).first() is None:  # a retry may find it written
                     row = info.model_dump(exclude={"closed_at", "running_tasks"})
-                    conn.execute(insert(RuntimeRow).values(row))
+                    conn.execute(insert(runtimes_table).values(row))
             return info
 
         return self._run(f"register runtime {runtime_id}", op)
@@ -100,8 +103,8 @@ class TaskLedger:
         def op(_attempt: int) -> bool:
             with self._db.connection(write=True) as conn:
                 result = conn.execute(
-                    update(RuntimeRow)
-                    .where(RuntimeRow.runtime_id == runtime_id, RuntimeRow.closed_at.is_(None))
+                    update(runtimes_table)
+                    .where(_R.runtime_id == runtime_id, _R.closed_at.is_(None))
                     .values(heartbeat_at=self._now(conn), heartbeat_boot_s=self._boot_now())
                 )
                 return bool(result.rowcount)
@@ -114,8 +117,8 @@ class TaskLedger:
         def op(_attempt: int) -> None:
             with self._db.connection(write=True) as conn:
                 conn.execute(
-                    update(RuntimeRow)
-                    .where(RuntimeRow.runtime_id == runtime_id, RuntimeRow.closed_at.is_(None))
+                    update(runtimes_table)
+                    .where(_R.runtime_id == runtime_id, _R.closed_at.is_(None))
                     .values(closed_at=self._now(conn))
                 )
 
@@ -124,15 +127,15 @@ class TaskLedger:
     def runtimes(self) -> list[RuntimeInfo]:
         """Every runtime the store knows, oldest first, with its count of running Tasks."""
         running = (
-            select(TaskRow.runtime_id, func.count().label("n"))
+            select(_T.runtime_id, func.count().label("n"))
             .where(_IS_RUNNING)
-            .group_by(TaskRow.runtime_id)
+            .group_by(_T.runtime_id)
             .subquery()
         )
         query = (
-            select(*RuntimeRow.__table__.c, func.coalesce(running.c.n, 0).label("running"))
-            .outerjoin(running, running.c.runtime_id == RuntimeRow.runtime_id)
-            .order_by(RuntimeRow.started_at, RuntimeRow.runtime_id)
+            select(*runtimes_table.c, func.coalesce(running.c.n, 0).label("running"))
+            .outerjoin(running, running.c.runtime_id == _R.runtime_id)
+            .order_by(_R.started_at, _R.runtime_id)
         )
 
         def op(_attempt: int) -> list[RuntimeInfo]:
@@ -146,12 +149,12 @@ class TaskLedger:
         such runtime (a kill of a Task held elsewhere reads the one it needs)."""
         running = (
             select(func.count())
-            .select_from(TaskRow)
-            .where(_IS_RUNNING, TaskRow.runtime_id == runtime_id)
+            .select_from(tasks_table)
+            .where(_IS_RUNNING, _T.runtime_id == runtime_id)
             .scalar_subquery()
         )
-        query = select(*RuntimeRow.__table__.c, running.label("running")).where(
-            RuntimeRow.runtime_id == runtime_id
+        query = select(*runtimes_table.c, running.label("running")).where(
+            _R.runtime_id == runtime_id
         )
 
         def op(_attempt: int) -> RuntimeInfo | None:
@@ -167,9 +170,7 @@ class TaskLedger:
         every poll: its cost must not grow with the runtimes the store has known. The
         row's ``running_tasks`` is not counted (0)."""
         clock = func.now() if self._postgres else literal(None)
-        query = select(*RuntimeRow.__table__.c, clock.label("db_now")).where(
-            RuntimeRow.runtime_id == runtime_id
-        )
+        query = select(*runtimes_table.c, clock.label("db_now")).where(_R.runtime_id == runtime_id)
 
         def op(_attempt: int) -> tuple[RuntimeInfo, LeaseNow] | None:
             with self._db.connection(write=False) as conn:
@@ -203,11 +204,11 @@ class TaskLedger:
             with self._db.connection(write=True) as conn:
                 for runtime in gone:
                     rid = runtime.runtime_id
-                    running = select(TaskRow.task_id).where(_IS_RUNNING, TaskRow.runtime_id == rid)
+                    running = select(_T.task_id).where(_IS_RUNNING, _T.runtime_id == rid)
                     result = conn.execute(
-                        delete(RuntimeRow).where(
-                            RuntimeRow.runtime_id == rid,
-                            RuntimeRow.heartbeat_at <= runtime.heartbeat_at,
+                        delete(runtimes_table).where(
+                            _R.runtime_id == rid,
+                            _R.heartbeat_at <= runtime.heartbeat_at,
                             ~exists(running),
                         )
                     )
@@ -220,9 +221,9 @@ class TaskLedger:
         """Which runtime holds which child: runtime id → ``(child id, Task id, fencing
         number)`` for every claimed child."""
         query = (
-            select(ChildRow.claim_runtime, ChildRow.child_id, ChildRow.claim_task, ChildRow.fence)
-            .where(ChildRow.claim_runtime.is_not(None))
-            .order_by(ChildRow.claim_runtime, ChildRow.child_id)
+            select(_C.claim_runtime, _C.child_id, _C.claim_task, _C.fence)
+            .where(_C.claim_runtime.is_not(None))
+            .order_by(_C.claim_runtime, _C.child_id)
         )
 
         def op(_attempt: int) -> dict[str, list[tuple[str, str | None, int]]]:
@@ -239,8 +240,8 @@ class TaskLedger:
         still has a running Task: those closed or whose lease lapsed are dead to
         everyone. (A runtime whose process is gone is recognised by the caller, which
         knows its own host.)"""
-        query = select(RuntimeRow).where(
-            RuntimeRow.runtime_id.in_(select(TaskRow.runtime_id).where(_IS_RUNNING).distinct())
+        query = select(runtimes_table).where(
+            _R.runtime_id.in_(select(_T.runtime_id).where(_IS_RUNNING).distinct())
         )
 
         def op(_attempt: int) -> tuple[LeaseNow, list[RuntimeInfo]]:
@@ -279,7 +280,7 @@ class TaskLedger:
 
         def op(_attempt: int) -> None:
             with self._db.connection(write=True) as conn:
-                conn.execute(delete(TaskRow).where(TaskRow.task_id == task_id))
+                conn.execute(delete(tasks_table).where(_T.task_id == task_id))
 
         self._run(f"forget task {task_id}", op)
 
@@ -297,8 +298,8 @@ class TaskLedger:
         """The owner's Tasks, oldest first."""
         query = (
             select(*self._columns)
-            .where(TaskRow.owner_session == owner_session)
-            .order_by(TaskRow.created_at, TaskRow.task_id)
+            .where(_T.owner_session == owner_session)
+            .order_by(_T.created_at, _T.task_id)
         )
         return self._run("list tasks", lambda _attempt: self._select(query))
 
@@ -306,9 +307,9 @@ class TaskLedger:
         self, owner_session: str | None = None, *, limit: int | None = None
     ) -> list[TaskSnapshot]:
         """Every Task (of ``owner_session`` when given), newest first, at most ``limit``."""
-        query = select(*self._columns).order_by(TaskRow.created_at.desc(), TaskRow.task_id.desc())
+        query = select(*self._columns).order_by(_T.created_at.desc(), _T.task_id.desc())
         if owner_session is not None:
-            query = query.where(TaskRow.owner_session == owner_session)
+            query = query.where(_T.owner_session == owner_session)
         if limit is not None:
             query = query.limit(limit)
         return self._run("list tasks", lambda _attempt: self._select(query))
@@ -317,8 +318,8 @@ class TaskLedger:
         """The running Tasks of these runtimes, oldest first."""
         query = (
             select(*self._columns)
-            .where(_IS_RUNNING, TaskRow.runtime_id.in_(list(runtime_ids)))
-            .order_by(TaskRow.created_at)
+            .where(_IS_RUNNING, _T.runtime_id.in_(list(runtime_ids)))
+            .order_by(_T.created_at)
         )
         return self._run("list running tasks", lambda _attempt: self._select(query))
 
@@ -326,8 +327,8 @@ class TaskLedger:
         """Take the owner's pending completion notices: each settled Task once, across
         every runtime (one UPDATE … RETURNING, so two drains never take the same row)."""
         statement = (
-            update(TaskRow)
-            .where(TaskRow.owner_session == owner_session, _HAS_NOTICE)
+            update(tasks_table)
+            .where(_T.owner_session == owner_session, _HAS_NOTICE)
             .values(notice_pending=None)
             .returning(*self._columns)
         )

@@ -28,8 +28,9 @@ from persistence._schema import (
     SPEND,
     SPEND_NOTICES,
     TASKS,
-    Base,
-    SchemaVersionRow,
+    add_partial_indexes,
+    metadata,
+    schema_version_table,
 )
 
 __all__ = ["check_schema", "ensure_schema"]
@@ -58,14 +59,14 @@ def _drop_last_seq(conn: Connection) -> None:
 def _add_segments(conn: Connection) -> None:
     """Version 3: a turn's events are sealed into one segment row when it ends. Existing
     rows stay as they are until their child's next turn ends."""
-    Base.metadata.create_all(conn, tables=[Base.metadata.tables[SEGMENTS]])
+    metadata.create_all(conn, tables=[metadata.tables[SEGMENTS]])
 
 
 def _add_tasks(conn: Connection) -> None:
     """Version 4: Tasks and the runtimes that run them are kept in the store, and a child's
     header carries its claim, and an inbox carries messages forwarded between runtimes (SPEC §9)."""
-    tables = Base.metadata.tables
-    Base.metadata.create_all(conn, tables=[tables[RUNTIMES], tables[TASKS], tables[INBOX]])
+    tables = metadata.tables
+    metadata.create_all(conn, tables=[tables[RUNTIMES], tables[TASKS], tables[INBOX]])
     present = {column["name"] for column in inspect(conn).get_columns(CHILDREN)}
     for name, statement in _CLAIM_COLUMNS.items():
         if name not in present:
@@ -85,7 +86,7 @@ def _partial_task_indexes(conn: Connection) -> None:
     and the index on a Task's child goes (no query used it)."""
     for statement in _DROP_VERSION_4_TASK_INDEXES:
         conn.execute(text(statement))
-    for index in Base.metadata.tables[TASKS].indexes:
+    for index in metadata.tables[TASKS].indexes:
         if index.name in _VERSION_4_TASK_INDEXES:
             index.create(conn)
 
@@ -131,18 +132,18 @@ def _add_spend(conn: Connection) -> None:
     """Version 8: budgets (SPEC §11). What each scope spent, its budget, and the soft
     notices, in tables of their own; the usage already in transcripts is not counted again
     (it was spent before any budget could hold it)."""
-    tables = Base.metadata.tables
-    Base.metadata.create_all(conn, tables=[tables[SPEND], tables[SPEND_NOTICES]])
+    tables = metadata.tables
+    metadata.create_all(conn, tables=[tables[SPEND], tables[SPEND_NOTICES]])
 
 
 def _add_admissions(conn: Connection) -> None:
-    """Version 9: concurrency limits keep their durable FIFO queue (`AdmissionRow`)."""
-    Base.metadata.create_all(conn, tables=[Base.metadata.tables[ADMISSIONS]])
+    """Version 9: concurrency limits keep their durable FIFO queue (`admissions_table`)."""
+    metadata.create_all(conn, tables=[metadata.tables[ADMISSIONS]])
 
 
 def _add_approvals(conn: Connection) -> None:
-    """Version 10: approval requests wait in their own table (`ApprovalRow`)."""
-    Base.metadata.create_all(conn, tables=[Base.metadata.tables[APPROVALS]])
+    """Version 10: approval requests wait in their own table (`approvals_table`)."""
+    metadata.create_all(conn, tables=[metadata.tables[APPROVALS]])
 
 
 _MIGRATIONS: dict[int, Migration] = {
@@ -169,12 +170,13 @@ def ensure_schema(conn: Connection) -> None:
         SubagentControlError: ``STORE_UNAVAILABLE`` for a store written by a newer version
             of this code, or with a version this code cannot migrate.
     """
+    add_partial_indexes()
     if conn.dialect.name == "postgresql":
         conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _PG_SCHEMA_LOCK_KEY})
     found = _stored_version(conn)
     if found is None:
-        Base.metadata.create_all(conn)
-        conn.execute(insert(SchemaVersionRow).values(id=1, version=SCHEMA_VERSION))
+        metadata.create_all(conn)
+        conn.execute(insert(schema_version_table).values(id=1, version=SCHEMA_VERSION))
         return
     _refuse_newer(found)
     while found < SCHEMA_VERSION:
@@ -187,7 +189,7 @@ def ensure_schema(conn: Connection) -> None:
             )
         migrate(conn)
         found += 1
-        conn.execute(update(SchemaVersionRow).values(version=found))
+        conn.execute(update(schema_version_table).values(version=found))
 
 
 def check_schema(conn: Connection) -> int:
@@ -212,9 +214,9 @@ def check_schema(conn: Connection) -> int:
 
 
 def _stored_version(conn: Connection) -> int | None:
-    if not inspect(conn).has_table(SchemaVersionRow.__tablename__):
+    if not inspect(conn).has_table(schema_version_table.name):
         return None
-    version: int | None = conn.execute(select(SchemaVersionRow.version)).scalar_one_or_none()
+    version: int | None = conn.execute(select(schema_version_table.c.version)).scalar_one_or_none()
     return version
 
 

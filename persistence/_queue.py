@@ -1,7 +1,7 @@
 """The durable FIFO queue of concurrency limits (SPEC §11 "Concurrency limits").
 
 A Task whose activation falls under a limited key (a provider name, or
-``"provider:model"``) has one `AdmissionRow` per key. Every decision is one short write
+``"provider:model"``) has one `admissions_table` row per key. Every decision is one short write
 transaction under the key's lock (PostgreSQL: a transaction-scoped advisory lock per key,
 taken in key order; SQLite: the one writer ``BEGIN IMMEDIATE`` admits), so runtimes on
 one store never admit more than the limit between them:
@@ -34,7 +34,7 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.engine.interfaces import DBAPICursor
 
 from controlplane.contract import TaskSnapshot, TaskStatus, utcnow
-from persistence._schema import ADMISSIONS, TASKS, AdmissionRow, ChildRow, TaskRow
+from persistence._schema import ADMISSIONS, TASKS, admissions_table, children_table, tasks_table
 
 if TYPE_CHECKING:
     from persistence._queue_listener import AdmissionListener
@@ -50,8 +50,9 @@ CHANNEL = "subagent_admission"
 _LOCK_SPACE = 0x5AB_AD31  # the advisory locks' first key: any constant every process shares
 _QUEUED = TaskStatus.QUEUED.value
 _RUNNING = TaskStatus.RUNNING.value
-_A = AdmissionRow.__table__.c
-_T = TaskRow.__table__.c
+_A = admissions_table.c
+_C = children_table.c
+_T = tasks_table.c
 
 
 class Admitted(Enum):
@@ -165,8 +166,8 @@ class AdmissionQueue:
                         full |= keys
                     else:
                         decided.append((waiter, found))
-                if released and self._postgres:
-                    cursor.execute(_NOTIFY, (CHANNEL,))
+            if released and self._postgres:
+                self._wake()  # after the commit: see `_wake`
             return decided
 
         return self._run(f"release the slot of task {task_id}", op)
@@ -181,31 +182,28 @@ class AdmissionQueue:
         def op(_attempt: int) -> tuple[bool, int | None]:
             with self._db.connection(write=True) as conn:
                 moved = conn.execute(
-                    update(TaskRow)
+                    update(tasks_table)
                     .where(_T.task_id == task_id, _T.runtime_id == dead, _T.status == _QUEUED)
                     .values(runtime_id=runtime_id)
                 )
                 if moved.rowcount != 1:
                     return False, None
-                conn.execute(
-                    update(AdmissionRow).where(_A.task_id == task_id).values(runtime_id=runtime_id)
-                )
+                moving = update(admissions_table).where(_A.task_id == task_id)
+                conn.execute(moving.values(runtime_id=runtime_id))
                 return True, self._move_claim(conn, task_id, dead, runtime_id)
 
         return self._run(f"adopt queued task {task_id}", op)
 
     def _move_claim(self, conn: Connection, task_id: str, dead: str, to: str) -> int | None:
         child = conn.execute(
-            select(ChildRow.fence).where(
-                ChildRow.claim_task == task_id, ChildRow.claim_runtime == dead
-            )
+            select(_C.fence).where(_C.claim_task == task_id, _C.claim_runtime == dead)
         ).first()
         if child is None:
             return None
         conn.execute(
-            update(ChildRow)
-            .where(ChildRow.claim_task == task_id, ChildRow.claim_runtime == dead)
-            .values(claim_runtime=to, fence=ChildRow.fence + 1)
+            update(children_table)
+            .where(_C.claim_task == task_id, _C.claim_runtime == dead)
+            .values(claim_runtime=to, fence=_C.fence + 1)
         )
         return int(child[0]) + 1
 
@@ -265,7 +263,7 @@ class AdmissionQueue:
         """The first waiting Task of every key (its Task still queued)."""
         first = (
             select(_A.key, func.min(_A.seq).label("seq"))
-            .join(TaskRow, _T.task_id == _A.task_id)
+            .join(tasks_table, _T.task_id == _A.task_id)
             .where(_A.state == _QUEUED, _T.status == _QUEUED)
             .group_by(_A.key)
             .subquery()
@@ -303,7 +301,7 @@ class AdmissionQueue:
         def op(_attempt: int) -> int:
             with self._db.connection(write=True) as conn:
                 return int(
-                    conn.execute(delete(AdmissionRow).where(_A.task_id.in_(settled))).rowcount
+                    conn.execute(delete(admissions_table).where(_A.task_id.in_(settled))).rowcount
                 )
 
         return self._run("sweep the admission queue", op)
@@ -315,6 +313,17 @@ class AdmissionQueue:
         return AdmissionListener(self._s, on_release) if self._postgres else None
 
     # -- plumbing ----------------------------------------------------------------------
+
+    def _wake(self) -> None:
+        """Tell every listening runtime a slot was freed, once the write that freed it has
+        committed, in a statement that writes nothing. A ``pg_notify`` inside the write
+        would serialize every notifying commit of the cluster behind one lock held
+        through each one's WAL flush. Best effort: a waiter that misses it polls."""
+        try:
+            with self._db.cursor(write=False) as cursor:
+                cursor.execute(_NOTIFY, (CHANNEL,))
+        except self._db.errors as exc:
+            log.info("could not announce a freed slot: %s", exc)
 
     def _try(
         self, cursor: DBAPICursor, task_id: str, limits: Mapping[str, int], *, locked: bool
@@ -349,8 +358,8 @@ class AdmissionQueue:
         """The 1-based place of the row ``seq`` among ``key``'s waiting Tasks."""
         return (
             select(func.count())
-            .select_from(AdmissionRow)
-            .join(TaskRow, _T.task_id == _A.task_id)
+            .select_from(admissions_table)
+            .join(tasks_table, _T.task_id == _A.task_id)
             .where(_A.key == key, _A.state == _QUEUED, _A.seq <= seq, _T.status == _QUEUED)
         )
 
@@ -418,7 +427,7 @@ class _QueueSql:
 
 
 _LOCK = "SELECT pg_advisory_xact_lock(%s, %s)"  # PostgreSQL only: its placeholders
-_NOTIFY = "SELECT pg_notify(%s, '')"
+_NOTIFY = "SELECT pg_notify(%s, '')"  # writes nothing: no WAL flush to wait for
 
 
 def _signed(value: int) -> int:

@@ -204,6 +204,34 @@ class SpendLedger:
 
         return self._run("read the spend", op)
 
+    def chain_spend(self, child_id: str) -> tuple[tuple[str, ...], dict[str, ScopeSpend]]:
+        """`scopes` and `read` of them, in one statement (one round trip, one snapshot)
+        when the chain is not known yet: a resume's budget check on a fresh plane."""
+        chain = self._chains.get(child_id)
+        if chain is not None:
+            return chain, self.read(chain)
+
+        def op(_attempt: int) -> tuple[tuple[str, ...], dict[str, ScopeSpend]]:
+            with self._db.cursor(write=False) as cursor:
+                cursor.execute(self._sql.chain_spend, (child_id, _MAX_DEPTH))
+                rows = cursor.fetchall()
+            scopes: list[str] = []
+            found: dict[str, ScopeSpend] = {}
+            for depth, name, is_child, *spend in rows:
+                if spend[0] is not None:
+                    found[str(spend[0])] = _scope_spend(spend)
+                if not is_child:
+                    if depth > 0:  # the top: a session (a child not stored has none)
+                        scopes.append(session_scope(str(name)))
+                    break
+                scopes.append(child_scope(str(name)))
+            if not scopes:  # not stored (yet): its own scope only, as `scopes` says
+                return (child_scope(child_id),), {}
+            self._remember(child_id, tuple(scopes))
+            return tuple(scopes), found
+
+        return self._run(f"read the spend of child {child_id}", op)
+
     def set_budget(self, child_id: str, limits: dict[str, float] | None) -> None:
         """Replace a child's budget (None: no budget); its spend stays, and its soft
         notice may be sent again."""

@@ -26,6 +26,7 @@ class SpendStatements:
     noticed: str
     drain: str
     read_prefix: str
+    chain_spend: str
     p: str
 
     @classmethod
@@ -67,6 +68,20 @@ class SpendStatements:
             read_prefix=(
                 f"SELECT scope, tokens, cost, model_calls, tool_calls, seconds, budget, warned "
                 f"FROM {SPEND} WHERE scope IN ("
+            ),
+            # A child's scope chain and its rows in one statement (a resume's check on a
+            # plane that has not seen the child yet): ``up`` walks the parents, each row
+            # says whether it is a child (else it is the session, the chain's top).
+            chain_spend=(
+                f"WITH RECURSIVE up(id, depth) AS (SELECT CAST({p} AS VARCHAR(200)), 0 UNION ALL "
+                f"SELECT c.parent_session, up.depth + 1 FROM up JOIN {CHILDREN} c "
+                f"ON c.child_id = up.id WHERE up.depth < {p}), "
+                f"named AS (SELECT up.id, up.depth, EXISTS (SELECT 1 FROM {CHILDREN} k "
+                f"WHERE k.child_id = up.id) AS is_child FROM up) "
+                f"SELECT named.depth, named.id, named.is_child, s.scope, s.tokens, s.cost, "
+                f"s.model_calls, s.tool_calls, s.seconds, s.budget, s.warned FROM named "
+                f"LEFT JOIN {SPEND} s ON s.scope = (CASE WHEN named.is_child THEN 'child:' "
+                f"ELSE 'session:' END) || named.id ORDER BY named.depth"
             ),
             p=p,
         )

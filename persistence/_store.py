@@ -49,7 +49,8 @@ from persistence._schema import (
     SCHEMA_VERSION,
     SEGMENTS_SINCE,
     SPEND_SINCE,
-    ChildRow,
+    child_meta,
+    children_table,
     sqlite_time,
     utc_time,
 )
@@ -71,7 +72,7 @@ class SqlStore:
     never applied twice. One store may be shared by many threads.
 
     An append writes one row per event. The append that writes a ``turn/end`` also seals
-    the child's open rows into segment rows (`persistence._schema.SegmentRow`), so a
+    the child's open rows into segment rows (`persistence._schema.segments_table`), so a
     resume reads one row per finished turn; a sealed event reads back unchanged.
 
     Errors are always `SubagentControlError`: ``INVALID_INPUT`` (nothing written),
@@ -324,9 +325,10 @@ class SqlStore:
                 ErrorCode.INVALID_INPUT,
                 f"parent_session must be a string or None, not {type(parent_session).__name__}",
             )
-        query = select(ChildRow).order_by(ChildRow.created_at, ChildRow.child_id)
+        c = children_table.c
+        query = select(children_table).order_by(c.created_at, c.child_id)
         if parent_session is not None:
-            query = query.where(ChildRow.parent_session == parent_session)
+            query = query.where(c.parent_session == parent_session)
         return self._run("list children", lambda _attempt: self._list(query))
 
     def ids_with_prefix(self, kind: str, prefix: str, *, limit: int) -> list[str]:
@@ -488,12 +490,12 @@ class SqlStore:
         return construct(LoadedSession, {"meta": meta, "events": events})
 
     def _ids(self, query: Select[str]) -> list[str]:
-        with self._db.session(write=False) as session:
-            return list(session.scalars(query))
+        with self._db.connection(write=False) as conn:
+            return list(conn.scalars(query))
 
-    def _list(self, query: Select[ChildRow]) -> list[ChildMeta]:
-        with self._db.session(write=False) as session:
-            return [row.to_meta() for row in session.scalars(query)]
+    def _list(self, query: Select[Any]) -> list[ChildMeta]:
+        with self._db.connection(write=False) as conn:
+            return [child_meta(row) for row in conn.execute(query)]
 
     # -- plumbing -----------------------------------------------------------------------
 

@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import threading
+from collections import deque
 from collections.abc import Mapping, Sequence
 
 from controlplane.contract import CancelSignal, ErrorCode, SubagentControlError, Usage
 from controlplane.providers._model import ModelReply, ModelRequest
 
 __all__ = ["ScriptedModel", "ScriptedReply"]
+
+_KEEP_CALLS = 1000
+"""How many of its latest requests a `ScriptedModel` keeps by default."""
 
 ScriptedReply = str | ModelReply | Exception
 """One scripted step: a reply text, a full reply (to script a stop reason or tool calls:
@@ -21,7 +25,7 @@ ScriptedUsage = Usage | Mapping[str, object] | None
 
 
 class ScriptedModel:
-    """A `ModelAdapter` that serves fixed replies, in order, and records every call.
+    """A `ModelAdapter` that serves fixed replies, in order, and records its calls.
 
     Call ``n`` (counted from 0 across every child using this model, in the order the calls
     start) is served ``replies[n]``; past the end it repeats the last reply, or echoes the
@@ -35,17 +39,22 @@ class ScriptedModel:
     value, or nothing). Without either, calls report no usage, like a server that sends
     none.
 
+    Every call is counted (`call_count`); the requests themselves are kept for the most
+    recent ``keep_calls`` calls (`calls`), so a test can inspect what a child was sent
+    while a demo model in a long-lived process does not grow without bound.
+
     Args:
         replies: The scripted replies.
         echo: Echo once the replies are used up, instead of repeating the last one.
         delay_s: How long each call takes; waits on the call's signal, so a kill ends it.
         gated: Each call blocks until the test lets it through with `release`.
         usage: What each call reports spending (see above).
+        keep_calls: How many of the latest requests `calls` keeps (default 1,000).
 
     Raises:
         SubagentControlError: ``INVALID_INPUT`` for a negative ``delay_s``, a usage that is
-            not valid (a negative count, …), or a usage sequence whose length is not the
-            number of replies.
+            not valid (a negative count, …), a usage sequence whose length is not the
+            number of replies, or a ``keep_calls`` below 1.
     """
 
     def __init__(
@@ -56,7 +65,12 @@ class ScriptedModel:
         delay_s: float = 0.0,
         gated: bool = False,
         usage: ScriptedUsage | Sequence[ScriptedUsage] = None,
+        keep_calls: int = _KEEP_CALLS,
     ) -> None:
+        if isinstance(keep_calls, bool) or not isinstance(keep_calls, int) or keep_calls < 1:
+            raise SubagentControlError(
+                ErrorCode.INVALID_INPUT, f"keep_calls must be an integer >= 1, got {keep_calls!r}"
+            )
         if delay_s < 0:
             raise SubagentControlError(
                 ErrorCode.INVALID_INPUT, f"delay_s must be >= 0 seconds, got {delay_s!r}"
@@ -69,12 +83,14 @@ class ScriptedModel:
         # One condition guards the call log and the gate permits; waiters are tests
         # (`wait_for_calls`) and gated calls.
         self._cond = threading.Condition()
-        self._calls: list[ModelRequest] = []
+        self._calls: deque[ModelRequest] = deque(maxlen=keep_calls)
+        self._count = 0  # every call started, kept or not
         self._permits = 0
 
     @property
     def calls(self) -> list[ModelRequest]:
-        """Every request this model was called with, oldest first (a copy)."""
+        """The latest requests this model was called with (at most ``keep_calls``), oldest
+        first (a copy)."""
         with self._cond:
             return list(self._calls)
 
@@ -82,7 +98,7 @@ class ScriptedModel:
     def call_count(self) -> int:
         """How many calls have started."""
         with self._cond:
-            return len(self._calls)
+            return self._count
 
     def release(self, n: int = 1) -> None:
         """Let ``n`` more gated calls through (calls not yet started count too)."""
@@ -95,7 +111,7 @@ class ScriptedModel:
     def wait_for_calls(self, n: int, timeout_s: float = 5.0) -> bool:
         """Block until at least ``n`` calls have started; returns False on timeout."""
         with self._cond:
-            return self._cond.wait_for(lambda: len(self._calls) >= n, timeout=timeout_s)
+            return self._cond.wait_for(lambda: self._count >= n, timeout=timeout_s)
 
     def complete(self, request: ModelRequest, signal: CancelSignal) -> ModelReply:
         """Serve the next scripted reply (see the class docstring).
@@ -108,7 +124,8 @@ class ScriptedModel:
         # signal is already aborted, and the wake-up must reach a gated wait either way.
         signal.add_callback(self._wake)
         with self._cond:
-            index = len(self._calls)
+            index = self._count
+            self._count += 1
             self._calls.append(request)
             self._cond.notify_all()
             if self._gated:

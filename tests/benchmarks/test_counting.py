@@ -82,3 +82,41 @@ def test_against_runs_both_trees_and_reports_each_figures_ratio(tmp_path: Path) 
     # The same code on both sides: every count is the same in both, round by round.
     for row in rows:
         assert row.endswith("| 1.00× (1.00–1.00) |"), row
+
+
+def _documented_hops() -> dict[str, dict[str, str]]:
+    """docs/benchmarks.md's hop and transaction table: each operation's row by column."""
+    text = (REPO / "docs" / "benchmarks.md").read_text(encoding="utf-8")
+    section = text.split("## Hops and transactions", 1)[1].split("\n## ", 1)[0]
+    first_table = section.split("\n| ", 1)[1].split("\n\n", 1)[0]
+    lines = [line for line in ("| " + first_table).splitlines() if line.startswith("| ")]
+    header = [cell.strip() for cell in lines[0].strip("|").split("|")]
+    return {
+        cells[0]: dict(zip(header, cells, strict=True))
+        for cells in ([c.strip() for c in line.strip("|").split("|")] for line in lines[1:])
+    }
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_the_documented_hops_and_transactions_are_what_the_code_does(tmp_path: Path) -> None:
+    from benchmarks.hops import HopsConfig, count_operations
+
+    tallies, _steps = count_operations(HopsConfig(steers=10, resumes=4, cold_resumes=2), tmp_path)
+    documented = _documented_hops()
+
+    assert {t.name for t in tallies} == set(documented)
+    for tally in tallies:
+        row = documented[tally.name]
+        counts = tally.counts
+        # Whole numbers: a lease renewal inside the window adds a fraction.
+        counted = {
+            "actor messages": round((counts.tells + counts.asks) / tally.ops),
+            "cross-thread hops": round(counts.hops / tally.ops),
+            "store transactions": round(counts.total_transactions / tally.ops),
+            "of which write": round(counts.writes / tally.ops),
+        }
+        shown = {name: round(float(row[name])) for name in counted}
+        assert shown == counted, f"{tally.name}: rerun `python -m benchmarks --sections hops`"
+    steer = next(t for t in tallies if t.name == "steer")
+    assert steer.counts.total_transactions == steer.ops  # a steer is one transaction

@@ -68,6 +68,30 @@ def test_quick_forwarding_run_times_a_forwarded_steer_and_takeovers_on_postgresq
     assert "| another host (emulated) |" in report
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_quick_scaleout_run_draws_its_curve_and_counts_commits_per_operation(
+    tmp_path: Path,
+) -> None:
+    url = pg_base_url()
+    if url is None:
+        pytest.skip(f"scale-out runs on PostgreSQL: set {PG_URL_ENV} to a reachable server")
+    out = tmp_path / "benchmarks.md"
+    plot = tmp_path / "resume_latency.png"
+
+    done = run_python(
+        "-m", "benchmarks", "--quick", "--sections", "scaleout", "--out", str(out),
+        "--plot", str(plot), timeout=280,
+    )  # fmt: skip
+
+    assert done.returncode == 0, done.stderr[-4000:]
+    report = out.read_text(encoding="utf-8")
+    assert "## Scale-out on one PostgreSQL" in report
+    assert "| 2 | forwarded steers |" in report
+    assert "| operation | projected /s | commits / op | against DBOS |" in report
+    assert (tmp_path / "scaleout.png").stat().st_size > 0
+
+
 def test_an_unknown_section_is_refused_before_anything_runs(tmp_path: Path) -> None:
     out = tmp_path / "benchmarks.md"
 

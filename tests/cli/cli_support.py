@@ -19,7 +19,7 @@ from controlplane.contract import (
     ActivationNode,
     SupervisorNode,
 )
-from persistence._schema import ApprovalRow
+from persistence._schema import approvals_table
 
 
 def sample_tree() -> ActorTree:
@@ -159,6 +159,6 @@ def insert_requests(url: str, ids: list[str]) -> None:
     }  # fmt: skip
     try:
         with engine.begin() as conn:
-            conn.execute(sa.insert(ApprovalRow), [row | {"request_id": rid} for rid in ids])
+            conn.execute(sa.insert(approvals_table), [row | {"request_id": rid} for rid in ids])
     finally:
         engine.dispose()

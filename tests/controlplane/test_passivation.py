@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from functools import partial
 
 import pykka
 import pytest
 
+import actors.root
 from actors.messages import PassivateIfIdle
 from controlplane import (
     AgentHandle,
@@ -128,3 +130,35 @@ def test_sends_racing_passivation_are_each_delivered_once_or_refused(
         assert settle(control, sent.task_id, parent).status is TaskStatus.COMPLETED
         assert_in_transcript_once(control, child_id, message, coordinator(parent))
         assert provider.max_live[child_id] == 1
+
+
+def _idle_in_tree(control: SubagentControl, child_ids: list[str]) -> bool:
+    """Whether every one of ``child_ids`` has a supervisor that reports itself idle."""
+    nodes = {node.child_id: node for node in control.dump_tree(timeout_s=WAIT_S).supervisors}
+    return all(c in nodes and nodes[c].state == "idle" for c in child_ids)
+
+
+def test_past_the_cap_idle_supervisors_retire_at_once_whatever_passivate_after_s_says(
+    make_control: MakeControl, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(actors.root, "IDLE_SUPERVISOR_CAP", 2)
+    monkeypatch.setattr(actors.root, "CAPPED_IDLE_S", 0.0)
+    monkeypatch.setattr(actors.root, "CAPPED_SWEEP_S", 0.0)
+    control = make_control()  # the default passivate_after_s: 300 s
+    parent = control.agents.register("parent-1")
+    idle = [idle_child(control, parent), idle_child(control, parent)]
+    deadline = time.monotonic() + WAIT_S
+    for _ in range(1000):  # each round is a dump: an ask answered after what is queued
+        if _idle_in_tree(control, idle) or time.monotonic() > deadline:
+            break
+    assert _idle_in_tree(control, idle)
+    assert control._routes.wait_absent(idle[0], 0.0) is False  # the cap is not passed yet
+
+    third = idle_child(control, parent)  # its supervisor is the third: past the cap
+
+    assert control._routes.wait_absent(idle[0], WAIT_S)
+    assert control._routes.wait_absent(idle[1], WAIT_S)
+    # Nothing is lost: a retired child's next message resumes it in a new supervisor.
+    for child_id in [*idle, third]:
+        result = control.send_message(parent, child_id, text("carry on"))
+        assert settle(control, result.task_id, parent).status is TaskStatus.COMPLETED

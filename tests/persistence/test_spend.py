@@ -58,6 +58,27 @@ def test_a_grandchilds_spend_counts_for_itself_its_ancestors_and_the_session(
     assert (row.spent.model_calls, row.spent.cost) == (3, 0.25)
 
 
+def test_a_chain_and_its_spend_read_in_one_statement_match_scopes_and_read(
+    store: SqlStore, store_url: str
+) -> None:
+    top = child(store, "session-1")
+    middle = child(store, top)
+    bottom = child(store, middle, spent(9))
+    store.append(middle, [spent(4)])
+    cold = SqlStore(store_url)  # a fresh ledger: no chain known yet
+    try:
+        scopes, rows = cold.spend.chain_spend(bottom)
+        assert scopes == store.spend.scopes(bottom)
+        assert rows == store.spend.read(scopes)
+        assert set(rows) == {f"child:{bottom}", f"child:{middle}", f"child:{top}",
+                             "session:session-1"}  # fmt: skip
+        assert cold.spend.chain_spend(bottom) == (scopes, rows)  # now from the known chain
+        assert cold.spend.chain_spend("not-stored") == (("child:not-stored",), {})
+        assert cold.spend.chain_spend(top)[0] == (f"child:{top}", "session:session-1")
+    finally:
+        cold.close()
+
+
 def test_a_seed_is_not_counted_and_an_append_that_spends_nothing_writes_no_row(
     store: SqlStore,
 ) -> None:

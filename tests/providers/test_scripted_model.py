@@ -195,3 +195,33 @@ def test_a_negative_delay_is_refused() -> None:
     with pytest.raises(SubagentControlError) as caught:
         ScriptedModel(delay_s=-1)
     assert caught.value.code is ErrorCode.INVALID_INPUT
+
+
+def test_a_long_lived_model_keeps_only_its_latest_requests_but_counts_every_call() -> None:
+    model = ScriptedModel(echo=True, keep_calls=3)
+
+    replies = [model.complete(ask(f"q{i}"), CancelSignal()).text for i in range(10)]
+
+    assert replies[-1] == "echo: q9"  # serving is unchanged by what it keeps
+    assert model.call_count == 10
+    assert model.wait_for_calls(10, TIMEOUT_S)
+    assert [request.messages[0].text for request in model.calls] == ["q7", "q8", "q9"]
+
+
+def test_by_default_a_model_keeps_the_latest_thousand_requests() -> None:
+    model = ScriptedModel(["ok"])
+
+    for i in range(1005):
+        model.complete(ask(f"q{i}"), CancelSignal())
+
+    kept = model.calls
+    assert len(kept) == 1000
+    assert kept[0].messages[0].text == "q5"
+    assert model.call_count == 1005
+
+
+@pytest.mark.parametrize("keep", [0, -1, 1.5, True])
+def test_keeping_no_requests_is_refused(keep: object) -> None:
+    with pytest.raises(SubagentControlError) as caught:
+        ScriptedModel(keep_calls=keep)  # type: ignore[arg-type]
+    assert caught.value.code is ErrorCode.INVALID_INPUT
