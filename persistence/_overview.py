@@ -26,7 +26,13 @@ from sqlalchemy import select
 from controlplane.contract import ChildMeta, TaskSnapshot, TaskStatus
 from persistence._codec import construct
 from persistence._database import Database
-from persistence._schema import TASKS, AdmissionRow, ChildRow, SpendRow, TaskRow, utc_time
+from persistence._schema import (
+    admissions_table,
+    children_table,
+    spend_table,
+    tasks_table,
+    utc_time,
+)
 from persistence._spend import ScopeSpend, _scope_spend
 from persistence._task_snapshots import snapshot_of
 
@@ -41,10 +47,10 @@ _UNSETTLED = (
     TaskStatus.QUEUED.value,
     TaskStatus.INPUT_REQUIRED.value,
 )
-_A = AdmissionRow.__table__.c
-_T = TaskRow.__table__.c
-_S = SpendRow.__table__.c
-_C = ChildRow.__table__.c
+_A = admissions_table.c
+_T = tasks_table.c
+_S = spend_table.c
+_C = children_table.c
 _BATCH = 5000
 """Task ids per ``IN (…)`` list (a bound on the statement's parameters)."""
 
@@ -70,13 +76,16 @@ class StoreOverview:
     def __init__(self, db: Database, run: Runner) -> None:
         self._db = db
         self._runner = run
-        columns = list(TaskRow.__table__.columns)
+        columns = list(tasks_table.columns)
         self._columns = columns
         # The newest Task of each child in two steps, each cheap however many Tasks have
         # settled: the (child, time, id) of every Task, narrow enough that picking the
         # newest in Python beats sorting whole rows in the database (a window function
         # over 10,000 rows: 3-4x the time, measured), then those Tasks by primary key.
-        self._keys = f"SELECT child_id, created_at, task_id FROM {TASKS} WHERE child_id IS NOT NULL"
+        # Compiled once, without parameters: the same text on SQLite and PostgreSQL.
+        self._keys = str(
+            select(_T.child_id, _T.created_at, _T.task_id).where(_T.child_id.is_not(None))
+        )
         self._children = select(
             _C.child_id, _C.parent_session, _C.depth, _C.seed_length, _C.created_at, _C.label
         ).order_by(_C.created_at, _C.child_id)
@@ -93,7 +102,7 @@ class StoreOverview:
         ).where(_S.scope.like(f"{_CHILD_SCOPE}%"))
         self._keyed = (
             select(_A.key, _A.task_id, _A.state, _A.seq, _T.status, _T.label, _T.child_id)
-            .join(TaskRow, _T.task_id == _A.task_id)
+            .join(tasks_table, _T.task_id == _A.task_id)
             .where(_T.status.in_(_UNSETTLED))
             .order_by(_A.key, _A.seq)
         )
