@@ -22,6 +22,7 @@ from persistence._schema import (
     APPROVALS,
     CHILDREN,
     INBOX,
+    NEWEST_TASK_INDEX,
     RUNTIMES,
     SCHEMA_VERSION,
     SEGMENTS,
@@ -145,6 +146,14 @@ def _add_approvals(conn: Connection) -> None:
     Base.metadata.create_all(conn, tables=[Base.metadata.tables[APPROVALS]])
 
 
+def _add_newest_task_index(conn: Connection) -> None:
+    """Version 11: each child's Tasks by time (`NEWEST_TASK_INDEX`), so a view of every
+    child's newest Task seeks once per child instead of scanning every Task."""
+    for index in Base.metadata.tables[TASKS].indexes:
+        if index.name == NEWEST_TASK_INDEX:
+            index.create(conn, checkfirst=True)
+
+
 _MIGRATIONS: dict[int, Migration] = {
     1: _drop_last_seq,
     2: _add_segments,
@@ -155,6 +164,7 @@ _MIGRATIONS: dict[int, Migration] = {
     7: _add_spend,
     8: _add_admissions,
     9: _add_approvals,
+    10: _add_newest_task_index,
 }
 """``_MIGRATIONS[n]`` upgrades a version-``n`` store to version ``n + 1``."""
 

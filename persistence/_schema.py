@@ -35,6 +35,8 @@ __all__ = [
     "CHILDREN",
     "EVENTS",
     "INBOX",
+    "NEWEST_TASK_INDEX",
+    "NEWEST_TASK_SINCE",
     "NOTICE_PENDING",
     "RUNNING_TASK",
     "RUNTIMES",
@@ -62,13 +64,18 @@ __all__ = [
     "utc_time",
 ]
 
-SCHEMA_VERSION: Final = 10
+SCHEMA_VERSION: Final = 11
 """The version this code writes. Bump it with a migration in `persistence._migrations`."""
 SEGMENTS_SINCE: Final = 3
 """The first version with sealed segments: an older store, read as it is, has none."""
 SPEND_SINCE: Final = 7
 """The first version whose Task rows keep their spend: an older store, read as it is,
 has none (its Tasks read as spending nothing)."""
+NEWEST_TASK_SINCE: Final = 11
+"""The first version with `NEWEST_TASK_INDEX`: an older store, read as it is, is scanned."""
+NEWEST_TASK_INDEX: Final = "ix_subagent_tasks_newest"
+"""Each child's Tasks by time: a child's newest Task, and its Tasks newest first, are read
+from it (the console, SPEC §13)."""
 
 CHILDREN: Final = "subagent_children"
 EVENTS: Final = "subagent_events"
@@ -315,12 +322,16 @@ class TaskRow(Base):
     the running and the pending-notice indexes are partial: they hold the few rows a sweep
     or a drain looks for, not every Task ever run. A query meets them with the same
     predicate as a literal (`RUNNING_TASK`, `NOTICE_PENDING`), which both databases need
-    to use a partial index.
+    to use a partial index. The child's index (`NEWEST_TASK_INDEX`) holds every Task: the
+    console's overview reads each child's newest Task through it (one seek per child
+    instead of a scan of every Task ever run), for an admission cost measured in
+    docs/benchmarks.md#console.
     """
 
     __tablename__ = TASKS
     __table_args__ = (
         Index("ix_subagent_tasks_owner", "owner_session", "created_at"),
+        Index(NEWEST_TASK_INDEX, "child_id", "created_at", "task_id"),
         _partial_index("ix_subagent_tasks_notices", "owner_session", where=NOTICE_PENDING),
         _partial_index("ix_subagent_tasks_running", "runtime_id", where=RUNNING_TASK),
     )

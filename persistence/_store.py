@@ -46,6 +46,7 @@ from persistence._overview import StoreOverview
 from persistence._queue import AdmissionQueue
 from persistence._retry import Retrier, RetryListener, RetryPolicy
 from persistence._schema import (
+    NEWEST_TASK_SINCE,
     SCHEMA_VERSION,
     SEGMENTS_SINCE,
     SPEND_SINCE,
@@ -401,6 +402,8 @@ class SqlStore:
             self._sql = self._db.sql.without_segments()
         if version < SPEND_SINCE:
             self.ledger.without_spend()
+        if version < NEWEST_TASK_SINCE:
+            self.overview.newest_by_index(False)
 
     def admit_claiming(self, task: TaskSnapshot, *, is_dead: IsDead) -> int | None:
         """Admit a resume's Task and claim its child for the Task's runtime, in one
