@@ -234,6 +234,7 @@ def child_page(store: SqlStore, child_id: str) -> ChildPage:
     for event in own:
         by_turn[event.turn].append(event)
     turns = [TurnUsage(turn, usage_of(events)) for turn, events in sorted(by_turn.items())]
+    tasks = _with_turn_usage(tasks, own, {t.turn: t.usage for t in turns})
     budget = None
     if store.keeps_tasks:
         found = store.spend.read([f"child:{child_id}"]).get(f"child:{child_id}")
@@ -250,6 +251,26 @@ def child_page(store: SqlStore, child_id: str) -> ChildPage:
         budget=budget,
         children=store.list_children(child_id),
     )
+
+
+def _with_turn_usage(
+    tasks: list[TaskSnapshot], events: list[SessionEvent], spent: dict[int, Usage]
+) -> list[TaskSnapshot]:
+    """``tasks``, each unsettled one with what its turn has spent so far, from the events
+    the page shows (its ``turn/start`` names it): a Task row keeps its spend only once it
+    settles, summed from the same events, so the Tasks table and the Usage line agree."""
+    turn_of: dict[str, int] = {}
+    for event in events:
+        if event.kind == EventKind.TURN_START and isinstance(event.data, dict):
+            task_id = event.data.get("task_id")
+            if isinstance(task_id, str):
+                turn_of[task_id] = event.turn
+    return [
+        t.model_copy(update={"usage": spent.get(turn_of[t.id], t.usage)})
+        if not t.status.is_terminal and t.id in turn_of
+        else t
+        for t in tasks
+    ]
 
 
 def _provider_of(events: list[SessionEvent]) -> str | None:
