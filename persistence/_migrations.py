@@ -17,6 +17,7 @@ from sqlalchemy import insert, inspect, select, text, update
 from sqlalchemy.engine import Connection
 
 from controlplane.contract import ErrorCode, SubagentControlError
+from persistence._child_names import backfill_child_names
 from persistence._schema import (
     ADMISSIONS,
     APPROVALS,
@@ -146,12 +147,25 @@ def _add_approvals(conn: Connection) -> None:
     Base.metadata.create_all(conn, tables=[Base.metadata.tables[APPROVALS]])
 
 
-def _add_newest_task_index(conn: Connection) -> None:
-    """Version 11: each child's Tasks by time (`NEWEST_TASK_INDEX`), so a view of every
-    child's newest Task seeks once per child instead of scanning every Task."""
+def _add_console_reads(conn: Connection) -> None:
+    """Version 11: what a view of every child reads (the console) without a scan or a
+    transcript: each child's Tasks by time (`NEWEST_TASK_INDEX`, one seek per child for
+    its newest Task), and each child's provider and model in its header, copied from the
+    descriptors already stored."""
     for index in Base.metadata.tables[TASKS].indexes:
         if index.name == NEWEST_TASK_INDEX:
             index.create(conn, checkfirst=True)
+    present = {column["name"] for column in inspect(conn).get_columns(CHILDREN)}
+    for name, statement in _NAME_COLUMNS.items():
+        if name not in present:
+            conn.execute(text(statement))
+    backfill_child_names(conn)
+
+
+_NAME_COLUMNS: Final = {
+    "provider": f"ALTER TABLE {CHILDREN} ADD COLUMN provider TEXT",
+    "model": f"ALTER TABLE {CHILDREN} ADD COLUMN model TEXT",
+}
 
 
 _MIGRATIONS: dict[int, Migration] = {
@@ -164,7 +178,7 @@ _MIGRATIONS: dict[int, Migration] = {
     7: _add_spend,
     8: _add_admissions,
     9: _add_approvals,
-    10: _add_newest_task_index,
+    10: _add_console_reads,
 }
 """``_MIGRATIONS[n]`` upgrades a version-``n`` store to version ``n + 1``."""
 

@@ -93,6 +93,8 @@ class StoreOverview:
             newest_rows.compile(dialect=db.engine.dialect, compile_kwargs={"literal_binds": True})
         )
         self._indexed = True
+        self._names = select(_C.child_id, _C.provider, _C.model).where(_C.provider.is_not(None))
+        self._named = True
         # A store older than the index (read as it is): the (child, time, id) of every
         # Task, narrow enough that picking the newest in Python beats sorting whole rows
         # in the database (a window function over 10,000 rows: 3-4x the time, measured),
@@ -134,6 +136,27 @@ class StoreOverview:
             ]  # fmt: skip
 
         return self._run("list children", op)
+
+    def read_older_store(self) -> None:
+        """Read a store older than version 11 (opened read-only, so not migrated) as it
+        is: its Tasks scanned for each child's newest (`newest_by_index`), and no names
+        (`names` is empty)."""
+        self._indexed = False
+        self._named = False
+
+    def names(self) -> dict[str, tuple[str, str | None]]:
+        """Every child's provider and model (its descriptor's ``provider`` and
+        ``agent_model``), by child id, from the headers: a child without a descriptor has
+        no entry."""
+        if not self._named:
+            return {}
+
+        def op(_attempt: int) -> dict[str, tuple[str, str | None]]:
+            with self._db.connection(write=False) as conn:
+                rows = conn.execute(self._names).all()
+            return {child_id: (provider, model) for child_id, provider, model in rows}
+
+        return self._run("read the provider of every child", op)
 
     def newest_by_index(self, indexed: bool) -> None:
         """Whether `latest_tasks` seeks `NEWEST_TASK_INDEX` (the default) or scans every

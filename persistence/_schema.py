@@ -72,7 +72,8 @@ SPEND_SINCE: Final = 7
 """The first version whose Task rows keep their spend: an older store, read as it is,
 has none (its Tasks read as spending nothing)."""
 NEWEST_TASK_SINCE: Final = 11
-"""The first version with `NEWEST_TASK_INDEX`: an older store, read as it is, is scanned."""
+"""The first version with `NEWEST_TASK_INDEX` and each child's provider and model in its
+header: an older store, read as it is, is scanned, and its children show none."""
 NEWEST_TASK_INDEX: Final = "ix_subagent_tasks_newest"
 """Each child's Tasks by time: a child's newest Task, and its Tasks newest first, are read
 from it (the console, SPEC §13)."""
@@ -183,6 +184,11 @@ class ChildRow(Base):
     claim_runtime: Mapped[str | None] = mapped_column(String(64))
     claim_task: Mapped[str | None] = mapped_column(String(64))
     fence: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # Its descriptor's provider and model selector (``agent_model``), copied from the
+    # descriptor event its header is written with, so a view of every child reads them
+    # without a transcript (the console, SPEC §13). NULL: no descriptor, or no model named.
+    provider: Mapped[str | None] = mapped_column(Text)
+    model: Mapped[str | None] = mapped_column(Text)
 
     def to_meta(self) -> ChildMeta:
         """The header as the frozen model callers see."""

@@ -325,7 +325,12 @@ class SqlStore:
                 ErrorCode.INVALID_INPUT,
                 f"parent_session must be a string or None, not {type(parent_session).__name__}",
             )
-        query = select(ChildRow).order_by(ChildRow.created_at, ChildRow.child_id)
+        # The header's columns, not the row: a store older than some of the row's columns
+        # (opened read-only, so not migrated) is read as it is.
+        query = select(
+            ChildRow.child_id, ChildRow.parent_session, ChildRow.depth, ChildRow.seed_length,
+            ChildRow.created_at, ChildRow.label,
+        ).order_by(ChildRow.created_at, ChildRow.child_id)  # fmt: skip
         if parent_session is not None:
             query = query.where(ChildRow.parent_session == parent_session)
         return self._run("list children", lambda _attempt: self._list(query))
@@ -403,7 +408,7 @@ class SqlStore:
         if version < SPEND_SINCE:
             self.ledger.without_spend()
         if version < NEWEST_TASK_SINCE:
-            self.overview.newest_by_index(False)
+            self.overview.read_older_store()
 
     def admit_claiming(self, task: TaskSnapshot, *, is_dead: IsDead) -> int | None:
         """Admit a resume's Task and claim its child for the Task's runtime, in one
@@ -494,9 +499,13 @@ class SqlStore:
         with self._db.session(write=False) as session:
             return list(session.scalars(query))
 
-    def _list(self, query: Select[ChildRow]) -> list[ChildMeta]:
-        with self._db.session(write=False) as session:
-            return [row.to_meta() for row in session.scalars(query)]
+    def _list(self, query: Select[str, str, int, int, datetime, str | None]) -> list[ChildMeta]:
+        with self._db.connection(write=False) as conn:
+            return [
+                ChildMeta(child_id=child_id, parent_session=parent, depth=depth,
+                          seed_length=seed, created_at=created, label=label)
+                for child_id, parent, depth, seed, created, label in conn.execute(query)
+            ]  # fmt: skip
 
     # -- plumbing -----------------------------------------------------------------------
 

@@ -162,6 +162,9 @@ def test_every_answer_carries_the_policy_and_the_api_says_what_the_page_shows(
         assert words in page.text
     [needing] = overview["groups"]["needs"]
     assert (needing["child_id"], needing["status"]) == (waiting.child_id, "input_required deploy")
+    assert (needing["provider"], needing["model"]) == ("inprocess", None)
+    assert "<td>inprocess:-</td>" in page.text
+    assert child["provider"] == "inprocess"
     assert child["request"]["id"] == waiting.request_id
     assert child["request"]["arguments"] == {"env": "prod"}
     assert [e["kind"] for e in child["events"]][:2] == ["turn/start", "user/message"]
