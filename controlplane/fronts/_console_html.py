@@ -74,7 +74,8 @@ def page(
 OVERVIEW_BODY: Final = (
     "<h1>Children</h1>"
     '<p><label for="filter">Filter</label> '
-    '<input id="filter" type="search" placeholder="label, status, provider or id" autocomplete="off">'
+    '<input id="filter" type="search" placeholder="label, status, provider or id" '
+    'autocomplete="off">'
     "</p>"
     '<div id="region-groups"><!--region-groups--></div>'
     "<h2>Sessions, children and grandchildren</h2>"
