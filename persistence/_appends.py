@@ -27,6 +27,7 @@ from controlplane.contract import (
     SessionEvent,
     SubagentControlError,
 )
+from persistence._child_names import descriptor_names
 from persistence._codec import PendingEvent, decode_events, stored_events
 from persistence._schema import children_table, events_table, sqlite_time
 from persistence._segments import batch_range, decode_segment
@@ -72,6 +73,7 @@ class Appends:
                         "claim_runtime": claim[0] if claim else None,
                         "claim_task": claim[1] if claim else None,
                         "fence": 1 if claim else 0,
+                        **descriptor_names(pending),
                     },
                 )
                 if pending:  # after the header: the events' foreign key needs it

@@ -17,11 +17,13 @@ from sqlalchemy import insert, inspect, select, text, update
 from sqlalchemy.engine import Connection
 
 from controlplane.contract import ErrorCode, SubagentControlError
+from persistence._child_names import backfill_child_names
 from persistence._schema import (
     ADMISSIONS,
     APPROVALS,
     CHILDREN,
     INBOX,
+    NEWEST_TASK_INDEX,
     RUNTIMES,
     SCHEMA_VERSION,
     SEGMENTS,
@@ -146,6 +148,27 @@ def _add_approvals(conn: Connection) -> None:
     metadata.create_all(conn, tables=[metadata.tables[APPROVALS]])
 
 
+def _add_console_reads(conn: Connection) -> None:
+    """Version 11: what a view of every child reads (the console) without a scan or a
+    transcript: each child's Tasks by time (`NEWEST_TASK_INDEX`, one seek per child for
+    its newest Task), and each child's provider and model in its header, copied from the
+    descriptors already stored."""
+    for index in metadata.tables[TASKS].indexes:
+        if index.name == NEWEST_TASK_INDEX:
+            index.create(conn, checkfirst=True)
+    present = {column["name"] for column in inspect(conn).get_columns(CHILDREN)}
+    for name, statement in _NAME_COLUMNS.items():
+        if name not in present:
+            conn.execute(text(statement))
+    backfill_child_names(conn)
+
+
+_NAME_COLUMNS: Final = {
+    "provider": f"ALTER TABLE {CHILDREN} ADD COLUMN provider TEXT",
+    "model": f"ALTER TABLE {CHILDREN} ADD COLUMN model TEXT",
+}
+
+
 _MIGRATIONS: dict[int, Migration] = {
     1: _drop_last_seq,
     2: _add_segments,
@@ -156,6 +179,7 @@ _MIGRATIONS: dict[int, Migration] = {
     7: _add_spend,
     8: _add_admissions,
     9: _add_approvals,
+    10: _add_console_reads,
 }
 """``_MIGRATIONS[n]`` upgrades a version-``n`` store to version ``n + 1``."""
 

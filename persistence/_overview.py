@@ -34,7 +34,7 @@ from persistence._schema import (
     utc_time,
 )
 from persistence._spend import ScopeSpend, _scope_spend
-from persistence._task_snapshots import snapshot_of
+from persistence._task_snapshots import TASK_COLUMNS, snapshot_of, snapshot_of_columns
 
 __all__ = ["ChangeMarker", "KeyedTask", "StoreOverview"]
 
@@ -78,10 +78,33 @@ class StoreOverview:
         self._runner = run
         columns = list(tasks_table.columns)
         self._columns = columns
-        # The newest Task of each child in two steps, each cheap however many Tasks have
-        # settled: the (child, time, id) of every Task, narrow enough that picking the
-        # newest in Python beats sorting whole rows in the database (a window function
-        # over 10,000 rows: 3-4x the time, measured), then those Tasks by primary key.
+        # The newest Task of each child: one seek per child in the child's index
+        # (`NEWEST_TASK_INDEX`, which covers the inner query), then those Tasks by primary
+        # key, in one statement; it costs the same however many Tasks have settled.
+        newest = tasks_table.alias("newest")
+        pick = (
+            select(newest.c.task_id)
+            .where(newest.c.child_id == _C.child_id)
+            .order_by(newest.c.created_at.desc(), newest.c.task_id.desc())
+            .limit(1)
+            .correlate(children_table)
+            .scalar_subquery()
+        )
+        newest_rows = select(*(_T[name] for name in TASK_COLUMNS.split(", "))).where(
+            _T.task_id.in_(select(pick).select_from(children_table))
+        )
+        # Compiled once, run on a raw cursor: converting 1,000 rows through the ORM's
+        # result types cost as much again as the statement (measured).
+        self._newest = str(
+            newest_rows.compile(dialect=db.engine.dialect, compile_kwargs={"literal_binds": True})
+        )
+        self._indexed = True
+        self._names = select(_C.child_id, _C.provider, _C.model).where(_C.provider.is_not(None))
+        self._named = True
+        # A store older than the index (read as it is): the (child, time, id) of every
+        # Task, narrow enough that picking the newest in Python beats sorting whole rows
+        # in the database (a window function over 10,000 rows: 3-4x the time, measured),
+        # then those Tasks by primary key.
         # Compiled once, without parameters: the same text on SQLite and PostgreSQL.
         self._keys = str(
             select(_T.child_id, _T.created_at, _T.task_id).where(_T.child_id.is_not(None))
@@ -123,10 +146,44 @@ class StoreOverview:
 
         return self._run("list children", op)
 
+    def read_older_store(self) -> None:
+        """Read a store older than version 11 (opened read-only, so not migrated) as it
+        is: its Tasks scanned for each child's newest (`newest_by_index`), and no names
+        (`names` is empty)."""
+        self._indexed = False
+        self._named = False
+
+    def names(self) -> dict[str, tuple[str, str | None]]:
+        """Every child's provider and model (its descriptor's ``provider`` and
+        ``agent_model``), by child id, from the headers: a child without a descriptor has
+        no entry."""
+        if not self._named:
+            return {}
+
+        def op(_attempt: int) -> dict[str, tuple[str, str | None]]:
+            with self._db.connection(write=False) as conn:
+                rows = conn.execute(self._names).all()
+            return {child_id: (provider, model) for child_id, provider, model in rows}
+
+        return self._run("read the provider of every child", op)
+
+    def newest_by_index(self, indexed: bool) -> None:
+        """Whether `latest_tasks` seeks `NEWEST_TASK_INDEX` (the default) or scans every
+        Task: the store scans one older than the index, opened read-only and so not
+        migrated, where a seek per child would scan per child."""
+        self._indexed = indexed
+
     def latest_tasks(self) -> dict[str, TaskSnapshot]:
         """The newest Task of every child that has one, by child id."""
 
-        def op(_attempt: int) -> dict[str, TaskSnapshot]:
+        def indexed(_attempt: int) -> dict[str, TaskSnapshot]:
+            with self._db.cursor(write=False) as cursor:
+                cursor.execute(self._newest)
+                rows = cursor.fetchall()
+            snapshots = (snapshot_of_columns(*row) for row in rows)
+            return {s.child_id: s for s in snapshots if s.child_id is not None}
+
+        def scan(_attempt: int) -> dict[str, TaskSnapshot]:
             newest: dict[str, tuple[Any, str]] = {}
             # A raw cursor: the stored times compare as they are (SQLite's fixed-width
             # text, PostgreSQL's timestamps), and 10,000 of them are not converted.
@@ -146,7 +203,7 @@ class StoreOverview:
             snapshots = (snapshot_of(row) for row in rows)
             return {s.child_id: s for s in snapshots if s.child_id is not None}
 
-        return self._run("read the newest task of each child", op)
+        return self._run("read the newest task of each child", indexed if self._indexed else scan)
 
     def tasks_of(self, child_id: str) -> list[TaskSnapshot]:
         """The Tasks of one child, newest first."""

@@ -38,6 +38,8 @@ __all__ = [
     "CHILDREN",
     "EVENTS",
     "INBOX",
+    "NEWEST_TASK_INDEX",
+    "NEWEST_TASK_SINCE",
     "NOTICE_PENDING",
     "RUNNING_TASK",
     "RUNTIMES",
@@ -67,13 +69,19 @@ __all__ = [
     "utc_time",
 ]
 
-SCHEMA_VERSION: Final = 10
+SCHEMA_VERSION: Final = 11
 """The version this code writes. Bump it with a migration in `persistence._migrations`."""
 SEGMENTS_SINCE: Final = 3
 """The first version with sealed segments: an older store, read as it is, has none."""
 SPEND_SINCE: Final = 7
 """The first version whose Task rows keep their spend: an older store, read as it is,
 has none (its Tasks read as spending nothing)."""
+NEWEST_TASK_SINCE: Final = 11
+"""The first version with `NEWEST_TASK_INDEX` and each child's provider and model in its
+header: an older store, read as it is, is scanned, and its children show none."""
+NEWEST_TASK_INDEX: Final = "ix_subagent_tasks_newest"
+"""Each child's Tasks by time: a child's newest Task, and its Tasks newest first, are read
+from it (the console, SPEC §13)."""
 
 CHILDREN: Final = "subagent_children"
 EVENTS: Final = "subagent_events"
@@ -188,6 +196,11 @@ children_table: Final = Table(
     _key("claim_runtime", nullable=True),
     _key("claim_task", nullable=True),
     _counter("fence", Integer),
+    # Its descriptor's provider and model selector (``agent_model``), copied from the
+    # descriptor event its header is written with, so a view of every child reads them
+    # without a transcript (the console, SPEC §13). NULL: no descriptor, or no model named.
+    Column("provider", Text),
+    Column("model", Text),
 )
 """A child's durable header, written once.
 
@@ -321,6 +334,7 @@ tasks_table: Final = Table(
     # (`persistence._turn_usage`); NULL while running, and for nothing spent.
     _json("spend", nullable=True),
     Index("ix_subagent_tasks_owner", "owner_session", "created_at"),
+    Index(NEWEST_TASK_INDEX, "child_id", "created_at", "task_id"),
 )
 """A Task: written when it is admitted, updated once when it settles.
 
@@ -333,7 +347,10 @@ Every index entry is a page written by each admission (a resume's critical path)
 the running and the pending-notice indexes are partial: they hold the few rows a sweep
 or a drain looks for, not every Task ever run. A query meets them with the same
 predicate as a literal (`RUNNING_TASK`, `NOTICE_PENDING`), which both databases need
-to use a partial index.
+to use a partial index. The child's index (`NEWEST_TASK_INDEX`) holds every Task: the
+console's overview reads each child's newest Task through it (one seek per child
+instead of a scan of every Task ever run), for an admission cost measured in
+docs/benchmarks.md#console.
 """
 
 spend_table: Final = Table(

@@ -46,6 +46,7 @@ from persistence._overview import StoreOverview
 from persistence._queue import AdmissionQueue
 from persistence._retry import Retrier, RetryListener, RetryPolicy
 from persistence._schema import (
+    NEWEST_TASK_SINCE,
     SCHEMA_VERSION,
     SEGMENTS_SINCE,
     SPEND_SINCE,
@@ -326,7 +327,11 @@ class SqlStore:
                 f"parent_session must be a string or None, not {type(parent_session).__name__}",
             )
         c = children_table.c
-        query = select(children_table).order_by(c.created_at, c.child_id)
+        # The header's columns, not the row: a store older than some of the row's columns
+        # (opened read-only, so not migrated) is read as it is.
+        query = select(
+            c.child_id, c.parent_session, c.depth, c.seed_length, c.created_at, c.label
+        ).order_by(c.created_at, c.child_id)
         if parent_session is not None:
             query = query.where(c.parent_session == parent_session)
         return self._run("list children", lambda _attempt: self._list(query))
@@ -403,6 +408,8 @@ class SqlStore:
             self._sql = self._db.sql.without_segments()
         if version < SPEND_SINCE:
             self.ledger.without_spend()
+        if version < NEWEST_TASK_SINCE:
+            self.overview.read_older_store()
 
     def admit_claiming(self, task: TaskSnapshot, *, is_dead: IsDead) -> int | None:
         """Admit a resume's Task and claim its child for the Task's runtime, in one

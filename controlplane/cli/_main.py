@@ -13,7 +13,6 @@ or A2A (`controlplane.fronts`), and load it only when they run. Every ``--db`` d
 from __future__ import annotations
 
 import argparse
-import contextlib
 import importlib.metadata
 import logging
 import os
@@ -260,6 +259,8 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _add_console(commands: Any, formatter: type[argparse.HelpFormatter], common: Any) -> None:
+    from controlplane.fronts import add_provider_arguments
+
     console = commands.add_parser(
         "console",
         help="serve a web page where a person watches and answers every child",
@@ -267,9 +268,10 @@ def _add_console(commands: Any, formatter: type[argparse.HelpFormatter], common:
         "'Working' and 'Completed', each child's transcript as it grows, its approval "
         "requests (Allow/Deny), Kill, and a Message box that sends as a person; the runtimes "
         "and queues; the same as JSON under /api/. Reads the store, so any process on it "
-        "may serve it. Prints http://HOST:PORT/ once listening; serves until SIGINT or "
-        "SIGTERM. Loopback by default; any other address requires a token. Needs the "
-        "'console' extra.",
+        "may serve it. Says on stderr which providers it serves (they run the turns a "
+        "message resumes here), prints http://HOST:PORT/ once listening; serves until "
+        "SIGINT or SIGTERM; -v logs one line per request. Loopback by default; any other "
+        "address requires a token. Needs the 'console' extra.",
         epilog=_SEE_EPILOG,
         formatter_class=formatter,
         parents=[common],
@@ -288,17 +290,24 @@ def _add_console(commands: Any, formatter: type[argparse.HelpFormatter], common:
         "token; else $SUBAGENT_CONTROL_TOKEN; generated into a 0600 file when the address "
         "is not loopback",
     )
-    console.add_argument(
-        "--setup",
-        metavar="MODULE:FUNCTION",
-        help="call FUNCTION(control) first, e.g. to register providers so that this process "
-        "can run the turns a message resumes",
-    )
+    # The providers as every front takes them: they run the turns a message resumes here.
+    add_provider_arguments(console, openai=True)
     console.set_defaults(run=_run_console)
 
 
 def _run_console(args: argparse.Namespace, out: Any) -> None:
     # Imported here: the other commands load neither the runtime nor the web server.
+    from controlplane.fronts import FrontOptions
+
+    options = FrontOptions(
+        db=args.db,
+        parent="",  # the console acts as each child's own parent session
+        setup=args.setup,
+        openai_model=args.openai_model,
+        openai_base_url=args.openai_base_url,
+        openai_api_key_env=args.openai_api_key_env,
+        demo=args.demo,
+    )
     try:
         from controlplane.fronts._console import serve_console
     except ImportError as exc:
@@ -309,8 +318,12 @@ def _run_console(args: argparse.Namespace, out: Any) -> None:
             f"the console command needs the optional {exc.name!r} package: "
             "pip install 'subagent-control[console]'",
         ) from exc
-    with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C ends a server: not an error
-        serve_console(args.db, http=args.http, token=args.token, setup=args.setup, out=out)
+    try:
+        serve_console(options, http=args.http, token=args.token, out=out)
+    except ImportError as exc:  # --openai-model without the openai extra: it names it
+        raise CommandExit(EXIT_USAGE, str(exc)) from None
+    except KeyboardInterrupt:
+        pass  # Ctrl-C ends a server: not an error
 
 
 def _add_refresh(parser: argparse.ArgumentParser, what: str) -> None:

@@ -4,20 +4,25 @@
 control plane's store on one socket, in the caller's thread or a thread of its own. Any
 process on the store can run it beside the harness processes: everything shown is read
 from the store, and actions go through the control plane it opens (with no provider it
-still answers, kills, sends and sets budgets; ``--setup`` registers providers when this
-process should also run resumed turns).
+still answers, kills, sends and sets budgets; ``--setup``, ``--demo`` or
+``--openai-model`` register providers, as for the other fronts, when this process should
+also run resumed turns). With ``-v`` it logs one line per request (never its query, which
+may hold the token).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import signal
+import sys
 import threading
+import time
 from collections.abc import Generator
 from pathlib import Path
 from types import FrameType
-from typing import IO, TYPE_CHECKING, Self
+from typing import IO, TYPE_CHECKING, Any, Self
 
 import uvicorn
 
@@ -25,6 +30,7 @@ from controlplane.fronts._console_app import console_app
 from controlplane.fronts._console_watch import TICK_S, ChangeFeed
 from controlplane.fronts._security import (
     MAX_BODY_BYTES,
+    ASGIApp,
     Bind,
     announce_token,
     guard,
@@ -33,7 +39,7 @@ from controlplane.fronts._security import (
     parse_bind,
     resolve_token,
 )
-from controlplane.fronts._setup import load_setup
+from controlplane.fronts._setup import FrontOptions, open_runtime
 
 if TYPE_CHECKING:
     from controlplane._facade import SubagentControl
@@ -41,6 +47,7 @@ if TYPE_CHECKING:
 __all__ = ["ConsoleServer", "serve_console"]
 
 _STOP_S = 10.0
+_LOG = logging.getLogger("controlplane.console")
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
@@ -82,7 +89,7 @@ class ConsoleServer:
         """Where a browser opens it."""
         guarded = guard(app, token=None, loopback=is_loopback(host), max_body=MAX_BODY_BYTES)
         config = uvicorn.Config(
-            guarded, log_level="warning", lifespan="off", timeout_graceful_shutdown=2
+            _logged(guarded), log_level="warning", lifespan="off", timeout_graceful_shutdown=2
         )
         self._server = _Server(config)
         self._thread: threading.Thread | None = None
@@ -140,34 +147,74 @@ class _Server(uvicorn.Server):
         yield
 
 
+def _logged(app: ASGIApp) -> ASGIApp:
+    """``app``, logging one line per HTTP request at INFO (shown with ``-v``): method, path
+    (not the query: ``?token=`` may be in it), status, and the time to the response's
+    start (an event stream's start, not its end)."""
+
+    async def logged(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or not _LOG.isEnabledFor(logging.INFO):
+            await app(scope, receive, send)
+            return
+        started = time.perf_counter()
+
+        async def sending(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                took = (time.perf_counter() - started) * 1000
+                _LOG.info("%s %s %s %.1f ms", scope["method"], scope["path"],
+                          message["status"], took)  # fmt: skip
+            await send(message)
+
+        await app(scope, receive, sending)
+
+    return logged
+
+
 def serve_console(
-    db: str,
+    options: FrontOptions,
     *,
     http: str,
     token: str | None,
-    setup: str | None,
     out: IO[str],
     token_dir: Path | None = None,
 ) -> None:
-    """``subagent-control console``: open the control plane on ``db``, run ``setup`` on it,
-    print ``http://HOST:PORT/`` once the socket listens, serve until a signal, close it.
+    """``subagent-control console``: open the control plane on ``options.db`` with the
+    providers ``options`` name (`open_runtime`, as every front), say on stderr which it
+    serves, print ``http://HOST:PORT/`` once the socket listens, serve until a signal,
+    close it.
 
     Raises:
-        SubagentControlError: ``INVALID_INPUT`` for a bad bind, token or ``--setup``, or a
-            bind it cannot listen on; the store's errors when it cannot be opened.
+        SubagentControlError: ``INVALID_INPUT`` for a bad bind, token or ``--setup`` (or one
+            that raised), more than one of ``--setup``, ``--openai-model`` and ``--demo``,
+            or a bind it cannot listen on; the store's errors when it cannot be opened.
+        ImportError: ``--openai-model`` without the ``openai`` extra.
     """
-    from controlplane._facade import SubagentControl
-
     bind = parse_bind(http)  # a typo fails before the store opens
-    run_setup = load_setup(setup) if setup else None
     required, token_file = resolve_token(bind, token, token_dir=token_dir)
-    control = SubagentControl.open(db)
+    control = open_runtime(options)
     try:
-        if run_setup is not None:
-            run_setup(control)
+        _announce(control)
         server = ConsoleServer(control, host=bind.host, port=bind.port, token=required)
         print(server.url, file=out, flush=True)
         announce_token(bind, token_file, out)
         server.serve()
     finally:
         control.close()
+
+
+def _announce(control: SubagentControl) -> None:
+    """One line on stderr, as every front says which provider it serves: here, which
+    providers run the turn a message resumes, or that none is served."""
+    names = control.providers.names()
+    if names:
+        message = (
+            f"serving provider {', '.join(repr(n) for n in names)}: a message to an idle "
+            "child on it resumes the child in this process"
+        )
+    else:
+        message = (
+            "serving no provider: answers, kills, steers and budgets work; a message to an "
+            "idle child resumes it only where its provider is (give --demo, --setup "
+            "MODULE:FUNCTION or --openai-model NAME to run such turns here)"
+        )
+    print(f"subagent-control: {message}", file=sys.stderr, flush=True)

@@ -74,7 +74,8 @@ def page(
 OVERVIEW_BODY: Final = (
     "<h1>Children</h1>"
     '<p><label for="filter">Filter</label> '
-    '<input id="filter" type="search" placeholder="label, status or id" autocomplete="off">'
+    '<input id="filter" type="search" placeholder="label, status, provider or id" '
+    'autocomplete="off">'
     "</p>"
     '<div id="region-groups"><!--region-groups--></div>'
     "<h2>Sessions, children and grandchildren</h2>"
@@ -90,7 +91,7 @@ def overview_regions(view: Overview) -> dict[str, str]:
         rows = view.group(name)
         table = (
             _table(
-                ("Label", "Status", "Age", "Tokens", "Cost", "Child"),
+                ("Label", "Status", "Age", "Provider:model", "Tokens", "Cost", "Child"),
                 (_child_cells(row, now) for row in rows),
                 row_class="child",
             )
@@ -118,6 +119,7 @@ def _child_cells(row: ChildRowView, now: datetime) -> tuple[str, ...]:
         f'<span class="status status-{_e(row.task.status.value if row.task else "idle")}">'
         f"{_e(row.status)}</span>",
         _e(_age(row.task.created_at if row.task else row.meta.created_at, now)),
+        _e(row.provider_model),
         f"{row.tokens:,}",
         _cost(row.cost),
         f"<code>{_e(row.meta.child_id[:8])}</code>",

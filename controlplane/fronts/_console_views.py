@@ -62,6 +62,15 @@ class ChildRowView:
     tokens: int
     cost: float | None
     group: Group
+    provider: str | None = None
+    """Its descriptor's provider (None: no descriptor, or a store older than version 11)."""
+    model: str | None = None
+    """Its descriptor's model selector (``agent_model``), if it names one."""
+
+    @property
+    def provider_model(self) -> str:
+        """``provider:model`` as the page shows it (``-`` for what is not known)."""
+        return f"{self.provider or '-'}:{self.model or '-'}"
 
     @property
     def status(self) -> str:
@@ -88,6 +97,8 @@ class ChildRowView:
             "created_at": self.meta.created_at.isoformat(),
             "group": self.group,
             "status": self.status,
+            "provider": self.provider,
+            "model": self.model,
             "task": None if self.task is None else self.task.model_dump(mode="json"),
             "tokens": self.tokens,
             "cost": self.cost,
@@ -126,6 +137,7 @@ def _recency(row: ChildRowView) -> datetime:
 def overview(store: SqlStore) -> Overview:
     """Every child of the store, each with its newest Task and its spend (a few reads)."""
     children = store.overview.children()
+    names = store.overview.names()
     latest = store.overview.latest_tasks() if store.keeps_tasks else {}
     spend = store.overview.child_spend() if store.keeps_tasks else {}
     tasks = store.queue.with_places(list(latest.values()))
@@ -139,6 +151,7 @@ def overview(store: SqlStore) -> Overview:
     for meta in children:
         task = by_child.get(meta.child_id)
         spent = spend.get(meta.child_id)
+        provider, model = names.get(meta.child_id, (None, None))
         rows.append(
             ChildRowView(
                 meta=meta,
@@ -146,6 +159,8 @@ def overview(store: SqlStore) -> Overview:
                 tokens=spent.spent.tokens if spent is not None else 0,
                 cost=spent.spent.cost if spent is not None and spent.spent.cost else None,
                 group=_group_of(task),
+                provider=provider,
+                model=model,
             )
         )
     under: dict[str, list[ChildRowView]] = defaultdict(list)
@@ -234,6 +249,7 @@ def child_page(store: SqlStore, child_id: str) -> ChildPage:
     for event in own:
         by_turn[event.turn].append(event)
     turns = [TurnUsage(turn, usage_of(events)) for turn, events in sorted(by_turn.items())]
+    tasks = _with_turn_usage(tasks, own, {t.turn: t.usage for t in turns})
     budget = None
     if store.keeps_tasks:
         found = store.spend.read([f"child:{child_id}"]).get(f"child:{child_id}")
@@ -245,20 +261,44 @@ def child_page(store: SqlStore, child_id: str) -> ChildPage:
         request=request,
         turns=turns,
         total=usage_of(own),
-        provider=_provider_of(own),
-        models=_models_of(own),
+        provider=_descriptor_field(own, "provider"),
+        models=_models_of(own) or _listed(_descriptor_field(own, "agent_model")),
         budget=budget,
         children=store.list_children(child_id),
     )
 
 
-def _provider_of(events: list[SessionEvent]) -> str | None:
+def _with_turn_usage(
+    tasks: list[TaskSnapshot], events: list[SessionEvent], spent: dict[int, Usage]
+) -> list[TaskSnapshot]:
+    """``tasks``, each unsettled one with what its turn has spent so far, from the events
+    the page shows (its ``turn/start`` names it): a Task row keeps its spend only once it
+    settles, summed from the same events, so the Tasks table and the Usage line agree."""
+    turn_of: dict[str, int] = {}
+    for event in events:
+        if event.kind == EventKind.TURN_START and isinstance(event.data, dict):
+            task_id = event.data.get("task_id")
+            if isinstance(task_id, str):
+                turn_of[task_id] = event.turn
+    return [
+        t.model_copy(update={"usage": spent.get(turn_of[t.id], t.usage)})
+        if not t.status.is_terminal and t.id in turn_of
+        else t
+        for t in tasks
+    ]
+
+
+def _descriptor_field(events: list[SessionEvent], name: str) -> str | None:
+    """``name`` of its newest descriptor (the overview shows the same, from the header)."""
     for event in reversed(events):
         if event.kind == EventKind.DESCRIPTOR and isinstance(event.data, dict):
-            provider = event.data.get("provider")
-            if isinstance(provider, str):
-                return provider
+            value = event.data.get(name)
+            return value if isinstance(value, str) else None
     return None
+
+
+def _listed(value: str | None) -> list[str]:
+    return [] if value is None else [value]
 
 
 def _models_of(events: list[SessionEvent]) -> list[str]:

@@ -116,23 +116,7 @@ def add_front_arguments(parser: argparse.ArgumentParser, *, default_parent: str)
         help="the parent session clients act as; every server on the same store with the "
         "same --parent answers for its children and Tasks (default: %(default)s)",
     )
-    add_provider_arguments(parser)
-    parser.add_argument(
-        "--openai-model",
-        metavar="NAME",
-        help="register an in-process provider on this Chat Completions model instead",
-    )
-    parser.add_argument(
-        "--openai-base-url",
-        metavar="URL",
-        help="the Chat Completions server for --openai-model (default: OpenAI's)",
-    )
-    parser.add_argument(
-        "--openai-api-key-env",
-        metavar="NAME",
-        help="read the API key for --openai-model from this environment variable "
-        "(default: OPENAI_API_KEY; a key is never given on the command line)",
-    )
+    add_provider_arguments(parser, openai=True)
     parser.add_argument(
         "--provider",
         metavar="NAME",
@@ -148,8 +132,10 @@ def add_front_arguments(parser: argparse.ArgumentParser, *, default_parent: str)
     )
 
 
-def add_provider_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add ``--setup`` and ``--demo``: the providers a command's runtime has."""
+def add_provider_arguments(parser: argparse.ArgumentParser, *, openai: bool = False) -> None:
+    """Add ``--setup`` and ``--demo`` (and, with ``openai``, ``--openai-model``,
+    ``--openai-base-url`` and ``--openai-api-key-env``): the providers a command's runtime
+    has."""
     parser.add_argument(
         "--setup",
         metavar="MODULE:FUNCTION",
@@ -160,6 +146,24 @@ def add_provider_arguments(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="register the built-in demo provider ('demo': a scripted model that calls a "
         "word_count tool, then answers), to try things without a model server",
+    )
+    if not openai:
+        return
+    parser.add_argument(
+        "--openai-model",
+        metavar="NAME",
+        help="register an in-process provider on this Chat Completions model instead",
+    )
+    parser.add_argument(
+        "--openai-base-url",
+        metavar="URL",
+        help="the Chat Completions server for --openai-model (default: OpenAI's)",
+    )
+    parser.add_argument(
+        "--openai-api-key-env",
+        metavar="NAME",
+        help="read the API key for --openai-model from this environment variable "
+        "(default: OPENAI_API_KEY; a key is never given on the command line)",
     )
 
 

@@ -8,3 +8,8 @@ from controlplane import InProcessProvider, ScriptedModel, SubagentControl
 def echo(control: SubagentControl) -> None:
     """An ``inprocess`` provider whose model echoes each message."""
     control.providers.register(InProcessProvider(ScriptedModel(echo=True)))
+
+
+def raising(control: SubagentControl) -> None:
+    """A setup that fails, as a user's may."""
+    raise RuntimeError("no model server configured")

@@ -1,7 +1,8 @@
 """``subagent-control console`` as the real command: it prints its address once it listens
 and stops on SIGTERM; beyond loopback it asks a token (generated into a 0600 file when none
 is given); without its extra it exits 2 naming the extra; with ``--setup`` giving it a provider, a
-message from the page resumes an idle child in the console's own process."""
+message from the page resumes an idle child in the console's own process; it says which
+providers it serves (or none), and with ``-v`` logs one line per request, never its query."""
 
 from __future__ import annotations
 
@@ -41,8 +42,36 @@ def test_the_command_serves_the_store_and_stops_on_sigterm(
     assert page.status_code == 200
     assert "Needs you" in page.text
     assert [r["pid"] for r in runtimes["runtimes"]] == [console.proc.pid]
+    said = (tmp_path / "console.err").read_text(encoding="utf-8")
+    assert "subagent-control: serving no provider: " in said
+    assert "GET /" not in said  # requests are logged with -v only
     console.proc.send_signal(signal.SIGTERM)
     assert console.proc.wait(WAIT_S) == 0
+
+
+def test_with_demo_and_v_it_says_its_provider_and_logs_each_request_without_its_query(
+    reaped: Reaper, sqlite_url: str, tmp_path: Path
+) -> None:
+    err = tmp_path / "console.err"
+    console = reaped.add(
+        ConsoleProcess(sqlite_url, "--demo", "-v", "--token", "s3cret-token", stderr=err)
+    )
+    url = console.ready()
+
+    with httpx.Client(base_url=url, timeout=WAIT_S, follow_redirects=True) as client:
+        shown = client.get("/api/overview?token=s3cret-token")  # 303 with the cookie, then 200
+        missing = client.get("/children/no-such-child")
+
+    assert (shown.status_code, missing.status_code) == (200, 404)
+    said = err.read_text(encoding="utf-8")  # each line is written before its response
+    assert "subagent-control: serving provider 'demo': " in said
+    requests = [line for line in said.splitlines() if line.startswith("controlplane.console: ")]
+    assert [line.split()[1:4] for line in requests] == [
+        ["GET", "/api/overview", "303"],
+        ["GET", "/api/overview", "200"],
+        ["GET", "/children/no-such-child", "404"],
+    ]
+    assert "s3cret-token" not in said
 
 
 def test_beyond_loopback_the_console_asks_a_generated_token(

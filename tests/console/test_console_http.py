@@ -40,10 +40,11 @@ pytestmark = pytest.mark.timeout(60)
 class Waiting:
     """A control plane whose child waits on an approval for ``deploy``, and its console."""
 
-    def __init__(self, url: str, *, token: str | None = None) -> None:
+    def __init__(self, url: str, *, token: str | None = None, usage: Usage | None = None) -> None:
         self.runs: list[dict[str, Any]] = []
         call = ToolCall(id="c1", name="deploy", arguments={"env": "prod"})
-        model = ScriptedModel([ModelReply(text="shipping", tool_calls=[call]), "shipped"])
+        first = ModelReply(text="shipping", tool_calls=[call], usage=usage)
+        model = ScriptedModel([first, "shipped"])
         tool = ChildTool("deploy", "Deploy.", {"type": "object"}, self._run, approval="always")
         self.control = SubagentControl.open(url, approval_grace_s=60.0)
         self.control.providers.register(InProcessProvider(model, tools=[tool]))
@@ -161,6 +162,9 @@ def test_every_answer_carries_the_policy_and_the_api_says_what_the_page_shows(
         assert words in page.text
     [needing] = overview["groups"]["needs"]
     assert (needing["child_id"], needing["status"]) == (waiting.child_id, "input_required deploy")
+    assert (needing["provider"], needing["model"]) == ("inprocess", None)
+    assert "<td>inprocess:-</td>" in page.text
+    assert child["provider"] == "inprocess"
     assert child["request"]["id"] == waiting.request_id
     assert child["request"]["arguments"] == {"env": "prod"}
     assert [e["kind"] for e in child["events"]][:2] == ["turn/start", "user/message"]
@@ -347,3 +351,37 @@ class _Stream:
         assert not self._thread.is_alive(), "the stream did not end"
         self._response.close()
         self._client.close()
+
+
+def test_a_tasks_tokens_on_its_childs_page_are_its_turns_while_it_waits_and_once_settled(
+    store_url: str,
+) -> None:
+    spent = Usage(input_tokens=1800, output_tokens=450, model_calls=1)
+    waiting = Waiting(store_url, usage=spent)
+    try:
+        url = waiting.console.url
+        with httpx.Client(base_url=url, timeout=WAIT_S) as client:
+            asked = client.get(f"/api/children/{waiting.child_id}").json()
+            page = client.get(f"/children/{waiting.child_id}").text
+            client.get("/")  # a session, for the answer's CSRF token
+            csrf = re.search(r'name="csrf-token" content="([0-9a-f]+)"', page)
+            assert csrf is not None
+            headers = {"origin": url.rstrip("/"), "x-csrf-token": csrf.group(1)}
+            allowed = _answer(client, waiting, headers)
+            assert allowed.status_code == 200, allowed.text
+            waiting.control.tasks.wait(waiting.task_id, timeout=WAIT_S, requester=waiting.parent)
+            settled = client.get(f"/api/children/{waiting.child_id}").json()
+
+        for shown in (asked, settled):
+            [task] = shown["tasks"]
+            total = shown["usage"]["total"]
+            assert (total["input_tokens"], total["output_tokens"]) == (1800, 450)
+            assert (task["usage"]["input_tokens"], task["usage"]["output_tokens"]) == (1800, 450)
+        assert asked["tasks"][0]["status"] == "input_required"
+        assert settled["tasks"][0]["status"] == "completed"
+        row = re.search(r'<tr class="task">(.*?)</tr>', page)
+        assert row is not None
+        assert "<td>2,250</td>" in row.group(1), row.group(1)
+        assert "2,250 tokens (1,800 in, 450 out)" in page
+    finally:
+        waiting.close()

@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from controlplane import TaskOutcome, TaskSnapshot, TaskStatus
 from controlplane.contract import utcnow
 from persistence import RetryPolicy, SqlStore
-from persistence._schema import SCHEMA_VERSION
+from persistence._schema import NEWEST_TASK_INDEX, SCHEMA_VERSION
 from tests.persistence.conftest import raw_engine
 
 PARTIAL = ("ix_subagent_tasks_notices", "ix_subagent_tasks_running")
@@ -128,7 +128,9 @@ def test_a_version_4_store_is_upgraded_to_the_partial_indexes_and_keeps_its_task
 
     with SqlStore(store_url, retry=RetryPolicy.immediate()) as store:
         definitions = index_definitions(store_url)
-        assert sorted(definitions) == sorted(["ix_subagent_tasks_owner", *PARTIAL])
+        assert sorted(definitions) == sorted(
+            ["ix_subagent_tasks_owner", NEWEST_TASK_INDEX, *PARTIAL]
+        )
         for name in PARTIAL:
             assert "WHERE" in definitions[name].upper(), definitions[name]
         assert store.ledger.get(running.id) == running
