@@ -584,3 +584,38 @@ def test_a_waiting_run_stopped_by_a_lost_lease_leaves_its_task_for_the_answer(
     done = settled(control, parent, task_id)
     assert done.status is TaskStatus.COMPLETED
     assert deploys.runs == [{"env": "prod"}]
+
+
+def test_a_wait_woken_by_an_approval_request_reads_input_required_never_running(
+    opened: Open, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Waits racing the request: one woken as the request arrives must read the request's
+    # view. Before, the entry woke its waiters first and rebuilt its view after, so a wait
+    # could return ``running`` while the store read ``input_required``. The race is made
+    # certain here: building the asking view waits (bounded) for a waiter to return.
+    from controlplane._task_entry import TaskEntry
+
+    build = TaskEntry._build
+    returned = threading.Event()
+    seen: list[TaskStatus] = []
+
+    def slow_build(entry: TaskEntry) -> TaskSnapshot:
+        if entry.request is not None and not returned.is_set():
+            returned.wait(0.5)  # a waiter that returns now read the view before this one
+        return build(entry)
+
+    monkeypatch.setattr(TaskEntry, "_build", slow_build)
+    control = opened(ScriptedModel([DEPLOY, "done"]), [Deploys().tool], approval_grace_s=30.0)
+    parent = control.agents.register("p1")
+    _child_id, task_id = start(control, parent)
+
+    def waiter() -> None:
+        seen.append(control.tasks.wait(task_id, timeout=WAIT_S, requester=parent).status)
+        returned.set()
+
+    waiters = [threading.Thread(target=waiter) for _ in range(8)]
+    for thread in waiters:
+        thread.start()
+    for thread in waiters:
+        thread.join(WAIT_S * 2)
+    assert seen == [TaskStatus.INPUT_REQUIRED] * 8
