@@ -619,3 +619,51 @@ def test_a_wait_woken_by_an_approval_request_reads_input_required_never_running(
     for thread in waiters:
         thread.join(WAIT_S * 2)
     assert seen == [TaskStatus.INPUT_REQUIRED] * 8
+
+
+def test_an_answer_naming_a_huge_request_id_is_refused_without_echoing_it(opened: Open) -> None:
+    # Before, the refusal (REQUEST_NOT_FOUND) quoted the whole 100,000-character id back.
+    control = opened(ScriptedModel(["done"]), [])
+    parent = control.agents.register("p1")
+    huge = "r" * 100_000
+    with pytest.raises(SubagentControlError) as refused:
+        control.answer(parent, huge, allow=True)
+    assert refused.value.code is ErrorCode.INVALID_INPUT
+    assert "100000 characters" in refused.value.message
+    assert len(str(refused.value)) < 500
+
+
+def test_answered_requests_are_pruned_after_their_retention_and_waiting_ones_kept(
+    opened: Open,
+) -> None:
+    # Before, every answered request stayed in the table for good (176 rows after 3,500
+    # turns). The heartbeat's expiry prunes those done with a day ago; here the cut-off
+    # is moved to now, which the retention would reach.
+    from datetime import timedelta
+
+    from controlplane._expiry import RETAIN_ANSWERED_S
+    from controlplane.contract import utcnow
+
+    assert RETAIN_ANSWERED_S >= 3600
+    control = opened(ScriptedModel([DEPLOY, "done", DEPLOY, "done"]), [Deploys().tool],
+                     approval_grace_s=30.0)  # fmt: skip
+    parent = control.agents.register("p1")
+    _done_child, done_task = start(control, parent, label="answered")
+    answered = asked(control, parent, done_task).request
+    assert answered is not None
+    control.answer(parent, answered.id, allow=True)
+    assert settled(control, parent, done_task).status is TaskStatus.COMPLETED
+    _child, waiting_task = start(control, parent, label="waiting")
+    waiting = asked(control, parent, waiting_task).request
+    assert waiting is not None
+    store = control.store
+    assert store is not None
+
+    assert store.approvals.prune(utcnow() - timedelta(seconds=RETAIN_ANSWERED_S)) == 0
+    assert store.approvals.prune(utcnow() + timedelta(seconds=1)) == 1
+    with pytest.raises(SubagentControlError) as gone:
+        store.approvals.state(answered.id)
+    assert gone.value.code is ErrorCode.REQUEST_NOT_FOUND
+    assert store.approvals.state(waiting.id)[0] == "open"
+    control.answer(parent, waiting.id, allow=False)
+    assert settled(control, parent, waiting_task).status is TaskStatus.COMPLETED
