@@ -12,8 +12,8 @@ listen, who may call it, and what a request may send.
   ``Origin``) naming another machine is answered 403, so a web page cannot reach it
   through a DNS name rebound to 127.0.0.1.
 - A body over the cap is answered 413; one nested deeper than `MAX_JSON_DEPTH` 400 with
-  JSON-RPC's parse error (a parser would recurse past Python's limit); a POST with a body that is not
-  ``application/json`` 415 (a web page's form or text post, which a browser sends
+  JSON-RPC's parse error (a parser would recurse past Python's limit); a POST with a body
+  that is not ``application/json`` 415 (a web page's form or text post, which a browser sends
   cross-origin without asking first). None of them changes anything.
 - The listening socket sets ``TCP_NODELAY``, inherited by every accepted connection.
 
