@@ -15,6 +15,8 @@ listen, who may call it, and what a request may send.
   JSON-RPC's parse error (a parser would recurse past Python's limit); a POST with a body
   that is not ``application/json`` 415 (a web page's form or text post, which a browser sends
   cross-origin without asking first). None of them changes anything.
+- A body that does not arrive within `BODY_S` is answered 408 (the head's deadline and
+  the cap on one client's half-sent connections: `controlplane.fronts._http_limits`).
 - The listening socket sets ``TCP_NODELAY``, inherited by every accepted connection.
 
 `guard` is plain ASGI and `listen` a plain socket, so the MCP front (Starlette) and the
@@ -23,6 +25,7 @@ A2A front share them.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import ipaddress
 import json
@@ -60,6 +63,9 @@ MAX_JSON_DEPTH: Final = 200
 """The deepest nesting of arrays and objects a request body may have (the protocols' own
 messages nest a dozen levels)."""
 _PARSE_ERROR: Final = -32700
+BODY_S: Final = 30.0
+"""How long a request's body may take to arrive once its head has (408 past that; the
+head's own deadline is `controlplane.fronts._http_limits`)."""
 TOKEN_ENV: Final = "SUBAGENT_CONTROL_TOKEN"
 """The environment variable a front reads its bearer token from when ``--token`` is not given."""
 
@@ -214,8 +220,15 @@ def guard(
             return
         body = bytearray()
         more = True
+        body_by = asyncio.get_running_loop().time() + BODY_S
         while more:
-            message = await receive()
+            try:
+                message = await asyncio.wait_for(
+                    receive(), body_by - asyncio.get_running_loop().time()
+                )
+            except TimeoutError:
+                await _refuse(send, 408, f"the request body did not arrive within {BODY_S:g}s")
+                return
             if message["type"] != "http.request":  # the client went away
                 return
             body += message.get("body", b"")
