@@ -14,7 +14,7 @@ tell: a renewal that failed, one the store held longer than a third of the lease
 or restarting store answers late rather than not at all: a retry that succeeds after an
 outage is no proof the outage did not happen), a renewal still unanswered after that long,
 or a gap longer than the lease between two renewals (this runtime was not looking).
-Renewals go out every tenth of the lease, a failed one retried at once
+Renewals go out every twentieth of the lease, a failed one retried at once
 (`controlplane._renewer`), so an outage long enough to lapse a lease of the same length
 always breaks the run: runtimes sharing a store should share one ``lease_ttl_s``, as a
 judge whose renewals are sparser than the judged's can miss an outage between two of them.

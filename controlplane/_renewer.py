@@ -16,10 +16,10 @@ The arithmetic, with ``L`` the lease, ``P = RENEW_EVERY * L`` and ``R = RETRY_EV
 - An outage from ``a`` to ``a + D``: the last renewal answered before it was sent at
   ``a - P`` or later. After the heal, a renewal goes out within ``R`` on a connection that
   no dropped packet holds up, and is answered within a round trip. So the runtime is not
-  fenced while ``D + P + R + round trip < FENCE_AT * L``: with ``FENCE_AT = 0.8``,
-  ``P = L/10`` and ``R = L/20``, ``D < 0.65 L`` less a round trip. An outage of half the
-  lease leaves ``0.15 L`` (0.45 s for a 3 s lease) for the round trip and the scheduling.
-- A flapping link is a series of outages: none over ``0.65 L`` fences.
+  fenced while ``D + P + R + round trip < FENCE_AT * L``: with ``FENCE_AT = 0.75``,
+  ``P = L/20`` and ``R = L/40``, ``D < 0.675 L`` less a round trip. An outage of half the
+  lease leaves ``0.175 L`` (0.5 s for a 3 s lease) for the round trip and the scheduling.
+- A flapping link is a series of outages: none over ``0.675 L`` fences.
 - Safety is the watchdog's (``FENCE_AT < 1``, counted from sends); the renewals only make
   it fire less often. The store stamps a renewal with its own clock when it arrives, and
   never moves the stamp back (two renewals in flight may commit out of order), so the
@@ -42,10 +42,10 @@ __all__ = ["ATTEMPT_BOUND", "MAX_IN_FLIGHT", "RENEW_EVERY", "RETRY_EVERY", "Rene
 
 log = logging.getLogger(__name__)
 
-RENEW_EVERY: Final = 1 / 10
+RENEW_EVERY: Final = 1 / 20
 """Between two renewals while they are answered: this fraction of ``lease_ttl_s``."""
 
-RETRY_EVERY: Final = 1 / 20
+RETRY_EVERY: Final = 1 / 40
 """After a renewal that failed or is still unanswered, the next one goes out this fraction
 of ``lease_ttl_s`` after it was sent."""
 
@@ -54,9 +54,9 @@ ATTEMPT_BOUND: Final = 1 / 3
 to give up: libpq's floor). Longer is the store's doing: it breaks the run of renewals
 that lets this runtime judge others dead (`controlplane._lease`) either way."""
 
-MAX_IN_FLIGHT: Final = 8
+MAX_IN_FLIGHT: Final = 16
 """At most this many renewals unanswered at once (each holds a thread and a connection):
-at one every `RETRY_EVERY` each bounded by `ATTEMPT_BOUND`, ``8 * 1/20 > 1/3``, so a
+at one every `RETRY_EVERY` each bounded by `ATTEMPT_BOUND`, ``16 * 1/40 > 1/3``, so a
 renewal stuck to its bound never keeps the next from going out."""
 
 

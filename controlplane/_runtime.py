@@ -8,7 +8,7 @@ child; it needs only the store, so the router and the Task service are built on 
 is built after the service, from both.
 
 Per open `SubagentControl`, the renewer (`controlplane._renewer`) renews the runtime's
-heartbeat every tenth of ``lease_ttl_s`` (one write per interval per process, never one per
+heartbeat every twentieth of ``lease_ttl_s`` (one write per interval per process, never one per
 child; a failed one is retried at once), and one background thread (the heartbeat's)
 retries Task settlements the store refused every third of it, and sweeps: every running Task of a
 dead runtime — closed, its lease lapsed, or (same host, same boot) its process gone — is
@@ -24,7 +24,7 @@ judged at once, so the next runtime to open the store on the crashed one's host 
 recovers at once.
 
 The runtime also judges its own lease (`controlplane._own_lease`): when no renewal sent in
-the last 0.8 of the lease has succeeded, a watchdog that never waits on the store fences the
+the last 0.75 of the lease has succeeded, a watchdog that never waits on the store fences the
 runtime: every activation is cancelled (its Task settles ``interrupted``, "lease lost") and
 new Tasks are refused. Once a renewal succeeds again, this thread writes those Tasks'
 settlements with their turns' ends (unless a runtime that took the child over did first)

@@ -31,7 +31,7 @@ pytestmark = [pytest.mark.postgres, pytest.mark.slow]
 
 SCRIPT = Path(__file__).with_name("partition_child.py")
 LEASE_S = 3.0
-FENCE_AT = 0.8
+FENCE_AT = 0.75
 """When a runtime fences itself: this fraction of the lease after its last successful
 renewal was sent (docs/reliability.md, "Partitions")."""
 SCHEDULING_S = 0.5
