@@ -100,6 +100,42 @@ def test_a_dropped_link_for_half_the_lease_fences_nothing_whatever_its_phase(
     runtime.expect("CLOSED", WAIT_S * 3)
 
 
+@pytest.mark.parametrize("how", ["dropped", "link-down"])
+def test_a_link_flapping_one_second_down_one_up_never_fences(
+    one_runtime: tuple[Namespaces, NsPostgres], reaped: Reaper, tmp_path: Path, how: str
+) -> None:
+    # Issue 36: a link flapping 1 s down / 1 s up fenced a runtime with a 3 s lease 8 times
+    # in 15 s (a renewal sent into the down second waited in TCP's backoff past the up).
+    # Down is every packet dropped both ways, or the link itself set down.
+    spaces, server = one_runtime
+    (linked,) = spaces.runtimes
+    url = server.url_for(linked, server.new_database())
+    runtime = reaped.add(
+        LinesProcess(
+            CHILD, url, str(LEASE_S), name="runtime", stderr=tmp_path / "runtime.err",
+            prefix=linked.prefix,
+        )
+    )  # fmt: skip
+    runtime.expect("READY ", WAIT_S * 3)
+    _renewed_after(runtime, time.monotonic())
+    for _ in range(FLAPS + 3):
+        if how == "dropped":
+            spaces.drop(linked)
+        else:
+            spaces.link(linked, up=False)
+        time.sleep(1.0)  # the flap itself
+        if how == "dropped":
+            spaces.heal(linked)
+        else:
+            spaces.link(linked, up=True)
+        time.sleep(1.0)
+    _renewed_after(runtime, time.monotonic())  # fails at once on a FENCED line
+    runtime.say("status")
+    assert runtime.expect("STATUS ") == "running"
+    runtime.say("close")
+    runtime.expect("CLOSED", WAIT_S * 3)
+
+
 # -- the restart stress's checks under kernel faults ------------------------------------
 
 STRESS_LEASE_S = 4.0
