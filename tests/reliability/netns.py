@@ -29,7 +29,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -40,7 +39,6 @@ from tests.reliability.pg_fault import pg_binaries
 __all__ = ["DelayRelay", "Namespaces", "NsPostgres", "Runtime", "kernel_faults", "skip_reason"]
 
 _START_S = 30.0
-_POLL_S = 0.05
 _SUBNET = "10.236"
 RELAY = Path(__file__).with_name("delay_relay.py")
 
@@ -296,14 +294,3 @@ def kernel_faults(runtimes: int) -> Iterator[tuple[Namespaces, NsPostgres]]:
                 server.close()
         finally:
             spaces.close()
-
-
-def wait_until(predicate: object, timeout_s: float) -> bool:
-    """Poll ``predicate()`` until true (bounded); whether it came true."""
-    assert callable(predicate)
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(_POLL_S)
-    return True
