@@ -39,7 +39,14 @@ from typing import Any
 
 import pytest
 
-from controlplane import ErrorCode, SubagentControl, TaskSnapshot, TaskStatus
+from controlplane import (
+    ErrorCode,
+    EventKind,
+    SessionEvent,
+    SubagentControl,
+    TaskSnapshot,
+    TaskStatus,
+)
 from tests.reliability.load import CHILDREN, SEED, Load, account
 from tests.reliability.pg_fault import PostgresServer, TcpProxy
 from tests.reliability.processes import Reaper, reaping
@@ -192,7 +199,8 @@ def check_stress_run(
         tasks = {task.id: task for task in control.store.ledger.owned_by(PARENT)}
         load = Load(control, parent, setup, children, 0, {}, sent=reports.sent)
         tally, violations = account(control.store, load, tasks, refusals)
-        events = [e for child_id in children for e in control.store.load(child_id).events]
+        loaded = {child_id: control.store.load(child_id).events for child_id in children}
+        events = [e for child_events in loaded.values() for e in child_events]
 
     cut_off = {reports.runtime_of[name] for name in partitioned}
     stored = stored_once(reports.sent, events)
@@ -222,6 +230,7 @@ def check_stress_run(
     open_turns = [v for v in violations if "never ended" in v or " ended {" in v]
     unsettled = [t.id for t in tasks.values() if not t.status.is_terminal]
     result = {
+        "refused_but_stored_where": _refused_but_stored_where(reports, loaded, tasks),
         "messages_sent": len(reports.sent),
         "steered": tally["delivered/steered"],
         "started": tally["delivered/started"],
@@ -263,3 +272,32 @@ def check_stress_run(
         *(["nothing started"] if tally["delivered/started"] == 0 else []),
     ]
     return result, failures
+
+
+def _refused_but_stored_where(
+    reports: Reports, loaded: dict[str, list[SessionEvent]], tasks: dict[str, TaskSnapshot]
+) -> list[str]:
+    """For each message refused yet stored: who sent it, what it was told, and which
+    runtime's Task's turn holds it (the clue a fix starts from)."""
+    refused = {m.text: m for m in reports.sent if m.code is not None}
+    found = []
+    for child_id, child_events in loaded.items():
+        task_of_turn: dict[int, str] = {}
+        for event in child_events:
+            data = event.data if isinstance(event.data, dict) else {}
+            if event.kind == EventKind.TURN_START:
+                task_of_turn[event.turn] = str(data.get("task_id"))
+            message = refused.get(str(data.get("text")))
+            if message is None or event.kind not in (
+                EventKind.USER_MESSAGE,
+                EventKind.STEERING_MESSAGE,
+            ):
+                continue
+            task = tasks.get(task_of_turn.get(event.turn, ""))
+            found.append(
+                f"{message.text} to {child_id[:8]} from {reports.sender_runtime(message)}: "
+                f"told {message.code} ({reports.refusal_of.get(message.text, '')[:90]}); "
+                f"stored as {event.kind} (forwarded {data.get('forwarded')!r}) in the turn of a "
+                f"Task of {task.runtime_id if task else None}"
+            )
+    return found[:20]
