@@ -374,8 +374,7 @@ _ABANDON = (
 _STATE = f"SELECT state, reply FROM {INBOX} WHERE inbox_id = %s"
 _FORGET = f"DELETE FROM {INBOX} WHERE inbox_id = ANY(%s) RETURNING {_NO_FLUSH}"
 _FORGET_DECIDED = (
-    f"DELETE FROM {INBOX} WHERE inbox_id = ANY(%s) AND state <> 'abandoned' "
-    f"RETURNING {_NO_FLUSH}"
+    f"DELETE FROM {INBOX} WHERE inbox_id = ANY(%s) AND state <> 'abandoned' RETURNING {_NO_FLUSH}"
 )
 _EXPIRE = (  # a sender (or target) gone: named dead for good, or no longer in the store
     f"DELETE FROM {INBOX} AS i WHERE (i.sender_runtime = ANY(%s) OR NOT EXISTS "
