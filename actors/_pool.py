@@ -92,7 +92,13 @@ class LoopPool:
                 self._idle -= 1
                 self._jobs.put(job)
                 return
-        thread = threading.Thread(target=self._work, args=(job,), name=job.name, daemon=self.daemon)
+        # Handed over in a list the worker empties: the thread keeps its ``args`` for as
+        # long as it runs, and a job there would keep its finished actor alive with it.
+        first = [job]
+        del job
+        thread = threading.Thread(
+            target=self._work, args=(first,), name=first[0].name, daemon=self.daemon
+        )
         thread.start()
 
     def idle(self) -> int:
@@ -116,8 +122,9 @@ class LoopPool:
 
     # -- a worker ---------------------------------------------------------------------
 
-    def _work(self, job: _Job | None) -> None:
+    def _work(self, first: list[_Job]) -> None:
         thread = threading.current_thread()
+        job: _Job | None = first.pop()
         while job is not None:
             thread.name = job.name
             # What a new thread starts with: the module's hooks and an empty context.

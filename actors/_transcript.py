@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from controlplane.contract import (
     CancelSignal,
@@ -26,6 +26,8 @@ from controlplane.contract import (
 if TYPE_CHECKING:
     from actors._spend import TurnSpend
     from persistence import Fence, Settlement, SqlStore, TxStep
+
+_R = TypeVar("_R")
 
 __all__ = ["ActivationTranscript", "SteeringReceipt", "message_data"]
 
@@ -447,6 +449,26 @@ class ActivationTranscript:
                 self._refused(fenced)
                 raise fenced from exc
             self._refused(exc)
+            raise
+        finally:
+            with self._writers_lock:
+                self._writers.discard(me)
+
+    def fenced_read(self, read: Callable[[], _R]) -> _R:
+        """Run a store read on the activation's path (its budget gate's) as the writes
+        run: refused once the runtime fenced the activation, and abandoned at once if it
+        is waiting when the fence comes (`_fenced`). A read refused is not a write
+        refused: the transcript stays as it was."""
+        me = threading.get_ident()
+        with self._writers_lock:
+            self._writers.add(me)
+        try:
+            self._refuse_if_fenced()
+            with self._store.abandoning(self._is_fenced):
+                return read()
+        except SubagentControlError as exc:
+            if exc.code is not ErrorCode.FENCED and self._is_fenced():
+                raise self._fenced_error() from exc  # abandoned: it failed because it was cut
             raise
         finally:
             with self._writers_lock:

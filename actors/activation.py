@@ -379,13 +379,16 @@ class ActivationActor(Actor):
         if budgets is None:
             return None
         plan = self._plan
-        return budgets.gate(
-            child_id=plan.child_id,
-            parent_session=plan.parent.session_id,
-            task_id=plan.task_id,
-            label=plan.label,
-            own=own,
-            held=transcript.held_spend,
+        return _FencedGate(
+            budgets.gate(
+                child_id=plan.child_id,
+                parent_session=plan.parent.session_id,
+                task_id=plan.task_id,
+                label=plan.label,
+                own=own,
+                held=transcript.held_spend,
+            ),
+            transcript,
         )
 
     def _spent(self, gate: TurnGate | None, outcome: TaskOutcome) -> TaskOutcome:
@@ -576,3 +579,28 @@ def _conflict(child_id: str) -> str:
         f"a live agent already uses the id of child {child_id}; it is never adopted, so the "
         "child cannot run while it lives"
     )
+
+
+class _FencedGate:
+    """A run's spend gate whose store reads are abandoned when the runtime fences the
+    activation, as its transcript's writes are (SPEC §9 "Lease safety": a read on a
+    silent network held the activation past the fence, and its Task's `wait`)."""
+
+    __slots__ = ("_gate", "_transcript")
+
+    def __init__(self, gate: TurnGate, transcript: ActivationTranscript) -> None:
+        self._gate = gate
+        self._transcript = transcript
+
+    def check(self, call: str) -> None:
+        self._transcript.fenced_read(lambda: self._gate.check(call))
+
+    @property
+    def exhausted(self) -> str | None:
+        return self._gate.exhausted
+
+    def elapsed_s(self) -> float:
+        return self._gate.elapsed_s()
+
+    def ended(self) -> None:
+        self._transcript.fenced_read(self._gate.ended)

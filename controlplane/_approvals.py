@@ -321,10 +321,20 @@ def request_notice(snapshot: TaskSnapshot, request: ApprovalRequest) -> TaskNoti
     )
 
 
+_REQUEST_ID_MAX = 200
+"""The longest request id an answer may name (ours are 36 characters)."""
+
+
 def _check_answer(request_id: object, allow: object, note: object) -> None:
     if not isinstance(request_id, str) or not request_id:
         raise SubagentControlError(
             ErrorCode.INVALID_INPUT, "request_id must be a non-empty string; nothing was changed"
+        )
+    if len(request_id) > _REQUEST_ID_MAX:  # never echoed back whole
+        raise SubagentControlError(
+            ErrorCode.INVALID_INPUT,
+            f"request_id is {len(request_id)} characters long; a request id has at most "
+            f"{_REQUEST_ID_MAX}; nothing was changed",
         )
     if not isinstance(allow, bool):
         raise SubagentControlError(

@@ -17,6 +17,9 @@ late, or whose store was down, keeps everything.
   take of the message (its sender was told ``NOT_DELIVERED``); the target itself deletes
   it once its one take was refused (`controlplane._forwarding`). Rows are never touched
   on a live sender's behalf (`persistence.Inbox.expire`).
+- An approval request goes `RETAIN_ANSWERED_S` after it was answered (or asked, if its
+  Task settled unanswered), once its run took the answer or its Task no longer runs: the
+  table kept every request ever answered (176 rows after 3,500 turns).
 - A gone runtime's row goes once no running Task names it (the sweep settles those
   first, and releases their claims), and only if it did not renew meanwhile
   (`persistence.TaskLedger.expire_runtimes`). A settled Task keeps its ``runtime_id``:
@@ -29,20 +32,27 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from datetime import timedelta
 from typing import TYPE_CHECKING, Final
 
-from controlplane.contract import RuntimeInfo
+from controlplane.contract import RuntimeInfo, utcnow
 
 if TYPE_CHECKING:
     from persistence import LeaseNow, SqlStore
 
-__all__ = ["RETAIN_LAPSED_S", "expire_leftovers"]
+__all__ = ["RETAIN_ANSWERED_S", "RETAIN_LAPSED_S", "expire_leftovers"]
 
 log = logging.getLogger(__name__)
 
 RETAIN_LAPSED_S: Final = 3600.0
 """How long past its lease a runtime that neither closed nor is known gone on this host is
 kept: it may be alive behind a partition or a store outage, and renew again."""
+
+
+RETAIN_ANSWERED_S: Final = 86400.0
+"""How long an approval request is kept once done with (answered and taken, or its Task
+settled): a day, for `answer` to say ``REQUEST_CLOSED`` rather than not found; the
+transcript keeps every request and answer for good."""
 
 
 def expire_leftovers(
@@ -56,6 +66,9 @@ def expire_leftovers(
     if store.inbox is not None:
         inbox_rows = store.inbox.expire([r.runtime_id for r in gone])
     runtime_rows = store.ledger.expire_runtimes(gone) if gone else 0
+    pruned = store.approvals.prune(utcnow() - timedelta(seconds=RETAIN_ANSWERED_S))
+    if pruned:
+        log.info("pruned %d approval request(s) answered over %gs ago", pruned, RETAIN_ANSWERED_S)
     if inbox_rows or runtime_rows:
         log.info("expired %d inbox row(s) and %d runtime row(s) of dead runtimes",
                  inbox_rows, runtime_rows)  # fmt: skip

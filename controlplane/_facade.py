@@ -112,7 +112,7 @@ class SubagentControl(HandleApi, SpendApi, ApprovalApi):
             threads); the next start or resume is refused with ``CAPACITY``, writing
             nothing. ``None`` for no cap.
         lease_ttl_s: How long this runtime's claims outlive its last heartbeat (renewed
-            every third of it): a runtime silent for longer is dead to the others, which
+            every twentieth of it): a runtime silent for longer is dead to the others, which
             settle its running Tasks ``interrupted`` (SPEC §9).
         recent_tasks: How many settled Tasks to keep in memory; older ones are read from
             the store.

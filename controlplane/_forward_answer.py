@@ -82,7 +82,8 @@ class AnswerFinder:
                 ``STORE_UNAVAILABLE`` if posting it failed and it was taken back: never
                 delivered either); ``DURABILITY_FAILED`` if the store stayed unreachable
                 past the forwarding deadline plus its retry budget, so that nobody can
-                tell whether the holder took it.
+                tell whether the holder took it, or if the holder took it and has not
+                answered for as long (it may be in the child's transcript).
         """
         inbox_id, child_id, woken = item.inbox_id, item.child_id, posted.woken
         now = time.monotonic()
@@ -90,6 +91,11 @@ class AnswerFinder:
         take_by = now if posted.unsent is not None else now + TAKE_S
         ask = _Asking(child_id, holder, now + TAKE_S + self._store.retry_budget_s)
         notify_at, written = now + _NOTIFY_AGAIN_S, posted.written
+        # Taken, a live holder answers within its own store's retries: past that, its
+        # delivery hangs (it took the message in the gap between fencing and re-arming,
+        # or its run never came back), and the sender is told, not kept waiting.
+        taken_at: float | None = None
+        answer_within = TAKE_S + self._store.retry_budget_s
         poll_s = _FIRST_POLL_S
         while True:
             woken.wait(max(0.0, min(poll_s, take_by - time.monotonic())))
@@ -125,7 +131,11 @@ class AnswerFinder:
                     )
                 return None  # it died first: never delivered
             if state == "taken" and ask(lambda: self._runtime.is_dead_id(holder)) is not True:
-                take_by = time.monotonic() + _POLL_S  # only the poll bounds the wait now
+                now = time.monotonic()
+                taken_at = now if taken_at is None else taken_at
+                if now >= taken_at + answer_within:
+                    raise _unanswered(child_id, holder, answer_within)
+                take_by = now + _POLL_S  # only the poll bounds the wait now
                 continue
             if ask(lambda: self._inbox.abandon(inbox_id, state="taken")):
                 return None
@@ -219,6 +229,16 @@ class _Asking:
                         "the store failed (%s), asking again", self._child_id, self._holder,
                         exc.message)  # fmt: skip
             return None
+
+
+def _unanswered(child_id: str, holder: str, within_s: float) -> SubagentControlError:
+    return SubagentControlError(
+        ErrorCode.DURABILITY_FAILED,
+        f"child {child_id} runs in runtime {holder}, which took the message but did not "
+        f"answer within {within_s:g} s; it may be in the child's transcript: look there "
+        "before sending it again",
+        child_id=child_id,
+    )
 
 
 def _not_fenced(holder: str) -> SubagentControlError:

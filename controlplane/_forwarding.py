@@ -326,7 +326,8 @@ class Forwarder:
 
     def _forget(self, inbox_ids: list[str]) -> None:
         try:
-            self._inbox.forget(inbox_ids)
+            # A row given up stays: it refuses the holder's late take (see `Inbox.forget`).
+            self._inbox.forget(inbox_ids, keep_abandoned=True)
         except SubagentControlError as exc:  # a leftover row harms nothing
             log.warning("%d forwarded messages: not forgotten (%s)", len(inbox_ids), exc.message)
 

@@ -10,14 +10,17 @@ other's (`Renewals.steady_for` >= its ``lease_ttl_s``). Until then the lapse is 
 unknown is treated as alive: no sweep, no takeover, no kill settled here.
 
 A break is anything that shows the store was not answering, or that this runtime could not
-tell: a renewal that failed, one the store held longer than a renewal period (a locked or
-restarting store answers late rather than not at all: a retry that succeeds after an outage
-is no proof the outage did not happen), a renewal still unanswered after a period, or a
-gap longer than the lease between two renewals (this runtime was not looking). Renewals go
-out every third of the lease, so an outage long enough to lapse a lease of the same length
-(two thirds of it without a write) always breaks the run: runtimes sharing a store should
-share one ``lease_ttl_s``, as a judge whose renewals are sparser than the judged's can miss
-an outage between two of them.
+tell: a renewal that failed, one the store held longer than a third of the lease (a locked
+or restarting store answers late rather than not at all: a retry that succeeds after an
+outage is no proof the outage did not happen), a renewal still unanswered after that long,
+or a gap longer than the lease between two renewals (this runtime was not looking).
+Renewals go out every twentieth of the lease, a failed one retried at once
+(`controlplane._renewer`), so an outage long enough to lapse a lease of the same length
+always breaks the run: runtimes sharing a store should share one ``lease_ttl_s``, as a
+judge whose renewals are sparser than the judged's can miss an outage between two of them.
+
+Several renewals may be in flight at once (a second goes out on another connection while
+the first sits in TCP's retransmission): each is recorded by its own send time.
 
 The run starts when the runtime registers (its first write). A runtime that opens just after
 an outage cannot know there was one, so it too waits a full lease before it takes a lapsed
@@ -47,33 +50,40 @@ class Renewals:
     `last_renewed`.
 
     Args:
-        lease_ttl_s: This runtime's lease (renewed every third of it).
+        lease_ttl_s: This runtime's lease.
         clock: The monotonic clock (seconds).
     """
 
     def __init__(self, lease_ttl_s: float, *, clock: Callable[[], float] = time.monotonic) -> None:
         self._clock = clock
         self._ttl = lease_ttl_s
-        self._slow_s = lease_ttl_s / 3  # one renewal period: longer is the store's doing
+        self._slow_s = lease_ttl_s / 3  # longer than this is the store's doing
         self._lock = threading.Lock()
         now = clock()
         self._steady_since = now  # the runtime's row was written just before this
         self._last_ok_sent: float | None = None
         self._last_done = now
-        self._in_flight: float | None = None
+        self._in_flight: dict[float, int] = {}  # send time -> renewals sent then, unanswered
 
     def sending(self) -> float:
         """The clock's reading as a renewal is sent (pass it to `renewed` or `failed`)."""
         sent_at = self._clock()
         with self._lock:
-            self._in_flight = sent_at
+            self._in_flight[sent_at] = self._in_flight.get(sent_at, 0) + 1
         return sent_at
+
+    def _answered(self, sent_at: float) -> None:
+        left = self._in_flight.get(sent_at, 0) - 1
+        if left > 0:
+            self._in_flight[sent_at] = left
+        else:
+            self._in_flight.pop(sent_at, None)
 
     def renewed(self, sent_at: float) -> None:
         """The renewal sent at ``sent_at`` succeeded."""
         now = self._clock()
         with self._lock:
-            self._in_flight = None
+            self._answered(sent_at)
             broken = self._steady_since == _BROKEN
             if broken or now - sent_at > self._slow_s or now - self._last_done > self._ttl:
                 self._steady_since = now
@@ -83,19 +93,19 @@ class Renewals:
 
     def failed(self, sent_at: float) -> None:
         """The renewal sent at ``sent_at`` failed (the store refused or did not answer)."""
-        del sent_at  # the break lasts until the next success, whenever it was sent
+        # The break lasts until the next success, whenever it was sent.
         now = self._clock()
         with self._lock:
-            self._in_flight = None
+            self._answered(sent_at)
             self._steady_since = _BROKEN
             self._last_done = now
 
     def steady_for(self) -> float:
         """For how long (seconds) this runtime's renewals have succeeded without a break; 0
-        while one is failing or has been unanswered for over a renewal period."""
+        while one is failing or has been unanswered for over a third of the lease."""
         now = self._clock()
         with self._lock:
-            if self._in_flight is not None and now - self._in_flight > self._slow_s:
+            if self._in_flight and now - min(self._in_flight) > self._slow_s:
                 return 0.0
             if now - self._last_done > self._ttl + self._slow_s:
                 return 0.0  # no renewal for longer than the lease: not looking

@@ -13,11 +13,19 @@ runtime judges its own lease, on its own clock, and never by asking the store:
   the same rate to within NTP's slew, 500 ppm). Timing it from the answer instead would
   credit the runtime with however long the answer took.
 - The watchdog acts at `FENCE_AT` of ``lease_ttl_s`` after the last successful renewal was
-  sent. Renewals go out every third of the lease, so in a healthy runtime the last success
-  is at most a third old and one renewal may come a whole period late without a false
-  alarm; the remaining third is the margin for the watchdog itself to be scheduled late
-  (a loaded host) and for the activations to notice their cancellation, before anyone
-  may take the children over.
+  sent. The arithmetic of safety: the others see the lease lapse no sooner than
+  ``lease_ttl_s`` after the store stamped the renewal, the stamp is no earlier than the
+  send (and never moves back), so the runtime fences ``(1 - FENCE_AT) * lease_ttl_s``
+  (0.75 s of a 3 s lease, 2.5 s of the default 10 s) before anyone may take its children
+  over: that margin is for the watchdog itself to be scheduled late (a loaded host) and
+  for the activations to notice their cancellation.
+- What it leaves for a store that stops answering: renewals go out every twentieth of
+  the lease and a failed or unanswered one is retried at once on another connection
+  (`controlplane._renewer`, with the arithmetic of the ride-through: any outage shorter
+  than 0.675 of the lease less a round trip, whatever its phase against the renewals).
+  A fence at 0.8 of the lease was tried: the kernel-fault stress run then counted
+  double activations (an activation's end, its disposal included, can take longer on a
+  loaded host), so the margin stays a quarter.
 - It runs on its own thread and takes no lock a store call holds: the heartbeat thread may
   be stuck in a store call for as long as that call's deadline; the watchdog still fires.
 
@@ -40,7 +48,7 @@ __all__ = ["FENCE_AT", "OwnLease"]
 
 log = logging.getLogger(__name__)
 
-FENCE_AT: Final = 2 / 3
+FENCE_AT: Final = 0.75
 """When the watchdog fences the runtime: this fraction of ``lease_ttl_s`` after the last
 successful renewal was sent."""
 

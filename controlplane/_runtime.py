@@ -7,9 +7,10 @@ child; it needs only the store, so the router and the Task service are built on 
 `Heartbeat` drives this runtime's Task service (it fences it, flushes its settlements), so it
 is built after the service, from both.
 
-One background thread per open `SubagentControl` (the heartbeat's) renews the runtime's
-heartbeat every third of ``lease_ttl_s`` (one write per interval per process, never one per
-child), retries Task settlements the store refused, and sweeps: every running Task of a
+Per open `SubagentControl`, the renewer (`controlplane._renewer`) renews the runtime's
+heartbeat every twentieth of ``lease_ttl_s`` (one write per interval per process, never one per
+child; a failed one is retried at once), and one background thread (the heartbeat's)
+retries Task settlements the store refused every third of it, and sweeps: every running Task of a
 dead runtime — closed, its lease lapsed, or (same host, same boot) its process gone — is
 settled ``interrupted`` and its child's open turn closed, once, however many runtimes sweep
 at the same moment (`persistence.SqlStore.interrupt`). The first sweep runs before
@@ -22,8 +23,8 @@ who is alive. What needs no store — a closed row, a process gone on this host 
 judged at once, so the next runtime to open the store on the crashed one's host still
 recovers at once.
 
-The runtime also judges its own lease (`controlplane._own_lease`): when no renewal has
-succeeded for two thirds of the lease, a watchdog that never waits on the store fences the
+The runtime also judges its own lease (`controlplane._own_lease`): when no renewal sent in
+the last 0.75 of the lease has succeeded, a watchdog that never waits on the store fences the
 runtime: every activation is cancelled (its Task settles ``interrupted``, "lease lost") and
 new Tasks are refused. Once a renewal succeeds again, this thread writes those Tasks'
 settlements with their turns' ends (unless a runtime that took the child over did first)
@@ -43,6 +44,7 @@ from typing import TYPE_CHECKING
 
 from controlplane._lease import Renewals
 from controlplane._own_lease import OwnLease
+from controlplane._renewer import ATTEMPT_BOUND, Renewer
 from controlplane.contract import RuntimeInfo, SubagentControlError, TaskSnapshot, TaskStatus
 from controlplane.telemetry import log_lifecycle
 
@@ -271,19 +273,25 @@ class Heartbeat:
             registered_at=runtime.registered_at,
         )  # fmt: skip
         """The watchdog that fences this runtime when its renewals stop succeeding."""
+        self._renewer = Renewer(
+            runtime.id, runtime.lease_ttl_s, self._renew, runtime.renewals, self.lease,
+            self._reopen,
+        )  # fmt: skip
 
     def start(self) -> None:
         """Sweep once now (what a crash left is recovered before the first send), then keep
-        the heartbeat and the sweep going on one background thread."""
+        the renewals going on threads of their own (`controlplane._renewer`) and the
+        sweep on one background thread."""
         self._runtime.sweep()
         self.lease.start()
+        self._renewer.start()
         self._thread = threading.Thread(
             target=self._run, name=f"subagent-runtime:{self._runtime.id}", daemon=True
         )
         self._thread.start()
 
     def close(self) -> None:
-        """Stop the thread and give the runtime's claims up at once (closed in the store).
+        """Stop the threads and give the runtime's claims up at once (closed in the store).
 
         The heartbeat thread may be in a store call that waits out its deadline (a
         partition): close waits for it a lease at most, then leaves it (a daemon) and
@@ -294,6 +302,7 @@ class Heartbeat:
         runtime_id = self._runtime.id
         self._stopped.set()
         self.lease.stop()
+        self._renewer.stop(self._lease_ttl_s * ATTEMPT_BOUND)
         if self._thread is not None:
             self._thread.join(self._lease_ttl_s)
             if self._thread.is_alive():
@@ -311,12 +320,9 @@ class Heartbeat:
     def _run(self) -> None:
         period = self._lease_ttl_s / 3
         due = time.monotonic() + period
-        # Renewals keep their pace from when each was sent, whatever the flush and the
-        # sweep after it cost: the watchdog times the lease from the sends.
         while not self._stopped.wait(max(0.0, due - time.monotonic())):
             due = time.monotonic() + period
             try:
-                self._renew(period)
                 with self._store.deadline(self._lease_ttl_s):
                     fenced = self._tasks.suspended
                     if self._tasks.flush() == 0 and fenced is not None and not self.lease.lapsed:
@@ -326,30 +332,18 @@ class Heartbeat:
                         self._runtime.sweep_queued()
                     self._runtime.expire()  # after the sweep: it releases what the dead held
             except SubagentControlError as exc:
-                log.warning("runtime %s: heartbeat or sweep failed (%s); retrying",
+                log.warning("runtime %s: flush or sweep failed (%s); retrying",
                             self._runtime.id, exc.message)  # fmt: skip
-            except Exception:  # a bug here must not end the heartbeat: others would sweep us
-                log.exception("runtime %s: heartbeat or sweep failed", self._runtime.id)
+            except Exception:  # a bug here must not end the sweep: others would sweep us
+                log.exception("runtime %s: flush or sweep failed", self._runtime.id)
 
-    def _renew(self, bound_s: float) -> None:
-        """Renew this runtime's lease, within ``bound_s`` (a silent network costs one
-        renewal, not the thread: the next goes out on time, and the watchdog waits for
-        neither), record how it went in `Runtime.renewals` and tell the watchdog."""
-        renewals = self._runtime.renewals
-        sent_at = renewals.sending()
-        try:
-            with self._store.deadline(bound_s):
-                alive = self._store.ledger.heartbeat(self._runtime.id)
-        except BaseException:
-            renewals.failed(sent_at)
-            raise
-        if alive:
-            renewals.renewed(sent_at)
-            self.lease.renewed()
-            return
-        renewals.failed(sent_at)
-        self.lease.lose("its row is closed or gone; it is dead to the others")
-        # A row deleted while this runtime was cut off (expired) comes back fresh, and the
-        # next renewal re-arms the lease; a closed one stays closed, and the runtime fenced.
+    def _renew(self, bound_s: float) -> bool:
+        """One renewal of this runtime's lease, within ``bound_s``: whether its row is
+        still open (`controlplane._renewer.Renewer` paces, records and retries them)."""
         with self._store.deadline(bound_s):
+            return self._store.ledger.heartbeat(self._runtime.id)
+
+    def _reopen(self) -> None:
+        """Write this runtime's row again after the store said it is closed or gone."""
+        with self._store.deadline(self._lease_ttl_s * ATTEMPT_BOUND):
             self._runtime.register()

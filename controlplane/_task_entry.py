@@ -104,11 +104,12 @@ class TaskEntry:
     def ask_as(self, request: ApprovalRequest | None) -> TaskSnapshot:
         """Under the service's lock: waiting for ``request``'s answer (None: answered)."""
         self.request = request
+        # The view first: a waiter woken by ``resting`` reads it at once (without the lock).
+        self.view = self._build()
         if request is not None:
             self.resting.set()
         elif not self.released.is_set():
             self.resting.clear()
-        self.view = self._build()
         return self.view
 
     def queue_as(

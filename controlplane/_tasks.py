@@ -121,8 +121,11 @@ class TaskService(TaskBook):
         deadline = None if timeout is None else time.monotonic() + timeout
         live = self._live.get(snapshot.id)
         if live is not None:
-            if live.resting.wait(timeout):
-                return self.get(task_id, requester=requester)
+            while live.resting.wait(None if deadline is None else deadline - time.monotonic()):
+                snapshot = self.get(task_id, requester=requester)
+                if snapshot.status.is_resting or live.resting.is_set():
+                    return snapshot
+                # Its answer was taken as this waiter woke: it runs again, so wait on.
         elif snapshot.status.is_resting:
             return self.get(task_id, requester=requester)
         else:

@@ -201,6 +201,26 @@ class ApprovalBook:
 
         return self._s._run(f"answer request {request_id}", op)
 
+    def prune(self, before: datetime) -> int:
+        """Delete the requests done with before ``before`` (answered then, or asked then
+        if never answered): closed (the run took the answer), or whose Task no longer
+        runs. The transcript keeps each request and answer; an answer naming a pruned
+        request is ``REQUEST_NOT_FOUND``. How many went."""
+        p = self._db.sql.placeholder
+        live = f"('{_INPUT}', '{_RUNNING}', '{TaskStatus.QUEUED.value}')"
+        statement = (
+            f"DELETE FROM {APPROVALS} WHERE COALESCE(answered_at, created_at) < {p} AND "
+            f"(state = 'closed' OR NOT EXISTS (SELECT 1 FROM {TASKS} t WHERE "
+            f"t.task_id = {APPROVALS}.task_id AND t.status IN {live}))"
+        )
+
+        def op(_attempt: int) -> int:
+            with self._db.cursor(write=True) as cursor:
+                cursor.execute(statement, (self._s._stamp(before),))
+                return int(cursor.rowcount)
+
+        return self._s._run("prune answered approval requests", op)
+
     def park(self, request_id: str, child_id: str, fence: Fence) -> bool:
         """Give the child's claim up while ``request_id`` waits (the claim keeps its Task,
         with no runtime; the fencing number grows, so this runtime writes no more). False,

@@ -304,12 +304,19 @@ class Inbox:
 
         return self._s._run(f"read forwarded message {inbox_id}", op)
 
-    def forget(self, inbox_ids: list[str]) -> None:
-        """Delete the rows of messages whose senders have their outcomes."""
+    def forget(self, inbox_ids: list[str], *, keep_abandoned: bool = False) -> None:
+        """Delete the rows of messages whose senders have their outcomes.
+
+        ``keep_abandoned``: the sender's forgetting keeps the rows it gave up (taken back,
+        or abandoned on a dead holder): such a row is what refuses a late take, and a
+        notification or a take that sat in a partition reaches the holder long after its
+        sender was told ``NOT_DELIVERED``. The holder deletes it once its take was refused
+        (or the expiry once the holder is gone)."""
+        statement = _FORGET_DECIDED if keep_abandoned else _FORGET
 
         def op(_attempt: int) -> None:
             with self._s._db.cursor(write=False) as cursor:  # one statement: autocommit
-                cursor.execute(_FORGET, (inbox_ids,))
+                cursor.execute(statement, (inbox_ids,))
 
         self._s._run(f"forget {len(inbox_ids)} forwarded message(s)", op)
 
@@ -400,6 +407,9 @@ _ABANDON = (
 )
 _STATE = f"SELECT state, reply FROM {INBOX} WHERE inbox_id = %s"
 _FORGET = f"DELETE FROM {INBOX} WHERE inbox_id = ANY(%s) RETURNING {_NO_FLUSH}"
+_FORGET_DECIDED = (
+    f"DELETE FROM {INBOX} WHERE inbox_id = ANY(%s) AND state <> 'abandoned' RETURNING {_NO_FLUSH}"
+)
 _EXPIRE = (  # a sender (or target) gone: named dead for good, or no longer in the store
     f"DELETE FROM {INBOX} AS i WHERE (i.sender_runtime = ANY(%s) OR NOT EXISTS "
     f"(SELECT 1 FROM {RUNTIMES} r WHERE r.runtime_id = i.sender_runtime)) "

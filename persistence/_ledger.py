@@ -102,10 +102,15 @@ class TaskLedger:
 
         def op(_attempt: int) -> bool:
             with self._db.connection(write=True) as conn:
+                now: Any = self._now(conn)
+                if self._postgres:
+                    # Never back: two renewals in flight may commit out of order, and the
+                    # runtime counts its lease from the later one's send.
+                    now = func.greatest(_R.heartbeat_at, now)
                 result = conn.execute(
                     update(runtimes_table)
                     .where(_R.runtime_id == runtime_id, _R.closed_at.is_(None))
-                    .values(heartbeat_at=self._now(conn), heartbeat_boot_s=self._boot_now())
+                    .values(heartbeat_at=now, heartbeat_boot_s=self._boot_now())
                 )
                 return bool(result.rowcount)
 

@@ -41,6 +41,7 @@ from starlette.applications import Starlette
 
 from controlplane.contract import AgentHandle
 from controlplane.fronts._a2a_handler import ControlPlaneHandler
+from controlplane.fronts._http_limits import LimitedH11
 from controlplane.fronts._security import (
     MAX_BODY_BYTES,
     Bind,
@@ -168,7 +169,11 @@ class A2AServer:
             open_paths=frozenset({AGENT_CARD_WELL_KNOWN_PATH}),
         )
         config = uvicorn.Config(
-            guarded, log_level="warning", lifespan="off", timeout_graceful_shutdown=2
+            guarded,
+            log_level="warning",
+            http=LimitedH11,
+            lifespan="off",
+            timeout_graceful_shutdown=2,
         )
         self._server = _Server(config)
         self._thread: threading.Thread | None = None

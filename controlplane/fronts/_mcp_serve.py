@@ -16,6 +16,7 @@ from typing import TextIO
 import anyio
 import uvicorn
 
+from controlplane.fronts._http_limits import LimitedH11
 from controlplane.fronts._mcp_server import McpFront
 from controlplane.fronts._mcp_stdio import serve_stdio
 from controlplane.fronts._security import (
@@ -93,6 +94,7 @@ async def _serve_http(
     config = uvicorn.Config(
         http_app(front, bind, token),
         log_level="warning",
+        http=LimitedH11,
         lifespan="on",
         timeout_graceful_shutdown=_GRACEFUL_S,
     )

@@ -11,9 +11,12 @@ listen, who may call it, and what a request may send.
 - A loopback server answers only requests addressed to loopback: a ``Host`` (or an
   ``Origin``) naming another machine is answered 403, so a web page cannot reach it
   through a DNS name rebound to 127.0.0.1.
-- A body over the cap is answered 413; a POST with a body that is not
-  ``application/json`` 415 (a web page's form or text post, which a browser sends
+- A body over the cap is answered 413; one nested deeper than `MAX_JSON_DEPTH` 400 with
+  JSON-RPC's parse error (a parser would recurse past Python's limit); a POST with a body
+  that is not ``application/json`` 415 (a web page's form or text post, which a browser sends
   cross-origin without asking first). None of them changes anything.
+- A body that does not arrive within `BODY_S` is answered 408 (the head's deadline and
+  the cap on one client's half-sent connections: `controlplane.fronts._http_limits`).
 - The listening socket sets ``TCP_NODELAY``, inherited by every accepted connection.
 
 `guard` is plain ASGI and `listen` a plain socket, so the MCP front (Starlette) and the
@@ -22,6 +25,7 @@ A2A front share them.
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import ipaddress
 import json
@@ -59,6 +63,13 @@ __all__ = [
 DEFAULT_HOST: Final = "127.0.0.1"
 MAX_BODY_BYTES: Final = 1024 * 1024
 """The largest request body an HTTP front reads (1 MiB): a full-size tool message fits."""
+MAX_JSON_DEPTH: Final = 200
+"""The deepest nesting of arrays and objects a request body may have (the protocols' own
+messages nest a dozen levels)."""
+_PARSE_ERROR: Final = -32700
+BODY_S: Final = 30.0
+"""How long a request's body may take to arrive once its head has (408 past that; the
+head's own deadline is `controlplane.fronts._http_limits`)."""
 TOKEN_ENV: Final = "SUBAGENT_CONTROL_TOKEN"
 """The environment variable a front reads its bearer token from when ``--token`` is not given."""
 
@@ -235,8 +246,15 @@ def guard(
             return
         body = bytearray()
         more = True
+        body_by = asyncio.get_running_loop().time() + BODY_S
         while more:
-            message = await receive()
+            try:
+                message = await asyncio.wait_for(
+                    receive(), body_by - asyncio.get_running_loop().time()
+                )
+            except TimeoutError:
+                await _refuse(send, 408, f"the request body did not arrive within {BODY_S:g}s")
+                return
             if message["type"] != "http.request":  # the client went away
                 return
             body += message.get("body", b"")
@@ -248,6 +266,14 @@ def guard(
         # nothing to parse.
         if scope.get("method") == "POST" and body and not _is_json(headers):
             await _refuse(send, 415, "the request body must be application/json")
+            return
+        if _nested_deeper(bytes(body), MAX_JSON_DEPTH):
+            # A parser would recurse past Python's limit (a protocol SDK then answers an
+            # internal error): refused as the parse error it is, before anything parses it.
+            await _refuse(
+                send, 400, f"the JSON body nests deeper than {MAX_JSON_DEPTH} levels",
+                code=_PARSE_ERROR,
+            )  # fmt: skip
             return
         replayed = False
 
@@ -296,10 +322,38 @@ def _is_json(headers: dict[bytes, bytes]) -> bool:
     return kind == b"application/json"
 
 
-async def _refuse(send: Send, status: int, message: str, *, auth: bool = False) -> None:
+def _nested_deeper(body: bytes, limit: int) -> bool:
+    """Whether the JSON text ``body`` opens more than ``limit`` arrays or objects at once
+    (brackets inside strings do not count)."""
+    if body.count(b"[") + body.count(b"{") <= limit:
+        return False  # the common case, at C speed
+    depth = 0
+    in_string = escaped = False
+    for byte in body:
+        if in_string:
+            if escaped:
+                escaped = False
+            elif byte == 0x5C:  # backslash
+                escaped = True
+            elif byte == 0x22:  # quote
+                in_string = False
+        elif byte == 0x22:
+            in_string = True
+        elif byte in (0x5B, 0x7B):  # [ {
+            depth += 1
+            if depth > limit:
+                return True
+        elif byte in (0x5D, 0x7D):  # ] }
+            depth -= 1
+    return False
+
+
+async def _refuse(
+    send: Send, status: int, message: str, *, auth: bool = False, code: int = -32600
+) -> None:
     # A JSON-RPC error body, so a protocol client reads a reason and not only a status.
     body = json.dumps(
-        {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": message}}
+        {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}
     ).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     if auth:

@@ -11,10 +11,12 @@ is never reused, idle workers are bounded and end, and none keeps the process al
 from __future__ import annotations
 
 import contextvars
+import gc
 import subprocess
 import sys
 import textwrap
 import threading
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -226,6 +228,19 @@ def test_a_worker_runs_the_next_actor_after_its_actor_stopped_with_nothing_of_it
     assert probe.thread.name.startswith("_Pooled-")
     assert probe.thread.daemon
     second.stop(timeout=WAIT_S)
+
+
+def test_an_idle_worker_keeps_nothing_of_the_first_actor_it_ran(pool: LoopPool) -> None:
+    # The worker's thread was started for its first actor: what the thread was started
+    # with must not keep that actor (its plan, request, threads, inbox) alive while the
+    # worker idles. Before, `Thread._args` held the first job, and with it the actor, for
+    # as long as the worker lived.
+    first = _Pooled.start()
+    finished = weakref.ref(_probes.pop(first.actor_urn))
+    first.stop(timeout=WAIT_S)
+    assert pool.wait_idle(1, WAIT_S)
+    gc.collect()
+    assert finished() is None, gc.get_referrers(finished())
 
 
 def test_a_worker_that_a_loop_escaped_dies_like_its_own_thread_and_is_not_reused(

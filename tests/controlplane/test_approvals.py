@@ -584,3 +584,86 @@ def test_a_waiting_run_stopped_by_a_lost_lease_leaves_its_task_for_the_answer(
     done = settled(control, parent, task_id)
     assert done.status is TaskStatus.COMPLETED
     assert deploys.runs == [{"env": "prod"}]
+
+
+def test_a_wait_woken_by_an_approval_request_reads_input_required_never_running(
+    opened: Open, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Waits racing the request: one woken as the request arrives must read the request's
+    # view. Before, the entry woke its waiters first and rebuilt its view after, so a wait
+    # could return ``running`` while the store read ``input_required``. The race is made
+    # certain here: building the asking view waits (bounded) for a waiter to return.
+    from controlplane._task_entry import TaskEntry
+
+    build = TaskEntry._build
+    returned = threading.Event()
+    seen: list[TaskStatus] = []
+
+    def slow_build(entry: TaskEntry) -> TaskSnapshot:
+        if entry.request is not None and not returned.is_set():
+            returned.wait(0.5)  # a waiter that returns now read the view before this one
+        return build(entry)
+
+    monkeypatch.setattr(TaskEntry, "_build", slow_build)
+    control = opened(ScriptedModel([DEPLOY, "done"]), [Deploys().tool], approval_grace_s=30.0)
+    parent = control.agents.register("p1")
+    _child_id, task_id = start(control, parent)
+
+    def waiter() -> None:
+        seen.append(control.tasks.wait(task_id, timeout=WAIT_S, requester=parent).status)
+        returned.set()
+
+    waiters = [threading.Thread(target=waiter) for _ in range(8)]
+    for thread in waiters:
+        thread.start()
+    for thread in waiters:
+        thread.join(WAIT_S * 2)
+    assert seen == [TaskStatus.INPUT_REQUIRED] * 8
+
+
+def test_an_answer_naming_a_huge_request_id_is_refused_without_echoing_it(opened: Open) -> None:
+    # Before, the refusal (REQUEST_NOT_FOUND) quoted the whole 100,000-character id back.
+    control = opened(ScriptedModel(["done"]), [])
+    parent = control.agents.register("p1")
+    huge = "r" * 100_000
+    with pytest.raises(SubagentControlError) as refused:
+        control.answer(parent, huge, allow=True)
+    assert refused.value.code is ErrorCode.INVALID_INPUT
+    assert "100000 characters" in refused.value.message
+    assert len(str(refused.value)) < 500
+
+
+def test_answered_requests_are_pruned_after_their_retention_and_waiting_ones_kept(
+    opened: Open,
+) -> None:
+    # Before, every answered request stayed in the table for good (176 rows after 3,500
+    # turns). The heartbeat's expiry prunes those done with a day ago; here the cut-off
+    # is moved to now, which the retention would reach.
+    from datetime import timedelta
+
+    from controlplane._expiry import RETAIN_ANSWERED_S
+    from controlplane.contract import utcnow
+
+    assert RETAIN_ANSWERED_S >= 3600
+    control = opened(ScriptedModel([DEPLOY, "done", DEPLOY, "done"]), [Deploys().tool],
+                     approval_grace_s=30.0)  # fmt: skip
+    parent = control.agents.register("p1")
+    _done_child, done_task = start(control, parent, label="answered")
+    answered = asked(control, parent, done_task).request
+    assert answered is not None
+    control.answer(parent, answered.id, allow=True)
+    assert settled(control, parent, done_task).status is TaskStatus.COMPLETED
+    _child, waiting_task = start(control, parent, label="waiting")
+    waiting = asked(control, parent, waiting_task).request
+    assert waiting is not None
+    store = control.store
+    assert store is not None
+
+    assert store.approvals.prune(utcnow() - timedelta(seconds=RETAIN_ANSWERED_S)) == 0
+    assert store.approvals.prune(utcnow() + timedelta(seconds=1)) == 1
+    with pytest.raises(SubagentControlError) as gone:
+        store.approvals.state(answered.id)
+    assert gone.value.code is ErrorCode.REQUEST_NOT_FOUND
+    assert store.approvals.state(waiting.id)[0] == "open"
+    control.answer(parent, waiting.id, allow=False)
+    assert settled(control, parent, waiting_task).status is TaskStatus.COMPLETED

@@ -31,3 +31,14 @@ def gated(control: SubagentControl) -> None:
         model.release(1_000_000)  # stdin closed: never hold a turn past the test
 
     threading.Thread(target=releases, name="a2a-setup-releases", daemon=True).start()
+
+
+def few_descriptors(control: SubagentControl) -> None:
+    """`setup`, in a process allowed only 256 open files (`scripted_setup.few_descriptors`)."""
+    import resource
+
+    from tests.fronts.scripted_setup import DESCRIPTORS
+
+    setup(control)
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (DESCRIPTORS, hard))

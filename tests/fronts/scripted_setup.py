@@ -29,3 +29,16 @@ def failing(control: SubagentControl) -> None:
     control.providers.register(
         InProcessProvider(ScriptedModel([RuntimeError("the model is down")]))
     )
+
+
+def few_descriptors(control: SubagentControl) -> None:
+    """`echo`, in a process allowed only `DESCRIPTORS` open files (a front that held a
+    connection per slow client ran out of them long before the usual 1,024)."""
+    import resource
+
+    echo(control)
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (DESCRIPTORS, hard))
+
+
+DESCRIPTORS = 256

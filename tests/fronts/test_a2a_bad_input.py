@@ -90,6 +90,15 @@ def test_an_oversized_body_is_refused_with_413_and_starts_nothing(
     ("body", "code"),
     [
         (b"{not json", -32700),
+        # 100,000 levels deep: a parse error, not an internal one ("maximum recursion depth
+        # exceeded", -32603, before the guard measured the nesting).
+        (
+            b'{"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": '
+            + b"[" * 100_000
+            + b"]" * 100_000
+            + b"}",
+            -32700,
+        ),
         (b'{"jsonrpc": "2.0", "id": 1}', -32600),
         (b"[]", -32600),
         (b'{"jsonrpc": "2.0", "id": 1, "method": "NoSuchMethod", "params": {}}', -32601),

@@ -243,3 +243,28 @@ def test_only_a_post_with_a_body_must_be_json(
         headers.append((b"content-type", content_type))
 
     assert _call(app, headers, chunks, method=method) == (status, 1 if status == 200 else 0)
+
+
+def test_a_body_that_does_not_arrive_in_time_is_answered_408_before_the_app_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A client that sends its head and trickles (or never sends) its body held the
+    # request, and its connection, for as long as it liked.
+    monkeypatch.setattr("controlplane.fronts._security.BODY_S", 0.05)
+    sent: list[dict[str, Any]] = []
+    ran = 0
+
+    async def inner(_scope: Any, _receive: Any, _send: Any) -> None:
+        nonlocal ran
+        ran += 1
+
+    async def never() -> dict[str, Any]:
+        await asyncio.Event().wait()  # the body never comes (cancelled by the deadline)
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "path": "/", "headers": JSON}
+    asyncio.run(guard(inner, token=None, loopback=True)(scope, never, send))
+    assert (sent[0]["status"], ran) == (408, 0)

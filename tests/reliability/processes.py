@@ -15,7 +15,7 @@ import subprocess
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Protocol, TypeVar
 
@@ -81,6 +81,8 @@ class LinesProcess:
             by default.
         env: Variables set for it besides ``PYTHONPATH`` (the repository).
         cwd: Its working directory (the repository by default).
+        prefix: A command that runs it (``ip netns exec NAME``: in a network namespace);
+            it must exec the interpreter, so that the process reaped is the script's.
     """
 
     def __init__(
@@ -91,6 +93,7 @@ class LinesProcess:
         stderr: Path | None = None,
         env: Mapping[str, str] | None = None,
         cwd: Path | None = None,
+        prefix: Sequence[str] = (),
     ) -> None:
         self.name = name
         # Open for the process's life: `reap` closes it.
@@ -106,7 +109,7 @@ class LinesProcess:
         self._cond = threading.Condition()
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, str(script), *args],
+                [*prefix, sys.executable, str(script), *args],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=self._err,

@@ -17,6 +17,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import pytest
+import sqlalchemy as sa
 
 from controlplane import (
     AgentHandle,
@@ -30,7 +31,7 @@ from controlplane import (
     TextBlock,
 )
 from controlplane._forwarding import TAKE_S
-from persistence import RetryPolicy
+from persistence import RetryPolicy, SqlStore
 from tests.fakes import FakeProvider
 from tests.reliability.processes import Reaper, Sender, reaping
 from tests.reliability.test_restarts import Child
@@ -254,6 +255,45 @@ def test_a_message_the_owner_never_takes_is_not_delivered_within_a_bound_and_is_
         _once(events, text, EventKind.STEERING_MESSAGE, owner.task)
 
 
+def test_a_message_taken_back_and_forgotten_by_its_sender_still_refuses_a_late_take(
+    url: str, control: SubagentControl, reaped: Reaper, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Found by the kernel-fault stress run (a holder cut off by DROP rules): the sender
+    # forgot every decided row, the rows it had taken back too, and the holder's late
+    # take (its notification or its INSERT held in the partition) found no row, took
+    # the message and delivered it: told NOT_DELIVERED, yet in the transcript.
+    _forwarding_only(url)
+    monkeypatch.setattr("controlplane._forwarding._FORGET_BATCH", 1)
+    assert control._forwarder is not None
+    forget, forgotten = control._forwarder._forget, threading.Event()
+
+    def forget_and_say(inbox_ids: list[str]) -> None:
+        forget(inbox_ids)
+        forgotten.set()
+
+    monkeypatch.setattr(control._forwarder, "_forget", forget_and_say)
+    owner = _owner(url, control, reaped)
+    parent, child = owner.parent, owner.child
+    assert control.store is not None
+    owner.process.proc.send_signal(signal.SIGSTOP)
+    try:
+        with pytest.raises(SubagentControlError) as refused:
+            control.send_message(parent, child, [TextBlock(text="never taken")])
+        assert refused.value.code is ErrorCode.NOT_DELIVERED
+        assert forgotten.wait(WAIT_S)  # the sender forgot what it decided
+    finally:
+        owner.process.proc.send_signal(signal.SIGCONT)
+    # Awake, the owner hears the old notification: its take is refused by the row the
+    # sender kept, and the owner deletes it. (Had the sender deleted it, the take would
+    # write a row of its own and deliver the message.)
+    store = control.store
+    eventually(lambda: _inbox_states(store) == {}, "the late take was refused, its row deleted")
+    sent = control.send_message(parent, child, [TextBlock(text="taken")])
+    assert (sent.route, sent.task_id) == ("steered", owner.task)
+    events = store.load(child).events
+    assert _carrying(events, "never taken") == []
+
+
 def test_a_kill_from_another_process_kills_the_task_where_it_runs(
     url: str, control: SubagentControl, reaped: Reaper
 ) -> None:
@@ -445,3 +485,10 @@ def test_a_holder_the_sweep_spares_is_never_decided_without_being_fenced(
     finally:
         gate.set()
         sender.close()
+
+
+def _inbox_states(store: SqlStore) -> dict[str, int]:
+    """How many inbox rows are in each state."""
+    query = sa.text("SELECT state, count(*) FROM subagent_inbox GROUP BY state")
+    with store._db.engine.connect() as conn:
+        return {str(state): int(n) for state, n in conn.execute(query)}

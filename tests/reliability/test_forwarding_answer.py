@@ -458,3 +458,38 @@ def test_a_forward_whose_post_committed_unheard_is_answered_not_reported_unavail
         assert (sent.route, sent.task_id) == ("steered", task_id)
         assert sender.store is not None
         assert len(_carrying(sender.store.load(child).events, "posted unheard")) == 1
+
+
+def test_a_forward_taken_but_never_answered_is_answered_within_its_bound_not_at_close(
+    url: str, holder: tuple[SubagentControl, FakeProvider]
+) -> None:
+    # The holder took the message and its delivery hangs (here: the run's steer is held;
+    # in the field, a take in the gap between fencing and re-arming). Before, the sender
+    # waited without bound while the row was ``taken`` and the holder lived: its send
+    # returned only when the holder closed.
+    a, provider = holder
+    child, _task_id, plan = running_child(a, a.agents.register("p"), provider, threading.Event())
+    assert plan.run is not None
+    assert plan.run.steer is not None
+    steer, entered, may_go = plan.run.steer, threading.Event(), threading.Event()
+
+    def held(message: Any, source: Any) -> None:
+        entered.set()
+        may_go.wait(WAIT_S * 6)
+        steer(message, source)
+
+    plan.run.steer = held
+    sender = SubagentControl.open(url, lease_ttl_s=30.0, retry=RetryPolicy(max_total_s=1.0))
+    try:
+        parent = sender.agents.register("p")
+        sent = in_thread(lambda: sender.send_message(parent, child, [TextBlock(text="stuck")]))
+        assert entered.wait(WAIT_S)  # taken, and its delivery hangs
+        try:
+            with pytest.raises(SubagentControlError) as unanswered:
+                sent.result(timeout=WAIT_S * 3)
+        finally:
+            may_go.set()
+        assert unanswered.value.code is ErrorCode.DURABILITY_FAILED, unanswered.value
+        assert "transcript" in unanswered.value.message
+    finally:
+        sender.close()

@@ -32,7 +32,7 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -88,6 +88,7 @@ class Worker(LinesProcess):
         seed: int,
         *,
         env: Mapping[str, str] | None = None,
+        prefix: Sequence[str] = (),
     ) -> None:
         self.out = workdir / f"{name}.jsonl"
         super().__init__(
@@ -101,6 +102,7 @@ class Worker(LinesProcess):
             name=name,
             stderr=workdir / f"{name}.stderr",
             env={**(env or {}), "SUBAGENT_CONTROL_STRESS_SEED": str(seed)},
+            prefix=prefix,
         )
 
     def report(self) -> tuple[list[Sent], dict[str, str], dict[str, Any]]:
@@ -190,13 +192,18 @@ def run_workers(
     *,
     during: Callable[[], None] | None = None,
     env: Mapping[str, str] | None = None,
+    prefixes: Sequence[Sequence[str]] | None = None,
 ) -> tuple[Reports, float]:
-    """Run the load in one worker per URL at once (worker ``p<i>`` opens ``urls[i]``);
-    their reports and the sending time. ``during`` runs here once every worker was told to
-    go, before the test waits for them to have sent (a fault schedule)."""
+    """Run the load in one worker per URL at once (worker ``p<i>`` opens ``urls[i]``, run
+    under ``prefixes[i]``, e.g. in a network namespace); their reports and the sending
+    time. ``during`` runs here once every worker was told to go, before the test waits for
+    them to have sent (a fault schedule)."""
+    runs_in = prefixes if prefixes is not None else [()] * len(urls)
     workers = [
-        reaped.add(Worker(url, f"p{index}", children, sends, workdir, SEED + index, env=env))
-        for index, url in enumerate(urls)
+        reaped.add(
+            Worker(url, f"p{index}", children, sends, workdir, SEED + index, env=env, prefix=prefix)
+        )
+        for index, (url, prefix) in enumerate(zip(urls, runs_in, strict=True))
     ]
     reports = Reports({worker.name: worker.expect("ready ", READY_S) for worker in workers})
     go = time.monotonic()

@@ -1,0 +1,85 @@
+"""SPEC §9 "Lease safety": every store call on an activation's path is abandoned when its
+runtime fences it, reads included.
+
+The partition lands during the budget gate's read of the spend (`SpendLedger.read`, before
+a tool round): a `pg_fault.TcpProxy` between the runtime and a private server starts
+holding every byte just as that read goes out. Before the gate's reads were abandoned
+like the transcript's writes, the activation sat in the read past the fence: its Task's
+own `wait` timed out instead of answering ``interrupted``, and `close()` took 34.6 s.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pytest
+
+from controlplane import (
+    Budget,
+    ChildTool,
+    ContinuableStartSpec,
+    InProcessProvider,
+    ScriptedModel,
+    SubagentControl,
+    TaskStatus,
+    TextBlock,
+)
+from controlplane.models import ModelReply, ToolCall
+from persistence._spend import SpendLedger
+from tests.reliability.pg_fault import PostgresServer, TcpProxy
+from tests.support import WAIT_S
+
+pytestmark = [pytest.mark.postgres, pytest.mark.slow]
+
+LEASE_S = 3.0
+CLOSE_S = 2 * LEASE_S + 2.0
+"""As `test_partition.CLOSE_S`: a lease for the heartbeat, one for the activations, slack."""
+
+
+def test_a_gate_read_caught_by_a_partition_is_abandoned_when_the_runtime_fences(
+    pg_server: PostgresServer,
+    tcp_proxy_factory: Callable[[int], TcpProxy],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    proxy = tcp_proxy_factory(pg_server.port)
+    armed, reading = threading.Event(), threading.Event()
+    read = SpendLedger.read
+
+    def read_into_the_partition(ledger: SpendLedger, scopes: Sequence[str]) -> Any:
+        if armed.is_set() and not reading.is_set():
+            proxy.hold()  # the partition lands as this read goes out
+            reading.set()
+        return read(ledger, scopes)
+
+    monkeypatch.setattr(SpendLedger, "read", read_into_the_partition)
+    model = ScriptedModel(
+        [ModelReply(tool_calls=[ToolCall(id="c1", name="work", arguments={})]), "done"],
+        gated=True,
+    )
+    tool = ChildTool("work", "Work.", {"type": "object"}, lambda _args: "worked")
+    control = SubagentControl.open(proxy.url(pg_server.new_database()), lease_ttl_s=LEASE_S)
+    try:
+        control.providers.register(InProcessProvider(model, tools=[tool]))
+        parent = control.agents.register("parent")
+        started = control.start_continuable(
+            ContinuableStartSpec(
+                provider="inprocess", label="gated", prompt=[TextBlock(text="go")],
+                parent=parent, budget=Budget(tokens=1_000_000),
+            )
+        )  # fmt: skip
+        armed.set()
+        model.release()  # its reply asks for a tool round: the gate reads the spend
+        assert reading.wait(WAIT_S), "the gate never read the spend"
+        waited = control.tasks.wait(started.task_id, timeout=LEASE_S * 3, requester=parent)
+        assert waited.status is TaskStatus.INTERRUPTED, waited
+        assert waited.outcome is not None
+        assert "lease lost" in waited.outcome.detail
+    finally:
+        began = time.monotonic()
+        control.close()
+        closed_in = time.monotonic() - began
+        proxy.release()
+    assert closed_in < CLOSE_S, f"close took {closed_in:.1f}s"
