@@ -282,13 +282,20 @@ class ChildSupervisor(Actor):
         the child claimed for it, its open turn gone on with (SPEC §11). A message sent
         with it (a steer to a waiting child) is held and delivered at publication, into
         that same turn: answered ``steered`` with the parked Task's id."""
-        approvals = self._ctx.approvals
-        claimed = approvals.claim_parked(task_id, self._child_id) if approvals else None
-        if claimed is None:
-            raise _not_delivered(
-                self._child_id, task_id, "its waiting task is being continued by another runtime"
-            )
-        snapshot, fence = claimed
+        recovery = 0
+        if send.recovered is not None:
+            # Taken over from a runtime that ended mid-turn: claimed here already.
+            snapshot, fence, recovery = send.recovered
+        else:
+            approvals = self._ctx.approvals
+            claimed = approvals.claim_parked(task_id, self._child_id) if approvals else None
+            if claimed is None:
+                raise _not_delivered(
+                    self._child_id,
+                    task_id,
+                    "its waiting task is being continued by another runtime",
+                )
+            snapshot, fence = claimed
         if send.continues is None and snapshot.owner_session != send.parent.session_id:
             raise SubagentControlError(
                 ErrorCode.UNAUTHORIZED,
@@ -320,6 +327,7 @@ class ChildSupervisor(Actor):
             trace=trace,
             fence=fence,
             receipt=receipt,
+            recovery=recovery,
         )
         self._install(plan)
         try:

@@ -34,6 +34,7 @@ from controlplane._budgets import DEFAULT_MAX_TOOL_ROUNDS, DEFAULT_NOTICE_AT, Bu
 from controlplane._child_views import child_views
 from controlplane._exit import close_at_exit, closed
 from controlplane._forwarding import Forwarder
+from controlplane._recovery import DEFAULT_MAX_RECOVERIES, Recovery
 from controlplane._router import Router
 from controlplane._runtime import Heartbeat, Runtime, new_runtime_id
 from controlplane._spend_api import SpendApi, SpendOptions
@@ -41,6 +42,7 @@ from controlplane._tasks import TaskService
 from controlplane._validate import (
     check_child_id,
     check_options,
+    check_recovery,
     check_source,
     check_start_spec,
     message_blocks,
@@ -63,6 +65,7 @@ from controlplane.contract import (
     ProviderRegistry,
     SendResult,
     SubagentControlError,
+    TaskSnapshot,
     TextBlock,
     utcnow,
 )
@@ -90,6 +93,7 @@ STORE_OPTIONS = (
 )
 """The options `SubagentControl.open` hands to `SqlStore`."""
 _ROOT_TIMEOUT_S = 30.0
+_RECOVERY_SOURCE = MessageSource(kind="system", sender_session_id="recovery")
 
 
 class SubagentControl(SpendApi, ApprovalApi):
@@ -140,6 +144,12 @@ class SubagentControl(SpendApi, ApprovalApi):
         approval_grace_s: How long a child's run waits for an approval answer holding its
             thread before it parks (SPEC §11): the run ends, its Task stays
             ``input_required``, and the answer continues it from the store, in any runtime.
+        recover: Carry on the running Tasks of runtimes that ended (crashed, lost their
+            lease, or closed) in this runtime, same Task, same turn (SPEC §9 "Recovery"),
+            when it has the child's provider. False: settle them ``interrupted`` instead.
+        max_recoveries: How many times one Task's turn is recovered before the next end
+            of its runtime settles it ``interrupted`` (default
+            `controlplane._recovery.DEFAULT_MAX_RECOVERIES`).
     """
 
     def __init__(
@@ -161,6 +171,8 @@ class SubagentControl(SpendApi, ApprovalApi):
         max_tool_rounds: int | None = DEFAULT_MAX_TOOL_ROUNDS,
         concurrency: Mapping[str, int] | None = None,
         approval_grace_s: float = DEFAULT_APPROVAL_GRACE_S,
+        recover: bool = True,
+        max_recoveries: int = DEFAULT_MAX_RECOVERIES,
     ) -> None:
         # First: a bad price, budget or limit is refused before anything is built.
         spend = SpendOptions.checked(
@@ -179,6 +191,7 @@ class SubagentControl(SpendApi, ApprovalApi):
             recent_tasks=recent_tasks,
         )
         grace_s = check_grace(approval_grace_s)
+        check_recovery(recover, max_recoveries)
         self._store = store
         self._prices = spend.prices
         self._close_timeout_s = close_timeout_s
@@ -236,6 +249,13 @@ class SubagentControl(SpendApi, ApprovalApi):
             )
             self.tasks.add_notices(self._approvals.notices)
             self.tasks.add_approvals(self._approvals.requests, self._approvals.kill_parked)
+        self._recovery: Recovery | None = None
+        if store is not None and self._runtime is not None:
+            self._recovery = Recovery(
+                store, self._runtime, self.providers,
+                enabled=recover, max_recoveries=max_recoveries,
+            )  # fmt: skip
+            self._runtime.recovery = self._recovery
         self.agents.on_dispose(self._kill_tasks_of)
         self._root: RootActorProxy | None = None
         self._passivator: Passivator | None = None
@@ -252,7 +272,12 @@ class SubagentControl(SpendApi, ApprovalApi):
             self._root = RootActorProxy(RootActor.start(context, self._routes))
             if passivate_after_s is not None:
                 self._passivator = Passivator(self._root.ref, passivate_after_s)
+            if self._recovery is not None:  # carries dead runtimes' Tasks on, from the sweep
+                self._recovery.start(self._recover_here)
             self._heartbeat.start()  # recovers what a crash left before the first send
+            # Providers are registered after `open`: each one may let this runtime carry
+            # on Tasks the first sweep had to leave.
+            self.providers.on_register(lambda _name: self._sweep_soon())
             self._router.start()  # serves other runtimes' messages, now that the actors exist
             if self._admission is not None:  # decides and adopts, now that the actors exist
                 self._admission.start(self._spawn_adopted)
@@ -560,6 +585,21 @@ class SubagentControl(SpendApi, ApprovalApi):
     def _spawn_adopted(self, plan: ActivationPlan) -> None:
         """Start a queued Task adopted from a dead runtime (`Admission`)."""
         self._require_store().spawn_child(SpawnChild(plan=plan))
+
+    def _sweep_soon(self) -> None:
+        if self._heartbeat is not None and not self._closed:
+            self._heartbeat.sweep_soon()
+
+    def _recover_here(self, task: TaskSnapshot, fence: int, recovery: int) -> None:
+        """Start a running Task taken over from a runtime that ended, its child claimed
+        here already (`controlplane._recovery.RecoverHere`): same Task, same turn."""
+        assert task.child_id is not None
+        parent = AgentHandle(self.agents, task.owner_session, model=None, depth=0)
+        send = SendMessage(
+            parent=parent, message=(), source=_RECOVERY_SOURCE, continues=task.id,
+            recovered=(task.model_copy(update={"recoveries": recovery}), fence, recovery),
+        )  # fmt: skip
+        self._route(task.child_id, send)
 
     def _kill_here(self, task_id: str, reason: str) -> bool:
         """Abort a Task of this runtime whose kill another runtime forwarded (the router's

@@ -41,10 +41,32 @@ from persistence._turn_usage import turn_usage, usage_column
 if TYPE_CHECKING:
     from persistence._store import SqlStore
 
-__all__ = ["ClaimStatements", "Claims", "IsDead"]
+__all__ = ["RECOVERED", "ClaimStatements", "Claims", "IsDead", "Recovered"]
 
 IsDead = Callable[[RuntimeInfo, LeaseNow], bool]
 """Whether a runtime is dead at a given time (decided by the caller, which knows its host)."""
+
+RECOVERED = EventKind.TASK_RECOVERED
+
+
+@dataclass(frozen=True, slots=True)
+class Recovered:
+    """What `Claims.recover` did: the new fencing number (None: nothing taken), how many
+    times the Task has been recovered in its turn, and whether it was settled
+    ``interrupted`` here because that reached the limit."""
+
+    fence: int | None
+    recoveries: int
+    exhausted: bool = False
+
+
+def _recoveries_in(rows: list[Any], task_id: str) -> int:
+    """How many ``task/recovered`` events of ``task_id`` the open rows hold."""
+    count = 0
+    for _seq, _turn, kind, data, *_rest in rows:
+        if kind == RECOVERED and data and from_json(data).get("task_id") == task_id:
+            count += 1
+    return count
 
 
 class Claims:
@@ -274,6 +296,73 @@ class Claims:
 
         return self._s._run(f"continue task {task_id}", op)
 
+    def recover(self, task_id: str, child_id: str, runtime_id: str, *, is_dead: IsDead,
+                limit: int) -> Recovered:  # fmt: skip
+        """Take over a running Task whose runtime is dead (crashed, closed, or its lease
+        lapsed), so that ``runtime_id`` runs it on: same Task, same turn (SPEC §9
+        "Recovery"). In one transaction under the child's lock: a ``task/recovered`` event
+        is written into the turn the Task opened, the Task's row names ``runtime_id``, and
+        the child's claim is ``runtime_id``'s with a new fencing number (the dead runtime
+        can never write again). A Task recovered ``limit`` times already in this turn is
+        settled ``interrupted`` instead, saying so, and its turn closed.
+
+        Returns:
+            `Recovered`: the new fencing number and how many times the Task has been
+            recovered (this one included); or ``fence=None`` when there is nothing to take
+            here (a live runtime holds it, it settled, it waits on an approval request,
+            or it opened no turn), with ``exhausted`` true when it was settled here.
+        """
+
+        def op(_attempt: int) -> Recovered:
+            with self._s._db.cursor(write=True) as cursor:
+                last = self._tail_or_none(cursor, child_id)  # the child's lock
+                claim = self.claim_of(cursor, child_id)
+                if last is None or claim is None or claim[1] != task_id:
+                    return Recovered(None, 0)
+                holder, _task, fence = claim
+                if holder is None or holder == runtime_id:
+                    return Recovered(None, 0)
+                info = self._runtime_row(cursor, holder)
+                if info is not None and not is_dead(info, self._db_now(cursor)):
+                    return Recovered(None, 0)
+                cursor.execute(self._s._claim_sql.task_status, (task_id,))
+                row = cursor.fetchone()
+                if row is None or row[0] != _RUNNING or self._parkable(cursor, task_id):
+                    return Recovered(None, 0)
+                turn, rows = self._open_turn_of(cursor, child_id, task_id)
+                if turn is None:
+                    return Recovered(None, 0)  # no frame of its own: nothing to go on from
+                done = _recoveries_in(rows, task_id)
+                if done >= limit:
+                    detail = (
+                        f"interrupted: its runtime ended {done + 1} times during this turn "
+                        f"(recovered {done} times, the limit is {limit}); the turn was not "
+                        "carried on again. Send the child a message to continue it"
+                    )
+                    outcome = TaskOutcome(status=TaskStatus.INTERRUPTED, detail=detail)
+                    settled = self._interrupt_in(
+                        cursor, task_id, child_id, last, (task_id, outcome, utcnow())
+                    )
+                    exhausted = Recovered(None, done, exhausted=settled)
+                else:
+                    data = {"task_id": task_id, "runtime_id": runtime_id,
+                            "from_runtime": holder, "recovery": done + 1}  # fmt: skip
+                    (pending,) = prepare_events([NewEvent(kind=RECOVERED, turn=turn, data=data)])
+                    cursor.execute(
+                        self._s._sql.insert,
+                        (child_id, last[0] + 1, turn, pending.kind, pending.data_json, None,
+                         self._s._batch(), self._s._stamp(utcnow())),
+                    )  # fmt: skip
+                    cursor.execute(self._s._claim_sql.recovered, (runtime_id, done + 1, task_id))
+                    cursor.execute(
+                        self._s._claim_sql.claim, (runtime_id, task_id, fence + 1, child_id)
+                    )
+                    exhausted = Recovered(fence + 1, done + 1)
+            self._s._committed()
+            return exhausted
+
+        return self._s._run(f"recover task {task_id}", op)
+
     def settle_parked(self, settlement: Settlement, *, is_dead: IsDead) -> bool:
         """Settle a Task that waits on an approval request with no live run — parked, or
         left waiting by a dead runtime — closing its open turn with a ``turn/end`` of the
@@ -452,6 +541,9 @@ class ClaimStatements:
     """A waiting Task's row names the runtime that continues it (takes runtime, Task id)."""
     park: str
     """Park a child's claim: no runtime, its Task kept (takes child id, Task id)."""
+    recovered: str
+    """A running Task taken over: its runtime and recovery count (takes runtime, count,
+    Task id)."""
 
     @classmethod
     def build(cls, p: str, *, row_locks: bool) -> ClaimStatements:
@@ -484,6 +576,10 @@ class ClaimStatements:
             moved=(
                 f"UPDATE {TASKS} SET runtime_id = {p} WHERE task_id = {p} "
                 f"AND status IN ('{_INPUT}', '{_RUNNING}')"
+            ),
+            recovered=(
+                f"UPDATE {TASKS} SET runtime_id = {p}, recoveries = {p} WHERE task_id = {p} "
+                f"AND status = '{_RUNNING}'"
             ),
             park=(
                 f"UPDATE {CHILDREN} SET claim_runtime = NULL, fence = fence + 1 "

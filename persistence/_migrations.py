@@ -127,6 +127,19 @@ def _add_task_spend(conn: Connection) -> None:
 _ADD_TASK_SPEND: Final = f"ALTER TABLE {TASKS} ADD COLUMN spend TEXT"
 
 
+def _add_task_recoveries(conn: Connection) -> None:
+    """Version 11: a Task row counts how many times its turn was recovered by another
+    runtime (SPEC §9 "Recovery"); Tasks before read as never recovered."""
+    present = {column["name"] for column in inspect(conn).get_columns(TASKS)}
+    if "recoveries" not in present:
+        conn.execute(text(_ADD_TASK_RECOVERIES))
+
+
+_ADD_TASK_RECOVERIES: Final = (
+    f"ALTER TABLE {TASKS} ADD COLUMN recoveries INTEGER NOT NULL DEFAULT 0"
+)
+
+
 def _add_spend(conn: Connection) -> None:
     """Version 8: budgets (SPEC §11). What each scope spent, its budget, and the soft
     notices, in tables of their own; the usage already in transcripts is not counted again
@@ -155,6 +168,7 @@ _MIGRATIONS: dict[int, Migration] = {
     7: _add_spend,
     8: _add_admissions,
     9: _add_approvals,
+    10: _add_task_recoveries,
 }
 """``_MIGRATIONS[n]`` upgrades a version-``n`` store to version ``n + 1``."""
 

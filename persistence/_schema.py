@@ -36,6 +36,7 @@ __all__ = [
     "EVENTS",
     "INBOX",
     "NOTICE_PENDING",
+    "RECOVERIES_SINCE",
     "RUNNING_TASK",
     "RUNTIMES",
     "SCHEMA_VERSION",
@@ -62,13 +63,16 @@ __all__ = [
     "utc_time",
 ]
 
-SCHEMA_VERSION: Final = 10
+SCHEMA_VERSION: Final = 11
 """The version this code writes. Bump it with a migration in `persistence._migrations`."""
 SEGMENTS_SINCE: Final = 3
 """The first version with sealed segments: an older store, read as it is, has none."""
 SPEND_SINCE: Final = 7
 """The first version whose Task rows keep their spend: an older store, read as it is,
 has none (its Tasks read as spending nothing)."""
+RECOVERIES_SINCE: Final = 11
+"""The first version whose Task rows count their recoveries (SPEC §9): an older store,
+read as it is, has none (its Tasks read as never recovered)."""
 
 CHILDREN: Final = "subagent_children"
 EVENTS: Final = "subagent_events"
@@ -341,6 +345,9 @@ class TaskRow(Base):
     # What the Task's turn spent (a `Usage`'s stored JSON), written with its settlement
     # (`persistence._turn_usage`); NULL while running, and for nothing spent.
     spend: Mapped[str | None] = mapped_column(Text)
+    # How many times another runtime took the running Task over after its own ended
+    # (SPEC §9 "Recovery"), grown in the transaction that takes it over.
+    recoveries: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
 
 class SpendRow(Base):
