@@ -315,7 +315,7 @@ class ActivationActor(Actor):
             # This Task wrote its frame before it waited for a slot, and its runtime died:
             # adopted here, it goes on in that turn (its message is in it once).
             earlier, last_turn = earlier[:framed], last_turn - 1
-        transcript = self._transcript(turn=last_turn + 1, descriptor=descriptor)
+        transcript = self._transcript(turn=last_turn + 1, descriptor=descriptor, earlier=open_turn)
         gate = self._gate(descriptor.budget, transcript)
         # Not validated again: every value is ours and typed, and validating would visit each
         # of a long transcript's events once more (an isinstance each, cold in cache).
@@ -401,10 +401,13 @@ class ActivationActor(Actor):
             log.warning("budget notice of task %s not sent: %s", self._plan.task_id, exc)
         return outcome
 
-    def _transcript(self, *, turn: int, descriptor: Descriptor) -> ActivationTranscript:
+    def _transcript(
+        self, *, turn: int, descriptor: Descriptor, earlier: Sequence[SessionEvent] = ()
+    ) -> ActivationTranscript:
         plan = self._plan
         fence = None if plan.fence is None else (self._ctx.runtime_id, plan.fence)
         spend = TurnSpend(turn, price=self._ctx.prices.for_descriptor(descriptor), trace=plan.trace)
+        spend.earlier(earlier)  # a continued turn's spend so far: the Task's is the whole turn's
         self._ctx.tasks.meter(plan.task_id, lambda: spend.total)
         return ActivationTranscript(
             self._ctx.store,

@@ -95,13 +95,13 @@ def snapshot_of_columns(
             "settled_at": settled,
             "ended_at": settled,
             "usage": stored_usage(spend),
-            "recoveries": int(recoveries) if isinstance(recoveries, int) else 0,
             # Filled in from the admission queue by whoever shows a queued Task.
             "queue_position": None,
             "queued_at": None,
             "admitted_at": None,
             # Filled in from the approval requests by whoever shows a waiting Task.
             "request": None,
+            "recoveries": int(recoveries) if isinstance(recoveries, int) else 0,
         },
         _SNAPSHOT_SET,
     )
