@@ -268,6 +268,7 @@ class SubagentControl(SpendApi, ApprovalApi):
                 budgets=self._budgets,
                 admission=self._admission,
                 approvals=self._approvals,
+                hands_over=recover,
             )  # fmt: skip
             self._root = RootActorProxy(RootActor.start(context, self._routes))
             if passivate_after_s is not None:

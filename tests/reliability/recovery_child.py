@@ -84,7 +84,8 @@ class StuckModel:
             os.kill(os.getpid(), signal.SIGKILL)
         if n == self._stuck_at:
             self.entered.set()
-            threading.Event().wait(LIFETIME_S)
+            signal_.wait(LIFETIME_S)  # stopped by a close (a SIGKILL stops it anyway)
+            signal_.raise_if_aborted()
         reply = self._replies[min(n, len(self._replies) - 1)]
         return reply if isinstance(reply, ModelReply) else ModelReply(text=reply)
 
@@ -100,6 +101,9 @@ def main(url: str, mode: str, runs: str, close_timeout_s: str = "30") -> None:
         entered = hang
     elif mode == "resumed":
         model = StuckModel(["first turn done"], stuck_at=1)
+        tools, entered = [], model.entered
+    elif mode == "close":
+        model = StuckModel(["never"], stuck_at=0)
         tools, entered = [], model.entered
     else:
         model = StuckModel(["never"], stuck_at=0, suicide=mode == "suicide")

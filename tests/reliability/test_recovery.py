@@ -147,3 +147,29 @@ def test_recover_false_settles_the_dead_runtimes_task_interrupted(
         done = control.tasks.wait(str(ready["task_id"]), timeout=WAIT_S, requester=parent)
         assert done.status is TaskStatus.INTERRUPTED
         assert done.recoveries == 0
+
+
+def test_close_during_a_long_turn_hands_it_over_to_a_live_runtime(
+    reaped: Reaper, store_url: str, tmp_path: Path
+) -> None:
+    runs = tmp_path / "runs.jsonl"
+    with SubagentControl.open(store_url, lease_ttl_s=3.0) as control:
+        control.providers.register(InProcessProvider(ScriptedModel(["finished elsewhere"])))
+        parent = control.agents.register(PARENT)
+        closing = reaped.add(
+            LinesProcess(CHILD, store_url, "close", str(runs), "5", name="closing")
+        )
+        ready = json.loads(closing.expect("READY ").removeprefix("READY "))
+        closing.say("close")
+        closed = closing.expect("CLOSED ")
+        assert float(closed) < 5.0  # stopped at once, not after its timeout
+        done = control.tasks.wait(str(ready["task_id"]), timeout=WAIT_S, requester=parent)
+        assert done.status is TaskStatus.COMPLETED, done
+        assert done.outcome is not None and done.outcome.output == "finished elsewhere"
+        assert done.recoveries == 1
+        assert control.store is not None
+        turn = _turn(control.store.load(str(ready["child_id"])).events, str(ready["task_id"]))
+    kinds = [e.kind for e in turn]
+    assert kinds.count(EventKind.TURN_START) == 1, kinds
+    assert kinds.count(EventKind.TURN_END) == 1, kinds
+    assert kinds.count(EventKind.TASK_RECOVERED) == 1, kinds
