@@ -165,7 +165,8 @@ def test_close_during_a_long_turn_hands_it_over_to_a_live_runtime(
         assert float(closed) < 5.0  # stopped at once, not after its timeout
         done = control.tasks.wait(str(ready["task_id"]), timeout=WAIT_S, requester=parent)
         assert done.status is TaskStatus.COMPLETED, done
-        assert done.outcome is not None and done.outcome.output == "finished elsewhere"
+        assert done.outcome is not None
+        assert done.outcome.output == "finished elsewhere"
         assert done.recoveries == 1
         assert control.store is not None
         turn = _turn(control.store.load(str(ready["child_id"])).events, str(ready["task_id"]))
