@@ -34,13 +34,14 @@ from controlplane._budgets import DEFAULT_MAX_TOOL_ROUNDS, DEFAULT_NOTICE_AT, Bu
 from controlplane._child_views import child_views
 from controlplane._exit import close_at_exit, closed
 from controlplane._forwarding import Forwarder
-from controlplane._recovery import DEFAULT_MAX_RECOVERIES, Recovery
+from controlplane._recovery import DEFAULT_MAX_RECOVERIES, PROVIDER_WAIT_S, Recovery
 from controlplane._router import Router
 from controlplane._runtime import Heartbeat, Runtime, new_runtime_id
 from controlplane._spend_api import SpendApi, SpendOptions
 from controlplane._tasks import TaskService
 from controlplane._validate import (
     check_child_id,
+    check_option,
     check_options,
     check_recovery,
     check_source,
@@ -67,6 +68,7 @@ from controlplane.contract import (
     SubagentControlError,
     TaskSnapshot,
     TextBlock,
+    seconds_problem,
     utcnow,
 )
 from controlplane.telemetry import Operation, Telemetry
@@ -150,6 +152,10 @@ class SubagentControl(SpendApi, ApprovalApi):
         max_recoveries: How many times one Task's turn is recovered before the next end
             of its runtime settles it ``interrupted`` (default
             `controlplane._recovery.DEFAULT_MAX_RECOVERIES`).
+        provider_wait_s: How long a dead runtime's running Task whose provider this
+            runtime lacks is left running for a runtime that has it, counted from the dead
+            runtime's end; then this runtime settles it ``interrupted``, naming the
+            provider it waited for.
     """
 
     def __init__(
@@ -173,6 +179,7 @@ class SubagentControl(SpendApi, ApprovalApi):
         approval_grace_s: float = DEFAULT_APPROVAL_GRACE_S,
         recover: bool = True,
         max_recoveries: int = DEFAULT_MAX_RECOVERIES,
+        provider_wait_s: float = PROVIDER_WAIT_S,
     ) -> None:
         # First: a bad price, budget or limit is refused before anything is built.
         spend = SpendOptions.checked(
@@ -192,6 +199,7 @@ class SubagentControl(SpendApi, ApprovalApi):
         )
         grace_s = check_grace(approval_grace_s)
         check_recovery(recover, max_recoveries)
+        check_option("provider_wait_s", seconds_problem(provider_wait_s))
         self._store = store
         self._prices = spend.prices
         self._close_timeout_s = close_timeout_s
@@ -254,6 +262,7 @@ class SubagentControl(SpendApi, ApprovalApi):
             self._recovery = Recovery(
                 store, self._runtime, self.providers,
                 enabled=recover, max_recoveries=max_recoveries,
+                provider_wait_s=provider_wait_s,
             )  # fmt: skip
             self._runtime.recovery = self._recovery
         self.agents.on_dispose(self._kill_tasks_of)

@@ -27,9 +27,11 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from datetime import timedelta
 from typing import TYPE_CHECKING, Final
 
 from controlplane.contract import (
+    ErrorCode,
     ProviderRegistry,
     RuntimeInfo,
     SubagentControlError,
@@ -50,8 +52,10 @@ DEFAULT_MAX_RECOVERIES: Final = 3
 """How many times one Task's turn is recovered, by default, before the next death of its
 runtime ends it ``interrupted`` (``max_recoveries=`` of `SubagentControl`)."""
 PROVIDER_WAIT_S: Final = 600.0
-"""How long past its dead runtime's lease a running Task whose provider no live runtime
-has waits for one to open, before a runtime without it settles it ``interrupted``."""
+"""How long past its dead runtime's end (its close, else its last heartbeat) a running
+Task whose provider no live runtime has waits for one to open, by default
+(``provider_wait_s=`` of `SubagentControl`), before a runtime without it settles it
+``interrupted``, naming the provider."""
 
 RecoverHere = Callable[[TaskSnapshot, int, int], None]
 """Start the recovered Task here: ``recover_here(snapshot, fence, recovery)`` hands its
@@ -69,6 +73,8 @@ class Recovery:
         enabled: False (``recover=False``): every Task it would take is settled
             ``interrupted`` instead, as before recovery existed.
         max_recoveries: How many recoveries one turn gets.
+        provider_wait_s: How long a Task whose provider this runtime lacks is left for one
+            that has it, past its dead runtime's end.
     """
 
     def __init__(
@@ -79,12 +85,14 @@ class Recovery:
         *,
         enabled: bool,
         max_recoveries: int,
+        provider_wait_s: float = PROVIDER_WAIT_S,
     ) -> None:
         self._store = store
         self._runtime = runtime
         self._providers = providers
         self.enabled = enabled
         self.max_recoveries = max_recoveries
+        self.provider_wait_s = provider_wait_s
         self._here: RecoverHere | None = None
 
     def start(self, recover_here: RecoverHere) -> None:
@@ -97,7 +105,14 @@ class Recovery:
         runtime with its provider). False: the caller settles it ``interrupted``."""
         if not self.enabled or self._here is None or task.child_id is None:
             return False
-        provider = self._provider_of(task.child_id)
+        try:
+            provider = self._provider_of(task.child_id)
+        except SubagentControlError as exc:
+            if exc.code is ErrorCode.CHILD_NOT_FOUND:
+                return False  # never published (SPEC §5: no resumable child): interrupted
+            # Unreadable now (the store is busy or out of reach): the next sweep looks again,
+            # within the provider wait.
+            return self._wait_for_provider(task, dead, "unknown (its transcript was unreadable)")
         if provider is None:
             return False
         found = self._providers.get(provider) if provider in self._providers.names() else None
@@ -136,11 +151,12 @@ class Recovery:
         return True
 
     def _provider_of(self, child_id: str) -> str | None:
-        """The child's provider, from its newest descriptor (None: unreadable)."""
-        try:
-            loaded = self._store.load(child_id)
-        except SubagentControlError:
-            return None
+        """The child's provider, from its newest descriptor (None: it has none).
+
+        Raises:
+            SubagentControlError: the store could not load it.
+        """
+        loaded = self._store.load(child_id)
         descriptor = fold_descriptor(loaded.own_events)
         return None if descriptor is None else descriptor.provider
 
@@ -148,17 +164,17 @@ class Recovery:
                            provider: str) -> bool:  # fmt: skip
         """Leave a Task whose provider this runtime lacks for a runtime that has it, for
         `PROVIDER_WAIT_S` past its dead runtime's lease; then settle it, saying why."""
-        from persistence import is_expired
-
         if dead is None:
             return False
-        waited = dead.model_copy(update={"lease_ttl_s": dead.lease_ttl_s + PROVIDER_WAIT_S})
-        if not is_expired(waited, self._store.ledger.now()):
+        # From its end: its close, else its last heartbeat (on the wall clock: the wait is
+        # long beside any skew between hosts).
+        ended = dead.closed_at or dead.heartbeat_at
+        if self._store.ledger.now().wall < ended + timedelta(seconds=self.provider_wait_s):
             return True  # a runtime with the provider takes it (or the next to open)
         self._store.interrupt(
             task,
             f"interrupted: its runtime {task.runtime_id} ended before the task settled, and "
             f"no runtime with its provider {provider!r} took it over within "
-            f"{PROVIDER_WAIT_S:g} s; send the child a message to continue it",
+            f"{self.provider_wait_s:g} s; send the child a message to continue it",
         )
         return True

@@ -28,6 +28,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -74,6 +75,7 @@ class StuckModel:
         self._calls = 0
         self._lock = threading.Lock()
         self.entered = threading.Event()
+        self.before_kill: Callable[[], None] | None = None
 
     def complete(self, request: ModelRequest, signal_: CancelSignal) -> ModelReply:
         del request
@@ -81,6 +83,8 @@ class StuckModel:
             n = self._calls
             self._calls += 1
         if self._suicide:
+            if self.before_kill is not None:
+                self.before_kill()
             os.kill(os.getpid(), signal.SIGKILL)
         if n == self._stuck_at:
             self.entered.set()
@@ -88,6 +92,18 @@ class StuckModel:
             signal_.raise_if_aborted()
         reply = self._replies[min(n, len(self._replies) - 1)]
         return reply if isinstance(reply, ModelReply) else ModelReply(text=reply)
+
+
+def _published(control: SubagentControl) -> None:
+    """Return once the parent's child is in the store: the first model call may begin
+    before the child's publication commits, and a start killed before that leaves nothing
+    to recover (SPEC §5)."""
+    assert control.store is not None
+    deadline = time.monotonic() + LIFETIME_S
+    while not control.store.list_children(PARENT):
+        if time.monotonic() > deadline:
+            raise SystemExit("the child was never published")
+        time.sleep(0.01)
 
 
 WORK = ModelReply(tool_calls=[ToolCall(id="w1", name="work", arguments={"item": "a"})])
@@ -120,6 +136,8 @@ def main(url: str, mode: str, runs: str, close_timeout_s: str = "30") -> None:
         control.close()
         print("SETTLED", flush=True)
         return
+    if mode == "suicide":  # killed once the child is durable: a recovery has it to go on
+        model.before_kill = lambda: _published(control)
     control.providers.register(InProcessProvider(model, tools=tools))
     started = control.start_continuable(
         ContinuableStartSpec(
@@ -137,6 +155,7 @@ def main(url: str, mode: str, runs: str, close_timeout_s: str = "30") -> None:
         acked.append("go on")
     if not entered.wait(LIFETIME_S):
         raise SystemExit("the turn never reached the point to stop at")
+    _published(control)
     if mode == "steered":
         result = control.send_message(parent, started.child_id, [TextBlock(text="also this")])
         assert result.route == "steered", result

@@ -174,3 +174,22 @@ def test_close_during_a_long_turn_hands_it_over_to_a_live_runtime(
     assert kinds.count(EventKind.TURN_START) == 1, kinds
     assert kinds.count(EventKind.TURN_END) == 1, kinds
     assert kinds.count(EventKind.TASK_RECOVERED) == 1, kinds
+
+
+def test_a_task_whose_provider_no_runtime_has_waits_running_then_ends_naming_it(
+    reaped: Reaper, store_url: str, tmp_path: Path
+) -> None:
+    ready = _killed_at(reaped, store_url, "model", tmp_path / "runs.jsonl")
+    task_id = str(ready["task_id"])
+    # A runtime without the provider leaves it running for one that has it...
+    with SubagentControl.open(store_url, lease_ttl_s=30.0) as front:
+        parent = front.agents.register(PARENT)
+        seen = front.tasks.get(task_id, requester=parent)
+        assert seen.status is TaskStatus.RUNNING, seen.outcome
+    # ...for as long as it is told to wait, then ends it, saying which provider it lacked.
+    with SubagentControl.open(store_url, lease_ttl_s=30.0, provider_wait_s=0.001) as front:
+        parent = front.agents.register(PARENT)
+        done = front.tasks.wait(task_id, timeout=WAIT_S, requester=parent)
+    assert done.status is TaskStatus.INTERRUPTED
+    assert done.outcome is not None
+    assert "no runtime with its provider 'inprocess'" in (done.outcome.detail or "")
