@@ -82,17 +82,16 @@ class TaskStatements:
     def build(cls, p: str, *, spend: bool = True, recoveries: bool = True) -> TaskStatements:
         """The statements with placeholder ``p``; without the ``spend`` column for a store
         older than version 7, without ``recoveries`` for one older than 11, read as it is."""
-        columns = (
-            TASK_COLUMNS if spend and recoveries
-            else TASK_COLUMNS_BEFORE_RECOVERIES if spend
-            else TASK_COLUMNS_BEFORE_SPEND
-        )  # fmt: skip
         return cls(
             admit=(
                 f"INSERT INTO {TASKS} (task_id, kind, label, owner_session, child_id, "
                 f"runtime_id, status, created_at) VALUES ({p}, {p}, {p}, {p}, {p}, {p}, {p}, {p})"
             ),
-            task=f"SELECT {columns} FROM {TASKS} WHERE task_id = {p}",
+            task=f"SELECT {TASK_COLUMNS} FROM {TASKS} WHERE task_id = {p}"
+            if spend and recoveries
+            else f"SELECT {TASK_COLUMNS_BEFORE_RECOVERIES} FROM {TASKS} WHERE task_id = {p}"
+            if spend
+            else f"SELECT {TASK_COLUMNS_BEFORE_SPEND} FROM {TASKS} WHERE task_id = {p}",
         )
 
 
