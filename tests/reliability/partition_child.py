@@ -163,7 +163,9 @@ def run_a(url: str, lease_ttl_s: float, log: str, trigger: str | None = None) ->
 
 def run_b(url: str, lease_ttl_s: float, log: str, child_id: str, runtime_id: str) -> None:
     acts = Acts("B", log)
-    control = SubagentControl.open(url, lease_ttl_s=lease_ttl_s)
+    # Recovery off: B takes the child over with a message (the interrupted path the
+    # partition tests check), rather than carrying A's Task on from its sweep.
+    control = SubagentControl.open(url, lease_ttl_s=lease_ttl_s, recover=False)
     control.providers.register(InProcessProvider(Model(acts, "B")))
     parent = control.agents.register(PARENT)
     store = control.store

@@ -3,7 +3,8 @@
 ``READY {json}`` there and waits to be SIGKILLed (bounded: it exits by itself after a
 minute), or, for ``suicide``, kills itself from inside the model call.
 
-Args: store URL, mode, the file the ``work`` tool appends a line to each time it runs.
+Args: store URL, mode, the file the ``work`` tool appends a line to each time it runs,
+and optionally ``close_timeout_s`` and ``lease_ttl_s`` (both 30 by default).
 
 Modes:
 - ``model``: the first model call never returns;
@@ -109,7 +110,7 @@ def _published(control: SubagentControl) -> None:
 WORK = ModelReply(tool_calls=[ToolCall(id="w1", name="work", arguments={"item": "a"})])
 
 
-def main(url: str, mode: str, runs: str, close_timeout_s: str = "30") -> None:
+def main(url: str, mode: str, runs: str, close_timeout_s: str = "30", lease_s: str = "30") -> None:
     hang = threading.Event()
     if mode in ("tool", "idempotent"):
         model = StuckModel([WORK], stuck_at=None)
@@ -124,7 +125,9 @@ def main(url: str, mode: str, runs: str, close_timeout_s: str = "30") -> None:
     else:
         model = StuckModel(["never"], stuck_at=0, suicide=mode == "suicide")
         tools, entered = [], model.entered
-    control = SubagentControl.open(url, lease_ttl_s=30.0, close_timeout_s=float(close_timeout_s))
+    control = SubagentControl.open(
+        url, lease_ttl_s=float(lease_s), close_timeout_s=float(close_timeout_s)
+    )
     parent = control.agents.register(PARENT)
     if mode == "recoverer":  # takes the dead runtime's Task over, and dies in its model call
         control.providers.register(InProcessProvider(StuckModel(["x"], None, suicide=True)))
@@ -173,4 +176,4 @@ def main(url: str, mode: str, runs: str, close_timeout_s: str = "30") -> None:
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:5])
+    main(*sys.argv[1:6])
