@@ -377,6 +377,10 @@ class ChildSupervisor(Actor):
             origin=send.origin,
             chars=len(text_of(send.message)),
         )
+        # Durable first (SPEC §9): the sender hears ``started`` once the turn's frame, its
+        # message, is written — on its own thread, after this supervisor answered — so no
+        # crash after the acknowledgement can lose the message.
+        receipt = FrameReceipt()
         try:
             plan = ActivationPlan(
                 kind="resumed",
@@ -389,6 +393,7 @@ class ChildSupervisor(Actor):
                 label=task.label,
                 trace=trace,
                 fence=self._ctx.tasks.fence_of(task.id),
+                receipt=receipt,
             )
             self._install(plan)
         except BaseException:
@@ -404,7 +409,7 @@ class ChildSupervisor(Actor):
             self._begin()
         except Exception as exc:
             self._fail(BeginActivation(), exc)
-        return Reply(route="started", task_id=task.id)
+        return Reply(route="started", task_id=task.id, receipt=receipt)
 
     def _on_published(self, published: Published) -> None:
         current = self._current
