@@ -226,7 +226,9 @@ class ActivationActor(Actor):
         if self._ctx.admission is not None:
             self._ctx.admission.release(plan.task_id)
         plan.trace.end(None)
-        self._tell(ActivationEnded(task_id=plan.task_id, durable=True, parked=True))
+        self._tell(
+            ActivationEnded(task_id=plan.task_id, durable=True, parked=True, handed_over=True)
+        )
 
     def _admit(self, prepared: _Prepared) -> None:
         """Wait for a slot under the concurrency limits the child falls under (SPEC §11),

@@ -251,6 +251,9 @@ class ActivationEnded(BaseModel):
     task_id: str
     durable: bool
     parked: bool = False
+    # Its run was stopped by `close` mid-turn and its Task left running in the store for
+    # another runtime to recover (SPEC §9 "Handover on close"); ``parked`` is set too.
+    handed_over: bool = False
 
 
 class Describe(BaseModel):

@@ -417,6 +417,7 @@ class ChildSupervisor(Actor):
             return
         current.run = published.run
         current.transcript = published.transcript
+        current.advance("published")
         self._parent_session = current.plan.parent.session_id  # authorized by now
         current.publish_view()
         # Held messages passed the ownership check on a guess (an agent registered after
@@ -430,6 +431,7 @@ class ChildSupervisor(Actor):
     def _on_settling(self, settling: Settling) -> None:
         current = self._current
         if current is not None and current.task_id == settling.task_id:
+            current.advance("settling")
             current.settling = True
             if settling.status is not None:
                 current.status = settling.status
@@ -438,6 +440,10 @@ class ChildSupervisor(Actor):
     def _on_ended(self, ended: ActivationEnded) -> None:
         current = self._current
         if current is not None and current.task_id == ended.task_id:
+            current.advance(
+                "handed_over" if ended.handed_over else "parked" if ended.parked else "ended"
+            )
+            current.publish_view()
             self._close_inbox(
                 current,
                 ErrorCode.NOT_DELIVERED,
