@@ -74,9 +74,7 @@ def test_a_killed_runtimes_task_is_swept_interrupted_with_what_its_turn_had_spen
         assert later.tasks.get(killed["task_id"], requester="sweep-parent").usage == first_call
 
 
-def test_a_recovered_turn_counts_its_spend_once(
-    store_url: str, killed: dict[str, str]
-) -> None:
+def test_a_recovered_turn_counts_its_spend_once(store_url: str, killed: dict[str, str]) -> None:
     first_call = Usage(input_tokens=10, output_tokens=2, model_calls=1, cost=14.0)
     second = Usage(input_tokens=3, output_tokens=1, model_calls=1, cost=5.0)
     price = {"m": Price(input=1_000_000, output=2_000_000)}
