@@ -288,7 +288,21 @@ class ChildSupervisor(Actor):
             snapshot, fence, recovery = send.recovered
         else:
             approvals = self._ctx.approvals
-            claimed = approvals.claim_parked(task_id, self._child_id) if approvals else None
+            try:
+                claimed = approvals.claim_parked(task_id, self._child_id) if approvals else None
+            except SubagentControlError as exc:
+                if exc.code is not ErrorCode.UNKNOWN_PROVIDER or approvals is None:
+                    raise
+                if send.continues is not None or not send.message:
+                    raise
+                # No provider here (a console, a front): the message is written into the
+                # parked turn, durably, and the runtime that continues the Task (it has the
+                # provider) reads it there (SPEC §9 "Work goes where the provider is").
+                if not approvals.steer_parked(task_id, self._child_id, send.message, send.source):
+                    raise _not_delivered(
+                        self._child_id, task_id, "its waiting task went on meanwhile"
+                    ) from exc
+                return Reply(route="steered", task_id=task_id)
             if claimed is None:
                 raise _not_delivered(
                     self._child_id,

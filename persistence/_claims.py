@@ -22,6 +22,7 @@ from controlplane.contract import (
     ClaimConflict,
     ErrorCode,
     EventKind,
+    MessageSource,
     NewEvent,
     ParkedTask,
     RuntimeInfo,
@@ -362,6 +363,39 @@ class Claims:
             return exhausted
 
         return self._s._run(f"recover task {task_id}", op)
+
+    def steer_parked(
+        self, task_id: str, child_id: str, data: dict[str, Any], source: MessageSource
+    ) -> bool:
+        """Write a ``steering/message`` (``data``, ``source``) into the open turn of
+        ``task_id``, parked on an approval request (its claim holds no runtime), in one
+        transaction under the child's lock: the runtime that continues it reads it with
+        the turn. False, writing nothing, when the Task is not parked there any more (a
+        runtime continues it, or it settled)."""
+
+        def op(_attempt: int) -> bool:
+            with self._s._db.cursor(write=True) as cursor:
+                last = self._tail_or_none(cursor, child_id)  # the child's lock
+                claim = self.claim_of(cursor, child_id)
+                if last is None or claim is None or claim[0] is not None or claim[1] != task_id:
+                    return False
+                if not self._parkable(cursor, task_id):
+                    return False
+                turn, _rows = self._open_turn_of(cursor, child_id, task_id)
+                if turn is None:
+                    return False
+                event = NewEvent(kind=EventKind.STEERING_MESSAGE, turn=turn, data=data,
+                                 source=source)  # fmt: skip
+                (pending,) = prepare_events([event])
+                cursor.execute(
+                    self._s._sql.insert,
+                    (child_id, last[0] + 1, turn, pending.kind, pending.data_json,
+                     pending.source_json, self._s._batch(), self._s._stamp(utcnow())),
+                )  # fmt: skip
+            self._s._committed()
+            return True
+
+        return self._s._run(f"steer parked task {task_id}", op)
 
     def settle_parked(self, settlement: Settlement, *, is_dead: IsDead) -> bool:
         """Settle a Task that waits on an approval request with no live run — parked, or

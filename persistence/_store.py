@@ -17,6 +17,7 @@ from controlplane.contract import (
     ChildMeta,
     ErrorCode,
     LoadedSession,
+    MessageSource,
     NewEvent,
     SessionEvent,
     SubagentControlError,
@@ -440,6 +441,15 @@ class SqlStore:
         if self._read_only:
             raise _read_only(f"recover task {task_id}")
         return self._claims.recover(task_id, child_id, runtime_id, is_dead=is_dead, limit=limit)
+
+    def steer_parked(
+        self, task_id: str, child_id: str, data: dict[str, Any], source: MessageSource
+    ) -> bool:
+        """Write a ``steering/message`` into the open turn of a parked Task (see
+        `persistence._claims.Claims.steer_parked`)."""
+        if self._read_only:
+            raise _read_only(f"steer task {task_id}")
+        return self._claims.steer_parked(task_id, child_id, data, source)
 
     def settle_parked(self, settlement: Settlement, *, is_dead: IsDead) -> bool:
         """Settle a Task parked on an approval request, with its turn's end (see
