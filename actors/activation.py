@@ -101,13 +101,8 @@ class ActivationActor(Actor):
             with self._ctx.telemetry.scoped(self._plan.child_id, self._plan.task_id):
                 self._execute()
         finally:
-            receipt = self._plan.receipt
-            if receipt is not None and self._plan.kind == "resumed":
-                # Settled before its frame (the child unavailable, another parent's, killed
-                # first): ``started``, and its Task says why (SPEC §5 send 3).
-                receipt.resolve(None)
-            elif receipt is not None:  # a steer it never wrote: not delivered
-                receipt.resolve(_unwritten(self._plan))
+            if self._plan.receipt is not None:  # a steer it never wrote: not delivered
+                self._plan.receipt.resolve(_unwritten(self._plan))
             self.stop()
 
     def on_receive(self, message: Any) -> Any:

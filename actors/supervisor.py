@@ -391,10 +391,6 @@ class ChildSupervisor(Actor):
             origin=send.origin,
             chars=len(text_of(send.message)),
         )
-        # Durable first (SPEC §9): the sender hears ``started`` once the turn's frame, its
-        # message, is written — on its own thread, after this supervisor answered — so no
-        # crash after the acknowledgement can lose the message.
-        receipt = FrameReceipt()
         try:
             plan = ActivationPlan(
                 kind="resumed",
@@ -407,7 +403,6 @@ class ChildSupervisor(Actor):
                 label=task.label,
                 trace=trace,
                 fence=self._ctx.tasks.fence_of(task.id),
-                receipt=receipt,
             )
             self._install(plan)
         except BaseException:
@@ -423,7 +418,7 @@ class ChildSupervisor(Actor):
             self._begin()
         except Exception as exc:
             self._fail(BeginActivation(), exc)
-        return Reply(route="started", task_id=task.id, receipt=receipt)
+        return Reply(route="started", task_id=task.id)
 
     def _on_published(self, published: Published) -> None:
         current = self._current
