@@ -125,6 +125,12 @@ class Claims:
         def op(_attempt: int) -> bool:
             with self._s._db.cursor(write=True) as cursor:
                 last = self._tail_or_none(cursor, task.child_id)
+                if task.runtime_id is not None and not self._runs_in(
+                    cursor, task.id, task.runtime_id
+                ):
+                    # Carried on by another runtime since (recovered, SPEC §9): the runtime
+                    # judged dead, or this one fenced, has nothing left to settle.
+                    return False
                 if self._parkable(cursor, task.id):
                     # Its run waited for (or had just been given) an approval answer: the
                     # Task goes on in whichever runtime continues it, not interrupted.
@@ -453,6 +459,13 @@ class Claims:
 
         return self._s._run(f"park the claim of task {task_id}", op)
 
+    def _runs_in(self, cursor: DBAPICursor, task_id: str, runtime_id: str) -> bool:
+        """Whether the Task's row still names ``runtime_id`` (a missing row: yes, nothing
+        moved it)."""
+        cursor.execute(self._s._claim_sql.task_runtime, (task_id,))
+        row = cursor.fetchone()
+        return row is None or row[0] == runtime_id
+
     def _parkable(self, cursor: DBAPICursor, task_id: str) -> bool:
         """Whether a Task waits on an approval request whose run can be continued."""
         cursor.execute(self._s._claim_sql.parkable, (task_id,))
@@ -562,6 +575,8 @@ class ClaimStatements:
     task_status: str
     task_child: str
     """A Task's child id (takes the Task id)."""
+    task_runtime: str
+    """The runtime a Task's row names (takes the Task id)."""
     admit: str
     claim_of: str
     """A child's claim (runtime, Task, fencing number), read under the child's lock."""
@@ -587,6 +602,7 @@ class ClaimStatements:
         return cls(
             task_status=f"SELECT status FROM {TASKS} WHERE task_id = {p}",
             task_child=f"SELECT child_id FROM {TASKS} WHERE task_id = {p}",
+            task_runtime=f"SELECT runtime_id FROM {TASKS} WHERE task_id = {p}",
             admit=TaskStatements.build(p).admit,
             # Not FOR UPDATE: the events' foreign-key checks take KEY SHARE on this row.
             claim_of=claim_of + " FOR NO KEY UPDATE" if row_locks else claim_of,

@@ -15,12 +15,21 @@ was refused ``NOT_DELIVERED`` until A exited, and the store kept the Task ``runn
 from __future__ import annotations
 
 import json
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from controlplane import EventKind, TaskStatus
+from controlplane import (
+    CancelSignal,
+    EventKind,
+    InProcessProvider,
+    SubagentControl,
+    TaskStatus,
+)
+from controlplane.models import ModelReply, ModelRequest
 from persistence import SqlStore
 from tests.reliability.pg_fault import PostgresServer, TcpProxy
 from tests.reliability.processes import LinesProcess, Reaper, reaping
@@ -28,6 +37,7 @@ from tests.reliability.processes import LinesProcess, Reaper, reaping
 pytestmark = [pytest.mark.postgres, pytest.mark.slow, pytest.mark.timeout(120)]
 
 SCRIPT = Path(__file__).with_name("partition_child.py")
+PARENT = "partition-parent"
 LEASE_S = 3.0
 SEND_FOR_S = 4 * LEASE_S
 """How long S keeps sending: a flush of A's settlement is due within a renewal period of
@@ -80,3 +90,73 @@ def test_a_fenced_runtime_releases_its_child_once_the_store_is_back(
     assert fenced.status is TaskStatus.INTERRUPTED, fenced
     ends = [e for e in events if e.kind == EventKind.TURN_END]
     assert [e.data["status"] for e in ends] == ["interrupted", "completed"]
+
+
+class _HeldModel:
+    """The recovering runtime's model: its first call waits for ``go`` (bounded)."""
+
+    def __init__(self) -> None:
+        self.called = threading.Event()
+        self.go = threading.Event()
+
+    def complete(self, request: ModelRequest, signal: CancelSignal) -> ModelReply:
+        del request
+        self.called.set()
+        self.go.wait(LEASE_S * 20)
+        signal.raise_if_aborted()
+        return ModelReply(text="recovered elsewhere")
+
+
+def test_a_fenced_runtime_back_from_a_partition_leaves_a_recovered_task_alone(
+    pg_server: PostgresServer,
+    tcp_proxy_factory: Callable[[int], TcpProxy],
+    reaped: Reaper,
+    tmp_path: Path,
+) -> None:
+    """A is cut off past its lease; runtime R (this process, with the provider) recovers
+    A's Task and is mid-turn when A's store comes back and A flushes the settlement it
+    fenced. That flush must not settle R's running Task nor take its claim: the same Task
+    completes in R, one ``turn/end`` for its turn."""
+    url = pg_server.new_database()
+    proxy = tcp_proxy_factory(pg_server.port)
+    log = tmp_path / "acts.log"
+    model = _HeldModel()
+    with SubagentControl.open(url, lease_ttl_s=LEASE_S) as survivor:
+        survivor.providers.register(InProcessProvider(model))
+        parent = survivor.agents.register(PARENT)
+        a = reaped.add(
+            LinesProcess(
+                SCRIPT, "A", proxy.url(url), str(LEASE_S), str(log),
+                name="runtime A", stderr=tmp_path / "a.err",
+            )
+        )  # fmt: skip
+        ready = json.loads(a.expect("READY "))
+        proxy.hold()
+        try:
+            assert model.called.wait(LEASE_S * 10), "R never recovered A's Task"
+        finally:
+            proxy.release()
+        assert survivor.store is not None
+        store = survivor.store
+        # A renews again, and flushes its fenced settlement right after each renewal.
+        renewed = [_heartbeat(store, ready["runtime"])]
+        deadline = time.monotonic() + LEASE_S * 10
+        while len(set(renewed)) < 3:
+            assert time.monotonic() < deadline, "A never renewed after the partition"
+            survivor_wait = threading.Event()
+            survivor_wait.wait(0.05)
+            renewed.append(_heartbeat(store, ready["runtime"]))
+        model.go.set()
+        done = survivor.tasks.wait(ready["task_id"], timeout=LEASE_S * 10, requester=parent)
+        assert done.status is TaskStatus.COMPLETED, done
+        assert done.recoveries == 1
+        events = store.load(ready["child_id"]).events
+    ends = [e for e in events if e.kind == EventKind.TURN_END]
+    assert [e.data["status"] for e in ends] == ["completed"]
+    a.say("close")
+    a.expect("CLOSED ", timeout_s=LEASE_S * 4)
+
+
+def _heartbeat(store: SqlStore, runtime_id: str) -> object:
+    row = store.ledger.runtime(runtime_id)
+    return None if row is None else row.heartbeat_at
