@@ -130,8 +130,15 @@ class Recovery:
                 runtime_id=self._runtime.id, status="interrupted", dead_runtime=task.runtime_id,
             )  # fmt: skip
             return True
+        if result.unframed:
+            self._store.interrupt(
+                task,
+                f"interrupted: its runtime {task.runtime_id} ended before it wrote the "
+                "turn's message, so there was no turn to carry on; send the message again",
+            )
+            return True
         if result.fence is None:
-            return False  # nothing to go on from (or settled meanwhile): interrupt settles it
+            return False  # settled meanwhile, or not takeable: interrupt settles it, or not
         log_lifecycle(
             logging.WARNING, "recovery", child_id=task.child_id, task_id=task.id,
             runtime_id=self._runtime.id, status="running", dead_runtime=task.runtime_id,

@@ -59,6 +59,9 @@ class Recovered:
     fence: int | None
     recoveries: int
     exhausted: bool = False
+    unframed: bool = False
+    """Nothing taken because the Task never wrote its turn's frame (its runtime ended
+    between the claim and the frame): there is no turn to go on in."""
 
 
 def _recoveries_in(rows: list[Any], task_id: str) -> int:
@@ -337,8 +340,8 @@ class Claims:
                 if row is None or row[0] != _RUNNING or self._parkable(cursor, task_id):
                     return Recovered(None, 0)
                 turn, rows = self._open_turn_of(cursor, child_id, task_id)
-                if turn is None:
-                    return Recovered(None, 0)  # no frame of its own: nothing to go on from
+                if turn is None:  # no frame of its own: nothing to go on from
+                    return Recovered(None, 0, unframed=True)
                 done = _recoveries_in(rows, task_id)
                 if done >= limit:
                     detail = (
