@@ -34,7 +34,33 @@ if TYPE_CHECKING:
     from actors._transcript import ActivationTranscript
     from actors.messages import ActivationPlan
 
-__all__ = ["Activation", "ActivationSlot", "ActivationView"]
+__all__ = ["Activation", "ActivationPhase", "ActivationSlot", "ActivationView"]
+
+ActivationPhase = Literal["admitted", "published", "settling", "parked", "handed_over", "ended"]
+"""Where an activation is in its life (its supervisor's record, `Activation.advance`):
+
+- ``admitted``: its Task exists and the activation began (loading, framing, waiting for
+  a slot, starting its run); a ``recovered`` or ``continued`` one goes on in a turn its
+  Task opened earlier (``ActivationPlan.kind`` and ``recovery`` say which);
+- ``published``: its run is live here and takes steers;
+- ``settling``: its run's result is in (or it is stopping); it takes no more messages;
+- ``parked``: its run ended waiting on an approval answer: the Task goes on in the
+  store, ``input_required``, and its answer continues it in any runtime (SPEC §11);
+- ``handed_over``: `close()` stopped its run mid-turn: the Task stays ``running`` in
+  the store, its turn open, and a live runtime with its provider recovers it (SPEC §9);
+- ``ended``: its Task settled here.
+
+The last three are final; the supervisor then drops the record.
+"""
+
+_NEXT: dict[str, frozenset[str]] = {
+    "admitted": frozenset({"published", "settling", "ended"}),
+    "published": frozenset({"settling", "ended"}),
+    "settling": frozenset({"parked", "handed_over", "ended"}),
+    "parked": frozenset(),
+    "handed_over": frozenset(),
+    "ended": frozenset(),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +75,9 @@ class ActivationView:
     status: TaskStatus
     """``running`` while the activation exists here; its terminal status once it ended
     (the supervisor then drops the record)."""
+    phase: ActivationPhase
+    recovery: int
+    """How many times its Task's turn was recovered (this activation's included)."""
     published: bool
     settling: bool
     """The run's result is in; dispose and the outcome follow."""
@@ -91,6 +120,17 @@ class Activation:
     settling: bool = False
     status: TaskStatus = TaskStatus.RUNNING
     slot: ActivationSlot | None = None  # where its view is published
+    phase: ActivationPhase = "admitted"
+
+    def advance(self, phase: ActivationPhase) -> bool:
+        """Move to ``phase`` (on the supervisor's thread), if it follows the current one;
+        whether it moved. A phase already reached is no move (messages may repeat it)."""
+        if phase == self.phase or phase not in _NEXT[self.phase]:
+            return False
+        self.phase = phase
+        if phase == "settling":
+            self.settling = True
+        return True
 
     @property
     def task_id(self) -> str:
@@ -119,6 +159,8 @@ class Activation:
             status=self.status,
             published=self.run is not None,
             settling=self.settling,
+            phase=self.phase,
+            recovery=plan.recovery,
             cancel_reason=plan.signal.reason,
             started=self.started,
         )

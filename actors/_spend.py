@@ -25,6 +25,7 @@ from controlplane.contract import (
     ActivationTrace,
     NewEvent,
     Price,
+    SessionEvent,
     Usage,
 )
 
@@ -119,6 +120,16 @@ class TurnSpend:
 
     def written(self, events: Sequence[NewEvent]) -> None:
         """Count the usage of the turn's ``events``, just written (the writer's thread)."""
+        self._count(events, traced=True)
+
+    def earlier(self, events: Sequence[SessionEvent]) -> None:
+        """Count the usage of the turn's ``events`` written by an earlier activation of the
+        same Task (a turn continued after an approval, or recovered after its runtime
+        ended: SPEC §9): the Task's spend is its whole turn's, counted once. Already in
+        the metrics, so not traced again."""
+        self._count(events, traced=False)
+
+    def _count(self, events: Sequence[NewEvent] | Sequence[SessionEvent], *, traced: bool) -> None:
         for event in events:
             data = event.data
             if event.turn != self._turn or not isinstance(data, dict):
@@ -135,5 +146,5 @@ class TurnSpend:
                 sums[0] + counts[0], sums[1] + counts[1], sums[2] + counts[2],
                 sums[3] + counts[3], sums[4] + counts[4], sums[5] + counts[5], cost,
             )  # fmt: skip
-            if data.get(USAGE_REPORTED) is not False and not _TOKENS.isdisjoint(entry):
+            if traced and data.get(USAGE_REPORTED) is not False and not _TOKENS.isdisjoint(entry):
                 self._trace.model_call(counts[0], counts[1])

@@ -130,6 +130,9 @@ class ActivationTranscript:
         # Set once the turn is open (published) or closed: `append_with` waits for it.
         self._settled_state = threading.Event()
         self._parked = False  # closed by `park_with`: the Task goes on elsewhere
+        # The write refusal that closed the turn (this runtime lost the claim, or fenced
+        # itself): its end is not written, and `close` says so.
+        self._refusal: SubagentControlError | None = None
 
     @property
     def turn(self) -> int:
@@ -355,6 +358,12 @@ class ActivationTranscript:
             self._settled_state.set()
             self._held = []
             self._write_queued()  # delivered during the turn: recorded before its end
+            if end is not None and self._refusal is not None:
+                # A refused (or abandoned) write closed the turn: its end and the Task's
+                # settlement were not written. Raised, so the Task service keeps the
+                # settlement for its flush, which writes it with the turn's end and
+                # releases the child once the store answers (issue 36, break 1).
+                raise self._refusal
             if not was_open or end is None:
                 return
             try:
@@ -505,6 +514,7 @@ class ActivationTranscript:
         activation is cancelled (its Task settles ``interrupted``), and this writer refuses
         everything after it."""
         if exc.code is ErrorCode.FENCED:
+            self._refusal = self._refusal or exc
             self._state = "closed"
             self._settled_state.set()
             if self._signal is not None:

@@ -143,7 +143,11 @@ class ActivationActor(Actor):
             published = framed = True
             plan.trace.published()
             self._tell(Published(task_id=plan.task_id, run=run, transcript=prepared.transcript))
-            outcome = self._spent(prepared.gate, self._await_result(run))
+            result = self._await_result(run)
+            if self._handing_over(prepared, result):
+                self._hand_over(run, prepared)
+                return
+            outcome = self._spent(prepared.gate, result)
             # Told before the Task settles (its listeners run then): a send they make must
             # find the record no longer taking messages, and why.
             self._tell(Settling(task_id=plan.task_id, status=outcome.status))
@@ -186,6 +190,40 @@ class ActivationActor(Actor):
             self._ctx.admission.release(plan.task_id)  # waiting holds no slot
         plan.trace.end(None)
         self._tell(ActivationEnded(task_id=plan.task_id, durable=True, parked=True))
+
+    def _handing_over(self, prepared: _Prepared, outcome: TaskOutcome) -> bool:
+        """Whether the run, stopped by `close`, hands its turn over rather than settling
+        (SPEC §9 "Handover on close"): its provider can carry a turn on elsewhere."""
+        return (
+            self._ctx.hands_over
+            and outcome.status is TaskStatus.KILLED
+            and self._plan.signal.cause is ErrorCode.CLOSED
+            and bool(getattr(prepared.provider, "recovers_turns", False))
+        )
+
+    def _hand_over(self, run: SubagentRun, prepared: _Prepared) -> None:
+        """The control plane closed mid-turn: the run is stopped and disposed, the turn
+        left open and the Task not settled — it stays ``running`` in the store, and once
+        this runtime's row is closed (its claims then lapse at once) a live runtime with
+        the child's provider recovers it, same Task, same turn (or the next to open)."""
+        plan = self._plan
+        self._tell(Settling(task_id=plan.task_id, status=None))
+        try:
+            with plan.trace.disposing():
+                run.dispose()
+        except BaseException:  # escaping, it would stop every actor
+            log.exception("the handed-over run of task %s did not dispose cleanly", plan.task_id)
+        agent = getattr(run, "local_agent", None)
+        if agent is not None and agent.is_live:
+            agent.dispose()
+        prepared.transcript.close(None)
+        self._ctx.tasks.park(plan.task_id)
+        if self._ctx.admission is not None:
+            self._ctx.admission.release(plan.task_id)
+        plan.trace.end(None)
+        self._tell(
+            ActivationEnded(task_id=plan.task_id, durable=True, parked=True, handed_over=True)
+        )
 
     def _admit(self, prepared: _Prepared) -> None:
         """Wait for a slot under the concurrency limits the child falls under (SPEC §11),
@@ -315,7 +353,7 @@ class ActivationActor(Actor):
             # This Task wrote its frame before it waited for a slot, and its runtime died:
             # adopted here, it goes on in that turn (its message is in it once).
             earlier, last_turn = earlier[:framed], last_turn - 1
-        transcript = self._transcript(turn=last_turn + 1, descriptor=descriptor)
+        transcript = self._transcript(turn=last_turn + 1, descriptor=descriptor, earlier=open_turn)
         gate = self._gate(descriptor.budget, transcript)
         # Not validated again: every value is ours and typed, and validating would visit each
         # of a long transcript's events once more (an isinstance each, cold in cache).
@@ -404,10 +442,13 @@ class ActivationActor(Actor):
             log.warning("budget notice of task %s not sent: %s", self._plan.task_id, exc)
         return outcome
 
-    def _transcript(self, *, turn: int, descriptor: Descriptor) -> ActivationTranscript:
+    def _transcript(
+        self, *, turn: int, descriptor: Descriptor, earlier: Sequence[SessionEvent] = ()
+    ) -> ActivationTranscript:
         plan = self._plan
         fence = None if plan.fence is None else (self._ctx.runtime_id, plan.fence)
         spend = TurnSpend(turn, price=self._ctx.prices.for_descriptor(descriptor), trace=plan.trace)
+        spend.earlier(earlier)  # a continued turn's spend so far: the Task's is the whole turn's
         self._ctx.tasks.meter(plan.task_id, lambda: spend.total)
         return ActivationTranscript(
             self._ctx.store,

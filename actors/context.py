@@ -42,6 +42,10 @@ class ActorContext:
     approvals: ApprovalPort | None = None
     """Approval requests (SPEC §11): each activation's desk, and the claim of a parked
     Task this runtime continues. None: no store keeps requests."""
+    hands_over: bool = False
+    """Closing hands running turns over (SPEC §9 "Handover on close"): a run stopped by
+    `close` leaves its Task ``running`` in the store, its turn open, for a live runtime
+    with its provider to recover; False: it is settled ``killed``."""
 
     @property
     def telemetry(self) -> Telemetry:

@@ -25,6 +25,7 @@ from controlplane.contract import (
     SubagentControlError,
     SubagentRun,
     SupervisorNode,
+    TaskSnapshot,
     TaskStatus,
     TextBlock,
     utcnow,
@@ -111,6 +112,9 @@ class ActivationPlan(BaseModel):
     fence: int | None = 1
     # A continued turn's message (a steer to a parked child), resolved once it is written.
     receipt: FrameReceipt | None = None
+    # A recovered turn (SPEC §9 "Recovery"): how many times its Task has been taken over
+    # from a runtime that ended mid-turn (this activation's included); 0 for any other.
+    recovery: int = 0
 
 
 class SendMessage(BaseModel):
@@ -135,6 +139,10 @@ class SendMessage(BaseModel):
     # The Task parked on an approval request to continue here (its answer came: SPEC
     # §11), with no message: answered ``started`` with that Task's id.
     continues: str | None = None
+    # A running Task taken over from a dead (or closed) runtime (SPEC §9 "Recovery"): the
+    # child is already claimed here for it (``continues`` names it): its stored snapshot,
+    # the claim's fencing number and its recovery count. Answered ``started``.
+    recovered: tuple[TaskSnapshot, int, int] | None = None
 
 
 class SpawnChild(BaseModel):
@@ -243,6 +251,9 @@ class ActivationEnded(BaseModel):
     task_id: str
     durable: bool
     parked: bool = False
+    # Its run was stopped by `close` mid-turn and its Task left running in the store for
+    # another runtime to recover (SPEC §9 "Handover on close"); ``parked`` is set too.
+    handed_over: bool = False
 
 
 class Describe(BaseModel):

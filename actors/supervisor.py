@@ -284,13 +284,34 @@ class ChildSupervisor(Actor):
         the child claimed for it, its open turn gone on with (SPEC §11). A message sent
         with it (a steer to a waiting child) is held and delivered at publication, into
         that same turn: answered ``steered`` with the parked Task's id."""
-        approvals = self._ctx.approvals
-        claimed = approvals.claim_parked(task_id, self._child_id) if approvals else None
-        if claimed is None:
-            raise _not_delivered(
-                self._child_id, task_id, "its waiting task is being continued by another runtime"
-            )
-        snapshot, fence = claimed
+        recovery = 0
+        if send.recovered is not None:
+            # Taken over from a runtime that ended mid-turn: claimed here already.
+            snapshot, fence, recovery = send.recovered
+        else:
+            approvals = self._ctx.approvals
+            try:
+                claimed = approvals.claim_parked(task_id, self._child_id) if approvals else None
+            except SubagentControlError as exc:
+                if exc.code is not ErrorCode.UNKNOWN_PROVIDER or approvals is None:
+                    raise
+                if send.continues is not None or not send.message:
+                    raise
+                # No provider here (a console, a front): the message is written into the
+                # parked turn, durably, and the runtime that continues the Task (it has the
+                # provider) reads it there (SPEC §9 "Work goes where the provider is").
+                if not approvals.steer_parked(task_id, self._child_id, send.message, send.source):
+                    raise _not_delivered(
+                        self._child_id, task_id, "its waiting task went on meanwhile"
+                    ) from exc
+                return Reply(route="steered", task_id=task_id)
+            if claimed is None:
+                raise _not_delivered(
+                    self._child_id,
+                    task_id,
+                    "its waiting task is being continued by another runtime",
+                )
+            snapshot, fence = claimed
         if send.continues is None and snapshot.owner_session != send.parent.session_id:
             raise SubagentControlError(
                 ErrorCode.UNAUTHORIZED,
@@ -322,6 +343,7 @@ class ChildSupervisor(Actor):
             trace=trace,
             fence=fence,
             receipt=receipt,
+            recovery=recovery,
         )
         self._install(plan)
         try:
@@ -406,6 +428,7 @@ class ChildSupervisor(Actor):
             return
         current.run = published.run
         current.transcript = published.transcript
+        current.advance("published")
         self._parent_session = current.plan.parent.session_id  # authorized by now
         current.publish_view()
         # Held messages passed the ownership check on a guess (an agent registered after
@@ -419,6 +442,7 @@ class ChildSupervisor(Actor):
     def _on_settling(self, settling: Settling) -> None:
         current = self._current
         if current is not None and current.task_id == settling.task_id:
+            current.advance("settling")
             current.settling = True
             if settling.status is not None:
                 current.status = settling.status
@@ -427,6 +451,10 @@ class ChildSupervisor(Actor):
     def _on_ended(self, ended: ActivationEnded) -> None:
         current = self._current
         if current is not None and current.task_id == ended.task_id:
+            current.advance(
+                "handed_over" if ended.handed_over else "parked" if ended.parked else "ended"
+            )
+            current.publish_view()
             self._close_inbox(
                 current,
                 ErrorCode.NOT_DELIVERED,

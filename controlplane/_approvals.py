@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 
 from controlplane._approval_desk import ActivationDesk, Waiters, deny_at_deadline
@@ -41,7 +41,9 @@ from controlplane.contract import (
     TaskOutcome,
     TaskSnapshot,
     TaskStatus,
+    TextBlock,
     requester_session,
+    text_of,
     utcnow,
 )
 from persistence import Answered, SqlStore, StoredRequest, WaitingRequest
@@ -167,6 +169,13 @@ class Approvals:
             return None
         found = self._book.of_tasks([task_id]).get(task_id)
         return snapshot.model_copy(update={"request": found}), fence
+
+    def steer_parked(
+        self, task_id: str, child_id: str, message: Sequence[TextBlock], source: MessageSource
+    ) -> bool:
+        """`controlplane.contract.ApprovalPort.steer_parked`."""
+        data = {"text": text_of(message)}
+        return self._store.steer_parked(task_id, child_id, data, source)
 
     # -- the callers' side -----------------------------------------------------------------
 

@@ -35,6 +35,7 @@ from controlplane._child_views import child_views
 from controlplane._exit import close_at_exit, closed
 from controlplane._forwarding import Forwarder
 from controlplane._handle import HandleApi, Message
+from controlplane._recovery import DEFAULT_MAX_RECOVERIES, PROVIDER_WAIT_S, Recovery
 from controlplane._router import Router
 from controlplane._runtime import Heartbeat, Runtime, new_runtime_id
 from controlplane._spend_api import SpendApi, SpendOptions
@@ -42,7 +43,9 @@ from controlplane._task_view import Tasks
 from controlplane._tasks import TaskService
 from controlplane._validate import (
     check_child_id,
+    check_option,
     check_options,
+    check_recovery,
     check_source,
     check_start_spec,
     message_blocks,
@@ -65,6 +68,8 @@ from controlplane.contract import (
     ProviderRegistry,
     SendResult,
     SubagentControlError,
+    TaskSnapshot,
+    seconds_problem,
     utcnow,
 )
 from controlplane.telemetry import Operation, Telemetry
@@ -91,6 +96,7 @@ STORE_OPTIONS = (
 )
 """The options `SubagentControl.open` hands to `SqlStore`."""
 _ROOT_TIMEOUT_S = 30.0
+_RECOVERY_SOURCE = MessageSource(kind="system", sender_session_id="recovery")
 
 
 class SubagentControl(HandleApi, SpendApi, ApprovalApi):
@@ -141,6 +147,16 @@ class SubagentControl(HandleApi, SpendApi, ApprovalApi):
         approval_grace_s: How long a child's run waits for an approval answer holding its
             thread before it parks (SPEC §11): the run ends, its Task stays
             ``input_required``, and the answer continues it from the store, in any runtime.
+        recover: Carry on the running Tasks of runtimes that ended (crashed, lost their
+            lease, or closed) in this runtime, same Task, same turn (SPEC §9 "Recovery"),
+            when it has the child's provider. False: settle them ``interrupted`` instead.
+        max_recoveries: How many times one Task's turn is recovered before the next end
+            of its runtime settles it ``interrupted`` (default
+            `controlplane._recovery.DEFAULT_MAX_RECOVERIES`).
+        provider_wait_s: How long a dead runtime's running Task whose provider this
+            runtime lacks is left running for a runtime that has it, counted from the dead
+            runtime's end; then this runtime settles it ``interrupted``, naming the
+            provider it waited for.
     """
 
     def __init__(
@@ -162,6 +178,9 @@ class SubagentControl(HandleApi, SpendApi, ApprovalApi):
         max_tool_rounds: int | None = DEFAULT_MAX_TOOL_ROUNDS,
         concurrency: Mapping[str, int] | None = None,
         approval_grace_s: float = DEFAULT_APPROVAL_GRACE_S,
+        recover: bool = True,
+        max_recoveries: int = DEFAULT_MAX_RECOVERIES,
+        provider_wait_s: float = PROVIDER_WAIT_S,
     ) -> None:
         # First: a bad price, budget or limit is refused before anything is built.
         spend = SpendOptions.checked(
@@ -180,6 +199,8 @@ class SubagentControl(HandleApi, SpendApi, ApprovalApi):
             recent_tasks=recent_tasks,
         )
         grace_s = check_grace(approval_grace_s)
+        check_recovery(recover, max_recoveries)
+        check_option("provider_wait_s", seconds_problem(provider_wait_s))
         self._store = store
         self._prices = spend.prices
         self._close_timeout_s = close_timeout_s
@@ -240,6 +261,14 @@ class SubagentControl(HandleApi, SpendApi, ApprovalApi):
             )
             self._tasks.add_notices(self._approvals.notices)
             self._tasks.add_approvals(self._approvals.requests, self._approvals.kill_parked)
+        self._recovery: Recovery | None = None
+        if store is not None and self._runtime is not None:
+            self._recovery = Recovery(
+                store, self._runtime, self.providers,
+                enabled=recover, max_recoveries=max_recoveries,
+                provider_wait_s=provider_wait_s,
+            )  # fmt: skip
+            self._runtime.recovery = self._recovery
         self.agents.on_dispose(self._kill_tasks_of)
         self._root: RootActorProxy | None = None
         self._passivator: Passivator | None = None
@@ -252,11 +281,17 @@ class SubagentControl(HandleApi, SpendApi, ApprovalApi):
                 budgets=self._budgets,
                 admission=self._admission,
                 approvals=self._approvals,
+                hands_over=recover,
             )  # fmt: skip
             self._root = RootActorProxy(RootActor.start(context, self._routes))
             if passivate_after_s is not None:
                 self._passivator = Passivator(self._root.ref, passivate_after_s)
+            if self._recovery is not None:  # carries dead runtimes' Tasks on, from the sweep
+                self._recovery.start(self._recover_here)
             self._heartbeat.start()  # recovers what a crash left before the first send
+            # Providers are registered after `open`: each one may let this runtime carry
+            # on Tasks the first sweep had to leave.
+            self.providers.on_register(lambda _name: self._sweep_soon())
             self._router.start()  # serves other runtimes' messages, now that the actors exist
             if self._admission is not None:  # decides and adopts, now that the actors exist
                 self._admission.start(self._spawn_adopted)
@@ -564,6 +599,21 @@ class SubagentControl(HandleApi, SpendApi, ApprovalApi):
     def _spawn_adopted(self, plan: ActivationPlan) -> None:
         """Start a queued Task adopted from a dead runtime (`Admission`)."""
         self._require_store().spawn_child(SpawnChild(plan=plan))
+
+    def _sweep_soon(self) -> None:
+        if self._heartbeat is not None and not self._closed:
+            self._heartbeat.sweep_soon()
+
+    def _recover_here(self, task: TaskSnapshot, fence: int, recovery: int) -> None:
+        """Start a running Task taken over from a runtime that ended, its child claimed
+        here already (`controlplane._recovery.RecoverHere`): same Task, same turn."""
+        assert task.child_id is not None
+        parent = AgentHandle(self.agents, task.owner_session, model=None, depth=0)
+        send = SendMessage(
+            parent=parent, message=(), source=_RECOVERY_SOURCE, continues=task.id,
+            recovered=(task.model_copy(update={"recoveries": recovery}), fence, recovery),
+        )  # fmt: skip
+        self._route(task.child_id, send)
 
     def _kill_here(self, task_id: str, reason: str) -> bool:
         """Abort a Task of this runtime whose kill another runtime forwarded (the router's

@@ -49,6 +49,7 @@ from controlplane.contract import RuntimeInfo, SubagentControlError, TaskSnapsho
 from controlplane.telemetry import log_lifecycle
 
 if TYPE_CHECKING:
+    from controlplane._recovery import Recovery
     from controlplane._tasks import TaskService
     from persistence import LeaseNow, Settlement, SqlStore
 
@@ -98,6 +99,9 @@ class Runtime:
         self.register()
         self.renewals = Renewals(lease_ttl_s)
         """This runtime's own renewals: when it may take another's lapsed lease for death."""
+        self.recovery: Recovery | None = None
+        """Who carries dead runtimes' running Tasks on (SPEC §9 "Recovery"); None: the
+        sweep settles them ``interrupted``."""
 
     def register(self) -> None:
         """Write this runtime's row, its heartbeat fresh, unless it exists (even closed)."""
@@ -119,7 +123,10 @@ class Runtime:
             return 0
         settled = 0
         for task in self._store.ledger.running(list(dead)):
-            settled += self.interrupt(task, dead[task.runtime_id or ""])
+            runtime = dead[task.runtime_id or ""]
+            if self.recovery is not None and self.recovery.take(task, runtime):
+                continue  # carried on here, or left for a runtime that has its provider
+            settled += self.interrupt(task, runtime)
         return settled
 
     def sweep_queued(self) -> int:
@@ -218,6 +225,11 @@ class Runtime:
         """Whether ``runtime`` is dead, judged now (`_is_dead`)."""
         return self._is_dead(runtime, self._store.ledger.suspects()[0])
 
+    def judge(self, runtime: RuntimeInfo, now: LeaseNow) -> bool:
+        """Whether ``runtime`` is dead at ``now`` (`_is_dead`; the store's claims call it
+        under the child's lock)."""
+        return self._is_dead(runtime, now)
+
     def _is_dead(self, runtime: RuntimeInfo, now: LeaseNow) -> bool:
         """Closed, its process gone, or its lease lapsed while this runtime could have seen
         it renewed. A lapse this runtime cannot vouch for (its own renewals broke within
@@ -267,6 +279,7 @@ class Heartbeat:
         self._tasks = tasks
         self._lease_ttl_s = runtime.lease_ttl_s
         self._stopped = threading.Event()
+        self._wake = threading.Event()  # set: sweep now (and by `close`: stop)
         self._thread: threading.Thread | None = None
         self.lease = OwnLease(
             runtime.id, runtime.lease_ttl_s, runtime.renewals, tasks.fence,
@@ -301,6 +314,7 @@ class Heartbeat:
         """
         runtime_id = self._runtime.id
         self._stopped.set()
+        self._wake.set()
         self.lease.stop()
         self._renewer.stop(self._lease_ttl_s * ATTEMPT_BOUND)
         if self._thread is not None:
@@ -317,10 +331,25 @@ class Heartbeat:
             except SubagentControlError as exc:
                 log.warning("runtime %s: could not record its close (%s)", runtime_id, exc.message)
 
+    def sweep_soon(self) -> None:
+        """Sweep at once, not at the next renewal (a provider was registered: its dead
+        runtimes' Tasks can be carried on here now)."""
+        self._wake.set()
+
     def _run(self) -> None:
         period = self._lease_ttl_s / 3
         due = time.monotonic() + period
-        while not self._stopped.wait(max(0.0, due - time.monotonic())):
+        # A wake (a provider registered, or close) sweeps at once; the flush and the full
+        # sweep keep their period. Renewals run on their own threads (`Renewer`).
+        while True:
+            woken = self._wake.wait(max(0.0, due - time.monotonic()))
+            if self._stopped.is_set():
+                return
+            if woken:
+                self._wake.clear()
+                self._sweep_now()
+                if time.monotonic() < due:
+                    continue
             due = time.monotonic() + period
             try:
                 with self._store.deadline(self._lease_ttl_s):
@@ -336,6 +365,15 @@ class Heartbeat:
                             self._runtime.id, exc.message)  # fmt: skip
             except Exception:  # a bug here must not end the sweep: others would sweep us
                 log.exception("runtime %s: flush or sweep failed", self._runtime.id)
+
+    def _sweep_now(self) -> None:
+        try:
+            with self._store.deadline(self._lease_ttl_s):
+                self._runtime.sweep()
+        except SubagentControlError as exc:
+            log.warning("runtime %s: sweep failed (%s)", self._runtime.id, exc.message)
+        except Exception:  # a bug here must not end the heartbeat
+            log.exception("runtime %s: sweep failed", self._runtime.id)
 
     def _renew(self, bound_s: float) -> bool:
         """One renewal of this runtime's lease, within ``bound_s``: whether its row is

@@ -285,6 +285,7 @@ class TaskBook:
             runtime_id=self._runtime_id,
             created_at=task.created_at,
             fence=fence,
+            recoveries=task.recoveries,
             **state,
         )
         if entry.request is not None:

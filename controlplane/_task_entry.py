@@ -77,6 +77,8 @@ class TaskEntry:
     # Its run parked: gone from this runtime, the Task goes on in the store (a kill that
     # found it live just before must settle it there).
     parked: bool = False
+    # How many times its turn was carried on after its runtime ended (SPEC §9).
+    recoveries: int = 0
     outcome: TaskOutcome | None = None
     settled_at: datetime | None = None
     usage: Usage = field(default_factory=Usage.zero)  # its turn's, once settled
@@ -157,6 +159,7 @@ class TaskEntry:
             queued_at=self.queued_at,
             admitted_at=self.admitted_at,
             request=self.request if self.outcome is None else None,
+            recoveries=self.recoveries,
         )
 
 

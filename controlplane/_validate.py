@@ -86,6 +86,14 @@ def check_options(
     check_option("recent_tasks", count_problem(recent_tasks, at_least=0))
 
 
+def check_recovery(recover: object, max_recoveries: object) -> None:
+    """``recover`` (a bool) and ``max_recoveries`` (a count, 0 or more): ``INVALID_INPUT``
+    naming the first that is off."""
+    if not isinstance(recover, bool):
+        check_option("recover", f"must be True or False, not {recover!r}")
+    check_option("max_recoveries", count_problem(max_recoveries, at_least=0))
+
+
 def check_start_spec(spec: object) -> ContinuableStartSpec:
     """The start's argument, if it is a `ContinuableStartSpec` (``INVALID_INPUT`` if not)."""
     if not isinstance(spec, ContinuableStartSpec):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 
 from persistence._approvals import Answered, ApprovalBook, StoredRequest, WaitingRequest
+from persistence._claims import Recovered
 from persistence._host_clock import LeaseNow, boot_id, host_name, is_expired
 from persistence._inbox import Inbox, InboxItem, Listener
 from persistence._ledger import TaskLedger
@@ -34,6 +35,7 @@ __all__ = [
     "Listener",
     "QueueHead",
     "QueuePlace",
+    "Recovered",
     "RetryPolicy",
     "ScopeSpend",
     "Settlement",

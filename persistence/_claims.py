@@ -22,6 +22,7 @@ from controlplane.contract import (
     ClaimConflict,
     ErrorCode,
     EventKind,
+    MessageSource,
     NewEvent,
     ParkedTask,
     RuntimeInfo,
@@ -41,10 +42,35 @@ from persistence._turn_usage import turn_usage, usage_column
 if TYPE_CHECKING:
     from persistence._store import SqlStore
 
-__all__ = ["ClaimStatements", "Claims", "IsDead"]
+__all__ = ["RECOVERED", "ClaimStatements", "Claims", "IsDead", "Recovered"]
 
 IsDead = Callable[[RuntimeInfo, LeaseNow], bool]
 """Whether a runtime is dead at a given time (decided by the caller, which knows its host)."""
+
+RECOVERED = EventKind.TASK_RECOVERED
+
+
+@dataclass(frozen=True, slots=True)
+class Recovered:
+    """What `Claims.recover` did: the new fencing number (None: nothing taken), how many
+    times the Task has been recovered in its turn, and whether it was settled
+    ``interrupted`` here because that reached the limit."""
+
+    fence: int | None
+    recoveries: int
+    exhausted: bool = False
+    unframed: bool = False
+    """Nothing taken because the Task never wrote its turn's frame (its runtime ended
+    between the claim and the frame): there is no turn to go on in."""
+
+
+def _recoveries_in(rows: list[Any], task_id: str) -> int:
+    """How many ``task/recovered`` events of ``task_id`` the open rows hold."""
+    count = 0
+    for _seq, _turn, kind, data, *_rest in rows:
+        if kind == RECOVERED and data and from_json(data).get("task_id") == task_id:
+            count += 1
+    return count
 
 
 class Claims:
@@ -102,6 +128,12 @@ class Claims:
         def op(_attempt: int) -> bool:
             with self._s._db.cursor(write=True) as cursor:
                 last = self._tail_or_none(cursor, task.child_id)
+                if task.runtime_id is not None and not self._runs_in(
+                    cursor, task.id, task.runtime_id
+                ):
+                    # Carried on by another runtime since (recovered, SPEC §9): the runtime
+                    # judged dead, or this one fenced, has nothing left to settle.
+                    return False
                 if self._parkable(cursor, task.id):
                     # Its run waited for (or had just been given) an approval answer: the
                     # Task goes on in whichever runtime continues it, not interrupted.
@@ -274,6 +306,106 @@ class Claims:
 
         return self._s._run(f"continue task {task_id}", op)
 
+    def recover(self, task_id: str, child_id: str, runtime_id: str, *, is_dead: IsDead,
+                limit: int) -> Recovered:  # fmt: skip
+        """Take over a running Task whose runtime is dead (crashed, closed, or its lease
+        lapsed), so that ``runtime_id`` runs it on: same Task, same turn (SPEC §9
+        "Recovery"). In one transaction under the child's lock: a ``task/recovered`` event
+        is written into the turn the Task opened, the Task's row names ``runtime_id``, and
+        the child's claim is ``runtime_id``'s with a new fencing number (the dead runtime
+        can never write again). A Task recovered ``limit`` times already in this turn is
+        settled ``interrupted`` instead, saying so, and its turn closed.
+
+        Returns:
+            `Recovered`: the new fencing number and how many times the Task has been
+            recovered (this one included); or ``fence=None`` when there is nothing to take
+            here (a live runtime holds it, it settled, it waits on an approval request,
+            or it opened no turn), with ``exhausted`` true when it was settled here.
+        """
+
+        def op(_attempt: int) -> Recovered:
+            with self._s._db.cursor(write=True) as cursor:
+                last = self._tail_or_none(cursor, child_id)  # the child's lock
+                claim = self.claim_of(cursor, child_id)
+                if last is None or claim is None or claim[1] != task_id:
+                    return Recovered(None, 0)
+                holder, _task, fence = claim
+                if holder is None or holder == runtime_id:
+                    return Recovered(None, 0)
+                info = self._runtime_row(cursor, holder)
+                if info is not None and not is_dead(info, self._db_now(cursor)):
+                    return Recovered(None, 0)
+                cursor.execute(self._s._claim_sql.task_status, (task_id,))
+                row = cursor.fetchone()
+                if row is None or row[0] != _RUNNING or self._parkable(cursor, task_id):
+                    return Recovered(None, 0)
+                turn, rows = self._open_turn_of(cursor, child_id, task_id)
+                if turn is None:  # no frame of its own: nothing to go on from
+                    return Recovered(None, 0, unframed=True)
+                done = _recoveries_in(rows, task_id)
+                if done >= limit:
+                    detail = (
+                        f"interrupted: its runtime ended {done + 1} times during this turn "
+                        f"(recovered {done} times, the limit is {limit}); the turn was not "
+                        "carried on again. Send the child a message to continue it"
+                    )
+                    outcome = TaskOutcome(status=TaskStatus.INTERRUPTED, detail=detail)
+                    settled = self._interrupt_in(
+                        cursor, task_id, child_id, last, (task_id, outcome, utcnow())
+                    )
+                    exhausted = Recovered(None, done, exhausted=settled)
+                else:
+                    data = {"task_id": task_id, "runtime_id": runtime_id,
+                            "from_runtime": holder, "recovery": done + 1}  # fmt: skip
+                    (pending,) = prepare_events([NewEvent(kind=RECOVERED, turn=turn, data=data)])
+                    cursor.execute(
+                        self._s._sql.insert,
+                        (child_id, last[0] + 1, turn, pending.kind, pending.data_json, None,
+                         self._s._batch(), self._s._stamp(utcnow())),
+                    )  # fmt: skip
+                    cursor.execute(self._s._claim_sql.recovered, (runtime_id, done + 1, task_id))
+                    cursor.execute(
+                        self._s._claim_sql.claim, (runtime_id, task_id, fence + 1, child_id)
+                    )
+                    exhausted = Recovered(fence + 1, done + 1)
+            self._s._committed()
+            return exhausted
+
+        return self._s._run(f"recover task {task_id}", op)
+
+    def steer_parked(
+        self, task_id: str, child_id: str, data: dict[str, Any], source: MessageSource
+    ) -> bool:
+        """Write a ``steering/message`` (``data``, ``source``) into the open turn of
+        ``task_id``, parked on an approval request (its claim holds no runtime), in one
+        transaction under the child's lock: the runtime that continues it reads it with
+        the turn. False, writing nothing, when the Task is not parked there any more (a
+        runtime continues it, or it settled)."""
+
+        def op(_attempt: int) -> bool:
+            with self._s._db.cursor(write=True) as cursor:
+                last = self._tail_or_none(cursor, child_id)  # the child's lock
+                claim = self.claim_of(cursor, child_id)
+                if last is None or claim is None or claim[0] is not None or claim[1] != task_id:
+                    return False
+                if not self._parkable(cursor, task_id):
+                    return False
+                turn, _rows = self._open_turn_of(cursor, child_id, task_id)
+                if turn is None:
+                    return False
+                event = NewEvent(kind=EventKind.STEERING_MESSAGE, turn=turn, data=data,
+                                 source=source)  # fmt: skip
+                (pending,) = prepare_events([event])
+                cursor.execute(
+                    self._s._sql.insert,
+                    (child_id, last[0] + 1, turn, pending.kind, pending.data_json,
+                     pending.source_json, self._s._batch(), self._s._stamp(utcnow())),
+                )  # fmt: skip
+            self._s._committed()
+            return True
+
+        return self._s._run(f"steer parked task {task_id}", op)
+
     def settle_parked(self, settlement: Settlement, *, is_dead: IsDead) -> bool:
         """Settle a Task that waits on an approval request with no live run — parked, or
         left waiting by a dead runtime — closing its open turn with a ``turn/end`` of the
@@ -329,6 +461,13 @@ class Claims:
             return True
 
         return self._s._run(f"park the claim of task {task_id}", op)
+
+    def _runs_in(self, cursor: DBAPICursor, task_id: str, runtime_id: str) -> bool:
+        """Whether the Task's row still names ``runtime_id`` (a missing row: yes, nothing
+        moved it)."""
+        cursor.execute(self._s._claim_sql.task_runtime, (task_id,))
+        row = cursor.fetchone()
+        return row is None or row[0] == runtime_id
 
     def _parkable(self, cursor: DBAPICursor, task_id: str) -> bool:
         """Whether a Task waits on an approval request whose run can be continued."""
@@ -439,6 +578,8 @@ class ClaimStatements:
     task_status: str
     task_child: str
     """A Task's child id (takes the Task id)."""
+    task_runtime: str
+    """The runtime a Task's row names (takes the Task id)."""
     admit: str
     claim_of: str
     """A child's claim (runtime, Task, fencing number), read under the child's lock."""
@@ -452,6 +593,9 @@ class ClaimStatements:
     """A waiting Task's row names the runtime that continues it (takes runtime, Task id)."""
     park: str
     """Park a child's claim: no runtime, its Task kept (takes child id, Task id)."""
+    recovered: str
+    """A running Task taken over: its runtime and recovery count (takes runtime, count,
+    Task id)."""
 
     @classmethod
     def build(cls, p: str, *, row_locks: bool) -> ClaimStatements:
@@ -461,6 +605,7 @@ class ClaimStatements:
         return cls(
             task_status=f"SELECT status FROM {TASKS} WHERE task_id = {p}",
             task_child=f"SELECT child_id FROM {TASKS} WHERE task_id = {p}",
+            task_runtime=f"SELECT runtime_id FROM {TASKS} WHERE task_id = {p}",
             admit=TaskStatements.build(p).admit,
             # Not FOR UPDATE: the events' foreign-key checks take KEY SHARE on this row.
             claim_of=claim_of + " FOR NO KEY UPDATE" if row_locks else claim_of,
@@ -484,6 +629,10 @@ class ClaimStatements:
             moved=(
                 f"UPDATE {TASKS} SET runtime_id = {p} WHERE task_id = {p} "
                 f"AND status IN ('{_INPUT}', '{_RUNNING}')"
+            ),
+            recovered=(
+                f"UPDATE {TASKS} SET runtime_id = {p}, recoveries = {p} WHERE task_id = {p} "
+                f"AND status = '{_RUNNING}'"
             ),
             park=(
                 f"UPDATE {CHILDREN} SET claim_runtime = NULL, fence = fence + 1 "

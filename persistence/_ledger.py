@@ -66,8 +66,15 @@ class TaskLedger:
     def without_spend(self) -> None:
         """Read a store older than version 7 as it is: its Task rows have no ``spend``
         (they read as spending nothing)."""
-        self._sql = TaskStatements.build(self._db.sql.placeholder, spend=False)
-        self._columns = [column for column in self._columns if column.name != "spend"]
+        self._sql = TaskStatements.build(self._db.sql.placeholder, spend=False, recoveries=False)
+        self._columns = [c for c in self._columns if c.name not in ("spend", "recoveries")]
+
+    def without_recoveries(self) -> None:
+        """Read a store older than version 11 as it is: its Task rows have no
+        ``recoveries`` (they read as never recovered)."""
+        if any(column.name == "spend" for column in self._columns):
+            self._sql = TaskStatements.build(self._db.sql.placeholder, recoveries=False)
+        self._columns = [c for c in self._columns if c.name != "recoveries"]
 
     # -- runtimes --------------------------------------------------------------------
 

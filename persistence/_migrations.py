@@ -130,6 +130,19 @@ def _add_task_spend(conn: Connection) -> None:
 _ADD_TASK_SPEND: Final = f"ALTER TABLE {TASKS} ADD COLUMN spend TEXT"
 
 
+def _add_task_recoveries(conn: Connection) -> None:
+    """Version 12: a Task row counts how many times its turn was recovered by another
+    runtime (SPEC §9 "Recovery"); Tasks before read as never recovered."""
+    present = {column["name"] for column in inspect(conn).get_columns(TASKS)}
+    if "recoveries" not in present:
+        conn.execute(text(_ADD_TASK_RECOVERIES))
+
+
+_ADD_TASK_RECOVERIES: Final = (
+    f"ALTER TABLE {TASKS} ADD COLUMN recoveries INTEGER NOT NULL DEFAULT 0"
+)
+
+
 def _add_spend(conn: Connection) -> None:
     """Version 8: budgets (SPEC §11). What each scope spent, its budget, and the soft
     notices, in tables of their own; the usage already in transcripts is not counted again
@@ -180,6 +193,7 @@ _MIGRATIONS: dict[int, Migration] = {
     8: _add_admissions,
     9: _add_approvals,
     10: _add_console_reads,
+    11: _add_task_recoveries,
 }
 """``_MIGRATIONS[n]`` upgrades a version-``n`` store to version ``n + 1``."""
 

@@ -41,6 +41,7 @@ __all__ = [
     "NEWEST_TASK_INDEX",
     "NEWEST_TASK_SINCE",
     "NOTICE_PENDING",
+    "RECOVERIES_SINCE",
     "RUNNING_TASK",
     "RUNTIMES",
     "SCHEMA_VERSION",
@@ -69,7 +70,7 @@ __all__ = [
     "utc_time",
 ]
 
-SCHEMA_VERSION: Final = 11
+SCHEMA_VERSION: Final = 12
 """The version this code writes. Bump it with a migration in `persistence._migrations`."""
 SEGMENTS_SINCE: Final = 3
 """The first version with sealed segments: an older store, read as it is, has none."""
@@ -82,6 +83,9 @@ header: an older store, read as it is, is scanned, and its children show none.""
 NEWEST_TASK_INDEX: Final = "ix_subagent_tasks_newest"
 """Each child's Tasks by time: a child's newest Task, and its Tasks newest first, are read
 from it (the console, SPEC §13)."""
+RECOVERIES_SINCE: Final = 12
+"""The first version whose Task rows count their recoveries (SPEC §9): an older store,
+read as it is, has none (its Tasks read as never recovered)."""
 
 CHILDREN: Final = "subagent_children"
 EVENTS: Final = "subagent_events"
@@ -333,6 +337,9 @@ tasks_table: Final = Table(
     # What the Task's turn spent (a `Usage`'s stored JSON), written with its settlement
     # (`persistence._turn_usage`); NULL while running, and for nothing spent.
     _json("spend", nullable=True),
+    # How many times another runtime took the running Task over after its own ended
+    # (SPEC §9 "Recovery"), grown in the transaction that takes it over.
+    _counter("recoveries", Integer),
     Index("ix_subagent_tasks_owner", "owner_session", "created_at"),
     Index(NEWEST_TASK_INDEX, "child_id", "created_at", "task_id"),
 )

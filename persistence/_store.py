@@ -17,6 +17,7 @@ from controlplane.contract import (
     ChildMeta,
     ErrorCode,
     LoadedSession,
+    MessageSource,
     NewEvent,
     SessionEvent,
     SubagentControlError,
@@ -27,7 +28,7 @@ from controlplane.contract import (
 from persistence._appends import Appends, not_found
 from persistence._approvals import ApprovalBook
 from persistence._backend import LOCK_TIMEOUT_S, STATEMENT_TIMEOUT_S, ConnectionSettings
-from persistence._claims import Claims, ClaimStatements, IsDead
+from persistence._claims import Claims, ClaimStatements, IsDead, Recovered
 from persistence._codec import (
     check_child_id,
     construct,
@@ -47,6 +48,7 @@ from persistence._queue import AdmissionQueue
 from persistence._retry import Retrier, RetryListener, RetryPolicy
 from persistence._schema import (
     NEWEST_TASK_SINCE,
+    RECOVERIES_SINCE,
     SCHEMA_VERSION,
     SEGMENTS_SINCE,
     SPEND_SINCE,
@@ -406,6 +408,8 @@ class SqlStore:
         self._version = version
         if version < SEGMENTS_SINCE:
             self._sql = self._db.sql.without_segments()
+        if version < RECOVERIES_SINCE:
+            self.ledger.without_recoveries()
         if version < SPEND_SINCE:
             self.ledger.without_spend()
         if version < NEWEST_TASK_SINCE:
@@ -440,6 +444,24 @@ class SqlStore:
         if self._read_only:
             raise _read_only(f"park task {task_id}")
         return self._claims.release_waiting(task_id, child_id, runtime_id)
+
+    def recover(
+        self, task_id: str, child_id: str, runtime_id: str, *, is_dead: IsDead, limit: int
+    ) -> Recovered:
+        """Take a dead runtime's running Task over, so that ``runtime_id`` runs it on in
+        its turn (see `persistence._claims.Claims.recover`)."""
+        if self._read_only:
+            raise _read_only(f"recover task {task_id}")
+        return self._claims.recover(task_id, child_id, runtime_id, is_dead=is_dead, limit=limit)
+
+    def steer_parked(
+        self, task_id: str, child_id: str, data: dict[str, Any], source: MessageSource
+    ) -> bool:
+        """Write a ``steering/message`` into the open turn of a parked Task (see
+        `persistence._claims.Claims.steer_parked`)."""
+        if self._read_only:
+            raise _read_only(f"steer task {task_id}")
+        return self._claims.steer_parked(task_id, child_id, data, source)
 
     def settle_parked(self, settlement: Settlement, *, is_dead: IsDead) -> bool:
         """Settle a Task parked on an approval request, with its turn's end (see

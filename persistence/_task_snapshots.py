@@ -18,15 +18,23 @@ from persistence._codec import construct
 from persistence._schema import utc_time
 from persistence._turn_usage import stored_usage
 
-__all__ = ["TASK_COLUMNS", "TASK_COLUMNS_BEFORE_SPEND", "snapshot_of", "snapshot_of_columns"]
+__all__ = [
+    "TASK_COLUMNS",
+    "TASK_COLUMNS_BEFORE_RECOVERIES",
+    "TASK_COLUMNS_BEFORE_SPEND",
+    "snapshot_of",
+    "snapshot_of_columns",
+]
 
 TASK_COLUMNS = (
     "task_id, label, owner_session, child_id, runtime_id, status, output, detail, code, "
-    "created_at, settled_at, spend"
+    "created_at, settled_at, spend, recoveries"
 )
 """What a Task's snapshot is built from, in `snapshot_of_columns`'s order (``kind`` is
 always ``subagent``)."""
-TASK_COLUMNS_BEFORE_SPEND = TASK_COLUMNS.removesuffix(", spend")
+TASK_COLUMNS_BEFORE_RECOVERIES = TASK_COLUMNS.removesuffix(", recoveries")
+"""The same, for a store older than version 11 read as it is (no ``recoveries``)."""
+TASK_COLUMNS_BEFORE_SPEND = TASK_COLUMNS_BEFORE_RECOVERIES.removesuffix(", spend")
 """The same, for a store older than version 7 read as it is (no ``spend`` column)."""
 
 
@@ -36,6 +44,7 @@ def snapshot_of(row: Row[Any]) -> TaskSnapshot:
         row.task_id, row.label, row.owner_session, row.child_id, row.runtime_id, row.status,
         row.output, row.detail, row.code, row.created_at, row.settled_at,
         getattr(row, "spend", None),  # a store older than version 7, read as it is: none
+        getattr(row, "recoveries", 0),  # older than version 11: never recovered
     )  # fmt: skip
 
 
@@ -52,6 +61,7 @@ def snapshot_of_columns(
     created_at: object,
     settled_at: object,
     spend: object = None,
+    recoveries: object = 0,
 ) -> TaskSnapshot:
     """A Task's `TASK_COLUMNS` as its frozen snapshot, built without validation: every
     value comes from a row this store wrote from a validated snapshot
@@ -91,6 +101,7 @@ def snapshot_of_columns(
             "admitted_at": None,
             # Filled in from the approval requests by whoever shows a waiting Task.
             "request": None,
+            "recoveries": int(recoveries) if isinstance(recoveries, int) else 0,
         },
         _SNAPSHOT_SET,
     )

@@ -19,7 +19,11 @@ from sqlalchemy.engine.interfaces import DBAPICursor
 
 from controlplane.contract import TaskOutcome, TaskSnapshot, TaskStatus
 from persistence._schema import CHILDREN, TASKS
-from persistence._task_snapshots import TASK_COLUMNS, TASK_COLUMNS_BEFORE_SPEND
+from persistence._task_snapshots import (
+    TASK_COLUMNS,
+    TASK_COLUMNS_BEFORE_RECOVERIES,
+    TASK_COLUMNS_BEFORE_SPEND,
+)
 
 __all__ = [
     "Fence",
@@ -75,15 +79,17 @@ class TaskStatements:
     """One Task's `TASK_COLUMNS`, by id."""
 
     @classmethod
-    def build(cls, p: str, *, spend: bool = True) -> TaskStatements:
+    def build(cls, p: str, *, spend: bool = True, recoveries: bool = True) -> TaskStatements:
         """The statements with placeholder ``p``; without the ``spend`` column for a store
-        older than version 7, read as it is."""
+        older than version 7, without ``recoveries`` for one older than 11, read as it is."""
         return cls(
             admit=(
                 f"INSERT INTO {TASKS} (task_id, kind, label, owner_session, child_id, "
                 f"runtime_id, status, created_at) VALUES ({p}, {p}, {p}, {p}, {p}, {p}, {p}, {p})"
             ),
             task=f"SELECT {TASK_COLUMNS} FROM {TASKS} WHERE task_id = {p}"
+            if spend and recoveries
+            else f"SELECT {TASK_COLUMNS_BEFORE_RECOVERIES} FROM {TASKS} WHERE task_id = {p}"
             if spend
             else f"SELECT {TASK_COLUMNS_BEFORE_SPEND} FROM {TASKS} WHERE task_id = {p}",
         )

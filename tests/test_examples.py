@@ -157,3 +157,16 @@ def test_observe_draws_one_turn_s_trace_with_the_model_and_tool_spans_under_the_
     assert "      execute_tool lookup\n        lookup (the tool's own span)" in tree
     assert "      chat scripted-1  (error.type=CANCELLED)" in tree
     assert "  subagent.kill" in tree
+
+
+@pytest.mark.timeout(150)
+def test_a_console_without_providers_steers_and_answers_and_a_closed_worker_hands_over(
+    tmp_path: Path,
+) -> None:
+    out = run_example("worker_and_console.py", "--db", f"sqlite:///{tmp_path}/state.db")
+
+    assert "console: steered into task" in out
+    assert "completed: 'deployed, and checked the logs'" in out
+    assert "deploy ran 1 time(s)" in out
+    assert "the turn is handed over" in out
+    assert "completed (recovered 1 time)" in out

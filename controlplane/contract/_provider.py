@@ -163,6 +163,13 @@ class ProviderRegistry:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._providers: dict[str, SubagentProvider] = {}
+        self._listeners: list[Callable[[str], None]] = []
+
+    def on_register(self, listener: Callable[[str], None]) -> None:
+        """Call ``listener(name)`` after each registration (the runtime looks then for
+        Tasks this provider lets it carry on: SPEC §9 "Recovery"). It must not block."""
+        with self._lock:
+            self._listeners.append(listener)
 
     def register(self, provider: SubagentProvider) -> None:
         """Register (or replace) ``provider`` under ``provider.name``."""
@@ -173,6 +180,9 @@ class ProviderRegistry:
             )
         with self._lock:
             self._providers[name] = provider
+            listeners = list(self._listeners)
+        for listener in listeners:
+            listener(name)
 
     def get(self, name: str) -> SubagentProvider:
         """The provider registered as ``name``.

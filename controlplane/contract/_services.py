@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Final, Protocol
 
 from controlplane.contract._agents import AgentHandle
 from controlplane.contract._approval import ApprovalDesk, ApprovalRequest, ApprovalTranscript
-from controlplane.contract._content import TextBlock
+from controlplane.contract._content import MessageSource, TextBlock
 from controlplane.contract._descriptor import Descriptor
 from controlplane.contract._errors import ErrorCode, SubagentControlError
 from controlplane.contract._run_trace import RunTrace
@@ -303,6 +303,15 @@ class ApprovalPort(Protocol):
         Raises:
             SubagentControlError: ``UNKNOWN_PROVIDER`` when this runtime does not have the
                 child's provider (nothing claimed: a runtime that has it continues it)."""
+        ...
+
+    def steer_parked(
+        self, task_id: str, child_id: str, message: Sequence[TextBlock], source: MessageSource
+    ) -> bool:
+        """Write a message to a child whose Task waits parked into that Task's open turn
+        (``steering/message``), for the runtime that continues it, which has the child's
+        provider, to read (SPEC §9 "Work goes where the provider is"); whether it was
+        written (False: the Task is no longer parked: not delivered, retry)."""
         ...
 
 

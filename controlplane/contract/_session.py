@@ -41,6 +41,10 @@ class EventKind:
     TURN_END: Final = "turn/end"
     APPROVAL_REQUEST: Final = "approval/request"
     APPROVAL_ANSWER: Final = "approval/answer"
+    TASK_RECOVERED: Final = "task/recovered"
+    """A running Task's turn taken over by another runtime after its own ended (SPEC §9
+    "Recovery"): ``task_id``, ``runtime_id`` (carries it on), ``from_runtime``,
+    ``recovery`` (1, 2, …)."""
 
 
 class ChildMeta(BaseModel):

@@ -76,6 +76,8 @@ class TaskSnapshot(BaseModel):
             wait is the difference (or now minus ``queued_at`` while queued).
         request: While ``input_required``: the approval request its child waits on
             (``id``, ``tool``, ``arguments``; answer it with `SubagentControl.answer`).
+        recoveries: How many times another runtime carried its turn on after the
+            runtime running it ended (SPEC §9 "Recovery").
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -96,6 +98,7 @@ class TaskSnapshot(BaseModel):
     queued_at: datetime | None = None
     admitted_at: datetime | None = None
     request: ApprovalRequest | None = None
+    recoveries: int = 0
 
 
 class TaskNotice(BaseModel):

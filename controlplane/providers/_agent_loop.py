@@ -51,6 +51,7 @@ from controlplane.providers._approval_calls import (
     approved_call,
     continuation_of,
     taken_call,
+    waits_on_request,
 )
 from controlplane.providers._chat_history import (
     STEERING_SEEN,
@@ -454,6 +455,11 @@ class AgentLoopProvider:
         self._tools = tuple(tools)
         self._stop_timeout_s = stop_timeout_s
 
+    recovers_turns = True
+    """A turn whose runtime ended is carried on by another runtime from its events (SPEC
+    §9 "Recovery"): the loop runs in the runtime's process, and everything it did is in
+    the transcript."""
+
     @property
     def name(self) -> str:
         """The provider's key in the provider registry."""
@@ -488,8 +494,16 @@ class AgentLoopProvider:
         Raises:
             SubagentControlError: as for `start`.
         """
-        if request.open_turn:
+        if request.open_turn and waits_on_request(request.open_turn):
             return self._launch(request, signal, [])  # the history is read with its open turn
+        if request.open_turn:
+            # A turn recovered from a runtime that ended (SPEC §9 "Recovery"): its prompt,
+            # replies, results and steering are in its events; the calls it left open are
+            # answered as a resume's are, and the model is asked again.
+            events = [*request.events, *request.open_turn]
+            history, unanswered = resumed_history(self._opening(request), events)
+            seen = sum(1 for e in request.open_turn if e.kind == EventKind.STEERING_MESSAGE)
+            return self._launch(request, signal, history, unanswered, recovered_seen=seen)
         history, unanswered = resumed_history(self._opening(request), request.events)
         return self._launch(request, signal, history, unanswered)
 
@@ -503,6 +517,8 @@ class AgentLoopProvider:
         signal: CancelSignal,
         history: list[ChatMessage],
         unanswered: Sequence[UnansweredCall] = (),
+        *,
+        recovered_seen: int | None = None,
     ) -> AgentLoopRun:
         self._raise_if_cancelled(request, signal)
         # Filtered again at every activation: a resumed child sees what its descriptor allows.
@@ -510,7 +526,9 @@ class AgentLoopProvider:
         continuation: Continuation | None = None
         unread: list[ChatMessage] = []
         seen = 0
-        if isinstance(request, ResumeRequest) and request.open_turn:
+        if recovered_seen is not None:
+            seen = recovered_seen  # its prompt and steering are in the rebuilt history
+        elif isinstance(request, ResumeRequest) and request.open_turn:
             # A parked turn goes on (SPEC §11): its prompt is in its events, read with them.
             opened, unread, seen = open_turn_history([*request.events, *request.open_turn])
             if request.prompt:  # sent to it while it waited, written after its events

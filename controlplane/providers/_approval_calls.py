@@ -29,7 +29,14 @@ from controlplane.providers._chat_history import tool_call_data
 from controlplane.providers._child_tools import ChildTool, ToolOutcome, bounded, run_tool_call
 from controlplane.providers._model import ToolCall
 
-__all__ = ["Continuation", "Parked", "approved_call", "continuation_of", "taken_call"]
+__all__ = [
+    "Continuation",
+    "Parked",
+    "approved_call",
+    "continuation_of",
+    "taken_call",
+    "waits_on_request",
+]
 
 
 class Parked(Suspended):
@@ -108,6 +115,16 @@ def denied_text(answer: ApprovalAnswer) -> str:
     if answer.note:
         text += f": {answer.note}"
     return text
+
+
+def waits_on_request(open_turn: Sequence[SessionEvent]) -> bool:
+    """Whether an open turn waits on an approval request (a parked turn, continued by its
+    answer) rather than being one a runtime left mid-way (recovered, SPEC §9)."""
+    try:
+        continuation_of(open_turn)
+    except SubagentControlError:
+        return False
+    return True
 
 
 def continuation_of(open_turn: Sequence[SessionEvent]) -> Continuation:

@@ -508,11 +508,15 @@ def test_parked_children_hold_no_thread_the_count_is_flat_from_20_to_200(opened:
     assert len(waiting) == 200
 
 
-def test_a_runtime_without_the_childs_provider_answers_but_leaves_the_task_to_one_with_it(
+def test_a_runtime_without_the_childs_provider_steers_and_answers_and_one_with_it_goes_on(
     opened: Open, store_url: str
 ) -> None:
+    """SPEC §9 "Work goes where the provider is": a console (no providers) steering a
+    parked child is answered ``steered`` — the message written into the parked turn, once —
+    and its answer is taken; the worker that has the provider carries both out."""
     deploys = Deploys()
-    holder = opened(ScriptedModel([DEPLOY, "done"]), [deploys.tool], approval_grace_s=0.05)
+    model = ScriptedModel([DEPLOY, "done"])
+    holder = opened(model, [deploys.tool], approval_grace_s=0.05)
     parent = holder.agents.register("p1")
     child_id, task_id = start(holder, parent)
     request = asked(holder, parent, task_id).request
@@ -521,15 +525,24 @@ def test_a_runtime_without_the_childs_provider_answers_but_leaves_the_task_to_on
 
     with SubagentControl.open(store_url) as bare:  # a console: no providers
         console = bare.agents.register("p1")
-        with pytest.raises(SubagentControlError) as refused:
-            bare.send_message(console, child_id, [TextBlock(text="hi")],
-                              MessageSource(kind="human"))  # fmt: skip
-        assert refused.value.code is ErrorCode.UNKNOWN_PROVIDER  # not delivered, not failed
+        steered = bare.send_message(
+            console, child_id, [TextBlock(text="also check the logs")], MessageSource(kind="human")
+        )
+        assert (steered.route, steered.task_id) == ("steered", task_id)
         bare.answer(console, request.id, allow=True, source=MessageSource(kind="human"))
         # The holder's sweep continues it; the console never fails it.
         done = settled(holder, parent, task_id)
     assert done.status is TaskStatus.COMPLETED
     assert deploys.runs == [{"env": "prod"}]
+    assert holder.store is not None
+    events = holder.store.load(child_id).events
+    steers = [e for e in events if e.kind == EventKind.STEERING_MESSAGE]
+    assert [(e.data["text"], e.source.kind if e.source else None) for e in steers] == [
+        ("also check the logs", "human")
+    ]
+    assert steers[0].turn == events[-1].turn  # in the parked turn, which it then ended
+    # The continued run's model read it.
+    assert any("also check the logs" in m.text for m in model.calls[-1].messages)
 
 
 def test_a_person_answers_from_the_command_line_and_a_runtime_goes_on(

@@ -1,6 +1,9 @@
 """A Task whose runtime was SIGKILLed mid-turn is settled ``interrupted`` by the next
-runtime's sweep, and its usage is what its turn wrote before the kill (summed from the
-turn's events by the settling transaction), in every runtime after."""
+runtime's sweep when it does not recover it (``recover=False``), and its usage is what its
+turn wrote before the kill (summed from the turn's events by the settling transaction), in
+every runtime after. Recovered instead (SPEC §9), the turn's spend is counted once: what the
+dead runtime's calls wrote plus what the recovered run's calls wrote, in the Task and in
+the child's usage alike."""
 
 from __future__ import annotations
 
@@ -13,7 +16,14 @@ from pathlib import Path
 
 import pytest
 
-from controlplane import SubagentControl, TaskStatus, Usage
+from controlplane import (
+    InProcessProvider,
+    Price,
+    ScriptedModel,
+    SubagentControl,
+    TaskStatus,
+    Usage,
+)
 from tests.support import WAIT_S
 
 SCRIPT = Path(__file__).with_name("spend_child.py")
@@ -52,7 +62,7 @@ def test_a_killed_runtimes_task_is_swept_interrupted_with_what_its_turn_had_spen
 ) -> None:
     first_call = Usage(input_tokens=10, output_tokens=2, model_calls=1, cost=14.0)
     # Same host, its process gone: swept by this runtime as it opens.
-    with SubagentControl.open(store_url, lease_ttl_s=30.0) as control:
+    with SubagentControl.open(store_url, lease_ttl_s=30.0, recover=False) as control:
         swept = control.tasks.wait(killed["task_id"], timeout=WAIT_S, requester="sweep-parent")
         assert swept.status is TaskStatus.INTERRUPTED
         assert swept.usage == first_call
@@ -62,3 +72,21 @@ def test_a_killed_runtimes_task_is_swept_interrupted_with_what_its_turn_had_spen
 
     with SubagentControl.open(store_url) as later:
         assert later.tasks.get(killed["task_id"], requester="sweep-parent").usage == first_call
+
+
+def test_a_recovered_turn_counts_its_spend_once(store_url: str, killed: dict[str, str]) -> None:
+    first_call = Usage(input_tokens=10, output_tokens=2, model_calls=1, cost=14.0)
+    second = Usage(input_tokens=3, output_tokens=1, model_calls=1, cost=5.0)
+    price = {"m": Price(input=1_000_000, output=2_000_000)}
+    with SubagentControl.open(store_url, lease_ttl_s=30.0, prices=price) as control:
+        model = ScriptedModel(["done"], usage=Usage(input_tokens=3, output_tokens=1))
+        control.providers.register(InProcessProvider(model))
+        done = control.tasks.wait(killed["task_id"], timeout=WAIT_S, requester="sweep-parent")
+        assert done.status is TaskStatus.COMPLETED, done
+        assert done.recoveries == 1
+        total = first_call + second
+        assert done.usage == total
+        assert control.usage("sweep-parent", killed["child_id"]) == total
+
+    with SubagentControl.open(store_url) as later:
+        assert later.tasks.get(killed["task_id"], requester="sweep-parent").usage == total

@@ -4,6 +4,7 @@ A's child over once A's lease has lapsed.
 Usage:
     ``python tests/reliability/partition_child.py A URL LEASE_TTL_S LOG [TRIGGER]``
     ``python tests/reliability/partition_child.py B URL LEASE_TTL_S LOG CHILD_ID RUNTIME_ID``
+    ``python tests/reliability/partition_child.py S URL LEASE_TTL_S LOG CHILD_ID SECONDS``
 
 Every act of a child's provider is a line ``<role> <what> <monotonic time>`` in ``LOG``
 (the monotonic clock is the host's, shared by every process): A's child calls its model,
@@ -162,7 +163,9 @@ def run_a(url: str, lease_ttl_s: float, log: str, trigger: str | None = None) ->
 
 def run_b(url: str, lease_ttl_s: float, log: str, child_id: str, runtime_id: str) -> None:
     acts = Acts("B", log)
-    control = SubagentControl.open(url, lease_ttl_s=lease_ttl_s)
+    # Recovery off: B takes the child over with a message (the interrupted path the
+    # partition tests check), rather than carrying A's Task on from its sweep.
+    control = SubagentControl.open(url, lease_ttl_s=lease_ttl_s, recover=False)
     control.providers.register(InProcessProvider(Model(acts, "B")))
     parent = control.agents.register(PARENT)
     store = control.store
@@ -192,6 +195,34 @@ def run_b(url: str, lease_ttl_s: float, log: str, child_id: str, runtime_id: str
     control.close()
 
 
+def run_s(url: str, lease_ttl_s: float, log: str, child_id: str, seconds: str) -> None:
+    """A sender in another runtime (issue 36, break 1): it sends A's child a message every
+    50 ms, for at most ``seconds``, until one is taken, and never sends to children of its
+    own; prints ``SENT <json>`` (the route, how many were refused, the Task's end)."""
+    acts = Acts("S", log)
+    control = SubagentControl.open(url, lease_ttl_s=lease_ttl_s)
+    control.providers.register(InProcessProvider(Model(acts, "B")))
+    parent = control.agents.register(PARENT)
+    deadline = time.monotonic() + float(seconds)
+    pause = threading.Event()
+    refused = 0
+    sent = None
+    while sent is None and time.monotonic() < deadline:
+        try:
+            sent = control.send_message(parent, child_id, [text("from S")])
+        except SubagentControlError as exc:
+            if exc.code not in _NOT_YET:
+                raise
+            refused += 1
+            pause.wait(0.05)
+    result: dict[str, Any] = {"route": None, "refused": refused}
+    if sent is not None:
+        snap = control.tasks.wait(sent.task_id, timeout=lease_ttl_s * 3, requester=parent)
+        result.update(route=sent.route, status=snap.status.value)
+    print("SENT " + json.dumps(result), flush=True)
+    control.close()
+
+
 def text(value: str) -> TextBlock:
     return TextBlock(text=value)
 
@@ -203,6 +234,8 @@ def main() -> None:
     role, url, lease, log, *rest = sys.argv[1:]
     if role == "A":
         run_a(url, float(lease), log, *rest)
+    elif role == "S":
+        run_s(url, float(lease), log, *rest)
     else:
         run_b(url, float(lease), log, *rest)
     os._exit(0)  # A's stuck store threads (daemons) must not hold the exit

@@ -126,7 +126,9 @@ def test_a_runtime_without_limits_settles_a_dead_runtimes_queued_tasks_interrupt
     doomed.say("queue-start")
     _child, queued, _status = doomed.expect("queued ").split()
 
-    survivor = SubagentControl.open(url, lease_ttl_s=3.0)  # no limits: it cannot adopt
+    # No limits: it cannot adopt; recovery off: the held runs are settled, not left
+    # running for a runtime with their provider (SPEC §9 "Recovery").
+    survivor = SubagentControl.open(url, lease_ttl_s=3.0, recover=False)
     try:
         doomed.reap()
 

@@ -114,8 +114,8 @@ def test_a_task_killed_mid_turn_reads_interrupted_and_its_child_resumes_after_a_
     child.proc.wait(10)
 
     # Same host, same boot, its process gone: dead at once, not after its 30 s lease, and
-    # recovered by this runtime as it opens.
-    control = reopen(url, lease_ttl_s=30.0)
+    # settled by this runtime as it opens (recovery off: the interrupted path, SPEC §9).
+    control = reopen(url, lease_ttl_s=30.0, recover=False)
     try:
         parent = control.agents.register(PARENT)
         running = control.tasks.get(ready["running_task"], requester=parent)

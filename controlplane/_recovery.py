@@ -1,0 +1,187 @@
+"""Recovery (SPEC §9): a running turn outlives its runtime.
+
+When a runtime ends mid-turn — a crash, SIGKILL, a lost lease, or `close()` handing its
+work over — its running Tasks stay ``running`` in the store, each with its child's open
+turn. A live runtime that has the child's provider takes such a Task over from its sweep
+(`controlplane._runtime.Runtime.sweep`): in one transaction under the child's lock it writes
+a ``task/recovered`` event into the turn, names itself on the Task's row and takes the
+child's claim with a new fencing number (`persistence.SqlStore.recover`); then the child's
+supervisor here starts a *continued* activation of the same Task in the same turn, from
+its durable events (`ResumeRequest.open_turn`), exactly as an approval's answer continues
+a parked Task. The parent does nothing: `tasks.wait` keeps waiting, the Task stays
+``running``.
+
+What is not carried on, and why, is settled ``interrupted`` with its reason:
+
+- a Task recovered `DEFAULT_MAX_RECOVERIES` times in its turn (a child that keeps killing
+  its runtime): its next death ends it (`persistence._claims.Claims.recover`);
+- a Task whose provider cannot carry a turn on (`recovers_turns` false: an ACP agent's own
+  process died with its runtime), or a runtime opened with ``recover=False``;
+- a Task whose provider no live runtime has: it waits in the store, ``running``, for one
+  to open; once its runtime has been dead for `PROVIDER_WAIT_S` with nobody to take it,
+  any runtime settles it ``interrupted`` naming the provider it waited for;
+- a Task that never wrote its turn's frame (nothing durable to go on from).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import timedelta
+from typing import TYPE_CHECKING, Final
+
+from controlplane.contract import (
+    ErrorCode,
+    ProviderRegistry,
+    RuntimeInfo,
+    SubagentControlError,
+    TaskSnapshot,
+    fold_descriptor,
+)
+from controlplane.telemetry import log_lifecycle
+
+if TYPE_CHECKING:
+    from controlplane._runtime import Runtime
+    from persistence import SqlStore
+
+__all__ = ["DEFAULT_MAX_RECOVERIES", "PROVIDER_WAIT_S", "RecoverHere", "Recovery"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_RECOVERIES: Final = 3
+"""How many times one Task's turn is recovered, by default, before the next death of its
+runtime ends it ``interrupted`` (``max_recoveries=`` of `SubagentControl`)."""
+PROVIDER_WAIT_S: Final = 600.0
+"""How long past its dead runtime's end (its close, else its last heartbeat) a running
+Task whose provider no live runtime has waits for one to open, by default
+(``provider_wait_s=`` of `SubagentControl`), before a runtime without it settles it
+``interrupted``, naming the provider."""
+
+RecoverHere = Callable[[TaskSnapshot, int, int], None]
+"""Start the recovered Task here: ``recover_here(snapshot, fence, recovery)`` hands its
+child's supervisor the order (the child is already claimed for it)."""
+
+
+class Recovery:
+    """This runtime's side of recovery: whether and how to take a dead runtime's Task.
+
+    Args:
+        store: The shared store.
+        runtime: This runtime (its id, its judgement of the others).
+        providers: This runtime's providers: it carries on only Tasks whose child's
+            provider it has, and whose provider can carry a turn on.
+        enabled: False (``recover=False``): every Task it would take is settled
+            ``interrupted`` instead, as before recovery existed.
+        max_recoveries: How many recoveries one turn gets.
+        provider_wait_s: How long a Task whose provider this runtime lacks is left for one
+            that has it, past its dead runtime's end.
+    """
+
+    def __init__(
+        self,
+        store: SqlStore,
+        runtime: Runtime,
+        providers: ProviderRegistry,
+        *,
+        enabled: bool,
+        max_recoveries: int,
+        provider_wait_s: float = PROVIDER_WAIT_S,
+    ) -> None:
+        self._store = store
+        self._runtime = runtime
+        self._providers = providers
+        self.enabled = enabled
+        self.max_recoveries = max_recoveries
+        self.provider_wait_s = provider_wait_s
+        self._here: RecoverHere | None = None
+
+    def start(self, recover_here: RecoverHere) -> None:
+        """Take Tasks over from now on, starting them through ``recover_here``."""
+        self._here = recover_here
+
+    def take(self, task: TaskSnapshot, dead: RuntimeInfo | None) -> bool:
+        """Carry on ``task``, a running Task of the dead runtime ``dead``, if this runtime
+        can; whether it was dealt with (recovered here, settled at its limit, or left for a
+        runtime with its provider). False: the caller settles it ``interrupted``."""
+        if not self.enabled or self._here is None or task.child_id is None:
+            return False
+        try:
+            provider = self._provider_of(task.child_id)
+        except SubagentControlError as exc:
+            if exc.code is ErrorCode.CHILD_NOT_FOUND:
+                return False  # never published (SPEC §5: no resumable child): interrupted
+            # Unreadable now (the store is busy or out of reach): the next sweep looks again,
+            # within the provider wait.
+            return self._wait_for_provider(task, dead, "unknown (its transcript was unreadable)")
+        if provider is None:
+            return False
+        found = self._providers.get(provider) if provider in self._providers.names() else None
+        if found is None:
+            return self._wait_for_provider(task, dead, provider)
+        if not getattr(found, "recovers_turns", False):
+            return False
+        result = self._store.recover(
+            task.id, task.child_id, self._runtime.id,
+            is_dead=self._runtime.judge, limit=self.max_recoveries,
+        )  # fmt: skip
+        if result.exhausted:
+            log_lifecycle(
+                logging.WARNING, "recovery", child_id=task.child_id, task_id=task.id,
+                runtime_id=self._runtime.id, status="interrupted", dead_runtime=task.runtime_id,
+            )  # fmt: skip
+            return True
+        if result.unframed:
+            self._store.interrupt(
+                task,
+                f"interrupted: its runtime {task.runtime_id} ended before it wrote the "
+                "turn's message, so there was no turn to carry on; send the message again",
+            )
+            return True
+        if result.fence is None:
+            return False  # settled meanwhile, or not takeable: interrupt settles it, or not
+        log_lifecycle(
+            logging.WARNING, "recovery", child_id=task.child_id, task_id=task.id,
+            runtime_id=self._runtime.id, status="running", dead_runtime=task.runtime_id,
+        )  # fmt: skip
+        moved = task.model_copy(update={"runtime_id": self._runtime.id})
+        try:
+            self._here(moved, result.fence, result.recoveries)
+        except SubagentControlError as exc:
+            # Claimed here, not started (this runtime is closing, or the child's supervisor
+            # refused): settled, so it does not sit claimed by a live runtime that runs it not.
+            self._store.interrupt(
+                moved,
+                f"interrupted: runtime {self._runtime.id} took it over from runtime "
+                f"{task.runtime_id}, which ended, but could not start it ({exc.message}); "
+                "send the child a message to continue it",
+            )
+        return True
+
+    def _provider_of(self, child_id: str) -> str | None:
+        """The child's provider, from its newest descriptor (None: it has none).
+
+        Raises:
+            SubagentControlError: the store could not load it.
+        """
+        loaded = self._store.load(child_id)
+        descriptor = fold_descriptor(loaded.own_events)
+        return None if descriptor is None else descriptor.provider
+
+    def _wait_for_provider(self, task: TaskSnapshot, dead: RuntimeInfo | None,
+                           provider: str) -> bool:  # fmt: skip
+        """Leave a Task whose provider this runtime lacks for a runtime that has it, for
+        `PROVIDER_WAIT_S` past its dead runtime's lease; then settle it, saying why."""
+        if dead is None:
+            return False
+        # From its end: its close, else its last heartbeat (on the wall clock: the wait is
+        # long beside any skew between hosts).
+        ended = dead.closed_at or dead.heartbeat_at
+        if self._store.ledger.now().wall < ended + timedelta(seconds=self.provider_wait_s):
+            return True  # a runtime with the provider takes it (or the next to open)
+        self._store.interrupt(
+            task,
+            f"interrupted: its runtime {task.runtime_id} ended before the task settled, and "
+            f"no runtime with its provider {provider!r} took it over within "
+            f"{self.provider_wait_s:g} s; send the child a message to continue it",
+        )
+        return True
