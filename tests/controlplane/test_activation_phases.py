@@ -7,8 +7,8 @@ from __future__ import annotations
 from actors._inbox import ActivationInbox
 from actors._record import Activation, ActivationSlot
 from actors.messages import ActivationPlan
-from controlplane import AgentRegistry, CancelSignal, MessageSource, TextBlock
-from controlplane.contract import NO_TRACE, AgentHandle
+from controlplane import CancelSignal, MessageSource, TextBlock
+from controlplane.contract import NO_TRACE, AgentHandle, AgentRegistry
 from controlplane.telemetry import Telemetry
 
 
