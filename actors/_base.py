@@ -27,7 +27,7 @@ An actor class with `Actor.pooled_loop` runs its loop on a reused worker thread
 Every actor runs on a daemon thread (pykka's default is non-daemon). A script that returns
 from ``main`` without `SubagentControl.close`, or dies of an exception (a broken pipe), must
 still exit; non-daemon actors would keep its interpreter alive for ever. The control plane
-closes what is still open at exit, within a bound (`controlplane._exit`), so the actors are
+closes what is still open at exit, within a bound (`controlplane.runtime._exit`), so the actors are
 stopped in order when they can be, and cut off like a crash when they cannot.
 """
 

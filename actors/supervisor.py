@@ -368,7 +368,7 @@ class ChildSupervisor(Actor):
                 signal=signal,
                 claim_child=True,  # no second activation, in any runtime
                 # Under concurrency limits it reads queued until its load names its model
-                # and the store admits it (`controlplane._admission`).
+                # and the store admits it (`controlplane.runtime.spend._admission`).
                 queued=self._ctx.admission is not None,
             )
         except ParkedTask as parked:

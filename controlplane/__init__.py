@@ -48,9 +48,6 @@ from controlplane.contract import (
 )
 
 if TYPE_CHECKING:
-    from controlplane._facade import SubagentControl
-    from controlplane._handle import ChildHandle
-    from controlplane._task_view import Tasks
     from controlplane.providers import (
         AcpProvider,
         ChildTool,
@@ -58,6 +55,9 @@ if TYPE_CHECKING:
         InProcessProvider,
         ScriptedModel,
     )
+    from controlplane.runtime._facade import SubagentControl
+    from controlplane.runtime._handle import ChildHandle
+    from controlplane.runtime._task_view import Tasks
 
 __all__ = [
     "AcpProvider",
@@ -106,13 +106,13 @@ __all__ = [
 # import the facade (which imports them back) or the providers.
 _LAZY: dict[str, str] = {
     "AcpProvider": "controlplane.providers",
-    "ChildHandle": "controlplane._handle",
+    "ChildHandle": "controlplane.runtime._handle",
     "ChildTool": "controlplane.providers",
     "ForkProvider": "controlplane.providers",
     "InProcessProvider": "controlplane.providers",
     "ScriptedModel": "controlplane.providers",
-    "SubagentControl": "controlplane._facade",
-    "Tasks": "controlplane._task_view",
+    "SubagentControl": "controlplane.runtime._facade",
+    "Tasks": "controlplane.runtime._task_view",
 }
 
 # Importable from here until the next release, with a DeprecationWarning naming the home.

@@ -81,7 +81,7 @@ def channel_of(runtime_id: str) -> str:
 
 def steered_answer(task_id: str) -> dict[str, Any]:
     """The answer to a forwarded message the target steered into its Task ``task_id``, as
-    the forwarding (`controlplane._forwarding`) writes and reads every answer."""
+    the forwarding (`controlplane.runtime.routing._forwarding`) writes and reads every answer."""
     return {"route": "steered", "task_id": task_id}
 
 

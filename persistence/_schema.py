@@ -306,9 +306,9 @@ took it) or ``abandoned`` (the sender gave up first, so it is never delivered), 
 ``taken`` → ``answered`` (with ``reply``) or ``abandoned`` (the target died first). A
 ``kill`` row carries a `tasks.kill` of a Task the target runs instead of a message. The
 sender deletes the row once it has its outcome; a live runtime deletes the rows of a
-sender gone for good, and a target the row refused deletes it (`controlplane._expiry`).
-PostgreSQL only; the table exists on both backends so a store's schema does not depend
-on where it was created.
+sender gone for good, and a target the row refused deletes it
+(`controlplane.runtime.lease._expiry`). PostgreSQL only; the table exists on both backends so a
+store's schema does not depend on where it was created.
 """
 
 

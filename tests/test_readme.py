@@ -150,7 +150,7 @@ def test_every_relative_link_leads_to_a_file_and_heading_that_exist(page: Path) 
 
 def test_every_path_the_readme_names_exists() -> None:
     named = set(_REPO_PATH.findall(_readme()))
-    assert "controlplane/_facade.py" in named
+    assert "controlplane/runtime/_facade.py" in named
     assert "actors/supervisor.py" in named
 
     missing = sorted(p for p in named if not (ROOT / p).exists())

@@ -2,7 +2,7 @@
 offline views of the store, and the MCP front (``mcp``).
 
 A front end: it imports the contract, the store (only when a command runs) and the admin
-socket's wire protocol (`controlplane._admin`), never the facade or the actors but through
+socket's wire protocol (`controlplane.runtime._admin`), never the facade or the actors but through
 ``mcp`` (`controlplane.fronts`, loaded only when it runs), and nothing below imports it.
 ``python -m controlplane.cli`` runs it too.
 """

@@ -1,5 +1,5 @@
 """``subagent-control tree`` and ``top``: a running process's actor tree, asked over the
-admin socket it serves (`controlplane._admin`). The client side only: a bounded connect, one
+admin socket it serves (`controlplane.runtime._admin`). The client side only: a bounded connect, one
 request line, one reply line, each failure an exit status with a message that says what to
 check.
 
@@ -21,9 +21,9 @@ from typing import IO, Final
 
 from pydantic import ValidationError
 
-from controlplane._admin import TREE_OP, encode_line
 from controlplane.cli._exit_status import EXIT_ERROR_REPLY, EXIT_UNREACHABLE, CommandExit
 from controlplane.contract import ActorTree
+from controlplane.runtime._admin import TREE_OP, encode_line
 
 __all__ = ["run_top", "run_tree"]
 

@@ -5,7 +5,7 @@ It sits at the bottom: it imports nothing of ours outside itself, so `persistenc
 `actors/` (and the runtime above them) depend on it and never on each other's internals.
 The services the actors call but the runtime builds (the Task service, the telemetry) are
 interfaces here (the Protocols `TaskService` and `Telemetry`, the abstract
-`ActivationTrace`); their implementations live in `controlplane._tasks` and
+`ActivationTrace`); their implementations live in `controlplane.runtime.tasks._tasks` and
 `controlplane.telemetry`.
 """
 

@@ -79,7 +79,7 @@ def _rebuild(
 class ClaimConflict(SubagentControlError):
     """``OWNERSHIP_CONFLICT`` because another live runtime holds the child's claim (SPEC §9),
     not because a live agent here uses the child's id: on PostgreSQL the sender forwards
-    the message to that runtime instead (`controlplane._forwarding`).
+    the message to that runtime instead (`controlplane.runtime.routing._forwarding`).
 
     Attributes:
         runtime_id: The runtime that held the claim when it was read.

@@ -1,9 +1,9 @@
 """The runtime's services as the actors see them: their interfaces, and one null object.
 
 The actors call the Task service and the telemetry of the control plane they run in, but
-those are built above them (`controlplane._tasks.TaskService`, `controlplane.telemetry`).
-Typed against these interfaces, `actors/` imports only the contract, so `import actors`
-loads neither the runtime nor OpenTelemetry's glue. Each names only what the
+those are built above them (`controlplane.runtime.tasks._tasks.TaskService`,
+`controlplane.telemetry`). Typed against these interfaces, `actors/` imports only the contract, so
+`import actors` loads neither the runtime nor OpenTelemetry's glue. Each names only what the
 actors call; the implementations offer more (the facade and the tools use the rest).
 """
 
@@ -185,7 +185,7 @@ class Telemetry(Protocol):
 
 class AdmissionGate(Protocol):
     """Concurrency limits as the activation meets them (SPEC §11): implemented by
-    `controlplane._admission.Admission`, present only when limits are configured."""
+    `controlplane.runtime.spend._admission.Admission`, present only when limits are configured."""
 
     def wait(self, plan: object, descriptor: Descriptor) -> TaskOutcome | None:
         """Block until the activation ``plan`` (an `actors.ActivationPlan`) holds a slot
@@ -202,8 +202,8 @@ class AdmissionGate(Protocol):
 
 class TaskService(Protocol):
     """The Task service as the actors use it: admit, settle and release the Tasks of
-    their activations (implemented by `controlplane._tasks.TaskService`; callers see it through
-    the smaller `control.tasks`)."""
+    their activations (implemented by `controlplane.runtime.tasks._tasks.TaskService`; callers see
+    it through the smaller `control.tasks`)."""
 
     @property
     def telemetry(self) -> Telemetry:
@@ -277,7 +277,8 @@ class TaskService(Protocol):
 
 class ApprovalPort(Protocol):
     """Approvals as the actors meet them (SPEC §11): implemented by
-    `controlplane._approvals.Approvals`, present when the control plane has a store."""
+    `controlplane.runtime.approvals._approvals.Approvals`, present when the control plane has a
+    store."""
 
     def desk(
         self,

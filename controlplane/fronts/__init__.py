@@ -39,9 +39,9 @@ from controlplane.fronts._setup import (
 )
 
 if TYPE_CHECKING:
-    from controlplane._facade import SubagentControl
     from controlplane.contract import AgentHandle
     from controlplane.fronts._mcp_server import McpFront
+    from controlplane.runtime._facade import SubagentControl
 
 __all__ = [
     "DB_ENV",

@@ -55,7 +55,7 @@ from controlplane.fronts._security import (
 from controlplane.fronts._setup import FrontOptions, default_provider, open_front
 
 if TYPE_CHECKING:
-    from controlplane._facade import SubagentControl
+    from controlplane.runtime._facade import SubagentControl
 
 __all__ = ["A2AServer", "agent_card", "serve_a2a"]
 

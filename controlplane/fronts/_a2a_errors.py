@@ -14,8 +14,8 @@ from a2a.utils.errors import (
     UnsupportedOperationError,
 )
 
-from controlplane._toolargs import MAX_MESSAGE_CHARS
 from controlplane.contract import ErrorCode, SubagentControlError, TextBlock
+from controlplane.fronts._toolargs import MAX_MESSAGE_CHARS
 
 __all__ = ["a2a_error", "message_blocks"]
 

@@ -73,7 +73,7 @@ from controlplane.fronts._a2a_view import (
 )
 
 if TYPE_CHECKING:
-    from controlplane._facade import SubagentControl
+    from controlplane.runtime._facade import SubagentControl
 
 __all__ = ["ControlPlaneHandler"]
 

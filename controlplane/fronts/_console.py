@@ -42,7 +42,7 @@ from controlplane.fronts._security import (
 from controlplane.fronts._setup import FrontOptions, open_runtime
 
 if TYPE_CHECKING:
-    from controlplane._facade import SubagentControl
+    from controlplane.runtime._facade import SubagentControl
 
 __all__ = ["ConsoleServer", "serve_console"]
 

@@ -47,8 +47,8 @@ from controlplane.fronts._console_watch import ChangeFeed
 from controlplane.fronts._security import ASGIApp
 
 if TYPE_CHECKING:
-    from controlplane._facade import SubagentControl
     from controlplane.contract import AgentHandle
+    from controlplane.runtime._facade import SubagentControl
     from persistence import SqlStore
 
 __all__ = ["HUMAN_SENDER", "console_app"]

@@ -18,7 +18,7 @@ from controlplane.models import ModelReply, ModelRequest, ToolCall
 from controlplane.providers import ChildTool, InProcessProvider
 
 if TYPE_CHECKING:
-    from controlplane._facade import SubagentControl
+    from controlplane.runtime._facade import SubagentControl
 
 __all__ = ["DEMO_PROVIDER", "DemoModel", "register_demo"]
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Final
 from controlplane.contract import AgentHandle, ErrorCode, SubagentControlError, escape_controls
 
 if TYPE_CHECKING:
-    from controlplane._facade import SubagentControl
+    from controlplane.runtime._facade import SubagentControl
 
 __all__ = ["expand_ids"]
 

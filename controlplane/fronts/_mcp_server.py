@@ -47,7 +47,7 @@ from controlplane.fronts._mcp_tasks import (
 from controlplane.tools import ToolHandlers, ToolResult
 
 if TYPE_CHECKING:
-    from controlplane._facade import SubagentControl
+    from controlplane.runtime._facade import SubagentControl
 
 __all__ = ["SERVER_NAME", "McpFront", "TaskIdParams"]
 

@@ -21,7 +21,7 @@ from controlplane.contract import AgentHandle, ErrorCode, SubagentControlError
 from controlplane.fronts._security import TOKEN_ENV
 
 if TYPE_CHECKING:
-    from controlplane._facade import SubagentControl
+    from controlplane.runtime._facade import SubagentControl
 
 __all__ = [
     "DB_ENV",
@@ -230,7 +230,7 @@ def open_runtime(options: FrontOptions, **control_options: Any) -> SubagentContr
         SubagentControlError: as `open_front` (the parent aside).
         ImportError: ``--openai-model`` without the ``openai`` extra.
     """
-    from controlplane._facade import SubagentControl
+    from controlplane.runtime._facade import SubagentControl
 
     given = [flag for flag, on in (("--setup", options.setup), ("--openai-model",
              options.openai_model), ("--demo", options.demo)) if on]  # fmt: skip

@@ -20,7 +20,7 @@ import threading
 from collections.abc import Callable
 from typing import Final
 
-from controlplane._admin import AdminServer
+from controlplane.runtime._admin import AdminServer
 from tests.cli.cli_support import sample_tree
 
 TRICKLE_S: Final = 0.4

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from controlplane import ActorTree, ErrorCode, SubagentControlError
-from controlplane._admin import AdminServer
+from controlplane.runtime._admin import AdminServer
 from tests.cli.cli_support import ask_tree, exchange, read_line, sample_tree
 
 

@@ -231,7 +231,7 @@ def test_offline_views_start_no_actor_and_load_neither_actors_nor_the_facade(
         f"assert main(['children', '--db', {populated.url!r}]) == 0\n"
         f"assert main(['transcript', {populated.talker!r}, '--db', {populated.url!r}]) == 0\n"
         "loaded = sorted(m for m in sys.modules if m in ('actors', 'pykka', "
-        "'controlplane._facade'))\n"
+        "'controlplane.runtime._facade'))\n"
         "print('LOADED', loaded, file=sys.stderr)\n"
         "sys.exit(1 if loaded else 0)\n"
     )

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from controlplane import ActorTree
-from controlplane._admin import AdminServer
 from controlplane.cli import main
 from controlplane.cli._exit_status import EXIT_ERROR_REPLY, EXIT_OK, EXIT_UNREACHABLE, EXIT_USAGE
+from controlplane.runtime._admin import AdminServer
 from tests.cli.cli_support import sample_tree, start_ready_process, stop_process
 from tests.support import run_python
 

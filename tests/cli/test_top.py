@@ -185,7 +185,7 @@ def test_ids_that_share_their_first_characters_are_shown_long_enough_to_tell_apa
 def test_without_a_terminal_top_prints_one_plain_frame_and_exits(
     sock_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from controlplane._admin import AdminServer
+    from controlplane.runtime._admin import AdminServer
 
     path = str(sock_dir / "admin.sock")
     with AdminServer(path, dump=sample_tree):

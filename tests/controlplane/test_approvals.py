@@ -606,7 +606,7 @@ def test_a_wait_woken_by_an_approval_request_reads_input_required_never_running(
     # view. Before, the entry woke its waiters first and rebuilt its view after, so a wait
     # could return ``running`` while the store read ``input_required``. The race is made
     # certain here: building the asking view waits (bounded) for a waiter to return.
-    from controlplane._task_entry import TaskEntry
+    from controlplane.runtime.tasks._task_entry import TaskEntry
 
     build = TaskEntry._build
     returned = threading.Event()
@@ -654,8 +654,8 @@ def test_answered_requests_are_pruned_after_their_retention_and_waiting_ones_kep
     # is moved to now, which the retention would reach.
     from datetime import timedelta
 
-    from controlplane._expiry import RETAIN_ANSWERED_S
     from controlplane.contract import utcnow
+    from controlplane.runtime.lease._expiry import RETAIN_ANSWERED_S
 
     assert RETAIN_ANSWERED_S >= 3600
     control = opened(ScriptedModel([DEPLOY, "done", DEPLOY, "done"]), [Deploys().tool],

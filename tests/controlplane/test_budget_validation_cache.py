@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from controlplane import Budget
-from controlplane._budgets import Budgets
+from controlplane.runtime.spend._budgets import Budgets
 from persistence import SqlStore
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from controlplane._lease import Renewals
+from controlplane.runtime.lease._lease import Renewals
 
 TTL = 3.0
 

@@ -119,7 +119,7 @@ def control(db: str, calls: CallLog) -> Iterator[SubagentControl]:
 def test_a_runtime_whose_store_hangs_stops_its_activations_before_its_lease_can_lapse(
     control: SubagentControl, db: str, calls: CallLog, caplog: pytest.LogCaptureFixture
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="controlplane._own_lease")
+    caplog.set_level(logging.WARNING, logger="controlplane.runtime.lease._own_lease")
     parent = control.agents.register("parent")
     start = control.start_continuable(
         ContinuableStartSpec(
@@ -146,7 +146,7 @@ def test_a_runtime_whose_store_hangs_stops_its_activations_before_its_lease_can_
 
         # Fenced before the lease could lapse: the watchdog fired at most two thirds of
         # the lease after the last renewal that succeeded was sent.
-        (fired,) = [r for r in caplog.records if r.name == "controlplane._own_lease"]
+        (fired,) = [r for r in caplog.records if r.name == "controlplane.runtime.lease._own_lease"]
         sent = re.search(r"was sent at ([0-9.]+) on the monotonic clock", fired.getMessage())
         assert sent is not None, fired.getMessage()
         last_renewal_sent = float(sent.group(1))

@@ -132,7 +132,7 @@ def test_each_package_imports_alone_in_a_fresh_interpreter(package: str) -> None
             f"""
             import sys
             import {package}
-            assert "controlplane._facade" not in sys.modules, "the facade was pulled in"
+            assert "controlplane.runtime._facade" not in sys.modules, "the facade was pulled in"
             print("ok")
             """
         ),

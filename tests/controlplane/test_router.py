@@ -1,5 +1,5 @@
-"""The router's decision table (`controlplane._router`), one route per test, on real stores:
-SQLite in ``tmp_path`` and PostgreSQL (its forwarding) when its URL is set.
+"""The router's decision table (`controlplane.runtime.routing._router`), one route per test, on real
+stores: SQLite in ``tmp_path`` and PostgreSQL (its forwarding) when its URL is set.
 
 Each runtime is a real `Runtime` on its own `SqlStore` (as another process would open it),
 with a real `Forwarder` on PostgreSQL; only this runtime's own side — the actors the router
@@ -25,10 +25,6 @@ from controlplane import (
     TaskStatus,
     TextBlock,
 )
-from controlplane._forwarding import Forwarder
-from controlplane._router import _CLAIM_RACES, Router
-from controlplane._runtime import Runtime, new_runtime_id
-from controlplane._tasks import TaskService
 from controlplane.contract import (
     AgentRegistry,
     CancelSignal,
@@ -39,6 +35,10 @@ from controlplane.contract import (
     TaskSnapshot,
     utcnow,
 )
+from controlplane.runtime.lease._runtime import Runtime, new_runtime_id
+from controlplane.runtime.routing._forwarding import Forwarder
+from controlplane.runtime.routing._router import _CLAIM_RACES, Router
+from controlplane.runtime.tasks._tasks import TaskService
 from persistence import InboxItem, SqlStore
 from tests.support import raises
 
@@ -58,7 +58,7 @@ def _postgres(url: str) -> bool:
 
 @dataclass
 class Here:
-    """This runtime's own side, faked (`controlplane._router.DeliverHere` and
+    """This runtime's own side, faked (`controlplane.runtime.routing._router.DeliverHere` and
     ``kill_here``): records what reached it, and answers with ``answer``."""
 
     answer: Callable[[str, SendMessage], SendResult]

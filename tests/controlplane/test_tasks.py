@@ -286,7 +286,7 @@ def test_children_lists_every_child_of_the_parent_oldest_first(
 
 
 def test_a_claim_conflict_is_an_ownership_conflict_that_names_its_runtime_and_pickles() -> None:
-    # Only the sender's forwarding tells it apart (controlplane._facade); a caller sees an
+    # Only the sender's forwarding tells it apart (controlplane.runtime._facade); a caller sees an
     # ordinary OWNERSHIP_CONFLICT, also after crossing a process boundary.
     conflict = ClaimConflict("held elsewhere", child_id="c-1", runtime_id="rt-2")
     assert isinstance(conflict, SubagentControlError)

@@ -50,7 +50,7 @@ class Fenced(logging.Handler):
 def main() -> None:
     url, lease = sys.argv[1], float(sys.argv[2])
     threading.Timer(WATCHDOG_S, lambda: os._exit(3)).start()
-    logging.getLogger("controlplane._own_lease").addHandler(Fenced(logging.WARNING))
+    logging.getLogger("controlplane.runtime.lease._own_lease").addHandler(Fenced(logging.WARNING))
     acting = threading.Event()
 
     def work(_args: dict[str, Any], signal: CancelSignal) -> str:

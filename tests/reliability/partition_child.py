@@ -129,7 +129,7 @@ class FencedLine(logging.Handler):
 def run_a(url: str, lease_ttl_s: float, log: str, trigger: str | None = None) -> None:
     acts = Acts("A", log)
     logging.basicConfig(level=logging.WARNING)  # to stderr, which the test reads
-    logging.getLogger("controlplane._own_lease").addHandler(FencedLine(acts))
+    logging.getLogger("controlplane.runtime.lease._own_lease").addHandler(FencedLine(acts))
     control = SubagentControl.open(url, lease_ttl_s=lease_ttl_s, close_timeout_s=lease_ttl_s)
     started = threading.Event()
     tool = ChildTool("work", "Act on the world.", {"type": "object"}, work(acts, started))

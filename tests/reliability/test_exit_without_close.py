@@ -3,7 +3,7 @@
 Real interpreters (`exit_child.py`): one returns from ``main`` with a child mid-turn, one
 dies of a ``BrokenPipeError`` when its reader goes (a demo piped to ``head``), one's model
 ignores the kill. Each must exit within the bound of the close at exit
-(`controlplane._exit`); afterwards its turn is handed over: the next process with the
+(`controlplane.runtime._exit`); afterwards its turn is handed over: the next process with the
 child's provider finishes the same Task in that turn, and the child goes on.
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from controlplane import InProcessProvider, ScriptedModel, SubagentControl, TaskStatus, TextBlock
-from controlplane._exit import EXIT_CLOSE_S, EXIT_GRACE_S
+from controlplane.runtime._exit import EXIT_CLOSE_S, EXIT_GRACE_S
 from tests.reliability.processes import REPO
 from tests.support import WAIT_S, kinds
 

@@ -30,7 +30,7 @@ from controlplane import (
     TaskStatus,
     TextBlock,
 )
-from controlplane._forwarding import TAKE_S
+from controlplane.runtime.routing._forwarding import TAKE_S
 from persistence import RetryPolicy, SqlStore
 from tests.fakes import FakeProvider
 from tests.reliability.processes import Reaper, Sender, reaping
@@ -168,7 +168,7 @@ def test_a_forwarded_send_racing_the_end_of_the_turn_is_steered_resumed_or_not_d
     reaped: Reaper,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.INFO, logger="controlplane._forward_answer")
+    caplog.set_level(logging.INFO, logger="controlplane.runtime.routing._forward_answer")
     parent = control.agents.register("claim-parent")
     child = idle_child(control, parent)
     owner = reaped.add(Sender(url, child, "a"))
@@ -263,7 +263,7 @@ def test_a_message_taken_back_and_forgotten_by_its_sender_still_refuses_a_late_t
     # take (its notification or its INSERT held in the partition) found no row, took
     # the message and delivered it: told NOT_DELIVERED, yet in the transcript.
     _forwarding_only(url)
-    monkeypatch.setattr("controlplane._forwarding._FORGET_BATCH", 1)
+    monkeypatch.setattr("controlplane.runtime.routing._forwarding._FORGET_BATCH", 1)
     assert control._forwarder is not None
     forget, forgotten = control._forwarder._forget, threading.Event()
 

@@ -19,8 +19,8 @@ import pytest
 from sqlalchemy import event, text
 
 from controlplane import ErrorCode, SubagentControl, SubagentControlError, TextBlock
-from controlplane._forwarding import TAKE_S
-from controlplane._runtime import Runtime
+from controlplane.runtime.lease._runtime import Runtime
+from controlplane.runtime.routing._forwarding import TAKE_S
 from persistence import SqlStore, boot_id
 from tests.fakes import FakeProvider
 from tests.reliability.processes import Reaper, Sender, reaping

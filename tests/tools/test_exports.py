@@ -171,7 +171,7 @@ def test_the_aio_module_exports_exactly_its_public_names() -> None:
 def test_importing_the_tools_does_not_load_the_facade_or_the_actors() -> None:
     code = (
         "import sys, controlplane.tools, controlplane.aio; "
-        "print(sorted(m for m in ('controlplane._facade', 'actors', 'persistence') "
+        "print(sorted(m for m in ('controlplane.runtime._facade', 'actors', 'persistence') "
         "if m in sys.modules))"
     )
     out = subprocess.run(

@@ -1,7 +1,7 @@
 """What the Task service is made of: a live Task's entry, the notice a settled one leaves
 its owner, and what the service needs of the store and the router (its ports). Shared by
-the book of live Tasks (`controlplane._task_book`) and the read side
-(`controlplane._tasks`), so neither imports the other's internals."""
+the book of live Tasks (`controlplane.runtime.tasks._task_book`) and the read side
+(`controlplane.runtime.tasks._tasks`), so neither imports the other's internals."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
-from controlplane._usage_text import spend_clause
 from controlplane.contract import (
     ApprovalRequest,
     CancelSignal,
@@ -23,6 +22,7 @@ from controlplane.contract import (
     Usage,
     utcnow,
 )
+from controlplane.runtime._usage_text import spend_clause
 
 __all__ = [
     "Claimer",
@@ -180,7 +180,8 @@ Claimer = Callable[[TaskSnapshot], int | None]
 
 
 class TaskRouting(Protocol):
-    """What the Task service asks of the runtime's router (`controlplane._router.Router`).
+    """What the Task service asks of the runtime's router
+    (`controlplane.runtime.routing._router.Router`).
 
     The router is built before this service and is not given it (a kill forwarded here
     reaches this service through a callable of the facade's), so construction runs one way

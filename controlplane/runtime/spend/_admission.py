@@ -29,7 +29,6 @@ from typing import TYPE_CHECKING
 
 from actors import ActivationPlan
 from actors._outcomes import aborted
-from controlplane._queued_plans import plan_of, plan_text, queued_at
 from controlplane.contract import (
     AgentRegistry,
     CancelSignal,
@@ -40,11 +39,12 @@ from controlplane.contract import (
     TaskStatus,
     utcnow,
 )
+from controlplane.runtime.spend._queued_plans import plan_of, plan_text, queued_at
 from persistence import AdmissionQueue, Admitted, QueueHead
 
 if TYPE_CHECKING:
-    from controlplane._runtime import Runtime
-    from controlplane._tasks import TaskService
+    from controlplane.runtime.lease._runtime import Runtime
+    from controlplane.runtime.tasks._tasks import TaskService
     from persistence import AdmissionListener, SqlStore
 
 __all__ = ["Admission", "placed_nodes"]

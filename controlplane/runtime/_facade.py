@@ -1,7 +1,8 @@
 """`SubagentControl`: the facade that wires the registries, the store and the actor tree.
 
-Its spend and limits (prices, budgets, usage, concurrency) are `controlplane._spend_api`,
-a mixin it inherits, and the options that configure them are checked there."""
+Its spend and limits (prices, budgets, usage, concurrency) are
+`controlplane.runtime.spend._spend_api`, a mixin it inherits, and the options that configure them
+are checked there."""
 
 from __future__ import annotations
 
@@ -27,31 +28,6 @@ from actors import (
     SpawnChild,
     deliver,
 )
-from controlplane._admission import Admission, placed_nodes
-from controlplane._approval_api import DEFAULT_APPROVAL_GRACE_S, ApprovalApi, check_grace
-from controlplane._approvals import Approvals
-from controlplane._budgets import DEFAULT_MAX_TOOL_ROUNDS, DEFAULT_NOTICE_AT, Budgets
-from controlplane._child_views import child_views
-from controlplane._exit import close_at_exit, closed
-from controlplane._forwarding import Forwarder
-from controlplane._handle import HandleApi, Message
-from controlplane._recovery import DEFAULT_MAX_RECOVERIES, PROVIDER_WAIT_S, Recovery
-from controlplane._router import Router
-from controlplane._runtime import Heartbeat, Runtime, new_runtime_id
-from controlplane._spend_api import SpendApi, SpendOptions
-from controlplane._task_view import Tasks
-from controlplane._tasks import TaskService
-from controlplane._validate import (
-    check_child_id,
-    check_option,
-    check_options,
-    check_recovery,
-    check_source,
-    check_start_spec,
-    message_blocks,
-    start_inputs,
-    translate,
-)
 from controlplane.contract import (
     ActorTree,
     AgentHandle,
@@ -72,6 +48,35 @@ from controlplane.contract import (
     seconds_problem,
     utcnow,
 )
+from controlplane.runtime._child_views import child_views
+from controlplane.runtime._exit import close_at_exit, closed
+from controlplane.runtime._handle import HandleApi, Message
+from controlplane.runtime._task_view import Tasks
+from controlplane.runtime._validate import (
+    check_child_id,
+    check_option,
+    check_options,
+    check_recovery,
+    check_source,
+    check_start_spec,
+    message_blocks,
+    start_inputs,
+    translate,
+)
+from controlplane.runtime.approvals._approval_api import (
+    DEFAULT_APPROVAL_GRACE_S,
+    ApprovalApi,
+    check_grace,
+)
+from controlplane.runtime.approvals._approvals import Approvals
+from controlplane.runtime.lease._recovery import DEFAULT_MAX_RECOVERIES, PROVIDER_WAIT_S, Recovery
+from controlplane.runtime.lease._runtime import Heartbeat, Runtime, new_runtime_id
+from controlplane.runtime.routing._forwarding import Forwarder
+from controlplane.runtime.routing._router import Router
+from controlplane.runtime.spend._admission import Admission, placed_nodes
+from controlplane.runtime.spend._budgets import DEFAULT_MAX_TOOL_ROUNDS, DEFAULT_NOTICE_AT, Budgets
+from controlplane.runtime.spend._spend_api import SpendApi, SpendOptions
+from controlplane.runtime.tasks._tasks import TaskService
 from controlplane.telemetry import Operation, Telemetry
 from persistence import SqlStore
 
@@ -79,7 +84,7 @@ if TYPE_CHECKING:
     from opentelemetry.metrics import MeterProvider
     from opentelemetry.trace import TracerProvider
 
-    from controlplane._admin import AdminServer
+    from controlplane.runtime._admin import AdminServer
 
 __all__ = ["TASK_TOOLS_SURFACE", "ChildView", "SubagentControl"]
 
@@ -152,7 +157,7 @@ class SubagentControl(HandleApi, SpendApi, ApprovalApi):
             when it has the child's provider. False: settle them ``interrupted`` instead.
         max_recoveries: How many times one Task's turn is recovered before the next end
             of its runtime settles it ``interrupted`` (default
-            `controlplane._recovery.DEFAULT_MAX_RECOVERIES`).
+            `controlplane.runtime.lease._recovery.DEFAULT_MAX_RECOVERIES`).
         provider_wait_s: How long a dead runtime's running Task whose provider this
             runtime lacks is left running for a runtime that has it, counted from the dead
             runtime's end; then this runtime settles it ``interrupted``, naming the
@@ -482,7 +487,7 @@ class SubagentControl(HandleApi, SpendApi, ApprovalApi):
 
     def serve_admin(self, path: str | os.PathLike[str]) -> AdminServer:
         """Serve the read-only admin socket (mode 0600) at ``path`` until `close`."""
-        from controlplane._admin import AdminServer
+        from controlplane.runtime._admin import AdminServer
 
         self._check_open()
         server = AdminServer(path, dump=self.dump_tree).start()
@@ -497,7 +502,7 @@ class SubagentControl(HandleApi, SpendApi, ApprovalApi):
 
         Idempotent. Activations that do not settle within the timeout are abandoned (their
         daemon threads cannot keep the process alive). A control plane still open when the
-        interpreter exits is closed then, within a bound (`controlplane._exit`).
+        interpreter exits is closed then, within a bound (`controlplane.runtime._exit`).
         """
         self._close(self._close_timeout_s if timeout_s is None else timeout_s, abandon=True)
 
@@ -606,7 +611,7 @@ class SubagentControl(HandleApi, SpendApi, ApprovalApi):
 
     def _recover_here(self, task: TaskSnapshot, fence: int, recovery: int) -> None:
         """Start a running Task taken over from a runtime that ended, its child claimed
-        here already (`controlplane._recovery.RecoverHere`): same Task, same turn."""
+        here already (`controlplane.runtime.lease._recovery.RecoverHere`): same Task, same turn."""
         assert task.child_id is not None
         parent = AgentHandle(self.agents, task.owner_session, model=None, depth=0)
         send = SendMessage(

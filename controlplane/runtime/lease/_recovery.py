@@ -3,8 +3,8 @@
 When a runtime ends mid-turn — a crash, SIGKILL, a lost lease, or `close()` handing its
 work over — its running Tasks stay ``running`` in the store, each with its child's open
 turn. A live runtime that has the child's provider takes such a Task over from its sweep
-(`controlplane._runtime.Runtime.sweep`): in one transaction under the child's lock it writes
-a ``task/recovered`` event into the turn, names itself on the Task's row and takes the
+(`controlplane.runtime.lease._runtime.Runtime.sweep`): in one transaction under the child's lock it
+writes a ``task/recovered`` event into the turn, names itself on the Task's row and takes the
 child's claim with a new fencing number (`persistence.SqlStore.recover`); then the child's
 supervisor here starts a *continued* activation of the same Task in the same turn, from
 its durable events (`ResumeRequest.open_turn`), exactly as an approval's answer continues
@@ -41,7 +41,7 @@ from controlplane.contract import (
 from controlplane.telemetry import log_lifecycle
 
 if TYPE_CHECKING:
-    from controlplane._runtime import Runtime
+    from controlplane.runtime.lease._runtime import Runtime
     from persistence import SqlStore
 
 __all__ = ["DEFAULT_MAX_RECOVERIES", "PROVIDER_WAIT_S", "RecoverHere", "Recovery"]

@@ -1,6 +1,6 @@
 """`Tasks`: what a parent holds as ``control.tasks`` — the documented verbs and nothing else.
 
-The Task service (`controlplane._tasks.TaskService`) is also the book the actors, the
+The Task service (`controlplane.runtime.tasks._tasks.TaskService`) is also the book the actors, the
 admission, the approvals and the heartbeat write through (settle, release, park, fence…).
 Those members must not sit on the object a user holds, where a typo or a guess can settle
 someone's Task: the facade keeps the service to itself and hands out this view, which
@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Final
 from controlplane.contract import CancelSignal, Requester, TaskNotice, TaskSnapshot
 
 if TYPE_CHECKING:
-    from controlplane._task_entry import TaskListener
-    from controlplane._tasks import TaskService
+    from controlplane.runtime.tasks._task_entry import TaskListener
+    from controlplane.runtime.tasks._tasks import TaskService
 
 __all__ = ["TASK_VERBS", "Tasks"]
 

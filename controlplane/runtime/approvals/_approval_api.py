@@ -1,8 +1,8 @@
 """`SubagentControl`'s approvals (SPEC §11): the option that configures them and the call
 that answers a child's request.
 
-Kept apart from the facade, as `controlplane._spend_api` is: `ApprovalApi` is the mixin
-`SubagentControl` inherits `answer` from, and the hand-off by which an answer (or a sweep)
+Kept apart from the facade, as `controlplane.runtime.spend._spend_api` is: `ApprovalApi` is the
+mixin `SubagentControl` inherits `answer` from, and the hand-off by which an answer (or a sweep)
 continues a parked Task in this runtime, through the child's supervisor.
 """
 
@@ -21,8 +21,8 @@ from controlplane.contract import (
 )
 
 if TYPE_CHECKING:
-    from controlplane._approvals import Approvals
     from controlplane.contract import AgentRegistry
+    from controlplane.runtime.approvals._approvals import Approvals
 
 __all__ = ["DEFAULT_APPROVAL_GRACE_S", "ApprovalApi", "check_grace"]
 
@@ -101,7 +101,8 @@ class ApprovalApi:
         return self._approvals
 
     def _continue_parked(self, child_id: str, task_id: str, parent_session: str) -> None:
-        """Continue a parked Task here (`controlplane._approvals.ContinueHere`)."""
+        """Continue a parked Task here
+        (`controlplane.runtime.approvals._approvals.ContinueHere`)."""
         parent = AgentHandle(self.agents, parent_session, model=None, depth=0)
         send = SendMessage(parent=parent, message=(), source=_CONTINUE_SOURCE, continues=task_id)
         self._route(child_id, send)

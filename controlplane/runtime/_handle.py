@@ -19,8 +19,6 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from actors import follow_up_label
-from controlplane._usage_views import load_own
-from controlplane._validate import check_child_id, message_blocks
 from controlplane.contract import (
     AgentHandle,
     ContinuableStart,
@@ -34,9 +32,11 @@ from controlplane.contract import (
     TextBlock,
     Usage,
 )
+from controlplane.runtime._validate import check_child_id, message_blocks
+from controlplane.runtime.spend._usage_views import load_own
 
 if TYPE_CHECKING:
-    from controlplane._task_view import Tasks
+    from controlplane.runtime._task_view import Tasks
     from persistence import SqlStore
 
 __all__ = ["ChildHandle", "HandleApi", "Message"]

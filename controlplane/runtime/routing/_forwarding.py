@@ -34,11 +34,12 @@ one, exactly once or not delivered:
   once its take-back stood. Past that bound, nobody can tell whether A took it:
   ``DURABILITY_FAILED`` (it may be in the transcript), never a failure to deliver.
   A's take is durable before the message reaches the run, and A answers every message
-  it took however long the store takes to come back (`controlplane._forward_serving`).
+  it took however long the store takes to come back
+  (`controlplane.runtime.routing._forward_serving`).
 
 A message that was not delivered because A does not run the child (any more) — A died, or
 answered that it no longer holds the child — is handed back to the router
-(`controlplane._router`) to route again (`forward` returns None): a resume here, a
+(`controlplane.runtime.routing._router`) to route again (`forward` returns None): a resume here, a
 takeover of a dead runtime's child, or a forward to the runtime that holds the child now.
 Never both: it was not delivered anywhere.
 
@@ -62,8 +63,6 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from controlplane._forward_answer import TAKE_S, AnswerFinder, Posted, answer_of
-from controlplane._forward_serving import InFlight, KillHere, Serve, Serving
 from controlplane.contract import (
     ErrorCode,
     ForwardedNode,
@@ -73,11 +72,13 @@ from controlplane.contract import (
     TaskSnapshot,
     TextBlock,
 )
+from controlplane.runtime.routing._forward_answer import TAKE_S, AnswerFinder, Posted, answer_of
+from controlplane.runtime.routing._forward_serving import InFlight, KillHere, Serve, Serving
 from controlplane.telemetry import Telemetry
 from persistence import InboxItem
 
 if TYPE_CHECKING:
-    from controlplane._runtime import Runtime
+    from controlplane.runtime.lease._runtime import Runtime
     from persistence import Inbox, Listener, SqlStore
 
 __all__ = ["TAKE_S", "Forwarder"]

@@ -1,8 +1,8 @@
 """Approvals (SPEC §11): the runtime's side of a child asking and a parent answering.
 
 A child's tool call that needs approval is asked at its activation's desk
-(`controlplane._approval_desk`): the request is written with its event, the Task reads
-``input_required`` and the parent's notice waits for its drain. The answer
+(`controlplane.runtime.approvals._approval_desk`): the request is written with its event, the Task
+reads ``input_required`` and the parent's notice waits for its drain. The answer
 (`Approvals.answer`, from any runtime) is taken once, by compare-and-set in the store
 (`persistence._approvals`); the same transaction says where the child's claim is:
 
@@ -24,10 +24,6 @@ import threading
 from collections.abc import Callable, Sequence
 from datetime import datetime
 
-from controlplane._approval_desk import ActivationDesk, Waiters, deny_at_deadline
-from controlplane._runtime import Runtime
-from controlplane._task_entry import Requester
-from controlplane._tasks import TaskService
 from controlplane.contract import (
     ApprovalDesk,
     ApprovalRequest,
@@ -46,6 +42,10 @@ from controlplane.contract import (
     text_of,
     utcnow,
 )
+from controlplane.runtime.approvals._approval_desk import ActivationDesk, Waiters, deny_at_deadline
+from controlplane.runtime.lease._runtime import Runtime
+from controlplane.runtime.tasks._task_entry import Requester
+from controlplane.runtime.tasks._tasks import TaskService
 from persistence import Answered, SqlStore, StoredRequest, WaitingRequest
 
 __all__ = ["Approvals", "ContinueHere", "request_notice"]
@@ -133,7 +133,8 @@ class Approvals:
         signal: CancelSignal,
         transcript: ApprovalTranscript,
     ) -> ApprovalDesk:
-        """The desk of one activation (`controlplane._approval_desk.ActivationDesk`)."""
+        """The desk of one activation
+        (`controlplane.runtime.approvals._approval_desk.ActivationDesk`)."""
         return ActivationDesk(
             store=self._store,
             tasks=self._tasks,

@@ -6,7 +6,7 @@ every message taken here is answered, however long the store takes to come back:
 sender waits for the answer as long as this runtime lives. A steered message is answered
 by the transaction of its steering record; anything else (a refusal, a kill) here. A
 message notified twice (its sender's post was retried through a failing store) is taken
-once. `controlplane._forwarding` holds the sender's side and the whole protocol.
+once. `controlplane.runtime.routing._forwarding` holds the sender's side and the whole protocol.
 """
 
 from __future__ import annotations

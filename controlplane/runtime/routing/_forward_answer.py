@@ -1,8 +1,8 @@
 """What became of a message this runtime forwarded: the sender's wait for the holder's
 answer, and its truth-finding when the holder died or the store failed meanwhile (the
-protocol: `controlplane._forwarding`'s docstring). Apart from the forwarder's bookkeeping
-(what is in flight, which runtime holds which child, the rows left to forget), because this
-is where the exactly-once-or-told promise is decided, and it reads best on its own."""
+protocol: `controlplane.runtime.routing._forwarding`'s docstring). Apart from the forwarder's
+bookkeeping (what is in flight, which runtime holds which child, the rows left to forget), because
+this is where the exactly-once-or-told promise is decided, and it reads best on its own."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from controlplane.contract import ErrorCode, EventKind, SendResult, SubagentCont
 from persistence import InboxItem
 
 if TYPE_CHECKING:
-    from controlplane._runtime import Runtime
+    from controlplane.runtime.lease._runtime import Runtime
     from persistence import Inbox, SqlStore
 
 __all__ = ["TAKE_S", "AnswerFinder", "Heard", "Posted", "answer_of"]

@@ -15,8 +15,8 @@ or restarting store answers late rather than not at all: a retry that succeeds a
 outage is no proof the outage did not happen), a renewal still unanswered after that long,
 or a gap longer than the lease between two renewals (this runtime was not looking).
 Renewals go out every twentieth of the lease, a failed one retried at once
-(`controlplane._renewer`), so an outage long enough to lapse a lease of the same length
-always breaks the run: runtimes sharing a store should share one ``lease_ttl_s``, as a
+(`controlplane.runtime.lease._renewer`), so an outage long enough to lapse a lease of the same
+length always breaks the run: runtimes sharing a store should share one ``lease_ttl_s``, as a
 judge whose renewals are sparser than the judged's can miss an outage between two of them.
 
 Several renewals may be in flight at once (a second goes out on another connection while

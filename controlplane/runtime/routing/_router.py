@@ -38,7 +38,7 @@ Built on the runtime and the forwarder, and handed to the Task service (which as
 claim a child and to kill a Task elsewhere); it reaches this runtime's own side — the actors
 and the Task service, built after it — only through the two callables it is given,
 `deliver_here` and `kill_here`, and serves other runtimes from `start` on, once that side
-exists. The protocol of a forward is in `controlplane._forwarding`.
+exists. The protocol of a forward is in `controlplane.runtime.routing._forwarding`.
 """
 
 from __future__ import annotations
@@ -48,7 +48,6 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from actors import SendMessage
-from controlplane._forward_serving import KillHere
 from controlplane.contract import (
     AgentHandle,
     AgentRegistry,
@@ -60,11 +59,12 @@ from controlplane.contract import (
     TaskSnapshot,
     TextBlock,
 )
+from controlplane.runtime.routing._forward_serving import KillHere
 
 if TYPE_CHECKING:
-    from controlplane._forwarding import Forwarder
-    from controlplane._runtime import Runtime
     from controlplane.contract import ForwardedNode
+    from controlplane.runtime.lease._runtime import Runtime
+    from controlplane.runtime.routing._forwarding import Forwarder
     from persistence import InboxItem
 
 __all__ = ["DeliverHere", "Router"]

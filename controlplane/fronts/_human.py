@@ -19,7 +19,7 @@ from controlplane.contract import (
 )
 
 if TYPE_CHECKING:
-    from controlplane._facade import SubagentControl
+    from controlplane.runtime._facade import SubagentControl
 
 __all__ = ["HUMAN", "HumanInput"]
 

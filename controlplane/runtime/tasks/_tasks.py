@@ -1,10 +1,10 @@
 """The Task service: what parents observe of activations, fenced by owner session, and
-the book the runtime writes them through (users hold the `controlplane._task_view.Tasks`
+the book the runtime writes them through (users hold the `controlplane.runtime._task_view.Tasks`
 view of it, with the read verbs only).
 
 `TaskService` is the read side (snapshots, ``wait``, ``kill``, notices, listeners) over the
-book of live Tasks it extends (`controlplane._task_book.TaskBook`, which the actors write
-through), and over the store's Task rows for the Tasks this runtime does not hold."""
+book of live Tasks it extends (`controlplane.runtime.tasks._task_book.TaskBook`, which the actors
+write through), and over the store's Task rows for the Tasks this runtime does not hold."""
 
 from __future__ import annotations
 
@@ -14,17 +14,6 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from controlplane._task_book import TaskBook
-from controlplane._task_entry import (
-    Claimer,
-    Interrupter,
-    Requester,
-    TaskEntry,
-    TaskLedgerPort,
-    TaskListener,
-    TaskRouting,
-    notice_of,
-)
 from controlplane.contract import (
     ApprovalRequest,
     ErrorCode,
@@ -33,6 +22,17 @@ from controlplane.contract import (
     TaskSnapshot,
     TaskStatus,
     requester_session,
+)
+from controlplane.runtime.tasks._task_book import TaskBook
+from controlplane.runtime.tasks._task_entry import (
+    Claimer,
+    Interrupter,
+    Requester,
+    TaskEntry,
+    TaskLedgerPort,
+    TaskListener,
+    TaskRouting,
+    notice_of,
 )
 
 __all__ = [

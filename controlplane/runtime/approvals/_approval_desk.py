@@ -19,7 +19,6 @@ import uuid
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 
-from controlplane._tasks import TaskService
 from controlplane.contract import (
     ApprovalAnswer,
     ApprovalTranscript,
@@ -32,6 +31,7 @@ from controlplane.contract import (
     TaskStatus,
     utcnow,
 )
+from controlplane.runtime.tasks._tasks import TaskService
 from persistence import ApprovalBook, Fence, SqlStore, StoredRequest
 
 __all__ = ["ActivationDesk", "Waiters", "deny_at_deadline"]
@@ -70,7 +70,8 @@ class Waiters:
 
 
 class ActivationDesk:
-    """The `ApprovalDesk` of one activation (built by `controlplane._approvals.Approvals`)."""
+    """The `ApprovalDesk` of one activation (built by
+    `controlplane.runtime.approvals._approvals.Approvals`)."""
 
     def __init__(
         self,

@@ -7,7 +7,7 @@ child; it needs only the store, so the router and the Task service are built on 
 `Heartbeat` drives this runtime's Task service (it fences it, flushes its settlements), so it
 is built after the service, from both.
 
-Per open `SubagentControl`, the renewer (`controlplane._renewer`) renews the runtime's
+Per open `SubagentControl`, the renewer (`controlplane.runtime.lease._renewer`) renews the runtime's
 heartbeat every twentieth of ``lease_ttl_s`` (one write per interval per process, never one per
 child; a failed one is retried at once), and one background thread (the heartbeat's)
 retries Task settlements the store refused every third of it, and sweeps: every running Task of a
@@ -18,14 +18,14 @@ at the same moment (`persistence.SqlStore.interrupt`). The first sweep runs befo
 
 A lapsed lease is taken for death only once this runtime's own renewals have run unbroken
 for a full lease of the other's since the last outage it saw, and since it opened
-(`controlplane._lease`): leases that lapsed because the store was down say nothing about
-who is alive. What needs no store — a closed row, a process gone on this host and boot — is
+(`controlplane.runtime.lease._lease`): leases that lapsed because the store was down say nothing
+about who is alive. What needs no store — a closed row, a process gone on this host and boot — is
 judged at once, so the next runtime to open the store on the crashed one's host still
 recovers at once.
 
-The runtime also judges its own lease (`controlplane._own_lease`): when no renewal sent in
-the last 0.75 of the lease has succeeded, a watchdog that never waits on the store fences the
-runtime: every activation is cancelled (its Task settles ``interrupted``, "lease lost") and
+The runtime also judges its own lease (`controlplane.runtime.lease._own_lease`): when no renewal
+sent in the last 0.75 of the lease has succeeded, a watchdog that never waits on the store fences
+the runtime: every activation is cancelled (its Task settles ``interrupted``, "lease lost") and
 new Tasks are refused. Once a renewal succeeds again, this thread writes those Tasks'
 settlements with their turns' ends (unless a runtime that took the child over did first)
 and admits new Tasks; a later send re-claims the child like any resume.
@@ -42,15 +42,15 @@ import time
 import uuid
 from typing import TYPE_CHECKING
 
-from controlplane._lease import Renewals
-from controlplane._own_lease import OwnLease
-from controlplane._renewer import ATTEMPT_BOUND, Renewer
 from controlplane.contract import RuntimeInfo, SubagentControlError, TaskSnapshot, TaskStatus
+from controlplane.runtime.lease._lease import Renewals
+from controlplane.runtime.lease._own_lease import OwnLease
+from controlplane.runtime.lease._renewer import ATTEMPT_BOUND, Renewer
 from controlplane.telemetry import log_lifecycle
 
 if TYPE_CHECKING:
-    from controlplane._recovery import Recovery
-    from controlplane._tasks import TaskService
+    from controlplane.runtime.lease._recovery import Recovery
+    from controlplane.runtime.tasks._tasks import TaskService
     from persistence import LeaseNow, Settlement, SqlStore
 
 __all__ = ["Heartbeat", "Runtime", "new_runtime_id"]
@@ -162,7 +162,7 @@ class Runtime:
     def interrupt_fenced(self, task: TaskSnapshot) -> bool:
         """Write the settlement of a Task of this runtime that was fenced (its lease lost,
         or its claim taken): ``interrupted`` with its turn's end, once (the Task service's
-        `controlplane._tasks.Interrupter`)."""
+        `controlplane.runtime.tasks._tasks.Interrupter`)."""
         detail = task.outcome.detail if task.outcome is not None else None
         settled = self._store.interrupt(task, detail or "interrupted: this runtime lost its lease")
         if not settled and task.child_id is not None:
@@ -200,16 +200,17 @@ class Runtime:
         return lease is None or self._is_dead(*lease)
 
     def expire(self) -> None:
-        """Delete what runtimes gone for good left in the store (`controlplane._expiry`)."""
-        from controlplane._expiry import expire_leftovers
+        """Delete what runtimes gone for good left in the store
+        (`controlplane.runtime.lease._expiry`)."""
+        from controlplane.runtime.lease._expiry import expire_leftovers
 
         expire_leftovers(self._store, self.id, is_gone=self.is_gone)
 
     def is_gone(self, runtime: RuntimeInfo, now: LeaseNow) -> bool:
         """Whether a runtime is dead for good, not merely late: closed, its process gone,
-        or lapsed for longer than any outage (`controlplane._expiry.RETAIN_LAPSED_S`),
+        or lapsed for longer than any outage (`controlplane.runtime.lease._expiry.RETAIN_LAPSED_S`),
         judged on the lease's own clock."""
-        from controlplane._expiry import RETAIN_LAPSED_S
+        from controlplane.runtime.lease._expiry import RETAIN_LAPSED_S
         from persistence import is_expired
 
         retained = runtime.model_copy(update={"lease_ttl_s": runtime.lease_ttl_s + RETAIN_LAPSED_S})
@@ -262,7 +263,7 @@ class Runtime:
 class Heartbeat:
     """Keeps this runtime alive in the store and its Task service in step with its lease:
     one thread renews the lease, writes the settlements the store refused, and sweeps; a
-    watchdog (`controlplane._own_lease`) fences the Task service when renewals stop.
+    watchdog (`controlplane.runtime.lease._own_lease`) fences the Task service when renewals stop.
 
     Args:
         runtime: This runtime (its row, renewals and sweep).
@@ -293,7 +294,7 @@ class Heartbeat:
 
     def start(self) -> None:
         """Sweep once now (what a crash left is recovered before the first send), then keep
-        the renewals going on threads of their own (`controlplane._renewer`) and the
+        the renewals going on threads of their own (`controlplane.runtime.lease._renewer`) and the
         sweep on one background thread."""
         self._runtime.sweep()
         self.lease.start()
@@ -377,7 +378,8 @@ class Heartbeat:
 
     def _renew(self, bound_s: float) -> bool:
         """One renewal of this runtime's lease, within ``bound_s``: whether its row is
-        still open (`controlplane._renewer.Renewer` paces, records and retries them)."""
+        still open (`controlplane.runtime.lease._renewer.Renewer` paces, records and retries
+        them)."""
         with self._store.deadline(bound_s):
             return self._store.ledger.heartbeat(self._runtime.id)
 

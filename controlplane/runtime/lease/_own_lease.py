@@ -21,16 +21,16 @@ runtime judges its own lease, on its own clock, and never by asking the store:
   for the activations to notice their cancellation.
 - What it leaves for a store that stops answering: renewals go out every twentieth of
   the lease and a failed or unanswered one is retried at once on another connection
-  (`controlplane._renewer`, with the arithmetic of the ride-through: any outage shorter
-  than 0.675 of the lease less a round trip, whatever its phase against the renewals).
+  (`controlplane.runtime.lease._renewer`, with the arithmetic of the ride-through: any outage
+  shorter than 0.675 of the lease less a round trip, whatever its phase against the renewals).
   A fence at 0.8 of the lease was tried: the kernel-fault stress run then counted
   double activations (an activation's end, its disposal included, can take longer on a
   loaded host), so the margin stays a quarter.
 - It runs on its own thread and takes no lock a store call holds: the heartbeat thread may
   be stuck in a store call for as long as that call's deadline; the watchdog still fires.
 
-The renewals themselves are recorded in one place, `controlplane._lease.Renewals` (which
-also says when this runtime may judge others dead); the watchdog reads its last success.
+The renewals themselves are recorded in one place, `controlplane.runtime.lease._lease.Renewals`
+(which also says when this runtime may judge others dead); the watchdog reads its last success.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
-    from controlplane._lease import Renewals
+    from controlplane.runtime.lease._lease import Renewals
 
 __all__ = ["FENCE_AT", "OwnLease"]
 

@@ -1,7 +1,7 @@
 """`SubagentControl`'s spend and limits (SPEC §11): its options, what they build, and the
 calls that read or change what children spend.
 
-Kept apart from the facade so that `controlplane._facade` reads as the wiring and the
+Kept apart from the facade so that `controlplane.runtime._facade` reads as the wiring and the
 core calls (start, send, Tasks, the tree). `SpendOptions` checks ``prices``, the budget
 options and ``concurrency`` before anything is built, and builds the `Budgets` and the
 `Admission` they configure; `SpendApi` is the mixin `SubagentControl` inherits
@@ -16,10 +16,6 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from controlplane._admission import Admission
-from controlplane._budgets import Budgets, check_budget_options, stored_descriptor
-from controlplane._usage_views import child_usage, session_usage
-from controlplane._validate import check_concurrency
 from controlplane.contract import (
     AgentHandle,
     AgentRegistry,
@@ -34,11 +30,15 @@ from controlplane.contract import (
     budget_of,
     requester_session,
 )
+from controlplane.runtime._validate import check_concurrency
+from controlplane.runtime.spend._admission import Admission
+from controlplane.runtime.spend._budgets import Budgets, check_budget_options, stored_descriptor
+from controlplane.runtime.spend._usage_views import child_usage, session_usage
 from persistence import SqlStore
 
 if TYPE_CHECKING:
-    from controlplane._runtime import Runtime
-    from controlplane._tasks import TaskService
+    from controlplane.runtime.lease._runtime import Runtime
+    from controlplane.runtime.tasks._tasks import TaskService
 
 __all__ = ["SpendApi", "SpendOptions"]
 

@@ -15,8 +15,8 @@ late, or whose store was down, keeps everything.
 - An inbox row goes with its gone sender: nobody waits for its outcome any more. An
   ``abandoned`` row stays until its target is gone too, since it is what refuses a late
   take of the message (its sender was told ``NOT_DELIVERED``); the target itself deletes
-  it once its one take was refused (`controlplane._forwarding`). Rows are never touched
-  on a live sender's behalf (`persistence.Inbox.expire`).
+  it once its one take was refused (`controlplane.runtime.routing._forwarding`). Rows are never
+  touched on a live sender's behalf (`persistence.Inbox.expire`).
 - An approval request goes `RETAIN_ANSWERED_S` after it was answered (or asked, if its
   Task settled unanswered), once its run took the answer or its Task no longer runs: the
   table kept every request ever answered (176 rows after 3,500 turns).

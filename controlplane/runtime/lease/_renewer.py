@@ -11,7 +11,7 @@ down and the pool drops the connection); at most `MAX_IN_FLIGHT` are unanswered 
 
 The arithmetic, with ``L`` the lease, ``P = RENEW_EVERY * L`` and ``R = RETRY_EVERY * L``
 (the watchdog fences at ``FENCE_AT * L`` after the last successful renewal's send,
-`controlplane._own_lease`):
+`controlplane.runtime.lease._own_lease`):
 
 - An outage from ``a`` to ``a + D``: the last renewal answered before it was sent at
   ``a - P`` or later. After the heal, a renewal goes out within ``R`` on a connection that
@@ -35,8 +35,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
-    from controlplane._lease import Renewals
-    from controlplane._own_lease import OwnLease
+    from controlplane.runtime.lease._lease import Renewals
+    from controlplane.runtime.lease._own_lease import OwnLease
 
 __all__ = ["ATTEMPT_BOUND", "MAX_IN_FLIGHT", "RENEW_EVERY", "RETRY_EVERY", "Renewer"]
 
@@ -52,7 +52,7 @@ of ``lease_ttl_s`` after it was sent."""
 ATTEMPT_BOUND: Final = 1 / 3
 """Each renewal's deadline, a fraction of ``lease_ttl_s`` (a connect takes at least 2 s
 to give up: libpq's floor). Longer is the store's doing: it breaks the run of renewals
-that lets this runtime judge others dead (`controlplane._lease`) either way."""
+that lets this runtime judge others dead (`controlplane.runtime.lease._lease`) either way."""
 
 MAX_IN_FLIGHT: Final = 16
 """At most this many renewals unanswered at once (each holds a thread and a connection):

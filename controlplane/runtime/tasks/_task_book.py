@@ -1,7 +1,8 @@
 """The book of live Tasks: the runtime's record of the Tasks whose activations exist here,
 which the actors write through (start, settle, release) and the runtime drives (fencing,
-flushing refused settlements, closing). The read side (`controlplane._tasks.TaskService`)
-is built on it; callers see that through `controlplane._task_view.Tasks`."""
+flushing refused settlements, closing). The read side
+(`controlplane.runtime.tasks._tasks.TaskService`) is built on it; callers see that through
+`controlplane.runtime._task_view.Tasks`."""
 
 from __future__ import annotations
 
@@ -14,17 +15,6 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
-from controlplane._task_entry import (
-    Claimer,
-    Interrupter,
-    QueuePlaces,
-    Requester,
-    TaskEntry,
-    TaskLedgerPort,
-    TaskListener,
-    TaskRouting,
-    notice_of,
-)
 from controlplane.contract import (
     AgentHandle,
     ApprovalRequest,
@@ -38,6 +28,17 @@ from controlplane.contract import (
     Usage,
     requester_session,
     utcnow,
+)
+from controlplane.runtime.tasks._task_entry import (
+    Claimer,
+    Interrupter,
+    QueuePlaces,
+    Requester,
+    TaskEntry,
+    TaskLedgerPort,
+    TaskListener,
+    TaskRouting,
+    notice_of,
 )
 from controlplane.telemetry import Telemetry, log_kill, log_settled
 
