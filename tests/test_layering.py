@@ -1,6 +1,7 @@
 """The layout shows the architecture: imports run one way, front → runtime → actors →
 persistence → contract, with the providers and the telemetry beside the runtime, each
-importing only the contract.
+importing only the contract; inside the runtime, its wings (tasks, lease, routing, spend,
+approvals) import only the runtime's shared modules and the wings they declare.
 
 Checked twice: statically, every import statement of the three packages (including those
 under ``TYPE_CHECKING`` and inside functions) against the layer it may reach; and at run
@@ -34,6 +35,23 @@ ALLOWED: dict[str, frozenset[str]] = {
 
 # The sub-packages whose underscore modules nobody outside them imports.
 SUBPACKAGES = ("contract", "telemetry", "providers", "cli")
+
+# The runtime's wings (`controlplane/runtime/<wing>/`) and the other wings each may import:
+# a wing imports the layers below the runtime, the runtime's shared modules and these,
+# never the facade at the runtime's top (which wires them all) nor an undeclared wing.
+WINGS: dict[str, frozenset[str]] = {
+    "tasks": frozenset(),
+    "lease": frozenset({"tasks"}),
+    "routing": frozenset({"lease"}),
+    "spend": frozenset({"lease", "tasks"}),
+    "approvals": frozenset({"lease", "tasks"}),
+}
+RUNTIME_SHARED = frozenset({"controlplane.runtime._validate", "controlplane.runtime._usage_text"})
+"""The runtime's top-level modules every wing may use: argument checks and usage texts."""
+
+# What may sit at the top of `controlplane/`: the package and its public modules. The
+# runtime lives in `controlplane/runtime/`, the fronts in `controlplane/fronts/`.
+TOP_MODULES = frozenset({"__init__.py", "aio.py", "models.py", "tools.py"})
 
 
 def layer_of(module: str) -> str:
@@ -93,6 +111,41 @@ def test_no_import_runs_up_between_layers() -> None:
         if layer_of(target) not in ALLOWED[layer_of(name)]
     )
     assert upward == []
+
+
+def wing_of(module: str) -> str | None:
+    """The runtime wing a module belongs to (None outside the wings)."""
+    parts = module.split(".")
+    if parts[:2] == ["controlplane", "runtime"] and len(parts) > 2 and parts[2] in WINGS:
+        return parts[2]
+    return None
+
+
+def test_the_wings_are_known_and_their_declared_imports_run_one_way() -> None:
+    wings = {p.name for p in (REPO / "controlplane" / "runtime").iterdir() if p.is_dir()}
+    assert wings - {"__pycache__"} == set(WINGS)
+    order: list[str] = []  # a wing after every wing it imports: no cycle among them
+    while len(order) < len(WINGS):
+        ready = [w for w, deps in WINGS.items() if w not in order and deps <= set(order)]
+        assert ready, f"the wings' declared imports form a cycle: {WINGS}"
+        order += sorted(ready)
+
+
+def test_a_wing_imports_only_the_runtime_s_shared_modules_and_its_declared_wings() -> None:
+    crossing = sorted(
+        f"{name} ({wing}) imports {target}"
+        for name, path in modules().items()
+        if (wing := wing_of(name)) is not None
+        for target in imports_of(name, path)
+        if layer_of(target) == "runtime"
+        and not (wing_of(target) in WINGS[wing] | {wing} or target in RUNTIME_SHARED)
+    )
+    assert crossing == []
+
+
+def test_the_top_of_controlplane_holds_only_its_public_modules() -> None:
+    top = {p.name for p in (REPO / "controlplane").glob("*.py")}
+    assert top == TOP_MODULES, "a runtime module belongs in controlplane/runtime/<wing>/"
 
 
 def test_no_module_imports_the_underscore_modules_of_another_sub_package() -> None:
