@@ -6,6 +6,7 @@ On SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from typing import Any
 
@@ -25,6 +26,7 @@ from controlplane import (
     TextBlock,
     Usage,
 )
+from controlplane.aio import AsyncSubagentControl
 from tests.fakes import FakeProvider
 from tests.support import (
     PARENT_MODEL,
@@ -274,3 +276,18 @@ def test_a_start_with_an_unknown_option_is_refused_and_starts_nothing(
     assert scripted.tasks.list(parent) == []
     with pytest.raises(ValueError, match="prompt"):
         ContinuableStartSpec(provider="p", label="l", prompt="", parent=parent)
+
+
+def test_the_async_front_takes_a_str_message_too(
+    scripted: SubagentControl, parent: AgentHandle
+) -> None:
+    child = scripted.start(parent, "first")
+    child.wait(timeout=WAIT_S)
+    aio = AsyncSubagentControl(scripted)
+
+    async def follow_up() -> TaskStatus:
+        sent = await aio.send_message(parent, child.child_id, "from a coroutine")
+        return (await aio.wait(sent.task_id, timeout=WAIT_S, requester=parent)).status
+
+    assert asyncio.run(follow_up()) is TaskStatus.COMPLETED
+    assert inbound(child.transcript(), "from a coroutine")
