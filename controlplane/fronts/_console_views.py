@@ -145,7 +145,7 @@ _CARRIED: Final = (TaskStatus.RUNNING, TaskStatus.QUEUED)
 def recovery_note(task: TaskSnapshot, orphaned: bool, provider: str | None) -> str:
     """What the status adds for recovery (SPEC §9): `` · recovered ×2`` once other runtimes
     carried its turn on, `` · waits for a runtime with provider 'x'`` while its runtime is
-    gone (the provider named when the store knows it); empty for a settled Task's wait."""
+    gone (the provider named when the store knows it; a settled Task waits for nothing)."""
     said = f" · recovered ×{task.recoveries}" if task.recoveries else ""
     if orphaned and not task.status.is_terminal:
         said += (

@@ -35,7 +35,7 @@ from controlplane.contract import ChildMeta, EventKind, NewEvent
 from controlplane.fronts._console import ConsoleServer
 from controlplane.fronts._console_guard import CSP
 from controlplane.models import ModelReply, ModelRequest, ToolCall
-from tests.support import WAIT_S
+from tests.support import WAIT_S, wait_published
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -424,6 +424,7 @@ def test_a_recovered_task_and_one_waiting_for_its_provider_say_so_on_every_page(
         )
     )
     assert first.called.wait(WAIT_S)
+    wait_published(worker, started.child_id)  # a start not yet published is killed on close
     worker.close(timeout_s=WAIT_S)  # hands the running turn over
     bare = SubagentControl.open(store_url)  # a console's control plane: no providers
     second = _HeldModel()
