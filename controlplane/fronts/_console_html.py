@@ -24,6 +24,7 @@ from controlplane.fronts._console_views import (
     Overview,
     RuntimesPage,
     TurnUsage,
+    recovery_note,
 )
 
 __all__ = [
@@ -215,7 +216,8 @@ def _state(view: ChildPage) -> str:
         )
     parts = [
         f'<section class="state"><h2>Task <code>{_e(task.id[:8])}</code> '
-        f'<span class="status status-{_e(task.status.value)}">{_e(_status(task))}</span></h2>'
+        f'<span class="status status-{_e(task.status.value)}">'
+        f"{_e(_status(task) + recovery_note(task, view.orphaned, view.provider))}</span></h2>"
     ]
     request = view.request
     if request is not None:
@@ -296,12 +298,13 @@ def _tasks(tasks: list[TaskSnapshot], now: datetime) -> str:
             _e(_age(t.created_at, now)),
             f"{t.usage.total_tokens:,}",
             _cost(t.usage.cost),
+            str(t.recoveries),
             _e(_clip((t.outcome.output or t.outcome.detail or "") if t.outcome else "", 200)),
         )
         for t in tasks
     )
     return "<h2>Tasks</h2>" + _table(
-        ("Task", "Status", "Age", "Tokens", "Cost", "Outcome"), rows, row_class="task"
+        ("Task", "Status", "Age", "Tokens", "Cost", "Recoveries", "Outcome"), rows, row_class="task"
     )
 
 
@@ -319,6 +322,7 @@ _TITLES: Final = {
     EventKind.APPROVAL_REQUEST: "approval request",
     EventKind.APPROVAL_ANSWER: "approval answer",
     EventKind.DESCRIPTOR: "provider",
+    EventKind.TASK_RECOVERED: "recovered",
     "tool/call": "tool call",
     "tool/result": "tool result",
 }
@@ -348,6 +352,12 @@ def _event_text(kind: str, data: Any) -> str:
             f"{k}={v}"
             for k, v in data.items()
             if k in ("task_id", "activation", "status", "detail")
+        )
+    if kind == EventKind.TASK_RECOVERED:
+        return (
+            f"recovered by runtime {data.get('runtime_id', '?')} from runtime "
+            f"{data.get('from_runtime', '?')} (recovery {data.get('recovery', '?')}, "
+            f"task {data.get('task_id', '?')})"
         )
     if kind == "tool/call":
         return f"{data.get('name', '')}({_json(data.get('arguments', {}))})"

@@ -66,6 +66,10 @@ class ChildRowView:
     """Its descriptor's provider (None: no descriptor, or a store older than version 11)."""
     model: str | None = None
     """Its descriptor's model selector (``agent_model``), if it names one."""
+    orphaned: bool = False
+    """Its unsettled Task's runtime ended (closed, or its lease lapsed): the Task waits,
+    ``running`` or ``queued``, for a runtime with the child's provider to carry it on
+    (SPEC §9 "Recovery")."""
 
     @property
     def provider_model(self) -> str:
@@ -80,12 +84,14 @@ class ChildRowView:
         if task is None:
             return "idle"
         if task.request is not None:
-            return f"{task.status.value} {task.request.tool}"
-        if task.queue_position is not None:
-            return f"{task.status.value} #{task.queue_position}"
-        if task.outcome is not None and task.outcome.code is ErrorCode.BUDGET_EXHAUSTED:
-            return "stopped by budget"
-        return str(task.status.value)
+            said = f"{task.status.value} {task.request.tool}"
+        elif task.queue_position is not None:
+            said = f"{task.status.value} #{task.queue_position}"
+        elif task.outcome is not None and task.outcome.code is ErrorCode.BUDGET_EXHAUSTED:
+            said = "stopped by budget"
+        else:
+            said = str(task.status.value)
+        return said + recovery_note(task, self.orphaned, self.provider)
 
     def as_json(self) -> dict[str, Any]:
         """The row under ``/api/overview``."""
@@ -100,6 +106,9 @@ class ChildRowView:
             "provider": self.provider,
             "model": self.model,
             "task": None if self.task is None else self.task.model_dump(mode="json"),
+            "recoveries": 0 if self.task is None else self.task.recoveries,
+            "waits_for_runtime": self.orphaned,
+            "waits_for_provider": self.provider if self.orphaned else None,
             "tokens": self.tokens,
             "cost": self.cost,
         }
@@ -130,6 +139,37 @@ class Overview:
         }
 
 
+_CARRIED: Final = (TaskStatus.RUNNING, TaskStatus.QUEUED)
+
+
+def recovery_note(task: TaskSnapshot, orphaned: bool, provider: str | None) -> str:
+    """What the status adds for recovery (SPEC §9): `` · recovered ×2`` once other runtimes
+    carried its turn on, `` · waits for a runtime with provider 'x'`` while its runtime is
+    gone (the provider named when the store knows it; a settled Task waits for nothing)."""
+    said = f" · recovered ×{task.recoveries}" if task.recoveries else ""
+    if orphaned and not task.status.is_terminal:
+        said += (
+            f" · waits for a runtime with provider {provider!r}"
+            if provider
+            else " · waits for a runtime to carry it on"
+        )
+    return said
+
+
+def orphaned_tasks(store: SqlStore, tasks: list[TaskSnapshot]) -> set[str]:
+    """The ids of those unsettled Tasks (running or queued) whose runtime ended: closed,
+    its lease lapsed, or gone from the store (one read of the runtimes, only when one is
+    unsettled)."""
+    from persistence import is_expired
+
+    held = [t for t in tasks if t.status in _CARRIED and t.runtime_id is not None]
+    if not held or not store.keeps_tasks:
+        return set()
+    now = store.ledger.lease_now(utcnow())
+    alive = {r.runtime_id for r in store.ledger.runtimes() if not is_expired(r, now)}
+    return {t.id for t in held if t.runtime_id not in alive}
+
+
 def _recency(row: ChildRowView) -> datetime:
     return row.task.created_at if row.task is not None else row.meta.created_at
 
@@ -147,6 +187,7 @@ def overview(store: SqlStore) -> Overview:
         t.child_id: t.model_copy(update={"request": requests[t.id]}) if t.id in requests else t
         for t in tasks
     }
+    orphaned = orphaned_tasks(store, tasks)
     rows = []
     for meta in children:
         task = by_child.get(meta.child_id)
@@ -161,6 +202,7 @@ def overview(store: SqlStore) -> Overview:
                 group=_group_of(task),
                 provider=provider,
                 model=model,
+                orphaned=task is not None and task.id in orphaned,
             )
         )
     under: dict[str, list[ChildRowView]] = defaultdict(list)
@@ -205,6 +247,8 @@ class ChildPage:
     models: list[str]
     budget: dict[str, float] | None
     children: list[ChildMeta] = field(default_factory=list)
+    orphaned: bool = False
+    """Its unsettled Task's runtime ended: it waits for a runtime with its provider."""
 
     @property
     def running(self) -> TaskSnapshot | None:
@@ -219,6 +263,8 @@ class ChildPage:
             "models": self.models,
             "budget": self.budget,
             "request": None if self.request is None else self.request.model_dump(mode="json"),
+            "waits_for_runtime": self.orphaned,
+            "waits_for_provider": self.provider if self.orphaned else None,
             "tasks": [t.model_dump(mode="json") for t in self.tasks],
             "usage": {
                 "total": self.total.model_dump(mode="json"),
@@ -251,6 +297,7 @@ def child_page(store: SqlStore, child_id: str) -> ChildPage:
     turns = [TurnUsage(turn, usage_of(events)) for turn, events in sorted(by_turn.items())]
     tasks = _with_turn_usage(tasks, own, {t.turn: t.usage for t in turns})
     budget = None
+    orphaned = orphaned_tasks(store, tasks)
     if store.keeps_tasks:
         found = store.spend.read([f"child:{child_id}"]).get(f"child:{child_id}")
         budget = found.budget if found is not None else None
@@ -265,6 +312,7 @@ def child_page(store: SqlStore, child_id: str) -> ChildPage:
         models=_models_of(own) or _listed(_descriptor_field(own, "agent_model")),
         budget=budget,
         children=store.list_children(child_id),
+        orphaned=any(t.id in orphaned for t in tasks if not t.status.is_terminal),
     )
 
 

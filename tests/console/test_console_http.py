@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import re
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,6 +20,7 @@ import pytest
 
 from controlplane import (
     Budget,
+    CancelSignal,
     ChildTool,
     ContinuableStartSpec,
     ErrorCode,
@@ -29,10 +31,11 @@ from controlplane import (
     TextBlock,
     Usage,
 )
+from controlplane.contract import ChildMeta, EventKind, NewEvent
 from controlplane.fronts._console import ConsoleServer
 from controlplane.fronts._console_guard import CSP
-from controlplane.models import ModelReply, ToolCall
-from tests.support import WAIT_S
+from controlplane.models import ModelReply, ModelRequest, ToolCall
+from tests.support import WAIT_S, wait_published
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -385,3 +388,136 @@ def test_a_tasks_tokens_on_its_childs_page_are_its_turns_while_it_waits_and_once
         assert "2,250 tokens (1,800 in, 450 out)" in page
     finally:
         waiting.close()
+
+
+class _HeldModel:
+    """A model whose call waits (bounded) until ``go`` or its run is cancelled."""
+
+    def __init__(self) -> None:
+        self.called = threading.Event()
+        self.go = threading.Event()
+
+    def complete(self, request: ModelRequest, signal: CancelSignal) -> ModelReply:
+        del request
+        self.called.set()
+        deadline = time.monotonic() + WAIT_S
+        while not self.go.is_set() and not signal.wait(0.02):
+            assert time.monotonic() < deadline, "the model was never let go"
+        signal.raise_if_aborted()
+        return ModelReply(text="carried on")
+
+
+def test_a_recovered_task_and_one_waiting_for_its_provider_say_so_on_every_page(
+    store_url: str,
+) -> None:
+    """SPEC §9 "Recovery" on the console: a runtime closes mid-turn (it hands the turn
+    over); a console without providers shows the Task waiting for a runtime with its
+    provider; a runtime with it carries the turn on, and the pages say ``recovered ×1``
+    with the ``task/recovered`` event in the timeline."""
+    first = _HeldModel()
+    worker = SubagentControl.open(store_url)
+    worker.providers.register(InProcessProvider(first))
+    parent = worker.agents.register("boss")
+    started = worker.start_continuable(
+        ContinuableStartSpec(
+            provider="inprocess", label="long job", parent=parent, prompt=[TextBlock(text="go")]
+        )
+    )
+    assert first.called.wait(WAIT_S)
+    wait_published(worker, started.child_id)  # a start not yet published is killed on close
+    worker.close(timeout_s=WAIT_S)  # hands the running turn over
+    bare = SubagentControl.open(store_url)  # a console's control plane: no providers
+    second = _HeldModel()
+    rescuer: SubagentControl | None = None
+    try:
+        with (
+            ConsoleServer(bare) as console,
+            httpx.Client(base_url=console.url, timeout=WAIT_S) as client,
+        ):
+            waiting_api = client.get("/api/overview").json()["groups"]["working"]
+            waiting_page = client.get("/").text
+            waiting_child = client.get(f"/api/children/{started.child_id}").json()
+
+            rescuer = SubagentControl.open(store_url)
+            rescuer.providers.register(InProcessProvider(second))
+            assert second.called.wait(WAIT_S), "no runtime carried the turn on"
+            console.feed.poke()  # as its watcher does on the store's change: pages read anew
+            recovered_api = client.get("/api/overview").json()["groups"]["working"]
+            recovered_page = client.get("/").text
+            child_api = client.get(f"/api/children/{started.child_id}").json()
+            child_page = client.get(f"/children/{started.child_id}").text
+        second.go.set()
+        done = rescuer.tasks.wait(started.task_id, timeout=WAIT_S, requester="boss")
+    finally:
+        second.go.set()
+        if rescuer is not None:
+            rescuer.close(timeout_s=10.0)
+        bare.close(timeout_s=10.0)
+
+    waits = "running · waits for a runtime with provider &#x27;inprocess&#x27;"
+    [row] = waiting_api
+    assert (row["child_id"], row["status"]) == (
+        started.child_id,
+        "running · waits for a runtime with provider 'inprocess'",
+    )
+    assert (row["waits_for_runtime"], row["waits_for_provider"], row["recoveries"]) == (
+        True,
+        "inprocess",
+        0,
+    )
+    assert waits in waiting_page
+    assert waiting_child["waits_for_provider"] == "inprocess"
+
+    [row] = recovered_api
+    assert (row["status"], row["recoveries"], row["waits_for_runtime"]) == (
+        "running · recovered ×1",
+        1,
+        False,
+    )
+    assert "running · recovered ×1</span>" in recovered_page
+    assert "waits for a runtime" not in recovered_page
+    assert child_api["tasks"][0]["recoveries"] == 1
+    assert child_api["waits_for_provider"] is None
+    [event] = [e for e in child_api["events"] if e["kind"] == EventKind.TASK_RECOVERED]
+    assert event["data"]["runtime_id"] == rescuer.runtime_id
+    assert "running · recovered ×1</span></h2>" in child_page  # the state region
+    assert "<th>Recoveries</th>" in child_page
+    task_row = re.search(r'<tr class="task">(.*?)</tr>', child_page)
+    assert task_row is not None
+    assert "<td>1</td>" in task_row.group(1), task_row.group(1)
+    assert (
+        f'<span class="kind">recovered</span><pre>recovered by runtime {rescuer.runtime_id} '
+        f"from runtime {worker.runtime_id}"
+    ) in child_page
+    assert (done.status, done.recoveries) == (TaskStatus.COMPLETED, 1)
+
+
+def test_a_task_recovered_event_shows_as_text(store_url: str) -> None:
+    hostile = "<script>alert(1)</script>"
+    control = SubagentControl.open(store_url)
+    try:
+        store = control.store
+        assert store is not None
+        meta = ChildMeta(child_id="c-hostile", parent_session="s", depth=1, label="x")
+        data = {"task_id": "t1", "runtime_id": hostile, "from_runtime": '"><img onerror=x>',
+                "recovery": 1}  # fmt: skip
+        store.create_child(
+            meta,
+            [
+                NewEvent(kind=EventKind.TURN_START, turn=1, data={"task_id": "t1"}),
+                NewEvent(kind=EventKind.TASK_RECOVERED, turn=1, data=data),
+            ],
+        )
+        with (
+            ConsoleServer(control) as console,
+            httpx.Client(base_url=console.url, timeout=WAIT_S) as client,
+        ):
+            page = client.get("/children/c-hostile").text
+    finally:
+        control.close(timeout_s=10.0)
+    assert hostile not in page
+    assert "<img" not in page
+    assert (
+        "recovered by runtime &lt;script&gt;alert(1)&lt;/script&gt; from runtime "
+        "&quot;&gt;&lt;img onerror=x&gt; (recovery 1, task t1)"
+    ) in page
