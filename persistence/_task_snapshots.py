@@ -21,12 +21,12 @@ from persistence._turn_usage import stored_usage
 __all__ = ["TASK_COLUMNS", "TASK_COLUMNS_BEFORE_SPEND", "snapshot_of", "snapshot_of_columns"]
 
 TASK_COLUMNS = (
-    "task_id, label, owner_session, child_id, runtime_id, status, output, detail, code, "
-    "created_at, settled_at, spend"
-)
+    "task_id", "label", "owner_session", "child_id", "runtime_id", "status", "output",
+    "detail", "code", "created_at", "settled_at", "spend",
+)  # fmt: skip
 """What a Task's snapshot is built from, in `snapshot_of_columns`'s order (``kind`` is
 always ``subagent``)."""
-TASK_COLUMNS_BEFORE_SPEND = TASK_COLUMNS.removesuffix(", spend")
+TASK_COLUMNS_BEFORE_SPEND = TASK_COLUMNS[:-1]
 """The same, for a store older than version 7 read as it is (no ``spend`` column)."""
 
 
