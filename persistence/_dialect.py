@@ -11,6 +11,8 @@ notifications and placeholders are this class's.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
+from collections.abc import Callable
 from typing import Any, ClassVar, Final
 
 from sqlalchemy import ColumnElement, Select, Table, bindparam, func, literal_column
@@ -35,7 +37,7 @@ def constant(value: str) -> ColumnElement[Any]:
     return literal_column("'" + value + "'")
 
 
-class SqlDialect:
+class SqlDialect(ABC):
     """One database's way of writing the store's statements.
 
     Attributes:
@@ -69,9 +71,9 @@ class SqlDialect:
         """``query`` taking the lock that serializes a child's writers on its row."""
         return query
 
+    @abstractmethod
     def insert(self, table: Table) -> Any:
         """An INSERT on ``table`` that can take ``on_conflict_do_update``/``nothing``."""
-        raise NotImplementedError
 
     def notify(self, channel: Any, payload: Any) -> Any:
         """``NOTIFY channel, payload`` as an expression (SQL expressions both), for a
@@ -116,9 +118,12 @@ class PostgresSql(SqlDialect):
         return func.pg_notify(channel, payload)
 
 
-_DIALECTS: Final[dict[str, type[SqlDialect]]] = {"sqlite": SqliteSql, "postgresql": PostgresSql}
+_DIALECTS: Final[dict[str, Callable[[], SqlDialect]]] = {
+    "sqlite": SqliteSql,
+    "postgresql": PostgresSql,
+}
 
 
 def dialect_named(name: str) -> SqlDialect:
     """The dialect of a backend (`persistence._backend.Backend.name`)."""
-    return _DIALECTS[name]()  # type: ignore[call-arg]  # each subclass sets its compiler
+    return _DIALECTS[name]()

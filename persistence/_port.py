@@ -24,6 +24,7 @@ from persistence._inbox_sql import InboxStatements
 from persistence._queue_sql import QueueStatements
 from persistence._runtime_sql import RuntimeStatements
 from persistence._schema import sqlite_time
+from persistence._spend_sql import SpendStatements
 from persistence._task_sql import TaskStatements
 
 if TYPE_CHECKING:
@@ -49,6 +50,7 @@ class StoreSql:
     runtimes: RuntimeStatements
     approvals: ApprovalStatements
     queue: QueueStatements
+    spend: SpendStatements
     inbox: InboxStatements | None
     """The forwarding inbox's (PostgreSQL only)."""
 
@@ -61,6 +63,7 @@ class StoreSql:
             runtimes=RuntimeStatements.build(dialect),
             approvals=ApprovalStatements.build(dialect),
             queue=QueueStatements.build(dialect),
+            spend=SpendStatements.build(dialect),
             inbox=InboxStatements.build(dialect) if dialect.name == "postgresql" else None,
         )
 

@@ -39,7 +39,6 @@ from persistence._children_sql import EVENT_INSERT, EVENT_NAMES
 from persistence._codec import PendingEvent
 from persistence._database import Database
 from persistence._schema import sqlite_time, utc_time
-from persistence._spend_sql import SpendStatements
 
 __all__ = ["ScopeSpend", "SpendLedger", "child_scope", "session_scope"]
 
@@ -86,7 +85,7 @@ class SpendLedger:
         self._db = db
         self._runner = run
         dialect = db.sql.dialect
-        self._sql = SpendStatements.build(dialect)
+        self._sql = db.sql.spend
         self._text_times = db.backend.text_times
         self._lock = threading.Lock()
         self._chains: dict[str, tuple[str, ...]] = {}
