@@ -27,6 +27,7 @@ from controlplane.contract import (
     SessionEvent,
     SubagentControlError,
 )
+from persistence._children_sql import header_row
 from persistence._codec import PendingEvent, decode_events, stored_events
 from persistence._schema import ChildRow, EventRow
 from persistence._segments import batch_range, decode_segment
@@ -58,20 +59,7 @@ class Appends:
     ) -> list[SessionEvent]:
         try:
             with self._s.db.session(write=True) as session:
-                session.add(
-                    ChildRow(
-                        child_id=meta.child_id,
-                        parent_session=meta.parent_session,
-                        depth=meta.depth,
-                        seed_length=meta.seed_length,
-                        label=meta.label,
-                        created_batch=batch,
-                        created_at=meta.created_at,
-                        claim_runtime=claim[0] if claim else None,
-                        claim_task=claim[1] if claim else None,
-                        fence=1 if claim else 0,
-                    )
-                )
+                session.add(header_row(meta, batch, claim))
                 if pending:
                     session.flush()  # the header first: the events' foreign key needs it
                     self._created_spend(session.connection(), meta, pending)

@@ -28,10 +28,18 @@ from sqlalchemy import (
 )
 from sqlalchemy import cast as sql_cast
 
+from controlplane.contract import ChildMeta
 from persistence._dialect import SqlDialect, params
 from persistence._schema import ChildRow, EventRow, SegmentRow
 
-__all__ = ["EVENT_INSERT", "EVENT_NAMES", "ChildStatements", "child_table", "event_table"]
+__all__ = [
+    "EVENT_INSERT",
+    "EVENT_NAMES",
+    "ChildStatements",
+    "child_table",
+    "event_table",
+    "header_row",
+]
 
 child_table: Final = cast(Table, ChildRow.__table__)
 event_table: Final = cast(Table, EventRow.__table__)
@@ -42,6 +50,23 @@ EVENT_NAMES: Final = ("child_id", "seq", "turn", "kind", "data", "source", "batc
 EVENT_INSERT: Final = insert(event_table).values(**params(*EVENT_NAMES))
 """One event's INSERT (`ChildStatements.insert`), which the spend's upsert can ride."""
 _SEGMENT_NAMES: Final = ("child_id", "first_seq", "last_seq", "events", "batches")
+
+
+def header_row(meta: ChildMeta, batch: str, claim: tuple[str, str] | None) -> ChildRow:
+    """A new child's header row, claimed for its first turn by ``claim`` (runtime id, Task
+    id) under fencing number 1, or unclaimed."""
+    return ChildRow(
+        child_id=meta.child_id,
+        parent_session=meta.parent_session,
+        depth=meta.depth,
+        seed_length=meta.seed_length,
+        label=meta.label,
+        created_batch=batch,
+        created_at=meta.created_at,
+        claim_runtime=claim[0] if claim else None,
+        claim_task=claim[1] if claim else None,
+        fence=1 if claim else 0,
+    )
 
 
 def _one(query: Any) -> Any:

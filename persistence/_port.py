@@ -15,7 +15,7 @@ import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, TypeVar, cast
 
 from persistence._approval_sql import ApprovalStatements
 from persistence._children_sql import ChildStatements
@@ -120,7 +120,7 @@ class StorePort:
     def run(self, action: str, operation: Callable[[int], T]) -> T:
         """Run ``operation(attempt)`` under the store's retry policy (raises ``CLOSED``
         once the store is closed)."""
-        return self._run(action, operation)  # type: ignore[return-value]
+        return cast(T, self._run(action, operation))
 
     def stamp(self, when: datetime) -> object:
         """``when`` as the driver takes a timestamp (fixed-width text on SQLite)."""
