@@ -9,6 +9,7 @@ them.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import secrets
@@ -19,7 +20,7 @@ from typing import TYPE_CHECKING, TypeVar, cast
 
 from persistence._approval_sql import ApprovalStatements
 from persistence._children_sql import ChildStatements
-from persistence._dialect import SqlDialect
+from persistence._dialect import SqlDialect, dialect_named
 from persistence._inbox_sql import InboxStatements
 from persistence._queue_sql import QueueStatements
 from persistence._runtime_sql import RuntimeStatements
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
     from persistence._ledger import TaskLedger
     from persistence._spend import SpendLedger
 
-__all__ = ["StorePort", "StoreSql", "next_batch"]
+__all__ = ["StorePort", "StoreSql", "compiled_sql", "next_batch"]
 
 T = TypeVar("T")
 
@@ -70,9 +71,26 @@ class StoreSql:
     def before(self, *, segments: bool, spend: bool) -> StoreSql:
         """These statements for an older store read as it is: without the segments table
         (before version 3) or the Task rows' spend (before version 7)."""
-        children = self.children if segments else self.children.without_segments()
-        tasks = self.tasks if spend else TaskStatements.build(self.dialect, spend=False)
-        return replace(self, children=children, tasks=tasks)
+        if segments and spend:
+            return self
+        return _older(self.dialect.name, segments=segments, spend=spend)
+
+
+@functools.cache
+def compiled_sql(dialect_name: str) -> StoreSql:
+    """The statements of a store on ``dialect_name`` (``sqlite``, ``postgresql``), compiled
+    once per process and shared by every store on that database: compiling them all costs
+    tens of milliseconds, which a store's opening (a cold resume's) must not pay again."""
+    return StoreSql.build(dialect_named(dialect_name))
+
+
+@functools.cache
+def _older(dialect_name: str, *, segments: bool, spend: bool) -> StoreSql:
+    current = compiled_sql(dialect_name)
+    dialect = current.dialect
+    children = current.children if segments else current.children.without_segments()
+    tasks = current.tasks if spend else TaskStatements.build(dialect, spend=False)
+    return replace(current, children=children, tasks=tasks)
 
 
 class StorePort:
