@@ -14,8 +14,7 @@ only when someone reads the total.
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any, Final
 
 from controlplane.contract import (
@@ -27,6 +26,8 @@ from controlplane.contract import (
     Price,
     SessionEvent,
     Usage,
+    UsageCounts,
+    usage_counts,
 )
 
 __all__ = ["TurnSpend"]
@@ -39,32 +40,12 @@ _COUNTS: Final = (
     "model_calls",
     "tool_calls",
 )
-_KEYS: Final = frozenset((*_COUNTS, "cost"))
 _PRICED: Final = frozenset(("input_tokens", "output_tokens", "cached_input_tokens", "model_calls"))
 _TOKENS: Final = frozenset(
     ("input_tokens", "output_tokens", "cached_input_tokens", "reasoning_tokens")
 )
-_Sums = tuple[int, int, int, int, int, int, float | None]
+_Sums = UsageCounts
 _NOTHING: Final[_Sums] = (0, 0, 0, 0, 0, 0, None)
-
-
-def _counts(entry: Mapping[str, Any]) -> _Sums | None:
-    """A stored usage's counts and cost, or None for one that is not a valid usage (written
-    under the key by something else: not counted, as `usage_of` skips it). Unrolled: it
-    runs twice per model call."""
-    if not _KEYS.issuperset(entry):
-        return None
-    get = entry.get
-    a, b, c = get("input_tokens", 0), get("output_tokens", 0), get("cached_input_tokens", 0)
-    d, e, f = get("reasoning_tokens", 0), get("model_calls", 0), get("tool_calls", 0)
-    if not (type(a) is type(b) is type(c) is type(d) is type(e) is type(f) is int):
-        return None
-    if a < 0 or b < 0 or c < 0 or d < 0 or e < 0 or f < 0:
-        return None
-    cost = get("cost")
-    if cost is not None and (type(cost) not in (int, float) or not math.isfinite(cost) or cost < 0):
-        return None
-    return a, b, c, d, e, f, cost
 
 
 class TurnSpend:
@@ -77,7 +58,7 @@ class TurnSpend:
         trace: The activation's trace, whose token usage metric counts each model call.
     """
 
-    __slots__ = ("_price", "_read", "_sums", "_trace", "_turn")
+    __slots__ = ("_parsed", "_price", "_read", "_sums", "_trace", "_turn")
 
     def __init__(
         self, turn: int, *, price: Price | None = None, trace: ActivationTrace = NO_TRACE
@@ -87,6 +68,9 @@ class TurnSpend:
         self._trace = trace
         self._sums: _Sums = _NOTHING  # swapped whole: read from any thread
         self._read: tuple[_Sums, Usage] = (_NOTHING, Usage.zero())
+        # The usage entries `priced` read, by identity, until `written` counts them: a
+        # model call's usage is parsed once on its way to the store.
+        self._parsed: dict[int, tuple[dict[str, Any], UsageCounts]] = {}
 
     @property
     def total(self) -> Usage:
@@ -103,20 +87,27 @@ class TurnSpend:
         """``data`` of an event about to be written, with its model call's cost: when it
         carries the usage of a call whose server reported tokens (not ``usage_reported:
         False``) and no cost of its own (a server's reported cost stays)."""
-        price = self._price
-        if price is None or not isinstance(data, dict):
+        if not isinstance(data, dict):
             return data
         entry = data.get(USAGE)
-        if not isinstance(entry, dict) or "cost" in entry or data.get(USAGE_REPORTED) is False:
-            return data
-        if _PRICED.isdisjoint(entry):
-            return data  # a tool call's count: no price
-        counts = _counts(entry)
+        counts = usage_counts(entry)
         if counts is None:
             return data
-        inputs, outputs, cached = counts[0], counts[1], min(counts[2], counts[0])
-        cost = price.cost_of(uncached=inputs - cached, cached=cached, output=outputs)
-        return {**data, USAGE: {**entry, "cost": cost}}
+        assert isinstance(entry, dict)  # usage_counts reads dicts only
+        price = self._price
+        if (
+            price is not None
+            and "cost" not in entry
+            and data.get(USAGE_REPORTED) is not False
+            and not _PRICED.isdisjoint(entry)  # a tool call's count has no price
+        ):
+            inputs, outputs, cached = counts[0], counts[1], min(counts[2], counts[0])
+            cost = price.cost_of(uncached=inputs - cached, cached=cached, output=outputs)
+            entry = {**entry, "cost": cost}
+            data = {**data, USAGE: entry}
+            counts = (*counts[:6], cost)
+        self._parsed[id(entry)] = (entry, counts)
+        return data
 
     def written(self, events: Sequence[NewEvent]) -> None:
         """Count the usage of the turn's ``events``, just written (the writer's thread)."""
@@ -137,7 +128,8 @@ class TurnSpend:
             entry = data.get(USAGE)
             if not isinstance(entry, dict):
                 continue
-            counts = _counts(entry)
+            parsed = self._parsed.pop(id(entry), None)
+            counts = parsed[1] if parsed is not None and parsed[0] is entry else usage_counts(entry)
             if counts is None:
                 continue
             sums = self._sums

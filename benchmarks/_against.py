@@ -21,11 +21,11 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from benchmarks._report import Section, table
-from benchmarks._stats import fmt_ratio, fmt_s, spread
+from benchmarks._stats import Spread, fmt_ratio, fmt_s, spread
 
 __all__ = ["FIGURES_OPTION", "run_against", "write_figures"]
 
@@ -169,8 +169,20 @@ def write_figures(path: Path, sections: Sequence[Section]) -> None:
     for section in sections:
         raw = section.data.get("figures")
         if isinstance(raw, dict):
-            found |= {str(k): float(v) for k, v in raw.items()}
+            found |= dict(_flat("", raw))
     path.write_text(json.dumps(found), encoding="utf-8")
+
+
+def _flat(prefix: str, value: object) -> Iterator[tuple[str, float]]:
+    """A section's figures as named numbers: nested tables (the spend section's backend →
+    operation → variant) joined into one name, a spread as its median (a time, ``p50``)."""
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            yield from _flat(f"{prefix} {key}".strip(), inner)
+    elif isinstance(value, Spread):
+        yield f"{prefix} p50", value.median
+    else:
+        yield prefix, float(value)  # type: ignore[arg-type]
 
 
 def _log(message: str) -> None:

@@ -158,9 +158,10 @@ def _sample(
 
 def snapshot_from(row: tuple[object, ...]) -> TaskSnapshot:
     """The frozen `TaskSnapshot` of a raw ``SELECT *`` row of a settled Task: what the
-    store's read adds on top of the select, built by hand (no SQLAlchemy)."""
+    store's read adds on top of the select, built by hand (no SQLAlchemy); columns added
+    after ``spend`` (``recoveries``) are not read."""
     (task_id, _kind, label, owner, child_id, runtime_id, status_text, output, detail, code,
-     created, settled, _notice, spend) = row  # fmt: skip
+     created, settled, _notice, spend, *_later) = row  # fmt: skip
     status = TaskStatus(status_text)
     settled_at = datetime.fromisoformat(str(settled))
     return TaskSnapshot(

@@ -31,7 +31,7 @@ from benchmarks._harness import frozen_gc, pg_schema, seed_child
 from benchmarks._report import Section, table
 from benchmarks._routes import MESSAGE, SOURCE, TEXT, Plane
 from benchmarks._stats import Spread, fmt_ratio, fmt_s, percentile, sample_interleaved, spread
-from benchmarks.store import INSERT_SQL
+from benchmarks.store import store_statements
 from controlplane import ErrorCode, SubagentControlError
 
 __all__ = ["TITLE", "ForwardingConfig", "run_forwarding"]
@@ -114,7 +114,7 @@ class _RawPg:
         self._append = psycopg.connect(libpq(url))
         self._ping = ping
         self._child_id = child_id
-        self._insert = INSERT_SQL.format(p="%s")
+        self._insert: str = store_statements("%s").insert
         row = self._append.execute(
             "SELECT coalesce(max(seq), 0) FROM subagent_events WHERE child_id = %s", (child_id,)
         ).fetchone()

@@ -116,37 +116,19 @@ def _figures(backend: str, rows: list[_Row]) -> dict[str, float]:
 # -- the raw baselines -------------------------------------------------------------------
 
 
-# The store's own statements, written out (a test holds them equal to persistence's).
-# EVENTS_SQL's ``{sealed}`` is how a segment's events are read: SEALED[placeholder].
-HEADER_SQL = (
-    "SELECT parent_session, depth, seed_length, label, created_at "
-    "FROM subagent_children WHERE child_id = {p}"
-)
-EVENTS_SQL = (
-    "SELECT first_seq, NULL, NULL, {sealed}, NULL, NULL FROM subagent_segments "
-    "WHERE child_id = {p} UNION ALL "
-    "SELECT seq, turn, kind, data, source, created_at FROM subagent_events "
-    "WHERE child_id = {p} ORDER BY 1"
-)
-LOAD_SQL = (
-    "SELECT -1, depth, parent_session, label, CAST(seed_length AS TEXT), created_at "
-    "FROM subagent_children WHERE child_id = {p} UNION ALL " + EVENTS_SQL
-)
-"""What a load runs: the header row, then the events, in one statement."""
-SEALED = {"?": "CAST(events AS BLOB)", "%s": "events"}
-"""SQLite hands a BLOB to the JSON decoder as bytes, where TEXT is first decoded into a str."""
-LOCK_CHILD_SQL = "SELECT 1 FROM subagent_children WHERE child_id = {p} FOR NO KEY UPDATE"
-LAST_SEQ_SQL = (
-    "SELECT coalesce((SELECT max(e.seq) FROM subagent_events e "
-    "WHERE e.child_id = c.child_id), (SELECT s.last_seq FROM subagent_segments s "
-    "WHERE s.child_id = c.child_id ORDER BY s.first_seq DESC LIMIT 1), 0), "
-    "c.claim_runtime, c.fence "
-    "FROM subagent_children c WHERE c.child_id = {p}"
-)
-INSERT_SQL = (
-    "INSERT INTO subagent_events (child_id, seq, turn, kind, data, source, batch_id, "
-    "created_at) VALUES ({p}, {p}, {p}, {p}, {p}, {p}, {p}, {p})"
-)
+def store_statements(placeholder: str) -> Any:
+    """The child statements the store under test runs (``placeholder``: ``?`` for SQLite,
+    ``%s`` for PostgreSQL), for the raw baseline to run on its bare connection: the same
+    text, so the ratio measures the store's own overhead, not a difference in SQL."""
+    sqlite = placeholder == "?"
+    try:
+        from persistence._children_sql import ChildStatements
+        from persistence._dialect import PostgresSql, SqliteSql
+    except ImportError:  # a tree from before the statements were compiled (--against)
+        from persistence._backend import Statements  # type: ignore[attr-defined]
+
+        return Statements.build(placeholder, row_locks=not sqlite, blob_segments=sqlite)
+    return ChildStatements.build(SqliteSql() if sqlite else PostgresSql(), blob_segments=sqlite)
 
 
 class _RawDriver:
@@ -156,12 +138,14 @@ class _RawDriver:
         self._conn = conn
         self._begin = begin
         self._text_times = text_times
+        statements = store_statements(placeholder)
         self._load, self._last_seq, self._insert = (
-            sql.format(p=placeholder, sealed=SEALED[placeholder])
-            for sql in (LOAD_SQL, LAST_SEQ_SQL, INSERT_SQL)
+            statements.load,
+            statements.last_seq,
+            statements.insert,
         )
         # PostgreSQL serializes a child's appends on its header row; SQLite on BEGIN IMMEDIATE.
-        self._lock_child = LOCK_CHILD_SQL.format(p=placeholder) if placeholder == "%s" else None
+        self._lock_child: str | None = statements.lock_child
 
     def append(self, child_id: str, events: Sequence[Raw]) -> None:
         now = datetime.now(UTC)

@@ -28,8 +28,9 @@ from controlplane.contract import (
     SubagentControlError,
 )
 from persistence._child_names import descriptor_names
+from persistence._children_sql import header_row
 from persistence._codec import PendingEvent, decode_events, stored_events
-from persistence._schema import children_table, events_table, sqlite_time
+from persistence._schema import children_table, events_table
 from persistence._segments import batch_range, decode_segment
 from persistence._segments import seal as seal_rows
 from persistence._task_sql import Fence, Settlement, TxStep, settle_params
@@ -37,7 +38,7 @@ from persistence._turn_usage import turn_usage, usage_column
 
 if TYPE_CHECKING:
     from persistence._inbox import WakeUp
-    from persistence._store import SqlStore
+    from persistence._port import StorePort
 
 __all__ = ["Appends", "not_found"]
 
@@ -46,8 +47,8 @@ class Appends:
     """`SqlStore`'s write path (kept apart so the store module stays readable): the store
     runs `create` and `append` under its retry policy."""
 
-    def __init__(self, store: SqlStore) -> None:
-        self._s = store
+    def __init__(self, port: StorePort) -> None:
+        self._s = port
 
     def create(
         self,
@@ -59,22 +60,10 @@ class Appends:
         claim: tuple[str, str] | None = None,
     ) -> list[SessionEvent]:
         try:
-            with self._s._db.connection(write=True) as conn:
+            with self._s.db.connection(write=True) as conn:
                 conn.execute(
                     insert(children_table),
-                    {
-                        "child_id": meta.child_id,
-                        "parent_session": meta.parent_session,
-                        "depth": meta.depth,
-                        "seed_length": meta.seed_length,
-                        "label": meta.label,
-                        "created_batch": batch,
-                        "created_at": meta.created_at,
-                        "claim_runtime": claim[0] if claim else None,
-                        "claim_task": claim[1] if claim else None,
-                        "fence": 1 if claim else 0,
-                        **descriptor_names(pending),
-                    },
+                    header_row(meta, batch, claim, descriptor_names(pending)),
                 )
                 if pending:  # after the header: the events' foreign key needs it
                     self._created_spend(conn, meta, pending)
@@ -104,7 +93,7 @@ class Appends:
                 f"child {meta.child_id} already exists; a child id is used once",
                 child_id=meta.child_id,
             ) from exc
-        self._s._committed()
+        self._s.committed()
         return stored_events(pending, 1, created_at)
 
     def _created_spend(
@@ -120,11 +109,11 @@ class Appends:
     def created_by(self, child_id: str, batch: str) -> list[SessionEvent] | None:
         """The events ``create_child`` call ``batch`` wrote, or None if it wrote nothing."""
         query = select(children_table.c.created_batch).where(children_table.c.child_id == child_id)
-        with self._s._db.connection(write=False) as conn:
+        with self._s.db.connection(write=False) as conn:
             created_batch = conn.execute(query).scalar_one_or_none()
         if created_batch != batch:
             return None
-        with self._s._db.cursor(write=False) as cursor:
+        with self._s.db.cursor(write=False) as cursor:
             return self.landed(cursor, child_id, batch)
 
     def append(
@@ -141,9 +130,10 @@ class Appends:
         also: TxStep | None = None,
     ) -> list[SessionEvent]:
         store = self._s
-        sql = store._sql
+        statements = store.sql
+        sql, tasks = statements.children, statements.tasks
         wakeups: list[WakeUp] = []  # of forwarded steers' senders, sent once committed
-        with store._db.cursor(write=True) as cursor:
+        with store.db.cursor(write=True) as cursor:
             # First, under the child's lock: an earlier attempt whose commit is still in
             # flight then finishes before the retry below looks for its rows.
             last, holder, number = self.tail(cursor, child_id)
@@ -154,7 +144,7 @@ class Appends:
             if fence is not None and (holder, number) != fence:
                 raise _fenced(child_id, fence, holder)
             first = last + 1
-            stamp = sqlite_time(created_at) if store._db.backend.text_times else created_at
+            stamp = store.stamp(created_at)
             # Forwarded steers' answers commit with their records, together or not at all.
             inbox = store.inbox if answer_steered else None  # there: `append` checked
             counted = False  # the spend, by the statement that inserted its event
@@ -163,11 +153,9 @@ class Appends:
                 row = (child_id, first, p.turn, p.kind, p.data_json, p.source_json, batch, stamp)
                 if inbox is not None and len(answer_steered) == 1:
                     # One record and its answer: one statement for both.
-                    wakeups = inbox.insert_answering(cursor, sql.insert, row, answer_steered[0])
+                    wakeups = inbox.insert_answering(cursor, row, answer_steered[0])
                 else:
-                    counted = store.spend.insert_counting(
-                        cursor, child_id, p, sql.insert, row, seconds
-                    )
+                    counted = store.spend.insert_counting(cursor, child_id, p, row, seconds)
                     if not counted:
                         cursor.execute(sql.insert, row)  # execute costs less than executemany
                     if inbox is not None:
@@ -198,12 +186,10 @@ class Appends:
                     cursor.execute(sql.open_rows, (child_id,))
                     sealed = list(cursor.fetchall())
                 spend = usage_column(turn_usage(sealed, pending[-1].turn))
-                cursor.execute(
-                    store._settle_sql, settle_params(settle, store._stamp(settle[2]), spend)
-                )
+                cursor.execute(tasks.settle, settle_params(settle, store.stamp(settle[2]), spend))
                 if fence is not None:  # the turn is over: the claim goes with it
-                    cursor.execute(store._release_sql, (child_id, fence[1]))
-        store._committed()
+                    cursor.execute(sql.release, (child_id, fence[1]))
+        store.committed()
         if wakeups and store.inbox is not None:
             store.inbox.wake(wakeups)  # outside the write: see `persistence._inbox`
         return stored_events(pending, first, created_at)
@@ -212,7 +198,7 @@ class Appends:
         """Move the child's open rows into segments, inside the append that ended a turn
         (so under the child's lock): a later load reads one row per turn. Returns the rows
         it sealed (``seq, turn, kind, data, source, created_at, batch_id``)."""
-        sql = self._s._sql
+        sql = self._s.sql.children
         cursor.execute(sql.open_rows, (child_id,))
         rows = list(cursor.fetchall())
         segments = seal_rows(rows)
@@ -226,7 +212,7 @@ class Appends:
         Open rows first: a seal moves rows into a segment and never back, so rows missed
         here because they were just sealed are found in the segments read after.
         """
-        sql = self._s._sql
+        sql = self._s.sql.children
         cursor.execute(sql.landed, (child_id, batch))
         landed = decode_events(cursor)
         if landed:
@@ -242,7 +228,7 @@ class Appends:
         """The child's highest ``seq``, its claim's runtime and its fencing number, read
         under the lock that serializes its appends (taken here on PostgreSQL; SQLite's
         write transaction already holds it)."""
-        sql = self._s._sql
+        sql = self._s.sql.children
         if sql.lock_child is not None:
             # A statement of its own: the next one then reads with a snapshot taken after
             # the lock was granted, so it sees the previous holder's rows.

@@ -40,16 +40,15 @@ from controlplane.contract import (
     TaskStatus,
     utcnow,
 )
-from persistence._schema import APPROVALS, CHILDREN, TASKS, approvals_table, utc_time
+from persistence._schema import approvals_table, utc_time
 from persistence._task_sql import Fence, TxStep
 
 if TYPE_CHECKING:
-    from persistence._store import SqlStore
+    from persistence._port import StorePort
 
 __all__ = ["Answered", "ApprovalBook", "StoredRequest", "WaitingRequest"]
 
 _INPUT = TaskStatus.INPUT_REQUIRED.value
-_RUNNING = TaskStatus.RUNNING.value
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,30 +108,28 @@ class ApprovalBook:
     """The store's approval requests (`SqlStore.approvals`). Thread-safe; every operation
     is one short transaction under the store's retry policy."""
 
-    def __init__(self, store: SqlStore) -> None:
-        self._s = store
-        self._db = store._db
-        self._sql = _ApprovalSql.build(self._db.sql.placeholder)
+    def __init__(self, port: StorePort) -> None:
+        self._s = port
+        self._db = port.db
 
     # -- inside an append's transaction --------------------------------------------------
 
     def asking(self, request: StoredRequest) -> TxStep:
         """The statements that record ``request`` in its event's append: its row, and its
         Task ``input_required`` (a Task no longer running asks nothing: the append fails)."""
-        sql, stamp = self._sql, self._s._stamp
+        sql, stamp = self._s.sql, self._s.stamp
 
         def step(cursor: DBAPICursor) -> None:
-            cursor.execute(sql.task_asks, (request.task_id,))
+            cursor.execute(sql.tasks.asks, (request.task_id,))
             if cursor.rowcount != 1:
                 raise _not_running(request.task_id)
             cursor.execute(
-                sql.insert,
+                sql.approvals.insert,
                 (request.request_id, request.task_id, request.child_id, request.parent_session,
-                 request.turn, request.call_id, request.tool, _json(request.arguments),
-                 request.reason, _json(request.pending), request.parkable,
-                 stamp(request.created_at),
-                 None if request.deadline_at is None else stamp(request.deadline_at),
-                 request.provider),
+                 request.turn, request.call_id, request.tool, request.provider,
+                 _json(request.arguments), request.reason, _json(request.pending),
+                 request.parkable, stamp(request.created_at),
+                 None if request.deadline_at is None else stamp(request.deadline_at)),
             )  # fmt: skip
 
         return step
@@ -140,13 +137,13 @@ class ApprovalBook:
     def taking(self, request_id: str, task_id: str) -> TxStep:
         """The statements that take an answer in its ``approval/answer`` event's append:
         the request closed, its Task ``running`` again."""
-        sql = self._sql
+        sql = self._s.sql
 
         def step(cursor: DBAPICursor) -> None:
-            cursor.execute(sql.take, (request_id,))
+            cursor.execute(sql.approvals.take, (request_id,))
             if cursor.rowcount != 1:
                 raise _closed(request_id, "its answer was taken already")
-            cursor.execute(sql.task_resumes, (task_id,))
+            cursor.execute(sql.tasks.resumes, (task_id,))
 
         return step
 
@@ -172,7 +169,7 @@ class ApprovalBook:
                 already, or whose Task settled. Nothing is changed then.
         """
         token = _json({"source": source.model_dump(mode="json"), "answer": utcnow().isoformat()})
-        sql = self._sql
+        sql = self._s.sql.approvals
 
         def op(attempt: int) -> Answered:
             with self._db.cursor(write=True) as cursor:
@@ -180,7 +177,7 @@ class ApprovalBook:
                 if found is None or (session is not None and found[0].parent_session != session):
                     raise _unknown(request_id)
                 request = found[0]
-                self._s._appends.tail(cursor, request.child_id)  # the child's lock
+                self._s.appends.tail(cursor, request.child_id)  # the child's lock
                 cursor.execute(sql.state_of, (request_id,))
                 state, answered_by, status, holder, claim_task = cursor.fetchone() or _GONE
                 if attempt > 1 and state == "answered" and answered_by == token:
@@ -190,36 +187,30 @@ class ApprovalBook:
                 if status != _INPUT or claim_task != request.task_id:
                     raise _closed(request_id, f"its task {request.task_id} is {status}")
                 cursor.execute(
-                    sql.answer, (allow, note, token, self._s._stamp(utcnow()), request_id)
+                    sql.answer, (allow, note, token, self._s.stamp(utcnow()), request_id)
                 )
                 if cursor.rowcount != 1:
                     raise _closed(request_id, "it was answered already")
                 # Answered, the Task no longer waits for input: it reads running while its
                 # run takes the answer (a `wait` after the answer waits for its outcome).
-                cursor.execute(sql.task_resumes, (request.task_id,))
+                cursor.execute(self._s.sql.tasks.resumes, (request.task_id,))
                 return Answered(request, holder)
 
-        return self._s._run(f"answer request {request_id}", op)
+        return self._s.run(f"answer request {request_id}", op)
 
     def prune(self, before: datetime) -> int:
         """Delete the requests done with before ``before`` (answered then, or asked then
         if never answered): closed (the run took the answer), or whose Task no longer
         runs. The transcript keeps each request and answer; an answer naming a pruned
         request is ``REQUEST_NOT_FOUND``. How many went."""
-        p = self._db.sql.placeholder
-        live = f"('{_INPUT}', '{_RUNNING}', '{TaskStatus.QUEUED.value}')"
-        statement = (
-            f"DELETE FROM {APPROVALS} WHERE COALESCE(answered_at, created_at) < {p} AND "
-            f"(state = 'closed' OR NOT EXISTS (SELECT 1 FROM {TASKS} t WHERE "
-            f"t.task_id = {APPROVALS}.task_id AND t.status IN {live}))"
-        )
+        statement = self._s.sql.approvals.prune
 
         def op(_attempt: int) -> int:
-            with self._db.cursor(write=True) as cursor:
-                cursor.execute(statement, (self._s._stamp(before),))
+            with self._s.db.cursor(write=True) as cursor:
+                cursor.execute(statement, (self._s.stamp(before),))
                 return int(cursor.rowcount)
 
-        return self._s._run("prune answered approval requests", op)
+        return self._s.run("prune answered approval requests", op)
 
     def park(self, request_id: str, child_id: str, fence: Fence) -> bool:
         """Give the child's claim up while ``request_id`` waits (the claim keeps its Task,
@@ -229,12 +220,12 @@ class ApprovalBook:
         Raises:
             SubagentControlError: ``FENCED`` when the claim is no longer this runtime's.
         """
-        sql = self._sql
+        sql = self._s.sql
 
         def op(_attempt: int) -> bool:
             with self._db.cursor(write=True) as cursor:
-                _last, holder, number = self._s._appends.tail(cursor, child_id)
-                cursor.execute(sql.state_only, (request_id,))
+                _last, holder, number = self._s.appends.tail(cursor, child_id)
+                cursor.execute(sql.approvals.state_only, (request_id,))
                 row = cursor.fetchone()
                 if row is not None and row[0] != "open":
                     return False
@@ -247,17 +238,17 @@ class ApprovalBook:
                         "park; nothing was written",
                         child_id=child_id,
                     )
-                cursor.execute(sql.park, (child_id, fence[0], fence[1]))
+                cursor.execute(sql.children.park_held, (child_id, fence[0], fence[1]))
                 return True
 
-        return self._s._run(f"park child {child_id}", op)
+        return self._s.run(f"park child {child_id}", op)
 
     def state(self, request_id: str) -> tuple[ApprovalState, ApprovalAnswer | None, str]:
         """A request's state, its answer once answered, and its Task's status."""
 
         def op(_attempt: int) -> tuple[ApprovalState, ApprovalAnswer | None, str]:
             with self._db.cursor(write=False) as cursor:
-                cursor.execute(self._sql.answer_of, (request_id,))
+                cursor.execute(self._s.sql.approvals.answer_of, (request_id,))
                 row = cursor.fetchone()
             if row is None:
                 raise _unknown(request_id)
@@ -272,7 +263,7 @@ class ApprovalBook:
                 )
             return state, answer, status
 
-        return self._s._run(f"read request {request_id}", op)
+        return self._s.run(f"read request {request_id}", op)
 
     def provider_of(self, task_id: str) -> str | None:
         """The provider of the child whose Task waits on a request not yet taken (None:
@@ -280,11 +271,11 @@ class ApprovalBook:
 
         def op(_attempt: int) -> str | None:
             with self._db.cursor(write=False) as cursor:
-                cursor.execute(self._sql.provider_of, (task_id,))
+                cursor.execute(self._s.sql.approvals.provider_of, (task_id,))
                 row = cursor.fetchone()
             return None if row is None else str(row[0])
 
-        return self._s._run(f"read the request of task {task_id}", op)
+        return self._s.run(f"read the request of task {task_id}", op)
 
     def of_tasks(self, task_ids: Sequence[str]) -> dict[str, ApprovalRequest]:
         """The open (unanswered) request of each of these Tasks that waits for one."""
@@ -297,14 +288,14 @@ class ApprovalBook:
             with self._db.connection(write=False) as conn:
                 return {r.task_id: r.public() for r in map(_stored, conn.execute(query).all())}
 
-        return self._s._run("read approval requests", op)
+        return self._s.run("read approval requests", op)
 
     def waiting(self) -> list[WaitingRequest]:
         """Every request not yet taken whose Task has not settled, with its child's claim."""
 
         def op(_attempt: int) -> list[WaitingRequest]:
             with self._db.cursor(write=False) as cursor:
-                cursor.execute(self._sql.waiting)
+                cursor.execute(self._s.sql.approvals.waiting)
                 rows = cursor.fetchall()
             out = []
             for row in rows:
@@ -313,7 +304,7 @@ class ApprovalBook:
                 out.append(WaitingRequest(request, state, holder, claim_task == request.task_id))
             return out
 
-        return self._s._run("read waiting approval requests", op)
+        return self._s.run("read waiting approval requests", op)
 
     def drain(self, parent_session: str) -> list[StoredRequest]:
         """Take the parent's pending request notices, each once across every runtime: of
@@ -321,10 +312,10 @@ class ApprovalBook:
 
         def op(_attempt: int) -> list[str]:
             with self._db.cursor(write=True) as cursor:
-                cursor.execute(self._sql.drain, (parent_session,))
+                cursor.execute(self._s.sql.approvals.drain, (parent_session,))
                 return [row[0] for row in cursor.fetchall()]
 
-        taken = self._s._run(f"drain the request notices of {parent_session}", op)
+        taken = self._s.run(f"drain the request notices of {parent_session}", op)
         if not taken:
             return []
         query = _BY_ID.where(_A.request_id.in_(taken), _A.state == "open")
@@ -334,18 +325,14 @@ class ApprovalBook:
                 rows = map(_stored, conn.execute(query).all())
             return sorted(rows, key=lambda r: r.created_at)
 
-        return self._s._run(f"read the request notices of {parent_session}", read)
+        return self._s.run(f"read the request notices of {parent_session}", read)
 
     def _request(self, cursor: DBAPICursor, request_id: str) -> tuple[StoredRequest] | None:
-        cursor.execute(self._sql.request, (request_id,))
+        cursor.execute(self._s.sql.approvals.request, (request_id,))
         row = cursor.fetchone()
         return None if row is None else (_stored(row),)
 
 
-_COLUMNS = (
-    "r.request_id, r.task_id, r.child_id, r.parent_session, r.turn, r.call_id, r.tool, "
-    "r.arguments, r.reason, r.pending, r.parkable, r.created_at, r.deadline_at, r.provider"
-)
 _STORED_WIDTH = 14
 _GONE = (None, None, None, None, None)
 _A = approvals_table.c
@@ -381,81 +368,6 @@ def _stored(row: Sequence[Any]) -> StoredRequest:
 
 def _json(value: object) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-
-
-@dataclass(frozen=True, slots=True)
-class _ApprovalSql:
-    insert: str
-    task_asks: str
-    take: str
-    task_resumes: str
-    state_of: str
-    state_only: str
-    answer: str
-    park: str
-    answer_of: str
-    waiting: str
-    drain: str
-    provider_of: str
-    request: str
-
-    @classmethod
-    def build(cls, p: str) -> _ApprovalSql:
-        return cls(
-            insert=(
-                f"INSERT INTO {APPROVALS} (request_id, task_id, child_id, parent_session, turn, "
-                "call_id, tool, arguments, reason, pending, parkable, state, created_at, "
-                f"deadline_at, provider, notice_pending) VALUES ({p}, {p}, {p}, {p}, {p}, {p}, "
-                f"{p}, {p}, {p}, {p}, {p}, 'open', {p}, {p}, {p}, TRUE)"
-            ),
-            task_asks=(
-                f"UPDATE {TASKS} SET status = '{_INPUT}' WHERE task_id = {p} "
-                f"AND status IN ('{_RUNNING}', '{_INPUT}')"
-            ),
-            take=(
-                f"UPDATE {APPROVALS} SET state = 'closed', notice_pending = NULL "
-                f"WHERE request_id = {p} AND state = 'answered'"
-            ),
-            task_resumes=(
-                f"UPDATE {TASKS} SET status = '{_RUNNING}' WHERE task_id = {p} "
-                f"AND status = '{_INPUT}'"
-            ),
-            state_of=(
-                f"SELECT r.state, r.answer_source, t.status, c.claim_runtime, c.claim_task "
-                f"FROM {APPROVALS} r JOIN {TASKS} t ON t.task_id = r.task_id "
-                f"JOIN {CHILDREN} c ON c.child_id = r.child_id WHERE r.request_id = {p}"
-            ),
-            state_only=f"SELECT state FROM {APPROVALS} WHERE request_id = {p}",
-            answer=(
-                f"UPDATE {APPROVALS} SET state = 'answered', allow = {p}, note = {p}, "
-                f"answer_source = {p}, answered_at = {p}, notice_pending = NULL "
-                f"WHERE request_id = {p} AND state = 'open'"
-            ),
-            park=(
-                f"UPDATE {CHILDREN} SET claim_runtime = NULL, fence = fence + 1 "
-                f"WHERE child_id = {p} AND claim_runtime = {p} AND fence = {p}"
-            ),
-            answer_of=(
-                f"SELECT r.state, r.allow, r.note, r.answer_source, t.status FROM {APPROVALS} r "
-                f"JOIN {TASKS} t ON t.task_id = r.task_id WHERE r.request_id = {p}"
-            ),
-            waiting=(
-                f"SELECT {_COLUMNS}, r.state, c.claim_runtime, c.claim_task FROM {APPROVALS} r "
-                f"JOIN {TASKS} t ON t.task_id = r.task_id "
-                f"JOIN {CHILDREN} c ON c.child_id = r.child_id "
-                f"WHERE r.state <> 'closed' AND t.status IN ('{_INPUT}', '{_RUNNING}')"
-            ),
-            request=f"SELECT {_COLUMNS} FROM {APPROVALS} r WHERE r.request_id = {p}",
-            provider_of=(
-                f"SELECT provider FROM {APPROVALS} WHERE task_id = {p} AND state <> 'closed'"
-            ),
-            drain=(
-                f"UPDATE {APPROVALS} SET notice_pending = NULL WHERE parent_session = {p} "
-                "AND notice_pending IS NOT NULL AND state = 'open' AND EXISTS (SELECT 1 FROM "
-                f"{TASKS} t WHERE t.task_id = {APPROVALS}.task_id AND t.status = '{_INPUT}') "
-                "RETURNING request_id"
-            ),
-        )
 
 
 def _unknown(request_id: str) -> SubagentControlError:

@@ -12,7 +12,6 @@ from sqlalchemy.pool import ConnectionPoolEntry, StaticPool
 
 from controlplane.contract import ErrorCode, SubagentControlError
 from persistence._deadlines import SILENCE_GRACE_S, bounded_connection_class, connect_bounded
-from persistence._schema import CHILDREN, EVENTS, SEGMENTS
 
 __all__ = [
     "LOCK_TIMEOUT_S",
@@ -20,7 +19,6 @@ __all__ = [
     "WRITE_OPTION",
     "Backend",
     "ConnectionSettings",
-    "Statements",
     "open_engine",
 ]
 
@@ -48,140 +46,6 @@ LOCK_TIMEOUT_S: Final = 5.0
 STATEMENT_TIMEOUT_S: Final = 30.0
 _IDLE_IN_TRANSACTION_FLOOR_S: Final = 1.0
 """The default bound of a statement: far above a 10,000-event load."""
-
-_EVENT_COLUMNS: Final = "seq, turn, kind, data, source, created_at"
-
-
-@dataclass(frozen=True, slots=True)
-class Statements:
-    """The hand-written SQL of the hot paths, with the driver's own placeholders.
-
-    `append` and `load` run these on the pooled DBAPI connection: at a few microseconds
-    per statement, SQLAlchemy's per-execution overhead would be most of the cost.
-    """
-
-    placeholder: str
-    header: str
-    events: str
-    """A child's whole transcript in ``seq`` order, in one statement (so one snapshot):
-    its sealed segments as ``first_seq, NULL, NULL, events, NULL, NULL`` (a NULL turn
-    marks them), merged with its open rows as ``seq, turn, kind, data, source,
-    created_at``. Takes the child id `events_binds` times. With ``blob_segments`` a
-    segment's ``events`` arrive as bytes (see `build`)."""
-    events_binds: int
-    load: str
-    """`header` and `events` in one statement, so a load is one round trip and one
-    snapshot: first the header as ``-1, depth, parent_session, label, seed_length (as
-    text), created_at`` (-1 sorts it ahead of every event; the seed length travels as
-    text because the column it shares holds sources), then `events`' rows; no row at all
-    when the child does not exist. Takes the child id `load_binds` times."""
-    load_binds: int
-    exists: str
-    lock_child: str | None
-    """Serializes appends to one child: its header row's lock (None where the database
-    admits one writer at a time, as SQLite does from ``BEGIN IMMEDIATE``)."""
-    last_seq: str
-    """The child's highest ``seq`` (0 for none), its claim's runtime and its fencing number
-    (so an append checks its claim at no extra statement); no row when the child does not
-    exist.
-    Open rows always follow the last segment, so a segment is consulted only when the
-    child has none."""
-    insert: str
-    landed: str
-    """The open rows a batch wrote."""
-    open_rows: str
-    """A child's open rows, with their batch ids, for sealing."""
-    insert_segment: str
-    delete_sealed: str
-    landed_sealed: str
-    """The segments that hold a batch's events, with their batch lists."""
-
-    @classmethod
-    def build(
-        cls, p: str, *, row_locks: bool, blob_segments: bool = False, segments: bool = True
-    ) -> Statements:
-        """The statements with placeholder ``p`` (``?`` for sqlite3, ``%s`` for psycopg).
-
-        ``blob_segments`` (SQLite) reads a segment's ``events`` as a BLOB: the JSON
-        decoder takes the stored UTF-8 bytes as they are, where sqlite3 would first
-        decode TEXT into a str (measured: 2-3% of a 10,000-message load of ASCII text; a
-        third of one whose text is not all ASCII, which orjson would then re-encode).
-        ``segments=False`` reads a store written before version 3, which has no
-        segments table (the read-only view of an older store; it never writes).
-        """
-        segment_rows = (
-            f"SELECT first_seq, NULL, NULL, CAST(events AS BLOB), NULL, NULL FROM {SEGMENTS} "
-            if blob_segments
-            else f"SELECT first_seq, NULL, NULL, events, NULL, NULL FROM {SEGMENTS} "
-        )
-        events = (
-            segment_rows + f"WHERE child_id = {p} UNION ALL "
-            f"SELECT {_EVENT_COLUMNS} FROM {EVENTS} WHERE child_id = {p} ORDER BY 1"
-            if segments
-            else f"SELECT {_EVENT_COLUMNS} FROM {EVENTS} WHERE child_id = {p} ORDER BY seq"
-        )
-        header_row = (
-            f"SELECT -1, depth, parent_session, label, CAST(seed_length AS TEXT), created_at "
-            f"FROM {CHILDREN} WHERE child_id = {p} UNION ALL "
-        )
-        return cls(
-            placeholder=p,
-            header=(
-                f"SELECT parent_session, depth, seed_length, label, created_at "
-                f"FROM {CHILDREN} WHERE child_id = {p}"
-            ),
-            events=events,
-            events_binds=2 if segments else 1,
-            load=header_row
-            + (events if segments else events.replace("ORDER BY seq", "ORDER BY 1")),
-            load_binds=3 if segments else 2,
-            exists=f"SELECT 1 FROM {CHILDREN} WHERE child_id = {p}",
-            # Not FOR UPDATE: the events' foreign-key checks take KEY SHARE on this row,
-            # which NO KEY UPDATE does not block.
-            lock_child=(
-                f"SELECT 1 FROM {CHILDREN} WHERE child_id = {p} FOR NO KEY UPDATE"
-                if row_locks
-                else None
-            ),
-            last_seq=(
-                f"SELECT coalesce((SELECT max(e.seq) FROM {EVENTS} e "
-                f"WHERE e.child_id = c.child_id), (SELECT s.last_seq FROM {SEGMENTS} s "
-                f"WHERE s.child_id = c.child_id ORDER BY s.first_seq DESC LIMIT 1), 0), "
-                f"c.claim_runtime, c.fence "
-                f"FROM {CHILDREN} c WHERE c.child_id = {p}"
-                if segments
-                else f"SELECT (SELECT coalesce(max(e.seq), 0) FROM {EVENTS} e "
-                f"WHERE e.child_id = c.child_id) FROM {CHILDREN} c WHERE c.child_id = {p}"
-            ),
-            insert=(
-                f"INSERT INTO {EVENTS} "
-                f"(child_id, seq, turn, kind, data, source, batch_id, created_at) "
-                f"VALUES ({p}, {p}, {p}, {p}, {p}, {p}, {p}, {p})"
-            ),
-            landed=(
-                f"SELECT {_EVENT_COLUMNS} FROM {EVENTS} "
-                f"WHERE child_id = {p} AND batch_id = {p} ORDER BY seq"
-            ),
-            open_rows=(
-                f"SELECT seq, turn, kind, data, source, created_at, batch_id FROM {EVENTS} "
-                f"WHERE child_id = {p} ORDER BY seq"
-            ),
-            insert_segment=(
-                f"INSERT INTO {SEGMENTS} (child_id, first_seq, last_seq, events, batches) "
-                f"VALUES ({p}, {p}, {p}, {p}, {p})"
-            ),
-            delete_sealed=f"DELETE FROM {EVENTS} WHERE child_id = {p} AND seq <= {p}",
-            landed_sealed=(
-                f"SELECT batches, events FROM {SEGMENTS} "
-                f"WHERE child_id = {p} AND batches LIKE {p} ORDER BY first_seq"
-            ),
-        )
-
-    def without_segments(self) -> Statements:
-        """These statements for a store written before version 3 (no segments table)."""
-        return Statements.build(
-            self.placeholder, row_locks=self.lock_child is not None, segments=False
-        )
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -212,7 +76,6 @@ class Backend:
             (SQLite: one file lock; queueing on a Lock beats the busy handler's sleeps).
         single_connection: Whether every operation shares one connection (in-memory SQLite).
         text_times: Whether timestamps are stored as text (SQLite).
-        sql: The hot-path statements.
     """
 
     name: str
@@ -220,7 +83,6 @@ class Backend:
     serialize_writes: bool
     single_connection: bool
     text_times: bool
-    sql: Statements
 
 
 def open_engine(url: str, settings: ConnectionSettings) -> tuple[Engine, Backend]:
@@ -324,7 +186,6 @@ def _sqlite(url: URL, settings: ConnectionSettings) -> tuple[Engine, Backend]:
         serialize_writes=True,
         single_connection=in_memory,
         text_times=True,
-        sql=Statements.build("?", row_locks=False, blob_segments=True),
     )
 
 
@@ -363,7 +224,6 @@ def _postgresql(url: URL, settings: ConnectionSettings) -> tuple[Engine, Backend
         serialize_writes=False,
         single_connection=False,
         text_times=False,
-        sql=Statements.build("%s", row_locks=True),
     )
 
 

@@ -35,14 +35,15 @@ from controlplane.contract import (
 from persistence._appends import not_found
 from persistence._codec import from_json, prepare_events
 from persistence._host_clock import LeaseNow, is_expired
-from persistence._schema import APPROVALS, CHILDREN, RUNTIMES, TASKS, utc_time
-from persistence._task_sql import Settlement, TaskStatements, admit_params, settle_params
+from persistence._port import next_batch
+from persistence._schema import utc_time
+from persistence._task_sql import Settlement, admit_params, settle_params
 from persistence._turn_usage import turn_usage, usage_column
 
 if TYPE_CHECKING:
-    from persistence._store import SqlStore
+    from persistence._port import StorePort
 
-__all__ = ["RECOVERED", "ClaimStatements", "Claims", "IsDead", "Recovered"]
+__all__ = ["RECOVERED", "Claims", "IsDead", "Recovered"]
 
 IsDead = Callable[[RuntimeInfo, LeaseNow], bool]
 """Whether a runtime is dead at a given time (decided by the caller, which knows its host)."""
@@ -78,8 +79,8 @@ class Claims:
     store delegates `SqlStore.admit_claiming` and `SqlStore.interrupt` here, and its
     ledger the settlements that no ``turn/end`` carried (`Claims.settle`)."""
 
-    def __init__(self, store: SqlStore) -> None:
-        self._s = store
+    def __init__(self, port: StorePort) -> None:
+        self._s = port
 
     def admit_claiming(self, task: TaskSnapshot, *, is_dead: IsDead) -> int | None:
         """Admit a resume's Task and claim its child for the Task's runtime, in one
@@ -98,7 +99,7 @@ class Claims:
                 Either way nothing is written.
         """
         runtime_id = task.runtime_id or ""
-        return self._s._run(
+        return self._s.run(
             f"claim child {task.child_id}",
             lambda attempt: self._admit_claiming(task, runtime_id, is_dead, attempt),
         )
@@ -115,7 +116,7 @@ class Claims:
         Returns:
             Whether this call settled it (False: it had settled already, or it waits).
         """
-        if self._s._read_only:
+        if self._s.read_only:
             raise SubagentControlError(
                 ErrorCode.INVALID_INPUT, "this store was opened read-only; nothing was written"
             )
@@ -126,7 +127,7 @@ class Claims:
         )
 
         def op(_attempt: int) -> bool:
-            with self._s._db.cursor(write=True) as cursor:
+            with self._s.db.cursor(write=True) as cursor:
                 last = self._tail_or_none(cursor, task.child_id)
                 if task.runtime_id is not None and not self._runs_in(
                     cursor, task.id, task.runtime_id
@@ -140,10 +141,10 @@ class Claims:
                     return False
                 settled = self._interrupt_in(cursor, task.id, task.child_id, last, settlement)
             if settled:
-                self._s._committed()
+                self._s.committed()
             return settled
 
-        return self._s._run(f"settle interrupted task {task.id}", op)
+        return self._s.run(f"settle interrupted task {task.id}", op)
 
     def settle(self, settlement: Settlement) -> bool:
         """Settle a running Task whose settlement was not written with its turn's end (it
@@ -159,36 +160,36 @@ class Claims:
         task_id = settlement[0]
 
         def op(_attempt: int) -> bool:
-            with self._s._db.cursor(write=True) as cursor:
-                cursor.execute(self._s._claim_sql.task_child, (task_id,))
+            with self._s.db.cursor(write=True) as cursor:
+                cursor.execute(self._s.sql.tasks.child, (task_id,))
                 row = cursor.fetchone()
                 child_id = None if row is None else row[0]
                 last = self._tail_or_none(cursor, child_id)
                 settled = self._interrupt_in(cursor, task_id, child_id, last, settlement)
             if settled:
-                self._s._committed()
+                self._s.committed()
             return settled
 
-        return self._s._run(f"settle task {task_id}", op)
+        return self._s.run(f"settle task {task_id}", op)
 
     # -- one attempt -------------------------------------------------------------------
 
     def _admit_claiming(
         self, task: TaskSnapshot, runtime_id: str, is_dead: IsDead, attempt: int
     ) -> int | None:
-        sql = self._s._claim_sql
-        with self._s._db.cursor(write=True) as cursor:
+        tasks = self._s.sql.tasks
+        with self._s.db.cursor(write=True) as cursor:
             claim = self.claim_of(cursor, task.child_id)
             if claim is None:
                 # No Task for a child that is not there: the sender hears it at once.
                 raise not_found(task.child_id or "")
             if attempt > 1:  # our earlier attempt may have committed, unheard
-                cursor.execute(sql.task_status, (task.id,))
+                cursor.execute(tasks.status, (task.id,))
                 if cursor.fetchone() is not None:
                     return int(claim[2]) if claim is not None and claim[0] == runtime_id else None
             fence = self.claim(cursor, task, runtime_id, claim, is_dead)
-            cursor.execute(sql.admit, admit_params(task, self._s._stamp(task.created_at)))
-        self._s._committed()
+            cursor.execute(tasks.admit, admit_params(task, self._s.stamp(task.created_at)))
+        self._s.committed()
         return fence
 
     def claim_of(
@@ -199,7 +200,7 @@ class Claims:
         transcript rows unless it takes over an open turn."""
         if child_id is None:
             return None
-        cursor.execute(self._s._claim_sql.claim_of, (child_id,))
+        cursor.execute(self._s.sql.children.claim_of, (child_id,))
         row = cursor.fetchone()
         return None if row is None else (row[0], row[1], int(row[2]))
 
@@ -226,7 +227,6 @@ class Claims:
         claim: tuple[str | None, str | None, int],
         is_dead: IsDead,
     ) -> None:
-        sql = self._s._claim_sql
         child_id = task.child_id
         assert child_id is not None
         holder, held_by_task, fence = claim
@@ -268,10 +268,10 @@ class Claims:
                     "continue it"
                 )
                 outcome = TaskOutcome(status=TaskStatus.INTERRUPTED, detail=detail)
-                tail = self._s._appends.tail(cursor, child_id)
+                tail = self._s.appends.tail(cursor, child_id)
                 settlement = (held_by_task, outcome, utcnow())
                 self._interrupt_in(cursor, held_by_task, child_id, tail, settlement)
-        cursor.execute(sql.claim, (runtime_id, task.id, fence + 1, child_id))
+        cursor.execute(self._s.sql.children.claim, (runtime_id, task.id, fence + 1, child_id))
 
     def continue_parked(self, task_id: str, child_id: str, runtime_id: str, *,
                         is_dead: IsDead) -> int | None:  # fmt: skip
@@ -285,8 +285,8 @@ class Claims:
         """
 
         def op(_attempt: int) -> int | None:
-            with self._s._db.cursor(write=True) as cursor:
-                self._s._appends.tail(cursor, child_id)  # the child's lock
+            with self._s.db.cursor(write=True) as cursor:
+                self._s.appends.tail(cursor, child_id)  # the child's lock
                 claim = self.claim_of(cursor, child_id)
                 if claim is None or claim[1] != task_id:
                     return None
@@ -297,14 +297,15 @@ class Claims:
                         info is not None and not is_dead(info, self._db_now(cursor))
                     ):
                         return None
-                cursor.execute(self._s._claim_sql.moved, (runtime_id, task_id))
+                sql = self._s.sql
+                cursor.execute(sql.tasks.moved, (runtime_id, task_id))
                 if cursor.rowcount != 1:
                     return None  # settled meanwhile
-                cursor.execute(self._s._claim_sql.claim, (runtime_id, task_id, fence + 1, child_id))
-            self._s._committed()
+                cursor.execute(sql.children.claim, (runtime_id, task_id, fence + 1, child_id))
+            self._s.committed()
             return fence + 1
 
-        return self._s._run(f"continue task {task_id}", op)
+        return self._s.run(f"continue task {task_id}", op)
 
     def recover(self, task_id: str, child_id: str, runtime_id: str, *, is_dead: IsDead,
                 limit: int) -> Recovered:  # fmt: skip
@@ -324,7 +325,7 @@ class Claims:
         """
 
         def op(_attempt: int) -> Recovered:
-            with self._s._db.cursor(write=True) as cursor:
+            with self._s.db.cursor(write=True) as cursor:
                 last = self._tail_or_none(cursor, child_id)  # the child's lock
                 claim = self.claim_of(cursor, child_id)
                 if last is None or claim is None or claim[1] != task_id:
@@ -335,7 +336,7 @@ class Claims:
                 info = self._runtime_row(cursor, holder)
                 if info is not None and not is_dead(info, self._db_now(cursor)):
                     return Recovered(None, 0)
-                cursor.execute(self._s._claim_sql.task_status, (task_id,))
+                cursor.execute(self._s.sql.tasks.status, (task_id,))
                 row = cursor.fetchone()
                 if row is None or row[0] != _RUNNING or self._parkable(cursor, task_id):
                     return Recovered(None, 0)
@@ -359,19 +360,19 @@ class Claims:
                             "from_runtime": holder, "recovery": done + 1}  # fmt: skip
                     (pending,) = prepare_events([NewEvent(kind=RECOVERED, turn=turn, data=data)])
                     cursor.execute(
-                        self._s._sql.insert,
+                        self._s.sql.children.insert,
                         (child_id, last[0] + 1, turn, pending.kind, pending.data_json, None,
-                         self._s._batch(), self._s._stamp(utcnow())),
+                         next_batch(), self._s.stamp(utcnow())),
                     )  # fmt: skip
-                    cursor.execute(self._s._claim_sql.recovered, (runtime_id, done + 1, task_id))
+                    cursor.execute(self._s.sql.tasks.recovered, (runtime_id, done + 1, task_id))
                     cursor.execute(
-                        self._s._claim_sql.claim, (runtime_id, task_id, fence + 1, child_id)
+                        self._s.sql.children.claim, (runtime_id, task_id, fence + 1, child_id)
                     )
                     exhausted = Recovered(fence + 1, done + 1)
-            self._s._committed()
+            self._s.committed()
             return exhausted
 
-        return self._s._run(f"recover task {task_id}", op)
+        return self._s.run(f"recover task {task_id}", op)
 
     def steer_parked(
         self, task_id: str, child_id: str, data: dict[str, Any], source: MessageSource
@@ -383,7 +384,7 @@ class Claims:
         runtime continues it, or it settled)."""
 
         def op(_attempt: int) -> bool:
-            with self._s._db.cursor(write=True) as cursor:
+            with self._s.db.cursor(write=True) as cursor:
                 last = self._tail_or_none(cursor, child_id)  # the child's lock
                 claim = self.claim_of(cursor, child_id)
                 if last is None or claim is None or claim[0] is not None or claim[1] != task_id:
@@ -397,14 +398,14 @@ class Claims:
                                  source=source)  # fmt: skip
                 (pending,) = prepare_events([event])
                 cursor.execute(
-                    self._s._sql.insert,
+                    self._s.sql.children.insert,
                     (child_id, last[0] + 1, turn, pending.kind, pending.data_json,
-                     pending.source_json, self._s._batch(), self._s._stamp(utcnow())),
+                     pending.source_json, next_batch(), self._s.stamp(utcnow())),
                 )  # fmt: skip
-            self._s._committed()
+            self._s.committed()
             return True
 
-        return self._s._run(f"steer parked task {task_id}", op)
+        return self._s.run(f"steer parked task {task_id}", op)
 
     def settle_parked(self, settlement: Settlement, *, is_dead: IsDead) -> bool:
         """Settle a Task that waits on an approval request with no live run — parked, or
@@ -419,8 +420,8 @@ class Claims:
         task_id = settlement[0]
 
         def op(_attempt: int) -> bool:
-            with self._s._db.cursor(write=True) as cursor:
-                cursor.execute(self._s._claim_sql.task_child, (task_id,))
+            with self._s.db.cursor(write=True) as cursor:
+                cursor.execute(self._s.sql.tasks.child, (task_id,))
                 row = cursor.fetchone()
                 if row is None or row[0] is None:
                     return False
@@ -436,10 +437,10 @@ class Claims:
                         return False
                 settled = self._interrupt_in(cursor, task_id, child_id, last, settlement)
             if settled:
-                self._s._committed()
+                self._s.committed()
             return settled
 
-        return self._s._run(f"settle parked task {task_id}", op)
+        return self._s.run(f"settle parked task {task_id}", op)
 
     def release_waiting(self, task_id: str, child_id: str, runtime_id: str) -> bool:
         """Park the child's claim that ``runtime_id`` holds for ``task_id``, a Task waiting
@@ -449,29 +450,29 @@ class Claims:
         the claim is not this runtime's for this Task, or the Task waits on nothing)."""
 
         def op(_attempt: int) -> bool:
-            with self._s._db.cursor(write=True) as cursor:
-                self._s._appends.tail(cursor, child_id)  # the child's lock
+            with self._s.db.cursor(write=True) as cursor:
+                self._s.appends.tail(cursor, child_id)  # the child's lock
                 claim = self.claim_of(cursor, child_id)
                 if claim is None or claim[:2] != (runtime_id, task_id):
                     return False
                 if not self._parkable(cursor, task_id):
                     return False
-                cursor.execute(self._s._claim_sql.park, (child_id, task_id))
-            self._s._committed()
+                cursor.execute(self._s.sql.children.park, (child_id, task_id))
+            self._s.committed()
             return True
 
-        return self._s._run(f"park the claim of task {task_id}", op)
+        return self._s.run(f"park the claim of task {task_id}", op)
 
     def _runs_in(self, cursor: DBAPICursor, task_id: str, runtime_id: str) -> bool:
         """Whether the Task's row still names ``runtime_id`` (a missing row: yes, nothing
         moved it)."""
-        cursor.execute(self._s._claim_sql.task_runtime, (task_id,))
+        cursor.execute(self._s.sql.tasks.runtime, (task_id,))
         row = cursor.fetchone()
         return row is None or row[0] == runtime_id
 
     def _parkable(self, cursor: DBAPICursor, task_id: str) -> bool:
         """Whether a Task waits on an approval request whose run can be continued."""
-        cursor.execute(self._s._claim_sql.parkable, (task_id,))
+        cursor.execute(self._s.sql.approvals.parkable, (task_id,))
         row = cursor.fetchone()
         return row is not None and bool(row[0])
 
@@ -486,11 +487,11 @@ class Claims:
         """Inside the caller's transaction, under the child's lock (``last``, its tail,
         None for no transcript): settle the running Task, close the open turn it opened
         with a ``turn/end`` of the settlement's status, take its claim away."""
-        sql = self._s._sql
-        stamp = self._s._stamp(settlement[2])
+        sql = self._s.sql
+        stamp = self._s.stamp(settlement[2])
         # The settlement first: it changes a running Task only, and its row lock makes a
         # concurrent sweeper wait, then find nothing left to change.
-        cursor.execute(self._s._settle_sql, settle_params(settlement, stamp))
+        cursor.execute(sql.tasks.settle, settle_params(settlement, stamp))
         if cursor.rowcount != 1:
             return False
         if child_id is None or last is None:
@@ -500,17 +501,17 @@ class Claims:
             # What the turn wrote so far is what the Task spent (a dead runtime's too).
             spend = usage_column(turn_usage(rows, turn))
             if spend is not None:
-                cursor.execute(self._s._spend_sql, (spend, task_id))
+                cursor.execute(sql.tasks.spend, (spend, task_id))
             end = {"task_id": task_id, "status": settlement[1].status.value}
             (pending,) = prepare_events([NewEvent(kind=EventKind.TURN_END, turn=turn, data=end)])
             cursor.execute(
-                sql.insert,
+                sql.children.insert,
                 (child_id, last[0] + 1, turn, pending.kind, pending.data_json, None,
-                 self._s._batch(), stamp),
+                 next_batch(), stamp),
             )  # fmt: skip
-            self._s._appends.seal(cursor, child_id)
+            self._s.appends.seal(cursor, child_id)
         # Its claim is gone, and its fencing number with it: its runtime never writes again.
-        cursor.execute(self._s._claim_sql.revoke, (child_id, task_id))
+        cursor.execute(sql.children.revoke, (child_id, task_id))
         return True
 
     def _open_turn_of(
@@ -518,7 +519,7 @@ class Claims:
     ) -> tuple[int | None, list[Any]]:
         """The turn ``task_id`` opened and never ended, if it is the child's open tail,
         and the child's open rows."""
-        cursor.execute(self._s._sql.open_rows, (child_id,))
+        cursor.execute(self._s.sql.children.open_rows, (child_id,))
         rows = list(cursor.fetchall())
         if not rows or rows[-1][2] == EventKind.TURN_END:
             return None, rows
@@ -534,14 +535,14 @@ class Claims:
         if child_id is None:
             return None
         try:  # first: the child's lock, as every append takes it
-            return self._s._appends.tail(cursor, child_id)
+            return self._s.appends.tail(cursor, child_id)
         except SubagentControlError as exc:
             if exc.code is ErrorCode.CHILD_NOT_FOUND:
                 return None  # never published: no transcript, no claim
             raise
 
     def _runtime_row(self, cursor: DBAPICursor, runtime_id: str) -> RuntimeInfo | None:
-        cursor.execute(self._s._claim_sql.runtime, (runtime_id,))
+        cursor.execute(self._s.sql.runtimes.runtime, (runtime_id,))
         row = cursor.fetchone()
         if row is None:
             return None
@@ -559,83 +560,12 @@ class Claims:
         )
 
     def _db_now(self, cursor: DBAPICursor) -> LeaseNow:
-        if self._s._db.backend.name == "postgresql":
-            cursor.execute(_PG_NOW)
+        now_sql = self._s.sql.runtimes.now
+        if now_sql is not None:
+            cursor.execute(now_sql)
             (now,) = cursor.fetchone() or (None,)
             return self._s.ledger.lease_now(utc_time(now))
         return self._s.ledger.lease_now(utcnow())
 
 
-_PG_NOW = "SELECT now()"
-_INPUT = TaskStatus.INPUT_REQUIRED.value
 _RUNNING = TaskStatus.RUNNING.value
-
-
-@dataclass(frozen=True, slots=True)
-class ClaimStatements:
-    """The claims' SQL, with the driver's placeholder, built once per store."""
-
-    task_status: str
-    task_child: str
-    """A Task's child id (takes the Task id)."""
-    task_runtime: str
-    """The runtime a Task's row names (takes the Task id)."""
-    admit: str
-    claim_of: str
-    """A child's claim (runtime, Task, fencing number), read under the child's lock."""
-    claim: str
-    revoke: str
-    """Take a Task's claim away and grow the fencing number (takes child id, Task id)."""
-    runtime: str
-    parkable: str
-    """Whether a Task waits on a request its run can be continued from (takes Task id)."""
-    moved: str
-    """A waiting Task's row names the runtime that continues it (takes runtime, Task id)."""
-    park: str
-    """Park a child's claim: no runtime, its Task kept (takes child id, Task id)."""
-    recovered: str
-    """A running Task taken over: its runtime and recovery count (takes runtime, count,
-    Task id)."""
-
-    @classmethod
-    def build(cls, p: str, *, row_locks: bool) -> ClaimStatements:
-        """The statements with placeholder ``p``; ``row_locks`` where the database locks
-        rows (PostgreSQL) rather than admitting one writer at a time (SQLite)."""
-        claim_of = f"SELECT claim_runtime, claim_task, fence FROM {CHILDREN} WHERE child_id = {p}"
-        return cls(
-            task_status=f"SELECT status FROM {TASKS} WHERE task_id = {p}",
-            task_child=f"SELECT child_id FROM {TASKS} WHERE task_id = {p}",
-            task_runtime=f"SELECT runtime_id FROM {TASKS} WHERE task_id = {p}",
-            admit=TaskStatements.build(p).admit,
-            # Not FOR UPDATE: the events' foreign-key checks take KEY SHARE on this row.
-            claim_of=claim_of + " FOR NO KEY UPDATE" if row_locks else claim_of,
-            claim=(
-                f"UPDATE {CHILDREN} SET claim_runtime = {p}, claim_task = {p}, fence = {p} "
-                f"WHERE child_id = {p}"
-            ),
-            revoke=(
-                f"UPDATE {CHILDREN} SET claim_runtime = NULL, claim_task = NULL, "
-                f"fence = fence + 1 WHERE child_id = {p} AND claim_task = {p}"
-            ),
-            runtime=(
-                "SELECT host, pid, boot_id, lease_ttl_s, started_at, heartbeat_at, closed_at, "
-                f"heartbeat_boot_s FROM {RUNTIMES} WHERE runtime_id = {p}"
-            ),
-            parkable=(
-                f"SELECT r.parkable FROM {APPROVALS} r JOIN {TASKS} t ON t.task_id = r.task_id "
-                f"WHERE r.task_id = {p} AND r.state <> 'closed' "
-                f"AND t.status IN ('{_INPUT}', '{_RUNNING}')"
-            ),
-            moved=(
-                f"UPDATE {TASKS} SET runtime_id = {p} WHERE task_id = {p} "
-                f"AND status IN ('{_INPUT}', '{_RUNNING}')"
-            ),
-            recovered=(
-                f"UPDATE {TASKS} SET runtime_id = {p}, recoveries = {p} WHERE task_id = {p} "
-                f"AND status = '{_RUNNING}'"
-            ),
-            park=(
-                f"UPDATE {CHILDREN} SET claim_runtime = NULL, fence = fence + 1 "
-                f"WHERE child_id = {p} AND claim_task = {p}"
-            ),
-        )

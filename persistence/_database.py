@@ -15,6 +15,7 @@ from sqlalchemy.pool import PoolProxiedConnection
 
 from controlplane.contract import SubagentControlError
 from persistence._backend import WRITE_OPTION, ConnectionSettings, open_engine
+from persistence._port import StoreSql, compiled_sql
 
 if TYPE_CHECKING:
     # Typing only: SQLAlchemy 2.0.30, the lowest the store supports, does not have it.
@@ -34,7 +35,8 @@ class Database:
 
     def __init__(self, url: str, settings: ConnectionSettings) -> None:
         self.engine, self.backend = open_engine(url, settings)
-        self.sql = self.backend.sql
+        self.sql: StoreSql = compiled_sql(self.backend.name)
+        """The store's statements, compiled once per database kind (`persistence._port`)."""
         self.errors: tuple[type[Exception], ...] = (
             sa_exc.SQLAlchemyError,
             self.engine.dialect.loaded_dbapi.Error,

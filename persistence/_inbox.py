@@ -41,7 +41,6 @@ one thread (`Listener`); what it hears is handed to a callback that must not blo
 from __future__ import annotations
 
 import contextlib
-import functools
 import hashlib
 import json
 import logging
@@ -50,12 +49,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from persistence._schema import CHILDREN, INBOX, RUNTIMES
+from persistence._inbox_sql import CHANNEL_HEX, CHANNEL_PREFIX, InboxStatements
 
 if TYPE_CHECKING:
     from sqlalchemy.engine.interfaces import DBAPICursor
 
-    from persistence._store import SqlStore
+    from persistence._database import Database
+    from persistence._port import StorePort
 
 __all__ = ["Inbox", "InboxItem", "Listener", "WakeUp", "channel_of", "steered_answer"]
 
@@ -76,7 +76,7 @@ WakeUp = tuple[str, str]
 def channel_of(runtime_id: str) -> str:
     """The NOTIFY channel of a runtime: short (PostgreSQL allows 63 bytes) and a plain
     identifier whatever the runtime id holds (a host name may have dots or capitals)."""
-    return _CHANNEL_PREFIX + hashlib.sha256(runtime_id.encode()).hexdigest()[:_CHANNEL_HEX]
+    return CHANNEL_PREFIX + hashlib.sha256(runtime_id.encode()).hexdigest()[:CHANNEL_HEX]
 
 
 def steered_answer(task_id: str) -> dict[str, Any]:
@@ -115,8 +115,11 @@ class InboxItem:
 class Inbox:
     """The store's inbox operations (PostgreSQL only); each is one short transaction."""
 
-    def __init__(self, store: SqlStore) -> None:
-        self._s = store
+    def __init__(self, port: StorePort) -> None:
+        self._s = port
+        sql = port.sql.inbox
+        assert sql is not None  # the inbox is PostgreSQL's, and so are its statements
+        self._sql: InboxStatements = sql
 
     def post(self, item: InboxItem, *, target: str) -> bool:
         """Send ``item`` to ``target``: in the notification alone when it fits (nothing
@@ -126,19 +129,21 @@ class Inbox:
         written = len(notice) >= _PAYLOAD_LIMIT
 
         def op(_attempt: int) -> None:
-            with self._s._db.cursor(write=False) as cursor:  # each statement: autocommit
+            with self._s.db.cursor(write=False) as cursor:  # each statement: autocommit
                 if not written:
-                    cursor.execute(_NOTIFY, (channel_of(target), notice))
+                    cursor.execute(self._sql.notify, (channel_of(target), notice))
                     return
                 cursor.execute(
-                    _POST,
+                    self._sql.post,
                     (item.inbox_id, item.kind, item.child_id, target, item.sender_runtime,
                      item.parent_session, json.dumps(item.message), json.dumps(item.source)),
                 )  # fmt: skip
                 if cursor.fetchone() is not None:  # written now (committed): wake it
-                    cursor.execute(_NOTIFY, (channel_of(target), _notice(item, written=True)))
+                    cursor.execute(
+                        self._sql.notify, (channel_of(target), _notice(item, written=True))
+                    )
 
-        self._s._run(f"forward a message to runtime {target}", op)
+        self._s.run(f"forward a message to runtime {target}", op)
         return written
 
     def notify_again(self, item: InboxItem, *, target: str, written: bool) -> None:
@@ -149,10 +154,10 @@ class Inbox:
         notice = _notice(item, written=written)
 
         def op(_attempt: int) -> None:
-            with self._s._db.cursor(write=False) as cursor:  # writes nothing: autocommit
-                cursor.execute(_NOTIFY, (channel_of(target), notice))
+            with self._s.db.cursor(write=False) as cursor:  # writes nothing: autocommit
+                cursor.execute(self._sql.notify, (channel_of(target), notice))
 
-        self._s._run(f"forward a message to runtime {target} again", op)
+        self._s.run(f"forward a message to runtime {target} again", op)
 
     def take(
         self, inbox_id: str, runtime_id: str, carried: InboxItem | None = None
@@ -164,13 +169,13 @@ class Inbox:
         def op(attempt: int) -> tuple[Any, ...] | None:
             # A retry also finds it 'taken': our first attempt may have committed, unheard
             # (one notification per message, so nobody else takes it twice).
-            with self._s._db.cursor(write=False) as cursor:  # one statement: autocommit
+            with self._s.db.cursor(write=False) as cursor:  # one statement: autocommit
                 if carried is None:
                     states = ("pending", "taken") if attempt > 1 else ("pending", "pending")
-                    cursor.execute(_TAKE, (inbox_id, runtime_id, *states))
+                    cursor.execute(self._sql.take, (inbox_id, runtime_id, *states))
                 else:
                     cursor.execute(
-                        _TAKE_CARRIED_AGAIN if attempt > 1 else _TAKE_CARRIED,
+                        self._sql.take_carried_again if attempt > 1 else self._sql.take_carried,
                         (inbox_id, carried.kind, carried.child_id, runtime_id,
                          carried.sender_runtime, carried.parent_session,
                          json.dumps(carried.message), json.dumps(carried.source)),
@@ -178,7 +183,7 @@ class Inbox:
                 row = cursor.fetchone()
             return None if row is None else tuple(row)
 
-        row = self._s._run(f"take forwarded message {inbox_id}", op)
+        row = self._s.run(f"take forwarded message {inbox_id}", op)
         if row is None:
             return None
         if carried is not None:
@@ -203,14 +208,14 @@ class Inbox:
         payload = _reply_payload(inbox_id, text)
 
         def op(_attempt: int) -> bool:
-            with self._s._db.cursor(write=False) as cursor:  # each statement: autocommit
-                cursor.execute(_ANSWER, (text, inbox_id, text))
+            with self._s.db.cursor(write=False) as cursor:  # each statement: autocommit
+                cursor.execute(self._sql.answer, (text, inbox_id, text))
                 row = cursor.fetchone()
                 if row is not None:  # committed: wake its sender
-                    cursor.execute(_NOTIFY, (channel_of(row[0]), payload))
+                    cursor.execute(self._sql.notify, (channel_of(row[0]), payload))
                 return row is not None
 
-        return self._s._run(f"answer forwarded message {inbox_id}", op)
+        return self._s.run(f"answer forwarded message {inbox_id}", op)
 
     def answer_steered(
         self, cursor: DBAPICursor, steered: Sequence[tuple[str, str]]
@@ -227,20 +232,20 @@ class Inbox:
         wakeups: list[WakeUp] = []
         for inbox_id, task_id in steered:
             text, payload = _steered_params(inbox_id, task_id)
-            cursor.execute(_ANSWER_STEERED, (text, inbox_id))
+            cursor.execute(self._sql.answer_steered, (text, inbox_id))
             fetched = cursor.fetchone()
             _answered(wakeups, inbox_id, None if fetched is None else fetched[0], payload)
         return wakeups
 
     def insert_answering(
-        self, cursor: DBAPICursor, insert: str, row: Sequence[object], steered: tuple[str, str]
+        self, cursor: DBAPICursor, row: Sequence[object], steered: tuple[str, str]
     ) -> list[WakeUp]:
         """`answer_steered` of one message, folded into the statement that inserts its
-        steering record (``insert``, one row, with its parameters ``row``): a forwarded
+        steering record (one event's INSERT, with its parameters ``row``): a forwarded
         steer's record then costs the holder no round trip more than a local steer's."""
         inbox_id, task_id = steered
         text, payload = _steered_params(inbox_id, task_id)
-        cursor.execute(_inserting(insert), (text, inbox_id, *row))
+        cursor.execute(self._sql.inserting, (text, inbox_id, *row))
         fetched = cursor.fetchone()
         wakeups: list[WakeUp] = []
         _answered(wakeups, inbox_id, None if fetched is None else fetched[0], payload)
@@ -258,9 +263,9 @@ class Inbox:
         channels = [channel for channel, _payload in wakeups]
         payloads = [payload for _channel, payload in wakeups]
         try:
-            with self._s._db.cursor(write=False) as cursor:
-                cursor.execute(_WAKE, (channels, payloads))
-        except self._s._db.errors as exc:
+            with self._s.db.cursor(write=False) as cursor:
+                cursor.execute(self._sql.wake, (channels, payloads))
+        except self._s.db.errors as exc:
             log.info("could not wake %d sender(s) of answers: %s", len(wakeups), exc)
 
     def take_back(self, item: InboxItem, *, target: str) -> bool:
@@ -269,40 +274,40 @@ class Inbox:
         (False: it was taken first)."""
 
         def op(_attempt: int) -> bool:
-            with self._s._db.cursor(write=False) as cursor:  # one statement: autocommit
+            with self._s.db.cursor(write=False) as cursor:  # one statement: autocommit
                 cursor.execute(
-                    _TAKE_BACK,
+                    self._sql.take_back,
                     (item.inbox_id, item.kind, item.child_id, target, item.sender_runtime,
                      item.parent_session, json.dumps(item.message), json.dumps(item.source)),
                 )  # fmt: skip
                 return cursor.fetchone() is not None
 
-        return self._s._run(f"take back forwarded message {item.inbox_id}", op)
+        return self._s.run(f"take back forwarded message {item.inbox_id}", op)
 
     def abandon(self, inbox_id: str, *, state: str) -> bool:
         """Give a message up if it is still in ``state`` (``taken``: its target is dead);
         whether this call did."""
 
         def op(_attempt: int) -> bool:
-            with self._s._db.cursor(write=False) as cursor:  # one statement: autocommit
-                cursor.execute(_ABANDON, (inbox_id, state))
+            with self._s.db.cursor(write=False) as cursor:  # one statement: autocommit
+                cursor.execute(self._sql.abandon, (inbox_id, state))
                 return cursor.rowcount == 1
 
-        return self._s._run(f"abandon forwarded message {inbox_id}", op)
+        return self._s.run(f"abandon forwarded message {inbox_id}", op)
 
     def state_of(self, inbox_id: str) -> tuple[str | None, dict[str, Any] | None]:
         """The message's state and answer (None, None while it has no row: before a
         notified message is taken, and once it is forgotten)."""
 
         def op(_attempt: int) -> tuple[str | None, dict[str, Any] | None]:
-            with self._s._db.cursor(write=False) as cursor:
-                cursor.execute(_STATE, (inbox_id,))
+            with self._s.db.cursor(write=False) as cursor:
+                cursor.execute(self._sql.state, (inbox_id,))
                 row = cursor.fetchone()
             if row is None:
                 return None, None
             return row[0], None if row[1] is None else json.loads(row[1])
 
-        return self._s._run(f"read forwarded message {inbox_id}", op)
+        return self._s.run(f"read forwarded message {inbox_id}", op)
 
     def forget(self, inbox_ids: list[str], *, keep_abandoned: bool = False) -> None:
         """Delete the rows of messages whose senders have their outcomes.
@@ -312,13 +317,13 @@ class Inbox:
         notification or a take that sat in a partition reaches the holder long after its
         sender was told ``NOT_DELIVERED``. The holder deletes it once its take was refused
         (or the expiry once the holder is gone)."""
-        statement = _FORGET_DECIDED if keep_abandoned else _FORGET
+        statement = self._sql.forget_decided if keep_abandoned else self._sql.forget
 
         def op(_attempt: int) -> None:
-            with self._s._db.cursor(write=False) as cursor:  # one statement: autocommit
+            with self._s.db.cursor(write=False) as cursor:  # one statement: autocommit
                 cursor.execute(statement, (inbox_ids,))
 
-        self._s._run(f"forget {len(inbox_ids)} forwarded message(s)", op)
+        self._s.run(f"forget {len(inbox_ids)} forwarded message(s)", op)
 
     def expire(self, gone: list[str]) -> int:
         """Delete the rows whose senders are dead for good (``gone``, or no longer in the
@@ -327,22 +332,22 @@ class Inbox:
         late take, and its sender was told ``NOT_DELIVERED``. How many went."""
 
         def op(_attempt: int) -> int:
-            with self._s._db.cursor(write=False) as cursor:  # one statement: autocommit
-                cursor.execute(_EXPIRE, (gone, gone))
+            with self._s.db.cursor(write=False) as cursor:  # one statement: autocommit
+                cursor.execute(self._sql.expire, (gone, gone))
                 return int(cursor.rowcount)
 
-        return self._s._run(f"expire the inbox rows of {len(gone)} dead runtime(s)", op)
+        return self._s.run(f"expire the inbox rows of {len(gone)} dead runtime(s)", op)
 
     def holder_of(self, child_id: str) -> str | None:
         """The runtime whose claim the child carries now (None: unclaimed or unknown)."""
 
         def op(_attempt: int) -> str | None:
-            with self._s._db.cursor(write=False) as cursor:
-                cursor.execute(_HOLDER, (child_id,))
+            with self._s.db.cursor(write=False) as cursor:
+                cursor.execute(self._s.sql.children.holder, (child_id,))
                 row = cursor.fetchone()
             return None if row is None else row[0]
 
-        return self._s._run(f"read the claim of child {child_id}", op)
+        return self._s.run(f"read the claim of child {child_id}", op)
 
     def listen(
         self,
@@ -356,69 +361,9 @@ class Inbox:
         taken: the one the notification carried, None if it is in its ``pending`` row) or
         ``on_reply(inbox_id, answer)`` (an answer is in; None if it did not fit into the
         notification); neither may block."""
-        return Listener(self._s, channel_of(runtime_id), on_message, on_reply)
+        return Listener(self._s.db, channel_of(runtime_id), on_message, on_reply)
 
 
-# PostgreSQL's placeholders: the inbox is PostgreSQL's only. A post's or a forget's RETURNING
-# turns the WAL flush off for its own transaction (see the module docstring); a write notifies
-# only when a row was written.
-_NO_FLUSH = "set_config('synchronous_commit', 'off', true)"
-_POST = (
-    f"INSERT INTO {INBOX} (inbox_id, kind, child_id, target_runtime, sender_runtime, "
-    "parent_session, message, source, state, created_at) VALUES "
-    "(%s, %s, %s, %s, %s, %s, %s, %s, 'pending', now()) ON CONFLICT DO NOTHING "
-    f"RETURNING {_NO_FLUSH}"
-)
-_COLUMNS = (
-    f"INSERT INTO {INBOX} AS i (inbox_id, kind, child_id, target_runtime, sender_runtime, "
-    "parent_session, message, source, state, created_at) VALUES "
-    "(%s, %s, %s, %s, %s, %s, %s, %s, "
-)
-_ITEM = "i.kind, i.child_id, i.sender_runtime, i.parent_session, i.message, i.source"
-_TAKE_CARRIED = f"{_COLUMNS}'taken', now()) ON CONFLICT (inbox_id) DO NOTHING RETURNING {_ITEM}"
-_TAKE_CARRIED_AGAIN = (  # a retry: our first attempt may have committed unheard
-    f"{_COLUMNS}'taken', now()) ON CONFLICT (inbox_id) DO UPDATE SET state = 'taken' "
-    "WHERE i.state = 'taken' AND i.target_runtime = excluded.target_runtime "
-    f"RETURNING {_ITEM}"
-)
-_TAKE_BACK = (
-    f"{_COLUMNS}'abandoned', now()) ON CONFLICT (inbox_id) DO UPDATE SET state = 'abandoned' "
-    "WHERE i.state IN ('pending', 'abandoned') RETURNING 1"
-)
-_TAKE = (
-    f"UPDATE {INBOX} SET state = 'taken' WHERE inbox_id = %s AND target_runtime = %s "
-    "AND state IN (%s, %s) "
-    "RETURNING kind, child_id, sender_runtime, parent_session, message, source"
-)
-_CHANNEL_PREFIX = "subagent_"
-_CHANNEL_HEX = 40
-_ANSWER = (  # a retry finds its own answer there: the same reply, answered again
-    f"UPDATE {INBOX} SET state = 'answered', reply = %s "
-    "WHERE inbox_id = %s AND (state = 'taken' OR (state = 'answered' AND reply = %s)) "
-    "RETURNING sender_runtime"
-)
-_ANSWER_STEERED = (  # inside the steering record's transaction, which waits for its flush
-    f"UPDATE {INBOX} SET state = 'answered', reply = %s WHERE inbox_id = %s AND state = 'taken' "
-    "RETURNING sender_runtime"
-)
-_ANSWERED = "RETURNING (SELECT sender_runtime FROM answered)"
-_ABANDON = (
-    f"UPDATE {INBOX} SET state = 'abandoned' WHERE inbox_id = %s AND state IN (%s, 'abandoned')"
-)
-_STATE = f"SELECT state, reply FROM {INBOX} WHERE inbox_id = %s"
-_FORGET = f"DELETE FROM {INBOX} WHERE inbox_id = ANY(%s) RETURNING {_NO_FLUSH}"
-_FORGET_DECIDED = (
-    f"DELETE FROM {INBOX} WHERE inbox_id = ANY(%s) AND state <> 'abandoned' RETURNING {_NO_FLUSH}"
-)
-_EXPIRE = (  # a sender (or target) gone: named dead for good, or no longer in the store
-    f"DELETE FROM {INBOX} AS i WHERE (i.sender_runtime = ANY(%s) OR NOT EXISTS "
-    f"(SELECT 1 FROM {RUNTIMES} r WHERE r.runtime_id = i.sender_runtime)) "
-    "AND (i.state <> 'abandoned' OR i.target_runtime = ANY(%s) OR NOT EXISTS "
-    f"(SELECT 1 FROM {RUNTIMES} r WHERE r.runtime_id = i.target_runtime))"
-)
-_NOTIFY = "SELECT pg_notify(%s, %s)"  # writes nothing: no WAL flush to wait for
-_WAKE = "SELECT pg_notify(c, p) FROM unnest(%s::text[], %s::text[]) AS w(c, p)"
-_HOLDER = f"SELECT claim_runtime FROM {CHILDREN} WHERE child_id = %s"
 _PAYLOAD_LIMIT = 7000  # PostgreSQL's is 8000 bytes; JSON text here is mostly ASCII
 
 
@@ -433,14 +378,6 @@ def _steered_params(inbox_id: str, task_id: str) -> tuple[str, str]:
     """The reply text of a steered message, and its wake-up's payload."""
     text = json.dumps(steered_answer(task_id))
     return text, _reply_payload(inbox_id, text)
-
-
-@functools.cache
-def _inserting(insert: str) -> str:
-    """``insert`` (one record) with `_ANSWER_STEERED` run in the same statement, first."""
-    # A data-modifying WITH runs to completion once, whatever reads it; the RETURNING says
-    # whether it answered.
-    return f"WITH answered AS ({_ANSWER_STEERED}) {insert} {_ANSWERED}"
 
 
 def _answered(wakeups: list[WakeUp], inbox_id: str, sender: str | None, payload: str) -> None:
@@ -463,12 +400,12 @@ class Listener:
 
     def __init__(
         self,
-        store: SqlStore,
+        db: Database,
         channel: str,
         on_message: Callable[[str, InboxItem | None], None],
         on_reply: Callable[[str, dict[str, Any] | None], None],
     ) -> None:
-        self._store = store
+        self._db = db
         self._channel = channel
         self._on_message = on_message
         self._on_reply = on_reply
@@ -495,7 +432,7 @@ class Listener:
                 self._stopped.wait(_RECONNECT_S)
 
     def _listen(self) -> None:
-        raw = self._store._db.engine.raw_connection()
+        raw = self._db.engine.raw_connection()
         conn: Any = raw.driver_connection
         raw.detach()  # this connection is the listener's, never the pool's again
         try:

@@ -3,10 +3,10 @@
 A Task row is written when the Task is admitted and updated once when it settles; a
 runtime row is renewed by its heartbeat. Nothing here is on the steer path. The Task's
 settlement that ends a published turn is written by `SqlStore.append` in the turn's own
-transaction (`settle_sql`), so the transcript and the Task never disagree.
+transaction (`TaskStatements.settle`), so the transcript and the Task never disagree.
 
 This module holds the operations on those rows; what they are built from lives apart:
-the hand-written SQL the claims and the append share (`_task_sql`), a row as its frozen
+the Task rows' statements the claims and the append share (`_task_sql`), a row as its frozen
 snapshot (`_task_snapshots`) and the kept connection of the point reads (`_point_reader`).
 """
 
@@ -32,7 +32,7 @@ from persistence._schema import (
     utc_time,
 )
 from persistence._task_snapshots import snapshot_of, snapshot_of_columns
-from persistence._task_sql import Settlement, TaskStatements, admit_params
+from persistence._task_sql import Settlement, admit_params
 from persistence._turn_usage import open_turn_usage
 
 __all__ = ["TaskLedger"]
@@ -58,22 +58,18 @@ class TaskLedger:
         self._db = db
         self._runner = run
         self._settle = settle
-        self._sql = TaskStatements.build(db.sql.placeholder)
-        self._postgres = db.backend.name == "postgresql"
+        self._postgres = db.sql.dialect.name == "postgresql"
         self._reader = PointReader(db)
         self._columns = list(tasks_table.columns)
 
     def without_spend(self) -> None:
         """Read a store older than version 7 as it is: its Task rows have no ``spend``
         (they read as spending nothing)."""
-        self._sql = TaskStatements.build(self._db.sql.placeholder, spend=False, recoveries=False)
         self._columns = [c for c in self._columns if c.name not in ("spend", "recoveries")]
 
     def without_recoveries(self) -> None:
-        """Read a store older than version 11 as it is: its Task rows have no
+        """Read a store older than version 12 as it is: its Task rows have no
         ``recoveries`` (they read as never recovered)."""
-        if any(column.name == "spend" for column in self._columns):
-            self._sql = TaskStatements.build(self._db.sql.placeholder, recoveries=False)
         self._columns = [c for c in self._columns if c.name != "recoveries"]
 
     # -- runtimes --------------------------------------------------------------------
@@ -273,10 +269,10 @@ class TaskLedger:
         def op(attempt: int) -> None:
             with self._db.cursor(write=True) as cursor:
                 if attempt > 1:
-                    cursor.execute(self._sql.task, (task.id,))
+                    cursor.execute(self._db.sql.tasks.task, (task.id,))
                     if cursor.fetchone() is not None:
                         return  # our earlier attempt committed, its acknowledgement was lost
-                cursor.execute(self._sql.admit, params)
+                cursor.execute(self._db.sql.tasks.admit, params)
 
         self._run(f"record task {task.id}", op)
 
@@ -301,7 +297,7 @@ class TaskLedger:
         or from before a restart costs about what the raw select does)."""
 
         def op(_attempt: int) -> TaskSnapshot | None:
-            row = self._reader.one(self._sql.task, (task_id,))
+            row = self._reader.one(self._db.sql.tasks.task, (task_id,))
             return None if row is None else snapshot_of_columns(*row)
 
         return self._run(f"read task {task_id}", op)
@@ -360,7 +356,7 @@ class TaskLedger:
         (a Task another runtime runs: its row keeps its spend only once it settles)."""
         if task.child_id is None:
             return Usage.zero()
-        child_id, statement = task.child_id, self._db.sql.open_rows
+        child_id, statement = task.child_id, self._db.sql.children.open_rows
 
         def op(_attempt: int) -> Usage:
             with self._db.cursor(write=False) as cursor:

@@ -34,7 +34,7 @@ from persistence._schema import (
     utc_time,
 )
 from persistence._spend import ScopeSpend, _scope_spend
-from persistence._task_snapshots import TASK_COLUMNS, snapshot_of, snapshot_of_columns
+from persistence._task_snapshots import snapshot_of, snapshot_of_columns
 
 __all__ = ["ChangeMarker", "KeyedTask", "StoreOverview"]
 
@@ -78,37 +78,9 @@ class StoreOverview:
         self._runner = run
         columns = list(tasks_table.columns)
         self._columns = columns
-        # The newest Task of each child: one seek per child in the child's index
-        # (`NEWEST_TASK_INDEX`, which covers the inner query), then those Tasks by primary
-        # key, in one statement; it costs the same however many Tasks have settled.
-        newest = tasks_table.alias("newest")
-        pick = (
-            select(newest.c.task_id)
-            .where(newest.c.child_id == _C.child_id)
-            .order_by(newest.c.created_at.desc(), newest.c.task_id.desc())
-            .limit(1)
-            .correlate(children_table)
-            .scalar_subquery()
-        )
-        newest_rows = select(*(_T[name] for name in TASK_COLUMNS.split(", "))).where(
-            _T.task_id.in_(select(pick).select_from(children_table))
-        )
-        # Compiled once, run on a raw cursor: converting 1,000 rows through the ORM's
-        # result types cost as much again as the statement (measured).
-        self._newest = str(
-            newest_rows.compile(dialect=db.engine.dialect, compile_kwargs={"literal_binds": True})
-        )
         self._indexed = True
         self._names = select(_C.child_id, _C.provider, _C.model).where(_C.provider.is_not(None))
         self._named = True
-        # A store older than the index (read as it is): the (child, time, id) of every
-        # Task, narrow enough that picking the newest in Python beats sorting whole rows
-        # in the database (a window function over 10,000 rows: 3-4x the time, measured),
-        # then those Tasks by primary key.
-        # Compiled once, without parameters: the same text on SQLite and PostgreSQL.
-        self._keys = str(
-            select(_T.child_id, _T.created_at, _T.task_id).where(_T.child_id.is_not(None))
-        )
         self._children = select(
             _C.child_id, _C.parent_session, _C.depth, _C.seed_length, _C.created_at, _C.label
         ).order_by(_C.created_at, _C.child_id)
@@ -178,7 +150,7 @@ class StoreOverview:
 
         def indexed(_attempt: int) -> dict[str, TaskSnapshot]:
             with self._db.cursor(write=False) as cursor:
-                cursor.execute(self._newest)
+                cursor.execute(self._db.sql.tasks.newest)
                 rows = cursor.fetchall()
             snapshots = (snapshot_of_columns(*row) for row in rows)
             return {s.child_id: s for s in snapshots if s.child_id is not None}
@@ -188,7 +160,7 @@ class StoreOverview:
             # A raw cursor: the stored times compare as they are (SQLite's fixed-width
             # text, PostgreSQL's timestamps), and 10,000 of them are not converted.
             with self._db.cursor(write=False) as cursor:
-                cursor.execute(self._keys)
+                cursor.execute(self._db.sql.tasks.task_keys)
                 for child_id, created_at, task_id in cursor.fetchall():
                     key = (created_at, task_id)
                     found = newest.get(child_id)

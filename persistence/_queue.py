@@ -29,29 +29,27 @@ from datetime import datetime
 from enum import Enum
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from sqlalchemy import and_, delete, func, select, update
-from sqlalchemy.engine import Connection
+from sqlalchemy import and_, delete, func, select
 from sqlalchemy.engine.interfaces import DBAPICursor
 
 from controlplane.contract import TaskSnapshot, TaskStatus, utcnow
-from persistence._schema import ADMISSIONS, TASKS, admissions_table, children_table, tasks_table
+from persistence._queue_sql import CHANNEL
+from persistence._schema import admissions_table, tasks_table
 
 if TYPE_CHECKING:
+    from persistence._port import StorePort
     from persistence._queue_listener import AdmissionListener
-    from persistence._store import SqlStore
 
 __all__ = ["CHANNEL", "AdmissionQueue", "Admitted", "QueueHead", "QueuePlace"]
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-CHANNEL = "subagent_admission"
 """The PostgreSQL channel a release notifies: one for every runtime on the store."""
 _LOCK_SPACE = 0x5AB_AD31  # the advisory locks' first key: any constant every process shares
 _QUEUED = TaskStatus.QUEUED.value
 _RUNNING = TaskStatus.RUNNING.value
 _A = admissions_table.c
-_C = children_table.c
 _T = tasks_table.c
 
 
@@ -88,11 +86,10 @@ class AdmissionQueue:
     """The store's admission rows. Every operation is one short transaction, run under the
     store's retry policy."""
 
-    def __init__(self, store: SqlStore) -> None:
-        self._s = store
-        self._db = store._db
-        self._postgres = self._db.backend.name == "postgresql"
-        self._sql = _QueueSql.build(self._db.sql.placeholder)
+    def __init__(self, port: StorePort) -> None:
+        self._s = port
+        self._db = port.db
+        self._postgres = port.dialect.name == "postgresql"
 
     # -- decisions ---------------------------------------------------------------------
 
@@ -110,7 +107,7 @@ class AdmissionQueue:
         waits before it; else its Task row reads ``queued``. Idempotent on retry.
         Returns the decision and the Task's place in the store's order (``seq``)."""
         keys = sorted(set(keys))
-        sql = self._sql
+        sql, tasks = self._db.sql.queue, self._db.sql.tasks
 
         def op(_attempt: int) -> tuple[Admitted, int]:
             with self._db.cursor(write=True) as cursor:
@@ -118,14 +115,14 @@ class AdmissionQueue:
                 cursor.execute(sql.first_seq, (task_id,))
                 (seq,) = cursor.fetchone() or (None,)
                 if seq is None:  # not written by an earlier attempt whose commit was lost
-                    now = self._s._stamp(utcnow())
+                    now = self._s.stamp(utcnow())
                     for key in keys:
                         cursor.execute(sql.insert, (task_id, key, runtime_id, child_id, now, plan))
                     cursor.execute(sql.first_seq, (task_id,))
                     (seq,) = cursor.fetchone() or (None,)
                 # Its Task row reads queued until the decision below says otherwise.
                 assert seq is not None  # written above, in this transaction
-                cursor.execute(sql.task_queued, (task_id,))
+                cursor.execute(tasks.queued, (task_id,))
                 return self._try(cursor, task_id, limits, locked=True), int(seq)
 
         return self._run(f"queue task {task_id}", op)
@@ -155,7 +152,8 @@ class AdmissionQueue:
         def op(_attempt: int) -> list[tuple[str, Admitted]]:
             decided: list[tuple[str, Admitted]] = []
             with self._db.cursor(write=True) as cursor:
-                cursor.execute(self._sql.delete, (task_id,))
+                sql = self._db.sql.queue
+                cursor.execute(sql.delete, (task_id,))
                 released = cursor.rowcount
                 full: set[str] = set()
                 for waiter, keys in waiting:
@@ -166,7 +164,7 @@ class AdmissionQueue:
                         full |= keys
                     else:
                         decided.append((waiter, found))
-            if released and self._postgres:
+            if released:
                 self._wake()  # after the commit: see `_wake`
             return decided
 
@@ -179,33 +177,22 @@ class AdmissionQueue:
         queued there) and the new fencing number (None: the child is not stored yet, a
         start; or its claim went elsewhere, then the Task is settled ``interrupted``)."""
 
+        sql = self._db.sql
+
         def op(_attempt: int) -> tuple[bool, int | None]:
-            with self._db.connection(write=True) as conn:
-                moved = conn.execute(
-                    update(tasks_table)
-                    .where(_T.task_id == task_id, _T.runtime_id == dead, _T.status == _QUEUED)
-                    .values(runtime_id=runtime_id)
-                )
-                if moved.rowcount != 1:
+            with self._db.cursor(write=True) as cursor:
+                cursor.execute(sql.tasks.adopt, (runtime_id, task_id, dead))
+                if cursor.rowcount != 1:
                     return False, None
-                moving = update(admissions_table).where(_A.task_id == task_id)
-                conn.execute(moving.values(runtime_id=runtime_id))
-                return True, self._move_claim(conn, task_id, dead, runtime_id)
+                cursor.execute(sql.queue.adopt, (runtime_id, task_id))
+                cursor.execute(sql.children.queued_claim, (task_id, dead))
+                child = cursor.fetchone()
+                if child is None:
+                    return True, None
+                cursor.execute(sql.children.move_queued, (runtime_id, task_id, dead))
+                return True, int(child[0]) + 1
 
         return self._run(f"adopt queued task {task_id}", op)
-
-    def _move_claim(self, conn: Connection, task_id: str, dead: str, to: str) -> int | None:
-        child = conn.execute(
-            select(_C.fence).where(_C.claim_task == task_id, _C.claim_runtime == dead)
-        ).first()
-        if child is None:
-            return None
-        conn.execute(
-            update(children_table)
-            .where(_C.claim_task == task_id, _C.claim_runtime == dead)
-            .values(claim_runtime=to, fence=_C.fence + 1)
-        )
-        return int(child[0]) + 1
 
     # -- reads -------------------------------------------------------------------------
 
@@ -310,7 +297,7 @@ class AdmissionQueue:
         """Hear every release on the store (PostgreSQL; None on SQLite, which polls)."""
         from persistence._queue_listener import AdmissionListener
 
-        return AdmissionListener(self._s, on_release) if self._postgres else None
+        return AdmissionListener(self._db, on_release) if self._postgres else None
 
     # -- plumbing ----------------------------------------------------------------------
 
@@ -319,9 +306,12 @@ class AdmissionQueue:
         committed, in a statement that writes nothing. A ``pg_notify`` inside the write
         would serialize every notifying commit of the cluster behind one lock held
         through each one's WAL flush. Best effort: a waiter that misses it polls."""
+        released = self._db.sql.queue.released
+        if released is None:  # SQLite: waiters poll
+            return
         try:
             with self._db.cursor(write=False) as cursor:
-                cursor.execute(_NOTIFY, (CHANNEL,))
+                cursor.execute(released, (CHANNEL,))
         except self._db.errors as exc:
             log.info("could not announce a freed slot: %s", exc)
 
@@ -330,7 +320,7 @@ class AdmissionQueue:
     ) -> Admitted:
         """Inside the caller's write transaction: admit the Task if, under each of its
         keys, fewer than the limit hold a slot and it is first in line."""
-        sql = self._sql
+        sql = self._db.sql.queue
         cursor.execute(sql.rows, (task_id,))
         rows = cursor.fetchall()
         if not rows:
@@ -349,8 +339,8 @@ class AdmissionQueue:
             holding, ahead = cursor.fetchone() or (0, 0)
             if int(holding) >= limit or int(ahead) > 1:
                 return Admitted.WAIT
-        cursor.execute(sql.admit, (self._s._stamp(utcnow()), task_id))
-        cursor.execute(sql.task_running, (task_id,))
+        cursor.execute(sql.admit, (self._s.stamp(utcnow()), task_id))
+        cursor.execute(self._db.sql.tasks.running, (task_id,))
         return Admitted.NOW
 
     @staticmethod
@@ -366,68 +356,14 @@ class AdmissionQueue:
     def _lock(self, cursor: DBAPICursor, keys: Iterable[str]) -> None:
         """PostgreSQL: the keys' advisory locks, in key order (no deadlock). SQLite's
         write transaction already admits one writer at a time."""
-        if not self._postgres:
+        lock = self._db.sql.queue.lock
+        if lock is None:
             return
         for key in sorted(set(keys)):
-            cursor.execute(_LOCK, (_LOCK_SPACE, _signed(zlib.crc32(key.encode()))))
+            cursor.execute(lock, (_LOCK_SPACE, _signed(zlib.crc32(key.encode()))))
 
     def _run(self, action: str, operation: Callable[[int], T]) -> T:
-        return self._s._run(action, operation)
-
-
-@dataclass(frozen=True, slots=True)
-class _QueueSql:
-    """The decisions' hand-written SQL (on a cursor: the ORM costs several times the
-    statements here, measured), with the driver's placeholder."""
-
-    first_seq: str
-    insert: str
-    task_queued: str
-    rows: str
-    room: str
-    admit: str
-    task_running: str
-    delete: str
-
-    @classmethod
-    def build(cls, p: str) -> _QueueSql:
-        return cls(
-            first_seq=f"SELECT min(seq) FROM {ADMISSIONS} WHERE task_id = {p}",
-            insert=(
-                f"INSERT INTO {ADMISSIONS} (task_id, key, state, runtime_id, child_id, "
-                f"queued_at, plan) VALUES ({p}, {p}, '{_QUEUED}', {p}, {p}, {p}, {p})"
-            ),
-            task_queued=(
-                f"UPDATE {TASKS} SET status = '{_QUEUED}' WHERE task_id = {p} "
-                f"AND status = '{_RUNNING}'"
-            ),
-            rows=(
-                f"SELECT r.key, r.seq, r.state, rt.status FROM {ADMISSIONS} r "
-                f"JOIN {TASKS} rt ON rt.task_id = r.task_id WHERE r.task_id = {p} ORDER BY r.key"
-            ),
-            # How many hold a slot under the key, and the row's place among its waiters.
-            room=(
-                f"SELECT (SELECT count(*) FROM {ADMISSIONS} h JOIN {TASKS} ht "
-                f"ON ht.task_id = h.task_id WHERE h.key = {p} AND h.state = '{_RUNNING}' "
-                f"AND ht.status = '{_RUNNING}'), "
-                f"(SELECT count(*) FROM {ADMISSIONS} q JOIN {TASKS} qt ON qt.task_id = q.task_id "
-                f"WHERE q.key = {p} AND q.state = '{_QUEUED}' AND q.seq <= {p} "
-                f"AND qt.status = '{_QUEUED}')"
-            ),
-            admit=(
-                f"UPDATE {ADMISSIONS} SET state = '{_RUNNING}', admitted_at = {p} "
-                f"WHERE task_id = {p}"
-            ),
-            task_running=(
-                f"UPDATE {TASKS} SET status = '{_RUNNING}' WHERE task_id = {p} "
-                f"AND status = '{_QUEUED}'"
-            ),
-            delete=f"DELETE FROM {ADMISSIONS} WHERE task_id = {p}",
-        )
-
-
-_LOCK = "SELECT pg_advisory_xact_lock(%s, %s)"  # PostgreSQL only: its placeholders
-_NOTIFY = "SELECT pg_notify(%s, '')"  # writes nothing: no WAL flush to wait for
+        return self._s.run(action, operation)
 
 
 def _signed(value: int) -> int:

@@ -10,10 +10,10 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from persistence._queue import CHANNEL
+from persistence._queue_sql import CHANNEL
 
 if TYPE_CHECKING:
-    from persistence._store import SqlStore
+    from persistence._database import Database
 
 __all__ = ["AdmissionListener"]
 
@@ -27,8 +27,8 @@ class AdmissionListener:
 
     _POLL_S = 0.5
 
-    def __init__(self, store: SqlStore, on_release: Callable[[], None]) -> None:
-        self._store = store
+    def __init__(self, db: Database, on_release: Callable[[], None]) -> None:
+        self._db = db
         self._on_release = on_release
         self._stopped = threading.Event()
         self.ready = threading.Event()
@@ -49,7 +49,7 @@ class AdmissionListener:
                 self._stopped.wait(self._POLL_S)
 
     def _listen(self) -> None:
-        raw = self._store._db.engine.raw_connection()
+        raw = self._db.engine.raw_connection()
         conn: Any = raw.driver_connection
         raw.detach()  # this connection is the listener's, never the pool's again
         try:

@@ -35,10 +35,10 @@ from controlplane.contract import (
     spent_in,
     utcnow,
 )
+from persistence._children_sql import EVENT_INSERT, EVENT_NAMES
 from persistence._codec import PendingEvent
 from persistence._database import Database
 from persistence._schema import sqlite_time, utc_time
-from persistence._spend_sql import SpendStatements
 
 __all__ = ["ScopeSpend", "SpendLedger", "child_scope", "session_scope"]
 
@@ -84,13 +84,12 @@ class SpendLedger:
     def __init__(self, db: Database, run: Runner) -> None:
         self._db = db
         self._runner = run
-        self._sql = SpendStatements.build(db.sql.placeholder)
+        dialect = db.sql.dialect
+        self._sql = db.sql.spend
         self._text_times = db.backend.text_times
         self._lock = threading.Lock()
         self._chains: dict[str, tuple[str, ...]] = {}
-        self._adds: dict[int, str] = {}  # the upsert of a chain of n scopes
-        self._rides: dict[tuple[str, int], str] = {}  # an event's insert with that upsert
-        self._one_trip = db.backend.name == "postgresql"
+        self._one_trip = dialect.name == "postgresql"
 
     # -- inside an append's transaction ---------------------------------------------------
 
@@ -110,9 +109,7 @@ class SpendLedger:
             return
         scopes = self._chain(cursor, child_id)
         row = (spent.tokens, spent.cost, spent.model_calls, spent.tool_calls, spent.seconds)
-        statement = self._adds.get(len(scopes))
-        if statement is None:
-            statement = self._adds[len(scopes)] = self._sql.add_all(len(scopes))
+        statement = self._sql.add_all(len(scopes))
         # A chain runs from the child up to its session, so two appends' chains share their
         # rows in one order (their common ancestors, top-level last): no lock cycle.
         cursor.execute(statement, [value for scope in scopes for value in (scope, *row)])
@@ -122,12 +119,11 @@ class SpendLedger:
         cursor: Cursor,
         child_id: str,
         event: PendingEvent,
-        insert: str,
         row: Sequence[Any],
         seconds: float = 0.0,
     ) -> bool:
-        """PostgreSQL: insert one event (``insert`` with ``row``) and count what it spent in
-        one statement, a data-modifying CTE: one round trip, not two, on the path of every
+        """PostgreSQL: insert one event (`ChildStatements.insert`'s ``row``) and count what it
+        spent in one statement, a data-modifying CTE: one round trip, not two, on the path of every
         model call's append. False (nothing done) on SQLite, where a statement costs no
         round trip, and for an event that records no spend: the caller inserts it itself
         and calls `add`."""
@@ -137,12 +133,7 @@ class SpendLedger:
         if spent is None:
             return False
         scopes = self._chain(cursor, child_id)
-        key = (insert, len(scopes))
-        statement = self._rides.get(key)
-        if statement is None:
-            # The event's own INSERT, then the upsert: only our statements and placeholders.
-            statement = "WITH written AS (" + insert + ") " + self._sql.add_all(len(scopes))
-            self._rides[key] = statement
+        statement = self._sql.riding(len(scopes), EVENT_INSERT, EVENT_NAMES)
         counts = (spent.tokens, spent.cost, spent.model_calls, spent.tool_calls, spent.seconds)
         cursor.execute(statement, [*row, *(v for scope in scopes for v in (scope, *counts))])
         return True
@@ -186,7 +177,7 @@ class SpendLedger:
 
         def op(_attempt: int) -> str | None:
             with self._db.cursor(write=False) as cursor:
-                cursor.execute(self._sql.parent, (child_id,))
+                cursor.execute(self._db.sql.children.parent, (child_id,))
                 row = cursor.fetchone()
             return None if row is None else str(row[0])
 
@@ -301,11 +292,11 @@ class SpendLedger:
     ) -> tuple[str, str]:
         if child_id is None:
             return task_id, label
-        cursor.execute(self._sql.claim_task, (child_id,))
+        cursor.execute(self._db.sql.children.claim_task, (child_id,))
         row = cursor.fetchone()
         if row is None or row[0] is None or row[0] == task_id:
             return task_id, label
-        cursor.execute(self._sql.task_label, (row[0],))
+        cursor.execute(self._db.sql.tasks.label, (row[0],))
         named = cursor.fetchone()
         return str(row[0]), str(named[0]) if named is not None else label
 
@@ -313,7 +304,7 @@ class SpendLedger:
         chain = self._chains.get(child_id)
         if chain is not None:
             return chain
-        cursor.execute(self._sql.parent, (child_id,))
+        cursor.execute(self._db.sql.children.parent, (child_id,))
         row = cursor.fetchone()
         if row is None:  # not stored (yet): its own scope only
             return (child_scope(child_id),)
@@ -329,7 +320,7 @@ class SpendLedger:
             known = self._chains.get(current)
             if known is not None:
                 return (*chain, *known)
-            cursor.execute(self._sql.parent, (current,))
+            cursor.execute(self._db.sql.children.parent, (current,))
             row = cursor.fetchone()
             if row is None:
                 chain.append(session_scope(current))

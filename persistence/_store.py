@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import itertools
-import os
-import secrets
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from datetime import datetime
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -28,7 +24,7 @@ from controlplane.contract import (
 from persistence._appends import Appends, not_found
 from persistence._approvals import ApprovalBook
 from persistence._backend import LOCK_TIMEOUT_S, STATEMENT_TIMEOUT_S, ConnectionSettings
-from persistence._claims import Claims, ClaimStatements, IsDead, Recovered
+from persistence._claims import Claims, IsDead, Recovered
 from persistence._codec import (
     check_child_id,
     construct,
@@ -44,6 +40,7 @@ from persistence._inbox import Inbox
 from persistence._ledger import TaskLedger
 from persistence._migrations import check_schema, ensure_schema
 from persistence._overview import StoreOverview
+from persistence._port import StorePort, next_batch
 from persistence._queue import AdmissionQueue
 from persistence._retry import Retrier, RetryListener, RetryPolicy
 from persistence._schema import (
@@ -54,11 +51,10 @@ from persistence._schema import (
     SPEND_SINCE,
     child_meta,
     children_table,
-    sqlite_time,
     utc_time,
 )
 from persistence._spend import SpendLedger
-from persistence._task_sql import Fence, Settlement, TxStep, release_sql, settle_sql, spend_sql
+from persistence._task_sql import Fence, Settlement, TxStep
 
 __all__ = ["SqlStore"]
 
@@ -145,7 +141,6 @@ class SqlStore:
             durable_os_crash=durable_os_crash,
         )
         self._db = Database(url, settings)
-        self._sql = self._db.sql
         self._retry = retry or RetryPolicy()
         self._retrier = Retrier(self._retry, self._db.errors)
         self._closed = False
@@ -153,24 +148,21 @@ class SqlStore:
         self._after_commit: Callable[[], None] | None = None
         self._pause_gc = pause_gc_on_load
         self._version = SCHEMA_VERSION  # what `_open` leaves; `_check` reads the real one
-        self._settle_sql = settle_sql(self._sql.placeholder)
-        self._release_sql = release_sql(self._sql.placeholder)
-        self._spend_sql = spend_sql(self._sql.placeholder)
-        self._claim_sql = ClaimStatements.build(
-            self._sql.placeholder, row_locks=self._sql.lock_child is not None
+        port = self._port = StorePort(
+            self._db, run=self._run, committed=self._committed, read_only=read_only
         )
-        self._appends = Appends(self)
-        self._claims = Claims(self)
-        self.inbox = Inbox(self) if self._db.backend.name == "postgresql" else None
+        self._appends = port.appends = Appends(port)
+        self._claims = Claims(port)
+        self.inbox = port.inbox = Inbox(port) if self._db.sql.dialect.name == "postgresql" else None
         """Messages forwarded between runtimes (PostgreSQL; None on SQLite, SPEC §9)."""
-        self.ledger = TaskLedger(self._db, self._run, self._claims.settle)
+        self.ledger = port.ledger = TaskLedger(self._db, self._run, self._claims.settle)
         """The store's Tasks and runtimes (SPEC §9)."""
-        self.spend = SpendLedger(self._db, self._run)
+        self.spend = port.spend = SpendLedger(self._db, self._run)
         """What each child, its ancestors and its session spent, and their budgets (SPEC
         §11): counted by `append` from the usage its events record."""
-        self.queue = AdmissionQueue(self)
+        self.queue = AdmissionQueue(port)
         """The durable FIFO queue of concurrency limits (SPEC §11)."""
-        self.approvals = ApprovalBook(self)
+        self.approvals = ApprovalBook(port)
         """Approval requests and their answers (SPEC §11)."""
         self.overview = StoreOverview(self._db, self._run)
         """Whole-store reads for a view of every child at once (SPEC §13)."""
@@ -232,7 +224,7 @@ class SqlStore:
                 "given; pass the seed events with the header",
                 child_id=meta.child_id,
             )
-        batch, created_at = _next_batch(), utcnow()
+        batch, created_at = next_batch(), utcnow()
         return self._run(
             f"create child {meta.child_id}",
             lambda attempt: self._appends.create(meta, pending, batch, created_at, attempt, claim),
@@ -294,7 +286,7 @@ class SqlStore:
         if not pending:
             self._run(f"find child {child_id}", lambda _attempt: self._require(child_id))
             return []
-        batch, created_at = _next_batch(), utcnow()
+        batch, created_at = next_batch(), utcnow()
         return self._run(
             f"append to child {child_id}",
             lambda attempt: self._appends.append(
@@ -406,8 +398,11 @@ class SqlStore:
         with self._db.connection(write=False) as conn:
             version = check_schema(conn)
         self._version = version
-        if version < SEGMENTS_SINCE:
-            self._sql = self._db.sql.without_segments()
+        self._db.sql = self._db.sql.before(
+            segments=version >= SEGMENTS_SINCE,
+            spend=version >= SPEND_SINCE,
+            recoveries=version >= RECOVERIES_SINCE,
+        )
         if version < RECOVERIES_SINCE:
             self.ledger.without_recoveries()
         if version < SPEND_SINCE:
@@ -479,21 +474,15 @@ class SqlStore:
         """
         return self._claims.interrupt(task, detail)
 
-    def _batch(self) -> str:
-        return _next_batch()
-
-    def _stamp(self, when: datetime) -> object:
-        return sqlite_time(when) if self._db.backend.text_times else when
-
     def _require(self, child_id: str) -> None:
         with self._db.cursor(write=False) as cursor:
-            cursor.execute(self._sql.exists, (child_id,))
+            cursor.execute(self._db.sql.children.exists, (child_id,))
             if cursor.fetchone() is None:
                 raise not_found(child_id)
 
     def _load(self, child_id: str) -> LoadedSession:
         # One statement, so one snapshot: the header row first, then every event.
-        sql = self._sql
+        sql = self._db.sql.children
         with self._db.cursor(write=False) as cursor:
             cursor.execute(sql.load, (child_id,) * sql.load_binds)
             header = cursor.fetchone()
@@ -538,27 +527,6 @@ class SqlStore:
     def _committed(self) -> None:
         if self._after_commit is not None:
             self._after_commit()
-
-
-class _BatchIds:
-    """Batch ids, the idempotency keys of writes: 64 random bits per process, then a
-    counter. Unique across processes and restarts, and no write pays for the random
-    source (an append is on a steer's critical path). A forked child draws new bits."""
-
-    def __init__(self) -> None:
-        self.reseed()
-
-    def reseed(self) -> None:
-        self._prefix = secrets.token_hex(8)
-        self._serial = itertools.count(1)
-
-    def __call__(self) -> str:
-        # 32 hex characters, the size of the uuid4 hex the column was made for.
-        return f"{self._prefix}{next(self._serial):016x}"
-
-
-_next_batch = _BatchIds()
-os.register_at_fork(after_in_child=_next_batch.reseed)
 
 
 def _check_seconds(name: str, value: object) -> None:

@@ -27,14 +27,14 @@ __all__ = [
 ]
 
 TASK_COLUMNS = (
-    "task_id, label, owner_session, child_id, runtime_id, status, output, detail, code, "
-    "created_at, settled_at, spend, recoveries"
-)
+    "task_id", "label", "owner_session", "child_id", "runtime_id", "status", "output",
+    "detail", "code", "created_at", "settled_at", "spend", "recoveries",
+)  # fmt: skip
 """What a Task's snapshot is built from, in `snapshot_of_columns`'s order (``kind`` is
 always ``subagent``)."""
-TASK_COLUMNS_BEFORE_RECOVERIES = TASK_COLUMNS.removesuffix(", recoveries")
-"""The same, for a store older than version 11 read as it is (no ``recoveries``)."""
-TASK_COLUMNS_BEFORE_SPEND = TASK_COLUMNS_BEFORE_RECOVERIES.removesuffix(", spend")
+TASK_COLUMNS_BEFORE_RECOVERIES = TASK_COLUMNS[:-1]
+"""The same, for a store older than version 12 read as it is (no ``recoveries``)."""
+TASK_COLUMNS_BEFORE_SPEND = TASK_COLUMNS_BEFORE_RECOVERIES[:-1]
 """The same, for a store older than version 7 read as it is (no ``spend`` column)."""
 
 

@@ -1,11 +1,12 @@
-"""The Task rows' hand-written SQL and the parameters it takes.
+"""The statements of the Task rows (`tasks_table`), and the parameters they take.
 
-A new child's start admits its Task, and a published turn settles its Task, on a raw
-cursor rather than through the ORM (the ORM costs several times the statement, measured).
-The statements live here, apart from `TaskLedger`, because three writers share them: the
-ledger's own admission, the claims' start and resume (`persistence._claims`), and the
-append that settles a turn in its own transaction (`SqlStore.append`). Each takes the
-driver's placeholder, so one text serves both backends.
+Every statement that writes a Task row's ``status`` is here: its admission, its
+settlement, the queue's ``queued``/``running`` (`persistence._queue`), an approval's
+``input_required``/``running`` (`persistence._approvals`) and the claims' moves
+(`persistence._claims`). They are written once in SQLAlchemy Core and compiled per
+database (`TaskStatements.build`); a new child's start, a resume's admission and a
+published turn's settlement run them on a raw cursor (the ORM costs several times the
+statement, measured).
 """
 
 from __future__ import annotations
@@ -13,12 +14,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Final
 
+from sqlalchemy import bindparam, insert, literal_column, select, update
 from sqlalchemy.engine.interfaces import DBAPICursor
 
 from controlplane.contract import TaskOutcome, TaskSnapshot, TaskStatus
-from persistence._schema import CHILDREN, TASKS
+from persistence._dialect import SqlDialect, constant, params
+from persistence._schema import children_table, tasks_table
 from persistence._task_snapshots import (
     TASK_COLUMNS,
     TASK_COLUMNS_BEFORE_RECOVERIES,
@@ -31,10 +34,8 @@ __all__ = [
     "TaskStatements",
     "TxStep",
     "admit_params",
-    "release_sql",
     "settle_params",
-    "settle_sql",
-    "spend_sql",
+    "task_table",
 ]
 
 Settlement = tuple[str, TaskOutcome, datetime]
@@ -46,53 +47,163 @@ Fence = tuple[str, int]
 TxStep = Callable[[DBAPICursor], None]
 """More statements to run in an append's transaction, on its cursor (`SqlStore.append`)."""
 
+task_table: Final = tasks_table
+
 _RUNNING = TaskStatus.RUNNING.value
 _QUEUED = TaskStatus.QUEUED.value
 _INPUT_REQUIRED = TaskStatus.INPUT_REQUIRED.value
-
-
-def settle_sql(p: str) -> str:
-    """The Task settlement as one raw statement with placeholder ``p``: it changes a
-    running Task only (or queued, or waiting for an answer: a kill, a close, a takeover),
-    so a settlement is written once whoever tries it."""
-    return (
-        f"UPDATE {TASKS} SET status = {p}, output = {p}, detail = {p}, code = {p}, "
-        f"settled_at = {p}, notice_pending = {p}, spend = {p} WHERE task_id = {p} "
-        f"AND status IN ({p}, '{_QUEUED}', '{_INPUT_REQUIRED}')"
-    )
-
-
-def release_sql(p: str) -> str:
-    """Release a child's claim taken under a fencing number (takes child id, number)."""
-    return (
-        f"UPDATE {CHILDREN} SET claim_runtime = NULL, claim_task = NULL "
-        f"WHERE child_id = {p} AND fence = {p}"
-    )
+_ADMIT: Final = (
+    "task_id", "kind", "label", "owner_session", "child_id", "runtime_id", "status",
+    "created_at",
+)  # fmt: skip
+_SETTLE: Final = ("status", "output", "detail", "code", "settled_at", "notice_pending", "spend")
 
 
 @dataclass(frozen=True, slots=True)
 class TaskStatements:
-    """The Task rows' hand-written SQL, with the driver's placeholder."""
+    """The Task rows' statements, compiled for one database."""
 
     admit: str
     task: str
     """One Task's `TASK_COLUMNS`, by id."""
+    settle: str
+    """The Task settlement: it changes a running Task only (or queued, or waiting for an
+    answer: a kill, a close, a takeover), so a settlement is written once whoever tries it
+    (takes `settle_params`)."""
+    spend: str
+    """Write a settled Task's spend (takes spend, Task id): a settlement that closed the
+    Task's turn itself sums the turn after the settlement's compare-and-set."""
+    status: str
+    """A Task's status (takes Task id)."""
+    child: str
+    """A Task's child id (takes Task id)."""
+    label: str
+    """A Task's label (takes Task id)."""
+    runtime: str
+    """The runtime a Task's row names (takes Task id)."""
+    moved: str
+    """A waiting Task's row names the runtime that continues it (takes runtime, Task id)."""
+    queued: str
+    """A running Task waits in the admission queue (takes Task id)."""
+    running: str
+    """A queued Task was admitted (takes Task id)."""
+    adopt: str
+    """A queued Task of a dead runtime moves to a live one (takes runtime, Task id, dead
+    runtime)."""
+    asks: str
+    """A running Task waits on an approval request (takes Task id)."""
+    resumes: str
+    """A Task whose approval request was answered runs again (takes Task id)."""
+    newest: str
+    """The newest Task of each child, its `TASK_COLUMNS` (no parameters): one seek per
+    child in the child's index (`NEWEST_TASK_INDEX`, which covers the inner query), then
+    those Tasks by primary key, in one statement; it costs the same however many Tasks
+    have settled (the console's overview, `persistence._overview`)."""
+    task_keys: str
+    """Every child's Tasks' (child, time, id), for a store older than the index: narrow
+    enough that picking the newest in Python beats sorting whole rows in the database (a
+    window function over 10,000 rows: 3-4x the time, measured). No parameters."""
+    recovered: str
+    """A running Task taken over: its runtime and recovery count (takes runtime, count,
+    Task id)."""
 
     @classmethod
-    def build(cls, p: str, *, spend: bool = True, recoveries: bool = True) -> TaskStatements:
-        """The statements with placeholder ``p``; without the ``spend`` column for a store
-        older than version 7, without ``recoveries`` for one older than 11, read as it is."""
-        return cls(
-            admit=(
-                f"INSERT INTO {TASKS} (task_id, kind, label, owner_session, child_id, "
-                f"runtime_id, status, created_at) VALUES ({p}, {p}, {p}, {p}, {p}, {p}, {p}, {p})"
-            ),
-            task=f"SELECT {TASK_COLUMNS} FROM {TASKS} WHERE task_id = {p}"
+    def build(
+        cls, dialect: SqlDialect, *, spend: bool = True, recoveries: bool = True
+    ) -> TaskStatements:
+        """The statements for ``dialect``; without the ``spend`` column for a store older
+        than version 7, without ``recoveries`` for one older than 12, read as it is."""
+        t = task_table.c
+        compile_ = dialect.compile
+        by_id = t.task_id == bindparam("task_id")
+        columns = (
+            TASK_COLUMNS
             if spend and recoveries
-            else f"SELECT {TASK_COLUMNS_BEFORE_RECOVERIES} FROM {TASKS} WHERE task_id = {p}"
+            else TASK_COLUMNS_BEFORE_RECOVERIES
             if spend
-            else f"SELECT {TASK_COLUMNS_BEFORE_SPEND} FROM {TASKS} WHERE task_id = {p}",
+            else TASK_COLUMNS_BEFORE_SPEND
         )
+        waiting = t.status.in_([constant(_INPUT_REQUIRED), constant(_RUNNING)])
+
+        def set_status(status: str, where: Any) -> str:
+            statement = update(task_table).values(status=constant(status)).where(by_id, where)
+            return compile_(statement, "task_id")
+
+        return cls(
+            # ``recoveries`` written as the constant 0 (its default), not bound.
+            admit=compile_(
+                insert(task_table).values(**params(*_ADMIT), recoveries=literal_column("0")),
+                *_ADMIT,
+            ),
+            task=compile_(select(*(t[name] for name in columns)).where(by_id), "task_id"),
+            settle=compile_(
+                update(task_table)
+                .values(**params(*_SETTLE))
+                .where(
+                    by_id,
+                    t.status.in_(
+                        [bindparam("running"), constant(_QUEUED), constant(_INPUT_REQUIRED)]
+                    ),
+                ),
+                *_SETTLE,
+                "task_id",
+                "running",
+            ),
+            spend=compile_(
+                update(task_table).values(**params("spend")).where(by_id), "spend", "task_id"
+            ),
+            status=compile_(select(t.status).where(by_id), "task_id"),
+            child=compile_(select(t.child_id).where(by_id), "task_id"),
+            label=compile_(select(t.label).where(by_id), "task_id"),
+            runtime=compile_(select(t.runtime_id).where(by_id), "task_id"),
+            moved=compile_(
+                update(task_table).values(**params("runtime_id")).where(by_id, waiting),
+                "runtime_id",
+                "task_id",
+            ),
+            queued=set_status(_QUEUED, t.status == constant(_RUNNING)),
+            running=set_status(_RUNNING, t.status == constant(_QUEUED)),
+            adopt=compile_(
+                update(task_table)
+                .values(**params("runtime_id"))
+                .where(by_id, t.runtime_id == bindparam("dead"), t.status == constant(_QUEUED)),
+                "runtime_id",
+                "task_id",
+                "dead",
+            ),
+            asks=set_status(_INPUT_REQUIRED, waiting),
+            resumes=set_status(_RUNNING, t.status == constant(_INPUT_REQUIRED)),
+            newest=compile_(
+                select(*(t[name] for name in columns)).where(
+                    t.task_id.in_(select(_newest_of_child()).select_from(children_table))
+                )
+            ),
+            task_keys=compile_(
+                select(t.child_id, t.created_at, t.task_id).where(t.child_id.is_not(None))
+            ),
+            recovered=compile_(
+                update(task_table)
+                .values(**params("runtime_id", "recoveries"))
+                .where(by_id, t.status == constant(_RUNNING)),
+                "runtime_id",
+                "recoveries",
+                "task_id",
+            ),
+        )
+
+
+def _newest_of_child() -> Any:
+    """The id of the newest Task of the child of the enclosing query's row."""
+    newest = task_table.alias("newest")
+    return (
+        select(newest.c.task_id)
+        .where(newest.c.child_id == children_table.c.child_id)
+        .order_by(newest.c.created_at.desc(), newest.c.task_id.desc())
+        .limit(literal_column("1"))
+        .offset(literal_column("0"))  # written, not bound (SQLite's LIMIT takes an OFFSET)
+        .correlate(children_table)
+        .scalar_subquery()
+    )
 
 
 def admit_params(task: TaskSnapshot, stamp: Any) -> tuple[Any, ...]:
@@ -104,15 +215,10 @@ def admit_params(task: TaskSnapshot, stamp: Any) -> tuple[Any, ...]:
 def settle_params(
     settlement: Settlement, stamp: object, spend: str | None = None
 ) -> tuple[Any, ...]:
-    """The parameters of `settle_sql` (``stamp`` is ``settled_at`` as the driver takes it,
-    ``spend`` the turn's usage as `persistence._turn_usage.usage_column` writes it)."""
+    """The parameters of `TaskStatements.settle` (``stamp`` is ``settled_at`` as the
+    driver takes it, ``spend`` the turn's usage as `persistence._turn_usage.usage_column`
+    writes it)."""
     task_id, outcome, _when = settlement
     code = outcome.code.value if outcome.code is not None else None
     return (outcome.status.value, outcome.output, outcome.detail, code, stamp, True, spend,
             task_id, _RUNNING)  # fmt: skip
-
-
-def spend_sql(p: str) -> str:
-    """Write a settled Task's spend (takes spend, Task id): a settlement that closed the
-    Task's turn itself sums the turn after the settlement's compare-and-set."""
-    return f"UPDATE {TASKS} SET spend = {p} WHERE task_id = {p}"

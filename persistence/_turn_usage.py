@@ -15,7 +15,7 @@ from typing import Any, Final
 
 import orjson
 
-from controlplane.contract import USAGE, EventKind, SubagentControlError, Usage
+from controlplane.contract import USAGE, EventKind, Usage, read_usage
 from persistence._codec import from_json
 
 __all__ = ["open_turn_usage", "stored_usage", "turn_usage", "usage_column"]
@@ -33,13 +33,9 @@ def turn_usage(rows: Iterable[Sequence[Any]], turn: int) -> Usage:
         if row[1] != turn or not isinstance(data, str) or _MARK not in data:
             continue
         decoded = from_json(data)
-        entry = decoded.get(USAGE) if isinstance(decoded, dict) else None
-        if not isinstance(entry, dict):
-            continue
-        try:
-            total = total + Usage.model_validate(entry)
-        except (SubagentControlError, ValueError):
-            continue  # written under the key by something else: not guessed at
+        usage = read_usage(decoded.get(USAGE)) if isinstance(decoded, dict) else None
+        if usage is not None:  # None: written under the key by something else
+            total = total + usage
     return total
 
 
@@ -69,6 +65,6 @@ def stored_usage(text: object) -> Usage:
         return Usage.zero()
     try:
         value = orjson.loads(text)
-        return Usage.model_validate(value) if isinstance(value, dict) else Usage.zero()
-    except (SubagentControlError, ValueError):
+    except orjson.JSONDecodeError:
         return Usage.zero()
+    return read_usage(value) or Usage.zero()

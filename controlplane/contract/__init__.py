@@ -108,7 +108,16 @@ from controlplane.contract._tree import (
     SupervisorState,
     escape_controls,
 )
-from controlplane.contract._usage import USAGE, USAGE_REPORTED, Usage, usage_data, usage_of
+from controlplane.contract._usage import (
+    USAGE,
+    USAGE_REPORTED,
+    Usage,
+    UsageCounts,
+    read_usage,
+    usage_counts,
+    usage_data,
+    usage_of,
+)
 
 __all__ = [
     "BUDGET_EXHAUSTED_STATUS",
@@ -184,6 +193,7 @@ __all__ = [
     "TranscriptWriter",
     "TurnGate",
     "Usage",
+    "UsageCounts",
     "budget_of",
     "count_problem",
     "dumps",
@@ -191,11 +201,13 @@ __all__ = [
     "fold_descriptor",
     "limit_text",
     "plain_json",
+    "read_usage",
     "requester_session",
     "seconds_problem",
     "spent_in",
     "storable_text",
     "text_of",
+    "usage_counts",
     "usage_data",
     "usage_of",
     "utcnow",

@@ -22,6 +22,7 @@ from typing import Any, Final, Protocol, runtime_checkable
 from pydantic import BaseModel, ConfigDict, model_validator
 
 from controlplane.contract._errors import ErrorCode, SubagentControlError
+from controlplane.contract._usage import USAGE, usage_counts
 
 __all__ = [
     "BUDGET_EXHAUSTED_STATUS",
@@ -190,32 +191,24 @@ class Spent:
         return None
 
 
-_COUNTED: Final = ("input_tokens", "output_tokens", "model_calls", "tool_calls")
-
-
 def spent_in(datas: Iterable[object], seconds: float = 0.0) -> Spent | None:
-    """What events whose ``data`` are ``datas`` record spending (their ``data["usage"]``),
-    plus ``seconds``; None when they record nothing. An entry that is not a usage this
-    code wrote is skipped, as `usage_of` skips it."""
+    """What events whose ``data`` are ``datas`` record spending (their ``data["usage"]``,
+    read by `usage_counts`: an entry that is not a usage counts nothing), plus
+    ``seconds``; None when they record nothing."""
     tokens = model_calls = tool_calls = 0
     cost = 0.0
     found = False
     for data in datas:
-        if data.__class__ is not dict:
+        if not isinstance(data, dict):
             continue
-        usage = data.get("usage")
-        if usage.__class__ is not dict:
+        counts = usage_counts(data.get(USAGE))
+        if counts is None:
             continue
-        counts = [usage.get(name, 0) for name in _COUNTED]
-        if not all(n.__class__ is int and n >= 0 for n in counts):
-            continue
-        priced = usage.get("cost", 0)
-        if isinstance(priced, bool) or not isinstance(priced, int | float) or not priced >= 0:
-            priced = 0
         tokens += counts[0] + counts[1]
-        model_calls += counts[2]
-        tool_calls += counts[3]
-        cost += float(priced)
+        model_calls += counts[4]
+        tool_calls += counts[5]
+        if counts[6] is not None:
+            cost += counts[6]
         found = True
     if not found and not seconds:
         return None

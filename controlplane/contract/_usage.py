@@ -21,7 +21,16 @@ from controlplane.contract._errors import ErrorCode, SubagentControlError
 from controlplane.contract._json import count_problem
 from controlplane.contract._session import SessionEvent
 
-__all__ = ["USAGE", "USAGE_REPORTED", "Usage", "usage_data", "usage_of"]
+__all__ = [
+    "USAGE",
+    "USAGE_REPORTED",
+    "Usage",
+    "UsageCounts",
+    "read_usage",
+    "usage_counts",
+    "usage_data",
+    "usage_of",
+]
 
 USAGE: Final = "usage"
 """Event ``data`` key: what the event's model or tool call spent (a `Usage` as a dict,
@@ -158,23 +167,72 @@ def usage_data(reported: Usage | None, *, counted: Usage = _ZERO) -> dict[str, A
     return {USAGE: {**reported.stored(), **counted.stored()}}
 
 
+UsageCounts = tuple[int, int, int, int, int, int, float | None]
+"""A stored usage's fields in `Usage`'s order: its six counts, then its cost (None:
+unknown)."""
+
+_FIELD_SET: Final = frozenset(_FIELDS)
+
+
+def usage_counts(entry: object) -> UsageCounts | None:
+    """The one reader of a stored usage (an event's ``data["usage"]``, a Task row's spend).
+
+    Returns its fields, or None for an entry that is not a usage this code writes: not a
+    dict, a key `Usage` does not have, a count that is not a whole number >= 0, a cost that
+    is not a finite number >= 0 or None. Such an entry (written under the key by something
+    else) counts nothing, in whole, wherever it is read: never guessed at, never half
+    counted. The rule is `Usage`'s own validation, unrolled (it rides every model call's
+    append: pricing, counting and the store's spend read it).
+    """
+    if not isinstance(entry, dict) or not _FIELD_SET.issuperset(entry):
+        return None
+    get = entry.get
+    a, b, c = get("input_tokens", 0), get("output_tokens", 0), get("cached_input_tokens", 0)
+    d, e, f = get("reasoning_tokens", 0), get("model_calls", 0), get("tool_calls", 0)
+    if not (type(a) is type(b) is type(c) is type(d) is type(e) is type(f) is int):
+        return None
+    if a < 0 or b < 0 or c < 0 or d < 0 or e < 0 or f < 0:
+        return None
+    cost = get("cost")
+    if cost is not None and (
+        (cost.__class__ is not float and cost.__class__ is not int)
+        or not math.isfinite(cost)
+        or cost < 0
+    ):
+        return None
+    return a, b, c, d, e, f, cost
+
+
+def read_usage(entry: object) -> Usage | None:
+    """A stored usage as a `Usage` (see `usage_counts` for what is not one: None)."""
+    counts = usage_counts(entry)
+    if counts is None:
+        return None
+    a, b, c, d, e, f, cost = counts
+    return Usage.model_construct(
+        input_tokens=a,
+        output_tokens=b,
+        cached_input_tokens=c,
+        reasoning_tokens=d,
+        model_calls=e,
+        tool_calls=f,
+        cost=None if cost is None else float(cost),
+    )
+
+
 def usage_of(events: Iterable[SessionEvent]) -> Usage:
     """The sum of the usage recorded in ``events`` (their ``data["usage"]``).
 
     Pass a child's own events (`LoadedSession.own_events`): a fork's seed is its parent's
     history, and its spend the parent's. An entry that is not a valid usage (written by
-    something else under the key) is skipped, not guessed at.
+    something else under the key) is skipped, not guessed at (`usage_counts`).
     """
     total = _ZERO
     for event in events:
         data = event.data
         if not isinstance(data, dict):
             continue
-        entry = data.get(USAGE)
-        if not isinstance(entry, dict):
-            continue
-        try:
-            total = total + Usage.model_validate(entry)
-        except (SubagentControlError, ValueError):
-            continue
+        usage = read_usage(data.get(USAGE))
+        if usage is not None:
+            total = total + usage
     return total

@@ -15,6 +15,8 @@ from benchmarks._harness import seed_child, sqlite_url
 from controlplane import EventKind
 from persistence import SqlStore
 from persistence._backend import ConnectionSettings, open_engine
+from persistence._dialect import dialect_named
+from persistence._port import StoreSql
 from tests.conftest import PG_URL_ENV, pg_base_url
 from tests.support import run_python
 
@@ -125,17 +127,8 @@ def test_the_store_benchmarks_raw_side_runs_the_stores_own_statements(url: str) 
     settings = ConnectionSettings(lock_timeout_s=5, statement_timeout_s=30, durable_os_crash=False)
     engine, backend = open_engine(url, settings)
     engine.dispose()
-    ours = backend.sql
-    placeholder = ours.placeholder
-    raw = {
-        "header": bench.HEADER_SQL,
-        "events": bench.EVENTS_SQL,
-        "load": bench.LOAD_SQL,
-        "last_seq": bench.LAST_SEQ_SQL,
-        "insert": bench.INSERT_SQL,
-    }
-    for name, sql in raw.items():
-        stores = getattr(ours, name)
-        assert sql.format(p=placeholder, sealed=bench.SEALED[placeholder]) == stores, name
-    row_locks = backend.name == "postgresql"
-    assert (bench.LOCK_CHILD_SQL.format(p=placeholder) if row_locks else None) == ours.lock_child
+    ours = StoreSql.build(dialect_named(backend.name)).children
+    raw = bench.store_statements("?" if backend.name == "sqlite" else "%s")
+    for name in ("header", "events", "load", "last_seq", "insert", "lock_child"):
+        assert getattr(raw, name) == getattr(ours, name), name
+    assert (ours.lock_child is not None) is (backend.name == "postgresql")

@@ -96,7 +96,7 @@ def test_each_childs_newest_task_is_read_through_its_index_and_matches_the_scan(
         by_index = store.overview.latest_tasks()
         store.overview.newest_by_index(False)
         by_scan = store.overview.latest_tasks()
-        statement = store.overview._newest
+        statement = store._db.sql.tasks.newest
 
     assert {child: task.id for child, task in by_index.items()} == expected
     assert by_index == by_scan

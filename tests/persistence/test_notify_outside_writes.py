@@ -8,59 +8,56 @@ are statements of their own, sent after the write they announce has committed
 
 from __future__ import annotations
 
-import ast
+import dataclasses
 import re
-from pathlib import Path
+from typing import Any
 
-from tests.support import REPO
+from sqlalchemy import bindparam, func, update
+
+from persistence._dialect import PostgresSql
+from persistence._inbox_sql import inbox_table
+from persistence._port import StoreSql
 
 _WRITES = re.compile(r"\b(INSERT|UPDATE|DELETE)\b", re.IGNORECASE)
 
 
-def _sql_constants(path: Path) -> dict[str, str]:
-    """Each module-level constant of ``path`` whose value is text, with f-strings and
-    concatenations of other constants resolved as far as they are constants."""
-    tree = ast.parse(path.read_text())
+def _statements(bundle: Any, prefix: str = "") -> dict[str, str]:
+    """Every compiled statement of a bundle of them (`persistence._port.StoreSql`), by
+    its path, nested bundles included."""
     found: dict[str, str] = {}
-    for node in tree.body:
-        if isinstance(node, ast.Assign | ast.AnnAssign):
-            target = node.targets[0] if isinstance(node, ast.Assign) else node.target
-            if isinstance(target, ast.Name) and node.value is not None:
-                found[target.id] = _text(node.value, found)
+    for field in dataclasses.fields(bundle):
+        value = getattr(bundle, field.name)
+        name = f"{prefix}{field.name}"
+        if isinstance(value, str):
+            found[name] = value
+        elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+            found.update(_statements(value, f"{name}."))
     return found
-
-
-def _text(node: ast.expr, known: dict[str, str]) -> str:
-    if isinstance(node, ast.Constant) and isinstance(node.value, str):
-        return node.value
-    if isinstance(node, ast.JoinedStr):
-        return "".join(_text(part, known) for part in node.values)
-    if isinstance(node, ast.FormattedValue):
-        return _text(node.value, known)
-    if isinstance(node, ast.Name):
-        return known.get(node.id, "")
-    if isinstance(node, ast.BinOp):
-        return _text(node.left, known) + _text(node.right, known)
-    return ""
 
 
 def test_no_statement_of_the_store_notifies_in_a_write() -> None:
     notifying = {
-        f"{path.name}:{name}": sql
-        for path in sorted((REPO / "persistence").glob("*.py"))
-        for name, sql in _sql_constants(path).items()
+        name: sql
+        for name, sql in _statements(StoreSql.build(PostgresSql())).items()
         if "pg_notify" in sql
     }
     assert notifying, "the probe found no notifying statement at all"
     assert {name: sql for name, sql in notifying.items() if _WRITES.search(sql)} == {}
 
 
-def test_the_probe_sees_a_notify_inside_a_write(tmp_path: Path) -> None:
-    module = tmp_path / "m.py"
-    module.write_text(
-        '_T = "subagent_inbox"\n'
-        '_ANSWER = f"UPDATE {_T} SET state = 1 " "RETURNING pg_notify(%s, %s)"\n'
+def test_the_probe_sees_a_notify_inside_a_write() -> None:
+    @dataclasses.dataclass(frozen=True)
+    class Bundle:
+        answer: str
+
+    i = inbox_table.c
+    answer = (
+        update(inbox_table)
+        .values(state="answered")
+        .where(i.inbox_id == bindparam("inbox_id"))
+        .returning(func.pg_notify(i.sender_runtime, bindparam("payload")))
     )
-    sql = _sql_constants(module)["_ANSWER"]
-    assert "pg_notify" in sql
-    assert _WRITES.search(sql)
+    sql = PostgresSql().compile(answer, "state", "inbox_id", "payload")
+    found = _statements(Bundle(answer=sql))
+    assert "pg_notify" in found["answer"]
+    assert _WRITES.search(found["answer"])

@@ -146,5 +146,5 @@ def test_a_read_only_store_written_before_segments_loads_in_one_statement_too(
         conn.execute(sa.text("UPDATE subagent_schema SET version = 2"))
     engine.dispose()
     with SqlStore(store_url, read_only=True) as looking:
-        assert looking._sql.load.count("subagent_segments") == 0
+        assert looking._db.sql.children.load.count("subagent_segments") == 0
         assert looking.load(meta.child_id) == expected

@@ -16,7 +16,7 @@ import sqlalchemy as sa
 
 from controlplane import ChildMeta, ErrorCode, SubagentControlError
 from persistence import RetryPolicy, SqlStore
-from persistence._store import _next_batch
+from persistence._port import next_batch as _next_batch
 from tests.persistence.conftest import (
     LockHolder,
     LostAck,

@@ -13,7 +13,8 @@ import sqlalchemy as sa
 
 from controlplane import ChildMeta, ErrorCode, SubagentControlError
 from persistence import RetryPolicy, SqlStore
-from persistence._backend import Statements
+from persistence._children_sql import ChildStatements
+from persistence._dialect import PostgresSql, SqliteSql
 from persistence._schema import SCHEMA_VERSION
 from tests.persistence.conftest import as_version_1, message, new_child, raw_engine
 
@@ -159,7 +160,7 @@ def test_loading_one_child_among_100000_is_an_index_lookup_on_sqlite(tmp_path: P
         assert [e.seq for e in store.load(mine.child_id).events] == [1, 2, 3]
         assert len(store.load(some_child).events) == 2
 
-    sql = Statements.build("?", row_locks=False)
+    sql = ChildStatements.build(SqliteSql())
     with sqlite3.connect(path) as conn:
         for statement in (sql.header, sql.events, sql.load, sql.last_seq):
             binds = ("x",) * statement.count("?")
@@ -210,7 +211,7 @@ def test_loading_one_child_among_100000_is_an_index_lookup_on_postgresql(pg_url:
         assert [e.seq for e in store.load(mine.child_id).events] == [1, 2, 3]
         assert len(store.load(f"bulk-{MANY // 2}").events) == 2
 
-    sql = Statements.build("%s", row_locks=True)
+    sql = ChildStatements.build(PostgresSql())
     libpq = sa.make_url(pg_url).set(drivername="postgresql").render_as_string(hide_password=False)
     with psycopg.connect(libpq) as conn:
         for statement in (sql.header, sql.events, sql.load, sql.last_seq):

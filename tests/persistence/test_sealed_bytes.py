@@ -23,7 +23,7 @@ def test_a_sealed_turn_reaches_the_decoder_as_bytes_on_sqlite_and_reads_back_unc
         ],
     )
 
-    sql = store._sql
+    sql = store._db.sql.children
     with store._db.cursor(write=False) as cursor:
         cursor.execute(sql.events, (meta.child_id,) * sql.events_binds)
         rows = cursor.fetchall()

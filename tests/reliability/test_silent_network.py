@@ -78,7 +78,7 @@ def test_a_transaction_left_open_by_a_silent_client_gives_its_locks_up(
         def hold_the_childs_lock() -> None:
             # A write of the held client, stopped between its statements (a runtime cut
             # off mid-append): the child's row lock is taken, the transaction open.
-            lock_child = held._db.sql.lock_child
+            lock_child = held._db.sql.children.lock_child
             assert lock_child is not None
             with held._db.cursor(write=True) as cursor:
                 cursor.execute(lock_child, (meta.child_id,))

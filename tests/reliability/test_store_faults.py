@@ -76,7 +76,7 @@ class FlakyStore(SqlStore):
             max_attempts=ATTEMPTS, on_retry=lambda _n, exc: self.retries.append(str(exc))
         )
         super().__init__(url, retry=policy)
-        self._appends = _FlakyAppends(self)
+        self._appends = self._port.appends = _FlakyAppends(self)
 
     def _attempt(
         self,
@@ -98,7 +98,7 @@ class _FlakyAppends(Appends):
     """The store's write path, each attempt run through `FlakyStore._attempt`."""
 
     def __init__(self, store: FlakyStore) -> None:
-        super().__init__(store)
+        super().__init__(store._port)
         self._flaky = store
 
     def append(

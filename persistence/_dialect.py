@@ -1,0 +1,134 @@
+"""What differs between SQLite and PostgreSQL in the store's SQL, decided once per store.
+
+Every statement of the store is written in SQLAlchemy Core from the tables of
+`persistence._schema`, in the module of its table (`persistence._children_sql`,
+`persistence._task_sql`, …). A store compiles each once, with its `SqlDialect`, to the
+driver's own text and placeholders, and runs that text on the raw DBAPI cursor: at a few
+microseconds per statement, SQLAlchemy's execution layer would be most of a hot path's
+cost. Nothing else in the store knows which database it talks to: row locks, upserts,
+notifications and placeholders are this class's.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from typing import Any, ClassVar, Final
+
+from sqlalchemy import ColumnElement, Select, Table, bindparam, func, literal_column
+from sqlalchemy.dialects import sqlite
+from sqlalchemy.dialects.sqlite.pysqlite import SQLiteDialect_pysqlite
+from sqlalchemy.engine import Dialect
+
+__all__ = ["PostgresSql", "SqlDialect", "SqliteSql", "constant", "dialect_named", "params"]
+
+
+def params(*names: str) -> dict[str, Any]:
+    """Bind parameters named ``names``, for ``values(**params(...))``."""
+    return {name: bindparam(name) for name in names}
+
+
+def constant(value: str) -> ColumnElement[Any]:
+    """A string constant written into the statement's text (a status a partial index's
+    predicate names, so the planner can match it), not bound."""
+    if "'" in value or "\\" in value:
+        raise ValueError(f"not a plain constant: {value!r}")
+    return literal_column("'" + value + "'")
+
+
+class SqlDialect(ABC):
+    """One database's way of writing the store's statements.
+
+    Attributes:
+        name: ``sqlite`` or ``postgresql``.
+        placeholder: The driver's positional placeholder.
+        row_locks: Whether writers lock rows (PostgreSQL) rather than the database admitting
+            one writer at a time (SQLite, from ``BEGIN IMMEDIATE``).
+    """
+
+    name: ClassVar[str]
+    placeholder: ClassVar[str]
+    row_locks: ClassVar[bool]
+
+    def __init__(self, compiler: Dialect) -> None:
+        self._compiler = compiler
+
+    def compile(self, statement: Any, *names: str) -> str:
+        """``statement``'s text for this database, its parameters positional.
+
+        ``names`` are its bind parameters in the order the caller passes their values
+        (a name once per use); a statement whose compiled order differs is refused here,
+        when the store opens, rather than bound wrongly later.
+        """
+        compiled = statement.compile(dialect=self._compiler)
+        order = tuple(compiled.positiontup or ())
+        if order != names:
+            raise AssertionError(f"statement binds {order}, not {names}: {compiled}")
+        return str(compiled)
+
+    def locked(self, query: Select[Any]) -> Select[Any]:
+        """``query`` taking the lock that serializes a child's writers on its row."""
+        return query
+
+    @abstractmethod
+    def insert(self, table: Table) -> Any:
+        """An INSERT on ``table`` that can take ``on_conflict_do_update``/``nothing``."""
+
+    def notify(self, channel: Any, payload: Any) -> Any:
+        """``NOTIFY channel, payload`` as an expression (SQL expressions both), for a
+        database that has notifications; None for one that has none."""
+        return None
+
+
+class SqliteSql(SqlDialect):
+    """SQLite: ``?`` placeholders; one writer at a time, so no row locks."""
+
+    name = "sqlite"
+    placeholder = "?"
+    row_locks = False
+
+    def __init__(self) -> None:
+        super().__init__(SQLiteDialect_pysqlite())
+
+    def insert(self, table: Table) -> Any:
+        return sqlite.insert(table)
+
+
+class PostgresSql(SqlDialect):
+    """PostgreSQL (psycopg): ``%s`` placeholders, row locks, ``pg_notify``."""
+
+    name = "postgresql"
+    placeholder = "%s"
+    row_locks = True
+
+    def __init__(self) -> None:
+        # Imported here, not with the module: a process on SQLite alone never pays for
+        # the PostgreSQL dialect's import (~90 ms, `tests/test_import_cost.py`).
+        from sqlalchemy.dialects.postgresql.base import PGDialect
+
+        # The base dialect, not psycopg's: that one casts every bound value (``%s::VARCHAR``).
+        super().__init__(PGDialect(paramstyle="format"))  # type: ignore[no-untyped-call]
+
+    def locked(self, query: Select[Any]) -> Select[Any]:
+        # Not FOR UPDATE: the events' foreign-key checks take KEY SHARE on a child's row,
+        # which NO KEY UPDATE does not block.
+        return query.with_for_update(key_share=True)
+
+    def insert(self, table: Table) -> Any:
+        from sqlalchemy.dialects import postgresql
+
+        return postgresql.insert(table)
+
+    def notify(self, channel: Any, payload: Any) -> Any:
+        return func.pg_notify(channel, payload)
+
+
+_DIALECTS: Final[dict[str, Callable[[], SqlDialect]]] = {
+    "sqlite": SqliteSql,
+    "postgresql": PostgresSql,
+}
+
+
+def dialect_named(name: str) -> SqlDialect:
+    """The dialect of a backend (`persistence._backend.Backend.name`)."""
+    return _DIALECTS[name]()
