@@ -91,7 +91,8 @@ def test_quick_scaleout_run_draws_its_curve_and_counts_commits_per_operation(
     assert "## Scale-out on one PostgreSQL" in report
     assert "| 2 | forwarded steers |" in report
     assert "| operation | projected /s | commits / op | against DBOS |" in report
-    assert (tmp_path / "scaleout.png").stat().st_size > 0
+    if importlib.util.find_spec("matplotlib") is not None:  # the bench extra draws it
+        assert (tmp_path / "scaleout.png").stat().st_size > 0
 
 
 def test_an_unknown_section_is_refused_before_anything_runs(tmp_path: Path) -> None:
