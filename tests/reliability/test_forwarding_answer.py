@@ -583,10 +583,9 @@ def test_a_take_fenced_before_its_delivery_is_answered_not_delivered_and_a_retry
         # The caller's retry is delivered, once (the fenced Task let the child go).
         again = sender.send_message(parent, child, [TextBlock(text="cut again")])
         assert again.route in ("steered", "started")
+        store = a.store
         eventually(
-            lambda: len(_carrying(a.store.load(child).events, "cut again")) == 1
-            if a.store is not None
-            else False,
+            lambda: len(_carrying(store.load(child).events, "cut again")) == 1,
             "the retry in the transcript",
         )
         assert a.tasks.get(task_id, requester=owner).status is TaskStatus.INTERRUPTED
