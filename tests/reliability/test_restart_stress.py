@@ -268,6 +268,11 @@ def check_stress_run(
         },
         **stored,
         "double_activations": len(overlaps),
+        "double_activations_found_by": {  # whose activation found the lock held
+            "setup": len(setup.overlaps),
+            PROBE: len(reach.provider.overlaps),
+            **{name: len(f["overlaps"]) for name, f in reports.figures.items()},
+        },
         "open_turns_behind_a_settled_task": len(open_turns),
         "tasks_left_unsettled": len(unsettled),
         "live_runtimes_swept": len(swept_live),
