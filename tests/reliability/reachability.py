@@ -69,21 +69,26 @@ class Reachability:
         """Reach every child, measured from ``healed_at`` (`time.monotonic`)."""
         self.probes += 1
         with ThreadPoolExecutor(len(children), thread_name_prefix="probe") as pool:
-            for child_id, reached in zip(
+            for child_id, (reached, story) in zip(
                 children, pool.map(lambda c: self._reach(c, healed_at), children), strict=True
             ):
                 if reached is None or reached > self._lease + 1.0:
                     took = "never" if reached is None else f"{reached:.2f}s"
-                    self.wedged.append(f"{child_id[:8]} after {fault}: reached {took}")
+                    tries = ", ".join(story[:10])
+                    self.wedged.append(f"{child_id[:8]} after {fault}: reached {took} ({tries})")
                 if reached is not None:
                     with self._lock:
                         self.reached_s.append(reached)
 
-    def _reach(self, child_id: str, healed_at: float) -> float | None:
+    def _reach(self, child_id: str, healed_at: float) -> tuple[float | None, list[str]]:
+        """The time from the heal to the child's delivery (None: not within the bound),
+        and each send's outcome and duration, for the report of a slow one."""
         deadline = healed_at + self._lease * GIVE_UP_LEASES
+        story: list[str] = []
         for _attempt in range(SEND_CAP):
-            if time.monotonic() >= deadline:
-                return None
+            began = time.monotonic()
+            if began >= deadline:
+                return None, story
             with self._lock:
                 self._count += 1
                 text = f"{NAME} {self._count}"
@@ -97,11 +102,13 @@ class Reachability:
                 )
             except SubagentControlError as exc:
                 sent.code = exc.code
+                story.append(f"{exc.code.value} in {time.monotonic() - began:.2f}s")
                 time.sleep(RETRY_S)  # a caller's retry pace
                 continue
             sent.route, sent.task_id = result.route, result.task_id
-            return time.monotonic() - healed_at
-        return None
+            story.append(f"{result.route} in {time.monotonic() - began:.2f}s")
+            return time.monotonic() - healed_at, story
+        return None, story
 
     def figures(self) -> dict[str, Any]:
         refused = sum(1 for sent in self.sent if sent.code is not None)
