@@ -414,6 +414,7 @@ class ActivationTranscript:
             for receipt in queued:
                 error = _durability(self._child_id, "record the steered message", cause)
                 error.task_id = receipt.task_id
+                error.__cause__ = cause  # FENCED: never written (a forward's holder says so)
                 receipt._settle(error)
             if not isinstance(exc, SubagentControlError):
                 raise

@@ -49,6 +49,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from controlplane.contract import ErrorCode, SubagentControlError
 from persistence._inbox_sql import CHANNEL_HEX, CHANNEL_PREFIX, InboxStatements
 
 if TYPE_CHECKING:
@@ -228,12 +229,20 @@ class Inbox:
         A message its sender gave up meanwhile (its target looked dead: the row is
         ``abandoned``) keeps its row as it is, as `answer` would: the sender decides from
         the transcript once the target can no longer write, and finds the record or not.
+
+        Raises:
+            SubagentControlError: ``NOT_DELIVERED`` if a message was answered otherwise
+                first (its holder could not deliver it: `answer`), or its row is gone (its
+                sender decided and forgot it): its record must not be written, and the
+                caller's transaction, rolled back, writes nothing.
         """
         wakeups: list[WakeUp] = []
         for inbox_id, task_id in steered:
             text, payload = _steered_params(inbox_id, task_id)
             cursor.execute(self._sql.answer_steered, (text, inbox_id))
             fetched = cursor.fetchone()
+            if fetched is None:
+                _refuse_unless_abandoned(cursor, self._sql.state, inbox_id)
             _answered(wakeups, inbox_id, None if fetched is None else fetched[0], payload)
         return wakeups
 
@@ -242,13 +251,20 @@ class Inbox:
     ) -> list[WakeUp]:
         """`answer_steered` of one message, folded into the statement that inserts its
         steering record (one event's INSERT, with its parameters ``row``): a forwarded
-        steer's record then costs the holder no round trip more than a local steer's."""
+        steer's record then costs the holder no round trip more than a local steer's.
+
+        Raises:
+            SubagentControlError: ``NOT_DELIVERED``, as `answer_steered` does.
+        """
         inbox_id, task_id = steered
         text, payload = _steered_params(inbox_id, task_id)
         cursor.execute(self._sql.inserting, (text, inbox_id, *row))
         fetched = cursor.fetchone()
+        sender = None if fetched is None else fetched[0]
+        if sender is None:  # the row was not ``taken``: the record stands only if abandoned
+            _refuse_unless_abandoned(cursor, self._sql.state, inbox_id)
         wakeups: list[WakeUp] = []
-        _answered(wakeups, inbox_id, None if fetched is None else fetched[0], payload)
+        _answered(wakeups, inbox_id, sender, payload)
         return wakeups
 
     def wake(self, wakeups: Sequence[WakeUp]) -> None:
@@ -378,6 +394,29 @@ def _steered_params(inbox_id: str, task_id: str) -> tuple[str, str]:
     """The reply text of a steered message, and its wake-up's payload."""
     text = json.dumps(steered_answer(task_id))
     return text, _reply_payload(inbox_id, text)
+
+
+def _refuse_unless_abandoned(cursor: DBAPICursor, state_sql: str, inbox_id: str) -> None:
+    """Inside a steering record's transaction, whose answer found its row no longer
+    ``taken``: the record may still be written if its sender gave the message up
+    (``abandoned``: it decides from the transcript); answered otherwise, or gone, the
+    message was not delivered, and its record must never be.
+
+    Exactly once or not delivered: the holder answers a message it cannot deliver
+    ``NOT_DELIVERED`` (`Inbox.answer`) while a write of its record may still be on its way
+    (abandoned at fencing, its bytes held by the network). The row decides which came
+    first: the answer's UPDATE and this transaction's wait for each other's row lock.
+    """
+    cursor.execute(state_sql, (inbox_id,))
+    row = cursor.fetchone()
+    if row is not None and row[0] == "abandoned":
+        return
+    state = "gone (its sender decided and forgot it)" if row is None else f"answered {row[1]}"
+    raise SubagentControlError(
+        ErrorCode.NOT_DELIVERED,
+        f"forwarded message {inbox_id} is {state}: its steering record is not written; "
+        "the message was not delivered",
+    )
 
 
 def _answered(wakeups: list[WakeUp], inbox_id: str, sender: str | None, payload: str) -> None:

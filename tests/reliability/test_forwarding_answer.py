@@ -219,6 +219,53 @@ def test_a_steering_record_is_written_even_if_its_sender_gave_the_message_up(
     assert f"forwarded message {inbox_id}: answered after its sender left" in caplog.text
 
 
+_NOT_DELIVERED = {
+    "code": "NOT_DELIVERED", "message": "could not deliver it; not delivered", "task_id": None
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("records", [1, 3], ids=["one-record", "a-batch"])
+def test_a_steering_record_is_not_written_once_its_message_was_answered_not_delivered(
+    store: SqlStore, records: int
+) -> None:
+    # Issue 36 break 5: a holder that took a message but cannot deliver it answers it
+    # NOT_DELIVERED. Its steering record's write may still be on its way (abandoned at
+    # fencing, its bytes held by the network): landing after that answer, it must write
+    # nothing, or the message would be in the transcript and its sender told otherwise.
+    # Before, the record was written whatever the row's state.
+    assert store.inbox is not None
+    child_id = _child(store)
+    inbox_ids = [_taken(store, child_id) for _ in range(records)]
+    assert store.inbox.answer(inbox_ids[-1], _NOT_DELIVERED)
+    with pytest.raises(SubagentControlError) as refused:
+        store.append(
+            child_id,
+            [_record(inbox_id, f"steer {n}") for n, inbox_id in enumerate(inbox_ids)],
+            answer_steered=[(inbox_id, "task-1") for inbox_id in inbox_ids],
+        )
+    assert refused.value.code is ErrorCode.NOT_DELIVERED
+    assert inbox_ids[-1] in refused.value.message
+    assert store.load(child_id).events == []  # the whole batch: nothing half-written
+    assert store.inbox.state_of(inbox_ids[-1]) == ("answered", _NOT_DELIVERED)
+    for inbox_id in inbox_ids[:-1]:
+        assert store.inbox.state_of(inbox_id) == ("taken", None)  # still to be answered
+
+
+def test_a_steering_record_is_not_written_once_its_sender_forgot_its_answered_message(
+    store: SqlStore,
+) -> None:
+    # The sender heard NOT_DELIVERED and deleted the answered row: a late record finds none.
+    assert store.inbox is not None
+    child_id = _child(store)
+    inbox_id = _taken(store, child_id)
+    assert store.inbox.answer(inbox_id, _NOT_DELIVERED)
+    store.inbox.forget([inbox_id])
+    with pytest.raises(SubagentControlError) as refused:
+        store.append(child_id, [_record(inbox_id)], answer_steered=[(inbox_id, "task-1")])
+    assert refused.value.code is ErrorCode.NOT_DELIVERED
+    assert store.load(child_id).events == []
+
+
 def test_sqlite_has_no_inbox_and_refuses_to_answer_with_an_append(sqlite_url: str) -> None:
     with SqlStore(sqlite_url) as sqlite:
         child_id = _child(sqlite)
@@ -492,4 +539,56 @@ def test_a_forward_taken_but_never_answered_is_answered_within_its_bound_not_at_
         assert unanswered.value.code is ErrorCode.DURABILITY_FAILED, unanswered.value
         assert "transcript" in unanswered.value.message
     finally:
+        sender.close()
+
+
+def test_a_take_fenced_before_its_delivery_is_answered_not_delivered_and_a_retry_lands_once(
+    url: str, holder: tuple[SubagentControl, FakeProvider]
+) -> None:
+    # Issue 36 break 5, the holder's side: the holder took the message, and its runtime
+    # fenced itself (lease lost) before the steer's record could be written: the record
+    # never will be, so the message was not delivered, and the holder must say so rather
+    # than leave its sender to decide from the transcript. Before, its sender heard
+    # DURABILITY_FAILED ("may or may not be in the transcript") for a message the fence
+    # had made certain was not.
+    a, provider = holder
+    owner = a.agents.register("p")
+    child, task_id, plan = running_child(a, owner, provider, threading.Event())
+    assert plan.run is not None
+    assert plan.run.steer is not None
+    steer, entered, may_go = plan.run.steer, threading.Event(), threading.Event()
+
+    def held(message: Any, source: Any) -> None:
+        entered.set()
+        may_go.wait(WAIT_S * 6)
+        steer(message, source)
+
+    plan.run.steer = held
+    sender = SubagentControl.open(url, lease_ttl_s=30.0)
+    sender.providers.register(FakeProvider())  # the retry may start the child here
+    try:
+        parent = sender.agents.register("p")
+        sent = in_thread(lambda: sender.send_message(parent, child, [TextBlock(text="cut")]))
+        assert entered.wait(WAIT_S)  # taken, and its delivery is under way
+        fenced = "lease lost (test)"
+        a._tasks.fence(fenced)  # the watchdog's path: stop acting
+        may_go.set()
+        with pytest.raises(SubagentControlError) as refused:
+            sent.result(timeout=WAIT_S * 3)
+        assert refused.value.code is ErrorCode.NOT_DELIVERED, refused.value
+        assert a.store is not None
+        eventually(lambda: a._tasks.flush() == 0, "the fenced settlement written")
+        a._tasks.readmit(fenced)
+        assert _carrying(a.store.load(child).events, "cut") == []
+        # The caller's retry is delivered, once (the fenced Task let the child go).
+        again = sender.send_message(parent, child, [TextBlock(text="cut again")])
+        assert again.route in ("steered", "started")
+        store = a.store
+        eventually(
+            lambda: len(_carrying(store.load(child).events, "cut again")) == 1,
+            "the retry in the transcript",
+        )
+        assert a.tasks.get(task_id, requester=owner).status is TaskStatus.INTERRUPTED
+    finally:
+        may_go.set()
         sender.close()

@@ -10,7 +10,9 @@ latency from a delaying relay.
   1 s up, four times), p1's packets to the store are dropped for half a lease (ridden
   through) and then 1.5 leases (one way: the store's still reach it), p2 is cut off both
   ways for 1.5 leases, and every byte on p1's link is held 20 ms each way for the whole
-  run. Figures go to the summary file as ``kernel_fault_stress``.
+  run. After each fault heals, a runtime on the host (`reachability.Reachability`) reaches
+  every child within lease + 1 s: 0 wedged children. Figures go to the summary file as
+  ``kernel_fault_stress``.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from tests.reliability.netns import (
     skip_reason,
 )
 from tests.reliability.processes import LinesProcess, Reaper, reaping
+from tests.reliability.reachability import Reachability
 from tests.reliability.stress_child import LEASE_ENV
 from tests.reliability.summary import write_summary
 from tests.reliability.test_restart_stress import SENDS, check_stress_run
@@ -149,7 +152,9 @@ ROUNDS_ENV = "SUBAGENT_CONTROL_KERNEL_STRESS_ROUNDS"
 """Set to N to repeat the fault schedule N times (the full size: N=3)."""
 
 
-def _kernel_schedule(spaces: Namespaces, done: list[str], rounds: int) -> Callable[[], None]:
+def _kernel_schedule(
+    spaces: Namespaces, done: list[str], rounds: int, probe: Callable[[str], None]
+) -> Callable[[], None]:
     p0, p1, p2 = spaces.runtimes
 
     def flap() -> None:
@@ -159,6 +164,7 @@ def _kernel_schedule(spaces: Namespaces, done: list[str], rounds: int) -> Callab
             spaces.link(p0, up=True)
             time.sleep(1.0)
         done.append(f"p0 link flapped {FLAPS}x 1s/1s")
+        probe(done[-1])  # healed: every child reachable within lease + 1 s
 
     def drop(runtime: Runtime, seconds: float, *, one_way: bool) -> None:
         spaces.drop(runtime, outgoing=True, incoming=not one_way)
@@ -168,6 +174,7 @@ def _kernel_schedule(spaces: Namespaces, done: list[str], rounds: int) -> Callab
             spaces.heal(runtime)
         how = "one way (its packets to the store)" if one_way else "both ways"
         done.append(f"p{runtime.index} dropped {how} {seconds:.1f}s")
+        probe(done[-1])
 
     def run() -> None:
         for _ in range(rounds):
@@ -205,6 +212,8 @@ def test_kernel_faults_under_load_lose_duplicate_and_double_nothing(
         setup, children, _runtime = idle_children(url, tmp_path)
         p0, p1, p2 = spaces.runtimes
         relay = DelayRelay(p1, spaces.store, server.port, LATENCY_S)
+        # The probing runtime is on the host, over the server's socket: no fault touches it.
+        reach = Reachability(url, STRESS_LEASE_S, tmp_path / "locks")
         try:
             urls = [
                 server.url_for(p0, database),
@@ -220,14 +229,20 @@ def test_kernel_faults_under_load_lose_duplicate_and_double_nothing(
                 max(SENDS, 15 * rounds),
                 tmp_path,
                 reaped,
-                during=_kernel_schedule(spaces, done, rounds),
+                during=_kernel_schedule(
+                    spaces,
+                    done,
+                    rounds,
+                    lambda fault: reach.probe(children, time.monotonic(), fault),
+                ),
                 env={LEASE_ENV: str(STRESS_LEASE_S), "SUBAGENT_CONTROL_STRESS_WATCHDOG_S": "600"},
                 prefixes=[runtime.prefix for runtime in spaces.runtimes],
             )
         finally:
+            reach.close()
             relay.close()
         figures, failures = check_stress_run(
-            url, setup, children, reports, partitioned={"p1", "p2"}
+            url, setup, children, reports, partitioned={"p1", "p2"}, reach=reach
         )
         write_summary(
             "kernel_fault_stress",
@@ -242,4 +257,5 @@ def test_kernel_faults_under_load_lose_duplicate_and_double_nothing(
             },
         )
     assert len(done) == 4 * rounds, done
+    assert reach.probes == len(done), "a fault healed without its reachability probe"
     assert failures == [], failures

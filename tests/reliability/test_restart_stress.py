@@ -14,6 +14,9 @@ is then accounted for against the stored transcripts exactly as in the fault-fre
 - 0 double activations (the per-child file lock every activation holds);
 - 0 open turns behind a settled Task (every turn between one ``turn/start`` and one
   ``turn/end`` whose status is its Task's);
+- 0 wedged children: right after each fault heals, a runtime of the test's own (no
+  worker: never the holder) sends to every child until it is delivered, and each must be
+  within lease + 1 s (`reachability.Reachability`);
 - 0 live runtimes swept: only the partitioned worker's Tasks may end ``interrupted`` by
   another runtime; a crash shorter than the retry budget ends no Task ``interrupted``
   unless it outlasted the runtime's own fencing deadline (SPEC §9: a runtime that cannot
@@ -50,6 +53,8 @@ from controlplane import (
 from tests.reliability.load import CHILDREN, SEED, Load, account
 from tests.reliability.pg_fault import PostgresServer, TcpProxy
 from tests.reliability.processes import Reaper, reaping
+from tests.reliability.reachability import NAME as PROBE
+from tests.reliability.reachability import Reachability
 from tests.reliability.stress_child import LEASE_ENV, PARENT, ExclusiveSteppingProvider
 from tests.reliability.summary import write_summary
 from tests.reliability.test_stress_processes import (
@@ -105,7 +110,11 @@ def _schedule() -> list[tuple[str, float]]:
 
 
 def _faults(
-    server: PostgresServer, proxy: TcpProxy, schedule: list[tuple[str, float]], done: list[str]
+    server: PostgresServer,
+    proxy: TcpProxy,
+    schedule: list[tuple[str, float]],
+    done: list[str],
+    probe: Callable[[str], None],
 ) -> Callable[[], None]:
     rng = random.Random(f"{SEED}:restart-stress-gaps")
 
@@ -121,6 +130,7 @@ def _faults(
                 time.sleep(seconds)
                 proxy.release()
             done.append(f"{fault} {seconds:.1f}s")
+            probe(done[-1])  # healed: every child reachable within lease + 1 s
 
     return run
 
@@ -145,18 +155,28 @@ def test_crashes_and_a_partition_under_load_lose_duplicate_and_double_nothing(
 
     proxies = [tcp_proxy_factory(pg_server.port) for _ in range(WORKERS)]
     done: list[str] = []
-    reports, sending_s = run_workers(
-        [proxy.url(url) for proxy in proxies],
-        children,
-        max(SENDS, 10 * len(schedule)),
-        tmp_path,
-        reaped,
-        during=_faults(pg_server, proxies[PARTITIONED], schedule, done),
-        env={LEASE_ENV: str(LEASE_S), "SUBAGENT_CONTROL_STRESS_WATCHDOG_S": "600"},
-    )
+    reach = Reachability(url, LEASE_S, tmp_path / "locks")  # straight to the server
+    try:
+        reports, sending_s = run_workers(
+            [proxy.url(url) for proxy in proxies],
+            children,
+            max(SENDS, 10 * len(schedule)),
+            tmp_path,
+            reaped,
+            during=_faults(
+                pg_server,
+                proxies[PARTITIONED],
+                schedule,
+                done,
+                lambda fault: reach.probe(children, time.monotonic(), fault),
+            ),
+            env={LEASE_ENV: str(LEASE_S), "SUBAGENT_CONTROL_STRESS_WATCHDOG_S": "600"},
+        )
+    finally:
+        reach.close()
 
     figures, failures = check_stress_run(
-        url, setup, children, reports, partitioned={f"p{PARTITIONED}"}
+        url, setup, children, reports, partitioned={f"p{PARTITIONED}"}, reach=reach
     )
     write_summary(
         "restart_stress",
@@ -174,6 +194,7 @@ def test_crashes_and_a_partition_under_load_lose_duplicate_and_double_nothing(
     )
 
     assert len(done) == len(schedule), done
+    assert reach.probes == len(done), "a fault healed without its reachability probe"
     assert failures == [], failures
 
 
@@ -184,12 +205,14 @@ def check_stress_run(
     reports: Reports,
     *,
     partitioned: set[str],
+    reach: Reachability,
 ) -> tuple[dict[str, Any], list[str]]:
     """The restart stress's checks of a finished run (read from the store at ``url``):
     its figures, and what failed of 0 lost, 0 duplicated, 0 refused-but-stored, 0 double
     activations, 0 open turns behind a settled Task, every Task settled, 0 live runtimes
-    swept, and no ``STORE_UNAVAILABLE`` outside the ``partitioned`` workers but by a
-    runtime fenced for its lease."""
+    swept, 0 wedged children (``reach``'s probes: every child reached within lease + 1 s
+    of each heal), and no ``STORE_UNAVAILABLE`` outside the ``partitioned`` workers but
+    by a runtime fenced for its lease (the probes' refusals are retried by design)."""
     refusals = frozenset(
         {ErrorCode.NOT_DELIVERED, ErrorCode.STORE_UNAVAILABLE, ErrorCode.DURABILITY_FAILED}
     )
@@ -197,15 +220,19 @@ def check_stress_run(
         assert control.store is not None
         parent = control.agents.register(PARENT)
         tasks = {task.id: task for task in control.store.ledger.owned_by(PARENT)}
-        load = Load(control, parent, setup, children, 0, {}, sent=reports.sent)
+        # The probes are messages like the load's: delivered once, or refused and absent.
+        reports.runtime_of[PROBE] = reach.runtime_id
+        every_send = reports.sent + reach.sent
+        load = Load(control, parent, setup, children, 0, {}, sent=every_send)
         tally, violations = account(control.store, load, tasks, refusals)
         loaded = {child_id: control.store.load(child_id).events for child_id in children}
         events = [e for child_events in loaded.values() for e in child_events]
 
     cut_off = {reports.runtime_of[name] for name in partitioned}
-    stored = stored_once(reports.sent, events)
+    stored = stored_once(every_send, events)
     figures = reports.figures.values()
-    overlaps = setup.overlaps + [child for f in figures for child in f["overlaps"]]
+    overlaps = setup.overlaps + reach.provider.overlaps
+    overlaps += [child for f in figures for child in f["overlaps"]]
     errors = [error for f in figures for error in f["errors"]]
     interrupted = [t for t in tasks.values() if t.status is TaskStatus.INTERRUPTED]
     # Settled by a sweep once the workers were closing: left running by a close (see
@@ -241,9 +268,15 @@ def check_stress_run(
         },
         **stored,
         "double_activations": len(overlaps),
+        "double_activations_found_by": {  # whose activation found the lock held
+            "setup": len(setup.overlaps),
+            PROBE: len(reach.provider.overlaps),
+            **{name: len(f["overlaps"]) for name, f in reports.figures.items()},
+        },
         "open_turns_behind_a_settled_task": len(open_turns),
         "tasks_left_unsettled": len(unsettled),
         "live_runtimes_swept": len(swept_live),
+        "reachability": reach.figures(),
         "tasks_interrupted": len(interrupted),
         "left_running_at_close": len(left_at_close),
         "task_statuses": dict(sorted(Counter(t.status.value for t in tasks.values()).items())),
@@ -267,6 +300,7 @@ def check_stress_run(
         *(f"double activation: {o}" for o in overlaps),
         *(f"unsettled task: {t}" for t in unsettled),
         *(f"live runtime swept: {t.id} {t.outcome}" for t in swept_live),
+        *(f"wedged child: {w}" for w in reach.wedged),
         *(f"unavailable outside a partition: {m.text}" for m in unavailable_outside[:10]),
         *(["nothing steered"] if tally["delivered/steered"] == 0 else []),
         *(["nothing started"] if tally["delivered/started"] == 0 else []),

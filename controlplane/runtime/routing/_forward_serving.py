@@ -177,6 +177,13 @@ class Serving:
         try:
             sent = self._serve(item)
         except SubagentControlError as exc:
+            if _fenced_unwritten(exc):
+                # This runtime fenced the activation before the record was written: it
+                # never will be (and one still on its way lands only on a row still
+                # ``taken``, `persistence.Inbox.answer_steered`), so the message was not
+                # delivered, whatever the aborted run held. Its sender may retry it.
+                why = f"runtime {self._runtime_id} lost its lease before recording it"
+                return _refusal(ErrorCode.NOT_DELIVERED, f"{why} ({exc.message})")
             refusal: dict[str, Any] = {
                 "code": exc.code.value, "message": exc.message, "task_id": exc.task_id
             }  # fmt: skip
@@ -194,6 +201,17 @@ class Serving:
             return self._inbox.holder_of(child_id) == self._runtime_id
         except SubagentControlError:
             return True
+
+
+def _fenced_unwritten(exc: SubagentControlError) -> bool:
+    """Whether a steer's record failed because this runtime fenced its activation
+    (`actors.Transcript`: ``DURABILITY_FAILED`` caused by ``FENCED``)."""
+    cause = exc.__cause__
+    return (
+        exc.code is ErrorCode.DURABILITY_FAILED
+        and isinstance(cause, SubagentControlError)
+        and cause.code is ErrorCode.FENCED
+    )
 
 
 def _refusal(code: ErrorCode, why: str) -> dict[str, Any]:
