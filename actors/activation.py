@@ -24,7 +24,7 @@ import pykka
 from actors._base import Actor
 from actors._outcomes import aborted, error_text, failed, unrecorded
 from actors._spend import TurnSpend
-from actors._transcript import ActivationTranscript, message_data
+from actors._transcript import ActivationTranscript, message_data, turn_frame
 from actors.context import ActorContext
 from actors.messages import ActivationEnded, ActivationPlan, Published, Settling
 from controlplane.contract import (
@@ -462,19 +462,14 @@ class ActivationActor(Actor):
 
     def _frame(self, transcript: ActivationTranscript) -> list[NewEvent]:
         plan = self._plan
-        return [
-            NewEvent(
-                kind=EventKind.TURN_START,
-                turn=transcript.turn,
-                data={"task_id": plan.task_id, "activation": plan.kind, "label": plan.label},
-            ),
-            NewEvent(
-                kind=EventKind.USER_MESSAGE,
-                turn=transcript.turn,
-                data=message_data(plan.prompt),
-                source=plan.source,
-            ),
-        ]
+        return turn_frame(
+            transcript.turn,
+            task_id=plan.task_id,
+            kind=plan.kind,
+            label=plan.label,
+            prompt=plan.prompt,
+            source=plan.source,
+        )
 
     def _provider(self, descriptor: Descriptor) -> SubagentProvider:
         self._plan.trace.describe(descriptor)

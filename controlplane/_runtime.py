@@ -40,12 +40,19 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from controlplane._lease import Renewals
 from controlplane._own_lease import OwnLease
 from controlplane._renewer import ATTEMPT_BOUND, Renewer
-from controlplane.contract import RuntimeInfo, SubagentControlError, TaskSnapshot, TaskStatus
+from controlplane.contract import (
+    NewEvent,
+    RuntimeInfo,
+    SubagentControlError,
+    TaskSnapshot,
+    TaskStatus,
+)
 from controlplane.telemetry import log_lifecycle
 
 if TYPE_CHECKING:
@@ -172,7 +179,7 @@ class Runtime:
             self._store.release_waiting(task.id, task.child_id, self.id)
         return settled
 
-    def claim(self, task: TaskSnapshot) -> int | None:
+    def claim(self, task: TaskSnapshot, opening: Sequence[NewEvent] = ()) -> int | None:
         """Admit a resume's Task and claim its child for this runtime (taking over a dead
         runtime's claim); the fencing number.
 
@@ -180,7 +187,7 @@ class Runtime:
             SubagentControlError: ``OWNERSHIP_CONFLICT`` naming the live runtime that holds
                 the child; ``CHILD_NOT_FOUND`` for a child not in the store.
         """
-        return self._store.admit_claiming(task, is_dead=self._is_dead)
+        return self._store.admit_claiming(task, is_dead=self._is_dead, opening=opening)
 
     def continue_parked(self, task_id: str, child_id: str) -> int | None:
         """Claim a child for its Task that waits on an approval request (parked, or left

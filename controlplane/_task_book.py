@@ -17,6 +17,7 @@ from typing import Any
 from controlplane._task_entry import (
     Claimer,
     Interrupter,
+    Opening,
     QueuePlaces,
     Requester,
     TaskEntry,
@@ -169,6 +170,7 @@ class TaskBook:
         signal: CancelSignal,
         claim_child: bool = False,
         queued: bool = False,
+        opening: Opening | None = None,
     ) -> TaskSnapshot:
         """Register a running Task of kind ``subagent`` (and write it to the store);
         ``queued``: it reads ``queued`` until its admission decides (`admitted`).
@@ -228,7 +230,7 @@ class TaskBook:
                 # Task says (else the takeover would close it with words of its own).
                 if self._unsaved or self._unsaved_fenced:
                     self.flush(child_id)
-                task.fence = claimer(snapshot)
+                task.fence = claimer(snapshot, () if opening is None else opening(snapshot))
             elif self._ledger is not None:
                 self._ledger.admit(snapshot)
         except BaseException:

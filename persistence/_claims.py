@@ -12,7 +12,8 @@ is dead: the old Task is then settled ``interrupted`` and its open turn closed f
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -35,7 +36,8 @@ from controlplane.contract import (
 from persistence._appends import not_found
 from persistence._codec import from_json, prepare_events
 from persistence._host_clock import LeaseNow, is_expired
-from persistence._schema import APPROVALS, CHILDREN, RUNTIMES, TASKS, utc_time
+from persistence._schema import APPROVALS, CHILDREN, EVENTS, RUNTIMES, SEGMENTS, TASKS, utc_time
+from persistence._segments import decode_segment
 from persistence._task_sql import Settlement, TaskStatements, admit_params, settle_params
 from persistence._turn_usage import turn_usage, usage_column
 
@@ -81,12 +83,22 @@ class Claims:
     def __init__(self, store: SqlStore) -> None:
         self._s = store
 
-    def admit_claiming(self, task: TaskSnapshot, *, is_dead: IsDead) -> int | None:
+    def admit_claiming(
+        self, task: TaskSnapshot, *, is_dead: IsDead, opening: Sequence[NewEvent] = ()
+    ) -> int | None:
         """Admit a resume's Task and claim its child for the Task's runtime, in one
         transaction under the child's lock.
 
         A claim held by a dead runtime is taken over: its Task is settled ``interrupted``
         and its open turn closed, in the same transaction.
+
+        ``opening``: the events that open the Task's turn (``turn/start`` naming the Task,
+        the message as ``user/message``), written in the same transaction as the child's
+        next turn (their ``turn`` is set here), so the message is durable before the
+        sender hears ``started`` (SPEC §9 "Work goes where the provider is": no crash
+        after an acknowledgement loses the message). Written only when the Task's owner
+        is the child's recorded parent: anyone else's message is refused by the
+        activation (``UNAUTHORIZED``) and must never be in the transcript.
 
         Returns:
             The new fencing number.
@@ -100,7 +112,7 @@ class Claims:
         runtime_id = task.runtime_id or ""
         return self._s._run(
             f"claim child {task.child_id}",
-            lambda attempt: self._admit_claiming(task, runtime_id, is_dead, attempt),
+            lambda attempt: self._admit_claiming(task, runtime_id, is_dead, attempt, opening),
         )
 
     def interrupt(self, task: TaskSnapshot, detail: str) -> bool:
@@ -174,7 +186,12 @@ class Claims:
     # -- one attempt -------------------------------------------------------------------
 
     def _admit_claiming(
-        self, task: TaskSnapshot, runtime_id: str, is_dead: IsDead, attempt: int
+        self,
+        task: TaskSnapshot,
+        runtime_id: str,
+        is_dead: IsDead,
+        attempt: int,
+        opening: Sequence[NewEvent] = (),
     ) -> int | None:
         sql = self._s._claim_sql
         with self._s._db.cursor(write=True) as cursor:
@@ -188,8 +205,65 @@ class Claims:
                     return int(claim[2]) if claim is not None and claim[0] == runtime_id else None
             fence = self.claim(cursor, task, runtime_id, claim, is_dead)
             cursor.execute(sql.admit, admit_params(task, self._s._stamp(task.created_at)))
+            if opening:
+                self._open_turn(cursor, task, opening)
         self._s._committed()
         return fence
+
+    def _open_turn(self, cursor: DBAPICursor, task: TaskSnapshot, opening: Sequence[NewEvent]
+                   ) -> None:  # fmt: skip
+        """Write ``opening`` as the child's next turn, inside the claim's transaction (after
+        the claim: a takeover there closed a dead runtime's open turn first)."""
+        child_id = task.child_id
+        assert child_id is not None
+        sql = self._s._claim_sql
+        cursor.execute(sql.frame_facts, (child_id,))
+        parent, open_turn, sealed_seq = cursor.fetchone() or (None, None, None)
+        if parent != task.owner_session:
+            return  # not its parent: the activation refuses it, nothing is written
+        last_seq, _holder, _fence = self._s._appends.tail(cursor, child_id)
+        if open_turn is not None:
+            last_turn = int(open_turn)
+        elif sealed_seq is None:
+            last_turn = 0
+        else:
+            last_turn = self._sealed_turn(cursor, child_id, int(sealed_seq))
+        turn = last_turn + 1
+        pending = prepare_events([e.model_copy(update={"turn": turn}) for e in opening])
+        stamp = self._s._stamp(task.created_at)
+        batch = self._s._batch()
+        cursor.executemany(
+            self._s._sql.insert,
+            [
+                (child_id, seq, p.turn, p.kind, p.data_json, p.source_json, batch, stamp)
+                for seq, p in enumerate(pending, start=last_seq + 1)
+            ],
+        )
+
+    def _sealed_turn(self, cursor: DBAPICursor, child_id: str, last_seq: int) -> int:
+        """The turn of the child's last sealed event (``last_seq``): read from the tail of
+        its last segment, where a turn's seal ends with its ``turn/end``
+        (``[seq,turn,"turn/end",...``: a JSON string cannot hold that unescaped quote),
+        else from the whole segment."""
+        sql = self._s._claim_sql
+        cursor.execute(sql.segment_tail, (child_id,))
+        row = cursor.fetchone()
+        tail = row[0] if row is not None else None
+        if isinstance(tail, bytes | bytearray | memoryview):
+            tail = bytes(tail).decode("utf-8", errors="ignore")
+        if tail:
+            for found in reversed(_TURN_END_AT.findall(tail)):
+                if int(found[0]) == last_seq:
+                    return int(found[1])
+        cursor.execute(sql.last_segment, (child_id,))
+        row = cursor.fetchone()
+        if row is None:
+            return 0
+        events = row[0]
+        if isinstance(events, bytes | bytearray | memoryview):
+            events = bytes(events).decode("utf-8")
+        decoded = decode_segment(events)
+        return decoded[-1].turn if decoded else 0
 
     def claim_of(
         self, cursor: DBAPICursor, child_id: str | None
@@ -567,6 +641,8 @@ class Claims:
 
 
 _PG_NOW = "SELECT now()"
+_TURN_END_AT = re.compile(r'\[(\d+),(\d+),"turn/end",')
+_SEGMENT_TAIL_CHARS = 2048
 _INPUT = TaskStatus.INPUT_REQUIRED.value
 _RUNNING = TaskStatus.RUNNING.value
 
@@ -596,6 +672,14 @@ class ClaimStatements:
     recovered: str
     """A running Task taken over: its runtime and recovery count (takes runtime, count,
     Task id)."""
+    frame_facts: str
+    """What a resume's turn opening needs (takes child id): the child's parent session,
+    the highest turn of its open rows (NULL: none) and its last sealed ``seq`` (NULL:
+    none)."""
+    segment_tail: str
+    """The end of the child's last segment's ``events`` text (takes child id)."""
+    last_segment: str
+    """The child's last segment's ``events`` text (takes child id)."""
 
     @classmethod
     def build(cls, p: str, *, row_locks: bool) -> ClaimStatements:
@@ -637,5 +721,21 @@ class ClaimStatements:
             park=(
                 f"UPDATE {CHILDREN} SET claim_runtime = NULL, fence = fence + 1 "
                 f"WHERE child_id = {p} AND claim_task = {p}"
+            ),
+            frame_facts=(
+                f"SELECT c.parent_session, (SELECT max(e.turn) FROM {EVENTS} e "
+                f"WHERE e.child_id = c.child_id), (SELECT max(s.last_seq) FROM {SEGMENTS} s "
+                f"WHERE s.child_id = c.child_id) FROM {CHILDREN} c WHERE c.child_id = {p}"
+            ),
+            # SQLite: the bytes' tail, found without reading the text from its start.
+            segment_tail=(
+                f"SELECT right(events, {_SEGMENT_TAIL_CHARS}) FROM {SEGMENTS} "
+                if row_locks
+                else f"SELECT substr(CAST(events AS BLOB), -{_SEGMENT_TAIL_CHARS}) FROM {SEGMENTS} "
+            )
+            + f"WHERE child_id = {p} ORDER BY first_seq DESC LIMIT 1",
+            last_segment=(
+                f"SELECT events FROM {SEGMENTS} WHERE child_id = {p} "
+                "ORDER BY first_seq DESC LIMIT 1"
             ),
         )

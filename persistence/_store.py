@@ -415,9 +415,12 @@ class SqlStore:
         if version < NEWEST_TASK_SINCE:
             self.overview.read_older_store()
 
-    def admit_claiming(self, task: TaskSnapshot, *, is_dead: IsDead) -> int | None:
+    def admit_claiming(
+        self, task: TaskSnapshot, *, is_dead: IsDead, opening: Sequence[NewEvent] = ()
+    ) -> int | None:
         """Admit a resume's Task and claim its child for the Task's runtime, in one
-        transaction (see `persistence._claims.Claims.admit_claiming`).
+        transaction, with ``opening`` (its turn's frame) written as the child's next turn
+        (see `persistence._claims.Claims.admit_claiming`).
 
         Returns:
             The new fencing number.
@@ -427,7 +430,7 @@ class SqlStore:
                 the child; ``CHILD_NOT_FOUND`` for a child not in the store (nothing is
                 written either way).
         """
-        return self._claims.admit_claiming(task, is_dead=is_dead)
+        return self._claims.admit_claiming(task, is_dead=is_dead, opening=opening)
 
     def continue_parked(
         self, task_id: str, child_id: str, runtime_id: str, *, is_dead: IsDead

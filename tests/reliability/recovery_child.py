@@ -13,6 +13,9 @@ Modes:
 - ``resumed``: turn 1 completes, then a message resumes the child (``started``), and that
   turn's model call never returns;
 - ``steered``: the model call never returns, and a steer is answered ``steered`` first;
+- ``acked``: turn 1 completes, then a message resumes the child (``started``) and the
+  runtime stops right there: its activation's load of the child is held, so nothing of the
+  turn but what was written before ``started`` is in the store;
 - ``suicide``: every model call SIGKILLs its own process (a child that keeps killing its
   runtime);
 - ``recoverer``: starts nothing; registers the ``suicide`` model, so the Task it takes
@@ -43,7 +46,9 @@ from controlplane import (
     TaskStatus,
     TextBlock,
 )
+from controlplane.contract import LoadedSession
 from controlplane.models import ModelReply, ModelRequest, ToolCall
+from persistence import SqlStore
 
 LIFETIME_S = 60.0
 PARENT = "recovery-parent"
@@ -107,6 +112,19 @@ def _published(control: SubagentControl) -> None:
         time.sleep(0.01)
 
 
+class HeldLoads(SqlStore):
+    """A store whose loads, once held, never return (the process is killed meanwhile)."""
+
+    hold = False
+    waiting = threading.Event()
+
+    def load(self, child_id: str) -> LoadedSession:
+        if self.hold:
+            self.waiting.set()
+            threading.Event().wait(LIFETIME_S)
+        return super().load(child_id)
+
+
 WORK = ModelReply(tool_calls=[ToolCall(id="w1", name="work", arguments={"item": "a"})])
 
 
@@ -119,14 +137,18 @@ def main(url: str, mode: str, runs: str, close_timeout_s: str = "30", lease_s: s
     elif mode == "resumed":
         model = StuckModel(["first turn done"], stuck_at=1)
         tools, entered = [], model.entered
+    elif mode == "acked":
+        model = StuckModel(["first turn done"], stuck_at=None)
+        tools, entered = [], HeldLoads.waiting
     elif mode == "close":
         model = StuckModel(["never"], stuck_at=0)
         tools, entered = [], model.entered
     else:
         model = StuckModel(["never"], stuck_at=0, suicide=mode == "suicide")
         tools, entered = [], model.entered
-    control = SubagentControl.open(
-        url, lease_ttl_s=float(lease_s), close_timeout_s=float(close_timeout_s)
+    store = HeldLoads(url)
+    control = SubagentControl(
+        store, lease_ttl_s=float(lease_s), close_timeout_s=float(close_timeout_s)
     )
     parent = control.agents.register(PARENT)
     if mode == "recoverer":  # takes the dead runtime's Task over, and dies in its model call
@@ -149,9 +171,10 @@ def main(url: str, mode: str, runs: str, close_timeout_s: str = "30", lease_s: s
     )
     task_id = started.task_id
     acked: list[str] = []
-    if mode == "resumed":
+    if mode in ("resumed", "acked"):
         done = control.tasks.wait(task_id, timeout=LIFETIME_S, requester=parent)
         assert done.status is TaskStatus.COMPLETED, done
+        store.hold = mode == "acked"
         result = control.send_message(parent, started.child_id, [TextBlock(text="go on")])
         assert result.route == "started", result
         task_id = result.task_id

@@ -1,5 +1,7 @@
 """Recovery (SPEC §9): a running turn outlives its runtime. A runtime is SIGKILLed mid model
-call, mid tool call, right after a resume's ``started``, after a steer's ``steered``; another
+call, mid tool call, after a resume's turn began, right after its ``started`` (nothing of
+the turn written since the answer: the message went in with the claim), after a steer's
+``steered``; another
 runtime with the child's provider carries the SAME Task on in the SAME turn: one
 ``turn/start`` and one ``turn/end`` for the turn, every acknowledged message in it once, no
 tool run twice unless idempotent, one ``task/recovered`` event, the Task ``completed``. A
@@ -56,7 +58,7 @@ def _texts(events: list[SessionEvent], kind: str) -> list[str]:
     return [e.data["text"] for e in events if e.kind == kind]
 
 
-@pytest.mark.parametrize("mode", ["model", "tool", "idempotent", "resumed", "steered"])
+@pytest.mark.parametrize("mode", ["model", "tool", "idempotent", "resumed", "acked", "steered"])
 def test_another_runtime_finishes_the_same_task_in_the_same_turn(
     reaped: Reaper, store_url: str, tmp_path: Path, mode: str
 ) -> None:
