@@ -65,6 +65,16 @@ class _Settle(Exception):
         self.outcome = outcome
 
 
+class _Elsewhere(Exception):
+    """The resumed turn's provider is not in this runtime: its Task is left for one that
+    has it (internal control flow); ``refusal`` is the outcome if it cannot be."""
+
+    def __init__(self, provider: str, refusal: TaskOutcome) -> None:
+        super().__init__(provider)
+        self.provider = provider
+        self.refusal = refusal
+
+
 @dataclass(slots=True)
 class _Prepared:
     provider: SubagentProvider
@@ -156,6 +166,10 @@ class ActivationActor(Actor):
                 return
         except _Settle as settle:
             outcome = settle.outcome
+        except _Elsewhere as elsewhere:
+            if self._await_provider(elsewhere.provider):
+                return
+            outcome = elsewhere.refusal
         except BaseException as exc:  # escaping, it would stop every actor
             # A bug here must still settle the Task, or its owner would wait forever.
             log.exception("activation %s crashed", plan.task_id)
@@ -190,6 +204,33 @@ class ActivationActor(Actor):
             self._ctx.admission.release(plan.task_id)  # waiting holds no slot
         plan.trace.end(None)
         self._tell(ActivationEnded(task_id=plan.task_id, durable=True, parked=True))
+
+    def _await_provider(self, provider: str) -> bool:
+        """Leave the Task for a runtime that has the child's provider (SPEC §9 "Work goes
+        where the provider is"): its message is in its turn already (written with the
+        claim), so the Task reads ``queued``, naming the provider, with the child's claim
+        kept for it and no runtime, until a runtime with the provider takes it from its
+        sweep (`controlplane._recovery.Recovery.take_waiting`). Whether it was left so
+        (False: the store refused; the Task then fails as before, its turn closed)."""
+        plan = self._plan
+        try:
+            left = self._ctx.store.await_provider(
+                plan.task_id, plan.child_id, self._ctx.runtime_id, provider
+            )
+        except SubagentControlError as exc:
+            log.warning("task %s not left for provider %r: %s", plan.task_id, provider, exc)
+            left = False
+        if not left:
+            return False
+        self._tell(Settling(task_id=plan.task_id, status=None))
+        self._ctx.tasks.park(plan.task_id)
+        if self._ctx.admission is not None:
+            self._ctx.admission.release(plan.task_id)
+        plan.trace.end(None)
+        self._tell(
+            ActivationEnded(task_id=plan.task_id, durable=True, parked=True, handed_over=True)
+        )
+        return True
 
     def _handing_over(self, prepared: _Prepared, outcome: TaskOutcome) -> bool:
         """Whether the run, stopped by `close`, hands its turn over rather than settling
@@ -336,9 +377,21 @@ class ActivationActor(Actor):
                     ErrorCode.NOT_RESUMABLE,
                 )
             )
-        provider = self._provider(descriptor)
         earlier = loaded.own_events
         framed = _own_open_turn(earlier, last_turn, plan.task_id)
+        if (
+            not continued
+            and framed is not None
+            and plan.fence is not None
+            and descriptor.provider not in self._ctx.providers.names()
+        ):
+            # Its message is in its turn already (the claim wrote it): a runtime with the
+            # provider runs it (SPEC §9), rather than a refusal here.
+            try:
+                self._provider(descriptor)
+            except _Settle as refusal:
+                raise _Elsewhere(descriptor.provider, refusal.outcome) from None
+        provider = self._provider(descriptor)
         open_turn: list[SessionEvent] = []
         if continued:
             if framed is None:

@@ -122,6 +122,11 @@ class Runtime:
     def sweep(self) -> int:
         """Settle the running Tasks of every dead runtime ``interrupted``; returns how many
         this call settled."""
+        if self.recovery is not None:
+            # Tasks a runtime without their child's provider took the message of: run here
+            # if this runtime has it (SPEC §9 "Work goes where the provider is").
+            for waiting in self._store.ledger.awaiting_provider():
+                self.recovery.take_waiting(waiting)
         now, suspects = self._store.ledger.suspects()
         dead = {
             r.runtime_id: r for r in suspects if r.runtime_id != self.id and self._is_dead(r, now)

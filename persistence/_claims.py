@@ -380,6 +380,70 @@ class Claims:
 
         return self._s._run(f"continue task {task_id}", op)
 
+    def await_provider(self, task_id: str, child_id: str, runtime_id: str, provider: str) -> bool:
+        """Leave a resume's Task, whose child's provider ``runtime_id`` lacks, for a runtime
+        that has it (SPEC §9 "Work goes where the provider is"): in one transaction under
+        the child's lock, the Task reads ``queued`` naming ``provider``, and the child's
+        claim keeps the Task with no runtime (the fencing number grows). Its turn, opened
+        with its message by the claim, stays open for `take_waiting`.
+
+        Returns:
+            Whether it was left so (False: the claim is no longer ``runtime_id``'s for it,
+            or the Task is no longer running).
+        """
+
+        def op(attempt: int) -> bool:
+            with self._s._db.cursor(write=True) as cursor:
+                self._tail_or_none(cursor, child_id)  # the child's lock
+                claim = self.claim_of(cursor, child_id)
+                if claim is None or claim[1] != task_id:
+                    return False
+                if claim[0] is None and attempt > 1:  # our earlier attempt committed, unheard
+                    cursor.execute(self._s._claim_sql.task_status, (task_id,))
+                    row = cursor.fetchone()
+                    return row is not None and row[0] == _QUEUED
+                if claim[0] != runtime_id:
+                    return False
+                cursor.execute(self._s._claim_sql.await_provider, (provider, task_id))
+                if cursor.rowcount != 1:
+                    return False
+                cursor.execute(self._s._claim_sql.park, (child_id, task_id))
+            self._s._committed()
+            return True
+
+        return self._s._run(f"leave task {task_id} for provider {provider}", op)
+
+    def take_waiting(self, task_id: str, child_id: str, runtime_id: str) -> int | None:
+        """Take a Task left for a runtime with its child's provider (`await_provider`), so
+        that ``runtime_id`` runs it: same Task, in the turn its claim opened. In one
+        transaction under the child's lock: the Task reads ``running`` in ``runtime_id``,
+        the child's claim is ``runtime_id``'s with a new fencing number.
+
+        Returns:
+            The fencing number; None when it is not there to take (taken by another
+            runtime, or settled).
+        """
+
+        def op(attempt: int) -> int | None:
+            with self._s._db.cursor(write=True) as cursor:
+                last = self._tail_or_none(cursor, child_id)  # the child's lock
+                claim = self.claim_of(cursor, child_id)
+                if last is None or claim is None or claim[1] != task_id:
+                    return None
+                holder, _task, fence = claim
+                if holder == runtime_id and attempt > 1:  # our earlier attempt committed
+                    return fence
+                if holder is not None:
+                    return None
+                cursor.execute(self._s._claim_sql.take_waiting, (runtime_id, task_id))
+                if cursor.rowcount != 1:
+                    return None
+                cursor.execute(self._s._claim_sql.claim, (runtime_id, task_id, fence + 1, child_id))
+            self._s._committed()
+            return fence + 1
+
+        return self._s._run(f"take waiting task {task_id}", op)
+
     def recover(self, task_id: str, child_id: str, runtime_id: str, *, is_dead: IsDead,
                 limit: int) -> Recovered:  # fmt: skip
         """Take over a running Task whose runtime is dead (crashed, closed, or its lease
@@ -644,6 +708,7 @@ _PG_NOW = "SELECT now()"
 _TURN_END_AT = re.compile(r'\[(\d+),(\d+),"turn/end",')
 _SEGMENT_TAIL_CHARS = 2048
 _INPUT = TaskStatus.INPUT_REQUIRED.value
+_QUEUED = TaskStatus.QUEUED.value
 _RUNNING = TaskStatus.RUNNING.value
 
 
@@ -672,6 +737,11 @@ class ClaimStatements:
     recovered: str
     """A running Task taken over: its runtime and recovery count (takes runtime, count,
     Task id)."""
+    await_provider: str
+    """A running Task waits for a runtime with a provider: it reads ``queued``, its detail
+    the provider's name (takes provider, Task id)."""
+    take_waiting: str
+    """A Task that waited for a provider runs in a runtime (takes runtime, Task id)."""
     frame_facts: str
     """What a resume's turn opening needs (takes child id): the child's parent session,
     the highest turn of its open rows (NULL: none) and its last sealed ``seq`` (NULL:
@@ -721,6 +791,14 @@ class ClaimStatements:
             park=(
                 f"UPDATE {CHILDREN} SET claim_runtime = NULL, fence = fence + 1 "
                 f"WHERE child_id = {p} AND claim_task = {p}"
+            ),
+            await_provider=(
+                f"UPDATE {TASKS} SET status = '{_QUEUED}', detail = {p} WHERE task_id = {p} "
+                f"AND status = '{_RUNNING}'"
+            ),
+            take_waiting=(
+                f"UPDATE {TASKS} SET status = '{_RUNNING}', detail = NULL, runtime_id = {p} "
+                f"WHERE task_id = {p} AND status = '{_QUEUED}'"
             ),
             frame_facts=(
                 f"SELECT c.parent_session, (SELECT max(e.turn) FROM {EVENTS} e "

@@ -457,6 +457,20 @@ class SqlStore:
             raise _read_only(f"recover task {task_id}")
         return self._claims.recover(task_id, child_id, runtime_id, is_dead=is_dead, limit=limit)
 
+    def await_provider(self, task_id: str, child_id: str, runtime_id: str, provider: str) -> bool:
+        """Leave a resume's Task for a runtime with its child's provider: it reads
+        ``queued`` naming it (see `persistence._claims.Claims.await_provider`)."""
+        if self._read_only:
+            raise _read_only(f"leave task {task_id}")
+        return self._claims.await_provider(task_id, child_id, runtime_id, provider)
+
+    def take_waiting(self, task_id: str, child_id: str, runtime_id: str) -> int | None:
+        """Take a Task that waits for a runtime with its provider; the fencing number (see
+        `persistence._claims.Claims.take_waiting`)."""
+        if self._read_only:
+            raise _read_only(f"take task {task_id}")
+        return self._claims.take_waiting(task_id, child_id, runtime_id)
+
     def steer_parked(
         self, task_id: str, child_id: str, data: dict[str, Any], source: MessageSource
     ) -> bool:

@@ -102,6 +102,8 @@ def snapshot_of_columns(
             # Filled in from the approval requests by whoever shows a waiting Task.
             "request": None,
             "recoveries": int(recoveries) if isinstance(recoveries, int) else 0,
+            # A queued Task's detail names the provider it waits for (`Claims.await_provider`).
+            "waiting_for": detail if status is TaskStatus.QUEUED else None,
         },
         _SNAPSHOT_SET,
     )

@@ -20,6 +20,9 @@ Modes:
   runtime);
 - ``recoverer``: starts nothing; registers the ``suicide`` model, so the Task it takes
   over kills it again; exits (printing ``SETTLED``) once every Task of the parent ended;
+- ``worker``: starts nothing; registers a model that answers ``done by the worker``, so
+  it runs the Task a runtime without the provider left for it; exits (printing
+  ``SETTLED``) once every Task of the parent ended;
 - ``close``: like ``model``, but the runtime then closes (handing the turn over) with the
   ``close_timeout_s`` given as a fourth argument, and prints ``CLOSED``.
 """
@@ -151,8 +154,12 @@ def main(url: str, mode: str, runs: str, close_timeout_s: str = "30", lease_s: s
         store, lease_ttl_s=float(lease_s), close_timeout_s=float(close_timeout_s)
     )
     parent = control.agents.register(PARENT)
-    if mode == "recoverer":  # takes the dead runtime's Task over, and dies in its model call
-        control.providers.register(InProcessProvider(StuckModel(["x"], None, suicide=True)))
+    if mode in ("recoverer", "worker"):
+        # recoverer: takes the dead runtime's Task over, and dies in its model call;
+        # worker: runs the Task a runtime without the provider left for it.
+        suicide = mode == "recoverer"
+        replies: list[str | ModelReply] = ["x" if suicide else "done by the worker"]
+        control.providers.register(InProcessProvider(StuckModel(replies, None, suicide=suicide)))
         deadline = time.monotonic() + LIFETIME_S
         while any(not t.status.is_terminal for t in control.tasks.list(requester=parent)):
             if time.monotonic() > deadline:

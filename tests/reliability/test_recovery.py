@@ -19,16 +19,18 @@ from pathlib import Path
 import pytest
 
 from controlplane import (
+    ContinuableStartSpec,
     EventKind,
     InProcessProvider,
     ScriptedModel,
     SessionEvent,
     SubagentControl,
     TaskStatus,
+    TextBlock,
 )
 from tests.reliability.processes import REPO, LinesProcess, Reaper, reaping
 from tests.reliability.recovery_child import PARENT, work_tool
-from tests.support import WAIT_S
+from tests.support import WAIT_S, eventually
 
 CHILD = Path(__file__).with_name("recovery_child.py")
 
@@ -195,3 +197,74 @@ def test_a_task_whose_provider_no_runtime_has_waits_running_then_ends_naming_it(
     assert done.status is TaskStatus.INTERRUPTED
     assert done.outcome is not None
     assert "no runtime with its provider 'inprocess'" in (done.outcome.detail or "")
+
+
+def test_a_runtime_without_the_provider_leaves_a_resume_to_a_worker_that_has_it(
+    reaped: Reaper, store_url: str, tmp_path: Path
+) -> None:
+    with SubagentControl.open(store_url, lease_ttl_s=30.0) as first:
+        first.providers.register(InProcessProvider(ScriptedModel(["first turn done"])))
+        parent = first.agents.register(PARENT)
+        spec = ContinuableStartSpec(
+            provider="inprocess", label="idle", prompt=[TextBlock(text="do it")], parent=parent
+        )
+        started = first.start_continuable(spec)
+        done = first.tasks.wait(started.task_id, timeout=WAIT_S, requester=parent)
+        assert done.status is TaskStatus.COMPLETED
+    child_id = started.child_id
+
+    # A front: no provider. It takes the message, durably, and answers `started`...
+    with SubagentControl.open(store_url, lease_ttl_s=30.0) as front:
+        parent = front.agents.register(PARENT)
+        sent = front.send_message(parent, child_id, [TextBlock(text="go on")])
+        assert sent.route == "started"
+
+        def waiting() -> bool:
+            seen = front.tasks.get(sent.task_id, requester=parent)
+            assert seen.status in (TaskStatus.RUNNING, TaskStatus.QUEUED), seen.outcome
+            return seen.status is TaskStatus.QUEUED and seen.waiting_for == "inprocess"
+
+        eventually(waiting, "the task reads queued, naming the provider it waits for")
+        # ...and a worker runtime with the provider, in another process, runs it.
+        worker = reaped.add(LinesProcess(CHILD, store_url, "worker", str(tmp_path / "r"),
+                                         name="worker"))  # fmt: skip
+        done = front.tasks.wait(sent.task_id, timeout=WAIT_S, requester=parent)
+        assert done.status is TaskStatus.COMPLETED, done.outcome
+        assert done.outcome is not None
+        assert done.outcome.output == "done by the worker"
+        assert done.runtime_id != front.runtime_id
+        worker.expect("SETTLED")
+        assert front.store is not None
+        turn = _turn(front.store.load(child_id).events, sent.task_id)
+    kinds = [e.kind for e in turn]
+    assert kinds.count(EventKind.TURN_START) == 1, kinds
+    assert kinds.count(EventKind.TURN_END) == 1, kinds
+    assert turn[-1].data["status"] == "completed"
+    assert _texts(turn, EventKind.USER_MESSAGE) == ["go on"]
+
+
+def test_a_resume_no_runtime_with_the_provider_takes_ends_interrupted_naming_it(
+    store_url: str,
+) -> None:
+    with SubagentControl.open(store_url, lease_ttl_s=30.0) as first:
+        first.providers.register(InProcessProvider(ScriptedModel(["first turn done"])))
+        parent = first.agents.register(PARENT)
+        spec = ContinuableStartSpec(
+            provider="inprocess", label="idle", prompt=[TextBlock(text="do it")], parent=parent
+        )
+        started = first.start_continuable(spec)
+        first.tasks.wait(started.task_id, timeout=WAIT_S, requester=parent)
+    with SubagentControl.open(store_url, lease_ttl_s=0.6, provider_wait_s=0.001) as front:
+        parent = front.agents.register(PARENT)
+        sent = front.send_message(parent, started.child_id, [TextBlock(text="go on")])
+        assert sent.route == "started"
+        done = front.tasks.wait(sent.task_id, timeout=WAIT_S, requester=parent)
+        assert front.store is not None
+        events = front.store.load(started.child_id).events
+    assert done.status is TaskStatus.INTERRUPTED, done.outcome
+    assert done.outcome is not None
+    assert "its provider 'inprocess'" in (done.outcome.detail or "")
+    turn = _turn(events, sent.task_id)
+    assert _texts(turn, EventKind.USER_MESSAGE) == ["go on"]
+    assert turn[-1].kind == EventKind.TURN_END
+    assert turn[-1].data["status"] == "interrupted"
