@@ -217,17 +217,19 @@ class Claims:
         child_id = task.child_id
         assert child_id is not None
         sql = self._s._claim_sql
-        cursor.execute(sql.frame_facts, (child_id,))
-        parent, open_turn, sealed_seq = cursor.fetchone() or (None, None, None)
+        # One statement, under the lock the claim took: the child's parent, its open rows'
+        # highest turn and seq, its last sealed seq and the tail of that segment's text.
+        cursor.execute(sql.frame_facts, (child_id, child_id))
+        parent, open_turn, open_seq, sealed_seq, tail = cursor.fetchone() or (None,) * 5
         if parent != task.owner_session:
             return  # not its parent: the activation refuses it, nothing is written
-        last_seq, _holder, _fence = self._s._appends.tail(cursor, child_id)
+        last_seq = int(open_seq) if open_seq is not None else int(sealed_seq or 0)
         if open_turn is not None:
             last_turn = int(open_turn)
         elif sealed_seq is None:
             last_turn = 0
         else:
-            last_turn = self._sealed_turn(cursor, child_id, int(sealed_seq))
+            last_turn = self._sealed_turn(cursor, child_id, int(sealed_seq), tail)
         turn = last_turn + 1
         pending = prepare_events([e.model_copy(update={"turn": turn}) for e in opening])
         stamp = self._s._stamp(task.created_at)
@@ -240,18 +242,16 @@ class Claims:
             ],
         )
 
-    def _sealed_turn(self, cursor: DBAPICursor, child_id: str, last_seq: int) -> int:
-        """The turn of the child's last sealed event (``last_seq``): read from the tail of
-        its last segment, where a turn's seal ends with its ``turn/end``
+    def _sealed_turn(self, cursor: DBAPICursor, child_id: str, last_seq: int, tail: object
+                     ) -> int:  # fmt: skip
+        """The turn of the child's last sealed event (``last_seq``): read from ``tail``, the
+        end of its last segment's text, where a turn's seal ends with its ``turn/end``
         (``[seq,turn,"turn/end",...``: a JSON string cannot hold that unescaped quote),
         else from the whole segment."""
         sql = self._s._claim_sql
-        cursor.execute(sql.segment_tail, (child_id,))
-        row = cursor.fetchone()
-        tail = row[0] if row is not None else None
         if isinstance(tail, bytes | bytearray | memoryview):
             tail = bytes(tail).decode("utf-8", errors="ignore")
-        if tail:
+        if isinstance(tail, str) and tail:
             for found in reversed(_TURN_END_AT.findall(tail)):
                 if int(found[0]) == last_seq:
                     return int(found[1])
@@ -744,10 +744,8 @@ class ClaimStatements:
     """A Task that waited for a provider runs in a runtime (takes runtime, Task id)."""
     frame_facts: str
     """What a resume's turn opening needs (takes child id): the child's parent session,
-    the highest turn of its open rows (NULL: none) and its last sealed ``seq`` (NULL:
-    none)."""
-    segment_tail: str
-    """The end of the child's last segment's ``events`` text (takes child id)."""
+    the highest turn and ``seq`` of its open rows, its last sealed ``seq`` (NULL: none)
+    and the end of its last segment's ``events`` text."""
     last_segment: str
     """The child's last segment's ``events`` text (takes child id)."""
 
@@ -801,17 +799,20 @@ class ClaimStatements:
                 f"WHERE task_id = {p} AND status = '{_QUEUED}'"
             ),
             frame_facts=(
-                f"SELECT c.parent_session, (SELECT max(e.turn) FROM {EVENTS} e "
-                f"WHERE e.child_id = c.child_id), (SELECT max(s.last_seq) FROM {SEGMENTS} s "
-                f"WHERE s.child_id = c.child_id) FROM {CHILDREN} c WHERE c.child_id = {p}"
+                "SELECT c.parent_session, o.turn, o.seq, "
+                f"(SELECT max(s.last_seq) FROM {SEGMENTS} s WHERE s.child_id = c.child_id), "
+                # SQLite: the bytes' tail, found without reading the text from its start.
+                "(SELECT "
+                + (
+                    f"right(s.events, {_SEGMENT_TAIL_CHARS})"
+                    if row_locks
+                    else f"substr(CAST(s.events AS BLOB), -{_SEGMENT_TAIL_CHARS})"
+                )
+                + f" FROM {SEGMENTS} s WHERE s.child_id = c.child_id "
+                "ORDER BY s.first_seq DESC LIMIT 1) "
+                f"FROM {CHILDREN} c, (SELECT max(e.turn) AS turn, max(e.seq) AS seq "
+                f"FROM {EVENTS} e WHERE e.child_id = {p}) o WHERE c.child_id = {p}"
             ),
-            # SQLite: the bytes' tail, found without reading the text from its start.
-            segment_tail=(
-                f"SELECT right(events, {_SEGMENT_TAIL_CHARS}) FROM {SEGMENTS} "
-                if row_locks
-                else f"SELECT substr(CAST(events AS BLOB), -{_SEGMENT_TAIL_CHARS}) FROM {SEGMENTS} "
-            )
-            + f"WHERE child_id = {p} ORDER BY first_seq DESC LIMIT 1",
             last_segment=(
                 f"SELECT events FROM {SEGMENTS} WHERE child_id = {p} "
                 "ORDER BY first_seq DESC LIMIT 1"
