@@ -518,6 +518,14 @@ class TaskBook:
             log_kill(task.child_id, task.id, self._runtime_id, reason)
         return first
 
+    def refuse(self, reason: str) -> list[str]:
+        """Refuse new Tasks from now on (``CLOSED``), leaving the running ones be; returns
+        the ids not yet released (`close` lets them end by themselves for a while)."""
+        with self._lock:
+            self._closed_reason = reason
+            tasks = list(self._live.values())
+        return [task.id for task in tasks if not task.released.is_set()]
+
     def close(self, reason: str) -> list[str]:
         """Refuse new Tasks and abort every running one; returns the ids not yet released."""
         with self._lock:

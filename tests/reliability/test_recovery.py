@@ -161,12 +161,12 @@ def test_close_during_a_long_turn_hands_it_over_to_a_live_runtime(
         control.providers.register(InProcessProvider(ScriptedModel(["finished elsewhere"])))
         parent = control.agents.register(PARENT)
         closing = reaped.add(
-            LinesProcess(CHILD, store_url, "close", str(runs), "5", name="closing")
+            LinesProcess(CHILD, store_url, "close", str(runs), "0.5", name="closing")
         )
         ready = json.loads(closing.expect("READY ").removeprefix("READY "))
         closing.say("close")
         closed = closing.expect("CLOSED ")
-        assert float(closed) < 5.0  # stopped at once, not after its timeout
+        assert float(closed) < 5.0  # stopped once its grace (0.5 s) was over, not later
         done = control.tasks.wait(str(ready["task_id"]), timeout=WAIT_S, requester=parent)
         assert done.status is TaskStatus.COMPLETED, done
         assert done.outcome is not None
