@@ -2,9 +2,12 @@
 
 It owns the Task's producer: begin (load, authorize, fold the descriptor, call the
 provider), publish the run to its supervisor, await the result, dispose the run, and only
-then record the Task outcome. A resume writes its turn's frame (``turn/start`` and the
-message that resumed it) before it calls the provider, so the message is durable whatever
-the start does; a new child's frame is written at publication, with its header.
+then record the Task outcome. A resume's turn frame (``turn/start`` and the message that
+resumed it) is written with its claim, before ``started`` is answered (SPEC §9), so the
+activation finds its own open turn and goes on in it (a frame it must write itself —
+a store that did not write it — is written before the provider is called); a new
+child's frame is written at publication, with its header. A resume whose provider this
+runtime lacks is left, ``queued``, for a runtime that has it (`_await_provider`).
 
 Its mailbox is blocked for the whole turn on purpose: nothing is ever sent to it;
 cancellation reaches it out-of-band through its `CancelSignal`.
