@@ -186,7 +186,9 @@ class TaskService(TaskBook):
             if live.parked and self._kill_parked is not None:
                 self._kill_parked(snapshot, reason)  # it parked as it was aborted
         elif (
-            snapshot.status is TaskStatus.INPUT_REQUIRED
+            # Parked on an approval request, or left for a runtime with its provider:
+            # no activation anywhere, its claim kept with no runtime.
+            (snapshot.status is TaskStatus.INPUT_REQUIRED or snapshot.waiting_for is not None)
             and self._kill_parked is not None
             and self._kill_parked(snapshot, reason)
         ):

@@ -268,3 +268,30 @@ def test_a_resume_no_runtime_with_the_provider_takes_ends_interrupted_naming_it(
     assert _texts(turn, EventKind.USER_MESSAGE) == ["go on"]
     assert turn[-1].kind == EventKind.TURN_END
     assert turn[-1].data["status"] == "interrupted"
+
+
+def test_a_resume_waiting_for_a_runtime_with_its_provider_can_be_killed(store_url: str) -> None:
+    with SubagentControl.open(store_url, lease_ttl_s=30.0) as first:
+        first.providers.register(InProcessProvider(ScriptedModel(["first turn done"])))
+        parent = first.agents.register(PARENT)
+        spec = ContinuableStartSpec(
+            provider="inprocess", label="idle", prompt=[TextBlock(text="do it")], parent=parent
+        )
+        started = first.start_continuable(spec)
+        first.tasks.wait(started.task_id, timeout=WAIT_S, requester=parent)
+    with SubagentControl.open(store_url, lease_ttl_s=30.0) as front:
+        parent = front.agents.register(PARENT)
+        sent = front.send_message(parent, started.child_id, [TextBlock(text="go on")])
+        eventually(
+            lambda: front.tasks.get(sent.task_id, requester=parent).waiting_for is not None,
+            "the task waits for a runtime with its provider",
+        )
+        front.tasks.kill(sent.task_id, requester=parent)
+        done = front.tasks.wait(sent.task_id, timeout=WAIT_S, requester=parent)
+        assert front.store is not None
+        events = front.store.load(started.child_id).events
+    assert done.status is TaskStatus.KILLED, done.outcome
+    turn = _turn(events, sent.task_id)
+    assert _texts(turn, EventKind.USER_MESSAGE) == ["go on"]
+    assert turn[-1].kind == EventKind.TURN_END
+    assert turn[-1].data["status"] == "killed"
