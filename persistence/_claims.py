@@ -383,9 +383,12 @@ class Claims:
     def await_provider(self, task_id: str, child_id: str, runtime_id: str, provider: str) -> bool:
         """Leave a resume's Task, whose child's provider ``runtime_id`` lacks, for a runtime
         that has it (SPEC §9 "Work goes where the provider is"): in one transaction under
-        the child's lock, the Task reads ``queued`` naming ``provider``, and the child's
-        claim keeps the Task with no runtime (the fencing number grows). Its turn, opened
-        with its message by the claim, stays open for `take_waiting`.
+        the child's lock, the Task's row names no runtime and ``provider`` as its detail
+        (it reads ``queued``, `persistence._task_snapshots`; kept ``running`` in the
+        column, so the running Tasks' partial index finds it: a sweep costs no scan of the
+        settled ones), and the child's claim keeps the Task with no runtime (the fencing
+        number grows). Its turn, opened with its message by the claim, stays open for
+        `take_waiting`.
 
         Returns:
             Whether it was left so (False: the claim is no longer ``runtime_id``'s for it,
@@ -399,9 +402,9 @@ class Claims:
                 if claim is None or claim[1] != task_id:
                     return False
                 if claim[0] is None and attempt > 1:  # our earlier attempt committed, unheard
-                    cursor.execute(self._s._claim_sql.task_status, (task_id,))
+                    cursor.execute(self._s._claim_sql.task_runtime, (task_id,))
                     row = cursor.fetchone()
-                    return row is not None and row[0] == _QUEUED
+                    return row is not None and row[0] == ""
                 if claim[0] != runtime_id:
                     return False
                 cursor.execute(self._s._claim_sql.await_provider, (provider, task_id))
@@ -708,7 +711,6 @@ _PG_NOW = "SELECT now()"
 _TURN_END_AT = re.compile(r'\[(\d+),(\d+),"turn/end",')
 _SEGMENT_TAIL_CHARS = 2048
 _INPUT = TaskStatus.INPUT_REQUIRED.value
-_QUEUED = TaskStatus.QUEUED.value
 _RUNNING = TaskStatus.RUNNING.value
 
 
@@ -738,8 +740,8 @@ class ClaimStatements:
     """A running Task taken over: its runtime and recovery count (takes runtime, count,
     Task id)."""
     await_provider: str
-    """A running Task waits for a runtime with a provider: it reads ``queued``, its detail
-    the provider's name (takes provider, Task id)."""
+    """A running Task waits for a runtime with a provider: its row names no runtime and
+    the provider as its detail, so it reads ``queued`` (takes provider, Task id)."""
     take_waiting: str
     """A Task that waited for a provider runs in a runtime (takes runtime, Task id)."""
     frame_facts: str
@@ -791,12 +793,12 @@ class ClaimStatements:
                 f"WHERE child_id = {p} AND claim_task = {p}"
             ),
             await_provider=(
-                f"UPDATE {TASKS} SET status = '{_QUEUED}', detail = {p} WHERE task_id = {p} "
+                f"UPDATE {TASKS} SET runtime_id = '', detail = {p} WHERE task_id = {p} "
                 f"AND status = '{_RUNNING}'"
             ),
             take_waiting=(
-                f"UPDATE {TASKS} SET status = '{_RUNNING}', detail = NULL, runtime_id = {p} "
-                f"WHERE task_id = {p} AND status = '{_QUEUED}'"
+                f"UPDATE {TASKS} SET runtime_id = {p}, detail = NULL WHERE task_id = {p} "
+                f"AND status = '{_RUNNING}' AND runtime_id = '' AND detail IS NOT NULL"
             ),
             frame_facts=(
                 "SELECT c.parent_session, o.turn, o.seq, "

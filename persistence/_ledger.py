@@ -41,7 +41,6 @@ T = TypeVar("T")
 Runner = Callable[[str, Callable[[int], Any]], Any]
 
 _RUNNING = TaskStatus.RUNNING.value
-_QUEUED = TaskStatus.QUEUED.value
 # The partial indexes' own predicates, as literals: a bound parameter would hide from the
 # planner that a query only wants the rows the index holds.
 _IS_RUNNING = text(RUNNING_TASK)
@@ -337,18 +336,13 @@ class TaskLedger:
         return self._run("list running tasks", lambda _attempt: self._select(query))
 
     def awaiting_provider(self) -> list[TaskSnapshot]:
-        """The Tasks left for a runtime with their child's provider (queued, their child's
-        claim keeping them with no runtime: `persistence._claims.Claims.await_provider`),
-        oldest first."""
+        """The Tasks left for a runtime with their child's provider (running with no
+        runtime, their detail the provider: `persistence._claims.Claims.await_provider`),
+        oldest first; read through the running Tasks' partial index, whatever the number
+        of settled ones."""
         query = (
             select(*self._columns)
-            .join(children_table, _C.claim_task == _T.task_id)
-            .where(
-                _T.status == _QUEUED,
-                _T.detail.is_not(None),
-                _C.child_id == _T.child_id,
-                _C.claim_runtime.is_(None),
-            )
+            .where(_IS_RUNNING, _T.runtime_id == "", _T.detail.is_not(None))
             .order_by(_T.created_at)
         )
         return self._run("list tasks waiting for a provider", lambda _attempt: self._select(query))
