@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 _R = TypeVar("_R")
 
-__all__ = ["ActivationTranscript", "SteeringReceipt", "message_data"]
+__all__ = ["ActivationTranscript", "SteeringReceipt", "message_data", "turn_frame"]
 
 _NOTHING = Spent()
 
@@ -37,6 +37,28 @@ _NOTHING = Spent()
 def message_data(message: Sequence[TextBlock]) -> dict[str, Any]:
     """The stored ``data`` of an inbound message (prompt or steering)."""
     return {"text": text_of(message)}
+
+
+def turn_frame(
+    turn: int,
+    *,
+    task_id: str,
+    kind: str,
+    label: str,
+    prompt: Sequence[TextBlock],
+    source: MessageSource,
+) -> list[NewEvent]:
+    """The frame that opens a turn (SPEC §4): ``turn/start`` naming its Task, then the
+    message as ``user/message``. A resume's is written with its claim (its ``turn`` set
+    by the store), a new child's at publication."""
+    return [
+        NewEvent(
+            kind=EventKind.TURN_START,
+            turn=turn,
+            data={"task_id": task_id, "activation": kind, "label": label},
+        ),
+        NewEvent(kind=EventKind.USER_MESSAGE, turn=turn, data=message_data(prompt), source=source),
+    ]
 
 
 class SteeringReceipt:

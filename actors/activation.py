@@ -2,9 +2,12 @@
 
 It owns the Task's producer: begin (load, authorize, fold the descriptor, call the
 provider), publish the run to its supervisor, await the result, dispose the run, and only
-then record the Task outcome. A resume writes its turn's frame (``turn/start`` and the
-message that resumed it) before it calls the provider, so the message is durable whatever
-the start does; a new child's frame is written at publication, with its header.
+then record the Task outcome. A resume's turn frame (``turn/start`` and the message that
+resumed it) is written with its claim, before ``started`` is answered (SPEC §9), so the
+activation finds its own open turn and goes on in it (a frame it must write itself —
+a store that did not write it — is written before the provider is called); a new
+child's frame is written at publication, with its header. A resume whose provider this
+runtime lacks is left, ``queued``, for a runtime that has it (`_await_provider`).
 
 Its mailbox is blocked for the whole turn on purpose: nothing is ever sent to it;
 cancellation reaches it out-of-band through its `CancelSignal`.
@@ -24,7 +27,7 @@ import pykka
 from actors._base import Actor
 from actors._outcomes import aborted, error_text, failed, unrecorded
 from actors._spend import TurnSpend
-from actors._transcript import ActivationTranscript, message_data
+from actors._transcript import ActivationTranscript, message_data, turn_frame
 from actors.context import ActorContext
 from actors.messages import ActivationEnded, ActivationPlan, Published, Settling
 from controlplane.contract import (
@@ -63,6 +66,16 @@ class _Settle(Exception):
     def __init__(self, outcome: TaskOutcome) -> None:
         super().__init__(outcome.detail)
         self.outcome = outcome
+
+
+class _Elsewhere(Exception):
+    """The resumed turn's provider is not in this runtime: its Task is left for one that
+    has it (internal control flow); ``refusal`` is the outcome if it cannot be."""
+
+    def __init__(self, provider: str, refusal: TaskOutcome) -> None:
+        super().__init__(provider)
+        self.provider = provider
+        self.refusal = refusal
 
 
 @dataclass(slots=True)
@@ -156,6 +169,10 @@ class ActivationActor(Actor):
                 return
         except _Settle as settle:
             outcome = settle.outcome
+        except _Elsewhere as elsewhere:
+            if self._await_provider(elsewhere.provider):
+                return
+            outcome = elsewhere.refusal
         except BaseException as exc:  # escaping, it would stop every actor
             # A bug here must still settle the Task, or its owner would wait forever.
             log.exception("activation %s crashed", plan.task_id)
@@ -190,6 +207,33 @@ class ActivationActor(Actor):
             self._ctx.admission.release(plan.task_id)  # waiting holds no slot
         plan.trace.end(None)
         self._tell(ActivationEnded(task_id=plan.task_id, durable=True, parked=True))
+
+    def _await_provider(self, provider: str) -> bool:
+        """Leave the Task for a runtime that has the child's provider (SPEC §9 "Work goes
+        where the provider is"): its message is in its turn already (written with the
+        claim), so the Task reads ``queued``, naming the provider, with the child's claim
+        kept for it and no runtime, until a runtime with the provider takes it from its
+        sweep (`controlplane.runtime.lease._recovery.Recovery.take_waiting`). Whether it was left so
+        (False: the store refused; the Task then fails as before, its turn closed)."""
+        plan = self._plan
+        try:
+            left = self._ctx.store.await_provider(
+                plan.task_id, plan.child_id, self._ctx.runtime_id, provider
+            )
+        except SubagentControlError as exc:
+            log.warning("task %s not left for provider %r: %s", plan.task_id, provider, exc)
+            left = False
+        if not left:
+            return False
+        self._tell(Settling(task_id=plan.task_id, status=None))
+        self._ctx.tasks.park(plan.task_id)
+        if self._ctx.admission is not None:
+            self._ctx.admission.release(plan.task_id)
+        plan.trace.end(None)
+        self._tell(
+            ActivationEnded(task_id=plan.task_id, durable=True, parked=True, handed_over=True)
+        )
+        return True
 
     def _handing_over(self, prepared: _Prepared, outcome: TaskOutcome) -> bool:
         """Whether the run, stopped by `close`, hands its turn over rather than settling
@@ -336,9 +380,21 @@ class ActivationActor(Actor):
                     ErrorCode.NOT_RESUMABLE,
                 )
             )
-        provider = self._provider(descriptor)
         earlier = loaded.own_events
         framed = _own_open_turn(earlier, last_turn, plan.task_id)
+        if (
+            not continued
+            and framed is not None
+            and plan.fence is not None
+            and descriptor.provider not in self._ctx.providers.names()
+        ):
+            # Its message is in its turn already (the claim wrote it): a runtime with the
+            # provider runs it (SPEC §9), rather than a refusal here.
+            try:
+                self._provider(descriptor)
+            except _Settle as refusal:
+                raise _Elsewhere(descriptor.provider, refusal.outcome) from None
+        provider = self._provider(descriptor)
         open_turn: list[SessionEvent] = []
         if continued:
             if framed is None:
@@ -462,19 +518,14 @@ class ActivationActor(Actor):
 
     def _frame(self, transcript: ActivationTranscript) -> list[NewEvent]:
         plan = self._plan
-        return [
-            NewEvent(
-                kind=EventKind.TURN_START,
-                turn=transcript.turn,
-                data={"task_id": plan.task_id, "activation": plan.kind, "label": plan.label},
-            ),
-            NewEvent(
-                kind=EventKind.USER_MESSAGE,
-                turn=transcript.turn,
-                data=message_data(plan.prompt),
-                source=plan.source,
-            ),
-        ]
+        return turn_frame(
+            transcript.turn,
+            task_id=plan.task_id,
+            kind=plan.kind,
+            label=plan.label,
+            prompt=plan.prompt,
+            source=plan.source,
+        )
 
     def _provider(self, descriptor: Descriptor) -> SubagentProvider:
         self._plan.trace.describe(descriptor)

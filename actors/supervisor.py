@@ -25,6 +25,7 @@ from actors._base import Actor
 from actors._inbox import ActivationInbox
 from actors._outcomes import error_text, failed
 from actors._record import Activation, ActivationSlot, ActivationView
+from actors._transcript import turn_frame
 from actors.activation import ActivationActor
 from actors.context import ActorContext
 from actors.messages import (
@@ -367,6 +368,16 @@ class ChildSupervisor(Actor):
                 child_id=self._child_id,
                 signal=signal,
                 claim_child=True,  # no second activation, in any runtime
+                # The message is written with the claim, in its transaction: durable before
+                # the answer below (SPEC §9), and the activation goes on in that turn.
+                opening=lambda admitted: turn_frame(
+                    0,
+                    task_id=admitted.id,
+                    kind="resumed",
+                    label=admitted.label,
+                    prompt=send.message,
+                    source=send.source,
+                ),
                 # Under concurrency limits it reads queued until its load names its model
                 # and the store admits it (`controlplane.runtime.spend._admission`).
                 queued=self._ctx.admission is not None,

@@ -88,12 +88,13 @@ def without_task_rows(plane: Plane, *, keep_claims: bool) -> None:
         tasks._claimer = None
 
 
-def _claim_only(store: SqlStore, is_dead: IsDead) -> Callable[[TaskSnapshot], int | None]:
+def _claim_only(store: SqlStore, is_dead: IsDead) -> Callable[..., int | None]:
     """`SqlStore.admit_claiming` without its Task ``INSERT``: the same claim statements
     (`Claims.claim_of`, `Claims.claim`) on the store's cursor path, retried alike."""
     claims = store._claims
 
-    def claim(task: TaskSnapshot) -> int | None:
+    def claim(task: TaskSnapshot, *_opening: object) -> int | None:
+        # Without the turn's opening too: the activation then writes its frame itself.
         def attempt(_attempt: int) -> int | None:
             with store._db.cursor(write=True) as cursor:
                 held = claims.claim_of(cursor, task.child_id)
@@ -110,13 +111,14 @@ class _TimedAdmit:
     """Stands in for a resume's admission (the Task row written with the claim on its
     child, one transaction) and records how long each call took."""
 
-    def __init__(self, admit: Callable[[TaskSnapshot], int | None]) -> None:
+    def __init__(self, admit: Callable[..., int | None]) -> None:
         self._admit = admit
         self.samples: list[float] = []
 
-    def __call__(self, task: TaskSnapshot) -> int | None:
+    def __call__(self, task: TaskSnapshot, *opening: object) -> int | None:
+        # ``opening``: the turn's frame, written with the claim (absent in older trees).
         t0 = time.perf_counter()
-        fence = self._admit(task)
+        fence = self._admit(task, *opening)
         self.samples.append(time.perf_counter() - t0)
         return fence
 

@@ -12,7 +12,10 @@ console would. Run it:
    writes both into the store (``steered`` with the parked Task's id; the answer taken once).
 3. The worker continues the same Task from the store: the tool runs once, the model reads
    the console's message, the Task completes.
-4. The worker's first runtime closes in the middle of a second, long turn: `close()` hands
+4. The console sends the now idle child a follow-up: it has no provider, so it answers
+   ``started`` with the message durable, the Task reads ``queued`` (``waiting_for`` the
+   provider), and the worker runs that turn at its next sweep.
+5. The worker's first runtime closes in the middle of a second, long turn: `close()` hands
    the turn over, and a new worker runtime carries the same Task on to the end (recovered
    once), with nothing sent by anyone.
 
@@ -77,7 +80,8 @@ def main() -> None:
 
     runs: list[str] = []
     model = ScriptedModel([DEPLOY, "deployed, and checked the logs"])
-    worker = SubagentControl.open(url, approval_grace_s=0.05)
+    # A short lease: its sweep, which takes Tasks left for its provider, runs every second.
+    worker = SubagentControl.open(url, approval_grace_s=0.05, lease_ttl_s=3.0)
     worker.providers.register(InProcessProvider(model, tools=[deploy_tool(runs)]))
     parent = worker.agents.register("ops")
     start = worker.start_continuable(
@@ -111,6 +115,23 @@ def main() -> None:
     assert done.outcome is not None
     print(f"worker:  task {done.id[:8]} {done.status.value}: {done.outcome.output!r}")
     print(f"worker:  deploy ran {len(runs)} time(s)")
+
+    with SubagentControl.open(url) as console:  # an idle child, resumed with no provider here
+        operator = console.agents.register("ops")
+        follow_up = [TextBlock(text="and note it in the changelog")]
+        resumed = console.send_message(operator, start.child_id, follow_up, person)
+        deadline = time.monotonic() + 10
+        seen = console.tasks.get(resumed.task_id, requester=operator)
+        while seen.waiting_for is None and not seen.status.is_terminal:
+            if time.monotonic() > deadline:
+                raise SystemExit("the follow-up was never left for a runtime with the provider")
+            time.sleep(0.02)
+            seen = console.tasks.get(resumed.task_id, requester=operator)
+        print(f"console: {resumed.route} task {resumed.task_id[:8]}, "
+              f"{seen.status.value} for a runtime with provider {seen.waiting_for!r}")  # fmt: skip
+    noted = worker.tasks.wait(resumed.task_id, timeout=30, requester=parent)
+    assert noted.outcome is not None
+    print(f"worker:  ran that task {noted.id[:8]}: {noted.status.value}")
 
     # A long second turn, handed over when its runtime closes.
     slow = SlowModel()

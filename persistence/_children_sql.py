@@ -22,6 +22,7 @@ from sqlalchemy import (
     literal_column,
     null,
     select,
+    true,
     union_all,
     update,
 )
@@ -73,6 +74,40 @@ def header_row(
         "fence": 1 if claim else 0,
         **names,
     }
+
+
+SEGMENT_TAIL_CHARS: Final = 2048
+"""How much of a child's last segment's text a resume's turn opening reads for its turn."""
+
+
+def _frame_facts(dialect: SqlDialect, *, segments: bool) -> str:
+    """`ChildStatements.frame_facts` for ``dialect`` (a store without segments reads NULL
+    for the sealed ones)."""
+    ch, ev = child_table.alias("c"), event_table.alias("e")
+    child_id: Any = bindparam("child_id")
+    tail: Any = literal_column("NULL")
+    sealed: Any = literal_column("NULL")
+    if segments:
+        sg = segment_table.alias("s")
+        of_child = sg.c.child_id == ch.c.child_id
+        sealed = select(func.max(sg.c.last_seq)).where(of_child).scalar_subquery()
+        tail = _one(
+            select(dialect.text_tail(sg.c.events, SEGMENT_TAIL_CHARS))
+            .where(of_child)
+            .order_by(sg.c.first_seq.desc())
+        ).scalar_subquery()
+    open_rows = (
+        select(func.max(ev.c.turn).label("turn"), func.max(ev.c.seq).label("seq"))
+        .where(ev.c.child_id == child_id)
+        .subquery("o")
+    )
+    query = (
+        select(ch.c.parent_session, open_rows.c.turn, open_rows.c.seq, sealed, tail)
+        .select_from(ch)
+        .join(open_rows, true())  # one row each: a cross join
+        .where(ch.c.child_id == child_id)
+    )
+    return dialect.compile(query, "child_id", "child_id")
 
 
 def _one(query: Any) -> Any:
@@ -148,6 +183,13 @@ class ChildStatements:
     move_queued: str
     """Move the claim of a queued Task from its dead runtime (takes runtime, Task id, dead
     runtime)."""
+
+    frame_facts: str
+    """What a resume's turn opening needs (takes child id twice): the child's parent
+    session, the highest turn and ``seq`` of its open rows, its last sealed ``seq`` (NULL:
+    none) and the end of its last segment's ``events`` text (`SEGMENT_TAIL_CHARS`)."""
+    last_segment: str
+    """The child's last segment's ``events`` text (takes child id)."""
 
     @classmethod
     def build(
@@ -332,6 +374,11 @@ class ChildStatements:
                 "to",
                 "task_id",
                 "dead",
+            ),
+            frame_facts=_frame_facts(dialect, segments=segments),
+            last_segment=compile_(
+                _one(select(s.events).where(s.child_id == child_id).order_by(s.first_seq.desc())),
+                "child_id",
             ),
         )
 

@@ -12,7 +12,8 @@ is dead: the old Task is then settled ``interrupted`` and its open turn closed f
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +38,7 @@ from persistence._codec import from_json, prepare_events
 from persistence._host_clock import LeaseNow, is_expired
 from persistence._port import next_batch
 from persistence._schema import utc_time
+from persistence._segments import decode_segment
 from persistence._task_sql import Settlement, admit_params, settle_params
 from persistence._turn_usage import turn_usage, usage_column
 
@@ -82,12 +84,22 @@ class Claims:
     def __init__(self, port: StorePort) -> None:
         self._s = port
 
-    def admit_claiming(self, task: TaskSnapshot, *, is_dead: IsDead) -> int | None:
+    def admit_claiming(
+        self, task: TaskSnapshot, *, is_dead: IsDead, opening: Sequence[NewEvent] = ()
+    ) -> int | None:
         """Admit a resume's Task and claim its child for the Task's runtime, in one
         transaction under the child's lock.
 
         A claim held by a dead runtime is taken over: its Task is settled ``interrupted``
         and its open turn closed, in the same transaction.
+
+        ``opening``: the events that open the Task's turn (``turn/start`` naming the Task,
+        the message as ``user/message``), written in the same transaction as the child's
+        next turn (their ``turn`` is set here), so the message is durable before the
+        sender hears ``started`` (SPEC §9 "Work goes where the provider is": no crash
+        after an acknowledgement loses the message). Written only when the Task's owner
+        is the child's recorded parent: anyone else's message is refused by the
+        activation (``UNAUTHORIZED``) and must never be in the transcript.
 
         Returns:
             The new fencing number.
@@ -101,7 +113,7 @@ class Claims:
         runtime_id = task.runtime_id or ""
         return self._s.run(
             f"claim child {task.child_id}",
-            lambda attempt: self._admit_claiming(task, runtime_id, is_dead, attempt),
+            lambda attempt: self._admit_claiming(task, runtime_id, is_dead, attempt, opening),
         )
 
     def interrupt(self, task: TaskSnapshot, detail: str) -> bool:
@@ -175,7 +187,12 @@ class Claims:
     # -- one attempt -------------------------------------------------------------------
 
     def _admit_claiming(
-        self, task: TaskSnapshot, runtime_id: str, is_dead: IsDead, attempt: int
+        self,
+        task: TaskSnapshot,
+        runtime_id: str,
+        is_dead: IsDead,
+        attempt: int,
+        opening: Sequence[NewEvent] = (),
     ) -> int | None:
         tasks = self._s.sql.tasks
         with self._s.db.cursor(write=True) as cursor:
@@ -189,8 +206,64 @@ class Claims:
                     return int(claim[2]) if claim is not None and claim[0] == runtime_id else None
             fence = self.claim(cursor, task, runtime_id, claim, is_dead)
             cursor.execute(tasks.admit, admit_params(task, self._s.stamp(task.created_at)))
+            if opening:
+                self._open_turn(cursor, task, opening)
         self._s.committed()
         return fence
+
+    def _open_turn(self, cursor: DBAPICursor, task: TaskSnapshot, opening: Sequence[NewEvent]
+                   ) -> None:  # fmt: skip
+        """Write ``opening`` as the child's next turn, inside the claim's transaction (after
+        the claim: a takeover there closed a dead runtime's open turn first)."""
+        child_id = task.child_id
+        assert child_id is not None
+        children = self._s.sql.children
+        # One statement, under the lock the claim took: the child's parent, its open rows'
+        # highest turn and seq, its last sealed seq and the tail of that segment's text.
+        cursor.execute(children.frame_facts, (child_id, child_id))
+        parent, open_turn, open_seq, sealed_seq, tail = cursor.fetchone() or (None,) * 5
+        if parent != task.owner_session:
+            return  # not its parent: the activation refuses it, nothing is written
+        last_seq = int(open_seq) if open_seq is not None else int(sealed_seq or 0)
+        if open_turn is not None:
+            last_turn = int(open_turn)
+        elif sealed_seq is None:
+            last_turn = 0
+        else:
+            last_turn = self._sealed_turn(cursor, child_id, int(sealed_seq), tail)
+        turn = last_turn + 1
+        pending = prepare_events([e.model_copy(update={"turn": turn}) for e in opening])
+        stamp = self._s.stamp(task.created_at)
+        batch = next_batch()
+        cursor.executemany(
+            children.insert,
+            [
+                (child_id, seq, p.turn, p.kind, p.data_json, p.source_json, batch, stamp)
+                for seq, p in enumerate(pending, start=last_seq + 1)
+            ],
+        )
+
+    def _sealed_turn(self, cursor: DBAPICursor, child_id: str, last_seq: int, tail: object
+                     ) -> int:  # fmt: skip
+        """The turn of the child's last sealed event (``last_seq``): read from ``tail``, the
+        end of its last segment's text, where a turn's seal ends with its ``turn/end``
+        (``[seq,turn,"turn/end",...``: a JSON string cannot hold that unescaped quote),
+        else from the whole segment."""
+        if isinstance(tail, bytes | bytearray | memoryview):
+            tail = bytes(tail).decode("utf-8", errors="ignore")
+        if isinstance(tail, str) and tail:
+            for found in reversed(_TURN_END_AT.findall(tail)):
+                if int(found[0]) == last_seq:
+                    return int(found[1])
+        cursor.execute(self._s.sql.children.last_segment, (child_id,))
+        row = cursor.fetchone()
+        if row is None:
+            return 0
+        events = row[0]
+        if isinstance(events, bytes | bytearray | memoryview):
+            events = bytes(events).decode("utf-8")
+        decoded = decode_segment(events)
+        return decoded[-1].turn if decoded else 0
 
     def claim_of(
         self, cursor: DBAPICursor, child_id: str | None
@@ -306,6 +379,75 @@ class Claims:
             return fence + 1
 
         return self._s.run(f"continue task {task_id}", op)
+
+    def await_provider(self, task_id: str, child_id: str, runtime_id: str, provider: str) -> bool:
+        """Leave a resume's Task, whose child's provider ``runtime_id`` lacks, for a runtime
+        that has it (SPEC §9 "Work goes where the provider is"): in one transaction under
+        the child's lock, the Task's row names no runtime and ``provider`` as its detail
+        (it reads ``queued``, `persistence._task_snapshots`; kept ``running`` in the
+        column, so the running Tasks' partial index finds it: a sweep costs no scan of the
+        settled ones), and the child's claim keeps the Task with no runtime (the fencing
+        number grows). Its turn, opened with its message by the claim, stays open for
+        `take_waiting`.
+
+        Returns:
+            Whether it was left so (False: the claim is no longer ``runtime_id``'s for it,
+            or the Task is no longer running).
+        """
+
+        def op(attempt: int) -> bool:
+            with self._s.db.cursor(write=True) as cursor:
+                self._tail_or_none(cursor, child_id)  # the child's lock
+                claim = self.claim_of(cursor, child_id)
+                if claim is None or claim[1] != task_id:
+                    return False
+                if claim[0] is None and attempt > 1:  # our earlier attempt committed, unheard
+                    cursor.execute(self._s.sql.tasks.runtime, (task_id,))
+                    row = cursor.fetchone()
+                    return row is not None and row[0] == ""
+                if claim[0] != runtime_id:
+                    return False
+                cursor.execute(self._s.sql.tasks.await_provider, (provider, task_id))
+                if cursor.rowcount != 1:
+                    return False
+                cursor.execute(self._s.sql.children.park, (child_id, task_id))
+            self._s.committed()
+            return True
+
+        return self._s.run(f"leave task {task_id} for provider {provider}", op)
+
+    def take_waiting(self, task_id: str, child_id: str, runtime_id: str) -> int | None:
+        """Take a Task left for a runtime with its child's provider (`await_provider`), so
+        that ``runtime_id`` runs it: same Task, in the turn its claim opened. In one
+        transaction under the child's lock: the Task reads ``running`` in ``runtime_id``,
+        the child's claim is ``runtime_id``'s with a new fencing number.
+
+        Returns:
+            The fencing number; None when it is not there to take (taken by another
+            runtime, or settled).
+        """
+
+        def op(attempt: int) -> int | None:
+            with self._s.db.cursor(write=True) as cursor:
+                last = self._tail_or_none(cursor, child_id)  # the child's lock
+                claim = self.claim_of(cursor, child_id)
+                if last is None or claim is None or claim[1] != task_id:
+                    return None
+                holder, _task, fence = claim
+                if holder == runtime_id and attempt > 1:  # our earlier attempt committed
+                    return fence
+                if holder is not None:
+                    return None
+                cursor.execute(self._s.sql.tasks.take_waiting, (runtime_id, task_id))
+                if cursor.rowcount != 1:
+                    return None
+                cursor.execute(
+                    self._s.sql.children.claim, (runtime_id, task_id, fence + 1, child_id)
+                )
+            self._s.committed()
+            return fence + 1
+
+        return self._s.run(f"take waiting task {task_id}", op)
 
     def recover(self, task_id: str, child_id: str, runtime_id: str, *, is_dead: IsDead,
                 limit: int) -> Recovered:  # fmt: skip
@@ -568,4 +710,5 @@ class Claims:
         return self._s.ledger.lease_now(utcnow())
 
 
+_TURN_END_AT = re.compile(r'\[(\d+),(\d+),"turn/end",')
 _RUNNING = TaskStatus.RUNNING.value

@@ -15,7 +15,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from typing import Any, ClassVar, Final
 
-from sqlalchemy import ColumnElement, Select, Table, bindparam, func, literal_column
+from sqlalchemy import ColumnElement, LargeBinary, Select, Table, bindparam, func, literal_column
+from sqlalchemy import cast as sql_cast
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.dialects.sqlite.pysqlite import SQLiteDialect_pysqlite
 from sqlalchemy.engine import Dialect
@@ -79,6 +80,11 @@ class SqlDialect(ABC):
         database that has notifications; None for one that has none."""
         return None
 
+    @abstractmethod
+    def text_tail(self, column: Any, chars: int) -> Any:
+        """The last ``chars`` of a text ``column`` (SQLite: of its bytes), as an expression
+        that reads no more of a long value than it must."""
+
 
 class SqliteSql(SqlDialect):
     """SQLite: ``?`` placeholders; one writer at a time, so no row locks."""
@@ -92,6 +98,10 @@ class SqliteSql(SqlDialect):
 
     def insert(self, table: Table) -> Any:
         return sqlite.insert(table)
+
+    def text_tail(self, column: Any, chars: int) -> Any:
+        # The bytes' tail, found without reading the text from its start.
+        return func.substr(sql_cast(column, LargeBinary), literal_column(str(-chars)))
 
 
 class PostgresSql(SqlDialect):
@@ -121,6 +131,9 @@ class PostgresSql(SqlDialect):
 
     def notify(self, channel: Any, payload: Any) -> Any:
         return func.pg_notify(channel, payload)
+
+    def text_tail(self, column: Any, chars: int) -> Any:
+        return func.right(column, literal_column(str(chars)))
 
 
 _DIALECTS: Final[dict[str, Callable[[], SqlDialect]]] = {

@@ -331,6 +331,18 @@ class TaskLedger:
         )
         return self._run("list running tasks", lambda _attempt: self._select(query))
 
+    def awaiting_provider(self) -> list[TaskSnapshot]:
+        """The Tasks left for a runtime with their child's provider (running with no
+        runtime, their detail the provider: `persistence._claims.Claims.await_provider`),
+        oldest first; read through the running Tasks' partial index, whatever the number
+        of settled ones."""
+        query = (
+            select(*self._columns)
+            .where(_IS_RUNNING, _T.runtime_id == "", _T.detail.is_not(None))
+            .order_by(_T.created_at)
+        )
+        return self._run("list tasks waiting for a provider", lambda _attempt: self._select(query))
+
     def drain(self, owner_session: str) -> list[TaskSnapshot]:
         """Take the owner's pending completion notices: each settled Task once, across
         every runtime (one UPDATE … RETURNING, so two drains never take the same row)."""

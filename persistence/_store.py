@@ -410,9 +410,12 @@ class SqlStore:
         if version < NEWEST_TASK_SINCE:
             self.overview.read_older_store()
 
-    def admit_claiming(self, task: TaskSnapshot, *, is_dead: IsDead) -> int | None:
+    def admit_claiming(
+        self, task: TaskSnapshot, *, is_dead: IsDead, opening: Sequence[NewEvent] = ()
+    ) -> int | None:
         """Admit a resume's Task and claim its child for the Task's runtime, in one
-        transaction (see `persistence._claims.Claims.admit_claiming`).
+        transaction, with ``opening`` (its turn's frame) written as the child's next turn
+        (see `persistence._claims.Claims.admit_claiming`).
 
         Returns:
             The new fencing number.
@@ -422,7 +425,7 @@ class SqlStore:
                 the child; ``CHILD_NOT_FOUND`` for a child not in the store (nothing is
                 written either way).
         """
-        return self._claims.admit_claiming(task, is_dead=is_dead)
+        return self._claims.admit_claiming(task, is_dead=is_dead, opening=opening)
 
     def continue_parked(
         self, task_id: str, child_id: str, runtime_id: str, *, is_dead: IsDead
@@ -448,6 +451,20 @@ class SqlStore:
         if self._read_only:
             raise _read_only(f"recover task {task_id}")
         return self._claims.recover(task_id, child_id, runtime_id, is_dead=is_dead, limit=limit)
+
+    def await_provider(self, task_id: str, child_id: str, runtime_id: str, provider: str) -> bool:
+        """Leave a resume's Task for a runtime with its child's provider: it reads
+        ``queued`` naming it (see `persistence._claims.Claims.await_provider`)."""
+        if self._read_only:
+            raise _read_only(f"leave task {task_id}")
+        return self._claims.await_provider(task_id, child_id, runtime_id, provider)
+
+    def take_waiting(self, task_id: str, child_id: str, runtime_id: str) -> int | None:
+        """Take a Task that waits for a runtime with its provider; the fencing number (see
+        `persistence._claims.Claims.take_waiting`)."""
+        if self._read_only:
+            raise _read_only(f"take task {task_id}")
+        return self._claims.take_waiting(task_id, child_id, runtime_id)
 
     def steer_parked(
         self, task_id: str, child_id: str, data: dict[str, Any], source: MessageSource

@@ -67,6 +67,11 @@ def snapshot_of_columns(
     value comes from a row this store wrote from a validated snapshot
     (`persistence._codec.construct`)."""
     status = _STATUSES[status_value]
+    waiting_for = None
+    if status is TaskStatus.RUNNING and detail is not None and not runtime_id:
+        # Left for a runtime with its child's provider (`persistence._claims.Claims.
+        # await_provider`): no runtime runs it, and it waits for that provider.
+        status, waiting_for = TaskStatus.QUEUED, detail
     outcome = None
     if status.is_terminal:
         outcome = construct(
@@ -102,6 +107,7 @@ def snapshot_of_columns(
             # Filled in from the approval requests by whoever shows a waiting Task.
             "request": None,
             "recoveries": int(recoveries) if isinstance(recoveries, int) else 0,
+            "waiting_for": waiting_for,
         },
         _SNAPSHOT_SET,
     )

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
-from sqlalchemy import bindparam, insert, literal_column, select, update
+from sqlalchemy import bindparam, insert, literal_column, null, select, update
 from sqlalchemy.engine.interfaces import DBAPICursor
 
 from controlplane.contract import TaskOutcome, TaskSnapshot, TaskStatus
@@ -106,6 +106,11 @@ class TaskStatements:
     recovered: str
     """A running Task taken over: its runtime and recovery count (takes runtime, count,
     Task id)."""
+    await_provider: str
+    """A running Task waits for a runtime with a provider: its row names no runtime and
+    the provider as its detail, so it reads ``queued`` (takes provider, Task id)."""
+    take_waiting: str
+    """A Task that waited for a provider runs in a runtime (takes runtime, Task id)."""
 
     @classmethod
     def build(
@@ -187,6 +192,28 @@ class TaskStatements:
                 .where(by_id, t.status == constant(_RUNNING)),
                 "runtime_id",
                 "recoveries",
+                "task_id",
+            ),
+            # Left for a runtime with the child's provider: no runtime, the provider as its
+            # detail (it reads ``queued``), still ``running`` in the column, so the running
+            # Tasks' partial index finds it.
+            await_provider=compile_(
+                update(task_table)
+                .values(runtime_id=constant(""), detail=bindparam("detail"))
+                .where(by_id, t.status == constant(_RUNNING)),
+                "detail",
+                "task_id",
+            ),
+            take_waiting=compile_(
+                update(task_table)
+                .values(runtime_id=bindparam("runtime_id"), detail=null())
+                .where(
+                    by_id,
+                    t.status == constant(_RUNNING),
+                    t.runtime_id == constant(""),
+                    t.detail.is_not(None),
+                ),
+                "runtime_id",
                 "task_id",
             ),
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -168,5 +169,7 @@ def test_a_console_without_providers_steers_and_answers_and_a_closed_worker_hand
     assert "console: steered into task" in out
     assert "completed: 'deployed, and checked the logs'" in out
     assert "deploy ran 1 time(s)" in out
+    assert "queued for a runtime with provider 'inprocess'" in out
+    assert re.search(r"worker:  ran that task \w+: completed", out), out
     assert "the turn is handed over" in out
     assert "completed (recovered 1 time)" in out

@@ -7,8 +7,11 @@ calls a harness makes, and closes it:
 - ``send CHILD TEXT`` is a person's message (`MessageSource` ``human``) under the child's
   parent session: it steers the running turn, wherever it runs (forwarded on PostgreSQL;
   on SQLite a turn running in another process refuses ``OWNERSHIP_CONFLICT``, naming it),
-  or resumes the idle child (``started``). A turn started here runs here, so the command
-  waits for it to settle (closing would end it) and prints its outcome.
+  or resumes the idle child (``started``). A turn started here runs here when the command
+  has the child's provider (``--setup``), so the command waits for it to settle (closing
+  would end it) and prints its outcome. Without the provider the message is durable all
+  the same: the turn waits, ``queued``, for a runtime with the provider to run it (SPEC §9
+  "Work goes where the provider is"), and the command says so and returns.
 - ``kill TASK`` kills a Task as its owner session, in whichever runtime runs it, and
   waits (``--timeout``) until it reads settled.
 """
@@ -17,17 +20,21 @@ from __future__ import annotations
 
 import argparse
 import getpass
+import threading
+import time
 from typing import IO, TYPE_CHECKING
 
 from controlplane.cli._ids import resolve_id
 from controlplane.cli._store import open_store
 from controlplane.contract import (
+    AgentHandle,
     ErrorCode,
     MessageSource,
     SubagentControlError,
     TaskSnapshot,
     TextBlock,
     escape_controls,
+    fold_descriptor,
 )
 
 if TYPE_CHECKING:
@@ -43,7 +50,9 @@ def run_send(args: argparse.Namespace, out: IO[str]) -> None:
     store = open_store(args.db)
     try:
         child_id = resolve_id(store, "child", args.child)
-        meta = store.load(child_id).meta
+        loaded = store.load(child_id)
+        meta = loaded.meta
+        descriptor = fold_descriptor(loaded.own_events)
     finally:
         store.close()
     control = _open(args)
@@ -59,18 +68,27 @@ def run_send(args: argparse.Namespace, out: IO[str]) -> None:
         out.write(f"{result.route} task {result.task_id} of child {child_id}\n")
         out.flush()
         snapshot = control.tasks.get(result.task_id, requester=parent)
-        if result.route == "started" and snapshot.runtime_id == control.runtime_id:
+        provider = None if descriptor is None else descriptor.provider
+        if (
+            result.route == "started"
+            and snapshot.runtime_id == control.runtime_id
+            and provider is not None
+            and provider not in control.providers.names()
+        ):
+            # Not runnable here: the message is durable, and the turn goes to a runtime
+            # with the provider. Closing once it has left this runtime loses nothing.
+            left = _left_here(control, result.task_id, parent, args.timeout)
+            if left.waiting_for is not None:
+                out.write(
+                    f"the turn waits (queued) for a runtime with provider "
+                    f"{left.waiting_for!r}, which runs it; this command has none (give it "
+                    "with --setup MODULE:FUNCTION to run it here)\n"
+                )
+            else:
+                out.write(_outcome_line(left))
+        elif result.route == "started" and snapshot.runtime_id == control.runtime_id:
             # Its turn runs in this command's runtime: closing now would end it.
             settled = control.tasks.wait(result.task_id, timeout=args.timeout, requester=parent)
-            outcome = settled.outcome
-            if outcome is not None and outcome.code is ErrorCode.UNKNOWN_PROVIDER:
-                # This runtime has no provider for the child: nothing else could run it.
-                raise SubagentControlError(
-                    ErrorCode.UNKNOWN_PROVIDER,
-                    f"task {settled.id} failed: {outcome.detail}; give send the child's "
-                    "provider with --setup MODULE:FUNCTION",
-                    task_id=settled.id,
-                )
             out.write(_outcome_line(settled))
     finally:
         control.close()
@@ -100,6 +118,26 @@ def run_kill(args: argparse.Namespace, out: IO[str]) -> None:
         out.write(_outcome_line(control.tasks.wait(task_id, timeout=args.timeout, requester=owner)))
     finally:
         control.close()
+
+
+def _left_here(
+    control: SubagentControl, task_id: str, parent: AgentHandle, timeout: float | None
+) -> TaskSnapshot:
+    """The Task once it left this runtime for one with its provider (``queued``, naming
+    it) or settled (the store refused to leave it), polled: the hand-off has no event."""
+    deadline = time.monotonic() + (600.0 if timeout is None else timeout)
+    pause = threading.Event()
+    while True:
+        snapshot = control.tasks.get(task_id, requester=parent)
+        if snapshot.status.is_terminal or snapshot.waiting_for is not None:
+            return snapshot
+        if time.monotonic() > deadline:
+            raise SubagentControlError(
+                ErrorCode.TIMEOUT,
+                f"task {task_id} is still {snapshot.status.value} here after {timeout}s",
+                task_id=task_id,
+            )
+        pause.wait(0.01)
 
 
 def _open(args: argparse.Namespace) -> SubagentControl:

@@ -352,8 +352,9 @@ def _add_acts(commands: Any, formatter: type[argparse.HelpFormatter], common: An
         "child's parent session. Prints 'steered task ID' when its running turn took it "
         "(in any process on PostgreSQL; on SQLite a turn running in another process "
         "refuses OWNERSHIP_CONFLICT, naming it), or 'started task ID' when the idle child "
-        "resumed. A resumed turn needs the child's provider: give it with --setup (or "
-        "--demo); it then runs in this command, which waits for it to settle.",
+        "resumed. With the child's provider (--setup or --demo) a resumed turn runs in this "
+        "command, which waits for it to settle; without it the message is durable all the "
+        "same, and the turn waits (queued) for a runtime with the provider, which runs it.",
         epilog=_SEE_EPILOG,
         formatter_class=formatter,
         parents=[common],

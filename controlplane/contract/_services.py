@@ -22,6 +22,7 @@ from controlplane.contract._content import MessageSource, TextBlock
 from controlplane.contract._descriptor import Descriptor
 from controlplane.contract._errors import ErrorCode, SubagentControlError
 from controlplane.contract._run_trace import RunTrace
+from controlplane.contract._session import NewEvent
 from controlplane.contract._signal import CancelSignal
 from controlplane.contract._task_types import TaskOutcome, TaskSnapshot
 from controlplane.contract._usage import Usage
@@ -219,9 +220,11 @@ class TaskService(Protocol):
         signal: CancelSignal,
         claim_child: bool = False,
         queued: bool = False,
+        opening: Callable[[TaskSnapshot], Sequence[NewEvent]] | None = None,
     ) -> TaskSnapshot:
         """Register a running Task (and write it to the store); ``queued``: it reads
-        ``queued`` until its admission decides."""
+        ``queued`` until its admission decides; ``opening``: with ``claim_child``, the
+        events that open its turn, written with the claim (durable before ``started``)."""
         ...
 
     def queue(self, task_id: str, at: datetime) -> None:

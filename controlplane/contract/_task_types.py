@@ -78,6 +78,9 @@ class TaskSnapshot(BaseModel):
             (``id``, ``tool``, ``arguments``; answer it with `SubagentControl.answer`).
         recoveries: How many times another runtime carried its turn on after the
             runtime running it ended (SPEC §9 "Recovery").
+        waiting_for: While ``queued`` for a runtime that has its child's provider (SPEC §9
+            "Work goes where the provider is": the runtime that took its message lacks
+            it): that provider's name; None otherwise.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -99,6 +102,7 @@ class TaskSnapshot(BaseModel):
     admitted_at: datetime | None = None
     request: ApprovalRequest | None = None
     recoveries: int = 0
+    waiting_for: str | None = None
 
 
 class TaskNotice(BaseModel):

@@ -101,6 +101,8 @@ STORE_OPTIONS = (
 )
 """The options `SubagentControl.open` hands to `SqlStore`."""
 _ROOT_TIMEOUT_S = 30.0
+_STOP_TIMEOUT_S = 30.0
+"""How long `close` waits, by default, for the activations it stopped to end."""
 _RECOVERY_SOURCE = MessageSource(kind="system", sender_session_id="recovery")
 
 
@@ -115,7 +117,10 @@ class SubagentControl(HandleApi, SpendApi, ApprovalApi):
             with ``PERSISTENCE_UNAVAILABLE``.
         task_tools: Attach the built-in task tools as the Task control surface (default).
             Without a surface, starting a background Task is refused.
-        close_timeout_s: How long `close` waits for activations to settle.
+        close_timeout_s: How long `close` lets running turns go on (SPEC §9 "Handover on
+            close"): it stops taking work at once, waits at most this long for its running
+            activations to settle by themselves, then stops the rest, handing their turns
+            over (or killing them, with ``recover=False``). Default 0: handed over at once.
         passivate_after_s: Retire a child's supervisor (its thread) once the child has been
             idle this long (at least 0.05 s); its next message makes a new one. ``None``
             keeps supervisors until `close`.
@@ -169,7 +174,7 @@ class SubagentControl(HandleApi, SpendApi, ApprovalApi):
         store: SqlStore | None = None,
         *,
         task_tools: bool = True,
-        close_timeout_s: float = 30.0,
+        close_timeout_s: float = 0.0,
         passivate_after_s: float | None = 300.0,
         max_live_activations: int | None = DEFAULT_MAX_LIVE_ACTIVATIONS,
         lease_ttl_s: float = 10.0,
@@ -498,13 +503,16 @@ class SubagentControl(HandleApi, SpendApi, ApprovalApi):
     # -- lifecycle -------------------------------------------------------------------
 
     def close(self, *, timeout_s: float | None = None) -> None:
-        """Cancel every activation, wait for their settlement, then stop actors and store.
+        """Stop taking work, let running turns go on for at most ``close_timeout_s``, then
+        stop the rest (handed over: SPEC §9) and wait for them, then stop actors and store.
 
-        Idempotent. Activations that do not settle within the timeout are abandoned (their
-        daemon threads cannot keep the process alive). A control plane still open when the
-        interpreter exits is closed then, within a bound (`controlplane.runtime._exit`).
+        Idempotent. Activations that have not ended within ``timeout_s`` (default 30 s) of
+        being stopped are abandoned (their daemon threads cannot keep the process alive). A
+        control plane still open when the interpreter exits is closed then, within a bound
+        (`controlplane.runtime._exit`), with no grace.
         """
-        self._close(self._close_timeout_s if timeout_s is None else timeout_s, abandon=True)
+        budget = _STOP_TIMEOUT_S if timeout_s is None else timeout_s
+        self._close(budget, abandon=True, grace_s=self._close_timeout_s)
 
     def _close_at_exit(self, timeout_s: float) -> None:
         """`close` at interpreter exit. Past the deadline, a Task whose activation has not
@@ -513,14 +521,13 @@ class SubagentControl(HandleApi, SpendApi, ApprovalApi):
         after the exit nobody here can read it, and the store must stay consistent."""
         self._close(timeout_s, abandon=False)
 
-    def _close(self, budget: float, *, abandon: bool) -> None:
+    def _close(self, budget: float, *, abandon: bool, grace_s: float = 0.0) -> None:
         with self._lock:
             if self._closed:
                 return
             self._closed = True
             servers, self._admin_servers = self._admin_servers, []
         closed(self)
-        deadline = time.monotonic() + budget
         for server in servers:
             server.close()
         if self._router is not None:
@@ -530,6 +537,12 @@ class SubagentControl(HandleApi, SpendApi, ApprovalApi):
         if self._root is not None:
             with contextlib.suppress(pykka.ActorDeadError, pykka.Timeout):
                 self._root.stop_accepting(_ROOT_TIMEOUT_S)
+        if grace_s > 0:
+            # No new work from here on; the running turns may still end by themselves.
+            grace_end = time.monotonic() + grace_s
+            for task_id in self._tasks.refuse("control plane closed"):
+                self._tasks.wait_released(task_id, max(0.0, grace_end - time.monotonic()))
+        deadline = time.monotonic() + budget
         for task_id in self._tasks.close("control plane closed"):
             self._tasks.wait_released(task_id, max(0.0, deadline - time.monotonic()))
         if abandon:

@@ -75,7 +75,9 @@ def check_options(
 ) -> None:
     """The control plane's options (`SubagentControl`'s constructor): ``INVALID_INPUT``
     naming the first one that is off, before anything is built."""
-    check_option("close_timeout_s", seconds_problem(close_timeout_s))
+    # 0 is a grace of none: running turns are handed over at once.
+    if close_timeout_s != 0 or isinstance(close_timeout_s, bool):
+        check_option("close_timeout_s", seconds_problem(close_timeout_s))
     if passivate_after_s is not None:
         problem = seconds_problem(passivate_after_s, at_least=_MIN_PASSIVATE_S)
         check_option("passivate_after_s", problem and f"{problem}, or None")

@@ -17,10 +17,11 @@ from controlplane import (
     InProcessProvider,
     ScriptedModel,
     SubagentControl,
+    TaskStatus,
     TextBlock,
 )
 from controlplane.cli import main
-from controlplane.cli._exit_status import EXIT_FAILURE, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE
+from controlplane.cli._exit_status import EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE
 from controlplane.cli._main import _parser
 from persistence import SqlStore
 from tests.support import run_python
@@ -150,7 +151,7 @@ def test_zsh_gets_the_same_script_through_bashcompinit() -> None:
     assert "complete -o default -F _subagent_control subagent-control" in done.stdout
 
 
-def test_a_send_that_resumes_a_child_without_its_provider_says_which_to_give(
+def test_a_send_that_resumes_a_child_without_its_provider_leaves_it_for_one_that_has_it(
     sqlite_url: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with SubagentControl.open(sqlite_url) as control:
@@ -165,7 +166,15 @@ def test_a_send_that_resumes_a_child_without_its_provider_says_which_to_give(
 
     status, out, err = run(capsys, "send", started.child_id, "more", "--db", sqlite_url)
 
-    assert status == EXIT_FAILURE
+    assert status == EXIT_OK, err
     assert out.startswith("started task ")
-    assert err.startswith("subagent-control: [UNKNOWN_PROVIDER]")
-    assert "--setup MODULE:FUNCTION" in err
+    assert "waits (queued) for a runtime with provider 'inprocess'" in out
+    task_id = out.split()[2]
+    # The message is durable: a runtime with the provider runs the turn.
+    with SubagentControl.open(sqlite_url) as worker:
+        worker.providers.register(InProcessProvider(ScriptedModel(["second"])))
+        parent = worker.agents.register("p")
+        done = worker.tasks.wait(task_id, timeout=10, requester=parent)
+    assert done.status is TaskStatus.COMPLETED, done.outcome
+    assert done.outcome is not None
+    assert done.outcome.output == "second"

@@ -88,7 +88,13 @@ def test_a_resume_whose_activation_thread_cannot_start_fails_and_the_next_messag
     assert snapshot.outcome.code is ErrorCode.INTERNAL
     assert "can't start new thread" in (snapshot.outcome.detail or "")
     eventually(lambda: child not in supervised(control), "the failed supervisor retired")
-    assert inbound(events(control, child), "one") == []  # never began: nothing written
+    # Answered `started`, so delivered: the message was written with the claim, and its
+    # turn is closed by the Task's failure (SPEC §9: no acknowledged message is lost).
+    stored = events(control, child)
+    (one,) = inbound(stored, "one")
+    (end,) = [e for e in stored if e.turn == one.turn and e.kind == "turn/end"]
+    assert end.data["status"] == "failed"
+    assert end.data["task_id"] == first.task_id
 
     again = control.send_message(parent, child, text("two"))
     assert again.route == "started"

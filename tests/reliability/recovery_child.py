@@ -13,10 +13,16 @@ Modes:
 - ``resumed``: turn 1 completes, then a message resumes the child (``started``), and that
   turn's model call never returns;
 - ``steered``: the model call never returns, and a steer is answered ``steered`` first;
+- ``acked``: turn 1 completes, then a message resumes the child (``started``) and the
+  runtime stops right there: its activation's load of the child is held, so nothing of the
+  turn but what was written before ``started`` is in the store;
 - ``suicide``: every model call SIGKILLs its own process (a child that keeps killing its
   runtime);
 - ``recoverer``: starts nothing; registers the ``suicide`` model, so the Task it takes
   over kills it again; exits (printing ``SETTLED``) once every Task of the parent ended;
+- ``worker``: starts nothing; registers a model that answers ``done by the worker``, so
+  it runs the Task a runtime without the provider left for it; exits (printing
+  ``SETTLED``) once every Task of the parent ended;
 - ``close``: like ``model``, but the runtime then closes (handing the turn over) with the
   ``close_timeout_s`` given as a fourth argument, and prints ``CLOSED``.
 """
@@ -43,7 +49,9 @@ from controlplane import (
     TaskStatus,
     TextBlock,
 )
+from controlplane.contract import LoadedSession
 from controlplane.models import ModelReply, ModelRequest, ToolCall
+from persistence import SqlStore
 
 LIFETIME_S = 60.0
 PARENT = "recovery-parent"
@@ -107,6 +115,19 @@ def _published(control: SubagentControl) -> None:
         time.sleep(0.01)
 
 
+class HeldLoads(SqlStore):
+    """A store whose loads, once held, never return (the process is killed meanwhile)."""
+
+    hold = False
+    waiting = threading.Event()
+
+    def load(self, child_id: str) -> LoadedSession:
+        if self.hold:
+            self.waiting.set()
+            threading.Event().wait(LIFETIME_S)
+        return super().load(child_id)
+
+
 WORK = ModelReply(tool_calls=[ToolCall(id="w1", name="work", arguments={"item": "a"})])
 
 
@@ -119,18 +140,26 @@ def main(url: str, mode: str, runs: str, close_timeout_s: str = "30", lease_s: s
     elif mode == "resumed":
         model = StuckModel(["first turn done"], stuck_at=1)
         tools, entered = [], model.entered
+    elif mode == "acked":
+        model = StuckModel(["first turn done"], stuck_at=None)
+        tools, entered = [], HeldLoads.waiting
     elif mode == "close":
         model = StuckModel(["never"], stuck_at=0)
         tools, entered = [], model.entered
     else:
         model = StuckModel(["never"], stuck_at=0, suicide=mode == "suicide")
         tools, entered = [], model.entered
-    control = SubagentControl.open(
-        url, lease_ttl_s=float(lease_s), close_timeout_s=float(close_timeout_s)
+    store = HeldLoads(url)
+    control = SubagentControl(
+        store, lease_ttl_s=float(lease_s), close_timeout_s=float(close_timeout_s)
     )
     parent = control.agents.register(PARENT)
-    if mode == "recoverer":  # takes the dead runtime's Task over, and dies in its model call
-        control.providers.register(InProcessProvider(StuckModel(["x"], None, suicide=True)))
+    if mode in ("recoverer", "worker"):
+        # recoverer: takes the dead runtime's Task over, and dies in its model call;
+        # worker: runs the Task a runtime without the provider left for it.
+        suicide = mode == "recoverer"
+        replies: list[str | ModelReply] = ["x" if suicide else "done by the worker"]
+        control.providers.register(InProcessProvider(StuckModel(replies, None, suicide=suicide)))
         deadline = time.monotonic() + LIFETIME_S
         while any(not t.status.is_terminal for t in control.tasks.list(requester=parent)):
             if time.monotonic() > deadline:
@@ -149,9 +178,10 @@ def main(url: str, mode: str, runs: str, close_timeout_s: str = "30", lease_s: s
     )
     task_id = started.task_id
     acked: list[str] = []
-    if mode == "resumed":
+    if mode in ("resumed", "acked"):
         done = control.tasks.wait(task_id, timeout=LIFETIME_S, requester=parent)
         assert done.status is TaskStatus.COMPLETED, done
+        store.hold = mode == "acked"
         result = control.send_message(parent, started.child_id, [TextBlock(text="go on")])
         assert result.route == "started", result
         task_id = result.task_id

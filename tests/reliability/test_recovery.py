@@ -1,5 +1,7 @@
 """Recovery (SPEC §9): a running turn outlives its runtime. A runtime is SIGKILLed mid model
-call, mid tool call, right after a resume's ``started``, after a steer's ``steered``; another
+call, mid tool call, after a resume's turn began, right after its ``started`` (nothing of
+the turn written since the answer: the message went in with the claim), after a steer's
+``steered``; another
 runtime with the child's provider carries the SAME Task on in the SAME turn: one
 ``turn/start`` and one ``turn/end`` for the turn, every acknowledged message in it once, no
 tool run twice unless idempotent, one ``task/recovered`` event, the Task ``completed``. A
@@ -17,16 +19,18 @@ from pathlib import Path
 import pytest
 
 from controlplane import (
+    ContinuableStartSpec,
     EventKind,
     InProcessProvider,
     ScriptedModel,
     SessionEvent,
     SubagentControl,
     TaskStatus,
+    TextBlock,
 )
 from tests.reliability.processes import REPO, LinesProcess, Reaper, reaping
 from tests.reliability.recovery_child import PARENT, work_tool
-from tests.support import WAIT_S
+from tests.support import WAIT_S, eventually
 
 CHILD = Path(__file__).with_name("recovery_child.py")
 
@@ -56,7 +60,7 @@ def _texts(events: list[SessionEvent], kind: str) -> list[str]:
     return [e.data["text"] for e in events if e.kind == kind]
 
 
-@pytest.mark.parametrize("mode", ["model", "tool", "idempotent", "resumed", "steered"])
+@pytest.mark.parametrize("mode", ["model", "tool", "idempotent", "resumed", "acked", "steered"])
 def test_another_runtime_finishes_the_same_task_in_the_same_turn(
     reaped: Reaper, store_url: str, tmp_path: Path, mode: str
 ) -> None:
@@ -157,12 +161,12 @@ def test_close_during_a_long_turn_hands_it_over_to_a_live_runtime(
         control.providers.register(InProcessProvider(ScriptedModel(["finished elsewhere"])))
         parent = control.agents.register(PARENT)
         closing = reaped.add(
-            LinesProcess(CHILD, store_url, "close", str(runs), "5", name="closing")
+            LinesProcess(CHILD, store_url, "close", str(runs), "0.5", name="closing")
         )
         ready = json.loads(closing.expect("READY ").removeprefix("READY "))
         closing.say("close")
         closed = closing.expect("CLOSED ")
-        assert float(closed) < 5.0  # stopped at once, not after its timeout
+        assert float(closed) < 5.0  # stopped once its grace (0.5 s) was over, not later
         done = control.tasks.wait(str(ready["task_id"]), timeout=WAIT_S, requester=parent)
         assert done.status is TaskStatus.COMPLETED, done
         assert done.outcome is not None
@@ -193,3 +197,101 @@ def test_a_task_whose_provider_no_runtime_has_waits_running_then_ends_naming_it(
     assert done.status is TaskStatus.INTERRUPTED
     assert done.outcome is not None
     assert "no runtime with its provider 'inprocess'" in (done.outcome.detail or "")
+
+
+def test_a_runtime_without_the_provider_leaves_a_resume_to_a_worker_that_has_it(
+    reaped: Reaper, store_url: str, tmp_path: Path
+) -> None:
+    with SubagentControl.open(store_url, lease_ttl_s=30.0) as first:
+        first.providers.register(InProcessProvider(ScriptedModel(["first turn done"])))
+        parent = first.agents.register(PARENT)
+        spec = ContinuableStartSpec(
+            provider="inprocess", label="idle", prompt=[TextBlock(text="do it")], parent=parent
+        )
+        started = first.start_continuable(spec)
+        done = first.tasks.wait(started.task_id, timeout=WAIT_S, requester=parent)
+        assert done.status is TaskStatus.COMPLETED
+    child_id = started.child_id
+
+    # A front: no provider. It takes the message, durably, and answers `started`...
+    with SubagentControl.open(store_url, lease_ttl_s=30.0) as front:
+        parent = front.agents.register(PARENT)
+        sent = front.send_message(parent, child_id, [TextBlock(text="go on")])
+        assert sent.route == "started"
+
+        def waiting() -> bool:
+            seen = front.tasks.get(sent.task_id, requester=parent)
+            assert seen.status in (TaskStatus.RUNNING, TaskStatus.QUEUED), seen.outcome
+            return seen.status is TaskStatus.QUEUED and seen.waiting_for == "inprocess"
+
+        eventually(waiting, "the task reads queued, naming the provider it waits for")
+        # ...and a worker runtime with the provider, in another process, runs it.
+        worker = reaped.add(LinesProcess(CHILD, store_url, "worker", str(tmp_path / "r"),
+                                         name="worker"))  # fmt: skip
+        done = front.tasks.wait(sent.task_id, timeout=WAIT_S, requester=parent)
+        assert done.status is TaskStatus.COMPLETED, done.outcome
+        assert done.outcome is not None
+        assert done.outcome.output == "done by the worker"
+        assert done.runtime_id != front.runtime_id
+        worker.expect("SETTLED")
+        assert front.store is not None
+        turn = _turn(front.store.load(child_id).events, sent.task_id)
+    kinds = [e.kind for e in turn]
+    assert kinds.count(EventKind.TURN_START) == 1, kinds
+    assert kinds.count(EventKind.TURN_END) == 1, kinds
+    assert turn[-1].data["status"] == "completed"
+    assert _texts(turn, EventKind.USER_MESSAGE) == ["go on"]
+
+
+def test_a_resume_no_runtime_with_the_provider_takes_ends_interrupted_naming_it(
+    store_url: str,
+) -> None:
+    with SubagentControl.open(store_url, lease_ttl_s=30.0) as first:
+        first.providers.register(InProcessProvider(ScriptedModel(["first turn done"])))
+        parent = first.agents.register(PARENT)
+        spec = ContinuableStartSpec(
+            provider="inprocess", label="idle", prompt=[TextBlock(text="do it")], parent=parent
+        )
+        started = first.start_continuable(spec)
+        first.tasks.wait(started.task_id, timeout=WAIT_S, requester=parent)
+    with SubagentControl.open(store_url, lease_ttl_s=0.6, provider_wait_s=0.001) as front:
+        parent = front.agents.register(PARENT)
+        sent = front.send_message(parent, started.child_id, [TextBlock(text="go on")])
+        assert sent.route == "started"
+        done = front.tasks.wait(sent.task_id, timeout=WAIT_S, requester=parent)
+        assert front.store is not None
+        events = front.store.load(started.child_id).events
+    assert done.status is TaskStatus.INTERRUPTED, done.outcome
+    assert done.outcome is not None
+    assert "its provider 'inprocess'" in (done.outcome.detail or "")
+    turn = _turn(events, sent.task_id)
+    assert _texts(turn, EventKind.USER_MESSAGE) == ["go on"]
+    assert turn[-1].kind == EventKind.TURN_END
+    assert turn[-1].data["status"] == "interrupted"
+
+
+def test_a_resume_waiting_for_a_runtime_with_its_provider_can_be_killed(store_url: str) -> None:
+    with SubagentControl.open(store_url, lease_ttl_s=30.0) as first:
+        first.providers.register(InProcessProvider(ScriptedModel(["first turn done"])))
+        parent = first.agents.register(PARENT)
+        spec = ContinuableStartSpec(
+            provider="inprocess", label="idle", prompt=[TextBlock(text="do it")], parent=parent
+        )
+        started = first.start_continuable(spec)
+        first.tasks.wait(started.task_id, timeout=WAIT_S, requester=parent)
+    with SubagentControl.open(store_url, lease_ttl_s=30.0) as front:
+        parent = front.agents.register(PARENT)
+        sent = front.send_message(parent, started.child_id, [TextBlock(text="go on")])
+        eventually(
+            lambda: front.tasks.get(sent.task_id, requester=parent).waiting_for is not None,
+            "the task waits for a runtime with its provider",
+        )
+        front.tasks.kill(sent.task_id, requester=parent)
+        done = front.tasks.wait(sent.task_id, timeout=WAIT_S, requester=parent)
+        assert front.store is not None
+        events = front.store.load(started.child_id).events
+    assert done.status is TaskStatus.KILLED, done.outcome
+    turn = _turn(events, sent.task_id)
+    assert _texts(turn, EventKind.USER_MESSAGE) == ["go on"]
+    assert turn[-1].kind == EventKind.TURN_END
+    assert turn[-1].data["status"] == "killed"

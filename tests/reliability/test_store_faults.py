@@ -27,6 +27,7 @@ from controlplane import (
     EventKind,
     SessionEvent,
     SubagentControl,
+    SubagentControlError,
     TaskStatus,
 )
 from persistence import RetryPolicy, SqlStore
@@ -77,6 +78,16 @@ class FlakyStore(SqlStore):
         )
         super().__init__(url, retry=policy)
         self._appends = self._port.appends = _FlakyAppends(self)
+        opening = self._claims._open_turn
+
+        def open_turn(cursor: Any, task: Any, events: Any) -> None:
+            # A resume's frame is written in its claim's transaction: a poisoned child
+            # fails that transaction there (the claim and the Task row roll back with it).
+            if task.child_id in self.poisoned:
+                raise self._error()
+            opening(cursor, task, events)
+
+        self._claims._open_turn = open_turn  # type: ignore[method-assign]
 
     def _attempt(
         self,
@@ -260,19 +271,22 @@ def test_a_start_whose_publication_keeps_failing_fails_its_task_and_leaves_no_ch
     assert settle(control, other.task_id, parent).status is TaskStatus.COMPLETED
 
 
-def test_a_resume_whose_frame_keeps_failing_fails_and_leaves_the_transcript_as_it_was(
+def test_a_resume_whose_frame_keeps_failing_is_refused_and_leaves_the_transcript_as_it_was(
     control: SubagentControl, store: FlakyStore, parent: AgentHandle, provider: FakeProvider
 ) -> None:
     child_id = idle_child(control, parent)
     before = stored(store, child_id)
+    tasks_before = control.tasks.list(requester=parent)
     store.poisoned.add(child_id)
 
-    result = control.send_message(parent, child_id, text("will not stick"))
-    snapshot = settle(control, result.task_id, parent)
+    # The frame goes in with the claim, before `started`: a write that keeps failing is
+    # the send's own failure (not delivered), and no Task was started.
+    with pytest.raises(SubagentControlError) as refused:
+        control.send_message(parent, child_id, text("will not stick"))
 
-    outcome = failed_outcome(snapshot)
-    assert outcome.code is ErrorCode.DURABILITY_FAILED
+    assert refused.value.code is ErrorCode.STORE_UNAVAILABLE, refused.value
     assert stored(store, child_id) == before
+    assert control.tasks.list(requester=parent) == tasks_before
     store.poisoned.clear()
     again = control.send_message(parent, child_id, text("this one sticks"))
     assert settle(control, again.task_id, parent).status is TaskStatus.COMPLETED

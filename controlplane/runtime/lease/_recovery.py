@@ -36,6 +36,7 @@ from controlplane.contract import (
     RuntimeInfo,
     SubagentControlError,
     TaskSnapshot,
+    TaskStatus,
     fold_descriptor,
 )
 from controlplane.telemetry import log_lifecycle
@@ -156,6 +157,48 @@ class Recovery:
                 "send the child a message to continue it",
             )
         return True
+
+    def take_waiting(self, task: TaskSnapshot) -> bool:
+        """Run ``task`` here if it waits for a runtime with its child's provider and this
+        runtime has it (SPEC §9 "Work goes where the provider is": the runtime that took
+        its message lacked the provider, `persistence.SqlStore.await_provider`): same Task,
+        in the turn its message opened. A Task that waited `PROVIDER_WAIT_S` past its
+        creation with no such runtime taking it is settled ``interrupted``, naming the
+        provider. Whether it was dealt with here."""
+        provider = task.waiting_for
+        if self._here is None or task.child_id is None or provider is None:
+            return False
+        if provider in self._providers.names():
+            fence = self._store.take_waiting(task.id, task.child_id, self._runtime.id)
+            if fence is None:
+                return False  # another runtime took it, or it settled
+            log_lifecycle(
+                logging.INFO, "provider", child_id=task.child_id, task_id=task.id,
+                runtime_id=self._runtime.id, status="running", waited_in=task.runtime_id,
+            )  # fmt: skip
+            moved = task.model_copy(
+                update={"runtime_id": self._runtime.id, "status": TaskStatus.RUNNING,
+                        "waiting_for": None}
+            )  # fmt: skip
+            try:
+                self._here(moved, fence, task.recoveries)
+            except SubagentControlError as exc:
+                self._store.interrupt(
+                    moved,
+                    f"interrupted: runtime {self._runtime.id} took it (it has provider "
+                    f"{provider!r}) but could not start it ({exc.message}); send the child a "
+                    "message to continue it",
+                )
+            return True
+        waited = task.created_at + timedelta(seconds=self.provider_wait_s)
+        if self._store.ledger.now().wall < waited:
+            return False  # a runtime with the provider takes it (or the next to open)
+        return self._store.interrupt(
+            task,
+            f"interrupted: it waited for a runtime with its provider {provider!r}, and none "
+            f"took it within {self.provider_wait_s:g} s; open one (or send the message from "
+            "one), then send the child the message again",
+        )
 
     def _provider_of(self, child_id: str) -> str | None:
         """The child's provider, from its newest descriptor (None: it has none).

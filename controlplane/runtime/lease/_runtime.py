@@ -40,9 +40,16 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from controlplane.contract import RuntimeInfo, SubagentControlError, TaskSnapshot, TaskStatus
+from controlplane.contract import (
+    NewEvent,
+    RuntimeInfo,
+    SubagentControlError,
+    TaskSnapshot,
+    TaskStatus,
+)
 from controlplane.runtime.lease._lease import Renewals
 from controlplane.runtime.lease._own_lease import OwnLease
 from controlplane.runtime.lease._renewer import ATTEMPT_BOUND, Renewer
@@ -115,6 +122,11 @@ class Runtime:
     def sweep(self) -> int:
         """Settle the running Tasks of every dead runtime ``interrupted``; returns how many
         this call settled."""
+        if self.recovery is not None:
+            # Tasks a runtime without their child's provider took the message of: run here
+            # if this runtime has it (SPEC §9 "Work goes where the provider is").
+            for waiting in self._store.ledger.awaiting_provider():
+                self.recovery.take_waiting(waiting)
         now, suspects = self._store.ledger.suspects()
         dead = {
             r.runtime_id: r for r in suspects if r.runtime_id != self.id and self._is_dead(r, now)
@@ -172,7 +184,7 @@ class Runtime:
             self._store.release_waiting(task.id, task.child_id, self.id)
         return settled
 
-    def claim(self, task: TaskSnapshot) -> int | None:
+    def claim(self, task: TaskSnapshot, opening: Sequence[NewEvent] = ()) -> int | None:
         """Admit a resume's Task and claim its child for this runtime (taking over a dead
         runtime's claim); the fencing number.
 
@@ -180,7 +192,7 @@ class Runtime:
             SubagentControlError: ``OWNERSHIP_CONFLICT`` naming the live runtime that holds
                 the child; ``CHILD_NOT_FOUND`` for a child not in the store.
         """
-        return self._store.admit_claiming(task, is_dead=self._is_dead)
+        return self._store.admit_claiming(task, is_dead=self._is_dead, opening=opening)
 
     def continue_parked(self, task_id: str, child_id: str) -> int | None:
         """Claim a child for its Task that waits on an approval request (parked, or left

@@ -44,7 +44,7 @@ exists. The protocol of a forward is in `controlplane.runtime.routing._forwardin
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from actors import SendMessage
@@ -54,6 +54,7 @@ from controlplane.contract import (
     ClaimConflict,
     ErrorCode,
     MessageSource,
+    NewEvent,
     SendResult,
     SubagentControlError,
     TaskSnapshot,
@@ -191,7 +192,7 @@ class Router:
 
     # -- claims and kills (asked by the Task service) ------------------------------------
 
-    def claim(self, task: TaskSnapshot) -> int | None:
+    def claim(self, task: TaskSnapshot, opening: Sequence[NewEvent] = ()) -> int | None:
         """Admit a resume's Task with the claim on its child, taking over a dead runtime's
         claim; the fencing number.
 
@@ -199,7 +200,7 @@ class Router:
             SubagentControlError: ``ClaimConflict`` (``OWNERSHIP_CONFLICT``) naming the live
                 runtime that holds the child (`send` forwards to it); ``CHILD_NOT_FOUND``.
         """
-        return self._runtime.claim(task)
+        return self._runtime.claim(task, opening)
 
     def kill_elsewhere(self, task: TaskSnapshot, reason: str) -> None:
         """Kill a running Task that this runtime does not run: settled ``interrupted`` now

@@ -32,6 +32,7 @@ from controlplane.contract import (
 from controlplane.runtime.tasks._task_entry import (
     Claimer,
     Interrupter,
+    Opening,
     QueuePlaces,
     Requester,
     TaskEntry,
@@ -170,6 +171,7 @@ class TaskBook:
         signal: CancelSignal,
         claim_child: bool = False,
         queued: bool = False,
+        opening: Opening | None = None,
     ) -> TaskSnapshot:
         """Register a running Task of kind ``subagent`` (and write it to the store);
         ``queued``: it reads ``queued`` until its admission decides (`admitted`).
@@ -229,7 +231,7 @@ class TaskBook:
                 # Task says (else the takeover would close it with words of its own).
                 if self._unsaved or self._unsaved_fenced:
                     self.flush(child_id)
-                task.fence = claimer(snapshot)
+                task.fence = claimer(snapshot, () if opening is None else opening(snapshot))
             elif self._ledger is not None:
                 self._ledger.admit(snapshot)
         except BaseException:
@@ -516,6 +518,14 @@ class TaskBook:
         if first:
             log_kill(task.child_id, task.id, self._runtime_id, reason)
         return first
+
+    def refuse(self, reason: str) -> list[str]:
+        """Refuse new Tasks from now on (``CLOSED``), leaving the running ones be; returns
+        the ids not yet released (`close` lets them end by themselves for a while)."""
+        with self._lock:
+            self._closed_reason = reason
+            tasks = list(self._live.values())
+        return [task.id for task in tasks if not task.released.is_set()]
 
     def close(self, reason: str) -> list[str]:
         """Refuse new Tasks and abort every running one; returns the ids not yet released."""

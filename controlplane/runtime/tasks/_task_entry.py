@@ -6,7 +6,7 @@ the book of live Tasks (`controlplane.runtime.tasks._task_book`) and the read si
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
@@ -14,6 +14,7 @@ from typing import Protocol
 from controlplane.contract import (
     ApprovalRequest,
     CancelSignal,
+    NewEvent,
     Requester,
     TaskNotice,
     TaskOutcome,
@@ -27,6 +28,7 @@ from controlplane.runtime._usage_text import spend_clause
 __all__ = [
     "Claimer",
     "Interrupter",
+    "Opening",
     "QueuePlaces",
     "Requester",
     "TaskEntry",
@@ -175,8 +177,12 @@ class TaskLedgerPort(Protocol):
     def running_spend(self, task: TaskSnapshot) -> Usage: ...
 
 
-Claimer = Callable[[TaskSnapshot], int | None]
-"""Admits a resume's Task and claims its child in one write; returns the fencing number."""
+Claimer = Callable[[TaskSnapshot, Sequence[NewEvent]], int | None]
+"""Admits a resume's Task and claims its child in one write, with the events that open its
+turn (its frame: durable before ``started`` is answered); returns the fencing number."""
+
+Opening = Callable[[TaskSnapshot], Sequence[NewEvent]]
+"""The events that open a resume's turn, made once its Task (id, label) exists."""
 
 
 class TaskRouting(Protocol):
@@ -187,8 +193,9 @@ class TaskRouting(Protocol):
     reaches this service through a callable of the facade's), so construction runs one way
     and nothing is wired after it."""
 
-    def claim(self, task: TaskSnapshot) -> int | None:
-        """Admit a resume's Task and claim its child in one write; the fencing number."""
+    def claim(self, task: TaskSnapshot, opening: Sequence[NewEvent] = ()) -> int | None:
+        """Admit a resume's Task and claim its child in one write, with the events that
+        open its turn; the fencing number."""
         ...
 
     def kill_elsewhere(self, task: TaskSnapshot, reason: str) -> None:

@@ -120,15 +120,23 @@ class TaskService(TaskBook):
         snapshot = self._fenced(task_id, requester)
         deadline = None if timeout is None else time.monotonic() + timeout
         live = self._live.get(snapshot.id)
+        elsewhere = live is None
         if live is not None:
             while live.resting.wait(None if deadline is None else deadline - time.monotonic()):
                 snapshot = self.get(task_id, requester=requester)
-                if snapshot.status.is_resting or live.resting.is_set():
+                if snapshot.status.is_resting:
+                    return snapshot
+                if live.parked:
+                    # Gone from this runtime, going on in another one (left for a runtime
+                    # with its provider, or handed over on close): wait on in the store.
+                    elsewhere = True
+                    break
+                if live.resting.is_set():
                     return snapshot
                 # Its answer was taken as this waiter woke: it runs again, so wait on.
-        elif snapshot.status.is_resting:
+        if elsewhere and snapshot.status.is_resting:
             return self.get(task_id, requester=requester)
-        else:
+        if elsewhere:
             pause = _POLL_FIRST_S
             while True:
                 left = None if deadline is None else deadline - time.monotonic()
@@ -178,7 +186,9 @@ class TaskService(TaskBook):
             if live.parked and self._kill_parked is not None:
                 self._kill_parked(snapshot, reason)  # it parked as it was aborted
         elif (
-            snapshot.status is TaskStatus.INPUT_REQUIRED
+            # Parked on an approval request, or left for a runtime with its provider:
+            # no activation anywhere, its claim kept with no runtime.
+            (snapshot.status is TaskStatus.INPUT_REQUIRED or snapshot.waiting_for is not None)
             and self._kill_parked is not None
             and self._kill_parked(snapshot, reason)
         ):
