@@ -78,7 +78,7 @@ def test_against_runs_both_trees_and_reports_each_figures_ratio(tmp_path: Path) 
     report = out.read_text(encoding="utf-8")
     assert "## Against another tree" in report
     rows = [line for line in report.splitlines() if line.startswith("| actor messages per ")]
-    assert len(rows) == 3  # steer, warm resume, cold resume
+    assert len(rows) == 4  # steer, warm resume, a whole scripted turn, cold resume
     # The same code on both sides: every count is the same in both, round by round.
     for row in rows:
         assert row.endswith("| 1.00× (1.00–1.00) |"), row
