@@ -192,21 +192,9 @@ class ActivationActor(Actor):
         """The run parked on an approval request (its desk gave the child's claim up):
         disposed, the turn left open, the Task not settled — it reads ``input_required``
         in the store until the answer continues it, in any runtime (SPEC §11)."""
-        plan = self._plan
-        try:
-            with plan.trace.disposing():
-                run.dispose()
-        except BaseException:  # escaping, it would stop every actor
-            log.exception("the parked run of task %s did not dispose cleanly", plan.task_id)
-        agent = getattr(run, "local_agent", None)
-        if agent is not None and agent.is_live:
-            agent.dispose()
+        self._dispose_left(run, "parked")
         prepared.transcript.close(None)
-        self._ctx.tasks.park(plan.task_id)
-        if self._ctx.admission is not None:
-            self._ctx.admission.release(plan.task_id)  # waiting holds no slot
-        plan.trace.end(None)
-        self._tell(ActivationEnded(task_id=plan.task_id, durable=True, parked=True))
+        self._leave_task(handed_over=False)
 
     def _await_provider(self, provider: str) -> bool:
         """Leave the Task for a runtime that has the child's provider (SPEC §9 "Work goes
@@ -226,13 +214,7 @@ class ActivationActor(Actor):
         if not left:
             return False
         self._tell(Settling(task_id=plan.task_id, status=None))
-        self._ctx.tasks.park(plan.task_id)
-        if self._ctx.admission is not None:
-            self._ctx.admission.release(plan.task_id)
-        plan.trace.end(None)
-        self._tell(
-            ActivationEnded(task_id=plan.task_id, durable=True, parked=True, handed_over=True)
-        )
+        self._leave_task(handed_over=True)
         return True
 
     def _handing_over(self, prepared: _Prepared, outcome: TaskOutcome) -> bool:
@@ -250,23 +232,37 @@ class ActivationActor(Actor):
         left open and the Task not settled — it stays ``running`` in the store, and once
         this runtime's row is closed (its claims then lapse at once) a live runtime with
         the child's provider recovers it, same Task, same turn (or the next to open)."""
+        self._tell(Settling(task_id=self._plan.task_id, status=None))
+        self._dispose_left(run, "handed-over")
+        prepared.transcript.close(None)
+        self._leave_task(handed_over=True)
+
+    def _dispose_left(self, run: SubagentRun, what: str) -> None:
+        """Dispose a run whose turn is left open (parked or handed over), and its child
+        agent; a failure is logged, never raised (escaping, it would stop every actor)."""
         plan = self._plan
-        self._tell(Settling(task_id=plan.task_id, status=None))
         try:
             with plan.trace.disposing():
                 run.dispose()
         except BaseException:  # escaping, it would stop every actor
-            log.exception("the handed-over run of task %s did not dispose cleanly", plan.task_id)
+            log.exception("the %s run of task %s did not dispose cleanly", what, plan.task_id)
         agent = getattr(run, "local_agent", None)
         if agent is not None and agent.is_live:
             agent.dispose()
-        prepared.transcript.close(None)
+
+    def _leave_task(self, *, handed_over: bool) -> None:
+        """The Task is left unsettled for whoever continues its turn (an answer, a runtime
+        with its provider, a live runtime after close): it holds no slot here, and the
+        supervisor hears the activation ended with its turn durable and open."""
+        plan = self._plan
         self._ctx.tasks.park(plan.task_id)
         if self._ctx.admission is not None:
-            self._ctx.admission.release(plan.task_id)
+            self._ctx.admission.release(plan.task_id)  # waiting holds no slot
         plan.trace.end(None)
         self._tell(
-            ActivationEnded(task_id=plan.task_id, durable=True, parked=True, handed_over=True)
+            ActivationEnded(
+                task_id=plan.task_id, durable=True, parked=True, handed_over=handed_over
+            )
         )
 
     def _admit(self, prepared: _Prepared) -> None:

@@ -14,17 +14,10 @@ saw a Task settle could send one; a client that wants the end subscribes or poll
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import signal
-import threading
-from collections.abc import Generator
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from types import FrameType
-from typing import IO, TYPE_CHECKING, Self
+from typing import IO, TYPE_CHECKING
 
-import uvicorn
 from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
 from a2a.types.a2a_pb2 import (
     AgentCapabilities,
@@ -41,7 +34,6 @@ from starlette.applications import Starlette
 
 from controlplane.contract import AgentHandle
 from controlplane.fronts._a2a_handler import ControlPlaneHandler
-from controlplane.fronts._http_limits import LimitedH11
 from controlplane.fronts._security import (
     MAX_BODY_BYTES,
     Bind,
@@ -52,15 +44,13 @@ from controlplane.fronts._security import (
     parse_bind,
     resolve_token,
 )
+from controlplane.fronts._served import ServedApp
 from controlplane.fronts._setup import FrontOptions, default_provider, open_front
 
 if TYPE_CHECKING:
     from controlplane.runtime._facade import SubagentControl
 
 __all__ = ["A2AServer", "agent_card", "serve_a2a"]
-
-_STOP_S = 10.0
-_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
 def agent_card(url: str, *, bearer: bool) -> AgentCard:
@@ -119,7 +109,7 @@ def agent_card(url: str, *, bearer: bool) -> AgentCard:
     return card
 
 
-class A2AServer:
+class A2AServer(ServedApp):
     """One control plane served over A2A on one listening socket, for one parent session.
 
     The socket is bound and listening when this returns, so `url` is final (port 0 picks
@@ -168,66 +158,7 @@ class A2AServer:
             max_body=max_body,
             open_paths=frozenset({AGENT_CARD_WELL_KNOWN_PATH}),
         )
-        config = uvicorn.Config(
-            guarded,
-            log_level="warning",
-            http=LimitedH11,
-            lifespan="off",
-            timeout_graceful_shutdown=2,
-        )
-        self._server = _Server(config)
-        self._thread: threading.Thread | None = None
-
-    def serve(self) -> None:
-        """Serve in this thread until `stop` (or, on the main thread, SIGINT or SIGTERM:
-        a second SIGINT ends open streams at once); then return, so the caller closes the
-        control plane."""
-        previous = {}
-        if threading.current_thread() is threading.main_thread():
-            previous = {sig: signal.signal(sig, self._on_signal) for sig in _STOP_SIGNALS}
-        try:
-            asyncio.run(self._server.serve(sockets=[self._socket]))
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-            self._socket.close()
-
-    def _on_signal(self, sig: int, _frame: FrameType | None) -> None:
-        if self._server.should_exit and sig == signal.SIGINT:
-            self._server.force_exit = True
-        self._server.should_exit = True
-
-    def start(self) -> Self:
-        """Serve in a thread of its own; returns at once (the socket already listens)."""
-        self._thread = threading.Thread(target=self.serve, name="a2a-server", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self, timeout_s: float = _STOP_S) -> None:
-        """Stop serving (open streams are ended) and wait for the thread, if any."""
-        self._server.should_exit = True
-        if self._thread is not None:
-            self._thread.join(timeout_s)
-            if self._thread.is_alive():
-                self._server.force_exit = True
-                self._thread.join(timeout_s)
-        else:
-            self._socket.close()
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-
-class _Server(uvicorn.Server):
-    """uvicorn's server, without its signal handling: it raises the signal again once it
-    has stopped, which would end the process before the control plane is closed."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Generator[None]:
-        yield
+        super().__init__(guarded, self._socket, name="a2a-server")
 
 
 def serve_a2a(

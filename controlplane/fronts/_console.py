@@ -12,19 +12,11 @@ may hold the token).
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import logging
-import signal
 import sys
-import threading
 import time
-from collections.abc import Generator
 from pathlib import Path
-from types import FrameType
-from typing import IO, TYPE_CHECKING, Any, Self
-
-import uvicorn
+from typing import IO, TYPE_CHECKING, Any
 
 from controlplane.fronts._console_app import console_app
 from controlplane.fronts._console_watch import TICK_S, ChangeFeed
@@ -39,6 +31,7 @@ from controlplane.fronts._security import (
     parse_bind,
     resolve_token,
 )
+from controlplane.fronts._served import ServedApp
 from controlplane.fronts._setup import FrontOptions, open_runtime
 
 if TYPE_CHECKING:
@@ -46,12 +39,10 @@ if TYPE_CHECKING:
 
 __all__ = ["ConsoleServer", "serve_console"]
 
-_STOP_S = 10.0
 _LOG = logging.getLogger("controlplane.console")
-_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
-class ConsoleServer:
+class ConsoleServer(ServedApp):
     """The console of ``control``'s store on one listening socket.
 
     The socket listens when this returns, so `url` is final (port 0 picks a free port).
@@ -88,63 +79,13 @@ class ConsoleServer:
         self.url = f"http://{bind.url_host}:{self._socket.getsockname()[1]}/"
         """Where a browser opens it."""
         guarded = guard(app, token=None, loopback=is_loopback(host), max_body=MAX_BODY_BYTES)
-        config = uvicorn.Config(
-            _logged(guarded), log_level="warning", lifespan="off", timeout_graceful_shutdown=2
-        )
-        self._server = _Server(config)
-        self._thread: threading.Thread | None = None
+        super().__init__(_logged(guarded), self._socket, name="console-server")
 
-    def serve(self) -> None:
-        """Serve in this thread until `stop` (or, on the main thread, SIGINT or SIGTERM)."""
-        previous = {}
-        if threading.current_thread() is threading.main_thread():
-            previous = {sig: signal.signal(sig, self._on_signal) for sig in _STOP_SIGNALS}
+    def _starting(self) -> None:
         self.feed.start()
-        try:
-            asyncio.run(self._server.serve(sockets=[self._socket]))
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-            self.feed.stop()
-            self._socket.close()
 
-    def _on_signal(self, sig: int, _frame: FrameType | None) -> None:
+    def _stopping(self) -> None:
         self.feed.stop()  # open streams end, so the server stops at once
-        if self._server.should_exit and sig == signal.SIGINT:
-            self._server.force_exit = True
-        self._server.should_exit = True
-
-    def start(self) -> Self:
-        """Serve in a thread of its own; returns at once (the socket already listens)."""
-        self._thread = threading.Thread(target=self.serve, name="console-server", daemon=True)
-        self._thread.start()
-        return self
-
-    def stop(self, timeout_s: float = _STOP_S) -> None:
-        """Stop serving (open streams end) and wait for the thread, if any."""
-        self.feed.stop()
-        self._server.should_exit = True
-        if self._thread is not None:
-            self._thread.join(timeout_s)
-            if self._thread.is_alive():
-                self._server.force_exit = True
-                self._thread.join(timeout_s)
-        else:
-            self._socket.close()
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-
-class _Server(uvicorn.Server):
-    """uvicorn's server without its own signal handling (see `ConsoleServer.serve`)."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Generator[None]:
-        yield
 
 
 def _logged(app: ASGIApp) -> ASGIApp:
