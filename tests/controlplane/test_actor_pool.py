@@ -238,6 +238,7 @@ def test_an_idle_worker_keeps_nothing_of_the_first_actor_it_ran(pool: LoopPool) 
     first = _Pooled.start()
     finished = weakref.ref(_probes.pop(first.actor_urn))
     first.stop(timeout=WAIT_S)
+    del first  # an ActorRef may keep its actor (pykka 4.1 does): only the pool's hold counts
     assert pool.wait_idle(1, WAIT_S)
     gc.collect()
     assert finished() is None, gc.get_referrers(finished())
