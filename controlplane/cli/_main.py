@@ -13,6 +13,7 @@ or A2A (`controlplane.fronts`), and load it only when they run. Every ``--db`` d
 from __future__ import annotations
 
 import argparse
+import importlib
 import importlib.metadata
 import logging
 import os
@@ -308,16 +309,8 @@ def _run_console(args: argparse.Namespace, out: Any) -> None:
         openai_api_key_env=args.openai_api_key_env,
         demo=args.demo,
     )
-    try:
-        from controlplane.fronts._console import serve_console
-    except ImportError as exc:
-        if (exc.name or "").split(".")[0] not in _CONSOLE_PACKAGES:
-            raise
-        raise CommandExit(
-            EXIT_USAGE,
-            f"the console command needs the optional {exc.name!r} package: "
-            "pip install 'subagent-control[console]'",
-        ) from exc
+    serve_console = _from_extra("controlplane.fronts._console", "serve_console", "console",
+                                _CONSOLE_PACKAGES)  # fmt: skip
     try:
         serve_console(options, http=args.http, token=args.token, out=out)
     except ImportError as exc:  # --openai-model without the openai extra: it names it
@@ -462,16 +455,7 @@ def _run_a2a(args: argparse.Namespace, out: Any) -> None:
     # Imported here: the other commands load neither the runtime nor the A2A SDK.
     from controlplane.fronts import FrontOptions
 
-    try:
-        from controlplane.fronts._a2a import serve_a2a
-    except ImportError as exc:
-        if (exc.name or "").split(".")[0] not in _A2A_PACKAGES:
-            raise
-        raise CommandExit(
-            EXIT_USAGE,
-            f"the a2a command needs the optional {exc.name!r} package: "
-            "pip install 'subagent-control[a2a]'",
-        ) from exc
+    serve_a2a = _from_extra("controlplane.fronts._a2a", "serve_a2a", "a2a", _A2A_PACKAGES)
     serve_a2a(
         FrontOptions.from_args(args),
         http=args.http,
@@ -518,6 +502,21 @@ def _run_mcp(args: argparse.Namespace, out: TextIO) -> None:
         raise CommandExit(EXIT_USAGE, str(exc)) from None
     except KeyboardInterrupt:
         pass  # Ctrl-C ends a server: not an error
+
+
+def _from_extra(module: str, name: str, extra: str, packages: frozenset[str]) -> Any:
+    """``module.name``, imported only now (the other commands load neither the runtime nor
+    a web server); a missing package of the optional ``extra`` is a usage error naming it."""
+    try:
+        return getattr(importlib.import_module(module), name)
+    except ImportError as exc:
+        if (exc.name or "").split(".")[0] not in packages:
+            raise
+        raise CommandExit(
+            EXIT_USAGE,
+            f"the {extra} command needs the optional {exc.name!r} package: "
+            f"pip install 'subagent-control[{extra}]'",
+        ) from exc
 
 
 def _version() -> str:
