@@ -19,7 +19,7 @@ is a pool of each. An idle worker never keeps the process alive: a non-daemon on
 the interpreter starts to exit, before it waits for the non-daemon threads (as
 `concurrent.futures` workers do), so the process still waits exactly for the non-daemon
 actors that were not stopped, as pykka's own threads make it. At most `LoopPool.max_idle`
-workers wait, each for `LoopPool.idle_s` seconds.
+workers wait, each for `LoopPool.idle_s` seconds; a job goes to the one that went idle last.
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ from __future__ import annotations
 import contextvars
 import itertools
 import os
-import queue
 import sys
 import threading
 from collections.abc import Callable
@@ -42,15 +41,30 @@ class _Job:
     name: str
 
 
+class _Waiting:
+    """One idle worker's hand-off: ``job`` is set, then ``wake`` released, by whoever
+    takes the worker off the pool's stack (a submitter, or a drain with None)."""
+
+    __slots__ = ("job", "wake")
+
+    def __init__(self) -> None:
+        self.wake = threading.Lock()
+        self.wake.acquire()
+        self.job: _Job | None = None
+
+
 _IDLE_NAME = "actor-pool-idle"
 
 
 class LoopPool:
     """Worker threads (all daemon, or none), each running one actor loop at a time.
 
-    Invariant, under ``_lock``: ``_idle`` == workers waiting for a job − jobs queued. A
-    submitter that finds ``_idle`` > 0 takes one (decrements it) and queues its job, so a
-    queued job always has a waiting worker to run it.
+    Idle workers wait on a stack: a job goes to the one that went idle last, whose CPU is
+    the likeliest to be awake still (on a VM guest a halted vCPU takes several times longer
+    to wake than one that still polls), and the others stay asleep until they time out.
+
+    Invariant, under ``_lock``: ``_waiting`` holds exactly the workers that wait for a job
+    and have not been handed one; a worker taken off it is always handed a job (or None).
     """
 
     def __init__(self, *, daemon: bool = True, max_idle: int = 16, idle_s: float = 30.0) -> None:
@@ -68,8 +82,8 @@ class LoopPool:
         # Also the state of a forked child, where none of the parent's workers exists.
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
-        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
-        self._idle = 0
+        self._watchers = 0  # threads in `wait_idle`: only they need a notify
+        self._waiting: list[_Waiting] = []
         self._serial = itertools.count()
         self._exited = False
 
@@ -88,9 +102,10 @@ class LoopPool:
         """
         job = _Job(loop, f"{name}-{next(self._serial)}")
         with self._lock:
-            if self._idle > 0:
-                self._idle -= 1
-                self._jobs.put(job)
+            if self._waiting:
+                waiting = self._waiting.pop()
+                waiting.job = job
+                waiting.wake.release()
                 return
         # Handed over in a list the worker empties: the thread keeps its ``args`` for as
         # long as it runs, and a job there would keep its finished actor alive with it.
@@ -104,27 +119,32 @@ class LoopPool:
     def idle(self) -> int:
         """How many workers wait for a job right now."""
         with self._lock:
-            return self._idle
+            return len(self._waiting)
 
     def wait_idle(self, count: int, timeout_s: float) -> bool:
         """Block until at least ``count`` workers wait for a job; whether they did within
         ``timeout_s`` (a test's sync point: a loop's worker is freed after its actor
         stopped)."""
         with self._changed:
-            return self._changed.wait_for(lambda: self._idle >= count, timeout_s)
+            self._watchers += 1
+            try:
+                return self._changed.wait_for(lambda: len(self._waiting) >= count, timeout_s)
+            finally:
+                self._watchers -= 1
 
     def drain(self) -> None:
         """End every idle worker (the next `run` starts a thread)."""
         with self._lock:
-            for _ in range(self._idle):
-                self._jobs.put(None)
-            self._idle = 0
+            waiting, self._waiting = self._waiting, []
+            for one in waiting:
+                one.wake.release()  # its job stays None: it ends
 
     # -- a worker ---------------------------------------------------------------------
 
     def _work(self, first: list[_Job]) -> None:
         thread = threading.current_thread()
         job: _Job | None = first.pop()
+        waiting = _Waiting()
         while job is not None:
             thread.name = job.name
             # What a new thread starts with: the module's hooks and an empty context.
@@ -133,26 +153,25 @@ class LoopPool:
             contextvars.Context().run(job.loop)
             del job  # nothing of the finished actor stays reachable from an idle worker
             thread.name = _IDLE_NAME
-            job = self._next()
+            job = self._next(waiting)
 
-    def _next(self) -> _Job | None:
+    def _next(self, waiting: _Waiting) -> _Job | None:
         """The next job for this worker, or None: it ends."""
         with self._lock:
-            if self._exited or self._idle >= self.max_idle:
+            if self._exited or len(self._waiting) >= self.max_idle:
                 return None
-            self._idle += 1
-            self._changed.notify_all()
-        try:
-            return self._jobs.get(timeout=self.idle_s)
-        except queue.Empty:
+            self._waiting.append(waiting)
+            if self._watchers:
+                self._changed.notify_all()
+        if not waiting.wake.acquire(timeout=self.idle_s):
             with self._lock:
-                try:
-                    # A job queued as the wait ran out is this worker's to run (or a drain's
-                    # None, which already took it off the count).
-                    return self._jobs.get_nowait()
-                except queue.Empty:
-                    self._idle -= 1
+                if waiting in self._waiting:  # nobody took it: it ends
+                    self._waiting.remove(waiting)
                     return None
+            # Taken off the stack as the wait ran out: its job (or None) is on its way.
+            waiting.wake.acquire()
+        job, waiting.job = waiting.job, None
+        return job
 
 
 actor_threads = LoopPool()

@@ -21,9 +21,9 @@ from typing import Any
 import pykka
 
 from actors._answer import NO_ANSWER, answer_of
-from actors._base import Actor
 from actors._inbox import ActivationInbox
 from actors._outcomes import error_text, failed
+from actors._parking import ParkingActor
 from actors._record import Activation, ActivationSlot, ActivationView
 from actors._transcript import turn_frame
 from actors.activation import ActivationActor
@@ -79,7 +79,7 @@ def follow_up_label(message: tuple[TextBlock, ...]) -> str:
     return label
 
 
-class ChildSupervisor(Actor):
+class ChildSupervisor(ParkingActor):
     """Owns one child's association — its current `Activation` record — and decides, in
     arrival order, where messages go."""
 

@@ -1,0 +1,154 @@
+"""Actors that hold a thread only while their mailbox has messages.
+
+A child's supervisor spends nearly all its life waiting: between turns, and for
+``passivate_after_s`` after its last one. pykka's loop waits for the next message on its
+inbox, inside the thread that runs it, so every waiting supervisor is a thread (its stack,
+its `threading.Thread`): ~90 KiB and a thread each, for nothing.
+
+A `ParkingActor` runs pykka's own loop (``_actor_loop_setup``, ``_actor_loop_running``,
+``_actor_loop_teardown``, untouched) on a worker of `actors._pool`, over a `ParkingInbox`
+whose ``get`` on an empty mailbox does not wait: it *parks* the actor, raising `_Parked`,
+which pykka's loop does not catch (it reads its inbox outside its handler's ``try``). The
+loop unwinds to `ParkingActor._run`, which returns the worker to the pool. The next ``put``
+finds the actor parked and hands its loop back to a worker (an idle one: one wake-up, as
+waking the actor's own thread was). One step under the inbox's lock decides "empty, so
+parked" and "parked, so schedule", so exactly one loop runs per actor at any time and no
+message waits in a parked mailbox.
+
+So every rule of pykka's loop holds: messages one at a time, in order, on one thread at a
+time (not always the same thread); ``on_start`` once, before the first message; a stop
+answers what is queued behind it; an ``Exception`` in a handler goes to the asker or
+``on_failure``. What differs: thread-local state does not survive between messages (a
+worker starts each run as a new thread would, with an empty `contextvars.Context`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import queue
+from typing import TYPE_CHECKING, Any, cast
+
+from actors._base import Actor, _Inbox, _refuse
+from actors._pool import pool_for
+from controlplane.contract import ErrorCode, SubagentControlError
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from pykka._actor import ActorInbox
+    from pykka._envelope import Envelope
+
+__all__ = ["ParkingActor", "ParkingInbox"]
+
+log = logging.getLogger(__name__)
+
+
+class _Parked(BaseException):
+    """The mailbox is empty: unwinds pykka's loop back to its worker, which goes free.
+
+    A `BaseException`, so no handler of ours or of pykka's mistakes it for a failure (pykka
+    reads the inbox outside the ``try`` around its handler, so it never sees it at all)."""
+
+
+class ParkingInbox(_Inbox):
+    """An actor's mailbox that parks its actor when empty and resumes it on the next put.
+
+    Invariant, under ``_lock``: ``_parked`` is true exactly when no loop runs for the actor
+    (then the queue is empty, or the put that will schedule the loop is on its way).
+    """
+
+    __slots__ = ("_parked", "_resume")
+
+    def __init__(self) -> None:
+        super().__init__()
+        # Parked until started: a message put before the loop's first run waits for it.
+        self._parked = False
+        self._resume: Callable[[], None] | None = None
+
+    def put(self, envelope: Envelope[Any]) -> None:
+        with self._lock:
+            if self._closed:
+                refuse = True
+            else:
+                refuse = False
+                self._queue.put(envelope)
+                if not self._parked:
+                    return
+                self._parked = False
+        if refuse:
+            _refuse(envelope)
+            return
+        self._wake()
+
+    def get(self) -> Envelope[Any]:
+        """The next message; with none queued, parks the actor (raises `_Parked`)."""
+        with self._lock:
+            try:
+                return self._queue.get_nowait()
+            except queue.Empty:
+                if self._closed:  # pykka's teardown never gets from an empty inbox
+                    raise
+                self._parked = True
+                raise _Parked from None
+
+    def _wake(self) -> None:
+        resume = self._resume
+        assert resume is not None  # set before the actor's loop first ran
+        try:
+            resume()
+        except Exception as exc:
+            # No worker, and no thread could start: what was queued cannot run now. It is
+            # answered "not delivered" (never handled, so a retry cannot duplicate it), and
+            # the actor stays parked, whole, for its next message.
+            log.error("could not resume an actor: %s", exc)
+            self._unqueue(exc)
+
+    def _unqueue(self, exc: BaseException) -> None:
+        with self._lock:
+            dropped = []
+            while True:
+                try:
+                    dropped.append(self._queue.get_nowait())
+                except queue.Empty:
+                    break
+            self._parked = True
+        error = SubagentControlError(
+            ErrorCode.INTERNAL,
+            f"no thread to run an actor on ({exc}); the message was not delivered; retry later",
+        )
+        for envelope in dropped:
+            if envelope.reply_to is not None:
+                with contextlib.suppress(queue.Full):  # answered already
+                    envelope.reply_to.set_exception(exc_info=(type(error), error, None))
+
+
+class ParkingActor(Actor):
+    """An actor whose loop holds a pooled worker only while its mailbox has messages."""
+
+    pooled_loop = True
+
+    @staticmethod
+    def _create_actor_inbox() -> ActorInbox:
+        return cast("ActorInbox", ParkingInbox())
+
+    def _start_actor_loop(self) -> None:
+        inbox = cast(ParkingInbox, self.actor_inbox)
+        pool = pool_for(daemon=self.use_daemon_thread)
+        name = type(self).__name__
+        loop = self._run
+        inbox._resume = lambda: pool.run(loop, name)
+        super()._start_actor_loop()  # runs `_actor_loop` on a worker, or undoes the start
+
+    def _actor_loop(self) -> None:
+        self._actor_loop_setup()
+        self._run()
+
+    def _run(self) -> None:
+        """pykka's loop until the mailbox is empty (the worker goes free) or the actor
+        stopped (then pykka's teardown)."""
+        try:
+            self._actor_loop_running()
+        except _Parked:
+            return
+        self._actor_loop_teardown()
