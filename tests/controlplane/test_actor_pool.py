@@ -1,7 +1,8 @@
 """An actor whose loop runs on a reused worker thread behaves exactly as pykka's own.
 
-Each pykka rule is checked on both kinds of actor — one on a thread of its own and one on
-the pool (`actors._pool`) — with the same assertions: a ``BaseException`` stops every
+Each pykka rule is checked on every kind of actor — one on a thread of its own, one on
+the pool (`actors._pool`), one that holds a worker only while its mailbox has messages
+(`actors._parking`) — with the same assertions: a ``BaseException`` stops every
 actor, a stop answers what is queued behind it with `pykka.ActorDeadError`, a ``tell``
 racing a stop is handled before it or dropped. Then what only the pool does: a freed worker
 runs the next actor (with nothing of the last one left on it), a worker that a loop escaped
@@ -24,6 +25,7 @@ import pykka
 import pytest
 
 from actors._base import Actor
+from actors._parking import ParkingActor
 from actors._pool import LoopPool
 from actors.activation import ActivationActor
 from actors.root import RootActor
@@ -89,9 +91,13 @@ class _PooledNonDaemon(_Probe):
     pooled_loop = True
 
 
+class _Parking(ParkingActor, _Probe):
+    """Holds a worker only while its mailbox has messages (`actors._parking`)."""
+
+
 @pytest.fixture(
-    params=[_OwnThread, _Pooled, _PooledNonDaemon],
-    ids=["own-thread", "pooled", "pooled-non-daemon"],
+    params=[_OwnThread, _Pooled, _PooledNonDaemon, _Parking],
+    ids=["own-thread", "pooled", "pooled-non-daemon", "parking"],
 )
 def kind(request: pytest.FixtureRequest) -> type[_Probe]:
     cls: type[_Probe] = request.param
@@ -206,6 +212,7 @@ def pool(monkeypatch: pytest.MonkeyPatch) -> Iterator[LoopPool]:
     """A pool of the test's own for pooled actors, starting with no worker."""
     own = LoopPool(max_idle=1, idle_s=WAIT_S)
     monkeypatch.setattr("actors._base.pool_for", lambda *, daemon: own)
+    monkeypatch.setattr("actors._parking.pool_for", lambda *, daemon: own)
     yield own
     own.drain()
 

@@ -1,0 +1,134 @@
+"""An actor that parks (`actors._parking`) holds no thread while its mailbox is empty, yet
+handles its messages as pykka's loop does: one at a time, in order, ``on_start`` once; and
+when no thread can run it, what was queued is answered "not delivered", never lost."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from actors._parking import ParkingActor
+from actors._pool import LoopPool
+from controlplane import ErrorCode, SubagentControlError
+from tests.support import WAIT_S, eventually
+
+
+_counters: dict[str, _Counter] = {}
+"""Every counter of the running test by URN."""
+
+
+@pytest.fixture(autouse=True)
+def _forget_counters() -> Iterator[None]:
+    yield
+    _counters.clear()
+
+
+class _Counter(ParkingActor):
+    """Records what it handled, and how many handlers ever ran at once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.starts = 0
+        self.handled: list[tuple[int, int]] = []
+        self.running = 0
+        self.most_at_once = 0
+        self.threads: set[threading.Thread] = set()
+        _counters[self.actor_urn] = self
+
+    def on_start(self) -> None:
+        self.starts += 1
+
+    def on_receive(self, message: Any) -> Any:
+        self.running += 1
+        self.most_at_once = max(self.most_at_once, self.running)
+        self.threads.add(threading.current_thread())
+        self.handled.append(message)
+        self.running -= 1
+        return message
+
+
+@pytest.fixture
+def pool(monkeypatch: pytest.MonkeyPatch) -> Iterator[LoopPool]:
+    own = LoopPool(max_idle=4, idle_s=WAIT_S)
+    monkeypatch.setattr("actors._base.pool_for", lambda *, daemon: own)
+    monkeypatch.setattr("actors._parking.pool_for", lambda *, daemon: own)
+    yield own
+    own.drain()
+
+
+def _loop_threads(name: str) -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith(f"{name}-")]
+
+
+def test_a_parked_actor_holds_no_thread_and_its_next_message_resumes_it(pool: LoopPool) -> None:
+    ref = _Counter.start()
+    assert ref.ask((0, 0), timeout=WAIT_S) == (0, 0)
+
+    # Its worker goes back to the pool: no thread runs its loop.
+    eventually(lambda: not _loop_threads("_Counter"), "the actor parked")
+    assert pool.wait_idle(1, WAIT_S)
+
+    assert ref.ask((0, 1), timeout=WAIT_S) == (0, 1)
+    actor = _counters[ref.actor_urn]
+    assert actor.starts == 1  # resumed, not started again
+    ref.stop(timeout=WAIT_S)
+    assert actor.handled == [(0, 0), (0, 1)]
+
+
+def test_messages_from_many_threads_are_handled_one_at_a_time_in_each_senders_order(
+    pool: LoopPool,
+) -> None:
+    ref = _Counter.start()
+    senders, each = 4, 300
+    barrier = threading.Barrier(senders)
+
+    def send(sender: int) -> None:
+        barrier.wait(WAIT_S)
+        for k in range(each):
+            if k % 3 == 0:
+                ref.ask((sender, k), timeout=WAIT_S)  # waits: the actor parks in between
+            else:
+                ref.tell((sender, k))
+
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(senders)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(WAIT_S)
+    actor = _counters[ref.actor_urn]
+    ref.stop(timeout=WAIT_S)
+
+    assert actor.most_at_once == 1
+    assert actor.starts == 1
+    assert len(actor.handled) == senders * each
+    for sender in range(senders):
+        mine = [k for s, k in actor.handled if s == sender]
+        assert mine == list(range(each))
+
+
+def test_when_no_thread_can_resume_it_what_was_queued_is_not_delivered_and_it_lives_on(
+    pool: LoopPool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ref = _Counter.start()
+    assert ref.ask((0, 0), timeout=WAIT_S) == (0, 0)
+    eventually(lambda: not _loop_threads("_Counter"), "the actor parked")
+    real_run = pool.run
+
+    def no_thread(loop: Any, name: str) -> None:
+        raise RuntimeError("can't start new thread")
+
+    monkeypatch.setattr(pool, "run", no_thread)
+    future = ref.ask((0, 1), block=False)
+    with pytest.raises(SubagentControlError) as raised:
+        future.get(timeout=WAIT_S)
+    assert raised.value.code is ErrorCode.INTERNAL
+    assert "not delivered" in str(raised.value)
+
+    monkeypatch.setattr(pool, "run", real_run)
+    assert ref.ask((0, 2), timeout=WAIT_S) == (0, 2)
+    actor = _counters[ref.actor_urn]
+    ref.stop(timeout=WAIT_S)
+    assert actor.handled == [(0, 0), (0, 2)]  # the refused message was never handled
