@@ -8,6 +8,8 @@ Usage::
     .venv/bin/python -m benchmarks --against ../base --rounds 3 --sections hops,resume
                                                     # this tree beside another checkout,
                                                     # alternating (see benchmarks._against)
+    .venv/bin/python -m benchmarks --sections soak  # 10,000 idle children; a 20,000-turn
+                                                    # soak (RSS, threads, objects)
     BENCH_SCALEOUT_LEVELS=4 .venv/bin/python -m benchmarks --sections scaleout
                                                     # the scale-out at 4 runtimes only
     .venv/bin/python -m benchmarks --profile        # also print where a steer, a
@@ -36,7 +38,7 @@ from benchmarks._report import Section, write_report
 
 SECTIONS = (
     "routing", "hops", "resume", "scale", "tasks", "store", "children", "telemetry",
-    "forwarding", "admission", "spend", "a2a", "fronts", "scaleout", "imports",
+    "forwarding", "admission", "spend", "a2a", "fronts", "scaleout", "imports", "soak",
 )  # fmt: skip
 _DOCS = Path(__file__).resolve().parents[1] / "docs"
 
@@ -180,12 +182,18 @@ def _runners(
                 _log("scaleout: matplotlib is not installed (pip install -e '.[bench]'); no plot")
         return section
 
+    def soak() -> Section:
+        from benchmarks.soak import SoakConfig, run_soak
+
+        return run_soak(SoakConfig.quick() if quick else SoakConfig(), workdir)
+
     def imports() -> Section:
         from benchmarks.imports import ImportsConfig, run_imports
 
         return run_imports(ImportsConfig.quick() if quick else ImportsConfig(), workdir)
 
     return {
+        "soak": soak,
         "imports": imports,
         "scaleout": scaleout,
         "a2a": a2a,

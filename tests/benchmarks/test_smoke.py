@@ -39,11 +39,29 @@ def test_quick_benchmark_run_writes_a_report_with_every_section_table(tmp_path: 
     assert "| messages |" in report
     assert "| with Task rows | without (baseline) |" in report
     assert "| settled Tasks | `tasks.get` p50 |" in report
+    assert "| turns | elapsed | VmRSS | threads | gc-tracked objects | supervisors |" in report
     assert "Quick smoke run" in report
     if importlib.util.find_spec("matplotlib") is not None:
         assert plot.stat().st_size > 0
     if importlib.util.find_spec("opentelemetry") and importlib.util.find_spec("opentelemetry.sdk"):
         assert "| path | off p50 | off again / off | api p50 |" in report
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_quick_soak_run_counts_idle_children_and_samples_a_churning_run(tmp_path: Path) -> None:
+    out = tmp_path / "benchmarks.md"
+
+    done = run_python(
+        "-m", "benchmarks", "--quick", "--sections", "soak", "--out", str(out), timeout=280
+    )  # fmt: skip
+
+    assert done.returncode == 0, done.stderr[-4000:]
+    report = out.read_text(encoding="utf-8")
+    assert "## Idle children and soak" in report
+    assert "| per idle child |" in report
+    assert "| turns | elapsed | VmRSS | threads | gc-tracked objects | supervisors |" in report
+    assert "Goal: flat within 10% after" in report
 
 
 @pytest.mark.slow
