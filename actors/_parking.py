@@ -25,21 +25,25 @@ worker starts each run as a new thread would, with an empty `contextvars.Context
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import logging
 import queue
+import threading
 from typing import TYPE_CHECKING, Any, cast
 
+import pykka
+from pykka._envelope import Envelope
+
 from actors._base import Actor, _Inbox, _refuse
-from actors._pool import pool_for
+from actors._pool import LoopPool, pool_for
 from controlplane.contract import ErrorCode, SubagentControlError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
     from pykka._actor import ActorInbox
-    from pykka._envelope import Envelope
 
-__all__ = ["ParkingActor", "ParkingInbox"]
+__all__ = ["ParkingActor", "ParkingInbox", "ask_here"]
 
 log = logging.getLogger(__name__)
 
@@ -56,17 +60,28 @@ class ParkingInbox(_Inbox):
 
     Invariant, under ``_lock``: ``_parked`` is true exactly when no loop runs for the actor
     (then the queue is empty, or the put that will schedule the loop is on its way).
+    ``_here`` counts, for a loop run by an asker's own thread (`ask_here`), the messages it
+    took: it takes one, its own, and hands whatever came behind it to a worker.
     """
 
-    __slots__ = ("_parked", "_resume")
+    __slots__ = ("_here", "_loop", "_name", "_parked", "_pool")
 
     def __init__(self) -> None:
         super().__init__()
         # Parked until started: a message put before the loop's first run waits for it.
         self._parked = False
-        self._resume: Callable[[], None] | None = None
+        self._here = 0
+        self._loop: Callable[[], None] | None = None
+        self._pool: LoopPool | None = None
+        self._name = ""
 
     def put(self, envelope: Envelope[Any]) -> None:
+        if self._put(envelope, here=False):
+            self._wake()
+
+    def _put(self, envelope: Envelope[Any], *, here: bool) -> bool:
+        """Queue ``envelope``; whether the actor was parked (its loop is the caller's to
+        run now, on a worker or, with ``here``, on this thread)."""
         with self._lock:
             if self._closed:
                 refuse = True
@@ -74,29 +89,44 @@ class ParkingInbox(_Inbox):
                 refuse = False
                 self._queue.put(envelope)
                 if not self._parked:
-                    return
+                    return False
                 self._parked = False
+                if here:
+                    self._here = 1
         if refuse:
             _refuse(envelope)
-            return
-        self._wake()
+            return False
+        return True
 
     def get(self) -> Envelope[Any]:
         """The next message; with none queued, parks the actor (raises `_Parked`)."""
         with self._lock:
-            try:
+            if self._closed:  # pykka's teardown: it gets only from a non-empty inbox
                 return self._queue.get_nowait()
-            except queue.Empty:
-                if self._closed:  # pykka's teardown never gets from an empty inbox
-                    raise
+            if self._here == 1:  # the asker's own message: it came first
+                self._here = 2
+                return self._queue.get_nowait()
+            if self._here == 0:
+                try:
+                    return self._queue.get_nowait()
+                except queue.Empty:
+                    self._parked = True
+                    raise _Parked from None
+            # The asker's message is handled: the asker goes back to its own work, and
+            # what came behind it (if anything) to a worker.
+            self._here = 0
+            if self._queue.empty():
                 self._parked = True
-                raise _Parked from None
+                raise _Parked
+        self._wake()
+        raise _Parked
 
     def _wake(self) -> None:
-        resume = self._resume
-        assert resume is not None  # set before the actor's loop first ran
+        pool, loop = self._pool, self._loop
+        assert pool is not None  # both set before the loop first ran
+        assert loop is not None
         try:
-            resume()
+            pool.run(loop, self._name)
         except Exception as exc:
             # No worker, and no thread could start: what was queued cannot run now. It is
             # answered "not delivered" (never handled, so a retry cannot duplicate it), and
@@ -134,10 +164,9 @@ class ParkingActor(Actor):
 
     def _start_actor_loop(self) -> None:
         inbox = cast(ParkingInbox, self.actor_inbox)
-        pool = pool_for(daemon=self.use_daemon_thread)
-        name = type(self).__name__
-        loop = self._run
-        inbox._resume = lambda: pool.run(loop, name)
+        inbox._pool = pool_for(daemon=self.use_daemon_thread)
+        inbox._name = type(self).__name__
+        inbox._loop = self._run
         super()._start_actor_loop()  # runs `_actor_loop` on a worker, or undoes the start
 
     def _actor_loop(self) -> None:
@@ -152,3 +181,26 @@ class ParkingActor(Actor):
         except _Parked:
             return
         self._actor_loop_teardown()
+
+
+def ask_here(ref: pykka.ActorRef[Any], message: Any) -> pykka.Future[Any]:
+    """``ref.ask(message, block=False)``, for an asker that waits for the answer next: if
+    the actor is parked, its loop runs on this thread for this one message (then hands
+    what came behind it to a worker), saving the two thread wake-ups of a hand-off.
+
+    Never on the main thread: a ``KeyboardInterrupt`` arrives there, and inside the
+    actor's handler it would be the actor's failure (pykka stops every actor on one),
+    not the asker's interruption.
+    """
+    inbox = ref.actor_inbox
+    if not isinstance(inbox, ParkingInbox) or threading.current_thread() is _MAIN:
+        return ref.ask(message, block=False)
+    future: pykka.Future[Any] = ref.actor_class._create_future()
+    if inbox._put(Envelope(message, reply_to=future), here=True):
+        loop = inbox._loop
+        assert loop is not None
+        contextvars.Context().run(loop)  # what a worker starts each loop with
+    return future
+
+
+_MAIN = threading.main_thread()

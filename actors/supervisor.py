@@ -23,7 +23,7 @@ import pykka
 from actors._answer import NO_ANSWER, answer_of
 from actors._inbox import ActivationInbox
 from actors._outcomes import error_text, failed
-from actors._parking import ParkingActor
+from actors._parking import ParkingActor, ask_here
 from actors._record import Activation, ActivationSlot, ActivationView
 from actors._transcript import turn_frame
 from actors.activation import ActivationActor
@@ -628,7 +628,7 @@ class ChildSupervisorProxy:
         Raises:
             SubagentControlError: the supervisor refused the message.
         """
-        return reply_of(self.ref.ask(send, block=False))
+        return reply_of(ask_here(self.ref, send))
 
 
 def reply_of(future: pykka.Future[Any]) -> Reply | None:

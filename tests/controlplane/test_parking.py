@@ -10,11 +10,10 @@ from typing import Any
 
 import pytest
 
-from actors._parking import ParkingActor
+from actors._parking import ParkingActor, ask_here
 from actors._pool import LoopPool
 from controlplane import ErrorCode, SubagentControlError
 from tests.support import WAIT_S, eventually
-
 
 _counters: dict[str, _Counter] = {}
 """Every counter of the running test by URN."""
@@ -132,3 +131,83 @@ def test_when_no_thread_can_resume_it_what_was_queued_is_not_delivered_and_it_li
     actor = _counters[ref.actor_urn]
     ref.stop(timeout=WAIT_S)
     assert actor.handled == [(0, 0), (0, 2)]  # the refused message was never handled
+
+
+class _Gated(_Counter):
+    """``"hold"`` waits for ``gate``; every message records the thread that handled it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = threading.Event()
+        self.gate = threading.Event()
+        self.on: dict[Any, threading.Thread] = {}
+        self.named: dict[Any, str] = {}
+
+    def on_receive(self, message: Any) -> Any:
+        self.on[message] = threading.current_thread()
+        self.named[message] = threading.current_thread().name
+        if message == "hold":
+            self.entered.set()
+            assert self.gate.wait(WAIT_S)
+        return message
+
+
+def _ask_from_a_thread(ref: Any, message: Any) -> tuple[threading.Thread, Any]:
+    asked: list[Any] = []
+
+    def ask() -> None:
+        future = ask_here(ref, message)
+        asked.append(future.get(timeout=WAIT_S))
+
+    thread = threading.Thread(target=ask)
+    thread.start()
+    return thread, asked
+
+
+def test_ask_here_runs_a_parked_actor_on_the_askers_thread_for_its_message_only(
+    pool: LoopPool,
+) -> None:
+    ref = _Gated.start()
+    assert ref.ask("warm", timeout=WAIT_S) == "warm"
+    eventually(lambda: not _loop_threads("_Gated"), "the actor parked")
+    actor = _counters[ref.actor_urn]
+
+    asker, asked = _ask_from_a_thread(ref, "hold")
+    assert actor.entered.wait(WAIT_S)
+    behind = ref.ask("behind", block=False)  # queued while the asker's thread runs it
+    actor.gate.set()
+    asker.join(WAIT_S)
+
+    assert asked == ["hold"]
+    assert actor.on["hold"] is asker
+    assert behind.get(timeout=WAIT_S) == "behind"
+    assert actor.on["behind"] is not asker  # handed to a worker, not run by the asker
+    assert actor.named["behind"].startswith("_Gated-")
+    ref.stop(timeout=WAIT_S)
+
+
+def test_ask_here_on_the_main_thread_hands_the_message_to_a_worker(pool: LoopPool) -> None:
+    assert threading.current_thread() is threading.main_thread()
+    ref = _Gated.start()
+    assert ref.ask("warm", timeout=WAIT_S) == "warm"
+    eventually(lambda: not _loop_threads("_Gated"), "the actor parked")
+
+    assert ask_here(ref, "main").get(timeout=WAIT_S) == "main"
+
+    assert _counters[ref.actor_urn].on["main"] is not threading.main_thread()
+    ref.stop(timeout=WAIT_S)
+
+
+def test_ask_here_to_a_running_actor_queues_like_any_ask(pool: LoopPool) -> None:
+    ref = _Gated.start()
+    actor = _counters[ref.actor_urn]
+    ref.tell("hold")
+    assert actor.entered.wait(WAIT_S)
+
+    asker, asked = _ask_from_a_thread(ref, "queued")
+    actor.gate.set()
+    asker.join(WAIT_S)
+
+    assert actor.on["queued"] is not asker
+    assert asked == ["queued"]
+    ref.stop(timeout=WAIT_S)
