@@ -47,9 +47,10 @@ __all__ = ["IDLE_SUPERVISOR_CAP", "Passivator", "RootActor", "RootActorProxy"]
 IDLE_SUPERVISOR_CAP = 1000
 """Supervisors a process keeps before idle ones retire early. Past it, each new supervisor
 offers retirement (at most every `CAPPED_SWEEP_S`) to those idle for `CAPPED_IDLE_S`,
-whatever ``passivate_after_s`` says: under churn an idle supervisor is a thread and ~90 KiB
-held for nothing (a soak reached 4,190 of them and 796 MB), while a child whose supervisor
-retired only pays a cold resume's start at its next message."""
+whatever ``passivate_after_s`` says. An idle supervisor holds no thread (its loop runs on a
+pooled worker only while it has messages: `actors._parking`), but it is still ~10 KiB of
+objects: under churn, with ``passivate_after_s`` at 300 s, thousands would pile up, while a
+child whose supervisor retired only pays a cold resume's start at its next message."""
 CAPPED_IDLE_S = 1.0
 CAPPED_SWEEP_S = 0.5
 
@@ -255,8 +256,9 @@ class RootActorProxy:
 class Passivator:
     """Retires idle supervisors: every sweep period (half of ``idle_for_s``, at most a
     minute), asks the root to offer each supervisor retirement if it has been idle for
-    ``idle_for_s`` seconds (a supervisor is a thread; an idle child needs none until its
-    next message). So a supervisor retires within one period after ``idle_for_s``.
+    ``idle_for_s`` seconds (an idle supervisor holds no thread, but its objects and route
+    stay until it retires; an idle child needs none of them until its next message). So a
+    supervisor retires within one period after ``idle_for_s``.
     """
 
     _MAX_PERIOD_S = 60.0

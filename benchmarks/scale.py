@@ -166,9 +166,10 @@ def _section(
     verdict = growth_verdict(growth, "stored children")
     body = f"""\
 Every figure is measured in a fresh interpreter (median of the runs, min–max), SQLite
-store. A live child is a running activation: its supervisor and its activation actor each
-own a thread (pykka `ThreadingActor`); a durable-but-idle child costs nothing until a
-message reaches it.
+store. A live child is a running activation: its activation actor owns a thread (a pooled
+worker running its pykka loop); its supervisor holds one only while it handles a message
+(`actors._parking`). A durable-but-idle child costs nothing until a message reaches it
+(one whose supervisor is still kept: see *Idle children and soak*).
 
 **{n:,} live children** ({config.live_runs} run(s); starting and publishing took
 {fmt_s(start)} per child):
