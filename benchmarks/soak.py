@@ -7,7 +7,9 @@ Both run in a fresh interpreter (``python -m benchmarks.soak MODE …``, started
 
 - ``idle COUNT``: ``COUNT`` children each run their first turn and go idle, their
   supervisors all kept (the early-retirement cap lifted above ``COUNT`` for this one
-  measurement); threads and VmRSS before and after, so bytes and threads per idle child.
+  measurement); threads and VmRSS before and after, so bytes and threads per idle child
+  (each count taken once every loop has parked and the pool's idle workers, shared by all
+  actors, have ended).
 - ``soak TURNS``: the default options, two threads running turns with steady churn (half
   the turns start a new child, half resume one of the thread's latest few); every
   ``TURNS / 40`` turns, VmRSS, threads, objects the garbage collector tracks and the
@@ -25,6 +27,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -126,23 +129,33 @@ class _Turns:
 
         done = self.control.tasks.wait(task_id, timeout=_WAIT_S, requester=self.parent)
         if done.status is not TaskStatus.COMPLETED:
-            raise AssertionError(f"a turn ended {done.status}: {done.detail}")
+            raise AssertionError(f"a turn ended {done.status}")
 
     def quiet(self) -> None:
-        """Wait until no actor loop holds a worker (every supervisor parked)."""
-        deadline = time.monotonic() + _WAIT_S
-        pause = threading.Event()
-        while any(t.name.startswith(("ChildSupervisor", "ActivationActor")) for t in _threads()):
-            if time.monotonic() > deadline:
-                raise AssertionError("actor loops still running")
-            pause.wait(0.01)
+        """Wait until no actor loop holds a worker (every supervisor parked), then end the
+        pool's idle workers (shared, at most `LoopPool.max_idle`): the threads left are
+        those something holds."""
+        from actors._pool import actor_threads
+
+        _wait_until(lambda: not _named("ChildSupervisor-", "ActivationActor-"), "loops parked")
+        actor_threads.drain()
+        _wait_until(lambda: not _named("actor-pool-idle"), "idle workers ended")
 
     def supervisors(self) -> int:
         return len(self.control._routes)
 
 
-def _threads() -> list[threading.Thread]:
-    return threading.enumerate()
+def _named(*prefixes: str) -> bool:
+    return any(t.name.startswith(prefixes) for t in threading.enumerate())
+
+
+def _wait_until(done: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + _WAIT_S
+    pause = threading.Event()
+    while not done():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting until {what}")
+        pause.wait(0.01)
 
 
 def _snapshot() -> dict[str, int]:
@@ -263,7 +276,7 @@ def _section(config: SoakConfig, idle: list[dict[str, Any]], soak: dict[str, Any
             f"{per_objects.median:.1f}",
         ],
     ]
-    idle_met = per_rss.median <= 16 * 1024 and per_threads.median <= 0.001
+    idle_met = per_rss.median <= 16 * 1024 and per_threads.median <= 0
     samples = soak["samples"]
     warm_at = next(
         (i for i, s in enumerate(samples) if s["turns"] >= _WARM_UP * soak["turns"]),
@@ -297,7 +310,8 @@ holds no thread: its actor loop runs on a pooled worker only while its mailbox h
 
 **{n:,} idle children in one process** ({config.idle_runs} run(s); each child ran one turn;
 the early-retirement cap lifted above {n:,} for this measurement, so every supervisor is
-kept; measured once every actor loop had given its worker back):
+kept; counted once every actor loop had given its worker back and the pool's idle workers
+— at most 16, shared by every actor — had ended):
 
 {table(["", "threads", "VmRSS", "gc-tracked objects"], idle_rows)}
 
