@@ -202,6 +202,8 @@ def _section(
             p50["store"], p50["append"]
         ).median
         figures[f"resume route p50, {level:,} live"] = spread(p50["resume"]).median
+        tp = throughput[level]
+        figures[f"steer throughput / router, {level:,} live"] = tp.ours.median / tp.router.median
         goal_met = goal_met and ratio50.median <= 1.5
         steer_rows.append(
             [
