@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 
     from pykka._actor import ActorInbox
 
-__all__ = ["ParkingActor", "ParkingInbox", "ask_here"]
+__all__ = ["HERE_AT_MOST", "ParkingActor", "ParkingInbox", "ask_here"]
 
 log = logging.getLogger(__name__)
 
@@ -55,13 +55,20 @@ class _Parked(BaseException):
     reads the inbox outside the ``try`` around its handler, so it never sees it at all)."""
 
 
+HERE_AT_MOST = 8
+"""How many messages an asker's thread handles when it runs a parked actor's loop: its own,
+then those that came behind it while it did, up to this many in all, so senders contending
+for one actor are answered without waking a worker, and no asker serves others for long."""
+
+
 class ParkingInbox(_Inbox):
     """An actor's mailbox that parks its actor when empty and resumes it on the next put.
 
     Invariant, under ``_lock``: ``_parked`` is true exactly when no loop runs for the actor
     (then the queue is empty, or the put that will schedule the loop is on its way).
-    ``_here`` counts, for a loop run by an asker's own thread (`ask_here`), the messages it
-    took: it takes one, its own, and hands whatever came behind it to a worker.
+    ``_here`` is 0, or, while an asker's own thread runs the loop (`ask_here`), one more than
+    the messages it took: its own first, then at most `HERE_AT_MOST` - 1 that came behind
+    it (each answered with no thread woken for it), before it hands the rest to a worker.
     """
 
     __slots__ = ("_here", "_loop", "_name", "_parked", "_pool")
@@ -103,21 +110,18 @@ class ParkingInbox(_Inbox):
         with self._lock:
             if self._closed:  # pykka's teardown: it gets only from a non-empty inbox
                 return self._queue.get_nowait()
-            if self._here == 1:  # the asker's own message: it came first
-                self._here = 2
-                return self._queue.get_nowait()
-            if self._here == 0:
-                try:
-                    return self._queue.get_nowait()
-                except queue.Empty:
-                    self._parked = True
-                    raise _Parked from None
-            # The asker's message is handled: the asker goes back to its own work, and
-            # what came behind it (if anything) to a worker.
-            self._here = 0
             if self._queue.empty():
+                self._here = 0
                 self._parked = True
                 raise _Parked
+            if self._here == 0:
+                return self._queue.get_nowait()
+            if self._here <= HERE_AT_MOST:
+                self._here += 1
+                return self._queue.get_nowait()
+            # The asker's thread has taken its share: it goes back to its own work, and
+            # what is still queued goes to a worker.
+            self._here = 0
         self._wake()
         raise _Parked
 
@@ -185,8 +189,9 @@ class ParkingActor(Actor):
 
 def ask_here(ref: pykka.ActorRef[Any], message: Any) -> pykka.Future[Any]:
     """``ref.ask(message, block=False)``, for an asker that waits for the answer next: if
-    the actor is parked, its loop runs on this thread for this one message (then hands
-    what came behind it to a worker), saving the two thread wake-ups of a hand-off.
+    the actor is parked, its loop runs on this thread for this message (and at most
+    `HERE_AT_MOST` - 1 that come behind it; the rest go to a worker), saving the two thread
+    wake-ups of a hand-off.
 
     Never on the main thread: a ``KeyboardInterrupt`` arrives there, and inside the
     actor's handler it would be the actor's failure (pykka stops every actor on one),

@@ -334,6 +334,14 @@ actors), raw pykka `tell` (no reply, no durability) and raw `sqlite3` appends fr
 number of threads frame it:
 
 {throughput_table}
+
+A steer from any thread but the main one runs the decision of the child's supervisor, idle
+between messages, on the sender's own thread (`actors._parking.ask_here`): no thread is
+woken for it (the single-sender timings above run on the main thread, where it is handed to
+a worker). What still separates a steer from the router is CPU, which the GIL serializes
+across the sender threads: per steer, the store's append (`SqlStore.append` against the raw
+`sqlite3` append in *Parts*) and the send path around it — argument checks, the supervisor's
+decision, the activation inbox's hand-over and the transcript's fenced write.
 """
     return Section("Routing", body, {"goal_met": goal_met, "figures": figures})
 

@@ -164,9 +164,11 @@ def _ask_from_a_thread(ref: Any, message: Any) -> tuple[threading.Thread, Any]:
     return thread, asked
 
 
-def test_ask_here_runs_a_parked_actor_on_the_askers_thread_for_its_message_only(
-    pool: LoopPool,
+@pytest.mark.parametrize("at_most", [1, 2])
+def test_ask_here_runs_a_parked_actor_on_the_askers_thread_then_hands_the_rest_to_a_worker(
+    pool: LoopPool, monkeypatch: pytest.MonkeyPatch, at_most: int
 ) -> None:
+    monkeypatch.setattr("actors._parking.HERE_AT_MOST", at_most)
     ref = _Gated.start()
     assert ref.ask("warm", timeout=WAIT_S) == "warm"
     eventually(lambda: not _loop_threads("_Gated"), "the actor parked")
@@ -174,15 +176,18 @@ def test_ask_here_runs_a_parked_actor_on_the_askers_thread_for_its_message_only(
 
     asker, asked = _ask_from_a_thread(ref, "hold")
     assert actor.entered.wait(WAIT_S)
-    behind = ref.ask("behind", block=False)  # queued while the asker's thread runs it
+    # Queued while the asker's thread runs the actor.
+    behind = [ref.ask(name, block=False) for name in ("second", "third")]
     actor.gate.set()
     asker.join(WAIT_S)
 
     assert asked == ["hold"]
     assert actor.on["hold"] is asker
-    assert behind.get(timeout=WAIT_S) == "behind"
-    assert actor.on["behind"] is not asker  # handed to a worker, not run by the asker
-    assert actor.named["behind"].startswith("_Gated-")
+    assert [future.get(timeout=WAIT_S) for future in behind] == ["second", "third"]
+    # The asker's share is `HERE_AT_MOST` messages, its own first; a worker takes the rest.
+    assert (actor.on["second"] is asker) == (at_most == 2)
+    assert actor.on["third"] is not asker
+    assert actor.named["third"].startswith("_Gated-")
     ref.stop(timeout=WAIT_S)
 
 
