@@ -1,4 +1,4 @@
-"""The clocks a lease is judged on (SPEC §9): the database's on PostgreSQL, and on SQLite the
+"""The clocks a lease is judged on: the database's on PostgreSQL, and on SQLite the
 host's boot clock, which every process of the host shares.
 
 SQLite runs on one host, but every process there has read its own wall clock: a clock
