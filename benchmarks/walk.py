@@ -17,9 +17,11 @@ so that two runs' names compare); and each *call up a layer*: a function of a lo
 calling into a function of a higher layer's module (a callback, a listener, a port the
 runtime implements). The caller is the nearest project frame below the callee on the
 thread's stack, so a callback handed through pykka, tenacity or the standard library
-counts for the project code that made the call. Layers, lowest first: the contract (with
-the providers and the telemetry, which import only the contract), persistence, actors,
-the runtime, the fronts, as `tests/test_layering.py` draws them.
+counts for the project code that made the call. Layers, lowest first: the contract,
+persistence, actors, the runtime, the fronts, with the providers and the telemetry beside
+the runtime (they import only the contract), as `tests/test_layering.py` draws them: a
+call from one layer into a layer it may not import is a call up a layer (an actor calling
+the telemetry or a runtime port, persistence calling a runtime listener).
 
 Each walk runs ``runs`` times after one warm-up (so imports and first-use caches are not in
 it); a figure is the median over the runs, and the lists name what every run visited.
@@ -50,11 +52,21 @@ from benchmarks._routes import Plane
 from controlplane import CancelSignal, ResumeRequest, TextBlock
 from persistence import SqlStore
 
-__all__ = ["Walk", "layer_of", "main", "walk"]
+__all__ = ["Walk", "is_up", "layer_of", "main", "walk"]
 
 PROJECT = ("controlplane", "actors", "persistence")
-RANK = {"contract": 0, "providers": 0, "telemetry": 0, "persistence": 1, "actors": 2}
-RANK |= {"runtime": 3, "front": 4}
+_BELOW_RUNTIME = frozenset({"contract", "persistence", "actors", "telemetry", "providers"})
+REACHES: dict[str, frozenset[str]] = {
+    "contract": frozenset({"contract"}),
+    "persistence": frozenset({"contract", "persistence"}),
+    "actors": frozenset({"contract", "persistence", "actors"}),
+    "telemetry": frozenset({"contract", "telemetry"}),
+    "providers": frozenset({"contract", "providers"}),
+    "runtime": _BELOW_RUNTIME | {"runtime"},
+    "front": _BELOW_RUNTIME | {"runtime", "front"},
+}
+"""The layers a module of each layer may import (`tests/test_layering.py`'s ``ALLOWED``):
+a call from one layer into a layer it may not import is a call up a layer."""
 COLD_LENGTH = 20
 """Messages in the cold-resumed child's transcript (the walk, not the load, is the point)."""
 RESTART = "restart, then send"
@@ -74,6 +86,12 @@ def layer_of(module: str) -> str:
     if sub in ("cli", "tools", "aio", "fronts"):
         return "front"
     return "runtime"
+
+
+def is_up(caller: str, callee: str) -> bool:
+    """Whether a call from module ``caller`` into module ``callee`` runs up a layer: into
+    a layer ``caller``'s may not import, so only an object handed down reaches it."""
+    return layer_of(callee) not in REACHES[layer_of(caller)]
 
 
 def _is_ours(module: str) -> bool:
@@ -121,7 +139,7 @@ class _Profiler:
         if caller is None:
             return
         below = caller.f_globals["__name__"]
-        if RANK[layer_of(below)] < RANK[layer_of(module)]:
+        if is_up(below, module):
             window.up_calls[
                 f"{below}.{caller.f_code.co_name} → {module}.{frame.f_code.co_name}"
             ] += 1
@@ -171,6 +189,11 @@ class Walk:
     def per_layer(self) -> dict[str, int]:
         """How many of ``modules`` each layer has."""
         return dict(sorted(Counter(layer_of(m) for m in self.modules).items()))
+
+    def up_into(self) -> dict[str, int]:
+        """How many of ``up_edges`` go into each layer."""
+        callees = (edge.split(" → ")[1].rsplit(".", 1)[0] for edge in self.up_edges)
+        return dict(sorted(Counter(layer_of(m) for m in callees).items()))
 
 
 def _summary(name: str, windows: Sequence[_Window]) -> Walk:
@@ -267,9 +290,11 @@ def render(walks: Sequence[Walk], before: Sequence[Walk] | None = None) -> str:
 
     def cells(w: Walk) -> list[str]:
         layers = ", ".join(f"{k} {v}" for k, v in w.per_layer().items())
-        return [str(len(w.modules)), layers, str(len(w.threads)), str(w.up_calls)]
+        into = ", ".join(f"{k} {v}" for k, v in w.up_into().items())
+        up = f"{w.up_calls} ({into})" if into else str(w.up_calls)
+        return [str(len(w.modules)), layers, str(len(w.threads)), up]
 
-    header = ["operation", "modules visited", "per layer", "threads", "calls up a layer"]
+    header = ["operation", "modules visited", "per layer", "threads", "calls up a layer (into)"]
     rows: list[list[str]] = []
     old = {w.name: w for w in before or ()}
     for w in walks:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from benchmarks.walk import RANK, Walk, _Profiler, _Window, layer_of, render, thread_kind
+from benchmarks.walk import Walk, _Profiler, _Window, is_up, layer_of, render, thread_kind
 from tests.support import run_python
 
 
@@ -62,9 +62,11 @@ def test_a_call_down_a_layer_or_within_one_is_not_a_call_up() -> None:
 def test_the_layer_map_reads_both_the_flat_and_the_winged_runtime() -> None:
     assert layer_of("controlplane._task_book") == layer_of("controlplane.runtime.tasks._task_book")
     assert layer_of("controlplane.fronts._tools") == layer_of("controlplane.tools") == "front"
-    assert RANK[layer_of("persistence._claims")] < RANK[layer_of("actors.supervisor")]
-    assert RANK[layer_of("actors.supervisor")] < RANK[layer_of("controlplane.runtime._facade")]
-    assert RANK[layer_of("controlplane.contract._usage")] == 0
+    assert is_up("persistence._claims", "actors.supervisor")
+    assert is_up("actors.supervisor", "controlplane.runtime._facade")
+    assert is_up("actors.activation", "controlplane.telemetry._run_spans")
+    assert not is_up("controlplane.runtime._facade", "actors.supervisor")
+    assert not is_up("actors.supervisor", "controlplane.contract._usage")
     assert thread_kind("ChildSupervisor-12") == thread_kind("ChildSupervisor-3")
     assert thread_kind("subagent-runtime:vm-1-2fa3") == "subagent-runtime:#"
 
@@ -96,7 +98,7 @@ def test_a_one_run_walk_of_a_steer_and_a_cold_resume_names_sane_modules_and_thre
         assert w.up_calls >= len(w.up_edges)
         for edge in w.up_edges:
             caller, callee = (side.rsplit(".", 1)[0] for side in edge.split(" → "))
-            assert RANK[layer_of(caller)] < RANK[layer_of(callee)], edge
+            assert is_up(caller, callee), edge
     assert "| steer | " in done.stdout
     assert "| cold resume | " in done.stdout
 
