@@ -71,6 +71,7 @@ def test_the_layer_map_reads_both_the_flat_and_the_winged_runtime() -> None:
     assert thread_kind("subagent-runtime:vm-1-2fa3") == "subagent-runtime:#"
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_a_one_run_walk_of_a_steer_and_a_cold_resume_names_sane_modules_and_threads(
     tmp_path: Path,
