@@ -108,8 +108,8 @@ _DROP_VERSION_4_TASK_INDEXES: Final = (
 
 def _add_boot_clock(conn: Connection) -> None:
     """Version 6: a runtime's heartbeat is also kept on the host's boot clock (SQLite leases
-    are judged on it, not on each process's wall clock). Old rows have none: judged by the
-    wall clock, as before."""
+    are judged on it, not on each process's wall clock). Rows written before it have none: they
+    are judged by the wall clock."""
     present = {column["name"] for column in inspect(conn).get_columns(RUNTIMES)}
     if "heartbeat_boot_s" not in present:
         conn.execute(text(_ADD_BOOT_CLOCK))
