@@ -26,7 +26,11 @@ from controlplane import EventKind, SessionEvent, SubagentControl, TaskStatus, T
 
 pytest.importorskip("acp", reason="the acp extra is not installed")
 from controlplane import AcpProvider
+from controlplane.providers._acp_client import SESSION_EVENT
+from controlplane.providers._acp_session import Capabilities, open_prompt
 from tests.providers.acp_recovery_child import PARENT
+from tests.providers.fakes import FakeTranscript, Parent, resume_request
+from tests.providers.fakes import events as fake_events
 from tests.providers.test_acp_currency import Logged
 from tests.providers.test_acp_provider import alive
 from tests.providers.test_acp_provider import reaped as reaped_agents
@@ -36,7 +40,8 @@ from tests.support import WAIT_S, eventually
 CHILD = Path(__file__).with_name("acp_recovery_child.py")
 SDK_AGENT = Path(__file__).with_name("sdk_session_agent.py")
 
-pytestmark = [pytest.mark.timeout(120), pytest.mark.slow]
+pytestmark = pytest.mark.timeout(120)
+slow = pytest.mark.slow  # each test with processes: measured 5-15 s under load (--durations)
 
 reaped = pytest.fixture(reaping, name="reaped")
 
@@ -109,6 +114,7 @@ def _reopens(agents: Agents, method: str) -> None:
     assert agents.called()[-3:] == ["initialize", method, "session/prompt"], agents.called()
 
 
+@slow
 @pytest.mark.parametrize(
     ("flag", "method"),
     [("--load-session", "session/load"), ("--resume-session", "session/resume")],
@@ -151,6 +157,7 @@ def test_a_sigkilled_runtimes_acp_turn_goes_on_elsewhere_as_the_same_task(
     assert first["session"] == second["session"] == again["session"]
 
 
+@slow
 @pytest.mark.parametrize("flags", [(), ("--load-session",)], ids=["neither", "load"])
 def test_the_sdks_agent_side_reopens_a_dead_runtimes_session_or_the_task_ends_saying_why(
     reaped: Reaper, sdk_agents: Agents, sqlite_url: str, flags: tuple[str, ...]
@@ -168,6 +175,8 @@ def test_the_sdks_agent_side_reopens_a_dead_runtimes_session_or_the_task_ends_sa
     assert _texts(turn, EventKind.USER_MESSAGE) == ["second"]
     if not flags:
         assert done.status is TaskStatus.INTERRUPTED, done.outcome
+        assert done.outcome is not None
+        assert "offers neither session/resume nor session/load" in (done.outcome.detail or "")
         assert sdk_agents.prompted() == 2  # no agent was started to carry it on
         return
     assert done.status is TaskStatus.COMPLETED, done.outcome
@@ -179,6 +188,7 @@ def test_the_sdks_agent_side_reopens_a_dead_runtimes_session_or_the_task_ends_sa
     ]
 
 
+@slow
 def test_an_agent_that_offers_neither_method_ends_the_task_interrupted_saying_why(
     reaped: Reaper, agents: Agents, store_url: str
 ) -> None:
@@ -207,6 +217,7 @@ def test_an_agent_that_offers_neither_method_ends_the_task_interrupted_saying_wh
     assert resumed.status is TaskStatus.COMPLETED, resumed.outcome
 
 
+@slow
 @pytest.mark.parametrize("flags", [("--load-session",), ()], ids=["load", "neither"])
 def test_close_hands_a_running_acp_turn_over_when_its_agent_can_reopen_the_session(
     reaped: Reaper, agents: Agents, store_url: str, flags: tuple[str, ...]
@@ -244,3 +255,65 @@ def test_close_hands_a_running_acp_turn_over_when_its_agent_can_reopen_the_sessi
     assert done.recoveries == 1
     assert kinds.count(EventKind.TASK_RECOVERED) == 1, kinds
     _reopens(agents, "session/load")
+
+
+# -- what a carried-on turn sends, and when it cannot go on (no processes) ---------------
+
+
+def _session(reopen: object = "missing") -> tuple[str, dict[str, object]]:
+    data: dict[str, object] = {"session_id": "s-1"}
+    if reopen != "missing":
+        data["reopen"] = reopen
+    return (SESSION_EVENT, data)
+
+
+def test_a_carried_on_turn_sends_its_prompt_and_the_steers_it_took_once_each() -> None:
+    open_turn = fake_events(
+        (EventKind.TURN_START, {"task_id": "t-1"}),
+        (EventKind.USER_MESSAGE, {"text": "do it"}),
+        _session("session/load"),
+        (EventKind.ASSISTANT_MESSAGE, {"text": "half done"}),
+        (EventKind.STEERING_MESSAGE, {"text": "and this"}),
+        (EventKind.TASK_RECOVERED, {"task_id": "t-1"}),
+    )
+    request = resume_request(Parent(), FakeTranscript(), child_id="c-1", events=[], prompt="")
+    carried = request.model_copy(update={"open_turn": open_turn, "prompt": []})
+    assert open_prompt(carried) == ["do it", "and this"]
+    # A message sent with the continuation comes after them; a plain resume sends its own.
+    steered = carried.model_copy(update={"prompt": [TextBlock(text="one more")]})
+    assert open_prompt(steered) == ["do it", "and this", "one more"]
+    assert open_prompt(request.model_copy(update={"prompt": [TextBlock(text="hi")]})) == ["hi"]
+
+
+@pytest.mark.parametrize(
+    ("recorded", "refusal"),
+    [
+        ([_session("session/resume")], None),
+        ([_session("session/load")], None),
+        ([_session(None)], "offers neither session/resume nor session/load"),
+        ([_session()], "recorded without what reopens it"),
+        ([], "never had its session recorded"),
+        ([_session("session/load"), _session(None)], "offers neither"),  # the newest counts
+    ],
+)
+def test_whether_a_turn_can_go_on_is_read_from_the_newest_session_record(
+    recorded: list[tuple[str, dict[str, object]]], refusal: str | None
+) -> None:
+    provider = AcpProvider(["agent", "--acp"])
+    stored = fake_events((EventKind.USER_MESSAGE, {"text": "x"}), *recorded)
+    said = provider.recovery_refusal(stored)
+    if refusal is None:
+        assert said is None
+    else:
+        assert said is not None
+        assert refusal in said
+        assert "'agent --acp'" in said
+
+
+def test_close_hands_over_until_the_provider_sees_an_agent_that_cannot_reopen_a_session() -> None:
+    provider = AcpProvider(["agent"])
+    assert provider.recovers_turns  # not known yet: a recovering runtime reads the record
+    provider._saw(Capabilities(load=True))
+    assert provider.recovers_turns
+    provider._saw(Capabilities())
+    assert not provider.recovers_turns
