@@ -10,6 +10,8 @@ Modes:
 - ``start``: the child's first prompt (``work``) is the one caught; the test makes ``HOLD``.
 - ``resumed``: the first turn (``first``) completes, then this creates ``HOLD`` and a
   message (``second``) resumes the child (``started``): that turn's prompt is caught.
+- ``steered``: like ``start``, then on a line on its stdin it steers the running turn
+  (``also this``) and prints ``STEERED <route>``.
 - ``close``: like ``start``, then on a line on its stdin it closes (handing the turn over,
   or killing it when the agent cannot reopen its session) and prints ``CLOSED <seconds>``.
 """
@@ -62,6 +64,10 @@ def main(url: str, mode: str, hold: str, *command: str) -> None:
         time.sleep(0.01)
     ready = {"task_id": task_id, "child_id": started.child_id, "runtime_id": control.runtime_id}
     print("READY " + json.dumps(ready), flush=True)
+    if mode == "steered":
+        sys.stdin.readline()  # the agent has the prompt
+        sent = control.send_message(parent, started.child_id, [TextBlock(text="also this")])
+        print(f"STEERED {sent.route}", flush=True)
     if mode == "close":
         sys.stdin.readline()  # the test's runtime is up
         began = time.monotonic()

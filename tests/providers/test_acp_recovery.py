@@ -81,11 +81,15 @@ def sdk_agents(tmp_path: Path) -> Iterator[Agents]:
 def _killed_mid_prompt(reaped: Reaper, url: str, mode: str, agents: Agents,
                        flags: tuple[str, ...], prompts: int) -> dict[str, str]:  # fmt: skip
     """Run ``mode`` in a runtime of its own, SIGKILL it once the agent has its
-    ``prompts``-th prompt, let the next agent answer; the runtime's READY facts."""
+    ``prompts``-th prompt (and, ``steered``, a steer was answered ``steered``), let the next
+    agent answer; the runtime's READY facts."""
     command = agents.held(*flags)
     runtime = reaped.add(LinesProcess(CHILD, url, mode, str(agents.hold), *command, name=mode))
     ready: dict[str, str] = json.loads(runtime.expect("READY ").removeprefix("READY "))
     eventually(lambda: agents.prompted() == prompts, "the prompt reached the agent")
+    if mode == "steered":
+        runtime.say("steer")
+        assert runtime.expect("STEERED ") == "steered"
     runtime.proc.send_signal(signal.SIGKILL)
     runtime.reap()
     agents.hold.unlink()
@@ -186,6 +190,30 @@ def test_the_sdks_agent_side_reopens_a_dead_runtimes_session_or_the_task_ends_sa
         "echo: first",
         "echo: second (remembered: first)",
     ]
+
+
+@slow
+def test_a_carried_on_turn_gets_the_steer_it_took_again_and_records_it_once(
+    reaped: Reaper, agents: Agents, sqlite_url: str
+) -> None:
+    agents.hold.touch()
+    flags = ("--load-session", "--steering")
+    ready = _killed_mid_prompt(reaped, sqlite_url, "steered", agents, flags, prompts=1)
+    with SubagentControl.open(sqlite_url, lease_ttl_s=30.0) as control:
+        _recovering(control, agents, flags)
+        parent = control.agents.register(PARENT)
+        done = control.tasks.wait(ready["task_id"], timeout=3 * WAIT_S, requester=parent)
+        assert control.store is not None
+        events = control.store.load(ready["child_id"]).events
+
+    assert done.status is TaskStatus.COMPLETED, done.outcome
+    assert done.recoveries == 1
+    turn = _turn(events, ready["task_id"])
+    assert _texts(turn, EventKind.USER_MESSAGE) == ["work"]
+    assert _texts(turn, EventKind.STEERING_MESSAGE) == ["also this"]
+    # The new agent is prompted with the turn's messages in order: the prompt, the steer.
+    assert agents.prompts()[-1]["texts"] == ["work", "also this"]
+    _reopens(agents, "session/load")
 
 
 @slow
