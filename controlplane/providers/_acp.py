@@ -102,7 +102,9 @@ class AcpProvider:
     completes in the SAME turn, each message in the transcript once. What the agent did
     before its process died stays recorded as far as it got (a message it was streaming
     is lost); whatever the agent persisted of the interrupted prompt is its own to
-    reconcile. An agent that offers neither method cannot go on: its Task ends
+    reconcile (a runtime only cut off, not dead, keeps its agent until it finds its claim
+    lost: for that while two agent processes hold the session, and only the new one's
+    updates are recorded). An agent that offers neither method cannot go on: its Task ends
     ``interrupted``, saying so, and a message continues the child in a new turn
     (`recovery_refusal`, decided from the ``acp/session`` record before any agent is
     spawned); its runs are not handed over on ``close()``, which kills them, once this
