@@ -122,8 +122,6 @@ class Recovery:
         found = self._providers.get(provider) if provider in self._providers.names() else None
         if found is None:
             return self._wait_for_provider(task, dead, provider)
-        if not getattr(found, "recovers_turns", False):
-            return False
         refusal = getattr(found, "recovery_refusal", None)
         why = refusal(events) if callable(refusal) else None
         if why is not None:
@@ -133,6 +131,8 @@ class Recovery:
                 "send the child a message to continue it in a new turn",
             )
             return True
+        if not getattr(found, "recovers_turns", False):
+            return False
         result = self._store.recover(
             task.id, task.child_id, self._runtime.id,
             is_dead=self._runtime.judge, limit=self.max_recoveries,
