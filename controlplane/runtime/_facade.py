@@ -90,8 +90,9 @@ __all__ = ["TASK_TOOLS_SURFACE", "ChildView", "SubagentControl"]
 
 TASK_TOOLS_SURFACE = "task-tools"
 DEFAULT_MAX_LIVE_ACTIVATIONS = 2000
-"""The default cap on live activations: each holds up to three threads (supervisor,
-activation, the provider's loop), and the process's thread ceiling is far above that."""
+"""The default cap on live activations: each holds up to three threads (the activation's,
+the provider's loop, its supervisor's while it handles a message), and the process's
+thread ceiling is far above that."""
 STORE_OPTIONS = (
     "retry",
     "lock_timeout_s",
@@ -121,9 +122,9 @@ class SubagentControl(HandleApi, SpendApi, ApprovalApi):
             over: it stops taking work at once, waits at most this long for its running
             activations to settle by themselves, then stops the rest, handing their turns
             over (or killing them, with ``recover=False``). Default 0: handed over at once.
-        passivate_after_s: Retire a child's supervisor (its thread) once the child has been
-            idle this long (at least 0.05 s); its next message makes a new one. ``None``
-            keeps supervisors until `close`.
+        passivate_after_s: Retire a child's supervisor (a few KiB of objects; it holds no
+            thread while idle) once the child has been idle this long (at least 0.05 s);
+            its next message makes a new one. ``None`` keeps supervisors until `close`.
         max_live_activations: The most activations that may exist at once (each holds
             threads); the next start or resume is refused with ``CAPACITY``, writing
             nothing. ``None`` for no cap.
