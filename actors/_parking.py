@@ -198,7 +198,7 @@ def ask_here(ref: pykka.ActorRef[Any], message: Any) -> pykka.Future[Any]:
     not the asker's interruption.
     """
     inbox = ref.actor_inbox
-    if not isinstance(inbox, ParkingInbox) or threading.current_thread() is _MAIN:
+    if not isinstance(inbox, ParkingInbox) or threading.current_thread() is threading.main_thread():
         return ref.ask(message, block=False)
     future: pykka.Future[Any] = ref.actor_class._create_future()
     if inbox._put(Envelope(message, reply_to=future), here=True):
@@ -206,6 +206,3 @@ def ask_here(ref: pykka.ActorRef[Any], message: Any) -> pykka.Future[Any]:
         assert loop is not None
         contextvars.Context().run(loop)  # what a worker starts each loop with
     return future
-
-
-_MAIN = threading.main_thread()
