@@ -11,9 +11,10 @@ whose ``get`` on an empty mailbox does not wait: it *parks* the actor, raising `
 which pykka's loop does not catch (it reads its inbox outside its handler's ``try``). The
 loop unwinds to `ParkingActor._run`, which returns the worker to the pool. The next ``put``
 finds the actor parked and hands its loop back to a worker (an idle one: one wake-up, as
-waking the actor's own thread was). One step under the inbox's lock decides "empty, so
+for an actor on a thread of its own). One step under the inbox's lock decides "empty, so
 parked" and "parked, so schedule", so exactly one loop runs per actor at any time and no
-message waits in a parked mailbox.
+message waits in a parked mailbox. A sender that waits for its answer anyway can run a
+parked actor's loop on its own thread instead (`ask_here`): then no thread is woken at all.
 
 So every rule of pykka's loop holds: messages one at a time, in order, on one thread at a
 time (not always the same thread); ``on_start`` once, before the first message; a stop
