@@ -169,6 +169,7 @@ def test_ask_here_runs_a_parked_actor_on_the_askers_thread_then_hands_the_rest_t
     pool: LoopPool, monkeypatch: pytest.MonkeyPatch, at_most: int
 ) -> None:
     monkeypatch.setattr("actors._parking.HERE_AT_MOST", at_most)
+    monkeypatch.setattr("actors._parking.HOT_S", 0.0)  # however recently it parked
     ref = _Gated.start()
     assert ref.ask("warm", timeout=WAIT_S) == "warm"
     eventually(lambda: not _loop_threads("_Gated"), "the actor parked")
@@ -188,6 +189,26 @@ def test_ask_here_runs_a_parked_actor_on_the_askers_thread_then_hands_the_rest_t
     assert (actor.on["second"] is asker) == (at_most == 2)
     assert actor.on["third"] is not asker
     assert actor.named["third"].startswith("_Gated-")
+    ref.stop(timeout=WAIT_S)
+
+
+def test_ask_here_to_a_hot_actor_hands_the_message_to_a_worker(
+    pool: LoopPool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Hot: parked less than HOT_S ago (here, any actor): its senders' messages gather
+    # during a worker's wake-up instead of being handled one sender after another.
+    monkeypatch.setattr("actors._parking.HOT_S", 3600.0)
+    ref = _Gated.start()
+    assert ref.ask("warm", timeout=WAIT_S) == "warm"
+    eventually(lambda: not _loop_threads("_Gated"), "the actor parked")
+
+    asker, asked = _ask_from_a_thread(ref, "hot")
+    asker.join(WAIT_S)
+
+    assert asked == ["hot"]
+    actor = _counters[ref.actor_urn]
+    assert actor.on["hot"] is not asker
+    assert actor.named["hot"].startswith("_Gated-")
     ref.stop(timeout=WAIT_S)
 
 
