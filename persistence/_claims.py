@@ -520,10 +520,11 @@ class Claims:
         self, task_id: str, child_id: str, data: dict[str, Any], source: MessageSource
     ) -> bool:
         """Write a ``steering/message`` (``data``, ``source``) into the open turn of
-        ``task_id``, parked on an approval request (its claim holds no runtime), in one
-        transaction under the child's lock: the runtime that continues it reads it with
-        the turn. False, writing nothing, when the Task is not parked there any more (a
-        runtime continues it, or it settled)."""
+        ``task_id``, parked on an approval request or left for a runtime with its child's
+        provider (`await_provider`; either way its claim holds no runtime), in one
+        transaction under the child's lock: the runtime that continues or takes it reads
+        it with the turn. False, writing nothing, when the Task is not waiting there any
+        more (a runtime continues it, or it settled)."""
 
         def op(_attempt: int) -> bool:
             with self._s.db.cursor(write=True) as cursor:
@@ -531,7 +532,7 @@ class Claims:
                 claim = self.claim_of(cursor, child_id)
                 if last is None or claim is None or claim[0] is not None or claim[1] != task_id:
                     return False
-                if not self._parkable(cursor, task_id):
+                if not (self._parkable(cursor, task_id) or self._awaits_provider(cursor, task_id)):
                     return False
                 turn, _rows = self._open_turn_of(cursor, child_id, task_id)
                 if turn is None:
@@ -611,6 +612,16 @@ class Claims:
         cursor.execute(self._s.sql.tasks.runtime, (task_id,))
         row = cursor.fetchone()
         return row is None or row[0] == runtime_id
+
+    def _awaits_provider(self, cursor: DBAPICursor, task_id: str) -> bool:
+        """Whether a Task is left for a runtime with its child's provider (running, no
+        runtime on its row: `await_provider`)."""
+        cursor.execute(self._s.sql.tasks.status, (task_id,))
+        status = cursor.fetchone()
+        cursor.execute(self._s.sql.tasks.runtime, (task_id,))
+        runtime = cursor.fetchone()
+        return (status is not None and status[0] == _RUNNING
+                and runtime is not None and runtime[0] == "")  # fmt: skip
 
     def _parkable(self, cursor: DBAPICursor, task_id: str) -> bool:
         """Whether a Task waits on an approval request whose run can be continued."""

@@ -295,3 +295,52 @@ def test_a_resume_waiting_for_a_runtime_with_its_provider_can_be_killed(store_ur
     assert _texts(turn, EventKind.USER_MESSAGE) == ["go on"]
     assert turn[-1].kind == EventKind.TURN_END
     assert turn[-1].data["status"] == "killed"
+
+
+def _idle_child(store_url: str) -> str:
+    """A child whose first turn completed, in a runtime with its provider (closed since)."""
+    with SubagentControl.open(store_url, lease_ttl_s=30.0) as first:
+        first.providers.register(InProcessProvider(ScriptedModel(["first turn done"])))
+        parent = first.agents.register(PARENT)
+        spec = ContinuableStartSpec(
+            provider="inprocess", label="idle", prompt=[TextBlock(text="do it")], parent=parent
+        )
+        started = first.start_continuable(spec)
+        first.tasks.wait(started.task_id, timeout=WAIT_S, requester=parent)
+    return started.child_id
+
+
+def test_a_second_message_joins_the_turn_that_waits_for_a_provider(
+    reaped: Reaper, store_url: str, tmp_path: Path
+) -> None:
+    child_id = _idle_child(store_url)
+    seen = tmp_path / "seen.jsonl"
+    # A front without the provider takes both messages, durably, into one waiting turn...
+    with SubagentControl.open(store_url, lease_ttl_s=30.0) as front:
+        parent = front.agents.register(PARENT)
+        sent = front.send_message(parent, child_id, [TextBlock(text="go on")])
+        assert sent.route == "started"
+        eventually(
+            lambda: front.tasks.get(sent.task_id, requester=parent).waiting_for == "inprocess",
+            "the task waits for a runtime with its provider",
+        )
+        again = front.send_message(parent, child_id, [TextBlock(text="and this too")])
+        assert (again.route, again.task_id) == ("steered", sent.task_id)
+        assert front.tasks.get(sent.task_id, requester=parent).status is TaskStatus.QUEUED
+        # ...and the worker that takes the Task sees both, once, in order.
+        worker = reaped.add(LinesProcess(CHILD, store_url, "worker", str(seen), name="worker"))
+        done = front.tasks.wait(sent.task_id, timeout=WAIT_S, requester=parent)
+        assert done.status is TaskStatus.COMPLETED, done.outcome
+        assert done.outcome is not None
+        assert done.outcome.output == "done by the worker"
+        worker.expect("SETTLED")
+        assert front.store is not None
+        turn = _turn(front.store.load(child_id).events, sent.task_id)
+    kinds = [e.kind for e in turn]
+    assert kinds.count(EventKind.TURN_START) == 1, kinds
+    assert kinds.count(EventKind.TURN_END) == 1, kinds
+    inbound = [e.data["text"] for e in turn
+               if e.kind in (EventKind.USER_MESSAGE, EventKind.STEERING_MESSAGE)]  # fmt: skip
+    assert inbound == ["go on", "and this too"]
+    (call,) = [json.loads(line) for line in seen.read_text().splitlines()]
+    assert call[-2:] == ["go on", "and this too"], call
