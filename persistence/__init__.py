@@ -18,6 +18,7 @@ from persistence._queue_listener import AdmissionListener
 from persistence._retry import RetryPolicy
 from persistence._spend import ScopeSpend, SpendLedger
 from persistence._store import SqlStore
+from persistence._takeable import Takeable, Watch
 from persistence._task_sql import Fence, Settlement, TxStep
 
 __all__ = [
@@ -43,9 +44,11 @@ __all__ = [
     "SqlStore",
     "StoreOverview",
     "StoredRequest",
+    "Takeable",
     "TaskLedger",
     "TxStep",
     "WaitingRequest",
+    "Watch",
     "boot_id",
     "host_name",
     "is_expired",

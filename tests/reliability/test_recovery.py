@@ -344,3 +344,44 @@ def test_a_second_message_joins_the_turn_that_waits_for_a_provider(
     assert inbound == ["go on", "and this too"]
     (call,) = [json.loads(line) for line in seen.read_text().splitlines()]
     assert call[-2:] == ["go on", "and this too"], call
+
+
+SLOW_SWEEP_LEASE_S = 120.0
+"""A lease whose periodic sweep (every third of it) never comes within a test's wait: what
+such a runtime takes in time, it took on a wake-up."""
+
+
+def test_a_closed_runtimes_turn_is_taken_on_a_wake_up_not_at_the_next_sweep(
+    reaped: Reaper, store_url: str, tmp_path: Path
+) -> None:
+    with SubagentControl.open(store_url, lease_ttl_s=SLOW_SWEEP_LEASE_S) as survivor:
+        survivor.providers.register(InProcessProvider(ScriptedModel(["finished elsewhere"])))
+        parent = survivor.agents.register(PARENT)
+        closing = reaped.add(LinesProcess(
+            CHILD, store_url, "close", str(tmp_path / "runs"), "0", str(SLOW_SWEEP_LEASE_S),
+            name="closing",
+        ))  # fmt: skip
+        ready = json.loads(closing.expect("READY ").removeprefix("READY "))
+        closing.say("close")
+        closing.expect("CLOSED ")
+        done = survivor.tasks.wait(str(ready["task_id"]), timeout=WAIT_S, requester=parent)
+        assert done.status is TaskStatus.COMPLETED, done
+        assert done.runtime_id == survivor.runtime_id
+        assert done.recoveries == 1
+
+
+def test_a_resume_left_for_a_provider_is_taken_on_a_wake_up_not_at_the_next_sweep(
+    store_url: str,
+) -> None:
+    child_id = _idle_child(store_url)
+    with (
+        SubagentControl.open(store_url, lease_ttl_s=SLOW_SWEEP_LEASE_S) as worker,
+        SubagentControl.open(store_url, lease_ttl_s=SLOW_SWEEP_LEASE_S) as front,
+    ):
+        worker.providers.register(InProcessProvider(ScriptedModel(["done by the worker"])))
+        parent = front.agents.register(PARENT)
+        sent = front.send_message(parent, child_id, [TextBlock(text="go on")])
+        assert sent.route == "started"
+        done = front.tasks.wait(sent.task_id, timeout=WAIT_S, requester=parent)
+        assert done.status is TaskStatus.COMPLETED, done.outcome
+        assert done.runtime_id == worker.runtime_id
