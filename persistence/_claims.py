@@ -231,14 +231,16 @@ class Claims:
             last_turn = 0
         else:
             last_turn = self._sealed_turn(cursor, child_id, int(sealed_seq), tail)
+        # Encoded as they came (their ``turn`` a placeholder) and written with the turn
+        # found here: a copy of each event with its turn would cost more than the insert.
         turn = last_turn + 1
-        pending = prepare_events([e.model_copy(update={"turn": turn}) for e in opening])
+        pending = prepare_events(list(opening))
         stamp = self._s.stamp(task.created_at)
         batch = next_batch()
         cursor.executemany(
             children.insert,
             [
-                (child_id, seq, p.turn, p.kind, p.data_json, p.source_json, batch, stamp)
+                (child_id, seq, turn, p.kind, p.data_json, p.source_json, batch, stamp)
                 for seq, p in enumerate(pending, start=last_seq + 1)
             ],
         )
@@ -252,9 +254,11 @@ class Claims:
         if isinstance(tail, bytes | bytearray | memoryview):
             tail = bytes(tail).decode("utf-8", errors="ignore")
         if isinstance(tail, str) and tail:
-            for found in reversed(_TURN_END_AT.findall(tail)):
-                if int(found[0]) == last_seq:
-                    return int(found[1])
+            # The seal's last event is its ``turn/end``: found from the end, not by a scan.
+            at = tail.rfind(f"[{last_seq},")
+            found = _TURN_END_AT.match(tail, at) if at >= 0 else None
+            if found is not None:
+                return int(found[2])
         cursor.execute(self._s.sql.children.last_segment, (child_id,))
         row = cursor.fetchone()
         if row is None:
