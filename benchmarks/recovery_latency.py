@@ -115,7 +115,7 @@ def one(url: str, scenario: str, lease_s: float, scratch: Path) -> float:
             survivor.providers.register(InProcessProvider(model))
             parent = survivor.agents.register(PARENT)
             # The survivor's own renewals must have run a full lease before it may take a
-            # lapsed lease for death (SPEC §9 "Outages"): measured from a steady state (and
+            # lapsed lease for death (an outage says nothing): measured from a steady state (and
             # from the same place between two sweeps every time).
             time.sleep(lease_s * 1.1)
             if scenario == "close":

@@ -1,5 +1,5 @@
-"""Wake-ups for work that a runtime with a child's provider can take (SPEC §9 "Handover on
-close", "Work goes where the provider is").
+"""Wake-ups for work that a runtime with a child's provider can take: a turn handed over on
+close, a Task that waits where its provider is.
 
 Two moments leave a running Task that no live runtime runs: a runtime without the child's
 provider left it ``queued`` for one that has it (`persistence._claims.Claims.await_provider`),
