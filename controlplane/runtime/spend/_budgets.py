@@ -3,12 +3,21 @@ refusal of a resume past a limit, `set_budget`, and the soft notices.
 
 Every decision reads the store's spend ledger (`persistence.SqlStore.spend`), never a
 count kept in this process: siblings running in several runtimes share one ancestor's or
-one session's budget, and each sees what the others' appends have committed. A gate reads
-the rows of its child's scopes (the child, each ancestor child, the session) before each
-model call and tool call, and refuses the call when a limit it spends is reached
-(spent >= limit): a model call is held against tokens, cost, model calls and seconds, a
-tool call against tool calls and seconds. A call that starts within the limits may finish
-past them, so the spend passes a limit by at most one call per activation running then.
+one session's budget, and each sees what the others' appends have committed. A gate
+checks the rows of its child's scopes (the child, each ancestor child, the session)
+before each model call and tool call, and refuses the call when a limit it spends is
+reached (spent >= limit): a model call is held against tokens, cost, model calls and
+seconds, a tool call against tool calls and seconds.
+
+Each check sees rows at least as new as the end of the run's previous call: the turn's
+first check reads them; after that, each append that records a call's spend returns its
+scopes' rows as that commit left them (every runtime's committed spend included), and
+the next check uses those with no read of its own. A check with nothing newer than what
+the previous call was checked against (a call that failed before its append, calls
+whose usage is held with an unpublished turn) reads again. So a run never starts a call
+on rows older than its own previous call, and the bound stays what it was when every
+check read: a call that starts within the limits may finish past them, so the spend
+passes a limit by at most one call per activation running then.
 
 Seconds are wall-clock time: each turn's, from its activation's start to its end on this
 host's monotonic clock, is added to its scopes with its ``turn/end``; a gate adds the
@@ -39,7 +48,7 @@ from controlplane.contract import (
     count_problem,
     fold_descriptor,
 )
-from persistence import SpendLedger, SqlStore
+from persistence import ScopeSpend, SpendLedger, SqlStore
 
 __all__ = [
     "DEFAULT_MAX_TOOL_ROUNDS",
@@ -122,6 +131,7 @@ class Budgets:
         self._max_rounds = max_tool_rounds
         self._lock = threading.Lock()
         self._validated: dict[tuple[tuple[str, type, Any], ...], Budget | None] = {}
+        self._by_identity: dict[int, tuple[dict[str, float], Budget | None]] = {}
 
     # -- the actors' side (`BudgetPort`) ------------------------------------------------
 
@@ -208,15 +218,23 @@ class Budgets:
             return self._session
         if not stored:
             return None
+        # The store hands out one dict per distinct stored budget: found by identity
+        # first (the entry keeps the dict alive, so its id stays its own).
+        known = self._by_identity.get(id(stored))
+        if known is not None and known[0] is stored:
+            return known[1]
         # Every gate check reads every budgeted scope: validating the same stored limits
         # each time was a fifth of a check's cost. A `Budget` is immutable, so one per
         # distinct stored form serves them all (the key keeps each limit's type: 1 and
         # True, or 100 and 100.0, are not the same stored budget).
         key = tuple([(name, type(limit), limit) for name, limit in stored.items()])
         try:
-            return self._validated[key]
+            found = self._validated[key]
         except (KeyError, TypeError):
             pass
+        else:
+            self._remember(stored, found)
+            return found
         try:
             budget: Budget | None = Budget.model_validate(stored)
         except (SubagentControlError, ValueError):
@@ -228,7 +246,14 @@ class Budgets:
                 self._validated[key] = budget
         except TypeError:
             pass  # a limit that is not hashable is no budget either: nothing to keep
+        self._remember(stored, budget)
         return budget
+
+    def _remember(self, stored: dict[str, float], budget: Budget | None) -> None:
+        with self._lock:
+            if len(self._by_identity) >= _VALIDATED:
+                self._by_identity.clear()
+            self._by_identity[id(stored)] = (stored, budget)
 
 
 class _Gate:
@@ -255,9 +280,14 @@ class _Gate:
         self._started = time.monotonic()
         self._lock = threading.Lock()
         self._scopes: tuple[str, ...] | None = None
+        # The rows the next call is checked against: a read no call has been checked
+        # against yet, else a view the store published after number `_seen` (the newest
+        # one this gate used, or the newest before it existed: an earlier turn's).
+        self._unused: dict[str, ScopeSpend] | None = None
+        self._seen = self._spend.newest(child_id)
         self._rounds = 0
         self._exhausted: str | None = None
-        self._limited = False  # the last read found a budget on some scope
+        self._limited = False  # the last check found a budget on some scope
 
     @property
     def exhausted(self) -> str | None:
@@ -284,6 +314,9 @@ class _Gate:
                 f"a gate checks {MODEL_CALL!r}, {TOOL_ROUND!r} or {TOOL_CALL!r}, not {call!r}",
             )
         self._evaluate(_MODEL_LIMITS if call == MODEL_CALL else _TOOL_LIMITS)
+        # A call starts on these rows: the next one needs rows its append (or a read)
+        # leaves after it.
+        self._unused = None
 
     def ended(self) -> None:
         if self._limited and self._budgets._notice_at is not None:
@@ -292,11 +325,10 @@ class _Gate:
     # -- plumbing -------------------------------------------------------------------------
 
     def _evaluate(self, names: tuple[str, ...]) -> None:
-        scopes = self._chain()
         # Held first: if publication writes them between the two reads, they count twice
         # (a stop one call early), never not at all.
         held = self._held()
-        rows = self._spend.read(scopes)
+        scopes, rows = self._rows()
         elapsed = Spent(seconds=self.elapsed_s())
         limited = False
         for index, scope in enumerate(scopes):
@@ -321,6 +353,21 @@ class _Gate:
                     self._warn(scopes, index, passed)
         self._limited = limited
 
+    def _rows(self) -> tuple[tuple[str, ...], dict[str, ScopeSpend]]:
+        """The scopes and the rows to check against (see the module docstring)."""
+        scopes = self._scopes
+        if scopes is None:  # the turn's first check: its chain and rows, one statement
+            scopes, rows = self._spend.chain_and_rows(self._child_id, self._parent_session)
+            self._scopes, self._unused = scopes, rows
+            return scopes, rows
+        view = self._spend.view(self._child_id, self._seen)
+        if view is not None and all(scope in view[1] for scope in scopes):
+            self._seen, self._unused = view
+            return scopes, view[1]
+        if self._unused is None:
+            self._unused = self._spend.read(scopes)
+        return scopes, self._unused
+
     def _warn(self, scopes: tuple[str, ...], index: int, passed: str) -> None:
         scope = scopes[index]
         if scope.startswith(_SESSION):
@@ -334,12 +381,6 @@ class _Gate:
             subject = f"subagent {child}" + ("" if index == 0 else " (with its subagents)")
         summary = f"budget notice: {subject} has spent {passed}"
         self._spend.warn(scope, (owner, self._task_id, child, self._label, summary))
-
-    def _chain(self) -> tuple[str, ...]:
-        if self._scopes is None:
-            above = self._spend.scopes_under(self._parent_session)
-            self._scopes = (f"{_CHILD}{self._child_id}", *above)
-        return self._scopes
 
     def _trip(self, why: str) -> None:
         with self._lock:
