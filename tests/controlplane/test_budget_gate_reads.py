@@ -1,8 +1,8 @@
-"""The budget gate reads the spend counters once per turn, not before every call: after
-the turn's first check, each append that records a call's spend returns its scopes' rows,
-and the next check uses them. What a check sees is never older than the end of the run's
-previous call, so the overshoot stays one call per running activation, whoever spent
-(another runtime included).
+"""The budget gate reads the spend counters once per turn, not before every call: the
+turn's first check uses the resume's own read; after that, each append that records a
+call's spend returns its scopes' rows, and the next check uses them. What a check sees is
+never older than the end of the run's previous call, so the overshoot stays one call per
+running activation, whoever spent (another runtime included).
 
 SQLite in ``tmp_path`` (the statements are traced on the store's connections); the
 ledger-level tests run on PostgreSQL too when its URL is set.
@@ -137,9 +137,9 @@ def test_a_turn_of_many_calls_reads_the_counters_once_not_before_every_call(
     assert done.usage.model_calls == CALLS
     assert done.usage.tool_calls == CALLS - 1
     # 10 model calls and 9 tool calls checked: the resume's refusal check reads the
-    # counters, the turn's first check reads them, the first tool call's check may come
-    # before the turn is published and read them too; no check after that reads.
-    assert counted.reads - before <= 3, counted.reads - before
+    # counters and the turn's first check uses that read; the first tool call's check
+    # may come before the turn is published and read them; no check after that reads.
+    assert counted.reads - before <= 2, counted.reads - before
 
 
 # -- the bound, at the ledger ------------------------------------------------------------------
@@ -217,3 +217,32 @@ def test_rows_an_earlier_turn_left_never_stand_in_for_a_newer_read(store_url: st
         with pytest.raises(SubagentControlError) as raised:
             gate.check(MODEL_CALL)
         assert "token budget of 100 spent: 100" in raised.value.message
+
+
+def test_a_resumed_turn_checks_its_first_call_against_the_resumes_own_read(
+    tmp_path: Path,
+) -> None:
+    with SpendReads() as counted:
+        control = SubagentControl.open(f"sqlite:///{tmp_path / 'one.db'}")
+        try:
+            model = ScriptedModel(["one", "two"], usage=SPEND_60)
+            control.providers.register(InProcessProvider(model))
+            parent = control.agents.register("parent-1")
+            started = control.start_continuable(
+                ContinuableStartSpec(
+                    provider="inprocess", label="one", prompt=[TextBlock(text="go")],
+                    parent=parent, budget=Budget(tokens=10**9),
+                )
+            )  # fmt: skip
+            control.tasks.wait(started.task_id, timeout=WAIT_S, requester=parent)
+            before = counted.reads
+            sent = control.send_message(parent, started.child_id, [TextBlock(text="on")], None)
+            done = control.tasks.wait(sent.task_id, timeout=WAIT_S, requester=parent)
+        finally:
+            control.close(timeout_s=10.0)
+
+    assert done.status is TaskStatus.COMPLETED, done
+    assert done.usage.model_calls == 1
+    # The resume's refusal check reads the counters; its turn's one model call is
+    # checked against that read.
+    assert counted.reads - before == 1

@@ -9,15 +9,17 @@ before each model call and tool call, and refuses the call when a limit it spend
 reached (spent >= limit): a model call is held against tokens, cost, model calls and
 seconds, a tool call against tool calls and seconds.
 
-Each check sees rows at least as new as the end of the run's previous call: the turn's
-first check reads them; after that, each append that records a call's spend returns its
-scopes' rows as that commit left them (every runtime's committed spend included), and
-the next check uses those with no read of its own. A check with nothing newer than what
-the previous call was checked against (a call that failed before its append, calls
-whose usage is held with an unpublished turn) reads again. So a run never starts a call
-on rows older than its own previous call, and the bound stays what it was when every
-check read: a call that starts within the limits may finish past them, so the spend
-passes a limit by at most one call per activation running then.
+Each check sees rows at least as new as the end of the run's previous call. The turn's
+first check reads them, or uses what the resume's refusal check read moments before
+(under five seconds: a Task that waited in a queue reads again). After that, each append
+that records a call's spend returns its scopes' rows as that commit left them (every
+runtime's committed spend included), and the next check uses those with no read of its
+own. A check with nothing newer than what the previous call was checked against (a call
+that failed before its append, calls whose usage is held with an unpublished turn) reads
+again. So a run never starts a call on rows older than its own previous call, and the
+bound stays what it was when every check read: a call that starts within the limits may
+finish past them, so the spend passes a limit by at most one call per activation running
+then.
 
 Seconds are wall-clock time: each turn's, from its activation's start to its end on this
 host's monotonic clock, is added to its scopes with its ``turn/end``; a gate adds the
@@ -65,6 +67,8 @@ _TOOL_LIMITS: Final = ("tool_calls", "seconds")
 _CHILD: Final = "child:"
 _SESSION: Final = "session:"
 _VALIDATED: Final = 1024  # distinct stored budgets kept validated (cleared when full)
+_ADMITTED_S: Final = 5.0
+"""How old a resume's read of the counters may be to serve its turn's first check."""
 
 
 def check_budget_options(
@@ -132,6 +136,7 @@ class Budgets:
         self._lock = threading.Lock()
         self._validated: dict[tuple[tuple[str, type, Any], ...], Budget | None] = {}
         self._by_identity: dict[int, tuple[dict[str, float], Budget | None]] = {}
+        self._admitted: dict[str, tuple[float, tuple[str, ...], dict[str, ScopeSpend]]] = {}
 
     # -- the actors' side (`BudgetPort`) ------------------------------------------------
 
@@ -146,7 +151,11 @@ class Budgets:
         held: Callable[[], Spent],
     ) -> _Gate:
         """The gate of one activation (see the module docstring)."""
-        return _Gate(self, child_id, parent_session, task_id, label, own, held)
+        gate = _Gate(self, child_id, parent_session, task_id, label, own, held)
+        admitted = self._admitted_rows(child_id)
+        if admitted is not None:
+            gate.admitted(*admitted)
+        return gate
 
     def check_resume(self, child_id: str) -> None:
         """Refuse to resume a child with a limit of its scopes reached (any limit: its
@@ -155,6 +164,7 @@ class Budgets:
         Raises:
             SubagentControlError: ``BUDGET_EXHAUSTED``; nothing was delivered.
         """
+        read_at = time.monotonic()
         scopes, rows = self._spend.chain_spend(child_id)  # one read, on a cold plane too
         for scope in scopes:
             row = rows.get(scope)
@@ -170,6 +180,21 @@ class Budgets:
                     "raise the budget with set_budget",
                     child_id=child_id,
                 )
+        if len(scopes) > 1:  # stored (its chain ends with its session): the turn's rows
+            with self._lock:
+                if len(self._admitted) >= _VALIDATED:
+                    self._admitted.clear()
+                self._admitted[child_id] = (read_at, scopes, rows)
+
+    def _admitted_rows(self, child_id: str) -> tuple[tuple[str, ...], dict[str, ScopeSpend]] | None:
+        """What the resume's refusal check of ``child_id`` just read, taken once by the
+        gate of the turn it admitted (None when older than `_ADMITTED_S`: a Task that
+        waited in a queue, or a check whose resume never started)."""
+        with self._lock:
+            found = self._admitted.pop(child_id, None)
+        if found is None or time.monotonic() - found[0] > _ADMITTED_S:
+            return None
+        return found[1], found[2]
 
     # -- the facade's side ----------------------------------------------------------------
 
@@ -288,6 +313,11 @@ class _Gate:
         self._rounds = 0
         self._exhausted: str | None = None
         self._limited = False  # the last check found a budget on some scope
+
+    def admitted(self, scopes: tuple[str, ...], rows: dict[str, ScopeSpend]) -> None:
+        """The rows the resume that admitted this turn read (`Budgets.check_resume`),
+        for its first check: no call of this run came between."""
+        self._scopes, self._unused = scopes, rows
 
     @property
     def exhausted(self) -> str | None:
