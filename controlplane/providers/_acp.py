@@ -92,7 +92,7 @@ class AcpProvider:
         cwd: The agent's working directory (and the session's ``cwd``); default: ours.
         env: Variables added to the agent's environment.
         permission: How permission requests are answered: ``deny`` (default), ``allow``,
-            or ``ask``: each becomes an approval request to the child's parent (SPEC §11),
+            or ``ask``: each becomes an approval request to the child's parent,
             answered live — the agent waits inside its process, so the run never parks;
             if the runtime dies meanwhile the Task reads ``interrupted``.
         start_timeout_s: How long the agent may take to answer ``initialize`` and open the

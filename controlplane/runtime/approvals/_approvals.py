@@ -1,4 +1,4 @@
-"""Approvals (SPEC §11): the runtime's side of a child asking and a parent answering.
+"""Approvals: the runtime's side of a child asking and a parent answering.
 
 A child's tool call that needs approval is asked at its activation's desk
 (`controlplane.runtime.approvals._approval_desk`): the request is written with its event, the Task

@@ -1,4 +1,4 @@
-"""Recovery (SPEC §9): a running turn outlives its runtime.
+"""Recovery: a running turn outlives its runtime.
 
 When a runtime ends mid-turn — a crash, SIGKILL, a lost lease, or `close()` handing its
 work over — its running Tasks stay ``running`` in the store, each with its child's open
@@ -72,7 +72,7 @@ class Recovery:
         providers: This runtime's providers: it carries on only Tasks whose child's
             provider it has, and whose provider can carry a turn on.
         enabled: False (``recover=False``): every Task it would take is settled
-            ``interrupted`` instead, as before recovery existed.
+            ``interrupted`` instead: its turn is closed, not carried on.
         max_recoveries: How many recoveries one turn gets.
         provider_wait_s: How long a Task whose provider this runtime lacks is left for one
             that has it, past its dead runtime's end.
@@ -110,7 +110,7 @@ class Recovery:
             provider = self._provider_of(task.child_id)
         except SubagentControlError as exc:
             if exc.code is ErrorCode.CHILD_NOT_FOUND:
-                return False  # never published (SPEC §5: no resumable child): interrupted
+                return False  # never published, so no resumable child: interrupted
             # Unreadable now (the store is busy or out of reach): the next sweep looks again,
             # within the provider wait.
             return self._wait_for_provider(task, dead, "unknown (its transcript was unreadable)")
@@ -160,8 +160,8 @@ class Recovery:
 
     def take_waiting(self, task: TaskSnapshot) -> bool:
         """Run ``task`` here if it waits for a runtime with its child's provider and this
-        runtime has it (SPEC §9 "Work goes where the provider is": the runtime that took
-        its message lacked the provider, `persistence.SqlStore.await_provider`): same Task,
+        runtime has it (the runtime that took its message lacked the provider,
+        `persistence.SqlStore.await_provider`): same Task,
         in the turn its message opened. A Task that waited `PROVIDER_WAIT_S` past its
         creation with no such runtime taking it is settled ``interrupted``, naming the
         provider. Whether it was dealt with here."""

@@ -1,5 +1,5 @@
 """Routing across runtimes on PostgreSQL: a send to a child that another live runtime runs
-is forwarded to it through the database (SPEC §9).
+is forwarded to it through the database.
 
 The sender (runtime B) writes the message to the store's inbox and notifies the holder
 (runtime A) in one transaction, then waits for A's answer. A's listener hands the message to
@@ -27,7 +27,7 @@ one, exactly once or not delivered:
   delivered.
 - A died before taking it: B takes it back as soon as it sees A dead, and it is not
   delivered.
-- The store fails while B waits (a restart, a failover: SPEC §9 "Outages"): a read that
+- The store fails while B waits (a restart, a failover): a read that
   failed says nothing about the message, so B asks again — A's answer may also come
   as a notification once B's listener is back — for up to `TAKE_S` plus the store's
   retry budget, and reports only what the store shows: the answer, or ``NOT_DELIVERED``

@@ -1,4 +1,4 @@
-"""Budgets at run time (SPEC §11): the gate each activation's run asks before a call, the
+"""Budgets at run time: the gate each activation's run asks before a call, the
 refusal of a resume past a limit, `set_budget`, and the soft notices.
 
 Every decision reads the store's spend ledger (`persistence.SqlStore.spend`), never a

@@ -1,5 +1,5 @@
 """What children spent, read back from the store: one child, a child and its descendants
-(its tree), or everything a session's children and their descendants spent (SPEC §11).
+(its tree), or everything a session's children and their descendants spent.
 
 Every figure is a sum over the usage recorded with the children's own events
 (`controlplane.contract.usage_of`; a fork's seed is its parent's spend, not its own), so
