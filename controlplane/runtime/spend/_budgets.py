@@ -16,10 +16,10 @@ that records a call's spend returns its scopes' rows as that commit left them (e
 runtime's committed spend included), and the next check uses those with no read of its
 own. A check with nothing newer than what the previous call was checked against (a call
 that failed before its append, calls whose usage is held with an unpublished turn) reads
-again. So a run never starts a call on rows older than its own previous call, and the
-bound stays what it was when every check read: a call that starts within the limits may
-finish past them, so the spend passes a limit by at most one call per activation running
-then.
+again. So a run never starts a call on rows older than the end of its own previous call:
+a call that starts within the limits may finish past them, and another runtime's spend
+committed after the rows were taken shows at the run's next call at the latest, so the
+spend passes a limit by at most one call per activation running then.
 
 Seconds are wall-clock time: each turn's, from its activation's start to its end on this
 host's monotonic clock, is added to its scopes with its ``turn/end``; a gate adds the
