@@ -359,7 +359,7 @@ class _Gate:
         # (a stop one call early), never not at all.
         held = self._held()
         scopes, rows = self._rows()
-        elapsed = Spent(seconds=self.elapsed_s())
+        running = held + Spent(seconds=self.elapsed_s())  # the run's own, not stored yet
         limited = False
         for index, scope in enumerate(scopes):
             row = rows.get(scope)
@@ -371,7 +371,7 @@ class _Gate:
             if budget is None:
                 continue
             limited = True
-            spent = (row.spent if row is not None else Spent()) + held + elapsed
+            spent = row.spent + running if row is not None else running
             reached = spent.reached(budget, names) if names else None
             if reached is not None:
                 self._limited = True
