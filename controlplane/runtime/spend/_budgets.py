@@ -137,6 +137,7 @@ class Budgets:
         self._validated: dict[tuple[tuple[str, type, Any], ...], Budget | None] = {}
         self._by_identity: dict[int, tuple[dict[str, float], Budget | None]] = {}
         self._admitted: dict[str, tuple[float, tuple[str, ...], dict[str, ScopeSpend]]] = {}
+        self._limits: dict[int, tuple[Budget, tuple[tuple[str, float, float | None], ...]]] = {}
 
     # -- the actors' side (`BudgetPort`) ------------------------------------------------
 
@@ -274,6 +275,25 @@ class Budgets:
         self._remember(stored, budget)
         return budget
 
+    def limits_of(self, budget: Budget) -> tuple[tuple[str, float, float | None], ...]:
+        """``budget``'s limits that are set, each with the spend its soft notice comes at
+        (None without notices), in `LIMITS` order: what a check compares, worked out
+        once per budget (a `Budget` is immutable; the entry keeps it, so its id stays
+        its own)."""
+        known = self._limits.get(id(budget))
+        if known is not None and known[0] is budget:
+            return known[1]
+        notice_at = self._notice_at
+        plan = tuple(
+            (name, limit, None if notice_at is None else notice_at * limit)
+            for name, limit in budget.limits().items()
+        )
+        with self._lock:
+            if len(self._limits) >= _VALIDATED:
+                self._limits.clear()
+            self._limits[id(budget)] = (budget, plan)
+        return plan
+
     def _remember(self, stored: dict[str, float], budget: Budget | None) -> None:
         with self._lock:
             if len(self._by_identity) >= _VALIDATED:
@@ -360,6 +380,7 @@ class _Gate:
         held = self._held()
         scopes, rows = self._rows()
         running = held + Spent(seconds=self.elapsed_s())  # the run's own, not stored yet
+        notice_at = self._budgets._notice_at
         limited = False
         for index, scope in enumerate(scopes):
             row = rows.get(scope)
@@ -372,15 +393,18 @@ class _Gate:
                 continue
             limited = True
             spent = row.spent + running if row is not None else running
-            reached = spent.reached(budget, names) if names else None
-            if reached is not None:
-                self._limited = True
-                self._trip(_whose(scope, self._child_id, reached))
-            notice_at = self._budgets._notice_at
-            if notice_at is not None and (row is None or not row.warned):
-                passed = spent.passed(budget, notice_at)
-                if passed is not None:
-                    self._warn(scopes, index, passed)
+            noticed = row is not None and row.warned
+            for name, limit, notice in self._budgets.limits_of(budget):
+                value = getattr(spent, name)
+                if value >= limit and name in names:
+                    self._limited = True
+                    reached = spent.reached(budget, names) or f"{name} budget reached"
+                    self._trip(_whose(scope, self._child_id, reached))
+                if notice is not None and value >= notice and not noticed and notice_at:
+                    noticed = True  # one notice per scope and check: the first limit's
+                    passed = spent.passed(budget, notice_at)
+                    if passed is not None:
+                        self._warn(scopes, index, passed)
         self._limited = limited
 
     def _rows(self) -> tuple[tuple[str, ...], dict[str, ScopeSpend]]:
