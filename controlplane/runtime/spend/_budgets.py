@@ -32,7 +32,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from controlplane.contract import (
     LIMITS,
@@ -50,7 +50,9 @@ from controlplane.contract import (
     count_problem,
     fold_descriptor,
 )
-from persistence import ScopeSpend, SpendLedger, SqlStore
+
+if TYPE_CHECKING:
+    from persistence import ScopeSpend, SpendLedger, SqlStore
 
 __all__ = [
     "DEFAULT_MAX_TOOL_ROUNDS",
