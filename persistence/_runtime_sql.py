@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from sqlalchemy import bindparam, func, or_, select
+from sqlalchemy import bindparam, func, select, union_all
 
 from controlplane.contract import TaskStatus
 from persistence._dialect import SqlDialect, constant
@@ -42,6 +42,7 @@ class RuntimeStatements:
     def build(cls, dialect: SqlDialect) -> RuntimeStatements:
         r = runtime_table.c
         t = tasks_table.c
+        running = t.status == constant(TaskStatus.RUNNING.value)
         closed = select(r.runtime_id).where(r.closed_at.is_not(None))
         notify = dialect.notify(bindparam("channel"), constant(""))
         return cls(
@@ -59,10 +60,12 @@ class RuntimeStatements:
                 "runtime_id",
             ),
             now=dialect.compile(select(func.now())) if dialect.row_locks else None,
+            # Two seeks in the running Tasks' index (no runtime; each closed runtime's),
+            # never a scan of every running Task: a watching runtime polls this.
             takeable=dialect.compile(
-                select(t.task_id).where(
-                    t.status == constant(TaskStatus.RUNNING.value),
-                    or_(t.runtime_id == constant(""), t.runtime_id.in_(closed)),
+                union_all(
+                    select(t.task_id).where(running, t.runtime_id == constant("")),
+                    select(t.task_id).where(running, t.runtime_id.in_(closed)),
                 )
             ),
             wake=None if notify is None else dialect.compile(select(notify), "channel"),
