@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 
 from persistence._approvals import Answered, ApprovalBook, StoredRequest, WaitingRequest
-from persistence._claims import Recovered
+from persistence._claims import Recovered, TaskInRecovery
 from persistence._host_clock import LeaseNow, boot_id, host_name, is_expired
 from persistence._inbox import Inbox, InboxItem, Listener
 from persistence._ledger import TaskLedger
@@ -43,6 +43,7 @@ __all__ = [
     "SqlStore",
     "StoreOverview",
     "StoredRequest",
+    "TaskInRecovery",
     "TaskLedger",
     "TxStep",
     "WaitingRequest",
