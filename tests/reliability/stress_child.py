@@ -36,7 +36,7 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
@@ -63,6 +63,9 @@ LEASE_ENV = "SUBAGENT_CONTROL_STRESS_LEASE_S"
 """Set to open each worker's runtime with that ``lease_ttl_s`` (the restart stress run)."""
 RECOVERY_ENV = "SUBAGENT_CONTROL_STRESS_RECOVERY"
 """Set to 1 for the recovery stress run's worker (`RecoveringSteppingProvider`, no kills)."""
+MAX_RECOVERIES_ENV = "SUBAGENT_CONTROL_STRESS_MAX_RECOVERIES"
+"""Set to open each worker's runtime with that ``max_recoveries`` (the recovery stress run:
+its SIGKILLs are the schedule's, not a child killing its runtime)."""
 PACE_ENV = "SUBAGENT_CONTROL_STRESS_PACE_S"
 """Set to a sender's mean pause after each send (`Load.pace_s`)."""
 
@@ -228,8 +231,12 @@ def main(url: str, name: str, children: list[str], sends: int, locks: Path, out:
     recovery = os.environ.get(RECOVERY_ENV) == "1"
     kind = RecoveringSteppingProvider if recovery else ExclusiveSteppingProvider
     provider = kind(clock, seed=seed, locks=locks)
-    lease = {"lease_ttl_s": float(os.environ[LEASE_ENV])} if LEASE_ENV in os.environ else {}
-    control = SubagentControl.open(url, close_timeout_s=SETTLE_S, **lease)
+    options: dict[str, Any] = {}
+    if LEASE_ENV in os.environ:
+        options["lease_ttl_s"] = float(os.environ[LEASE_ENV])
+    if MAX_RECOVERIES_ENV in os.environ:
+        options["max_recoveries"] = int(os.environ[MAX_RECOVERIES_ENV])
+    control = SubagentControl.open(url, close_timeout_s=SETTLE_S, **options)
     control.providers.register(provider)
     parent = control.agents.register(PARENT)
     latest = {child_id: "" for child_id in children}  # no Task of ours to kill yet
