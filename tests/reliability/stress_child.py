@@ -25,6 +25,7 @@ answered send was told.
 
 from __future__ import annotations
 
+import faulthandler
 import fcntl
 import json
 import logging
@@ -220,6 +221,28 @@ def _record(sent: Sent, refusals: dict[str, str]) -> dict[str, object]:
     }
 
 
+class _FenceWitness(logging.Handler):
+    """When this runtime fences itself (its lease watchdog logs "lease lost"), and an
+    activation of its provider is still live a fifth of the lease later (it has a quarter
+    to stop in), every thread's stack goes to stderr: where a fenced activation hangs."""
+
+    def __init__(self, provider: SteppingProvider, after_s: float) -> None:
+        super().__init__(logging.WARNING)
+        self._provider = provider
+        self._after_s = after_s
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "lease lost" in record.getMessage():
+            timer = threading.Timer(self._after_s, self._dump)
+            timer.daemon = True
+            timer.start()
+
+    def _dump(self) -> None:
+        if self._provider.live_total():
+            sys.stderr.write(f"-- fenced, {self._provider.live_total()} activation(s) live:\n")
+            faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+
+
 def main(url: str, name: str, children: list[str], sends: int, locks: Path, out: Path) -> None:
     # Warnings (store retries, fencing, takeovers) to stderr, which the test keeps.
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
@@ -237,6 +260,9 @@ def main(url: str, name: str, children: list[str], sends: int, locks: Path, out:
     if MAX_RECOVERIES_ENV in os.environ:
         options["max_recoveries"] = int(os.environ[MAX_RECOVERIES_ENV])
     control = SubagentControl.open(url, close_timeout_s=SETTLE_S, **options)
+    lease_s = float(options.get("lease_ttl_s", 10.0))
+    witness_of_fences = _FenceWitness(provider, lease_s / 5)
+    logging.getLogger("controlplane.runtime.lease._own_lease").addHandler(witness_of_fences)
     control.providers.register(provider)
     parent = control.agents.register(PARENT)
     latest = {child_id: "" for child_id in children}  # no Task of ours to kill yet
