@@ -52,7 +52,8 @@ IsDead = Callable[[RuntimeInfo, LeaseNow], bool]
 
 
 class Recoverable(Protocol):
-    """What a claim asks the claiming runtime's recovery (SPEC §9 "Recovery")."""
+    """What a claim asks the claiming runtime's recovery (a dead runtime's running Task is
+    carried on, not ended)."""
 
     def recovers_here(self, provider: str | None) -> bool:
         """Whether it carries on a dead runtime's running Task of a child with this
@@ -67,8 +68,8 @@ class Recoverable(Protocol):
 
 class TaskInRecovery(SubagentControlError):
     """``NOT_DELIVERED``: the child's claim belongs to a running Task of a runtime that
-    ended, which the claiming runtime carries on (SPEC §9 "Recovery": same Task, same
-    turn) rather than interrupt it for a new one. The sender sends again: the message then
+    ended, which the claiming runtime carries on (recovery: same Task, same turn) rather
+    than interrupt it for a new one. The sender sends again: the message then
     steers the recovered Task (``task_id``)."""
 
     def __init__(self, *, child_id: str, task_id: str, holder: str) -> None:
@@ -381,7 +382,7 @@ class Claims:
                 # runtime that continues it (`continue_parked`), not interrupted.
                 raise ParkedTask(child_id=child_id, task_id=held_by_task)
             if held_by_task is not None and recoverable is not None:
-                # A dead runtime's running Task this runtime carries on (SPEC §9), or is
+                # A dead runtime's running Task this runtime carries on (recovery), or is
                 # starting here already: never interrupted for a new one; the message
                 # steers it once it goes on here.
                 if holder == runtime_id:

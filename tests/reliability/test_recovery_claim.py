@@ -1,5 +1,5 @@
 """A message to the child of a runtime that died mid-turn, sent before any sweep carried the
-Task on (SPEC §9 "Recovery"): the runtime that claims the child, and has its provider, must
+Task on (recovery): the runtime that claims the child, and has its provider, must
 carry the SAME Task on, not settle it ``interrupted`` and start a new one.
 
 Found by the recovery stress run (`test_recovery_stress.py`): five Tasks of SIGKILLed
