@@ -11,7 +11,8 @@ the client bounds every wait for the server itself:
   fails as a lost connection (transient: the retry policy reconnects) and the pool drops
   the connection. The bound is the statement timeout plus `SILENCE_GRACE_S` (a live server
   answers within ``statement_timeout``, if only to cancel the statement), or less inside
-  `call_deadline` (whose connects get its time, 2 s at least: libpq's floor). psycopg's
+  `call_deadline` (whose connects are given up within psycopg's poll interval, 0.1 s,
+  once it passes, below libpq's 2 s floor). psycopg's
   own wait runs untouched (its C loop is the hot path); the
   watch costs a dictionary entry per wait.
 - `call_deadline` bounds every store call a thread makes inside it, retries included:
@@ -290,15 +291,17 @@ def bounded_connection_class(silence_s: float) -> Any:
 def _abandonable(gen: Any) -> Any:
     """A connection attempt's generator (psycopg's: it yields what to wait for, and is
     sent what is ready, at least every poll interval) that fails once this thread's calls
-    are abandoned (`abandoning`), instead of waiting out the connect timeout."""
+    are abandoned (`abandoning`) or its `call_deadline` has passed, instead of waiting
+    out the connect timeout (libpq's floor is 2 s: a renewal's deadline may be shorter)."""
     import psycopg
 
     try:
         wanted = next(gen)
         while True:
-            if is_abandoned():
+            left = time_left()  # 0 once abandoned
+            if left is not None and left <= 0:
                 raise psycopg.OperationalError(
-                    "connection attempt abandoned (its caller gave it up)"
+                    "connection attempt abandoned (its caller gave it up, or its deadline passed)"
                 )
             wanted = gen.send((yield wanted))
     except StopIteration as done:
