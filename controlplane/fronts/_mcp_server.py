@@ -28,7 +28,7 @@ from pydantic import Field
 
 from controlplane.aio import AsyncSubagentControl
 from controlplane.contract import AgentHandle, SubagentControlError, TaskSnapshot
-from controlplane.fronts._mcp_ids import expand_ids
+from controlplane.fronts._mcp_ids import expand_ids, needs_expanding
 from controlplane.fronts._mcp_legacy import (
     RELATED_TASK,
     LegacyTaskCalls,
@@ -149,10 +149,12 @@ class McpFront:
     ) -> HandlerResult:
         arguments = params.arguments or {}
         try:
-            # Ids as the CLI takes them: a unique prefix of one of this session's ids.
-            arguments = await anyio.to_thread.run_sync(
-                expand_ids, self._control, self._parent, arguments
-            )
+            # Ids as the CLI takes them: a unique prefix of one of this session's ids (read
+            # in a worker, and only when one may be a prefix: a steer's path has no hop).
+            if needs_expanding(arguments):
+                arguments = await anyio.to_thread.run_sync(
+                    expand_ids, self._control, self._parent, arguments
+                )
         except SubagentControlError as exc:
             result = ToolResult.error(exc.code.value, exc.message)
         else:
