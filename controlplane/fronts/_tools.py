@@ -50,7 +50,6 @@ from controlplane.fronts._toolargs import (
     TaskOutputArgs,
     parse_arguments,
 )
-from controlplane.runtime._asend import send_async
 from controlplane.runtime._usage_text import usage_text
 
 if TYPE_CHECKING:
@@ -225,6 +224,9 @@ class ToolHandlers:
             self._owns, child_id
         ):
             raise _not_yours(child_id)
+        # Here, not at the top: importing the tools loads neither the actors nor the facade.
+        from controlplane.runtime._asend import send_async
+
         result = await send_async(
             self._control,
             self._parent,
