@@ -5,7 +5,11 @@ Modes, all on one control plane and one store, taking turns chunk by chunk:
 
 - ``api``: ``control.start_continuable`` / ``control.send_message`` (the baseline);
 - ``tools``: ``ToolHandlers.acall`` (what every front calls: argument parsing, the
-  ownership check of ``send_message``, the answer's text), awaited on the client's loop;
+  ownership check of ``send_message``, the answer's text), awaited on the client's loop: a
+  steer is sent from the loop (`controlplane.runtime._asend`), a start runs in a worker;
+- ``tools in a worker``: ``ToolHandlers.call`` run in the loop's default executor, the
+  path every tool call took before the loop's send (the worker-thread hop, measured
+  beside it in the same run);
 - ``mcp memory``: an ``mcp`` SDK ``Client`` on the front in-process, over the SDK's
   in-memory stream transport (JSON-RPC messages, no sockets);
 - ``mcp http``: the same client over streamable HTTP on loopback, to the front served by
@@ -43,7 +47,8 @@ __all__ = ["FrontsConfig", "run_fronts"]
 _PARENT = "bench-mcp"
 _STARTS = "bench-start"
 _MESSAGE = "Also check the migration for the events table; keep seq gapless."
-_MODES = ("api", "tools", "mcp memory", "mcp http")
+_MODES = ("api", "tools", "tools in a worker", "mcp memory", "mcp http")
+_WORKER = "tools in a worker"
 _WAIT_S = 60.0
 
 
@@ -77,7 +82,13 @@ def run_fronts(config: FrontsConfig, workdir: Path, pg_url: str | None, pg_note:
             figures[backend] = asyncio.run(_measure(config, url))
     growth = measure_growth(config.growth, workdir)
     body = _body(config, figures, pg_url is None and pg_note)
-    return Section("Protocol fronts", f"{body}\n\n{growth}", {})
+    headline = {
+        f"fronts {backend}: {name}": value
+        for backend, fig in figures.items()
+        for name, value in fig.items()
+        if name.startswith("steer") and (name.endswith("/api") or " " not in name[6:])
+    }
+    return Section("Protocol fronts", f"{body}\n\n{growth}", {"figures": headline})
 
 
 @contextmanager
@@ -146,6 +157,8 @@ async def _measure(config: FrontsConfig, url: str) -> dict[str, Spread]:
                 arguments = {"description": "start", "prompt": "go"}
                 if mode == "tools":
                     text = (await tools["start"].acall("subagent", arguments)).text
+                elif mode == _WORKER:
+                    text = (await _in_worker(tools["start"], "subagent", arguments)).text
                 else:
                     result = await clients["start", mode].call_tool("subagent", arguments)
                     text = result.content[0].text
@@ -162,6 +175,8 @@ async def _measure(config: FrontsConfig, url: str) -> dict[str, Spread]:
                     arguments = {"subagent_id": child_id, "message": _MESSAGE}
                     if mode == "tools":
                         text = (await tools["steer"].acall("send_message", arguments)).text
+                    elif mode == _WORKER:
+                        text = (await _in_worker(tools["steer"], "send_message", arguments)).text
                     else:
                         result = await clients["steer", mode].call_tool("send_message", arguments)
                         text = result.content[0].text
@@ -192,6 +207,11 @@ async def _measure(config: FrontsConfig, url: str) -> dict[str, Spread]:
                     for mode, samples in timed.items():
                         p50.setdefault(f"{op} {mode}", []).append(percentile(samples, 50))
     return _summary(p50)
+
+
+async def _in_worker(tools: Any, name: str, arguments: dict[str, Any]) -> Any:
+    """``tools.call`` in the loop's default executor: one worker-thread hop per call."""
+    return await asyncio.get_running_loop().run_in_executor(None, tools.call, name, arguments)
 
 
 async def _interleaved(

@@ -106,6 +106,7 @@ class McpFront:
         self._control = control
         self._tools = ToolHandlers(control, parent, provider=provider)
         self._aio = AsyncSubagentControl(control)
+        self._tool_list: types.ListToolsResult | None = None
         self.server: Server[Any] = _Server(
             SERVER_NAME,
             version=_version(),
@@ -134,15 +135,19 @@ class McpFront:
     async def _list_tools(
         self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        tools = [
-            types.Tool(
-                name=definition["name"],
-                description=definition["description"],
-                input_schema=definition["parameters"],
-            )
-            for definition in self._tools.definitions()
-        ]
-        return types.ListToolsResult(tools=tools)
+        # Built once: the definitions never change, and validating their schemas into
+        # `types.Tool` models cost milliseconds per listing.
+        if self._tool_list is None:
+            tools = [
+                types.Tool(
+                    name=definition["name"],
+                    description=definition["description"],
+                    input_schema=definition["parameters"],
+                )
+                for definition in self._tools.definitions()
+            ]
+            self._tool_list = types.ListToolsResult(tools=tools)
+        return self._tool_list
 
     async def _call_tool(
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams

@@ -188,7 +188,8 @@ class _Answer(pykka.Future[Any]):
         self._pool = pool
         self._route_again = route_again
         self._lock = threading.Lock()
-        self._answered = threading.Event()
+        self._answered = threading.Lock()  # held until answered (lighter than an Event)
+        self._answered.acquire()
         self._value: Any = None
         self._exc: BaseException | None = None
         self._in = False
@@ -197,8 +198,10 @@ class _Answer(pykka.Future[Any]):
     # -- pykka's side -------------------------------------------------------------------
 
     def get(self, *, timeout: float | None = None) -> Any:
-        if not self._answered.wait(timeout):
+        answered = self._answered
+        if not answered.acquire(timeout=-1 if timeout is None else max(timeout, 0.0)):
             raise pykka.Timeout(f"{timeout} seconds")
+        answered.release()  # open for good: every later `get` passes at once
         if self._exc is not None:
             raise self._exc
         return self._value
@@ -206,7 +209,7 @@ class _Answer(pykka.Future[Any]):
     def set(self, value: Any | None = None) -> None:
         self._claim()
         self._value = value
-        self._answered.set()
+        self._answered.release()
         if not isinstance(value, Reply):  # never handled (a retiring supervisor's None)
             self._submit(self._route_again)
         elif value.inbox is None and value.receipt is None:
@@ -219,7 +222,7 @@ class _Answer(pykka.Future[Any]):
         exc = (exc_info if exc_info is not None else sys.exc_info())[1]
         assert exc is not None
         self._exc = exc
-        self._answered.set()
+        self._answered.release()
         if isinstance(exc, _ROUTE_AGAIN):
             self._submit(self._route_again)  # delivered nowhere: routed again, as a whole
         elif isinstance(exc, SubagentControlError):
