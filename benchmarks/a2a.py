@@ -72,7 +72,7 @@ def run_a2a(config: A2AConfig, workdir: Path, pg_url: str | None = None) -> Sect
     except ImportError:  # the a2a extra is not installed
         return None
     parts: list[str] = []
-    figures: dict[str, Spread] = {}
+    figures: dict[str, float] = {}
     backends: list[tuple[str, Callable[[], Any]]] = [
         ("SQLite", lambda: nullcontext(sqlite_url(workdir / "a2a.db")))
     ]
@@ -83,8 +83,8 @@ def run_a2a(config: A2AConfig, workdir: Path, pg_url: str | None = None) -> Sect
             p50, tasks = _measure(config, url)
         parts.append(_body(config, p50, tasks, backend))
         for name in (*_STEERS[1:3], _STARTS[1]):
-            figures[f"a2a {backend}: {name} / API"] = _ratio(p50, name)
-            figures[f"a2a {backend}: {name} beyond round trip / API"] = _beyond(p50, name)
+            figures[f"a2a {backend}: {name} / API"] = _ratio(p50, name).median
+            figures[f"a2a {backend}: {name} beyond round trip / API"] = _beyond(p50, name).median
     return Section("A2A front", _head(config) + "\n\n".join(parts) + _READING, {"figures": figures})
 
 

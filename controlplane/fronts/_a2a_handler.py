@@ -256,8 +256,7 @@ class ControlPlaneHandler(RequestHandler):
         """Steer or resume ``child_id`` from the loop; the Task that took the message (read
         in memory while it runs here, else in a worker)."""
         sent = await _guarded(send_async(self._control, self._parent, child_id, blocks))
-        snapshot = running_here(self._control, sent.task_id, self._parent)
-        return snapshot if snapshot is not None else await self._snapshot(sent.task_id)
+        return await self._snapshot(sent.task_id)
 
     def _to_named(self, message: Message) -> tuple[TaskSnapshot | None, str | None]:
         """Deliver a message naming a Task (blocking): the answer to the approval request
@@ -393,6 +392,9 @@ class ControlPlaneHandler(RequestHandler):
     # -- the control plane, translated ---------------------------------------------------------
 
     async def _snapshot(self, task_id: str) -> TaskSnapshot:
+        here = running_here(self._control, task_id, self._parent)
+        if here is not None:  # running in this process: read in memory, no worker hop
+            return here
         return await _guarded(self._aio.get(task_id, requester=self._parent))
 
     async def _turn(self, snapshot: TaskSnapshot) -> list[SessionEvent]:

@@ -44,6 +44,7 @@ from controlplane.fronts._mcp_tasks import (
     task_fields,
     wants_tasks,
 )
+from controlplane.runtime._asend import running_here
 from controlplane.tools import ToolHandlers, ToolResult
 
 if TYPE_CHECKING:
@@ -218,6 +219,9 @@ class McpFront:
         return {}
 
     async def _snapshot(self, task_id: str) -> TaskSnapshot:
+        here = running_here(self._control, task_id, self._parent)
+        if here is not None:  # running in this process: read in memory, no worker hop
+            return here
         try:
             return await self._aio.get(task_id, requester=self._parent)
         except SubagentControlError as exc:
