@@ -78,13 +78,13 @@ from controlplane.runtime.spend._budgets import DEFAULT_MAX_TOOL_ROUNDS, DEFAULT
 from controlplane.runtime.spend._spend_api import SpendApi, SpendOptions
 from controlplane.runtime.tasks._tasks import TaskService
 from controlplane.telemetry import Operation, Telemetry
-from persistence import SqlStore
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import MeterProvider
     from opentelemetry.trace import TracerProvider
 
     from controlplane.runtime._admin import AdminServer
+    from persistence import SqlStore
 
 __all__ = ["TASK_TOOLS_SURFACE", "ChildView", "SubagentControl"]
 
@@ -315,6 +315,8 @@ class SubagentControl(HandleApi, SpendApi, ApprovalApi):
         pass every option (``task_tools=``, …) to the constructor; the store's own options
         (`STORE_OPTIONS`: ``retry``, ``lock_timeout_s``, ``statement_timeout_s``,
         ``durable_os_crash``, ``pause_gc_on_load``) go to `SqlStore`."""
+        from persistence import SqlStore  # the store's modules load with the first store
+
         store_options = {name: options.pop(name) for name in STORE_OPTIONS if name in options}
         SpendOptions.precheck(options)  # refused before the store is made: nothing to undo
         store = SqlStore(url, **store_options)

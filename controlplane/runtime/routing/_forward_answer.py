@@ -14,11 +14,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from controlplane.contract import ErrorCode, EventKind, SendResult, SubagentControlError
-from persistence import InboxItem
 
 if TYPE_CHECKING:
     from controlplane.runtime.lease._runtime import Runtime
-    from persistence import Inbox, SqlStore
+    from persistence import Inbox, InboxItem, SqlStore
 
 __all__ = ["TAKE_S", "AnswerFinder", "Heard", "Posted", "answer_of"]
 

@@ -75,11 +75,10 @@ from controlplane.contract import (
 from controlplane.runtime.routing._forward_answer import TAKE_S, AnswerFinder, Posted, answer_of
 from controlplane.runtime.routing._forward_serving import InFlight, KillHere, Serve, Serving
 from controlplane.telemetry import Telemetry
-from persistence import InboxItem
 
 if TYPE_CHECKING:
     from controlplane.runtime.lease._runtime import Runtime
-    from persistence import Inbox, Listener, SqlStore
+    from persistence import Inbox, InboxItem, Listener, SqlStore
 
 __all__ = ["TAKE_S", "Forwarder"]
 
@@ -236,6 +235,8 @@ class Forwarder:
             SubagentControlError: the holder's refusal, or ``NOT_DELIVERED`` when it did not
                 take the message in time.
         """
+        from persistence import InboxItem
+
         item = InboxItem(
             inbox_id=uuid.uuid4().hex,
             kind="send",
@@ -265,6 +266,8 @@ class Forwarder:
         Raises:
             SubagentControlError: ``NOT_DELIVERED`` if that runtime did not take it.
         """
+        from persistence import InboxItem
+
         holder = task.runtime_id or ""
         item = InboxItem(
             inbox_id=uuid.uuid4().hex,

@@ -34,11 +34,11 @@ from controlplane.runtime._validate import check_concurrency
 from controlplane.runtime.spend._admission import Admission
 from controlplane.runtime.spend._budgets import Budgets, check_budget_options, stored_descriptor
 from controlplane.runtime.spend._usage_views import child_usage, session_usage
-from persistence import SqlStore
 
 if TYPE_CHECKING:
     from controlplane.runtime.lease._runtime import Runtime
     from controlplane.runtime.tasks._tasks import TaskService
+    from persistence import SqlStore
 
 __all__ = ["SpendApi", "SpendOptions"]
 
