@@ -43,7 +43,8 @@ class Rig:
     parent: AgentHandle
 
     def start(self) -> tuple[str, str]:
-        """A child whose first turn waits in its (gated) model call; its id and Task."""
+        """A published child whose first turn waits in its (gated) model call; its id and
+        its running Task."""
         before = self.model.call_count
         started = self.control.start_continuable(
             ContinuableStartSpec(
@@ -53,7 +54,10 @@ class Rig:
                 parent=self.parent,
             )
         )
-        assert self.model.wait_for_calls(before + 1, WAIT_S)  # published: steerable
+        assert self.model.wait_for_calls(before + 1, WAIT_S)
+        # A steer answers once published and durable: the child's header is stored from here.
+        warm = self.control.send_message(self.parent, started.child_id, "warm up")
+        assert (warm.route, warm.task_id) == ("steered", started.task_id)
         return started.child_id, started.task_id
 
     def copies(self, child_id: str, text: str) -> int:
@@ -141,7 +145,7 @@ def test_the_tools_steer_takes_no_worker_thread_to_the_supervisor(
 
 def test_a_send_to_an_idle_child_with_a_supervisor_starts_its_next_task(rig: Rig) -> None:
     child_id, task_id = rig.start()
-    rig.model.release()
+    rig.model.release(2)  # the turn's call, and the one its steered warm-up asks for
     rig.control.tasks.wait(task_id, WAIT_S, requester=rig.parent)
 
     async def scenario() -> None:
