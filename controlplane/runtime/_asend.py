@@ -35,6 +35,7 @@ telemetry records (its span spans the synchronous call).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import queue
@@ -210,12 +211,15 @@ class _Answer(pykka.Future[Any]):
         self._claim()
         self._value = value
         self._answered.release()
-        if not isinstance(value, Reply):  # never handled (a retiring supervisor's None)
-            self._submit(self._route_again)
-        elif value.inbox is None and value.receipt is None:
-            self._settle(value.result(), None)  # nothing left to wait for
-        else:
-            self._submit(value.result)  # the steer's commit, or the wait for it
+        try:
+            if not isinstance(value, Reply):  # never handled (a retiring supervisor's None)
+                self._submit(self._route_again)
+            elif value.inbox is None and value.receipt is None:
+                self._settle(value.result(), None)  # nothing left to wait for
+            else:
+                self._submit(value.result)  # the steer's commit, or the wait for it
+        except Exception as exc:  # never into the actor's loop (see `_continue_failed`)
+            self._continue_failed(exc)
 
     def set_exception(self, exc_info: OptExcInfo | None = None) -> None:
         self._claim()
@@ -223,12 +227,25 @@ class _Answer(pykka.Future[Any]):
         assert exc is not None
         self._exc = exc
         self._answered.release()
-        if isinstance(exc, _ROUTE_AGAIN):
-            self._submit(self._route_again)  # delivered nowhere: routed again, as a whole
-        elif isinstance(exc, SubagentControlError):
-            self._settle(None, exc)
-        else:  # as `actors._delivery` says a failure inside the actor system
-            self._settle(None, _translated(exc))
+        try:
+            if isinstance(exc, _ROUTE_AGAIN):
+                self._submit(self._route_again)  # delivered nowhere: routed again, as a whole
+            elif isinstance(exc, SubagentControlError):
+                self._settle(None, exc)
+            else:  # as `actors._delivery` says a failure inside the actor system
+                self._settle(None, _translated(exc))
+        except Exception as failure:
+            self._continue_failed(failure)
+
+    def _continue_failed(self, exc: Exception) -> None:
+        """Handing the rest on failed (a bug, or an executor that refused the job): the
+        sender learns it as ``INTERNAL``. Raised from ``set``, it would reach pykka's loop,
+        whose ``set_exception`` on this answered future would stop the supervisor."""
+        log.exception("a send's answer could not be handed on")
+        with contextlib.suppress(RuntimeError):  # the loop is closed: nobody awaits it
+            self._loop.call_soon_threadsafe(
+                self._resolve, None, SubagentControlError(ErrorCode.INTERNAL, f"{exc}; {_UNSURE}")
+            )
 
     def set_get_hook(self, func: Any) -> None:
         raise NotImplementedError("a send's answer is continued where it is set, never hooked")
@@ -280,6 +297,7 @@ class _Answer(pykka.Future[Any]):
 
 
 _NOT_SENT: Final = "the message was not delivered"
+_UNSURE: Final = "whether the message was delivered is in the child's transcript"
 
 
 def _translated(exc: BaseException) -> SubagentControlError:

@@ -280,3 +280,29 @@ def test_a_failure_inside_the_actors_is_internal_and_not_routed_again() -> None:
         assert "the message was not delivered" in failed.value.message
 
     run(scenario)
+
+
+class RefusingPool(ThreadPoolExecutor):
+    """An executor that refuses every job (as a user's executor might)."""
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future[Any]:
+        raise ValueError("no more jobs")
+
+
+def test_a_commit_that_cannot_be_handed_on_is_internal_and_the_supervisor_lives_on(
+    rig: Rig,
+) -> None:
+    child_id, task_id = rig.start()
+
+    async def scenario() -> None:
+        with pytest.raises(SubagentControlError) as failed:
+            await send_async(rig.control, rig.parent, child_id, "stranded", executor=RefusingPool())
+        assert failed.value.code is ErrorCode.INTERNAL
+        assert "transcript" in failed.value.message
+
+    run(scenario)
+    # The supervisor still answers; the next sender's drain writes the stranded one too.
+    sent = rig.control.send_message(rig.parent, child_id, "after it")
+    assert (sent.route, sent.task_id) == ("steered", task_id)
+    assert rig.copies(child_id, "stranded") == 1
+    assert rig.copies(child_id, "after it") == 1
