@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from persistence._approvals import Answered, ApprovalBook, StoredRequest, WaitingRequest
-    from persistence._claims import Recovered
+    from persistence._claims import Recovered, TaskInRecovery
     from persistence._host_clock import LeaseNow, boot_id, host_name, is_expired
     from persistence._inbox import Inbox, InboxItem, Listener
     from persistence._ledger import TaskLedger
@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from persistence._retry import RetryPolicy
     from persistence._spend import ScopeSpend, SpendLedger
     from persistence._store import SqlStore
+    from persistence._takeable import Takeable, Watch
     from persistence._task_sql import Fence, Settlement, TxStep
 
 __all__ = [
@@ -46,9 +47,12 @@ __all__ = [
     "SqlStore",
     "StoreOverview",
     "StoredRequest",
+    "Takeable",
+    "TaskInRecovery",
     "TaskLedger",
     "TxStep",
     "WaitingRequest",
+    "Watch",
     "boot_id",
     "host_name",
     "is_expired",
@@ -59,7 +63,7 @@ __all__ = [
 # which a process needs only once it opens a store, and the command line's `--help` never.
 _HOMES: dict[str, str] = {
     **dict.fromkeys(["Answered", "ApprovalBook", "StoredRequest", "WaitingRequest"], "_approvals"),
-    **dict.fromkeys(["Recovered"], "_claims"),
+    **dict.fromkeys(["Recovered", "TaskInRecovery"], "_claims"),
     **dict.fromkeys(["LeaseNow", "boot_id", "host_name", "is_expired"], "_host_clock"),
     **dict.fromkeys(["Inbox", "InboxItem", "Listener"], "_inbox"),
     **dict.fromkeys(["TaskLedger"], "_ledger"),
@@ -69,6 +73,7 @@ _HOMES: dict[str, str] = {
     **dict.fromkeys(["RetryPolicy"], "_retry"),
     **dict.fromkeys(["ScopeSpend", "SpendLedger"], "_spend"),
     **dict.fromkeys(["SqlStore"], "_store"),
+    **dict.fromkeys(["Takeable", "Watch"], "_takeable"),
     **dict.fromkeys(["Fence", "Settlement", "TxStep"], "_task_sql"),
 }
 

@@ -24,7 +24,7 @@ from controlplane.contract import (
 from persistence._appends import Appends, not_found
 from persistence._approvals import ApprovalBook
 from persistence._backend import LOCK_TIMEOUT_S, STATEMENT_TIMEOUT_S, ConnectionSettings
-from persistence._claims import Claims, IsDead, Recovered
+from persistence._claims import Claims, IsDead, Recoverable, Recovered
 from persistence._codec import (
     check_child_id,
     construct,
@@ -54,6 +54,7 @@ from persistence._schema import (
     utc_time,
 )
 from persistence._spend import SpendLedger
+from persistence._takeable import Takeable
 from persistence._task_sql import Fence, Settlement, TxStep
 
 __all__ = ["SqlStore"]
@@ -166,6 +167,8 @@ class SqlStore:
         """Approval requests and their answers."""
         self.overview = StoreOverview(self._db, self._run)
         """Whole-store reads for a view of every child at once (the console)."""
+        self.takeable = Takeable(port)
+        """Wake-ups for Tasks a runtime with their provider can take."""
         try:
             self._run("open the store", self._check if read_only else self._open)
             if not read_only:  # read-only: no write ever takes the one connection open
@@ -411,7 +414,12 @@ class SqlStore:
             self.overview.read_older_store()
 
     def admit_claiming(
-        self, task: TaskSnapshot, *, is_dead: IsDead, opening: Sequence[NewEvent] = ()
+        self,
+        task: TaskSnapshot,
+        *,
+        is_dead: IsDead,
+        opening: Sequence[NewEvent] = (),
+        recoverable: Recoverable | None = None,
     ) -> int | None:
         """Admit a resume's Task and claim its child for the Task's runtime, in one
         transaction, with ``opening`` (its turn's frame) written as the child's next turn
@@ -422,10 +430,13 @@ class SqlStore:
 
         Raises:
             SubagentControlError: ``OWNERSHIP_CONFLICT`` naming the live runtime that holds
-                the child; ``CHILD_NOT_FOUND`` for a child not in the store (nothing is
-                written either way).
+                the child; ``CHILD_NOT_FOUND`` for a child not in the store;
+                `persistence._claims.TaskInRecovery` for a dead runtime's running Task that
+                ``recoverable`` says this runtime carries on (nothing is written).
         """
-        return self._claims.admit_claiming(task, is_dead=is_dead, opening=opening)
+        return self._claims.admit_claiming(
+            task, is_dead=is_dead, opening=opening, recoverable=recoverable
+        )
 
     def continue_parked(
         self, task_id: str, child_id: str, runtime_id: str, *, is_dead: IsDead
@@ -454,10 +465,14 @@ class SqlStore:
 
     def await_provider(self, task_id: str, child_id: str, runtime_id: str, provider: str) -> bool:
         """Leave a resume's Task for a runtime with its child's provider: it reads
-        ``queued`` naming it (see `persistence._claims.Claims.await_provider`)."""
+        ``queued`` naming it (see `persistence._claims.Claims.await_provider`); once that
+        committed, the runtimes that watch are told (`Takeable.announce`)."""
         if self._read_only:
             raise _read_only(f"leave task {task_id}")
-        return self._claims.await_provider(task_id, child_id, runtime_id, provider)
+        left = self._claims.await_provider(task_id, child_id, runtime_id, provider)
+        if left:
+            self.takeable.announce()
+        return left
 
     def take_waiting(self, task_id: str, child_id: str, runtime_id: str) -> int | None:
         """Take a Task that waits for a runtime with its provider; the fencing number (see
