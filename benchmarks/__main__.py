@@ -154,7 +154,7 @@ def _runners(
             return None
         from benchmarks.a2a import A2AConfig, run_a2a
 
-        return run_a2a(A2AConfig.quick() if quick else A2AConfig(), workdir)
+        return run_a2a(A2AConfig.quick() if quick else A2AConfig(), workdir, pg_url)
 
     def fronts() -> Section | None:
         if not _has("mcp"):  # the mcp extra is missing: no section

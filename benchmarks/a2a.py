@@ -1,19 +1,20 @@
 """The A2A front (issue 28): what serving a start and a steer over A2A costs beside calling
 the Python API directly, ratios measured in the same run.
 
-One control plane on SQLite with the bench provider (its runs block, so children stay
-live), served by `A2AServer` on a loopback port in this process; a keep-alive `httpx`
-client posts hand-built JSON-RPC (``SendMessage`` with ``returnImmediately``, as a client
-that does not want to wait for the turn sends it). Per round, interleaved call by call:
+One control plane (SQLite, and PostgreSQL when reachable) with the bench provider (its
+runs block, so children stay live), served by `A2AServer` on a loopback port in this
+process; a keep-alive `httpx` client posts hand-built JSON-RPC (``SendMessage`` with
+``returnImmediately``, as a client that does not want to wait for the turn sends it). Per
+round, interleaved call by call:
 
 - start: ``start_continuable`` against a ``SendMessage`` without a context, and the same
   to a second server whose provider holds each start until the answer is in (so the new
   activation's publication does not run beside the request: what is left is the front's
   own cost);
 - steer, on a pool of live children: ``send_message`` against a ``SendMessage`` naming
-  the Task (``taskId``: the Task's read and the steer, in one worker-thread call) and one
-  naming only the context (``contextId``: the server reads the child's stored parent once
-  and remembers it, as a child's parent never changes);
+  the Task (``taskId``: a Task running here is read in memory and steered from the
+  server's loop) and one naming only the context (``contextId``: the server reads the
+  child's stored parent once and remembers it, as a child's parent never changes);
 - the HTTP round trip alone: ``GET`` of the agent card through the same server and guard.
 
 The started children are released and settled between rounds (each holds threads).
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,7 +32,7 @@ from typing import Any
 import httpx
 import orjson
 
-from benchmarks._harness import frozen_gc, sqlite_url
+from benchmarks._harness import frozen_gc, pg_schema, sqlite_url
 from benchmarks._provider import PROVIDER_NAME, BenchProvider, HeldStartProvider
 from benchmarks._report import Section, table
 from benchmarks._stats import Spread, fmt_ratio, fmt_s, percentile, sample_interleaved, spread
@@ -62,14 +64,35 @@ class A2AConfig:
         return cls(rounds=2, starts=5, steers=20, live=4)
 
 
-def run_a2a(config: A2AConfig, workdir: Path) -> Section | None:
-    """Measure starts and steers through the A2A front and directly."""
+def run_a2a(config: A2AConfig, workdir: Path, pg_url: str | None = None) -> Section | None:
+    """Measure starts and steers through the A2A front and directly, on SQLite and, when
+    ``pg_url`` is given, on PostgreSQL."""
     try:
-        from controlplane.fronts._a2a import A2AServer
+        from controlplane.fronts._a2a import A2AServer  # noqa: F401 (the extra is there)
     except ImportError:  # the a2a extra is not installed
         return None
+    parts: list[str] = []
+    figures: dict[str, float] = {}
+    backends: list[tuple[str, Callable[[], Any]]] = [
+        ("SQLite", lambda: nullcontext(sqlite_url(workdir / "a2a.db")))
+    ]
+    if pg_url is not None:
+        backends.append(("PostgreSQL", lambda: pg_schema(pg_url)))
+    for backend, url_of in backends:
+        with url_of() as url:
+            p50, tasks = _measure(config, url)
+        parts.append(_body(config, p50, tasks, backend))
+        for name in (*_STEERS[1:3], _STARTS[1]):
+            figures[f"a2a {backend}: {name} / API"] = _ratio(p50, name).median
+            figures[f"a2a {backend}: {name} beyond round trip / API"] = _beyond(p50, name).median
+    return Section("A2A front", _head(config) + "\n\n".join(parts) + _READING, {"figures": figures})
+
+
+def _measure(config: A2AConfig, url: str) -> tuple[dict[str, list[float]], int]:
+    from controlplane.fronts._a2a import A2AServer
+
     p50: dict[str, list[float]] = {name: [] for name in (*_STARTS, *_STEERS)}
-    control = SubagentControl.open(sqlite_url(workdir / "a2a.db"))
+    control = SubagentControl.open(url)
     provider, held = BenchProvider(), HeldStartProvider()
     control.providers.register(provider)
     control.providers.register(held)
@@ -97,7 +120,7 @@ def run_a2a(config: A2AConfig, workdir: Path) -> Section | None:
         for run in [*provider.runs.values(), *held.runs.values()]:
             run.release()
         control.close()
-    return Section("A2A front", _body(config, p50, tasks), {"p50": p50})
+    return p50, tasks
 
 
 class _Bench:
@@ -196,36 +219,56 @@ def _send(text: str, *, context_id: str = "", task_id: str = "") -> bytes:
     return orjson.dumps({"jsonrpc": "2.0", "id": 1, "method": "SendMessage", "params": params})
 
 
-def _body(config: A2AConfig, p50: dict[str, list[float]], tasks: int) -> str:
-    def ratio(name: str, base: str) -> Spread:
-        return spread([v / b for v, b in zip(p50[name], p50[base], strict=True)])
+def _base(name: str) -> str:
+    return _STARTS[0] if name.startswith("start") else _STEERS[0]
 
-    def beyond(name: str, base: str) -> Spread:
-        trip = p50[_STEERS[-1]]
-        pairs = zip(p50[name], trip, p50[base], strict=True)
-        return spread([(v - t) / b for v, t, b in pairs])
 
-    rows = []
-    for name in (*_STARTS, *_STEERS):
-        base = _STARTS[0] if name.startswith("start") else _STEERS[0]
-        shown = "—" if name == base else fmt_ratio(ratio(name, base))
-        over = fmt_ratio(beyond(name, base)) if "A2A" in name else "—"
-        rows.append([name, fmt_s(spread(p50[name])), shown, over])
+def _ratio(p50: dict[str, list[float]], name: str) -> Spread:
+    base = p50[_base(name)]
+    return spread([v / b for v, b in zip(p50[name], base, strict=True)])
+
+
+def _beyond(p50: dict[str, list[float]], name: str) -> Spread:
+    pairs = zip(p50[name], p50[_STEERS[-1]], p50[_base(name)], strict=True)
+    return spread([(v - t) / b for v, t, b in pairs])
+
+
+def _head(config: A2AConfig) -> str:
     return f"""\
-SQLite; the server in this process on a loopback port, a keep-alive `httpx` client posting
+The server in this process on a loopback port, a keep-alive `httpx` client posting
 JSON-RPC `SendMessage` with `returnImmediately`; {config.rounds} rounds of
 {config.starts} starts and {config.steers} steers per path, interleaved call by call,
-over {config.live} live children (the parent held {tasks} Tasks at the end). p50 per
-round: median (min–max) across rounds; ratios taken inside each round.
+over {config.live} live children. p50 per round: median (min–max) across rounds; ratios
+taken inside each round.
 
-{table(["path", "p50", "vs the Python API", "(path − round trip) / API (goal ≤ 1.5×)"], rows)}
+"""
 
+
+def _body(config: A2AConfig, p50: dict[str, list[float]], tasks: int, backend: str) -> str:
+    rows = []
+    for name in (*_STARTS, *_STEERS):
+        shown = "—" if name == _base(name) else fmt_ratio(_ratio(p50, name))
+        over = fmt_ratio(_beyond(p50, name)) if "A2A" in name else "—"
+        rows.append([name, fmt_s(spread(p50[name])), shown, over])
+    columns = ["path", "p50", "vs the Python API", "(path − round trip) / API (goal ≤ 1.5×)"]
+    return f"""\
+### {backend}
+
+The parent held {tasks} Tasks at the end.
+
+{table(columns, rows)}
+"""
+
+
+_READING = """
 The A2A paths add the HTTP round trip (the agent card's `GET` above: the server, the
-guard and the client), the SDK's JSON-RPC and protobuf decoding and encoding, and one
-worker-thread hop per message (the Task reads that build the answer ride in it). A start's
-activation begins at once in this process and publishes its run while the answer is on its
-way, and the request's threads wait for the GIL behind it: the held row is the same start
-with the provider's start, and so the publication, held until the answer is in. A steer
-naming only the context reads the child's stored parent once per child and server, then
-remembers it (a child's parent never changes).
+guard and the client) and the SDK's JSON-RPC and protobuf decoding and encoding. A steer
+of a Task running here is sent from the server's loop (`controlplane.runtime._asend`: the
+supervisor's answer is awaited without a worker thread, the commit alone runs in one) and
+answered from the Task's in-memory snapshot; a start is one worker-thread hop, its Task
+read included. A start's activation begins at once in this process and publishes its run
+while the answer is on its way, and the request's threads wait for the GIL behind it: the
+held row is the same start with the provider's start, and so the publication, held until
+the answer is in. A steer naming only the context reads the child's stored parent once
+per child and server, then remembers it (a child's parent never changes).
 """

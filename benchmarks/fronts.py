@@ -5,7 +5,11 @@ Modes, all on one control plane and one store, taking turns chunk by chunk:
 
 - ``api``: ``control.start_continuable`` / ``control.send_message`` (the baseline);
 - ``tools``: ``ToolHandlers.acall`` (what every front calls: argument parsing, the
-  ownership check of ``send_message``, the answer's text), awaited on the client's loop;
+  ownership check of ``send_message``, the answer's text), awaited on the client's loop: a
+  steer is sent from the loop (`controlplane.runtime._asend`), a start runs in a worker;
+- ``tools in a worker``: ``ToolHandlers.call`` run in the loop's default executor, the
+  path every tool call took before the loop's send (the worker-thread hop, measured
+  beside it in the same run);
 - ``mcp memory``: an ``mcp`` SDK ``Client`` on the front in-process, over the SDK's
   in-memory stream transport (JSON-RPC messages, no sockets);
 - ``mcp http``: the same client over streamable HTTP on loopback, to the front served by
@@ -43,7 +47,8 @@ __all__ = ["FrontsConfig", "run_fronts"]
 _PARENT = "bench-mcp"
 _STARTS = "bench-start"
 _MESSAGE = "Also check the migration for the events table; keep seq gapless."
-_MODES = ("api", "tools", "mcp memory", "mcp http")
+_MODES = ("api", "tools", "tools in a worker", "mcp memory", "mcp http")
+_WORKER = "tools in a worker"
 _WAIT_S = 60.0
 
 
@@ -77,7 +82,14 @@ def run_fronts(config: FrontsConfig, workdir: Path, pg_url: str | None, pg_note:
             figures[backend] = asyncio.run(_measure(config, url))
     growth = measure_growth(config.growth, workdir)
     body = _body(config, figures, pg_url is None and pg_note)
-    return Section("Protocol fronts", f"{body}\n\n{growth}", {})
+    headline: dict[str, float | Spread] = {}  # ratios as numbers, times as spreads (p50)
+    for backend, fig in figures.items():
+        for name, value in fig.items():
+            if name.startswith("steer") and name.endswith("/api"):
+                headline[f"fronts {backend}: {name}"] = value.median
+            elif name in ("steer api", "steer tools"):
+                headline[f"fronts {backend}: {name}"] = value
+    return Section("Protocol fronts", f"{body}\n\n{growth}", {"figures": headline})
 
 
 @contextmanager
@@ -146,6 +158,8 @@ async def _measure(config: FrontsConfig, url: str) -> dict[str, Spread]:
                 arguments = {"description": "start", "prompt": "go"}
                 if mode == "tools":
                     text = (await tools["start"].acall("subagent", arguments)).text
+                elif mode == _WORKER:
+                    text = (await _in_worker(tools["start"], "subagent", arguments)).text
                 else:
                     result = await clients["start", mode].call_tool("subagent", arguments)
                     text = result.content[0].text
@@ -162,6 +176,8 @@ async def _measure(config: FrontsConfig, url: str) -> dict[str, Spread]:
                     arguments = {"subagent_id": child_id, "message": _MESSAGE}
                     if mode == "tools":
                         text = (await tools["steer"].acall("send_message", arguments)).text
+                    elif mode == _WORKER:
+                        text = (await _in_worker(tools["steer"], "send_message", arguments)).text
                     else:
                         result = await clients["steer", mode].call_tool("send_message", arguments)
                         text = result.content[0].text
@@ -192,6 +208,11 @@ async def _measure(config: FrontsConfig, url: str) -> dict[str, Spread]:
                     for mode, samples in timed.items():
                         p50.setdefault(f"{op} {mode}", []).append(percentile(samples, 50))
     return _summary(p50)
+
+
+async def _in_worker(tools: Any, name: str, arguments: dict[str, Any]) -> Any:
+    """``tools.call`` in the loop's default executor: one worker-thread hop per call."""
+    return await asyncio.get_running_loop().run_in_executor(None, tools.call, name, arguments)
 
 
 async def _interleaved(
@@ -314,11 +335,19 @@ def _body(config: FrontsConfig, figures: dict[str, dict[str, Spread]], pg_note: 
 
 _READING = """\
 Reading it: the last column is the MCP front's own cost, over the `ToolHandlers` call it
-makes; `tools / api` is the tool layer's: a worker-thread hop (`acall` must not block the
-client's loop) and, for a steer, the ownership check, which reads the child's stored header
-once per child and `ToolHandlers` and then remembers it (against the session's size: the
-last table). On SQLite a steer through the API is a few hundred microseconds, about what
-that hop and the SDK's handling of a `tools/call` beyond a ping add between them, so a
-steer through the front stays above 1.5× there; the same costs are a smaller share of a
-PostgreSQL steer. Over HTTP the client, the uvicorn server and the control plane share one
-process's GIL, which the ping does not show."""
+makes. A tool steer is sent from the loop (`controlplane.runtime._asend`): the loop puts
+the message in the child's supervisor's mailbox with an answer future of its own, the
+supervisor's thread, answering, hands the steer's commit (a store write, never on the loop)
+to a worker, and the worker wakes the loop once the record is durable: three thread
+switches where `tools in a worker` (the path every call took before) makes four and the
+API's caller two, and no thread waits on the supervisor. A start is one worker-thread call
+either way (it writes the store). The MCP front's `tools/call` no longer takes a worker hop
+to expand short ids unless an id argument may be a prefix. Profiled on the loop thread, a
+`tools/call` beyond a `ping` is the tool call itself plus ~50 function calls of the SDK's
+(the request's params and result models): the SDK's handling beyond the transport is small
+next to the tool call's thread switches. On SQLite the steer's commit and the switches are
+the whole API steer, so the three switches keep `tools` above the API by about one switch
+and the front above 1.5×; a PostgreSQL steer's commit dwarfs them. Over HTTP the client,
+the uvicorn server and the control plane share one process's GIL, which the ping does not
+show.
+"""

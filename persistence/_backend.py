@@ -11,7 +11,12 @@ from sqlalchemy import exc as sa_exc
 from sqlalchemy.pool import ConnectionPoolEntry, StaticPool
 
 from controlplane.contract import ErrorCode, SubagentControlError
-from persistence._deadlines import SILENCE_GRACE_S, bounded_connection_class, connect_bounded
+from persistence._deadlines import (
+    SILENCE_GRACE_S,
+    DeadlinePool,
+    bounded_connection_class,
+    connect_bounded,
+)
 
 __all__ = [
     "LOCK_TIMEOUT_S",
@@ -200,7 +205,11 @@ def _postgresql(url: URL, settings: ConnectionSettings) -> tuple[Engine, Backend
     )
     # Driver-level autocommit: reads of append-only rows need no transaction (saving the
     # BEGIN and COMMIT round trips), and every write transaction is opened explicitly.
-    engine = create_engine(url, isolation_level="AUTOCOMMIT", connect_args=connect_args)
+    # The pool's wait for a free connection ends with the call's deadline or abandonment,
+    # and a lease renewal never waits for one (_deadlines.DeadlinePool).
+    engine = create_engine(
+        url, isolation_level="AUTOCOMMIT", connect_args=connect_args, poolclass=DeadlinePool
+    )
     # A silent network that still acknowledges bytes (a proxy holding them) escapes the
     # TCP bounds: every wait for the server is bounded on the client too (_deadlines).
     bounded = bounded_connection_class(settings.statement_timeout_s + SILENCE_GRACE_S)

@@ -11,7 +11,8 @@ the client bounds every wait for the server itself:
   fails as a lost connection (transient: the retry policy reconnects) and the pool drops
   the connection. The bound is the statement timeout plus `SILENCE_GRACE_S` (a live server
   answers within ``statement_timeout``, if only to cancel the statement), or less inside
-  `call_deadline` (whose connects get its time, 2 s at least: libpq's floor). psycopg's
+  `call_deadline` (whose connects are given up within psycopg's poll interval, 0.1 s,
+  once it passes, below libpq's 2 s floor). psycopg's
   own wait runs untouched (its C loop is the hot path); the
   watch costs a dictionary entry per wait.
 - `call_deadline` bounds every store call a thread makes inside it, retries included:
@@ -22,7 +23,14 @@ the client bounds every wait for the server itself:
   a wait for the server at once (`abandon_waits`), a connection attempt within psycopg's
   poll interval (0.1 s; its socket is not watched until it connects, and libpq's connect
   timeout is 2 s at least: a fenced activation stayed alive that long, past the quarter of
-  the lease it has to stop in).
+  the lease it has to stop in), a wait for a pooled connection (`DeadlinePool`) and a
+  retry's backoff (`abandonable_sleep`) within `POLL_S`. Both also end at the call's
+  deadline: a pool taken by calls stuck on a silent network made a fenced activation
+  wait for a connection (SQLAlchemy's 30 s) past its fence.
+- `unqueued`: a lease renewal never waits for a pooled connection; it opens one past the
+  pool's size when none is free (closed when it comes back), so that calls stuck on a
+  silent network, which hold the pool until their deadlines, cannot keep the renewals
+  that would ride the outage through from going out when it heals.
 """
 
 from __future__ import annotations
@@ -36,21 +44,33 @@ import time
 from collections.abc import Callable, Collection
 from typing import Any, Final
 
+from sqlalchemy import exc as sa_exc
+from sqlalchemy.pool import ConnectionPoolEntry, QueuePool
+from sqlalchemy.util import queue as sa_queue
+
 __all__ = [
+    "POLL_S",
     "SILENCE_GRACE_S",
+    "DeadlinePool",
     "abandon_waits",
+    "abandonable_sleep",
     "abandoning",
     "bounded_connection_class",
     "call_deadline",
     "connect_bounded",
     "is_abandoned",
     "time_left",
+    "unqueued",
 ]
 
 log = logging.getLogger(__name__)
 
 SILENCE_GRACE_S: Final = 2.0
 """How long past the statement timeout a PostgreSQL connection may stay silent."""
+
+POLL_S: Final = 0.05
+"""How often a wait for a pooled connection or a retry's backoff looks whether its call
+was abandoned."""
 
 _local = threading.local()
 
@@ -271,18 +291,112 @@ def bounded_connection_class(silence_s: float) -> Any:
 def _abandonable(gen: Any) -> Any:
     """A connection attempt's generator (psycopg's: it yields what to wait for, and is
     sent what is ready, at least every poll interval) that fails once this thread's calls
-    are abandoned (`abandoning`), instead of waiting out the connect timeout."""
+    are abandoned (`abandoning`) or its `call_deadline` has passed, instead of waiting
+    out the connect timeout (libpq's floor is 2 s: a renewal's deadline may be shorter)."""
     import psycopg
 
     try:
         wanted = next(gen)
         while True:
-            if is_abandoned():
+            left = time_left()  # 0 once abandoned
+            if left is not None and left <= 0:
                 raise psycopg.OperationalError(
-                    "connection attempt abandoned (its caller gave it up)"
+                    "connection attempt abandoned (its caller gave it up, or its deadline passed)"
                 )
             wanted = gen.send((yield wanted))
     except StopIteration as done:
         return done.value
     finally:
         gen.close()
+
+
+def abandonable_sleep(seconds: float) -> None:
+    """Sleep ``seconds`` (a retry's backoff), or less: until this thread's calls are
+    abandoned (`abandoning`), looked at every `POLL_S`."""
+    end = time.monotonic() + seconds
+    while True:
+        left = end - time.monotonic()
+        if left <= 0 or is_abandoned():
+            return
+        time.sleep(min(left, POLL_S))
+
+
+def unqueued() -> contextlib.AbstractContextManager[None]:
+    """Store calls this thread makes in the block never wait for a pooled connection
+    (`DeadlinePool`): a lease renewal's."""
+    return _Unqueued()
+
+
+class _Unqueued:
+    __slots__ = ("_outer",)
+
+    def __enter__(self) -> None:
+        self._outer = getattr(_local, "unqueued", False)
+        _local.unqueued = True
+
+    def __exit__(self, *_exc: object) -> None:
+        _local.unqueued = self._outer
+
+
+class _DeadlineQueue(sa_queue.Queue[ConnectionPoolEntry]):
+    """The pool's queue of idle connections: a thread with a `call_deadline` (or inside
+    `abandoning`) waits for one no longer than its deadline, and stops once abandoned."""
+
+    def get(self, block: bool = True, timeout: float | None = None) -> ConnectionPoolEntry:
+        if not block or (
+            getattr(_local, "until", None) is None and getattr(_local, "abandon", None) is None
+        ):
+            return super().get(block, timeout)
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            step = POLL_S
+            left = time_left()
+            if left is not None:
+                if left <= 0:
+                    raise sa_queue.Empty
+                step = min(step, left)
+            if end is not None:
+                remaining = end - time.monotonic()
+                if remaining <= 0:
+                    raise sa_queue.Empty
+                step = min(step, remaining)
+            try:
+                return super().get(True, step)
+            except sa_queue.Empty:
+                continue
+
+
+class DeadlinePool(QueuePool):
+    """SQLAlchemy's ``QueuePool`` whose wait for a free connection ends at the calling
+    thread's `call_deadline` or once its calls are abandoned (within `POLL_S`), and
+    which never makes a thread inside `unqueued` wait: it opens a connection past the
+    pool's size, counted as overflow, so the pool closes it when it comes back."""
+
+    _queue_class = _DeadlineQueue
+
+    def _do_get(self) -> ConnectionPoolEntry:
+        if getattr(_local, "unqueued", False):
+            try:
+                return self._pool.get(False)
+            except sa_queue.Empty:
+                pass
+            with self._overflow_lock:
+                self._overflow += 1
+            try:
+                return self._create_connection()
+            except BaseException:
+                self._dec_overflow()
+                raise
+        try:
+            return super()._do_get()
+        except sa_exc.TimeoutError as exc:
+            if is_abandoned():
+                raise sa_exc.TimeoutError(
+                    "no pooled connection was free before the call was abandoned"
+                ) from exc
+            left = time_left()
+            if left is not None and left <= 0:
+                raise sa_exc.TimeoutError(
+                    "no pooled connection was free before the call's deadline"
+                ) from exc
+            raise

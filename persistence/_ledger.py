@@ -20,6 +20,7 @@ from sqlalchemy import delete, exists, func, insert, literal, select, text, upda
 
 from controlplane.contract import RuntimeInfo, TaskSnapshot, TaskStatus, Usage, utcnow
 from persistence._database import Database
+from persistence._deadlines import unqueued
 from persistence._host_clock import LeaseNow, boot_seconds
 from persistence._point_reader import PointReader
 from persistence._schema import (
@@ -101,10 +102,14 @@ class TaskLedger:
         return self._run(f"register runtime {runtime_id}", op)
 
     def heartbeat(self, runtime_id: str) -> bool:
-        """Renew a runtime's heartbeat; False if it is closed (or unknown)."""
+        """Renew a runtime's heartbeat; False if it is closed (or unknown).
+
+        It never waits for a pooled connection (`unqueued`): calls stuck on a silent
+        network hold the pool until their deadlines, and the renewal that would ride the
+        outage through must go out the moment it heals."""
 
         def op(_attempt: int) -> bool:
-            with self._db.connection(write=True) as conn:
+            with unqueued(), self._db.connection(write=True) as conn:
                 now: Any = self._now(conn)
                 if self._postgres:
                     # Never back: two renewals in flight may commit out of order, and the

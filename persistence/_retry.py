@@ -15,7 +15,7 @@ import tenacity
 from sqlalchemy import exc as sa_exc
 
 from controlplane.contract import ErrorCode, SubagentControlError, seconds_problem
-from persistence._deadlines import time_left
+from persistence._deadlines import abandonable_sleep, is_abandoned, time_left
 
 __all__ = ["Retrier", "RetryListener", "RetryPolicy", "describe", "is_transient", "retry_cause"]
 
@@ -141,15 +141,24 @@ class Retrier:
                 if not is_transient(exc):
                     raise
                 first_failure: Exception | None = exc
+                last_failure: Exception = exc
             attempts = itertools.count(1)
 
             def attempt(_action: str) -> T:  # the action: for the listeners (state.args)
-                nonlocal first_failure
+                nonlocal first_failure, last_failure
                 number = next(attempts)
                 if first_failure is not None:
                     failure, first_failure = first_failure, None
                     raise failure
-                return operation(number)
+                if is_abandoned():
+                    # Abandoned during the backoff: no further attempt; tenacity stops on
+                    # this (no time left) and raises it.
+                    raise last_failure
+                try:
+                    return operation(number)
+                except Exception as failed:
+                    last_failure = failed
+                    raise
 
             return self._retrying(attempt, action)
         except self._errors as exc:
@@ -207,6 +216,7 @@ def _tenacity_controller(policy: RetryPolicy, listeners: list[RetryListener]) ->
         wait=wait,
         retry=tenacity.retry_if_exception(is_transient),
         before_sleep=before_sleep,
+        sleep=abandonable_sleep,  # a backoff ends once its call is abandoned
         reraise=True,
     )
 

@@ -71,6 +71,7 @@ from controlplane.fronts._a2a_view import (
     turn_of,
     update_of,
 )
+from controlplane.runtime._asend import running_here, send_async
 
 if TYPE_CHECKING:
     from controlplane.runtime._facade import SubagentControl
@@ -219,13 +220,20 @@ class ControlPlaneHandler(RequestHandler):
         """Start, steer or resume, as the message's ids say, or answer the approval request
         the Task it names waits on; the Task that took it, and the request it answered.
 
-        Each way is one worker-thread call, its Task reads included: a hop costs more than
-        the in-memory read of a live Task, and more again while a new activation publishes
-        in this process (``python -m benchmarks --sections a2a``).
+        A steer of a Task running here (named by its id, or by its context) is sent from
+        the loop (`controlplane.runtime._asend`: no worker waits on the child's supervisor)
+        and answered from the Task's in-memory snapshot. Every other way is one
+        worker-thread call, its Task reads included: a hop costs more than the in-memory
+        read of a live Task, and more again while a new activation publishes in this
+        process (``python -m benchmarks --sections a2a``).
         """
         message = params.message
         child_id: str | None = None
         if message.task_id:
+            named = running_here(self._control, message.task_id, self._parent)
+            if named is not None and named.child_id is not None:
+                _check_context(named, message.context_id)
+                return await self._steer(named.child_id, message_blocks(message)), None
             sent, answered = await _guarded(self._aio.run_blocking(self._to_named, message))
             if sent is not None:
                 return sent, answered
@@ -242,7 +250,13 @@ class ControlPlaneHandler(RequestHandler):
             started, snapshot = await _guarded(self._aio.run_blocking(self._start, spec))
             self._remember(started.child_id)
             return snapshot, None
-        return await _guarded(self._aio.run_blocking(self._send, child_id, blocks)), None
+        return await self._steer(child_id, blocks), None
+
+    async def _steer(self, child_id: str, blocks: Sequence[TextBlock]) -> TaskSnapshot:
+        """Steer or resume ``child_id`` from the loop; the Task that took the message (read
+        in memory while it runs here, else in a worker)."""
+        sent = await _guarded(send_async(self._control, self._parent, child_id, blocks))
+        return await self._snapshot(sent.task_id)
 
     def _to_named(self, message: Message) -> tuple[TaskSnapshot | None, str | None]:
         """Deliver a message naming a Task (blocking): the answer to the approval request
@@ -251,11 +265,7 @@ class ControlPlaneHandler(RequestHandler):
         the request answered; (None, None) for a Task of no child (the message then starts
         one)."""
         named = self._control.tasks.get(message.task_id, requester=self._parent)
-        context_id = message.context_id
-        if context_id and named.child_id != context_id:
-            raise InvalidParamsError(
-                message=f"task {named.id} is not in context {context_id!r}; nothing was delivered"
-            )
+        _check_context(named, message.context_id)
         if a2a_state(named) in TERMINAL_STATES:
             raise UnsupportedOperationError(
                 message=f"task {named.id} is {named.status.value}: a message to an ended "
@@ -382,6 +392,9 @@ class ControlPlaneHandler(RequestHandler):
     # -- the control plane, translated ---------------------------------------------------------
 
     async def _snapshot(self, task_id: str) -> TaskSnapshot:
+        here = running_here(self._control, task_id, self._parent)
+        if here is not None:  # running in this process: read in memory, no worker hop
+            return here
         return await _guarded(self._aio.get(task_id, requester=self._parent))
 
     async def _turn(self, snapshot: TaskSnapshot) -> list[SessionEvent]:
@@ -395,6 +408,14 @@ class ControlPlaneHandler(RequestHandler):
                 return []
             raise a2a_error(exc) from exc
         return turn_of(loaded.events, snapshot.id)
+
+
+def _check_context(named: TaskSnapshot, context_id: str) -> None:
+    """A message naming a Task and a context: the Task must be in it."""
+    if context_id and named.child_id != context_id:
+        raise InvalidParamsError(
+            message=f"task {named.id} is not in context {context_id!r}; nothing was delivered"
+        )
 
 
 def _past(snapshot: TaskSnapshot, answered: str | None) -> TaskSnapshot:

@@ -15,12 +15,22 @@ from controlplane.contract import AgentHandle, ErrorCode, SubagentControlError, 
 if TYPE_CHECKING:
     from controlplane.runtime._facade import SubagentControl
 
-__all__ = ["expand_ids"]
+__all__ = ["expand_ids", "needs_expanding"]
 
 MIN_PREFIX: Final = 4
 _WHOLE: Final = 36  # a uuid's length: the ids the control plane makes
 _SHOWN: Final = 10
 _KINDS: Final = {"subagent_id": "child", "task_id": "task", "request_id": "request"}
+
+
+def needs_expanding(arguments: dict[str, Any]) -> bool:
+    """Whether an id argument is short enough to be a prefix: only then does `expand_ids`
+    read the session's ids (a whole id, or none, is passed on without a read)."""
+    for key in _KINDS:
+        value = arguments.get(key)
+        if isinstance(value, str) and MIN_PREFIX <= len(value) < _WHOLE:
+            return True
+    return False
 
 
 def expand_ids(

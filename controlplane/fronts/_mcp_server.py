@@ -28,7 +28,7 @@ from pydantic import Field
 
 from controlplane.aio import AsyncSubagentControl
 from controlplane.contract import AgentHandle, SubagentControlError, TaskSnapshot
-from controlplane.fronts._mcp_ids import expand_ids
+from controlplane.fronts._mcp_ids import expand_ids, needs_expanding
 from controlplane.fronts._mcp_legacy import (
     RELATED_TASK,
     LegacyTaskCalls,
@@ -44,6 +44,7 @@ from controlplane.fronts._mcp_tasks import (
     task_fields,
     wants_tasks,
 )
+from controlplane.runtime._asend import running_here
 from controlplane.tools import ToolHandlers, ToolResult
 
 if TYPE_CHECKING:
@@ -106,6 +107,7 @@ class McpFront:
         self._control = control
         self._tools = ToolHandlers(control, parent, provider=provider)
         self._aio = AsyncSubagentControl(control)
+        self._tool_list: types.ListToolsResult | None = None
         self.server: Server[Any] = _Server(
             SERVER_NAME,
             version=_version(),
@@ -134,25 +136,31 @@ class McpFront:
     async def _list_tools(
         self, ctx: ServerRequestContext[Any], params: types.PaginatedRequestParams | None
     ) -> types.ListToolsResult:
-        tools = [
-            types.Tool(
-                name=definition["name"],
-                description=definition["description"],
-                input_schema=definition["parameters"],
-            )
-            for definition in self._tools.definitions()
-        ]
-        return types.ListToolsResult(tools=tools)
+        # Built once: the definitions never change, and validating their schemas into
+        # `types.Tool` models cost milliseconds per listing.
+        if self._tool_list is None:
+            tools = [
+                types.Tool(
+                    name=definition["name"],
+                    description=definition["description"],
+                    input_schema=definition["parameters"],
+                )
+                for definition in self._tools.definitions()
+            ]
+            self._tool_list = types.ListToolsResult(tools=tools)
+        return self._tool_list
 
     async def _call_tool(
         self, ctx: ServerRequestContext[Any], params: types.CallToolRequestParams
     ) -> HandlerResult:
         arguments = params.arguments or {}
         try:
-            # Ids as the CLI takes them: a unique prefix of one of this session's ids.
-            arguments = await anyio.to_thread.run_sync(
-                expand_ids, self._control, self._parent, arguments
-            )
+            # Ids as the CLI takes them: a unique prefix of one of this session's ids (read
+            # in a worker, and only when one may be a prefix: a steer's path has no hop).
+            if needs_expanding(arguments):
+                arguments = await anyio.to_thread.run_sync(
+                    expand_ids, self._control, self._parent, arguments
+                )
         except SubagentControlError as exc:
             result = ToolResult.error(exc.code.value, exc.message)
         else:
@@ -211,6 +219,9 @@ class McpFront:
         return {}
 
     async def _snapshot(self, task_id: str) -> TaskSnapshot:
+        here = running_here(self._control, task_id, self._parent)
+        if here is not None:  # running in this process: read in memory, no worker hop
+            return here
         try:
             return await self._aio.get(task_id, requester=self._parent)
         except SubagentControlError as exc:

@@ -29,6 +29,7 @@ from controlplane.contract import (
     ContinuableStartSpec,
     ErrorCode,
     MessageSource,
+    SendResult,
     SubagentControlError,
     TaskSnapshot,
     TaskStatus,
@@ -149,6 +150,7 @@ class ToolHandlers:
         self._control = control
         self._parent = parent
         self._provider = provider
+        self._executor = executor
         self._aio = AsyncSubagentControl(control, executor=executor)
         # Children confirmed as this parent's from their stored headers (see `_owns`).
         self._owned: OrderedDict[str, None] = OrderedDict()
@@ -186,11 +188,16 @@ class ToolHandlers:
     async def acall(self, name: str, arguments: object) -> ToolResult:
         """Run one tool call without blocking the event loop; never raises (but is cancellable).
 
-        The call runs in a worker thread. Cancelling the awaiting coroutine abandons the
-        answer, not the operation: once handed to the worker, a start starts and a message
-        is delivered (or refused) as a whole, and ``task_list`` shows the Task it made.
+        A call runs in a worker thread, except ``send_message`` to a child these tools know
+        as the parent's: it is checked on the loop and sent without a worker waiting on the
+        child's supervisor (`controlplane.runtime._asend`: a steer's commit alone runs in
+        one). Cancelling the awaiting coroutine abandons the answer, not the operation: once
+        handed over, a start starts and a message is delivered (or refused) as a whole, and
+        ``task_list`` shows the Task it made.
         """
         try:
+            if name == "send_message":
+                return await self._asend(arguments)
             outcome = await self._aio.run_blocking(self._handle, name, arguments, defer_wait=True)
             if isinstance(outcome, ToolResult):
                 return outcome
@@ -203,6 +210,32 @@ class ToolHandlers:
             return _refused(exc)
         except Exception as exc:
             return self._internal(name, exc)
+
+    async def _asend(self, arguments: object) -> ToolResult:
+        """``send_message`` from a loop: the arguments and a remembered child checked there;
+        a child not remembered yet is looked up in a worker (`_owns` reads the store)."""
+        try:
+            args = parse_arguments("send_message", arguments)
+        except SubagentControlError as exc:
+            return _invalid(exc)
+        assert isinstance(args, SendMessageArgs)
+        child_id = args.subagent_id
+        if not self._remembered(child_id) and not await self._aio.run_blocking(
+            self._owns, child_id
+        ):
+            raise _not_yours(child_id)
+        # Here, not at the top: importing the tools loads neither the actors nor the facade.
+        from controlplane.runtime._asend import send_async
+
+        result = await send_async(
+            self._control,
+            self._parent,
+            child_id,
+            [TextBlock(text=args.message)],
+            MessageSource(kind="coordinator", sender_session_id=self._parent.session_id),
+            executor=self._executor,
+        )
+        return _sent(result, child_id)
 
     def drain_notices(self) -> list[str]:
         """Take this parent's pending completion notices, one line per settled Task.
@@ -279,20 +312,22 @@ class ToolHandlers:
         # The API would start a Task that fails on an id this parent does not own; the
         # model is better served by a refusal that changes nothing.
         if not self._owns(child_id):
-            raise SubagentControlError(
-                ErrorCode.CHILD_NOT_FOUND,
-                f"you have no subagent {child_id!r}; nothing was sent",
-                child_id=child_id,
-            )
+            raise _not_yours(child_id)
         result = self._control.send_message(
             self._parent,
             child_id,
             [TextBlock(text=args.message)],
             MessageSource(kind="coordinator", sender_session_id=self._parent.session_id),
         )
-        if result.route == "steered":
-            return ToolResult(f"message delivered to running task {result.task_id}")
-        return ToolResult(f"message started task {result.task_id} continuing subagent {child_id}")
+        return _sent(result, child_id)
+
+    def _remembered(self, child_id: str) -> bool:
+        """Whether ``child_id`` is remembered as this parent's (in memory: a loop may ask)."""
+        with self._owned_lock:
+            if child_id in self._owned:
+                self._owned.move_to_end(child_id)
+                return True
+        return False
 
     def _owns(self, child_id: str) -> bool:
         """Whether ``child_id`` is this parent's child, at a cost that does not grow with
@@ -306,10 +341,8 @@ class ToolHandlers:
         meanwhile is in one of the two). Such a child is not remembered: a start that fails
         before publishing leaves no child to send to.
         """
-        with self._owned_lock:
-            if child_id in self._owned:
-                self._owned.move_to_end(child_id)
-                return True
+        if self._remembered(child_id):
+            return True
         store = self._control.store
         if store is not None and _plausible_id(child_id):
             parent = store.spend.parent_of(child_id)
@@ -385,6 +418,20 @@ class ToolHandlers:
             "this is not a problem with your arguments. Check task_list before retrying, in "
             "case it took effect.",
         )
+
+
+def _not_yours(child_id: str) -> SubagentControlError:
+    return SubagentControlError(
+        ErrorCode.CHILD_NOT_FOUND,
+        f"you have no subagent {child_id!r}; nothing was sent",
+        child_id=child_id,
+    )
+
+
+def _sent(result: SendResult, child_id: str) -> ToolResult:
+    if result.route == "steered":
+        return ToolResult(f"message delivered to running task {result.task_id}")
+    return ToolResult(f"message started task {result.task_id} continuing subagent {child_id}")
 
 
 def _invalid(exc: SubagentControlError) -> ToolResult:

@@ -445,6 +445,19 @@ class SubagentControl(HandleApi, SpendApi, ApprovalApi):
         source: MessageSource | None,
         op: Operation | None,
     ) -> SendResult:
+        router, send = self._send_of(parent, child_id, message, source, op)
+        return router.send(child_id, send)
+
+    def _send_of(
+        self,
+        parent: AgentHandle,
+        child_id: str,
+        message: Message,
+        source: MessageSource | None,
+        op: Operation | None,
+    ) -> tuple[Router, SendMessage]:
+        """A send's checks (no I/O: an event loop runs them too, `controlplane.runtime._asend`)
+        and the router and message it goes through."""
         self._check_open()
         router = self._require_router()
         self._check_parent(parent)
@@ -459,7 +472,7 @@ class SubagentControl(HandleApi, SpendApi, ApprovalApi):
             source=source,
             origin=op.message(blocks, source) if op is not None else None,
         )
-        return router.send(child_id, send)
+        return router, send
 
     def _route(self, child_id: str, send: SendMessage) -> SendResult:
         """Hand ``send`` to the child's supervisor here and return what it did."""
