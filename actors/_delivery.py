@@ -3,7 +3,6 @@ it did — the one place that reads a supervisor's `Reply`."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Final
 
@@ -11,7 +10,7 @@ import pykka
 
 from actors.messages import SendMessage
 from actors.routing import RoutingTable
-from controlplane.contract import ErrorCode, ParkedTask, SendResult, SubagentControlError
+from controlplane.contract import ErrorCode, SendResult, SubagentControlError
 
 if TYPE_CHECKING:
     from actors.root import RootActorProxy
@@ -19,10 +18,6 @@ if TYPE_CHECKING:
 __all__ = ["deliver"]
 
 _REDIRECTS: Final = 16
-_PARKING_PAUSE_S: Final = 0.002
-_PARKING_PAUSE_MAX_S: Final = 0.25
-"""A send refused while the child's run parks waits this long (doubling) before it is
-sent again: parking ends within a store write and the activation's end."""
 
 
 def deliver(
@@ -44,7 +39,6 @@ def deliver(
         SubagentControlError: the supervisor's refusal, as it raised it; ``CLOSED`` once
             the root is gone; ``INTERNAL`` for a failure inside the actor system.
     """
-    pause = _PARKING_PAUSE_S
     for _ in range(_REDIRECTS):
         route = table.get(child_id)
         try:
@@ -54,13 +48,6 @@ def deliver(
                 reply = root.route_send(child_id, send)
             if reply is not None:
                 return reply.result()
-        except ParkedTask:
-            # Refused, never delivered, because the child's run was parking on an approval
-            # request: once it has, the message continues that Task's turn (SPEC §11).
-            check_open()
-            time.sleep(pause)
-            pause = min(pause * 2, _PARKING_PAUSE_MAX_S)
-            continue
         except SubagentControlError:
             raise
         except Exception as exc:

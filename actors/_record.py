@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import pykka
 
-from actors._inbox import ActivationInbox
+from actors._inbox import ActivationInbox, Held
 from controlplane.contract import (
     CancelSignal,
     SubagentRun,
@@ -121,6 +121,8 @@ class Activation:
     status: TaskStatus = TaskStatus.RUNNING
     slot: ActivationSlot | None = None  # where its view is published
     phase: ActivationPhase = "admitted"
+    # Messages held while its run parks, in arrival order: delivered once it has parked.
+    held: list[Held] = field(default_factory=list)
 
     def advance(self, phase: ActivationPhase) -> bool:
         """Move to ``phase`` (on the supervisor's thread), if it follows the current one;

@@ -162,6 +162,11 @@ class ActivationTranscript:
         return self._turn
 
     @property
+    def parked(self) -> bool:
+        """Whether the turn parked on an approval request (it takes nothing more here)."""
+        return self._parked
+
+    @property
     def spent(self) -> Usage:
         """What this turn has written so far (its model and tool calls' usage)."""
         return self._spend.total if self._spend is not None else Usage.zero()
@@ -223,8 +228,8 @@ class ActivationTranscript:
         """Park the turn (SPEC §11): under this writer's lock — so no steer is handed to
         the run meanwhile — write the steering records still queued, then run ``park``
         (the claim given up in the store); when it returns True the turn takes nothing
-        more (a later steer is refused ``NOT_DELIVERED``; its sender's retry continues the
-        parked Task). Returns what ``park`` returned."""
+        more (a later steer is refused `ParkedTask`, and the supervisor delivers it into the
+        parked Task's continued turn). Returns what ``park`` returned."""
         with self._lock:
             if self._state != "open":
                 return False

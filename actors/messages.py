@@ -10,7 +10,7 @@ from typing import Any, Literal
 import pykka
 from pydantic import BaseModel, ConfigDict, Field
 
-from actors._inbox import ActivationInbox, Delivery
+from actors._inbox import ActivationInbox, Delivery, Held
 from actors._transcript import ActivationTranscript
 from controlplane.contract import (
     NO_TRACE,
@@ -281,14 +281,17 @@ class Reply:
     ``started``: a resume began, as Task ``task_id``. ``steered``: the message was put into
     the inbox of the running activation ``task_id``; the sender completes its delivery
     (`result`) on its own thread — the supervisor never waits for the run or the store.
+    ``held``: the child's run is parking; the supervisor delivers the message once the
+    Task's next step is known and resolves ``held`` with that reply.
     A refusal is never a reply: it is raised through the ask's future.
     """
 
-    route: Literal["started", "steered"]
+    route: Literal["started", "steered", "held"]
     task_id: str
     inbox: ActivationInbox | None = None
     delivery: Delivery | None = None
     receipt: FrameReceipt | None = None
+    held: Held | None = None
 
     def result(self) -> SendResult:
         """The send's result, once it is final: for a steer, once the message's record is
@@ -298,8 +301,13 @@ class Reply:
             SubagentControlError: the steer was not delivered (``NOT_DELIVERED``, …), or
                 ``DURABILITY_FAILED``: the run has it, the transcript does not.
         """
+        if self.held is not None:
+            return self.held.result()
         if self.inbox is not None and self.delivery is not None:
-            self.inbox.wait(self.delivery)
+            moved = self.inbox.wait(self.delivery)
+            if moved is not None:  # its run parked first: delivered on by the supervisor
+                return moved.result()
         if self.receipt is not None:
             self.receipt.wait()
+        assert self.route != "held"
         return SendResult(route=self.route, task_id=self.task_id)

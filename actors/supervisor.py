@@ -22,7 +22,7 @@ import pykka
 
 from actors._answer import NO_ANSWER, answer_of
 from actors._base import Actor
-from actors._inbox import ActivationInbox
+from actors._inbox import ActivationInbox, Held
 from actors._outcomes import error_text, failed
 from actors._record import Activation, ActivationSlot, ActivationView
 from actors._transcript import turn_frame
@@ -187,7 +187,7 @@ class ChildSupervisor(Actor):
         # Stopped by an error pykka caught (on_stop is not called then): no sender may
         # wait for ever on this supervisor's activation.
         if self._current is not None:
-            self._current.inbox.close(ErrorCode.NOT_DELIVERED, "its supervisor failed")
+            self._close_inbox(self._current, ErrorCode.NOT_DELIVERED, "its supervisor failed")
 
     def _fail(self, message: Any, exc: BaseException) -> SubagentControlError | None:
         """Contain a failure of this supervisor's own code (a bug, or no thread left for
@@ -246,10 +246,10 @@ class ChildSupervisor(Actor):
                 f"child {self._child_id} has no task for this session",
                 child_id=self._child_id,
             )
-        if current.status is TaskStatus.INPUT_REQUIRED:
-            # Its run is parking on an approval request: sent again once it has, the
-            # message goes into that Task's turn (`_continue`).
-            raise ParkedTask(child_id=self._child_id, task_id=current.task_id)
+        if self._parking(current):
+            # Its run is parking on an approval request: held, and delivered into that
+            # Task's continued turn once it has parked (`_on_ended`).
+            return self._hold(current, send)
         if current.status is not TaskStatus.RUNNING or current.signal.aborted:
             what = "being killed" if current.status is TaskStatus.RUNNING else current.status.value
             raise _not_delivered(
@@ -267,7 +267,7 @@ class ChildSupervisor(Actor):
         # Steered into the turn (or held until its publication) by the sender's own thread:
         # this supervisor never calls the run nor waits for the record's write.
         inbox = current.inbox
-        delivery = inbox.put(send.message, send.source, send.forwarded)
+        delivery = inbox.put(send)
         return Reply(route="steered", task_id=current.task_id, inbox=inbox, delivery=delivery)
 
     def _continue_ordered(self, current: Activation | None, send: SendMessage) -> Reply:
@@ -275,6 +275,12 @@ class ChildSupervisor(Actor):
         task_id = send.continues
         assert task_id is not None
         if current is not None:
+            if current.task_id == task_id and (
+                current.plan.kind != "continued" or self._parking(current)
+            ):
+                # The store has it parked while its run here is still parking: continued
+                # once that run has ended.
+                return self._hold(current, send)
             if current.task_id == task_id:
                 return Reply(route="started", task_id=task_id)  # it goes on here already
             raise _not_delivered(self._child_id, task_id, "another activation of it runs here")
@@ -461,26 +467,75 @@ class ChildSupervisor(Actor):
 
     def _on_ended(self, ended: ActivationEnded) -> None:
         current = self._current
+        held: list[Held] = []
         if current is not None and current.task_id == ended.task_id:
             current.advance(
                 "handed_over" if ended.handed_over else "parked" if ended.parked else "ended"
             )
             current.publish_view()
+            if current.phase == "parked":
+                # The messages its run did not take, then those held while it parked: all
+                # go into the parked Task's continued turn, in that order.
+                held = [*current.inbox.hand_back(), *current.held]
+                current.held.clear()
             self._close_inbox(
                 current,
                 ErrorCode.NOT_DELIVERED,
                 "the activation ended before it could take the message",
-                parked=current.status is TaskStatus.INPUT_REQUIRED,
             )
             self._drop()
         # Only now, with the association gone, may `tasks.wait()` return.
         self._ctx.tasks.release(ended.task_id)
+        for message in held:
+            self._deliver_held(message, ended.task_id)
         if (not ended.durable or ended.parked or self._broken is not None) and (
             self._current is None
         ):
             # A parked child waits in the store, holding no thread here: not even this
             # supervisor's (its answer or its next message makes a new one, anywhere).
             self._retire()
+
+    def _parking(self, current: Activation) -> bool:
+        """Whether ``current``'s run is parking on an approval request (its Task goes on
+        in a continued turn once it has)."""
+        transcript = current.transcript
+        return current.status is TaskStatus.INPUT_REQUIRED or (
+            transcript is not None and transcript.parked
+        )
+
+    def _hold(self, current: Activation, send: SendMessage) -> Reply:
+        held = Held(send)
+        current.held.append(held)
+        return Reply(route="held", task_id=current.task_id, held=held)
+
+    def _deliver_held(self, held: Held, parked_task_id: str) -> None:
+        """Deliver a message held while its child's run parked: into the parked Task's
+        continued turn (the first one starts it; the rest are steered into it)."""
+        send = held.send
+        try:
+            if self._broken is not None:
+                raise _not_delivered(self._child_id, parked_task_id, self._broken)
+            if (
+                self._current is None
+                and send.forwarded is None
+                and send.recovered is None
+                and send.continues in (None, parked_task_id)
+            ):
+                conflict = self._squatter(None)
+                if conflict is not None:
+                    raise conflict
+                if send.continues is None and self._ctx.budgets is not None:
+                    self._ctx.budgets.check_resume(self._child_id)  # as for any next turn
+                reply = self._continue(send, parked_task_id)
+            else:
+                reply = self._on_send(send)
+        except SubagentControlError as exc:
+            held.resolve(None, exc)
+        except Exception as exc:
+            error = self._fail(send, exc)
+            held.resolve(None, error or _not_delivered(self._child_id, parked_task_id, str(exc)))
+        else:
+            held.resolve(reply)
 
     def _passivate_if_idle(self, idle_for_s: float) -> None:
         idle_since = self._idle_since
@@ -522,12 +577,14 @@ class ChildSupervisor(Actor):
         self._current = None
         self._slot.view = None
 
-    def _close_inbox(
-        self, current: Activation, code: ErrorCode, why: str, *, parked: bool = False
-    ) -> None:
+    def _close_inbox(self, current: Activation, code: ErrorCode, why: str) -> None:
         held, self._held = self._held, 0
         self._ctx.telemetry.held_messages(-held)
-        current.inbox.close(code, why, parked=parked)
+        current.inbox.close(code, why)
+        refusal = _not_delivered(self._child_id, current.task_id, why)
+        for message in current.held:
+            message.resolve(None, refusal)
+        current.held.clear()
 
     # -- helpers ---------------------------------------------------------------------
 
@@ -584,7 +641,7 @@ class ChildSupervisor(Actor):
             state="idle" if view is None else view.state,
             task_id=view.task_id if view else None,
             task_status=view.status.value if view else None,
-            held_messages=current.inbox.pending if current else 0,
+            held_messages=current.inbox.pending + len(current.held) if current else 0,
             mailbox_depth=mailbox_depth(self.actor_ref),
             last_activity=datetime.fromtimestamp(self._last_activity_s, UTC),
             activation=activation,
