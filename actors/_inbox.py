@@ -134,6 +134,7 @@ class ActivationInbox:
         self._closed: SubagentControlError | None = None
         self._draining = False
         self._waiting = 0  # senders asleep on `_changed`: nobody to wake, no notify paid
+        self._held = 0  # messages put before publication (the held-messages gauge's share)
         self._run: SubagentRun | None = None
         self._transcript: ActivationTranscript | None = None
         # A kill refuses what is still queued at once: its senders need not wait for a
@@ -153,6 +154,9 @@ class ActivationInbox:
         with self._lock:
             if self._closed is None:
                 self._queue.append(delivery)
+                if self._state == "held":
+                    self._held += 1
+                    self._telemetry.held_messages(1)
                 return delivery
             self._resolve(delivery, self._refusal(self._closed))
         return delivery
@@ -168,9 +172,16 @@ class ActivationInbox:
                     task_id=self._task_id,
                 )
             self._state = "closed"
+            self._unhold()
             queued, self._queue = self._queue, deque()
             for delivery in queued:
                 self._resolve(delivery, self._refusal(self._closed))
+
+    def _unhold(self) -> None:
+        """Under the lock: the held messages stop waiting for publication."""
+        if self._held:
+            self._telemetry.held_messages(-self._held)
+            self._held = 0
 
     def hand_back(self) -> list[Held]:
         """The run parked: close the inbox and give the supervisor every message the run
@@ -187,6 +198,7 @@ class ActivationInbox:
             if self._closed is None:
                 self._closed = self._not_delivered("its run parked before it could take it")
             self._state = "closed"
+            self._unhold()
             return held
 
     def publish(
@@ -203,6 +215,7 @@ class ActivationInbox:
                 return
             self._run, self._transcript = run, transcript
             self._state = "open"
+            self._unhold()
             if refuse_held is not None:
                 queued, self._queue = self._queue, deque()
                 for delivery in queued:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import time
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 import pykka
 
@@ -24,7 +24,18 @@ from actors._answer import NO_ANSWER, answer_of
 from actors._base import Actor
 from actors._inbox import ActivationInbox, Held
 from actors._outcomes import error_text, failed
-from actors._record import Activation, ActivationSlot, ActivationView
+from actors._record import (
+    Activation,
+    ActivationEvent,
+    ActivationSlot,
+    ActivationView,
+    Broke,
+    MessageHeld,
+    Parking,
+    RunEnded,
+    RunPublished,
+    RunSettling,
+)
 from actors._transcript import turn_frame
 from actors.activation import ActivationActor
 from actors.context import ActorContext
@@ -101,13 +112,10 @@ class ChildSupervisor(Actor):
         self._ctx = context
         self._table = table
         self._retired = False
-        # Why this supervisor failed, once it has: it only waits for its activation to end.
-        self._broken: str | None = None
         self._child_id = child_id
         self._parent_session = parent_session
         self._slot = slot or ActivationSlot()
         self._current: Activation | None = None
-        self._held = 0  # messages put into the current inbox before its run was published
         self._last_activity_s = time.time()  # as a float: set on every message
         self._label: str | None = None  # its latest activation's, for the live views
         # Since when it has had no activation and no message (monotonic); None while busy.
@@ -153,9 +161,9 @@ class ChildSupervisor(Actor):
 
     def _handle(self, message: Any) -> Any:
         if isinstance(message, SendMessage):
-            if self._broken is not None:
-                task_id = self._current.task_id if self._current else None
-                raise _not_delivered(self._child_id, task_id, self._broken)
+            current = self._current
+            if current is not None and current.broken is not None:
+                raise _not_delivered(self._child_id, current.task_id, current.broken)
             return self._on_send(message)
         if isinstance(message, BeginActivation):
             return self._begin()
@@ -197,19 +205,16 @@ class ChildSupervisor(Actor):
         why = f"internal error in the supervisor of child {self._child_id}: {error_text(exc)}"
         log.error("%s (while handling %s)", why, type(message).__name__, exc_info=exc)
         try:
-            self._broken = self._broken or why
             current = self._current
             if current is not None:
                 current.signal.abort(why, cause=ErrorCode.INTERNAL)
-                self._close_inbox(current, ErrorCode.NOT_DELIVERED, why)
+                self._apply(current, Broke(why))
                 if current.ref is None:  # never began: no activation will settle its Task
                     outcome = failed(why, ErrorCode.INTERNAL)
                     self._ctx.tasks.settle(current.task_id, outcome)
                     current.plan.trace.end(outcome)
                     self._ctx.tasks.release(current.task_id)
                     self._drop()
-                else:
-                    current.publish_view()
         finally:
             if self._current is None:
                 self._retire()
@@ -250,15 +255,13 @@ class ChildSupervisor(Actor):
             # Its run is parking on an approval request: held, and delivered into that
             # Task's continued turn once it has parked (`_on_ended`).
             return self._hold(current, send)
-        if current.status is not TaskStatus.RUNNING or current.signal.aborted:
-            what = "being killed" if current.status is TaskStatus.RUNNING else current.status.value
+        if not current.takes_messages or current.signal.aborted:
+            status = current.status
+            what = "being killed" if status is TaskStatus.RUNNING else status.value
             raise _not_delivered(
                 self._child_id, current.task_id, f"task {current.task_id} is {what}"
             )
-        if current.run is None:
-            self._held += 1
-            self._ctx.telemetry.held_messages(1)
-        elif current.run.steer is None:
+        if current.run is not None and current.run.steer is None:
             raise _not_delivered(
                 self._child_id,
                 current.task_id,
@@ -275,11 +278,15 @@ class ChildSupervisor(Actor):
         task_id = send.continues
         assert task_id is not None
         if current is not None:
-            if current.task_id == task_id and (
-                current.plan.kind != "continued" or self._parking(current)
+            if (
+                current.task_id == task_id
+                and current.plan.kind != "continued"
+                and current.phase == "published"
             ):
                 # The store has it parked while its run here is still parking: continued
                 # once that run has ended.
+                self._apply(current, Parking())
+            if current.task_id == task_id and self._parking(current):
                 return self._hold(current, send)
             if current.task_id == task_id:
                 return Reply(route="started", task_id=task_id)  # it goes on here already
@@ -443,80 +450,87 @@ class ChildSupervisor(Actor):
         current = self._current
         if current is None or current.task_id != published.task_id:
             return
-        current.run = published.run
-        current.transcript = published.transcript
-        current.advance("published")
+        self._apply(current, RunPublished(published.run, published.transcript))
         self._parent_session = current.plan.parent.session_id  # authorized by now
-        current.publish_view()
-        # Held messages passed the ownership check on a guess (an agent registered after
-        # the activation began may be the run's); now the run says which agent is its own.
-        squatter = self._squatter(current)
-        held, self._held = self._held, 0
-        self._ctx.telemetry.held_messages(-held)
-        # Their senders deliver them now, in order (or hear the refusal).
-        current.inbox.publish(published.run, published.transcript, squatter)
 
     def _on_settling(self, settling: Settling) -> None:
         current = self._current
         if current is not None and current.task_id == settling.task_id:
-            current.advance("settling")
-            current.settling = True
-            if settling.status is not None:
-                current.status = settling.status
-            current.publish_view()
+            self._apply(current, RunSettling(settling.status))
 
     def _on_ended(self, ended: ActivationEnded) -> None:
         current = self._current
-        held: list[Held] = []
+        broken: str | None = None
         if current is not None and current.task_id == ended.task_id:
-            current.advance(
-                "handed_over" if ended.handed_over else "parked" if ended.parked else "ended"
-            )
-            current.publish_view()
-            if current.phase == "parked":
-                # The messages its run did not take, then those held while it parked: all
-                # go into the parked Task's continued turn, in that order.
-                held = [*current.inbox.hand_back(), *current.held]
-                current.held.clear()
-            self._close_inbox(
-                current,
-                ErrorCode.NOT_DELIVERED,
-                "the activation ended before it could take the message",
-            )
-            self._drop()
-        # Only now, with the association gone, may `tasks.wait()` return.
-        self._ctx.tasks.release(ended.task_id)
-        for message in held:
-            self._deliver_held(message, ended.task_id)
-        if (not ended.durable or ended.parked or self._broken is not None) and (
-            self._current is None
-        ):
+            broken = current.broken
+            self._apply(current, RunEnded(_how(ended)))
+        else:
+            # Not the current record's (its supervisor stopped it, or failed first): only
+            # now, with the association gone, may `tasks.wait()` return.
+            self._ctx.tasks.release(ended.task_id)
+        if (not ended.durable or ended.parked or broken is not None) and self._current is None:
             # A parked child waits in the store, holding no thread here: not even this
             # supervisor's (its answer or its next message makes a new one, anywhere).
             self._retire()
+
+    def _apply(self, current: Activation, event: ActivationEvent) -> None:
+        """Feed ``event`` to ``current``'s state machine and run the effects it returns,
+        in order."""
+        handed: list[Held] = []
+        parked: str | None = None
+        for effect in current.apply(event):
+            if effect == "open_inbox":
+                assert current.run is not None
+                assert current.transcript is not None
+                # Held messages passed the ownership check on a guess (an agent registered
+                # after the activation began may be the run's); now the run says which
+                # agent is its own. Their senders deliver them now, in order.
+                squatter = self._squatter(current)
+                current.inbox.publish(current.run, current.transcript, squatter)
+            elif effect == "hand_back" and current.broken is None:
+                # The messages its run did not take, then those held while it parked: all
+                # go into the parked Task's continued turn, in that order.
+                handed = [*current.inbox.hand_back(), *current.held]
+                current.held.clear()
+                parked = current.task_id
+            elif effect == "redecide" and current.broken is None:
+                # It ended without parking: each held message is decided afresh, as if it
+                # came now (a resume, or the parked Task's continuation the store names).
+                handed = list(current.held)
+                current.held.clear()
+            elif effect == "close_inbox":
+                why = current.broken or "the activation ended before it could take the message"
+                self._close_inbox(current, ErrorCode.NOT_DELIVERED, why)
+            elif effect == "drop":
+                self._drop()
+            elif effect == "release":
+                # Only now, with the association gone, may `tasks.wait()` return.
+                self._ctx.tasks.release(current.task_id)
+        for held in handed:
+            self._deliver_held(held, parked)
 
     def _parking(self, current: Activation) -> bool:
         """Whether ``current``'s run is parking on an approval request (its Task goes on
         in a continued turn once it has)."""
         transcript = current.transcript
-        return current.status is TaskStatus.INPUT_REQUIRED or (
-            transcript is not None and transcript.parked
-        )
+        if current.phase == "published" and transcript is not None and transcript.parked:
+            self._apply(current, Parking())  # its run took the park; its report follows
+        return current.phase == "parking"
 
     def _hold(self, current: Activation, send: SendMessage) -> Reply:
         held = Held(send)
-        current.held.append(held)
+        self._apply(current, MessageHeld(held))
         return Reply(route="held", task_id=current.task_id, held=held)
 
-    def _deliver_held(self, held: Held, parked_task_id: str) -> None:
+    def _deliver_held(self, held: Held, parked_task_id: str | None) -> None:
         """Deliver a message held while its child's run parked: into the parked Task's
-        continued turn (the first one starts it; the rest are steered into it)."""
+        continued turn (the first one starts it; the rest are steered into it), or, when
+        the run did not park after all (``parked_task_id`` None), decided afresh."""
         send = held.send
         try:
-            if self._broken is not None:
-                raise _not_delivered(self._child_id, parked_task_id, self._broken)
             if (
-                self._current is None
+                parked_task_id is not None
+                and self._current is None
                 and send.forwarded is None
                 and send.recovered is None
                 and send.continues in (None, parked_task_id)
@@ -533,7 +547,8 @@ class ChildSupervisor(Actor):
             held.resolve(None, exc)
         except Exception as exc:
             error = self._fail(send, exc)
-            held.resolve(None, error or _not_delivered(self._child_id, parked_task_id, str(exc)))
+            why = error or _not_delivered(self._child_id, parked_task_id, error_text(exc))
+            held.resolve(None, why)
         else:
             held.resolve(reply)
 
@@ -578,8 +593,6 @@ class ChildSupervisor(Actor):
         self._slot.view = None
 
     def _close_inbox(self, current: Activation, code: ErrorCode, why: str) -> None:
-        held, self._held = self._held, 0
-        self._ctx.telemetry.held_messages(-held)
         current.inbox.close(code, why)
         refusal = _not_delivered(self._child_id, current.task_id, why)
         for message in current.held:
@@ -653,6 +666,12 @@ def mailbox_depth(ref: pykka.ActorRef[Any]) -> int:
     """How many messages wait in an actor's mailbox (a snapshot, for the tree dump)."""
     qsize = getattr(ref.actor_inbox, "qsize", None)
     return int(qsize()) if callable(qsize) else 0
+
+
+def _how(ended: ActivationEnded) -> Literal["ended", "parked", "handed_over"]:
+    if ended.handed_over:
+        return "handed_over"
+    return "parked" if ended.parked else "ended"
 
 
 def _not_delivered(child_id: str, task_id: str | None, why: str) -> SubagentControlError:
