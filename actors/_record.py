@@ -51,6 +51,7 @@ __all__ = [
     "RunEnded",
     "RunPublished",
     "RunSettling",
+    "view_of",
 ]
 
 log = logging.getLogger(__name__)
@@ -135,16 +136,16 @@ Effect = Literal[
     "open_inbox",  # held messages' senders deliver them into the run now
     "hold",  # keep the message for the Task's next step (answered `held`)
     "hand_back",  # the parked run's messages (untaken and held) go on into its continuation
-    "redecide",  # it did not park after all: the held messages are routed afresh
+    "redecide",  # it ended without parking: what it held is decided afresh
     "close_inbox",  # refuse whatever is still queued or held
-    "release",  # the activation is gone: its Task's `wait` may return
+    "notify_ledger",  # the Task ledger follows the new view (`TaskService.on_view`)
     "drop",  # forget the record (the supervisor goes idle, or retires)
 ]
 
 _ENDS: Final[dict[str, tuple[Effect, ...]]] = {
-    "ended": ("close_inbox", "drop", "release"),
-    "handed_over": ("close_inbox", "drop", "release"),
-    "parked": ("hand_back", "close_inbox", "drop", "release"),
+    "ended": ("redecide", "close_inbox", "drop", "notify_ledger"),
+    "handed_over": ("redecide", "close_inbox", "drop", "notify_ledger"),
+    "parked": ("hand_back", "close_inbox", "drop", "notify_ledger"),
 }
 
 _TABLE: Final[dict[tuple[str, str], tuple[str, tuple[Effect, ...]]]] = {
@@ -152,9 +153,10 @@ _TABLE: Final[dict[tuple[str, str], tuple[str, tuple[Effect, ...]]]] = {
     ("admitted", "RunSettling"): ("settling", ()),
     ("admitted", "RunEnded:ended"): ("ended", _ENDS["ended"]),
     ("published", "RunSettling"): ("settling", ()),
-    ("published", "RunSettling:input_required"): ("parking", ()),
-    ("published", "Parking"): ("parking", ()),
+    ("published", "RunSettling:input_required"): ("parking", ("notify_ledger",)),
+    ("published", "Parking"): ("parking", ("notify_ledger",)),
     ("published", "RunEnded:ended"): ("ended", _ENDS["ended"]),
+    ("settling", "MessageHeld"): ("settling", ("hold",)),
     ("settling", "RunEnded:ended"): ("ended", _ENDS["ended"]),
     ("settling", "RunEnded:handed_over"): ("handed_over", _ENDS["handed_over"]),
     ("parking", "RunSettling"): ("parking", ()),
@@ -162,8 +164,8 @@ _TABLE: Final[dict[tuple[str, str], tuple[str, tuple[Effect, ...]]]] = {
     ("parking", "Parking"): ("parking", ()),
     ("parking", "MessageHeld"): ("parking", ("hold",)),
     ("parking", "RunEnded:parked"): ("parked", _ENDS["parked"]),
-    ("parking", "RunEnded:ended"): ("ended", ("redecide", *_ENDS["ended"])),
-    ("parking", "RunEnded:handed_over"): ("handed_over", ("redecide", *_ENDS["handed_over"])),
+    ("parking", "RunEnded:ended"): ("ended", _ENDS["ended"]),
+    ("parking", "RunEnded:handed_over"): ("handed_over", _ENDS["handed_over"]),
     **{
         (phase, "Broke"): (phase, ("close_inbox",))
         for phase in ("admitted", "published", "settling", "parking")
@@ -302,23 +304,45 @@ class Activation:
             return TaskStatus.INPUT_REQUIRED
         return self.result or TaskStatus.RUNNING
 
-    def publish_view(self) -> ActivationView:
-        """Publish a fresh snapshot (after a change, on the supervisor's thread)."""
-        plan = self.plan
-        view = ActivationView(
-            task_id=plan.task_id,
-            child_id=plan.child_id,
-            kind=plan.kind,
-            owner_session=plan.parent.session_id,
-            fence=plan.fence,
+    def view(self) -> ActivationView:
+        """A fresh snapshot, not published."""
+        return view_of(
+            self.plan,
+            self.phase,
             status=self.status,
             published=self.run is not None,
-            settling=self.phase not in ("admitted", "published"),
-            phase=self.phase,
-            recovery=plan.recovery,
-            cancel_reason=plan.signal.reason,
             started=self.started,
         )
+
+    def publish_view(self) -> ActivationView:
+        """Publish a fresh snapshot (after a change, on the supervisor's thread)."""
+        view = self.view()
         if self.slot is not None:
             self.slot.view = view
         return view
+
+
+def view_of(
+    plan: ActivationPlan,
+    phase: ActivationPhase,
+    *,
+    status: TaskStatus = TaskStatus.RUNNING,
+    published: bool = False,
+    started: float | None = None,
+) -> ActivationView:
+    """The view of the activation of ``plan`` in ``phase`` (`Activation.publish_view`; the
+    last word of one whose supervisor is gone)."""
+    return ActivationView(
+        task_id=plan.task_id,
+        child_id=plan.child_id,
+        kind=plan.kind,
+        owner_session=plan.parent.session_id,
+        fence=plan.fence,
+        status=status,
+        published=published,
+        settling=phase not in ("admitted", "published"),
+        phase=phase,
+        recovery=plan.recovery,
+        cancel_reason=plan.signal.reason,
+        started=time.monotonic() if started is None else started,
+    )

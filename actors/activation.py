@@ -26,6 +26,7 @@ import pykka
 
 from actors._base import Actor
 from actors._outcomes import aborted, error_text, failed, unrecorded
+from actors._record import ActivationPhase, view_of
 from actors._spend import TurnSpend
 from actors._transcript import ActivationTranscript, message_data, turn_frame
 from actors.context import ActorContext
@@ -253,9 +254,9 @@ class ActivationActor(Actor):
     def _leave_task(self, *, handed_over: bool) -> None:
         """The Task is left unsettled for whoever continues its turn (an answer, a runtime
         with its provider, a live runtime after close): it holds no slot here, and the
-        supervisor hears the activation ended with its turn durable and open."""
+        supervisor hears the activation ended with its turn durable and open (its Task
+        ledger entry then follows the record's view: gone from this runtime)."""
         plan = self._plan
-        self._ctx.tasks.park(plan.task_id)
         if self._ctx.admission is not None:
             self._ctx.admission.release(plan.task_id)  # waiting holds no slot
         plan.trace.end(None)
@@ -612,9 +613,13 @@ class ActivationActor(Actor):
         try:
             self._supervisor.tell(message)
         except pykka.ActorDeadError:
-            # The supervisor is gone (close gave up waiting): nobody will release the Task.
+            # The supervisor is gone (close gave up waiting): the Task ledger hears the
+            # activation's end from here, or nobody would release its Task.
             if isinstance(message, ActivationEnded):
-                self._ctx.tasks.release(message.task_id)
+                phase: ActivationPhase = "parked" if message.parked else "ended"
+                if message.handed_over:
+                    phase = "handed_over"
+                self._ctx.tasks.on_view(view_of(self._plan, phase))
 
 
 def _resume_facts(loaded: LoadedSession) -> tuple[int, list[SessionEvent]]:

@@ -35,6 +35,7 @@ from actors._record import (
     RunEnded,
     RunPublished,
     RunSettling,
+    view_of,
 )
 from actors._transcript import turn_frame
 from actors.activation import ActivationActor
@@ -189,7 +190,8 @@ class ChildSupervisor(Actor):
             )
             self._ctx.tasks.settle(current.task_id, stopped)
             current.plan.trace.end(stopped)
-        self._ctx.tasks.release(current.task_id)
+        # Gone with this supervisor, whatever its run still does: `wait` returns.
+        self._ctx.tasks.on_view(view_of(current.plan, "ended"))
 
     def on_failure(self, *_exc_info: Any) -> None:
         # Stopped by an error pykka caught (on_stop is not called then): no sender may
@@ -213,8 +215,7 @@ class ChildSupervisor(Actor):
                     outcome = failed(why, ErrorCode.INTERNAL)
                     self._ctx.tasks.settle(current.task_id, outcome)
                     current.plan.trace.end(outcome)
-                    self._ctx.tasks.release(current.task_id)
-                    self._drop()
+                    self._apply(current, RunEnded("ended"))
         finally:
             if self._current is None:
                 self._retire()
@@ -277,19 +278,15 @@ class ChildSupervisor(Actor):
         """Continue a parked Task with no message (its answer came, SPEC §11)."""
         task_id = send.continues
         assert task_id is not None
-        if current is not None:
-            if (
-                current.task_id == task_id
-                and current.plan.kind != "continued"
-                and current.phase == "published"
-            ):
-                # The store has it parked while its run here is still parking: continued
-                # once that run has ended.
+        if current is not None and current.task_id == task_id:
+            if current.plan.kind != "continued" and current.phase == "published":
+                # The store has it parked while its run here is still parking.
                 self._apply(current, Parking())
-            if current.task_id == task_id and self._parking(current):
+            if self._parking(current) or current.phase == "settling":
+                # Its run here is ending: the Task is continued (or not) once it has.
                 return self._hold(current, send)
-            if current.task_id == task_id:
-                return Reply(route="started", task_id=task_id)  # it goes on here already
+            return Reply(route="started", task_id=task_id)  # it goes on here already
+        if current is not None:
             raise _not_delivered(self._child_id, task_id, "another activation of it runs here")
         return self._continue(send, task_id)
 
@@ -467,7 +464,7 @@ class ChildSupervisor(Actor):
         else:
             # Not the current record's (its supervisor stopped it, or failed first): only
             # now, with the association gone, may `tasks.wait()` return.
-            self._ctx.tasks.release(ended.task_id)
+            self._ctx.tasks.on_view(_final(ended))
         if (not ended.durable or ended.parked or broken is not None) and self._current is None:
             # A parked child waits in the store, holding no thread here: not even this
             # supervisor's (its answer or its next message makes a new one, anywhere).
@@ -503,9 +500,9 @@ class ChildSupervisor(Actor):
                 self._close_inbox(current, ErrorCode.NOT_DELIVERED, why)
             elif effect == "drop":
                 self._drop()
-            elif effect == "release":
-                # Only now, with the association gone, may `tasks.wait()` return.
-                self._ctx.tasks.release(current.task_id)
+            elif effect == "notify_ledger":
+                # Ended: only now, with the association gone, may `tasks.wait()` return.
+                self._ctx.tasks.on_view(current.view())
         for held in handed:
             self._deliver_held(held, parked)
 
@@ -666,6 +663,24 @@ def mailbox_depth(ref: pykka.ActorRef[Any]) -> int:
     """How many messages wait in an actor's mailbox (a snapshot, for the tree dump)."""
     qsize = getattr(ref.actor_inbox, "qsize", None)
     return int(qsize()) if callable(qsize) else 0
+
+
+def _final(ended: ActivationEnded) -> ActivationView:
+    """The last view of an activation that is no longer this supervisor's record."""
+    return ActivationView(
+        task_id=ended.task_id,
+        child_id="",
+        kind="initial",
+        owner_session="",
+        fence=None,
+        status=TaskStatus.RUNNING,
+        phase=_how(ended),
+        recovery=0,
+        published=False,
+        settling=True,
+        cancel_reason=None,
+        started=time.monotonic(),
+    )
 
 
 def _how(ended: ActivationEnded) -> Literal["ended", "parked", "handed_over"]:

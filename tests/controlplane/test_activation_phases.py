@@ -58,7 +58,8 @@ def _held() -> MessageHeld:
     return MessageHeld(Held(send))
 
 
-_END = ("close_inbox", "drop", "release")
+_END = ("redecide", "close_inbox", "drop", "notify_ledger")
+_PARKED = ("hand_back", "close_inbox", "drop", "notify_ledger")
 
 
 LEGAL = [
@@ -84,20 +85,27 @@ LEGAL = [
     (
         [_published(), RunSettling(TaskStatus.INPUT_REQUIRED), _held(), RunEnded("parked")],
         ["published", "parking", "parking", "parked"],
-        [("open_inbox",), (), ("hold",), ("hand_back", "close_inbox", "drop", "release")],
+        [("open_inbox",), ("notify_ledger",), ("hold",), _PARKED],
     ),
     # The supervisor sees the park first (its transcript took it), then the report comes.
     (
         [_published(), Parking(), RunSettling(TaskStatus.INPUT_REQUIRED), RunEnded("parked")],
         ["published", "parking", "parking", "parked"],
-        [("open_inbox",), (), (), ("hand_back", "close_inbox", "drop", "release")],
+        [("open_inbox",), ("notify_ledger",), (), _PARKED],
     ),
     # A parking run that settles after all (its park failed late): what it held is
     # decided afresh.
     (
         [_published(), Parking(), RunSettling(TaskStatus.INTERRUPTED), RunEnded("ended")],
         ["published", "parking", "parking", "ended"],
-        [("open_inbox",), (), (), ("redecide", *_END)],
+        [("open_inbox",), ("notify_ledger",), (), _END],
+    ),
+    # An approval answer's continuation that comes while the run ends: held, then
+    # decided afresh.
+    (
+        [_published(), RunSettling(TaskStatus.INTERRUPTED), _held(), RunEnded("ended")],
+        ["published", "settling", "settling", "ended"],
+        [("open_inbox",), (), ("hold",), _END],
     ),
     # The supervisor's own failure: messages refused, the phase kept until the run ends.
     ([Broke("bug"), RunEnded("ended")], ["admitted", "ended"], [("close_inbox",), _END]),
@@ -121,7 +129,7 @@ ILLEGAL = [
     ([], _held()),  # nothing parks before publication
     ([_published()], _published()),  # published once
     ([_published()], RunEnded("parked")),  # a park is reported first
-    ([_published(), RunSettling(TaskStatus.COMPLETED)], _held()),  # settling takes nothing
+    ([_published(), Parking()], _published()),
     ([_published(), RunSettling(TaskStatus.COMPLETED)], RunEnded("parked")),
     ([RunEnded("ended")], _published()),  # final
     ([RunEnded("ended")], RunEnded("ended")),  # final, even when repeated

@@ -30,6 +30,7 @@ from controlplane.contract import (
     utcnow,
 )
 from controlplane.runtime.tasks._task_entry import (
+    ActivationFacts,
     Claimer,
     Interrupter,
     Opening,
@@ -44,6 +45,7 @@ from controlplane.runtime.tasks._task_entry import (
 from controlplane.telemetry import Telemetry, log_kill, log_settled
 
 __all__ = ["TaskBook"]
+
 
 log = logging.getLogger(__name__)
 
@@ -321,14 +323,26 @@ class TaskBook:
             except Exception:
                 log.exception("listener %r failed for task %s", listener, task_id)
 
+    def on_view(self, view: ActivationFacts) -> None:
+        """An activation's supervisor published ``view``: the entry of its Task follows
+        its phase (the record is the activation's; this is its projection). Parking, a
+        kill from now on settles the Task in the store too; parked or handed over, the
+        entry is gone (`park`); ended, `wait` returns (`release`)."""
+        with self._lock:
+            task = self._live.get(view.task_id)
+            if task is not None:
+                task.activation = view
+        if view.phase in ("parked", "handed_over"):
+            self.park(view.task_id)
+        elif view.phase == "ended":
+            self.release(view.task_id)
+
     def park(self, task_id: str) -> TaskEntry | None:
         """The Task's run parked on an approval request: its activation is gone from this
         runtime, the Task goes on in the store (``input_required``), not settled. Returns
         its entry as it was."""
         with self._lock:
             task = self._live.pop(task_id, None)
-            if task is not None:
-                task.parked = True
         if task is not None:
             task.resting.set()
             task.released.set()
