@@ -275,7 +275,7 @@ class ChildSupervisor(Actor):
         return Reply(route="steered", task_id=current.task_id, inbox=inbox, delivery=delivery)
 
     def _continue_ordered(self, current: Activation | None, send: SendMessage) -> Reply:
-        """Continue a parked Task with no message (its answer came, SPEC §11)."""
+        """Continue a parked Task with no message (its answer came)."""
         task_id = send.continues
         assert task_id is not None
         if current is not None and current.task_id == task_id:
@@ -292,7 +292,7 @@ class ChildSupervisor(Actor):
 
     def _continue(self, send: SendMessage, task_id: str) -> Reply:
         """Continue ``task_id``, parked on an approval request, in a new activation here:
-        the child claimed for it, its open turn gone on with (SPEC §11). A message sent
+        the child claimed for it, its open turn gone on with. A message sent
         with it (a steer to a waiting child) is held and delivered at publication, into
         that same turn: answered ``steered`` with the parked Task's id."""
         recovery = 0
@@ -310,7 +310,7 @@ class ChildSupervisor(Actor):
                     raise
                 # No provider here (a console, a front): the message is written into the
                 # parked turn, durably, and the runtime that continues the Task (it has the
-                # provider) reads it there (SPEC §9 "Work goes where the provider is").
+                # provider) reads it there.
                 if not approvals.steer_parked(task_id, self._child_id, send.message, send.source):
                     raise _not_delivered(
                         self._child_id, task_id, "its waiting task went on meanwhile"
@@ -379,7 +379,7 @@ class ChildSupervisor(Actor):
                 signal=signal,
                 claim_child=True,  # no second activation, in any runtime
                 # The message is written with the claim, in its transaction: durable before
-                # the answer below (SPEC §9), and the activation goes on in that turn.
+                # the answer below, and the activation goes on in that turn.
                 opening=lambda admitted: turn_frame(
                     0,
                     task_id=admitted.id,
@@ -434,9 +434,8 @@ class ChildSupervisor(Actor):
             raise
         # Begun here, not by a message to itself: the activation's loop goes to a waiting
         # worker thread (`actors._pool`), a hand-off as cheap as that message, which the
-        # supervisor's loop would only have taken after this answer anyway. Its failure
-        # (no thread left) fails the Task as it did on that message: the sender still
-        # hears ``started``, at once.
+        # supervisor's loop would only take after this answer anyway. Its failure (no
+        # thread left) fails the Task: the sender still hears ``started``, at once.
         try:
             self._begin()
         except Exception as exc:

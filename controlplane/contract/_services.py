@@ -185,7 +185,7 @@ class Telemetry(Protocol):
 
 
 class AdmissionGate(Protocol):
-    """Concurrency limits as the activation meets them (SPEC §11): implemented by
+    """Concurrency limits as the activation meets them: implemented by
     `controlplane.runtime.spend._admission.Admission`, present only when limits are configured."""
 
     def wait(self, plan: object, descriptor: Descriptor) -> TaskOutcome | None:
@@ -277,7 +277,7 @@ class TaskService(Protocol):
 
 
 class ApprovalPort(Protocol):
-    """Approvals as the actors meet them (SPEC §11): implemented by
+    """Approvals as the actors meet them: implemented by
     `controlplane.runtime.approvals._approvals.Approvals`, present when the control plane has a
     store."""
 
@@ -312,7 +312,7 @@ class ApprovalPort(Protocol):
     ) -> bool:
         """Write a message to a child whose Task waits parked into that Task's open turn
         (``steering/message``), for the runtime that continues it, which has the child's
-        provider, to read (SPEC §9 "Work goes where the provider is"); whether it was
+        provider, to read; whether it was
         written (False: the Task is no longer parked: not delivered, retry)."""
         ...
 

@@ -1,5 +1,5 @@
 """Concurrency limits: at most n activations under a key run at once, across every runtime
-on the store (SPEC §11 "Concurrency limits"; the durable queue is `persistence._queue`).
+on the store (the durable queue is `persistence._queue`).
 
 A key is a provider name or ``"provider:model"`` (the model being the child's descriptor
 ``agent_model``); an activation falls under each configured key that names it. Its Task
@@ -7,7 +7,7 @@ enters the queue — a start at the call (so starts queue in call order), a resu
 child is loaded (its descriptor names its model) — and reads ``queued`` until the store
 admits it. The activation waits for that before it writes or runs anything (its actor's
 `_admit`); messages sent to it meanwhile are held, as for any activation not yet
-published, and delivered at publication (SPEC §5).
+published, and delivered at publication.
 
 One thread per runtime decides for the Tasks waiting here: woken when a slot frees here,
 when another runtime frees one (PostgreSQL ``NOTIFY``), and by a bounded poll (SQLite, and

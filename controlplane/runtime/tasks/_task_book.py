@@ -96,7 +96,7 @@ class TaskBook:
         self._recent: OrderedDict[str, TaskSnapshot] = OrderedDict()
         self._unsaved: dict[str, tuple[str, TaskOutcome, datetime]] = {}
         # Fenced Tasks' settlements, written by the runtime's thread (`flush`), never by
-        # the activation's: its runtime may be cut off from the store (SPEC §9).
+        # the activation's: its runtime may be cut off from the store.
         self._unsaved_fenced: dict[str, TaskSnapshot] = {}
         self._interrupter = interrupter
         self._suspended: str | None = None  # why new Tasks are refused for now
@@ -132,7 +132,7 @@ class TaskBook:
                 "observed or killed; attach one (the default task tools) and retry",
             )
 
-    # -- fencing (the runtime's lease watchdog, SPEC §9) ------------------------------
+    # -- fencing (the runtime's lease watchdog) ------------------------------
 
     def fence(self, reason: str) -> int:
         """Stop acting: abort every running Task (cause ``FENCED``: they settle
@@ -549,7 +549,7 @@ class TaskBook:
         for task in tasks:
             if task.outcome is None:
                 # Closing, not a kill: a run waiting for an approval answer parks instead
-                # (its Task outlives the runtime, SPEC §11); every other run is killed.
+                # (its Task outlives the runtime); every other run is killed.
                 self._abort(task, reason, cause=ErrorCode.CLOSED)
         return [task.id for task in tasks if not task.released.is_set()]
 

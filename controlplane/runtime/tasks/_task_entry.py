@@ -85,16 +85,16 @@ class TaskEntry:
     runtime_id: str | None
     created_at: datetime = field(default_factory=utcnow)
     fence: int | None = None  # the claim's fencing number, for a Task that claimed its child
-    # Waiting for a slot under a concurrency limit (SPEC §11): reads ``queued`` until
+    # Waiting for a slot under a concurrency limit: reads ``queued`` until
     # admitted; ``queued_at`` and ``admitted_at`` say how long it waited.
     queued: bool = False
     queued_at: datetime | None = None
     admitted_at: datetime | None = None
-    # Waiting for the answer to an approval request (SPEC §11): reads ``input_required``.
+    # Waiting for the answer to an approval request: reads ``input_required``.
     request: ApprovalRequest | None = None
     # The last view of its activation that its supervisor handed the ledger (`on_view`).
     activation: ActivationFacts | None = None
-    # How many times its turn was carried on after its runtime ended (SPEC §9).
+    # How many times its turn was carried on after its runtime ended.
     recoveries: int = 0
     outcome: TaskOutcome | None = None
     settled_at: datetime | None = None
