@@ -1,4 +1,4 @@
-"""One activation's spend as its transcript writes it (SPEC §11).
+"""One activation's spend as its transcript writes it, for its budgets.
 
 The transcript writer hands every event of its own turn here: before the write, a model
 call's usage is priced (its cost computed once and stored with it, so a later price change
@@ -116,7 +116,7 @@ class TurnSpend:
     def earlier(self, events: Sequence[SessionEvent]) -> None:
         """Count the usage of the turn's ``events`` written by an earlier activation of the
         same Task (a turn continued after an approval, or recovered after its runtime
-        ended: SPEC §9): the Task's spend is its whole turn's, counted once. Already in
+        ended): the Task's spend is its whole turn's, counted once. Already in
         the metrics, so not traced again."""
         self._count(events, traced=False)
 

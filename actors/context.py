@@ -35,15 +35,15 @@ class ActorContext:
     prices: Prices = field(default_factory=Prices)
     """What the children's models cost (`SubagentControl.open(prices=...)`)."""
     budgets: BudgetPort | None = None
-    """The budgets (SPEC §11): each activation's gate, and the refusal of a resume past
+    """The budgets: each activation's gate, and the refusal of a resume past
     a limit. None: nothing is limited."""
     admission: AdmissionGate | None = None
     """The concurrency limits every activation passes before it runs (None: no limits)."""
     approvals: ApprovalPort | None = None
-    """Approval requests (SPEC §11): each activation's desk, and the claim of a parked
+    """Approval requests: each activation's desk, and the claim of a parked
     Task this runtime continues. None: no store keeps requests."""
     hands_over: bool = False
-    """Closing hands running turns over (SPEC §9 "Handover on close"): a run stopped by
+    """Closing hands running turns over: a run stopped by
     `close` leaves its Task ``running`` in the store, its turn open, for a live runtime
     with its provider to recover; False: it is settled ``killed``."""
 

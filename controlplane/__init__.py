@@ -13,41 +13,40 @@ import logging
 import warnings
 from typing import TYPE_CHECKING, Any
 
-from controlplane.contract import (
-    ActorTree,
-    AgentHandle,
-    ApprovalAnswer,
-    ApprovalRequest,
-    Budget,
-    CancelSignal,
-    ChildMeta,
-    ContinuableStart,
-    ContinuableStartSpec,
-    Descriptor,
-    ErrorCode,
-    EventKind,
-    LoadedSession,
-    MessageSource,
-    ModelSelector,
-    NewEvent,
-    Price,
-    ResumeRequest,
-    SendResult,
-    SessionEvent,
-    StartRequest,
-    StopReason,
-    SubagentControlError,
-    SubagentProvider,
-    SubagentResult,
-    SubagentRun,
-    TaskOutcome,
-    TaskSnapshot,
-    TaskStatus,
-    TextBlock,
-    Usage,
-)
-
 if TYPE_CHECKING:
+    from controlplane.contract import (
+        ActorTree,
+        AgentHandle,
+        ApprovalAnswer,
+        ApprovalRequest,
+        Budget,
+        CancelSignal,
+        ChildMeta,
+        ContinuableStart,
+        ContinuableStartSpec,
+        Descriptor,
+        ErrorCode,
+        EventKind,
+        LoadedSession,
+        MessageSource,
+        ModelSelector,
+        NewEvent,
+        Price,
+        ResumeRequest,
+        SendResult,
+        SessionEvent,
+        StartRequest,
+        StopReason,
+        SubagentControlError,
+        SubagentProvider,
+        SubagentResult,
+        SubagentRun,
+        TaskOutcome,
+        TaskSnapshot,
+        TaskStatus,
+        TextBlock,
+        Usage,
+    )
     from controlplane.providers import (
         AcpProvider,
         ChildTool,
@@ -101,10 +100,47 @@ __all__ = [
     "Usage",
 ]
 
-# Loaded on first use. The contract is a sub-package, so `import persistence` and
-# `import actors` (which import it) run this file first: it must stay cheap and must not
-# import the facade (which imports them back) or the providers.
+# The contract's names here, each from its home in `controlplane.contract`.
+_CONTRACT_NAMES = (
+    "ActorTree",
+    "AgentHandle",
+    "ApprovalAnswer",
+    "ApprovalRequest",
+    "Budget",
+    "CancelSignal",
+    "ChildMeta",
+    "ContinuableStart",
+    "ContinuableStartSpec",
+    "Descriptor",
+    "ErrorCode",
+    "EventKind",
+    "LoadedSession",
+    "MessageSource",
+    "ModelSelector",
+    "NewEvent",
+    "Price",
+    "ResumeRequest",
+    "SendResult",
+    "SessionEvent",
+    "StartRequest",
+    "StopReason",
+    "SubagentControlError",
+    "SubagentProvider",
+    "SubagentResult",
+    "SubagentRun",
+    "TaskOutcome",
+    "TaskSnapshot",
+    "TaskStatus",
+    "TextBlock",
+    "Usage",
+)
+
+# Every public name is loaded on first use. The contract is a sub-package, so `import
+# persistence` and `import actors` (which import it) run this file first, and so does every
+# command line call (`controlplane.cli`): it must stay cheap, import no pydantic model, and
+# must not import the facade (which imports them back) or the providers.
 _LAZY: dict[str, str] = {
+    **dict.fromkeys(_CONTRACT_NAMES, "controlplane.contract"),
     "AcpProvider": "controlplane.providers",
     "ChildHandle": "controlplane.runtime._handle",
     "ChildTool": "controlplane.providers",

@@ -5,20 +5,23 @@
 
 from __future__ import annotations
 
+import importlib
 import logging
+from typing import TYPE_CHECKING, Any
 
-from persistence._approvals import Answered, ApprovalBook, StoredRequest, WaitingRequest
-from persistence._claims import Recovered
-from persistence._host_clock import LeaseNow, boot_id, host_name, is_expired
-from persistence._inbox import Inbox, InboxItem, Listener
-from persistence._ledger import TaskLedger
-from persistence._overview import ChangeMarker, KeyedTask, StoreOverview
-from persistence._queue import AdmissionQueue, Admitted, QueueHead, QueuePlace
-from persistence._queue_listener import AdmissionListener
-from persistence._retry import RetryPolicy
-from persistence._spend import ScopeSpend, SpendLedger
-from persistence._store import SqlStore
-from persistence._task_sql import Fence, Settlement, TxStep
+if TYPE_CHECKING:
+    from persistence._approvals import Answered, ApprovalBook, StoredRequest, WaitingRequest
+    from persistence._claims import Recovered
+    from persistence._host_clock import LeaseNow, boot_id, host_name, is_expired
+    from persistence._inbox import Inbox, InboxItem, Listener
+    from persistence._ledger import TaskLedger
+    from persistence._overview import ChangeMarker, KeyedTask, StoreOverview
+    from persistence._queue import AdmissionQueue, Admitted, QueueHead, QueuePlace
+    from persistence._queue_listener import AdmissionListener
+    from persistence._retry import RetryPolicy
+    from persistence._spend import ScopeSpend, SpendLedger
+    from persistence._store import SqlStore
+    from persistence._task_sql import Fence, Settlement, TxStep
 
 __all__ = [
     "AdmissionListener",
@@ -50,6 +53,38 @@ __all__ = [
     "host_name",
     "is_expired",
 ]
+
+# Each name is imported from its module on first use: the store's modules build on
+# SQLAlchemy Core (about half the cost of `from controlplane import SubagentControl`),
+# which a process needs only once it opens a store, and the command line's `--help` never.
+_HOMES: dict[str, str] = {
+    **dict.fromkeys(["Answered", "ApprovalBook", "StoredRequest", "WaitingRequest"], "_approvals"),
+    **dict.fromkeys(["Recovered"], "_claims"),
+    **dict.fromkeys(["LeaseNow", "boot_id", "host_name", "is_expired"], "_host_clock"),
+    **dict.fromkeys(["Inbox", "InboxItem", "Listener"], "_inbox"),
+    **dict.fromkeys(["TaskLedger"], "_ledger"),
+    **dict.fromkeys(["ChangeMarker", "KeyedTask", "StoreOverview"], "_overview"),
+    **dict.fromkeys(["AdmissionQueue", "Admitted", "QueueHead", "QueuePlace"], "_queue"),
+    **dict.fromkeys(["AdmissionListener"], "_queue_listener"),
+    **dict.fromkeys(["RetryPolicy"], "_retry"),
+    **dict.fromkeys(["ScopeSpend", "SpendLedger"], "_spend"),
+    **dict.fromkeys(["SqlStore"], "_store"),
+    **dict.fromkeys(["Fence", "Settlement", "TxStep"], "_task_sql"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'persistence' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"persistence.{home}"), name)
+    globals()[name] = value  # once loaded, an ordinary attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
 
 # A library logs; the application decides where it goes. Without a handler anywhere,
 # logging's last resort would print the store's retry warnings to the host's stderr.

@@ -1,4 +1,4 @@
-"""Approval requests (SPEC §11): written with their event, answered once, taken once.
+"""Approval requests: written with their event, answered once, taken once.
 
 A request's life, each step one transaction:
 

@@ -1,4 +1,4 @@
-"""Claims: which runtime may write a child's turn, and the takeover of a dead one's (SPEC §9).
+"""Claims: which runtime may write a child's turn, and the takeover of a dead one's.
 
 A child's header carries its claim: the runtime, the Task, and a fencing number that grows
 at each new claim. A runtime claims a child with compare-and-set in the same transaction
@@ -96,8 +96,8 @@ class Claims:
         ``opening``: the events that open the Task's turn (``turn/start`` naming the Task,
         the message as ``user/message``), written in the same transaction as the child's
         next turn (their ``turn`` is set here), so the message is durable before the
-        sender hears ``started`` (SPEC §9 "Work goes where the provider is": no crash
-        after an acknowledgement loses the message). Written only when the Task's owner
+        sender hears ``started`` (no crash after an
+        acknowledgement loses the message). Written only when the Task's owner
         is the child's recorded parent: anyone else's message is refused by the
         activation (``UNAUTHORIZED``) and must never be in the transcript.
 
@@ -123,7 +123,7 @@ class Claims:
         transaction under the child's lock: once, however many runtimes try at once.
 
         A Task whose run waited on an approval request that can be continued (or had
-        just been answered) is not interrupted: it goes on elsewhere (SPEC §11).
+        just been answered) is not interrupted: it goes on elsewhere, once answered.
 
         Returns:
             Whether this call settled it (False: it had settled already, or it waits).
@@ -144,7 +144,7 @@ class Claims:
                 if task.runtime_id is not None and not self._runs_in(
                     cursor, task.id, task.runtime_id
                 ):
-                    # Carried on by another runtime since (recovered, SPEC §9): the runtime
+                    # Carried on by another runtime since (recovered): the runtime
                     # judged dead, or this one fenced, has nothing left to settle.
                     return False
                 if self._parkable(cursor, task.id):
@@ -164,7 +164,7 @@ class Claims:
         child's open turn closed by a ``turn/end`` with the Task's status (only a turn
         this Task opened, still the child's open tail), and its claim released, in one
         transaction under the child's lock. A Task is never settled with its turn left
-        open, so no later turn can begin on top of it (SPEC §9 "Outages").
+        open, so no later turn can begin on top of it, even after a store outage.
 
         Returns:
             Whether this call settled it (False: it had settled already, or is unknown).
@@ -304,7 +304,7 @@ class Claims:
         assert child_id is not None
         holder, held_by_task, fence = claim
         if held_by_task is not None and holder is None:
-            # Parked on an approval request (SPEC §11): the message goes into its turn.
+            # Parked on an approval request: the message goes into its turn.
             raise ParkedTask(child_id=child_id, task_id=held_by_task)
         if holder is not None:
             info = self._runtime_row(cursor, holder)
@@ -382,7 +382,7 @@ class Claims:
 
     def await_provider(self, task_id: str, child_id: str, runtime_id: str, provider: str) -> bool:
         """Leave a resume's Task, whose child's provider ``runtime_id`` lacks, for a runtime
-        that has it (SPEC §9 "Work goes where the provider is"): in one transaction under
+        that has it: in one transaction under
         the child's lock, the Task's row names no runtime and ``provider`` as its detail
         (it reads ``queued``, `persistence._task_snapshots`; kept ``running`` in the
         column, so the running Tasks' partial index finds it: a sweep costs no scan of the
@@ -452,8 +452,8 @@ class Claims:
     def recover(self, task_id: str, child_id: str, runtime_id: str, *, is_dead: IsDead,
                 limit: int) -> Recovered:  # fmt: skip
         """Take over a running Task whose runtime is dead (crashed, closed, or its lease
-        lapsed), so that ``runtime_id`` runs it on: same Task, same turn (SPEC §9
-        "Recovery"). In one transaction under the child's lock: a ``task/recovered`` event
+        lapsed), so that ``runtime_id`` runs it on: same Task, same turn.
+        In one transaction under the child's lock: a ``task/recovered`` event
         is written into the turn the Task opened, the Task's row names ``runtime_id``, and
         the child's claim is ``runtime_id``'s with a new fencing number (the dead runtime
         can never write again). A Task recovered ``limit`` times already in this turn is

@@ -1,15 +1,15 @@
-"""The clocks a lease is judged on (SPEC §9): the database's on PostgreSQL, and on SQLite the
+"""The clocks a lease is judged on: the database's on PostgreSQL, and on SQLite the
 host's boot clock, which every process of the host shares.
 
-SQLite runs on one host, but every process there has read its own wall clock: a clock
-stepped by minutes (NTP catching up, a container with a faked clock, an administrator) made
-one process see another's fresh heartbeat as lapsed and take its live child over. The wall
+SQLite runs on one host, but every process there reads its own wall clock: a clock
+stepped by minutes (NTP catching up, a container with a faked clock, an administrator) would
+make one process see another's fresh heartbeat as lapsed and take its live child over. The wall
 clock also steps backwards and jumps across a suspend. ``CLOCK_BOOTTIME`` does neither: it is
 the kernel's count of seconds since boot (suspend included), the same for every process on
 the host, and never set. It only means something with its boot, so a heartbeat records the
 kernel's boot id with it; a lease written under another boot id on this host was written
 before a reboot, and its process is gone. Where there is no boot clock or boot id (not
-Linux), SQLite leases fall back to the wall clock, as before.
+Linux), SQLite leases fall back to the wall clock.
 """
 
 from __future__ import annotations

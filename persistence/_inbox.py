@@ -1,5 +1,5 @@
 """Forwarding between runtimes on PostgreSQL: the inbox rows and the LISTEN connection
-(SPEC §9, routing across runtimes).
+(routing across runtimes).
 
 A runtime sending to a child that another live runtime runs notifies that runtime with the
 message in the notification; the target takes it by writing its inbox row as ``taken``

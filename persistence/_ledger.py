@@ -1,4 +1,4 @@
-"""Tasks and the runtimes that run them, kept in the store (SPEC §9).
+"""Tasks and the runtimes that run them, kept in the store.
 
 A Task row is written when the Task is admitted and updated once when it settles; a
 runtime row is renewed by its heartbeat. Nothing here is on the steer path. The Task's

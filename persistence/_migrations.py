@@ -66,7 +66,7 @@ def _add_segments(conn: Connection) -> None:
 
 def _add_tasks(conn: Connection) -> None:
     """Version 4: Tasks and the runtimes that run them are kept in the store, and a child's
-    header carries its claim, and an inbox carries messages forwarded between runtimes (SPEC §9)."""
+    header carries its claim, and an inbox carries messages forwarded between runtimes."""
     tables = metadata.tables
     metadata.create_all(conn, tables=[tables[RUNTIMES], tables[TASKS], tables[INBOX]])
     present = {column["name"] for column in inspect(conn).get_columns(CHILDREN)}
@@ -108,8 +108,8 @@ _DROP_VERSION_4_TASK_INDEXES: Final = (
 
 def _add_boot_clock(conn: Connection) -> None:
     """Version 6: a runtime's heartbeat is also kept on the host's boot clock (SQLite leases
-    are judged on it, not on each process's wall clock). Old rows have none: judged by the
-    wall clock, as before."""
+    are judged on it, not on each process's wall clock). Rows written before it have none: they
+    are judged by the wall clock."""
     present = {column["name"] for column in inspect(conn).get_columns(RUNTIMES)}
     if "heartbeat_boot_s" not in present:
         conn.execute(text(_ADD_BOOT_CLOCK))
@@ -132,7 +132,7 @@ _ADD_TASK_SPEND: Final = f"ALTER TABLE {TASKS} ADD COLUMN spend TEXT"
 
 def _add_task_recoveries(conn: Connection) -> None:
     """Version 12: a Task row counts how many times its turn was recovered by another
-    runtime (SPEC §9 "Recovery"); Tasks before read as never recovered."""
+    runtime; Tasks written before it read as never recovered."""
     present = {column["name"] for column in inspect(conn).get_columns(TASKS)}
     if "recoveries" not in present:
         conn.execute(text(_ADD_TASK_RECOVERIES))
@@ -144,7 +144,7 @@ _ADD_TASK_RECOVERIES: Final = (
 
 
 def _add_spend(conn: Connection) -> None:
-    """Version 8: budgets (SPEC §11). What each scope spent, its budget, and the soft
+    """Version 8: budgets. What each scope spent, its budget, and the soft
     notices, in tables of their own; the usage already in transcripts is not counted again
     (it was spent before any budget could hold it)."""
     tables = metadata.tables

@@ -1,4 +1,4 @@
-"""Reads for a view of the whole store at once (the console, SPEC §13): every child's
+"""Reads for a view of the whole store at once (the console): every child's
 newest Task, every child's spend, each concurrency key's Tasks, and a change marker.
 
 Each is one statement however many children and Tasks there are, so a page over a

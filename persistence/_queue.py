@@ -1,4 +1,4 @@
-"""The durable FIFO queue of concurrency limits (SPEC §11 "Concurrency limits").
+"""The durable FIFO queue of concurrency limits.
 
 A Task whose activation falls under a limited key (a provider name, or
 ``"provider:model"``) has one `admissions_table` row per key. Every decision is one short write

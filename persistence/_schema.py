@@ -82,9 +82,9 @@ NEWEST_TASK_SINCE: Final = 11
 header: an older store, read as it is, is scanned, and its children show none."""
 NEWEST_TASK_INDEX: Final = "ix_subagent_tasks_newest"
 """Each child's Tasks by time: a child's newest Task, and its Tasks newest first, are read
-from it (the console, SPEC §13)."""
+from it (the console)."""
 RECOVERIES_SINCE: Final = 12
-"""The first version whose Task rows count their recoveries (SPEC §9): an older store,
+"""The first version whose Task rows count their recoveries: an older store,
 read as it is, has none (its Tasks read as never recovered)."""
 
 CHILDREN: Final = "subagent_children"
@@ -194,7 +194,7 @@ children_table: Final = Table(
     Column("label", String(1000)),
     Column("created_batch", String(32), nullable=False),
     _time("created_at"),
-    # The claim (SPEC §9): which runtime may write the child's turn, for which Task, under
+    # The claim: which runtime may write the child's turn, for which Task, under
     # which fencing number. Every append checks it in its transaction; `fence` grows at
     # each new claim, so a runtime that lost its claim can never write again.
     _key("claim_runtime", nullable=True),
@@ -202,7 +202,7 @@ children_table: Final = Table(
     _counter("fence", Integer),
     # Its descriptor's provider and model selector (``agent_model``), copied from the
     # descriptor event its header is written with, so a view of every child reads them
-    # without a transcript (the console, SPEC §13). NULL: no descriptor, or no model named.
+    # without a transcript (the console). NULL: no descriptor, or no model named.
     Column("provider", Text),
     Column("model", Text),
 )
@@ -299,7 +299,7 @@ inbox_table: Final = Table(
     _json("reply", nullable=True),
     _time("created_at"),
 )
-"""A message forwarded from one runtime to the runtime that runs its child (SPEC §9).
+"""A message forwarded from one runtime to the runtime that runs its child.
 
 ``state`` moves by compare-and-set only: ``pending`` → ``taken`` (the target runtime
 took it) or ``abandoned`` (the sender gave up first, so it is never delivered), then
@@ -338,7 +338,7 @@ tasks_table: Final = Table(
     # (`persistence._turn_usage`); NULL while running, and for nothing spent.
     _json("spend", nullable=True),
     # How many times another runtime took the running Task over after its own ended
-    # (SPEC §9 "Recovery"), grown in the transaction that takes it over.
+    # (a recovery), grown in the transaction that takes it over.
     _counter("recoveries", Integer),
     Index("ix_subagent_tasks_owner", "owner_session", "created_at"),
     Index(NEWEST_TASK_INDEX, "child_id", "created_at", "task_id"),
@@ -372,7 +372,7 @@ spend_table: Final = Table(
     _json("budget", nullable=True),
     _counter("warned", Integer),
 )
-"""What one scope has spent, and its budget (SPEC §11): a child with its descendants
+"""What one scope has spent, and its budget: a child with its descendants
 (``child:<id>``) or a top-level parent session (``session:<id>``).
 
 The counters grow by ``UPDATE … SET x = x + n`` (an upsert) in the transaction of the
@@ -413,7 +413,7 @@ admissions_table: Final = Table(
     _json("plan"),
     Index("ix_subagent_admissions_key", "key", "state", "seq"),
 )
-"""One Task's place under one concurrency key (SPEC §11 "Concurrency limits").
+"""One Task's place under one concurrency key (a concurrency limit).
 
 A Task under a limited key has a row per key: ``queued`` while it waits, ``running``
 once it holds the slot. A slot is taken only while the row is ``running`` AND its Task
@@ -448,7 +448,7 @@ approvals_table: Final = Table(
     _time("deadline_at", nullable=True),
     Column("notice_pending", Boolean),
 )
-"""An approval request (SPEC §11): a child's tool call waiting for its parent's (or a
+"""An approval request: a child's tool call waiting for its parent's (or a
 person's) answer.
 
 Written in the transaction of its ``approval/request`` event, with its Task turned

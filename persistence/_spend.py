@@ -1,4 +1,4 @@
-"""What each scope has spent, counted in the store (SPEC §11 budgets).
+"""What each scope has spent, counted in the store, for budgets.
 
 A scope is a child with everything it started (``child:<id>``) or a top-level parent
 session (``session:<id>``). A child's scopes are itself, each ancestor child (its parent

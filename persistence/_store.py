@@ -154,18 +154,18 @@ class SqlStore:
         self._appends = port.appends = Appends(port)
         self._claims = Claims(port)
         self.inbox = port.inbox = Inbox(port) if self._db.sql.dialect.name == "postgresql" else None
-        """Messages forwarded between runtimes (PostgreSQL; None on SQLite, SPEC §9)."""
+        """Messages forwarded between runtimes (PostgreSQL; None on SQLite, which forwards none)."""
         self.ledger = port.ledger = TaskLedger(self._db, self._run, self._claims.settle)
-        """The store's Tasks and runtimes (SPEC §9)."""
+        """The store's Tasks and runtimes."""
         self.spend = port.spend = SpendLedger(self._db, self._run)
-        """What each child, its ancestors and its session spent, and their budgets (SPEC
-        §11): counted by `append` from the usage its events record."""
+        """What each child, its ancestors and its session spent, and their budgets:
+        counted by `append` from the usage its events record."""
         self.queue = AdmissionQueue(port)
-        """The durable FIFO queue of concurrency limits (SPEC §11)."""
+        """The durable FIFO queue of concurrency limits."""
         self.approvals = ApprovalBook(port)
-        """Approval requests and their answers (SPEC §11)."""
+        """Approval requests and their answers."""
         self.overview = StoreOverview(self._db, self._run)
-        """Whole-store reads for a view of every child at once (SPEC §13)."""
+        """Whole-store reads for a view of every child at once (the console)."""
         try:
             self._run("open the store", self._check if read_only else self._open)
             if not read_only:  # read-only: no write ever takes the one connection open
@@ -252,7 +252,7 @@ class SqlStore:
         ``fence`` (runtime id, fencing number) makes the append conditional on the writer
         still holding the child's claim: otherwise it raises ``FENCED``, writing nothing.
         ``answer_steered`` lists (inbox id, Task id) of forwarded messages whose steering
-        records these events are (SPEC §9): each one's inbox row is answered ``steered``
+        records these events are: each one's inbox row is answered ``steered``
         into that Task, and its sender notified, in the same transaction (for a single
         record, in the statement that inserts it: `persistence._inbox.Inbox`). PostgreSQL
         only: SQLite has no inbox, and refuses it with ``INVALID_INPUT``.

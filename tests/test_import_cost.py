@@ -1,9 +1,12 @@
 """What a command pays before it prints: the modules it loads, not a timing.
 
-SQLAlchemy's ORM (~280 ms of imports) and a second dialect (~90 ms) are what made every
-command-line call slow; the store is written in SQLAlchemy Core and needs neither to open a
-SQLite store. These tests check the set of modules a fresh interpreter holds after the
-public import and after two commands; the milliseconds themselves are measured by
+SQLAlchemy (about half of what the public import cost), its ORM and a second dialect, and
+pydantic's models (most of what ``--help`` cost) are what made every command-line call
+slow. The store is written in SQLAlchemy Core and needs it only once a store is opened; the
+contract and ``persistence`` load each name's module on first use; each command's module is
+imported only when it runs. These tests check the set of modules a fresh interpreter holds
+after the public import and after commands, so a module that starts loading where it was
+not is a failure here; the milliseconds themselves are measured by
 ``python -m benchmarks --sections imports`` (docs/benchmarks.md), never asserted here.
 """
 
@@ -19,6 +22,23 @@ from persistence import SqlStore
 from tests.support import run_python
 
 _NEVER = ("sqlalchemy.orm", "sqlalchemy.dialects.postgresql")
+_STORE = ("sqlalchemy", "persistence", "tenacity")
+"""The store and what only it needs: loaded once a store is opened, not before."""
+_RUNTIME = ("actors", "pykka", "controlplane.runtime", "controlplane.providers")
+_FRONT_ENDS = ("controlplane.fronts._mcp_server", "controlplane.fronts._a2a", "asyncio")
+_HELP_LOADS = {
+    "controlplane",
+    "controlplane.cli",
+    "controlplane.cli._exit_status",
+    "controlplane.cli._main",
+    "controlplane.contract",
+    "controlplane.contract._errors",
+    "controlplane.fronts",
+    "controlplane.fronts._security",
+    "controlplane.fronts._setup",
+}
+"""Every module of ours ``--help`` needs: the parser, the flags the fronts share with the
+command line, and the errors the command line reports."""
 
 
 def _loaded_after(code: str) -> set[str]:
@@ -29,17 +49,55 @@ def _loaded_after(code: str) -> set[str]:
     return set(json.loads(done.stdout.splitlines()[-1]))
 
 
-def _heavy(loaded: set[str]) -> list[str]:
-    return sorted(m for m in loaded if any(m == n or m.startswith(n + ".") for n in _NEVER))
+def _within(loaded: set[str], *packages: str) -> list[str]:
+    """The loaded modules that are one of ``packages`` or inside one of them."""
+    return sorted(m for m in loaded if any(m == n or m.startswith(n + ".") for n in packages))
 
 
-def test_the_public_import_loads_no_orm_and_no_postgresql_dialect() -> None:
+def _ours(loaded: set[str]) -> set[str]:
+    return set(_within(loaded, "controlplane", "actors", "persistence"))
+
+
+def test_the_public_import_loads_neither_the_store_nor_sqlalchemy() -> None:
     loaded = _loaded_after("from controlplane import SubagentControl")
-    assert "sqlalchemy" in loaded  # the probe sees the store's imports at all
-    assert _heavy(loaded) == []
+
+    assert "controlplane.runtime._facade" in loaded  # the probe sees the facade's imports
+    assert "actors" in loaded
+    assert _within(loaded, *_STORE, *_NEVER) == []
+    assert _within(loaded, "controlplane.providers", "controlplane.fronts", "asyncio") == []
 
 
-def test_help_loads_neither_the_store_nor_the_runtime() -> None:
+def test_opening_a_store_after_the_public_import_still_loads_no_orm(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    loaded = _loaded_after(
+        f"""
+        from controlplane import SubagentControl
+        SubagentControl.open({url!r}).close()
+        """
+    )
+    assert "persistence._store" in loaded
+    assert _within(loaded, "sqlalchemy.orm") == []
+
+
+def test_importing_the_contract_or_the_store_package_builds_nothing_yet() -> None:
+    """Each loads a name's module when the name is first used (the command line's error
+    path needs the errors, not every pydantic model)."""
+    loaded = _loaded_after(
+        """
+        import controlplane.contract, persistence
+        from controlplane.contract import ErrorCode, SubagentControlError
+        """
+    )
+    assert _within(loaded, "pydantic", "sqlalchemy") == []
+    assert _ours(loaded) == {
+        "controlplane",
+        "controlplane.contract",
+        "controlplane.contract._errors",
+        "persistence",
+    }
+
+
+def test_help_loads_only_the_parser_and_its_flags() -> None:
     loaded = _loaded_after(
         """
         import contextlib, io
@@ -48,11 +106,15 @@ def test_help_loads_neither_the_store_nor_the_runtime() -> None:
             assert main(["--help"]) == 0
         """
     )
-    assert not {"sqlalchemy", "persistence", "actors", "pykka"} & loaded
+    assert _within(loaded, *_STORE, *_RUNTIME, *_FRONT_ENDS, "pydantic") == []
+    assert _ours(loaded) == _HELP_LOADS
+    assert "importlib.metadata" not in loaded  # read by --version only
 
 
 @pytest.mark.parametrize("command", ["tasks", "children"])
-def test_a_store_command_on_sqlite_loads_no_orm(tmp_path: Path, command: str) -> None:
+def test_a_store_command_on_sqlite_loads_the_store_and_no_orm_runtime_or_actor(
+    tmp_path: Path, command: str
+) -> None:
     url = f"sqlite:///{tmp_path / 'store.db'}"
     SqlStore(url).close()  # created here: creating a schema is not what the command does
     loaded = _loaded_after(
@@ -63,5 +125,6 @@ def test_a_store_command_on_sqlite_loads_no_orm(tmp_path: Path, command: str) ->
             assert main([{command!r}, "--db", {url!r}]) == 0
         """
     )
-    assert "persistence" in loaded
-    assert _heavy(loaded) == []
+    assert "persistence._store" in loaded
+    assert _within(loaded, *_NEVER) == []
+    assert _within(loaded, *_RUNTIME, "controlplane.fronts._mcp_server") == []

@@ -10,8 +10,8 @@ calls a harness makes, and closes it:
   or resumes the idle child (``started``). A turn started here runs here when the command
   has the child's provider (``--setup``), so the command waits for it to settle (closing
   would end it) and prints its outcome. Without the provider the message is durable all
-  the same: the turn waits, ``queued``, for a runtime with the provider to run it (SPEC §9
-  "Work goes where the provider is"), and the command says so and returns.
+  the same: the turn waits, ``queued``, for a runtime with the provider to run it
+  (work goes where the provider is), and the command says so and returns.
 - ``kill TASK`` kills a Task as its owner session, in whichever runtime runs it, and
   waits (``--timeout``) until it reads settled.
 """

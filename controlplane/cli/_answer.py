@@ -1,4 +1,4 @@
-"""``subagent-control answer``: a person answers a child's approval request (SPEC §11).
+"""``subagent-control answer``: a person answers a child's approval request.
 
 The answer is one write to the store (`persistence.ApprovalBook.answer`, as a ``human``
 source, which any session may give): the run waiting for it takes it, in whichever runtime

@@ -14,24 +14,18 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import importlib.metadata
 import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any, Final, TextIO
+from typing import IO, Any, Final, TextIO
 
-from controlplane.cli._act import run_kill, run_send
-from controlplane.cli._answer import run_answer
-from controlplane.cli._completion import run_completion
 from controlplane.cli._exit_status import (
     EXIT_OK,
     EXIT_USAGE,
     CommandExit,
     status_of,
 )
-from controlplane.cli._store import run_children, run_runtimes, run_tasks, run_transcript
-from controlplane.cli._tree import run_top, run_tree
 from controlplane.contract import SubagentControlError
 from controlplane.fronts import add_db_argument
 
@@ -107,7 +101,7 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=formatter,
         parents=[common],
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    parser.add_argument("--version", action=_Version)
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     tree = commands.add_parser(
@@ -128,7 +122,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="give up after this long, connect to the reply's last byte (default: %(default)s)",
     )
-    tree.set_defaults(run=run_tree)
+    tree.set_defaults(run=_command("_tree", "run_tree"))
 
     top = commands.add_parser(
         "top",
@@ -168,7 +162,7 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="whole ids and session names, even past the terminal's width",
     )
-    top.set_defaults(run=run_top)
+    top.set_defaults(run=_command("_tree", "run_top"))
 
     def offline(name: str, help: str, description: str, run: Callable[..., None]) -> Any:
         view = commands.add_parser(
@@ -188,14 +182,14 @@ def _parser() -> argparse.ArgumentParser:
         "children",
         "list the children in a store",
         "List the durable children in a store, oldest first.",
-        run_children,
+        _command("_store", "run_children"),
     )
     children.add_argument("--parent", metavar="ID", help="only the children of this session")
     tasks = offline(
         "tasks",
         "list the Tasks in a store",
         "List the Tasks kept in a store (every runtime's, newest first).",
-        run_tasks,
+        _command("_store", "run_tasks"),
     )
     tasks.add_argument("--owner", metavar="SESSION", help="only the Tasks of this session")
     tasks.add_argument(
@@ -209,7 +203,7 @@ def _parser() -> argparse.ArgumentParser:
         "list the runtimes that share a store",
         "List every runtime (open SubagentControl) the store knows, oldest first, with "
         "whether it is alive and how many Tasks it runs.",
-        run_runtimes,
+        _command("_store", "run_runtimes"),
     )
 
     transcript = commands.add_parser(
@@ -239,7 +233,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="with --follow, look for new events this often (default: %(default)s)",
     )
-    transcript.set_defaults(run=run_transcript)
+    transcript.set_defaults(run=_command("_store", "run_transcript"))
     _add_answer(commands, formatter, common)
     _add_acts(commands, formatter, common)
     _add_mcp(commands, formatter, common)
@@ -255,7 +249,7 @@ def _parser() -> argparse.ArgumentParser:
         parents=[common],
     )
     completion.add_argument("shell", choices=("bash", "zsh"), help="the shell")
-    completion.set_defaults(run=lambda args, out: run_completion(parser, args.shell, out))
+    completion.set_defaults(run=lambda args, out: _completion(parser, args.shell, out))
     return parser
 
 
@@ -362,7 +356,7 @@ def _add_acts(commands: Any, formatter: type[argparse.HelpFormatter], common: An
         "--as", dest="who", metavar="NAME", help="who sends (default: cli:<your user name>)"
     )
     _add_timeout(send, "for a turn started here to settle", 600.0)
-    send.set_defaults(run=run_send)
+    send.set_defaults(run=_command("_act", "run_send"))
 
     kill = commands.add_parser(
         "kill",
@@ -381,7 +375,7 @@ def _add_acts(commands: Any, formatter: type[argparse.HelpFormatter], common: An
     add_db_argument(kill)
     kill.set_defaults(setup=None, demo=False)
     _add_timeout(kill, "for the Task to settle", 30.0)
-    kill.set_defaults(run=run_kill)
+    kill.set_defaults(run=_command("_act", "run_kill"))
 
 
 def _add_timeout(parser: argparse.ArgumentParser, what: str, default: float) -> None:
@@ -420,7 +414,7 @@ def _add_answer(commands: Any, formatter: type[argparse.HelpFormatter], common: 
     answer.add_argument(
         "--as", dest="who", metavar="NAME", help="who answers (default: cli:<your user name>)"
     )
-    answer.set_defaults(run=run_answer)
+    answer.set_defaults(run=_command("_answer", "run_answer"))
 
 
 def _add_a2a(commands: Any, formatter: type[argparse.HelpFormatter], common: Any) -> None:
@@ -519,7 +513,46 @@ def _from_extra(module: str, name: str, extra: str, packages: frozenset[str]) ->
         ) from exc
 
 
+def _command(module: str, name: str) -> Callable[[argparse.Namespace, IO[str]], None]:
+    """The command ``controlplane.cli.<module>.<name>``, imported when it runs: building
+    the parser (and ``--help``) loads none of the commands' modules, nor what they import
+    (the store, pydantic, the admin socket's client)."""
+
+    def run(args: argparse.Namespace, out: IO[str]) -> None:
+        command: Callable[[argparse.Namespace, IO[str]], None]
+        command = getattr(importlib.import_module(f"controlplane.cli.{module}"), name)
+        command(args, out)
+
+    return run
+
+
+def _completion(parser: argparse.ArgumentParser, shell: str, out: IO[str]) -> None:
+    from controlplane.cli._completion import run_completion
+
+    run_completion(parser, shell, out)
+
+
+class _Version(argparse.Action):
+    """``--version``: the installed version, looked up only when asked for (reading the
+    package metadata costs more than building the whole parser)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str) -> None:
+        super().__init__(
+            option_strings,
+            dest,
+            nargs=0,
+            default=argparse.SUPPRESS,
+            help="show program's version number and exit",  # argparse's own wording
+        )
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: object) -> None:
+        sys.stdout.write(f"{parser.prog} {_version()}\n")
+        parser.exit()
+
+
 def _version() -> str:
+    import importlib.metadata
+
     try:
         return importlib.metadata.version("subagent-control")
     except importlib.metadata.PackageNotFoundError:  # run from a checkout, not installed

@@ -81,7 +81,7 @@ def run_children(args: argparse.Namespace, out: IO[str]) -> None:
     store = _open_store(args.db)
     try:
         children = store.list_children(args.parent)
-        # What each spent over all its turns, from its own events (SPEC §11).
+        # What each spent over all its turns, from its own events.
         spent = {meta.child_id: _spent(store, meta.child_id) for meta in children}
     finally:
         store.close()
@@ -156,8 +156,8 @@ def _write_tasks(args: argparse.Namespace, out: IO[str]) -> None:
     store = _open_store(args.db)
     try:
         tasks = store.ledger.recent(args.owner) if store.keeps_tasks else []
-        tasks = store.queue.with_places(tasks)  # queued ones with their places (SPEC §11)
-        tasks = _with_requests(store, tasks)  # waiting ones with their requests (SPEC §11)
+        tasks = store.queue.with_places(tasks)  # queued ones with their places
+        tasks = _with_requests(store, tasks)  # waiting ones with their requests
     finally:
         store.close()
     _write_list(

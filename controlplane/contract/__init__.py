@@ -9,115 +9,121 @@ interfaces here (the Protocols `TaskService` and `Telemetry`, the abstract
 `controlplane.telemetry`.
 """
 
-from controlplane.contract._agents import AgentHandle, AgentRegistry
-from controlplane.contract._approval import (
-    ApprovalAnswer,
-    ApprovalDesk,
-    ApprovalPolicy,
-    ApprovalRequest,
-    ApprovalState,
-    ApprovalTranscript,
-)
-from controlplane.contract._budget import (
-    BUDGET_EXHAUSTED_STATUS,
-    LIMITS,
-    MODEL_CALL,
-    TOOL_CALL,
-    TOOL_ROUND,
-    Budget,
-    BudgetPort,
-    SpendGate,
-    Spent,
-    TurnGate,
-    budget_of,
-    limit_text,
-    spent_in,
-)
-from controlplane.contract._content import (
-    ContentBlock,
-    MessageSource,
-    ModelSelector,
-    TextBlock,
-    text_of,
-)
-from controlplane.contract._descriptor import Descriptor, fold_descriptor
-from controlplane.contract._errors import (
-    ClaimConflict,
-    ErrorCode,
-    ParkedTask,
-    SubagentControlError,
-)
-from controlplane.contract._json import (
-    JsonValue,
-    count_problem,
-    dumps,
-    plain_json,
-    seconds_problem,
-    storable_text,
-)
-from controlplane.contract._price import Price, Prices
-from controlplane.contract._provider import (
-    ProviderRegistry,
-    ResumeRequest,
-    StartRequest,
-    StopReason,
-    SubagentProvider,
-    SubagentResult,
-    SubagentRun,
-    TranscriptWriter,
-)
-from controlplane.contract._run_trace import NO_RUN_TRACE, ModelCallTrace, RunTrace, Suspended
-from controlplane.contract._services import (
-    NO_TRACE,
-    ActivationTrace,
-    AdmissionGate,
-    ApprovalPort,
-    Origin,
-    Requester,
-    TaskService,
-    Telemetry,
-    requester_session,
-)
-from controlplane.contract._session import (
-    ChildMeta,
-    EventKind,
-    LoadedSession,
-    NewEvent,
-    SessionEvent,
-    utcnow,
-)
-from controlplane.contract._signal import CancelSignal
-from controlplane.contract._spec import (
-    ChildView,
-    ContinuableStart,
-    ContinuableStartSpec,
-    SendResult,
-)
-from controlplane.contract._task_types import (
-    RuntimeInfo,
-    TaskNotice,
-    TaskOutcome,
-    TaskSnapshot,
-    TaskStatus,
-)
-from controlplane.contract._tree import (
-    ActivationNode,
-    ActorTree,
-    ForwardedNode,
-    SupervisorNode,
-    SupervisorState,
-    escape_controls,
-)
-from controlplane.contract._usage import (
-    USAGE,
-    USAGE_REPORTED,
-    Usage,
-    UsageCounts,
-    read_usage,
-    usage_counts,
-    usage_data,
-    usage_of,
-)
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from controlplane.contract._agents import AgentHandle, AgentRegistry
+    from controlplane.contract._approval import (
+        ApprovalAnswer,
+        ApprovalDesk,
+        ApprovalPolicy,
+        ApprovalRequest,
+        ApprovalState,
+        ApprovalTranscript,
+    )
+    from controlplane.contract._budget import (
+        BUDGET_EXHAUSTED_STATUS,
+        LIMITS,
+        MODEL_CALL,
+        TOOL_CALL,
+        TOOL_ROUND,
+        Budget,
+        BudgetPort,
+        SpendGate,
+        Spent,
+        TurnGate,
+        budget_of,
+        limit_text,
+        spent_in,
+    )
+    from controlplane.contract._content import (
+        ContentBlock,
+        MessageSource,
+        ModelSelector,
+        TextBlock,
+        text_of,
+    )
+    from controlplane.contract._descriptor import Descriptor, fold_descriptor
+    from controlplane.contract._errors import (
+        ClaimConflict,
+        ErrorCode,
+        ParkedTask,
+        SubagentControlError,
+    )
+    from controlplane.contract._json import (
+        JsonValue,
+        count_problem,
+        dumps,
+        plain_json,
+        seconds_problem,
+        storable_text,
+    )
+    from controlplane.contract._price import Price, Prices
+    from controlplane.contract._provider import (
+        ProviderRegistry,
+        ResumeRequest,
+        StartRequest,
+        StopReason,
+        SubagentProvider,
+        SubagentResult,
+        SubagentRun,
+        TranscriptWriter,
+    )
+    from controlplane.contract._run_trace import NO_RUN_TRACE, ModelCallTrace, RunTrace, Suspended
+    from controlplane.contract._services import (
+        NO_TRACE,
+        ActivationTrace,
+        AdmissionGate,
+        ApprovalPort,
+        Origin,
+        Requester,
+        TaskService,
+        Telemetry,
+        requester_session,
+    )
+    from controlplane.contract._session import (
+        ChildMeta,
+        EventKind,
+        LoadedSession,
+        NewEvent,
+        SessionEvent,
+        utcnow,
+    )
+    from controlplane.contract._signal import CancelSignal
+    from controlplane.contract._spec import (
+        ChildView,
+        ContinuableStart,
+        ContinuableStartSpec,
+        SendResult,
+    )
+    from controlplane.contract._task_types import (
+        RuntimeInfo,
+        TaskNotice,
+        TaskOutcome,
+        TaskSnapshot,
+        TaskStatus,
+    )
+    from controlplane.contract._tree import (
+        ActivationNode,
+        ActorTree,
+        ForwardedNode,
+        SupervisorNode,
+        SupervisorState,
+        escape_controls,
+    )
+    from controlplane.contract._usage import (
+        USAGE,
+        USAGE_REPORTED,
+        Usage,
+        UsageCounts,
+        read_usage,
+        usage_counts,
+        usage_data,
+        usage_of,
+    )
 
 __all__ = [
     "BUDGET_EXHAUSTED_STATUS",
@@ -212,3 +218,127 @@ __all__ = [
     "usage_of",
     "utcnow",
 ]
+
+# Each name is imported from its module on first use, so a caller that needs only the
+# errors (the command line's usage path, the store's error mapping) does not build every
+# pydantic model here: the models cost more than the rest of a `--help` together.
+_HOMES: dict[str, str] = {
+    **dict.fromkeys(["AgentHandle", "AgentRegistry"], "_agents"),
+    **dict.fromkeys(
+        [
+            "ApprovalAnswer",
+            "ApprovalDesk",
+            "ApprovalPolicy",
+            "ApprovalRequest",
+            "ApprovalState",
+            "ApprovalTranscript",
+        ],
+        "_approval",
+    ),
+    **dict.fromkeys(
+        [
+            "BUDGET_EXHAUSTED_STATUS",
+            "Budget",
+            "BudgetPort",
+            "LIMITS",
+            "MODEL_CALL",
+            "SpendGate",
+            "Spent",
+            "TOOL_CALL",
+            "TOOL_ROUND",
+            "TurnGate",
+            "budget_of",
+            "limit_text",
+            "spent_in",
+        ],
+        "_budget",
+    ),
+    **dict.fromkeys(
+        ["ContentBlock", "MessageSource", "ModelSelector", "TextBlock", "text_of"], "_content"
+    ),
+    **dict.fromkeys(["Descriptor", "fold_descriptor"], "_descriptor"),
+    **dict.fromkeys(
+        ["ClaimConflict", "ErrorCode", "ParkedTask", "SubagentControlError"], "_errors"
+    ),
+    **dict.fromkeys(
+        ["JsonValue", "count_problem", "dumps", "plain_json", "seconds_problem", "storable_text"],
+        "_json",
+    ),
+    **dict.fromkeys(["Price", "Prices"], "_price"),
+    **dict.fromkeys(
+        [
+            "ProviderRegistry",
+            "ResumeRequest",
+            "StartRequest",
+            "StopReason",
+            "SubagentProvider",
+            "SubagentResult",
+            "SubagentRun",
+            "TranscriptWriter",
+        ],
+        "_provider",
+    ),
+    **dict.fromkeys(["ModelCallTrace", "NO_RUN_TRACE", "RunTrace", "Suspended"], "_run_trace"),
+    **dict.fromkeys(
+        [
+            "ActivationTrace",
+            "AdmissionGate",
+            "ApprovalPort",
+            "NO_TRACE",
+            "Origin",
+            "Requester",
+            "TaskService",
+            "Telemetry",
+            "requester_session",
+        ],
+        "_services",
+    ),
+    **dict.fromkeys(
+        ["ChildMeta", "EventKind", "LoadedSession", "NewEvent", "SessionEvent", "utcnow"],
+        "_session",
+    ),
+    **dict.fromkeys(["CancelSignal"], "_signal"),
+    **dict.fromkeys(
+        ["ChildView", "ContinuableStart", "ContinuableStartSpec", "SendResult"], "_spec"
+    ),
+    **dict.fromkeys(
+        ["RuntimeInfo", "TaskNotice", "TaskOutcome", "TaskSnapshot", "TaskStatus"], "_task_types"
+    ),
+    **dict.fromkeys(
+        [
+            "ActivationNode",
+            "ActorTree",
+            "ForwardedNode",
+            "SupervisorNode",
+            "SupervisorState",
+            "escape_controls",
+        ],
+        "_tree",
+    ),
+    **dict.fromkeys(
+        [
+            "USAGE",
+            "USAGE_REPORTED",
+            "Usage",
+            "UsageCounts",
+            "read_usage",
+            "usage_counts",
+            "usage_data",
+            "usage_of",
+        ],
+        "_usage",
+    ),
+}
+
+
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'controlplane.contract' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"controlplane.contract.{home}"), name)
+    globals()[name] = value  # once loaded, an ordinary attribute
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -1,4 +1,4 @@
-"""Approvals (SPEC §11): a child asks before a tool runs, and its parent or a person answers.
+"""Approvals: a child asks before a tool runs, and its parent or a person answers.
 
 A provider's run asks through the activation's `ApprovalDesk` (``request.approvals``): the
 request is written before anything runs, the Task reads ``input_required``, the parent gets

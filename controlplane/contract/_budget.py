@@ -1,4 +1,4 @@
-"""Budgets (SPEC §11): what a child, with everything it starts, may spend, and the gate a
+"""Budgets: what a child, with everything it starts, may spend, and the gate a
 run asks before each model call and tool call.
 
 A `Budget` is a set of limits. The spend it is held against is counted in the store, in
@@ -81,7 +81,7 @@ class Budget(BaseModel):
             unknown field.
     """
 
-    # `model_calls` is a SPEC name: pydantic before 2.10 warns about the ``model_`` prefix.
+    # `model_calls` is a public name: pydantic before 2.10 warns about the ``model_`` prefix.
     model_config = ConfigDict(frozen=True, extra="forbid", protected_namespaces=())
 
     tokens: int | None = None

@@ -33,7 +33,7 @@ class Descriptor(BaseModel):
     tool_filter: dict[str, JsonValue] | None = None
     inputs: dict[str, JsonValue] | None = None
     budget: Budget | None = None
-    """The child's budget at its start (SPEC §11); `control.set_budget` replaces it in the
+    """The child's budget at its start; `control.set_budget` replaces it in the
     store, where the spend is counted."""
 
     @classmethod

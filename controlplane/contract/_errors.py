@@ -77,7 +77,7 @@ def _rebuild(
 
 
 class ClaimConflict(SubagentControlError):
-    """``OWNERSHIP_CONFLICT`` because another live runtime holds the child's claim (SPEC §9),
+    """``OWNERSHIP_CONFLICT`` because another live runtime holds the child's claim,
     not because a live agent here uses the child's id: on PostgreSQL the sender forwards
     the message to that runtime instead (`controlplane.runtime.routing._forwarding`).
 
@@ -98,7 +98,7 @@ def _rebuild_claim_conflict(message: str, child_id: str, runtime_id: str) -> Cla
 
 
 class ParkedTask(SubagentControlError):
-    """The child's claim belongs to a Task parked on an approval request (SPEC §11): a
+    """The child's claim belongs to a Task parked on an approval request: a
     message to the child goes into that Task's turn (the runtime continues it), never into
     a new one. Raised by the claim of a resume, which then starts nothing.
 

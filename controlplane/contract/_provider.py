@@ -42,8 +42,8 @@ class StopReason(StrEnum):
     MAX_TOKENS = "max-tokens"
     REFUSAL = "refusal"
     INPUT_REQUIRED = "input_required"
-    """The run parked: it waits for the answer to an approval request and holds no thread
-    (SPEC §11); its Task stays ``input_required`` and the answer continues it."""
+    """The run parked: it waits for the answer to an approval request and holds no thread;
+    its Task stays ``input_required`` and the answer continues it."""
 
 
 class SubagentResult(BaseModel):
@@ -93,10 +93,10 @@ class _RequestBase(BaseModel):
     seed: list[SessionEvent] = []
     """Events copied from the parent's history at fork time (empty when not forked)."""
     gate: SpendGate | None = None
-    """What the run asks before each model call and tool call (SPEC §11 budgets): a call it
+    """What the run asks before each model call and tool call (its budgets): a call it
     refuses must not start. None when nothing limits the run."""
     approvals: ApprovalDesk | None = None
-    """Where the run asks before a tool call that needs approval (SPEC §11). None when
+    """Where the run asks before a tool call that needs approval. None when
     the control plane has no store to keep requests in."""
     trace: RunTrace = NO_RUN_TRACE
     """The activation's trace, for the run's own threads (`RunTrace`): a no-op without
@@ -112,7 +112,7 @@ class ResumeRequest(_RequestBase):
 
     events: list[SessionEvent]
     open_turn: list[SessionEvent] = []
-    """A continued turn (a parked Task answered, killed or steered, SPEC §11): the events
+    """A continued turn (a parked Task answered, killed or steered): the events
     its open turn has so far, from its ``turn/start``. The run goes on in that turn — its
     prompt is among them — and never opens a new one. ``prompt`` is then empty, or the
     message sent to the waiting child that continued it, already written into the turn
@@ -167,7 +167,7 @@ class ProviderRegistry:
 
     def on_register(self, listener: Callable[[str], None]) -> None:
         """Call ``listener(name)`` after each registration (the runtime looks then for
-        Tasks this provider lets it carry on: SPEC §9 "Recovery"). It must not block."""
+        Tasks this provider lets it carry on after their runtime ended). It must not block."""
         with self._lock:
             self._listeners.append(listener)
 

@@ -23,7 +23,7 @@ _NULL: Final[AbstractContextManager[None]] = contextlib.nullcontext()
 
 class Suspended(Exception):
     """A raise that ends a traced call without failing it: the run parked on an approval
-    request (SPEC §11) and goes on later, elsewhere perhaps. Its span ends unfailed."""
+    request and goes on later, elsewhere perhaps. Its span ends unfailed."""
 
 
 class ModelCallTrace:

@@ -312,7 +312,7 @@ class ApprovalPort(Protocol):
     ) -> bool:
         """Write a message to a child whose Task waits parked into that Task's open turn
         (``steering/message``), for the runtime that continues it, which has the child's
-        provider, to read; whether it was
+        provider, to read (work goes where the provider is); whether it was
         written (False: the Task is no longer parked: not delivered, retry)."""
         ...
 

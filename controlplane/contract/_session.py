@@ -42,8 +42,8 @@ class EventKind:
     APPROVAL_REQUEST: Final = "approval/request"
     APPROVAL_ANSWER: Final = "approval/answer"
     TASK_RECOVERED: Final = "task/recovered"
-    """A running Task's turn taken over by another runtime after its own ended (SPEC §9
-    "Recovery"): ``task_id``, ``runtime_id`` (carries it on), ``from_runtime``,
+    """A running Task's turn taken over by another runtime after its own ended (a
+    recovery): ``task_id``, ``runtime_id`` (carries it on), ``from_runtime``,
     ``recovery`` (1, 2, …)."""
 
 

@@ -40,7 +40,7 @@ class ContinuableStartSpec(BaseModel):
     inputs: Any = None
     seed_events: list[NewEvent] | None = None
     # A `Budget` (or a mapping of its limits), checked by `start_continuable`, which refuses
-    # anything else with INVALID_INPUT; kept in the child's descriptor (SPEC §11).
+    # anything else with INVALID_INPUT; kept in the child's descriptor.
     budget: Any = None
 
     @field_validator("prompt", mode="before")
@@ -81,6 +81,6 @@ class ChildView(BaseModel):
     task_id: str | None
     created_at: datetime
     usage: Usage = Field(default_factory=Usage.zero)
-    """What its Tasks spent (each its turn's, SPEC §11): settled ones as the store keeps
+    """What its Tasks spent (each its turn's): settled ones as the store keeps
     them, running ones of this runtime so far. `SubagentControl.usage` reads the
     transcript itself."""

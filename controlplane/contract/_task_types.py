@@ -19,7 +19,7 @@ class TaskStatus(StrEnum):
     """A Task's status; every value but ``running``, ``queued`` and ``input_required`` is
     terminal.
 
-    ``queued``: admitted, waiting for a slot under a concurrency limit (SPEC §11); it
+    ``queued``: admitted, waiting for a slot under a concurrency limit; it
     reads ``running`` once a slot frees (FIFO, in whichever runtime holds it).
     ``input_required``: its child waits for the answer to an approval request
     (`TaskSnapshot.request`); it reads ``running`` again once the answer is taken.
@@ -67,7 +67,7 @@ class TaskSnapshot(BaseModel):
         runtime_id: The runtime (`SubagentControl.runtime_id`) that ran it.
         settled_at: When it settled (None while running); ``ended_at`` is the same time,
             under its older name.
-        usage: What its activation spent (SPEC §11): while it runs, what its turn has
+        usage: What its activation spent: while it runs, what its turn has
             written so far; once settled, what its turn spent, kept with the Task.
         queue_position: While ``queued``: its place in the queue of its concurrency key
             (1 = next to start; the largest over its keys); None otherwise.
@@ -77,10 +77,9 @@ class TaskSnapshot(BaseModel):
         request: While ``input_required``: the approval request its child waits on
             (``id``, ``tool``, ``arguments``; answer it with `SubagentControl.answer`).
         recoveries: How many times another runtime carried its turn on after the
-            runtime running it ended (SPEC §9 "Recovery").
-        waiting_for: While ``queued`` for a runtime that has its child's provider (SPEC §9
-            "Work goes where the provider is": the runtime that took its message lacks
-            it): that provider's name; None otherwise.
+            runtime running it ended.
+        waiting_for: While ``queued`` for a runtime that has its child's provider (the
+            runtime that took its message lacks it): that provider's name; None otherwise.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")

@@ -52,9 +52,9 @@ class ActivationNode(BaseModel):
     cancel_reason: str | None = None
     age_s: float
     fence: int | None = None
-    """The fencing number of this runtime's claim on the child (SPEC §9)."""
+    """The fencing number of this runtime's claim on the child."""
     usage: Usage = Field(default_factory=Usage.zero)
-    """What the activation's turn has written so far (SPEC §11)."""
+    """What the activation's turn has written so far."""
     queue_position: int | None = None
     """While its Task is ``queued``: its place under its concurrency key (1 = next)."""
     queued_s: float | None = None
@@ -84,7 +84,7 @@ class SupervisorNode(BaseModel):
 
 
 class ForwardedNode(BaseModel):
-    """A message in flight between runtimes (SPEC §9): on the sender, forwarded and
+    """A message in flight between runtimes: on the sender, forwarded and
     waiting for its answer (``sending``); on the runtime that runs the child, taken and
     being delivered (``serving``)."""
 

@@ -51,7 +51,7 @@ _FIELDS = (*_COUNTS, "cost")
 
 
 class Usage(BaseModel):
-    """What a model call, a turn or a child spent (SPEC §11). Immutable; add with ``+``.
+    """What a model call, a turn or a child spent. Immutable; add with ``+``.
 
     Attributes:
         input_tokens: Prompt tokens, cached ones included.
@@ -67,7 +67,7 @@ class Usage(BaseModel):
             >= 0, a cost that is not a finite number >= 0, or an unknown field.
     """
 
-    # `model_calls` is a SPEC name; pydantic before 2.10 reserves the prefix ``model_`` and
+    # `model_calls` is a public name; pydantic before 2.10 reserves the prefix ``model_`` and
     # warns at import (on stderr, in every CLI run) unless the namespace is opened.
     model_config = ConfigDict(frozen=True, extra="forbid", protected_namespaces=())
 

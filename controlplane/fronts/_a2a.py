@@ -1,4 +1,4 @@
-"""The A2A front (SPEC §12): the control plane served to A2A clients over HTTP JSON-RPC.
+"""The A2A front: the control plane served to A2A clients over HTTP JSON-RPC.
 
 ``subagent-control a2a --db URL --http HOST:PORT`` runs `serve_a2a`; `A2AServer` serves one
 control plane on one socket, in the caller's thread or a thread of its own. A2A's

@@ -1,4 +1,4 @@
-"""Approvals over A2A (SPEC §11, §12): a Task in ``input-required`` carries its approval
+"""Approvals over A2A: a Task in ``input-required`` carries its approval
 request in its status message, and a reply to that Task answers it.
 
 The status message has two parts: a sentence a person reads (the tool, its arguments,

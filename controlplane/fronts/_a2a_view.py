@@ -42,7 +42,7 @@ __all__ = [
 OUTPUT_ARTIFACT: Final = "output"
 """The id of a completed Task's artifact: its output."""
 
-# Our statuses by value: `input_required` arrives with the approvals (SPEC §11).
+# Our statuses by value: `input_required` arrives with the approvals.
 _STATES: Final[dict[str, TaskState]] = {
     "running": TaskState.TASK_STATE_WORKING,
     "queued": TaskState.TASK_STATE_WORKING,

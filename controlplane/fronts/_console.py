@@ -1,4 +1,4 @@
-"""The console (SPEC §13): a web page for people, served from the store.
+"""The console: a web page for people, served from the store.
 
 ``subagent-control console --db URL`` runs `serve_console`; `ConsoleServer` serves one
 control plane's store on one socket, in the caller's thread or a thread of its own. Any

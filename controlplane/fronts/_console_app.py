@@ -1,4 +1,4 @@
-"""The console's ASGI app (SPEC §13): pages, their event streams, ``/api/`` JSON, actions.
+"""The console's ASGI app: pages, their event streams, ``/api/`` JSON, actions.
 
 Reads come from the store (`controlplane.fronts._console_views`), on a worker thread; the
 pages of one kind share one read per change of the store (`_Views`). Actions go through

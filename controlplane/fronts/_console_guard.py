@@ -1,4 +1,4 @@
-"""The console's protection around its app (SPEC §13), inside the fronts' HTTP rules
+"""The console's protection around its app, inside the fronts' HTTP rules
 (`controlplane.fronts._security.guard`: loopback addressing, the body cap, JSON posts):
 
 - with a token, every request shows it: ``Authorization: Bearer …``, or the cookie set

@@ -1,4 +1,4 @@
-"""What the console shows, read from the store (SPEC §13): frozen views, no HTML.
+"""What the console shows, read from the store: frozen views, no HTML.
 
 Every view is read whole from the store on each call, so any process on it shows the same
 thing, after any restart, whichever runtime wrote it. The overview is a handful of reads
@@ -68,8 +68,7 @@ class ChildRowView:
     """Its descriptor's model selector (``agent_model``), if it names one."""
     orphaned: bool = False
     """Its unsettled Task's runtime ended (closed, or its lease lapsed): the Task waits,
-    ``running`` or ``queued``, for a runtime with the child's provider to carry it on
-    (SPEC §9 "Recovery")."""
+    ``running`` or ``queued``, for a runtime with the child's provider to carry it on."""
 
     @property
     def provider_model(self) -> str:
@@ -143,7 +142,7 @@ _CARRIED: Final = (TaskStatus.RUNNING, TaskStatus.QUEUED)
 
 
 def recovery_note(task: TaskSnapshot, orphaned: bool, provider: str | None) -> str:
-    """What the status adds for recovery (SPEC §9): `` · recovered ×2`` once other runtimes
+    """What the status adds for recovery: `` · recovered ×2`` once other runtimes
     carried its turn on, `` · waits for a runtime with provider 'x'`` while its runtime is
     gone (the provider named when the store knows it; a settled Task waits for nothing)."""
     said = f" · recovered ×{task.recoveries}" if task.recoveries else ""

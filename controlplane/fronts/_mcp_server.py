@@ -1,4 +1,4 @@
-"""The MCP server: the §7 tools, exactly as `ToolHandlers` defines and answers them, and
+"""The MCP server: the task tools, exactly as `ToolHandlers` defines and answers them, and
 our Tasks as MCP tasks.
 
 One source for the tools: names, descriptions and JSON schemas come from

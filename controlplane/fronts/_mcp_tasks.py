@@ -53,7 +53,7 @@ _STATUS: Final[Mapping[str, str]] = {
     "interrupted": "failed",
 }
 
-# The SPEC §7 texts of a call that started an activation: kept exactly, so they are a
+# The tool texts of a call that started an activation: kept exactly, so they are a
 # stable place to read the Task id from (ToolHandlers returns text, nothing else).
 _STARTED: Final = (
     re.compile(r"^started subagent \S+ as task (?P<task>\S+)$"),

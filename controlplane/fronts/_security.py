@@ -25,7 +25,6 @@ A2A front share them.
 
 from __future__ import annotations
 
-import asyncio
 import hmac
 import ipaddress
 import json
@@ -205,6 +204,9 @@ def guard(
     chunked body past the cap is refused as surely as a declared one, before anything
     parses it.
     """
+    # Imported by a server being built, not by the command line that only reads its flags.
+    import asyncio
+
     expected = f"Bearer {token}".encode() if token is not None else None
 
     async def logged(scope: Scope, receive: Receive, send: Send) -> None:

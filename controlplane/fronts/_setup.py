@@ -17,10 +17,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from controlplane.contract import AgentHandle, ErrorCode, SubagentControlError
+from controlplane.contract import ErrorCode, SubagentControlError
 from controlplane.fronts._security import TOKEN_ENV
 
 if TYPE_CHECKING:
+    from controlplane.contract import AgentHandle
     from controlplane.runtime._facade import SubagentControl
 
 __all__ = [

@@ -354,7 +354,7 @@ class ToolHandlers:
         return ToolResult("\n".join(lines) if lines else "(no tasks)")
 
     def _list_agents(self) -> ToolResult:
-        # SPEC §7's line, then what the child spent when anything was recorded.
+        # The documented line per child, then what the child spent when anything was recorded.
         lines = [
             f"{view.child_id} [{'running' if view.running else 'ready'}] — "
             f"{_one_line(view.label or '')}"

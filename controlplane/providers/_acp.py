@@ -13,6 +13,12 @@ run ends with ``session/close``; a running turn takes steered messages through t
 transcript lock, so the agent's updates are written on a writer thread of the run's own,
 never on the loop that must read that answer.
 
+A turn outlives its runtime when the agent can reopen its session: its agent process died
+with the runtime (a crash, a SIGKILL, a lost lease) or was stopped by ``close()``, and the
+runtime that carries the Task on starts a new agent process, reopens the recorded session
+(``session/resume``, else ``session/load``) and sends the turn's messages again, in the
+same turn (`AcpProvider.recovery_refusal` says beforehand whether it can).
+
 Kill: ``session/cancel``; if the agent does not end its prompt within the grace period, the
 prompt is abandoned. Then, on every way out of the run (answered, cancelled, failed), the
 session is closed (bounded by the grace period; not after an abandoned prompt) and the agent
@@ -38,6 +44,7 @@ from controlplane.contract import (
     ErrorCode,
     MessageSource,
     ResumeRequest,
+    SessionEvent,
     StartRequest,
     StopReason,
     SubagentControlError,
@@ -60,6 +67,7 @@ from controlplane.providers._acp_session import (
     SteerWaiter,
     close_session,
     open_session,
+    recovery_refusal,
     steer_session,
 )
 from controlplane.providers._agent_loop import start_cancelled
@@ -86,13 +94,29 @@ class AcpProvider:
     follow-up into the running turn; otherwise ``steer`` is None and a follow-up during a
     turn is ``NOT_DELIVERED``.
 
+    A running turn outlives its runtime (a crash, SIGKILL, a lost lease, or ``close()``
+    handing it over) when its agent can reopen the session: the runtime that carries the
+    Task on starts the agent again, reopens the session with ``session/resume``, else
+    ``session/load`` (whose replay is not recorded again), and sends the open turn's
+    messages again — its prompt and the steering messages it took — so the SAME Task
+    completes in the SAME turn, each message in the transcript once. What the agent did
+    before its process died stays recorded as far as it got (a message it was streaming
+    is lost); whatever the agent persisted of the interrupted prompt is its own to
+    reconcile (a runtime only cut off, not dead, keeps its agent until it finds its claim
+    lost: for that while two agent processes hold the session, and only the new one's
+    updates are recorded). An agent that offers neither method cannot go on: its Task ends
+    ``interrupted``, saying so, and a message continues the child in a new turn
+    (`recovery_refusal`, decided from the ``acp/session`` record before any agent is
+    spawned); its runs are not handed over on ``close()``, which kills them, once this
+    provider has seen such an agent answer ``initialize``.
+
     Args:
         command: The agent's command line (a list, or a string split like a shell would).
         name: The provider's key in the registry.
         cwd: The agent's working directory (and the session's ``cwd``); default: ours.
         env: Variables added to the agent's environment.
         permission: How permission requests are answered: ``deny`` (default), ``allow``,
-            or ``ask``: each becomes an approval request to the child's parent (SPEC §11),
+            or ``ask``: each becomes an approval request to the child's parent,
             answered live — the agent waits inside its process, so the run never parks;
             if the runtime dies meanwhile the Task reads ``interrupted``.
         start_timeout_s: How long the agent may take to answer ``initialize`` and open the
@@ -140,6 +164,24 @@ class AcpProvider:
         self._start_timeout_s = start_timeout_s
         self._grace_s = grace_s
         self._steer_timeout_s = steer_timeout_s
+        self._reopens: bool | None = None  # the last agent's answer: can it reopen a session?
+
+    @property
+    def recovers_turns(self) -> bool:
+        """Whether a turn of this provider's children may be carried on after its runtime
+        ended: True unless the last agent this provider started offered neither
+        ``session/resume`` nor ``session/load`` (then ``close()`` kills its runs rather than
+        hand them over). Whether one child's turn can is `recovery_refusal`'s answer."""
+        return self._reopens is not False
+
+    def recovery_refusal(self, events: Sequence[SessionEvent]) -> str | None:
+        """Why the open turn of the child whose own events are ``events`` cannot be carried
+        on by a new agent process, or None when it can (its session was recorded with
+        ``session/resume`` or ``session/load`` to reopen it)."""
+        return recovery_refusal(events, shlex.join(self._argv))
+
+    def _saw(self, caps: Capabilities) -> None:
+        self._reopens = caps.reopen is not None
 
     @property
     def name(self) -> str:
@@ -162,7 +204,8 @@ class AcpProvider:
         return self._launch(request, signal)
 
     def resume(self, request: ResumeRequest, signal: CancelSignal) -> AcpRun:
-        """Like `start`, continuing the child's session (see the class docstring)."""
+        """Like `start`, continuing the child's session (see the class docstring); with an
+        ``open_turn``, the turn its dead runtime left open goes on."""
         return self._launch(request, signal)
 
     def _launch(self, request: StartRequest | ResumeRequest, signal: CancelSignal) -> AcpRun:
@@ -344,6 +387,7 @@ class AcpRun:
         info = acp.schema.Implementation(name="subagent-control", version="0.1")
         init = await conn.initialize(protocol_version=acp.PROTOCOL_VERSION, client_info=info)
         self._caps = Capabilities.of(init)
+        self._provider._saw(self._caps)
         cwd = self._provider._cwd or os.getcwd()
         return await open_session(conn, self._caps, self._request, cwd)
 

@@ -116,7 +116,7 @@ class AcpRecorder:
         self.failure: Exception | None = None  # a write that failed; fails the turn
         self._transcript = transcript
         self._permission = permission
-        self._desk = desk  # where an ``ask`` policy asks (SPEC §11)
+        self._desk = desk  # where an ``ask`` policy asks
         self._text: list[str] = []
         self._message_id: str | None = None
         self._open_calls: set[str] = set()
@@ -172,7 +172,7 @@ class AcpRecorder:
         )
 
     async def _ask(self, tool_call: Any) -> bool | None:
-        """Ask the child's parent (SPEC §11) and wait for the answer, live: the agent waits
+        """Ask the child's parent and wait for the answer, live: the agent waits
         in its own process, so the run cannot park. None when the wait ended unanswered
         (killed, closing): the agent is told the request was cancelled."""
         desk = self._desk

@@ -16,7 +16,14 @@ An agent says in its ``initialize`` answer which session methods it serves beyon
   (``promptRequired``: no turn runs); it never starts a turn of its own for it.
 
 A resume that none of them can serve (or that the agent refuses: an unknown session) opens
-a new session whose prompt opens with the child's transcript (`primer`). The ``session/inject``
+a new session whose prompt opens with the child's transcript (`primer`).
+
+Each session opened is recorded (an ``acp/session`` event) with the method that reopens it
+(``reopen``: ``session/resume``, ``session/load`` or null, as the agent advertised), so a
+runtime that did not start the agent knows, before it spawns one, whether a turn its dead
+runtime left open can be carried on (`recovery_refusal`). A carried-on turn reopens the
+session the same way and sends the turn's messages again (`open_prompt`): the agent died
+mid-prompt, so the prompt never got its answer. The ``session/inject``
 draft (mid-turn input, ACP v2) is not used: it needs the v2 protocol, which the
 ``agent-client-protocol`` package does not speak yet.
 """
@@ -26,14 +33,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from controlplane.contract import (
     CancelSignal,
     ErrorCode,
+    EventKind,
     ResumeRequest,
+    SessionEvent,
     StartRequest,
     SubagentControlError,
     text_of,
@@ -46,8 +55,10 @@ __all__ = [
     "Capabilities",
     "SteerWaiter",
     "close_session",
-    "earlier_session",
+    "open_prompt",
     "open_session",
+    "recorded_session",
+    "recovery_refusal",
     "steer_session",
 ]
 
@@ -65,6 +76,14 @@ class Capabilities:
     resume: bool = False
     close: bool = False
     steering: bool = False
+
+    @property
+    def reopen(self) -> str | None:
+        """The method a later agent process reopens a session with: ``session/resume``,
+        else ``session/load``; None when the agent offers neither."""
+        if self.resume:
+            return "session/resume"
+        return "session/load" if self.load else None
 
     @classmethod
     def of(cls, init: Any) -> Capabilities:
@@ -85,14 +104,60 @@ def _steering_meta(meta: Any) -> bool:
     return isinstance(steering, dict) and steering.get("supported") is True
 
 
-def earlier_session(request: StartRequest | ResumeRequest) -> str | None:
-    """The agent's session id recorded for this child (None for a start, or none recorded)."""
-    for event in reversed(getattr(request, "events", [])):
-        if event.kind == SESSION_EVENT and isinstance(event.data, dict):
-            session_id = event.data.get("session_id")
-            if isinstance(session_id, str):
-                return session_id
+def recorded_session(events: Sequence[SessionEvent]) -> dict[str, Any] | None:
+    """The newest ``acp/session`` record in ``events`` (its ``session_id``, and ``reopen``
+    when it was recorded with it); None when there is none."""
+    for event in reversed(events):
+        data = event.data
+        is_session = event.kind == SESSION_EVENT and isinstance(data, dict)
+        if is_session and isinstance(data.get("session_id"), str):
+            return dict(data)
     return None
+
+
+def _events_of(request: StartRequest | ResumeRequest) -> list[SessionEvent]:
+    if not isinstance(request, ResumeRequest):
+        return []
+    return [*request.events, *request.open_turn]
+
+
+def recovery_refusal(events: Sequence[SessionEvent], command: str) -> str | None:
+    """Why a new agent process cannot carry on the open turn of the child whose own events
+    these are (the agent that ran it died with its runtime), or None when it can: the
+    child's session was recorded with a method that reopens it."""
+    recorded = recorded_session(events)
+    if recorded is None:
+        return (
+            f"its ACP agent {command!r} never had its session recorded, so a new agent "
+            "process has no session to reopen"
+        )
+    if "reopen" not in recorded:
+        return (
+            f"its ACP agent {command!r} had its session recorded without what reopens it, "
+            "so it is not known to offer session/resume or session/load"
+        )
+    if recorded["reopen"] is None:
+        return (
+            f"its ACP agent {command!r} offers neither session/resume nor session/load, so "
+            "a new agent process cannot reopen the session the turn ran in"
+        )
+    return None
+
+
+def open_prompt(request: StartRequest | ResumeRequest) -> list[str]:
+    """The texts this activation prompts with: its message; for a turn carried on after
+    its runtime ended (``open_turn``), the turn's messages so far — its prompt and the
+    steering messages it took, in order, each once — then the message sent with it."""
+    texts: list[str] = []
+    if isinstance(request, ResumeRequest):
+        for event in request.open_turn:
+            if event.kind in (EventKind.USER_MESSAGE, EventKind.STEERING_MESSAGE):
+                text = event.data.get("text") if isinstance(event.data, dict) else None
+                if isinstance(text, str):
+                    texts.append(text)
+    if request.prompt or not texts:
+        texts.append(text_of(request.prompt))
+    return texts
 
 
 async def open_session(
@@ -100,25 +165,35 @@ async def open_session(
 ) -> tuple[str, list[Any]]:
     """Open the session this activation prompts, and the prompt's content blocks.
 
-    A resume continues the recorded session by ``session/resume``, else ``session/load``;
-    when neither is advertised, or the agent refuses both, a new session is opened (and
-    recorded) and the prompt opens with the child's transcript.
+    A resume (or a turn carried on) continues the recorded session by ``session/resume``,
+    else ``session/load``; when neither is advertised, or the agent refuses both, a new
+    session is opened (and recorded) and the prompt opens with the child's transcript.
     """
     import acp
 
-    blocks = [acp.text_block(text_of(request.prompt))]
-    earlier = earlier_session(request)
-    if earlier is not None:
+    blocks = [acp.text_block(text) for text in open_prompt(request)]
+    recorded = recorded_session(_events_of(request))
+    if recorded is not None:
+        earlier = recorded["session_id"]
+        reopened = False
         if caps.resume:
             with contextlib.suppress(acp.RequestError):  # unknown to the agent: try on
                 await conn.resume_session(cwd=cwd, session_id=earlier, mcp_servers=[])
-                return earlier, blocks
-        if caps.load:
+                reopened = True
+        if caps.load and not reopened:
             with contextlib.suppress(acp.RequestError):
                 await conn.load_session(cwd=cwd, session_id=earlier, mcp_servers=[])
-                return earlier, blocks
+                reopened = True
+        if reopened:
+            if recorded.get("reopen", False) != caps.reopen:  # the agent changed: say so
+                request.transcript.append(
+                    SESSION_EVENT, {"session_id": earlier, "reopen": caps.reopen}
+                )
+            return earlier, blocks
     session = await conn.new_session(cwd=cwd, mcp_servers=[])
-    request.transcript.append(SESSION_EVENT, {"session_id": session.session_id})
+    request.transcript.append(
+        SESSION_EVENT, {"session_id": session.session_id, "reopen": caps.reopen}
+    )
     if isinstance(request, ResumeRequest) and request.events:
         blocks.insert(0, acp.text_block(primer(request.events)))
     return session.session_id, blocks

@@ -148,10 +148,10 @@ class AgentLoopRun:
         self._template = template
         self._transcript = transcript
         self._tools = {tool.name: tool for tool in tools}
-        # Asked before every model call and tool call (SPEC §11): its refusal ends the turn
+        # Asked before every model call and tool call: its refusal ends the turn
         # before the call starts, and `result()` raises it (BUDGET_EXHAUSTED).
         self._gate = gate
-        # Where a call that needs approval is asked (SPEC §11); a continued turn goes on
+        # Where a call that needs approval is asked; a continued turn goes on
         # with the call its parked run waited on, having read ``seen`` of the turn's
         # steering messages (``unread`` ones are read at the next model call).
         self._desk = approvals
@@ -309,7 +309,7 @@ class AgentLoopRun:
                         break
         except Parked:
             # Waiting for an approval answer past the grace period: the run ends, its Task
-            # stays input_required, and the answer continues the turn (SPEC §11).
+            # stays input_required, and the answer continues the turn.
             stop_reason = StopReason.INPUT_REQUIRED
         except Exception as exc:  # result() re-raises it to the control plane
             self._close()  # a failed turn takes no further message
@@ -456,8 +456,8 @@ class AgentLoopProvider:
         self._stop_timeout_s = stop_timeout_s
 
     recovers_turns = True
-    """A turn whose runtime ended is carried on by another runtime from its events (SPEC
-    §9 "Recovery"): the loop runs in the runtime's process, and everything it did is in
+    """A turn whose runtime ended is carried on by another runtime from its events:
+    the loop runs in the runtime's process, and everything it did is in
     the transcript."""
 
     @property
@@ -497,7 +497,7 @@ class AgentLoopProvider:
         if request.open_turn and waits_on_request(request.open_turn):
             return self._launch(request, signal, [])  # the history is read with its open turn
         if request.open_turn:
-            # A turn recovered from a runtime that ended (SPEC §9 "Recovery"): its prompt,
+            # A turn recovered from a runtime that ended: its prompt,
             # replies, results and steering are in its events; the calls it left open are
             # answered as a resume's are, and the model is asked again.
             events = [*request.events, *request.open_turn]
@@ -529,7 +529,7 @@ class AgentLoopProvider:
         if recovered_seen is not None:
             seen = recovered_seen  # its prompt and steering are in the rebuilt history
         elif isinstance(request, ResumeRequest) and request.open_turn:
-            # A parked turn goes on (SPEC §11): its prompt is in its events, read with them.
+            # A parked turn goes on: its prompt is in its events, read with them.
             opened, unread, seen = open_turn_history([*request.events, *request.open_turn])
             if request.prompt:  # sent to it while it waited, written after its events
                 unread.append(

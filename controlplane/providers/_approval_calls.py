@@ -1,4 +1,4 @@
-"""Tool calls that need approval, in the agent loop (SPEC §11).
+"""Tool calls that need approval, in the agent loop.
 
 Before a call whose tool asks (`ChildTool.needs_approval`) runs, the loop asks the
 activation's desk (``request.approvals``): the request is written, and the loop waits for
@@ -119,7 +119,7 @@ def denied_text(answer: ApprovalAnswer) -> str:
 
 def waits_on_request(open_turn: Sequence[SessionEvent]) -> bool:
     """Whether an open turn waits on an approval request (a parked turn, continued by its
-    answer) rather than being one a runtime left mid-way (recovered, SPEC §9)."""
+    answer) rather than being one a runtime left mid-way (recovered)."""
     try:
         continuation_of(open_turn)
     except SubagentControlError:

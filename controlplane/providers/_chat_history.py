@@ -100,7 +100,7 @@ def open_turn_history(
     events: Iterable[SessionEvent],
 ) -> tuple[list[ChatMessage], list[ChatMessage], int]:
     """The conversation in ``events`` whose last turn is still open (a turn that goes on
-    after an approval, SPEC §11): its messages, the last turn's waiting calls left
+    after an approval): its messages, the last turn's waiting calls left
     unanswered; the turn's steering messages its model has not read yet; and how many of
     the turn's steering messages it has read."""
     rebuild = _Rebuild()

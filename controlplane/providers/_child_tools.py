@@ -72,7 +72,7 @@ class ChildTool:
             the child resumes; any other is answered as interrupted, never run again (a
             tool that needs approval is never run again unasked).
         approval: Whether a call needs its parent's (or a person's) approval before it
-            runs (SPEC §11): ``"never"`` (the default), ``"always"``, or a callable on the
+            runs: ``"never"`` (the default), ``"always"``, or a callable on the
             parsed arguments returning True to ask (one that raises asks too). The request
             is written before anything runs; the child waits (its Task reads
             ``input_required``) until `SubagentControl.answer` allows or denies it.

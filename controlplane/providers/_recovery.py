@@ -7,7 +7,7 @@ run's transcript, so the answer is durable and every later rebuild reads the sam
 
 - a tool declared ``idempotent`` is run again, through the same gate check and the same
   `run_tool_call` as any call, and its real result is written with ``"rerun": true``
-  (unless the call needs approval, SPEC §11: it is never run again unasked);
+  (unless the call needs approval: it is never run again unasked);
 - any other tool (or one the child no longer has) is not run: the result is an error saying
   the call was interrupted and may or may not have run, with ``"interrupted": true``.
 

@@ -12,7 +12,7 @@ Bounded: each close gets `EXIT_CLOSE_S` and runs on a daemon thread the hook wai
 most `EXIT_GRACE_S` longer (a store that hangs, a provider that ignores its signal). A Task
 whose activation has not settled by then is left running in the store, as a crash leaves it
 (never settled over an open turn): the next runtime to open the store, or a live one within
-two leases, settles it ``interrupted`` and closes its turn (SPEC §9).
+two leases, settles it ``interrupted`` and closes its turn.
 """
 
 from __future__ import annotations

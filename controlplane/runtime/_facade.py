@@ -78,13 +78,13 @@ from controlplane.runtime.spend._budgets import DEFAULT_MAX_TOOL_ROUNDS, DEFAULT
 from controlplane.runtime.spend._spend_api import SpendApi, SpendOptions
 from controlplane.runtime.tasks._tasks import TaskService
 from controlplane.telemetry import Operation, Telemetry
-from persistence import SqlStore
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import MeterProvider
     from opentelemetry.trace import TracerProvider
 
     from controlplane.runtime._admin import AdminServer
+    from persistence import SqlStore
 
 __all__ = ["TASK_TOOLS_SURFACE", "ChildView", "SubagentControl"]
 
@@ -117,8 +117,8 @@ class SubagentControl(HandleApi, SpendApi, ApprovalApi):
             with ``PERSISTENCE_UNAVAILABLE``.
         task_tools: Attach the built-in task tools as the Task control surface (default).
             Without a surface, starting a background Task is refused.
-        close_timeout_s: How long `close` lets running turns go on (SPEC §9 "Handover on
-            close"): it stops taking work at once, waits at most this long for its running
+        close_timeout_s: How long `close` lets running turns go on before it hands them
+            over: it stops taking work at once, waits at most this long for its running
             activations to settle by themselves, then stops the rest, handing their turns
             over (or killing them, with ``recover=False``). Default 0: handed over at once.
         passivate_after_s: Retire a child's supervisor (its thread) once the child has been
@@ -129,7 +129,7 @@ class SubagentControl(HandleApi, SpendApi, ApprovalApi):
             nothing. ``None`` for no cap.
         lease_ttl_s: How long this runtime's claims outlive its last heartbeat (renewed
             every twentieth of it): a runtime silent for longer is dead to the others, which
-            settle its running Tasks ``interrupted`` (SPEC §9).
+            settle its running Tasks ``interrupted``.
         recent_tasks: How many settled Tasks to keep in memory; older ones are read from
             the store.
         tracer_provider: Where the OpenTelemetry spans go (``subagent.start``,
@@ -148,17 +148,17 @@ class SubagentControl(HandleApi, SpendApi, ApprovalApi):
             spend first passes this fraction of a limit; None for no notice.
         max_tool_rounds: The most tool rounds (replies with tool calls) a turn may run;
             past it the turn ends ``budget_exhausted``. None for no cap.
-        concurrency: Concurrency limits (SPEC §11): ``{key: n}``, key a provider name or
+        concurrency: Concurrency limits: ``{key: n}``, key a provider name or
             ``"provider:model"``; at most n activations under that key run at once across
             every runtime on the store (configure the same limits in each). A start or
             resume past it is answered at once and its Task reads ``queued`` until a slot
             frees (FIFO per key: an activation under two limited keys waits its turn under
             each), then ``running``.
         approval_grace_s: How long a child's run waits for an approval answer holding its
-            thread before it parks (SPEC §11): the run ends, its Task stays
+            thread before it parks: the run ends, its Task stays
             ``input_required``, and the answer continues it from the store, in any runtime.
         recover: Carry on the running Tasks of runtimes that ended (crashed, lost their
-            lease, or closed) in this runtime, same Task, same turn (SPEC §9 "Recovery"),
+            lease, or closed) in this runtime, same Task, same turn,
             when it has the child's provider. False: settle them ``interrupted`` instead.
         max_recoveries: How many times one Task's turn is recovered before the next end
             of its runtime settles it ``interrupted`` (default
@@ -315,6 +315,8 @@ class SubagentControl(HandleApi, SpendApi, ApprovalApi):
         pass every option (``task_tools=``, …) to the constructor; the store's own options
         (`STORE_OPTIONS`: ``retry``, ``lock_timeout_s``, ``statement_timeout_s``,
         ``durable_os_crash``, ``pause_gc_on_load``) go to `SqlStore`."""
+        from persistence import SqlStore  # the store's modules load with the first store
+
         store_options = {name: options.pop(name) for name in STORE_OPTIONS if name in options}
         SpendOptions.precheck(options)  # refused before the store is made: nothing to undo
         store = SqlStore(url, **store_options)
@@ -504,7 +506,7 @@ class SubagentControl(HandleApi, SpendApi, ApprovalApi):
 
     def close(self, *, timeout_s: float | None = None) -> None:
         """Stop taking work, let running turns go on for at most ``close_timeout_s``, then
-        stop the rest (handed over: SPEC §9) and wait for them, then stop actors and store.
+        stop the rest (handed over) and wait for them, then stop actors and store.
 
         Idempotent. Activations that have not ended within ``timeout_s`` (default 30 s) of
         being stopped are abandoned (their daemon threads cannot keep the process alive). A

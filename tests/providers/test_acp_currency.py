@@ -160,7 +160,10 @@ def test_a_session_the_agent_cannot_resume_falls_back_to_a_new_primed_session(
     assert snapshot.outcome is not None
     assert snapshot.outcome.output == "echo: what did I say? (context blocks: 1)"
     sessions = [e.data for e in events(control, child_id) if e.kind == "acp/session"]
-    assert sessions == [{"session_id": first["session"]}, {"session_id": second["session"]}]
+    assert sessions == [
+        {"session_id": first["session"], "reopen": "session/resume"},
+        {"session_id": second["session"], "reopen": "session/resume"},
+    ]
 
 
 def test_without_resume_or_load_a_resume_opens_a_new_primed_session(

@@ -268,7 +268,10 @@ def test_without_load_session_a_resume_opens_a_new_session_primed_with_the_trans
     assert "You: echo: remember otters" in context
     assert prompt == "and now?"
     sessions = [e.data for e in events(control, child_id) if e.kind == "acp/session"]
-    assert sessions == [{"session_id": first["session"]}, {"session_id": second["session"]}]
+    assert sessions == [
+        {"session_id": first["session"], "reopen": None},
+        {"session_id": second["session"], "reopen": None},
+    ]
 
 
 def test_a_follow_up_during_a_running_turn_is_not_delivered_and_a_kill_ends_it(

@@ -1,4 +1,4 @@
-"""`SubagentControl`'s approvals (SPEC §11): the option that configures them and the call
+"""`SubagentControl`'s approvals: the option that configures them and the call
 that answers a child's request.
 
 Kept apart from the facade, as `controlplane.runtime.spend._spend_api` is: `ApprovalApi` is the
@@ -71,7 +71,7 @@ class ApprovalApi:
 
         Allowed, the tool runs once and the child goes on; denied, its model reads that the
         call was denied, with ``note``. The Task that asked goes on and settles, whichever
-        runtime answers and whatever restarts came between (SPEC §11).
+        runtime answers and whatever restarts came between.
 
         Args:
             requester: The child's direct parent (its `AgentHandle` or session id).

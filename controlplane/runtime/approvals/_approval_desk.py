@@ -18,6 +18,7 @@ import time
 import uuid
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 from controlplane.contract import (
     ApprovalAnswer,
@@ -32,7 +33,9 @@ from controlplane.contract import (
     utcnow,
 )
 from controlplane.runtime.tasks._tasks import TaskService
-from persistence import ApprovalBook, Fence, SqlStore, StoredRequest
+
+if TYPE_CHECKING:
+    from persistence import ApprovalBook, Fence, SqlStore, StoredRequest
 
 __all__ = ["ActivationDesk", "Waiters", "deny_at_deadline"]
 
@@ -116,6 +119,8 @@ class ActivationDesk:
         parkable: bool = True,
     ) -> str:
         """`controlplane.contract.ApprovalDesk.ask`."""
+        from persistence import StoredRequest
+
         now = utcnow()
         request = StoredRequest(
             request_id=str(uuid.uuid4()),
@@ -221,6 +226,8 @@ class ActivationDesk:
         return True
 
     def _stored(self, request_id: str) -> StoredRequest | None:
+        from persistence import StoredRequest
+
         found = self._book.of_tasks([self._task_id]).get(self._task_id)
         if found is None or found.id != request_id:
             return None

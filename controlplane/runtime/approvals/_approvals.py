@@ -1,4 +1,4 @@
-"""Approvals (SPEC §11): the runtime's side of a child asking and a parent answering.
+"""Approvals: the runtime's side of a child asking and a parent answering.
 
 A child's tool call that needs approval is asked at its activation's desk
 (`controlplane.runtime.approvals._approval_desk`): the request is written with its event, the Task
@@ -23,6 +23,7 @@ import logging
 import threading
 from collections.abc import Callable, Sequence
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from controlplane.contract import (
     ApprovalDesk,
@@ -46,7 +47,9 @@ from controlplane.runtime.approvals._approval_desk import ActivationDesk, Waiter
 from controlplane.runtime.lease._runtime import Runtime
 from controlplane.runtime.tasks._task_entry import Requester
 from controlplane.runtime.tasks._tasks import TaskService
-from persistence import Answered, SqlStore, StoredRequest, WaitingRequest
+
+if TYPE_CHECKING:
+    from persistence import Answered, SqlStore, StoredRequest, WaitingRequest
 
 __all__ = ["Approvals", "ContinueHere", "request_notice"]
 

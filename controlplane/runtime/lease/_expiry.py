@@ -1,4 +1,4 @@
-"""What dead runtimes leave in the store, deleted once nobody can need it (SPEC §9).
+"""What dead runtimes leave in the store, deleted once nobody can need it.
 
 Every process that opens the store adds a runtime row, and a process that dies without
 `close()` (SIGKILL, a crash) leaves its forwarded messages' inbox rows behind as well: the

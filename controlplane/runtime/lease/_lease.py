@@ -1,5 +1,5 @@
-"""This runtime's record of its own lease renewals, and what it may judge from it (SPEC §9
-"Outages").
+"""This runtime's record of its own lease renewals, and what it may judge from it
+through a store outage.
 
 A lapsed lease means "dead" only if its runtime could have renewed it: when the store was
 down, every runtime's heartbeats failed alike, and the leases that lapsed meanwhile say

@@ -1,5 +1,5 @@
 """This runtime's own lease as it sees it, and the watchdog that fences the runtime before
-that lease can lapse in anyone else's eyes (SPEC §9 "Lease safety").
+that lease can lapse in anyone else's eyes.
 
 Fencing keeps a cut-off runtime's writes out of the store, not its side effects out of
 the world: a runtime partitioned from PostgreSQL (connections open, no byte passing) would

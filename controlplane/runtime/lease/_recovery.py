@@ -1,4 +1,4 @@
-"""Recovery (SPEC §9): a running turn outlives its runtime.
+"""Recovery: a running turn outlives its runtime.
 
 When a runtime ends mid-turn — a crash, SIGKILL, a lost lease, or `close()` handing its
 work over — its running Tasks stay ``running`` in the store, each with its child's open
@@ -15,8 +15,10 @@ What is not carried on, and why, is settled ``interrupted`` with its reason:
 
 - a Task recovered `DEFAULT_MAX_RECOVERIES` times in its turn (a child that keeps killing
   its runtime): its next death ends it (`persistence._claims.Claims.recover`);
-- a Task whose provider cannot carry a turn on (`recovers_turns` false: an ACP agent's own
-  process died with its runtime), or a runtime opened with ``recover=False``;
+- a Task whose provider cannot carry a turn on (`recovers_turns` false), or cannot carry
+  this child's on (its ``recovery_refusal(events)`` says why: an ACP agent that offers
+  neither ``session/resume`` nor ``session/load``), or a runtime opened with
+  ``recover=False``;
 - a Task whose provider no live runtime has: it waits in the store, ``running``, for one
   to open; once its runtime has been dead for `PROVIDER_WAIT_S` with nobody to take it,
   any runtime settles it ``interrupted`` naming the provider it waited for;
@@ -34,6 +36,7 @@ from controlplane.contract import (
     ErrorCode,
     ProviderRegistry,
     RuntimeInfo,
+    SessionEvent,
     SubagentControlError,
     TaskSnapshot,
     TaskStatus,
@@ -72,7 +75,7 @@ class Recovery:
         providers: This runtime's providers: it carries on only Tasks whose child's
             provider it has, and whose provider can carry a turn on.
         enabled: False (``recover=False``): every Task it would take is settled
-            ``interrupted`` instead, as before recovery existed.
+            ``interrupted`` instead: its turn is closed, not carried on.
         max_recoveries: How many recoveries one turn gets.
         provider_wait_s: How long a Task whose provider this runtime lacks is left for one
             that has it, past its dead runtime's end.
@@ -107,10 +110,10 @@ class Recovery:
         if not self.enabled or self._here is None or task.child_id is None:
             return False
         try:
-            provider = self._provider_of(task.child_id)
+            provider, events = self._provider_of(task.child_id)
         except SubagentControlError as exc:
             if exc.code is ErrorCode.CHILD_NOT_FOUND:
-                return False  # never published (SPEC §5: no resumable child): interrupted
+                return False  # never published, so no resumable child: interrupted
             # Unreadable now (the store is busy or out of reach): the next sweep looks again,
             # within the provider wait.
             return self._wait_for_provider(task, dead, "unknown (its transcript was unreadable)")
@@ -119,6 +122,15 @@ class Recovery:
         found = self._providers.get(provider) if provider in self._providers.names() else None
         if found is None:
             return self._wait_for_provider(task, dead, provider)
+        refusal = getattr(found, "recovery_refusal", None)
+        why = refusal(events) if callable(refusal) else None
+        if why is not None:
+            self._store.interrupt(
+                task,
+                f"interrupted: its runtime {task.runtime_id} ended mid-turn, and {why}; "
+                "send the child a message to continue it in a new turn",
+            )
+            return True
         if not getattr(found, "recovers_turns", False):
             return False
         result = self._store.recover(
@@ -160,8 +172,8 @@ class Recovery:
 
     def take_waiting(self, task: TaskSnapshot) -> bool:
         """Run ``task`` here if it waits for a runtime with its child's provider and this
-        runtime has it (SPEC §9 "Work goes where the provider is": the runtime that took
-        its message lacked the provider, `persistence.SqlStore.await_provider`): same Task,
+        runtime has it (the runtime that took its message lacked the provider,
+        `persistence.SqlStore.await_provider`): same Task,
         in the turn its message opened. A Task that waited `PROVIDER_WAIT_S` past its
         creation with no such runtime taking it is settled ``interrupted``, naming the
         provider. Whether it was dealt with here."""
@@ -200,15 +212,16 @@ class Recovery:
             "one), then send the child the message again",
         )
 
-    def _provider_of(self, child_id: str) -> str | None:
-        """The child's provider, from its newest descriptor (None: it has none).
+    def _provider_of(self, child_id: str) -> tuple[str | None, list[SessionEvent]]:
+        """The child's provider, from its newest descriptor (None: it has none), and its
+        own events (a provider's ``recovery_refusal`` reads them).
 
         Raises:
             SubagentControlError: the store could not load it.
         """
         loaded = self._store.load(child_id)
         descriptor = fold_descriptor(loaded.own_events)
-        return None if descriptor is None else descriptor.provider
+        return None if descriptor is None else descriptor.provider, loaded.own_events
 
     def _wait_for_provider(self, task: TaskSnapshot, dead: RuntimeInfo | None,
                            provider: str) -> bool:  # fmt: skip

@@ -1,5 +1,5 @@
 """The renewals of this runtime's lease: sent often, and retried at once, so that a short
-outage costs no fencing whatever its phase against them (SPEC §9 "Lease safety", "Outages").
+outage costs no fencing whatever its phase against them.
 
 One thread paces them. While the last renewal sent was answered, the next goes out
 `RENEW_EVERY` of the lease after it; while it is unanswered or failed, another goes out

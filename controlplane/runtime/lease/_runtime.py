@@ -1,5 +1,5 @@
 """This process's runtime in the store: its row, its heartbeat, and the sweep that settles
-dead runtimes' Tasks (SPEC §9).
+dead runtimes' Tasks.
 
 Two objects, so that dependencies point one way. `Runtime` is this runtime's presence and
 judgement: its row, its renewals, whether another runtime is dead, the sweep, the claim on a
@@ -107,7 +107,7 @@ class Runtime:
         self.renewals = Renewals(lease_ttl_s)
         """This runtime's own renewals: when it may take another's lapsed lease for death."""
         self.recovery: Recovery | None = None
-        """Who carries dead runtimes' running Tasks on (SPEC §9 "Recovery"); None: the
+        """Who carries dead runtimes' running Tasks on; None: the
         sweep settles them ``interrupted``."""
 
     def register(self) -> None:
@@ -124,7 +124,7 @@ class Runtime:
         this call settled."""
         if self.recovery is not None:
             # Tasks a runtime without their child's provider took the message of: run here
-            # if this runtime has it (SPEC §9 "Work goes where the provider is").
+            # if this runtime has it: work goes where the provider is.
             for waiting in self._store.ledger.awaiting_provider():
                 self.recovery.take_waiting(waiting)
         now, suspects = self._store.ledger.suspects()
@@ -143,7 +143,7 @@ class Runtime:
 
     def sweep_queued(self) -> int:
         """Settle the queued Tasks of every dead runtime ``interrupted`` (a runtime with
-        no concurrency limits of its own cannot adopt them: SPEC §11, `_admission`);
+        no concurrency limits of its own cannot adopt them, `_admission`);
         returns how many this call settled."""
         settled = 0
         judged: dict[str, bool] = {}

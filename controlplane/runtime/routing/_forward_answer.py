@@ -14,11 +14,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from controlplane.contract import ErrorCode, EventKind, SendResult, SubagentControlError
-from persistence import InboxItem
 
 if TYPE_CHECKING:
     from controlplane.runtime.lease._runtime import Runtime
-    from persistence import Inbox, SqlStore
+    from persistence import Inbox, InboxItem, SqlStore
 
 __all__ = ["TAKE_S", "AnswerFinder", "Heard", "Posted", "answer_of"]
 
@@ -149,7 +148,7 @@ class AnswerFinder:
         pause = threading.Event()  # never set: a bounded pause between failed rounds
         # Its Tasks interrupted, its claims gone: only then can it write no more. The sweep
         # judges the holder again and may spare it (this runtime's own renewals broke
-        # meanwhile: SPEC §9 Outages); the transcript read before it is fenced could miss
+        # meanwhile, in a store outage); the transcript read before it is fenced could miss
         # a record it commits after, and a delivered message be reported not delivered.
         while ask(self._runtime.sweep) is None or ask(lambda: self._holds(holder, child_id)) in (
             None,

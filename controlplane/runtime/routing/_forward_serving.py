@@ -1,4 +1,4 @@
-"""The holder's side of forwarding (SPEC §9): a message another runtime forwarded here is
+"""The holder's side of forwarding: a message another runtime forwarded here is
 taken, delivered to the child's supervisor (steer only) and answered.
 
 A take is durable before the message reaches the run (`persistence.Inbox.take`), and

@@ -1,5 +1,5 @@
 """Routing across runtimes on PostgreSQL: a send to a child that another live runtime runs
-is forwarded to it through the database (SPEC §9).
+is forwarded to it through the database.
 
 The sender (runtime B) writes the message to the store's inbox and notifies the holder
 (runtime A) in one transaction, then waits for A's answer. A's listener hands the message to
@@ -27,7 +27,7 @@ one, exactly once or not delivered:
   delivered.
 - A died before taking it: B takes it back as soon as it sees A dead, and it is not
   delivered.
-- The store fails while B waits (a restart, a failover: SPEC §9 "Outages"): a read that
+- The store fails while B waits (a restart, a failover): a read that
   failed says nothing about the message, so B asks again — A's answer may also come
   as a notification once B's listener is back — for up to `TAKE_S` plus the store's
   retry budget, and reports only what the store shows: the answer, or ``NOT_DELIVERED``
@@ -75,11 +75,10 @@ from controlplane.contract import (
 from controlplane.runtime.routing._forward_answer import TAKE_S, AnswerFinder, Posted, answer_of
 from controlplane.runtime.routing._forward_serving import InFlight, KillHere, Serve, Serving
 from controlplane.telemetry import Telemetry
-from persistence import InboxItem
 
 if TYPE_CHECKING:
     from controlplane.runtime.lease._runtime import Runtime
-    from persistence import Inbox, Listener, SqlStore
+    from persistence import Inbox, InboxItem, Listener, SqlStore
 
 __all__ = ["TAKE_S", "Forwarder"]
 
@@ -236,6 +235,8 @@ class Forwarder:
             SubagentControlError: the holder's refusal, or ``NOT_DELIVERED`` when it did not
                 take the message in time.
         """
+        from persistence import InboxItem
+
         item = InboxItem(
             inbox_id=uuid.uuid4().hex,
             kind="send",
@@ -265,6 +266,8 @@ class Forwarder:
         Raises:
             SubagentControlError: ``NOT_DELIVERED`` if that runtime did not take it.
         """
+        from persistence import InboxItem
+
         holder = task.runtime_id or ""
         item = InboxItem(
             inbox_id=uuid.uuid4().hex,

@@ -1,5 +1,5 @@
 """Where a message goes: the one place that decides, for every send, kill and claim, whether
-it is this runtime's to act on or another's (SPEC §5 send_message, §9 routing).
+it is this runtime's to act on or another's.
 
 A child's activation runs in at most one runtime at a time: the one holding the child's
 claim in the store. A send to it goes, in this order:
@@ -155,7 +155,7 @@ class Router:
         """Forward to the live runtime that holds the child; None when it was delivered
         nowhere because that runtime let the child go or died: route it again."""
         if self._forwarder is None:
-            raise conflict  # SQLite: no forwarding; the error names the runtime (SPEC §9)
+            raise conflict  # SQLite: no forwarding; the error names the runtime
         holder = self._forwarder.holder_of(child_id)
         if holder is None:
             return None  # the holder let the child go meanwhile

@@ -40,12 +40,11 @@ from controlplane.contract import (
     utcnow,
 )
 from controlplane.runtime.spend._queued_plans import plan_of, plan_text, queued_at
-from persistence import AdmissionQueue, Admitted, QueueHead
 
 if TYPE_CHECKING:
     from controlplane.runtime.lease._runtime import Runtime
     from controlplane.runtime.tasks._tasks import TaskService
-    from persistence import AdmissionListener, SqlStore
+    from persistence import AdmissionListener, AdmissionQueue, Admitted, QueueHead, SqlStore
 
 __all__ = ["Admission", "placed_nodes"]
 
@@ -155,6 +154,8 @@ class Admission:
             self._enter(plan, keys)
 
     def _enter(self, plan: ActivationPlan, keys: frozenset[str]) -> Admitted:
+        from persistence import Admitted
+
         with self._lock:
             self._entered[plan.task_id] = (keys, 0)
         try:
@@ -180,6 +181,8 @@ class Admission:
 
     def wait(self, plan: object, descriptor: Descriptor) -> TaskOutcome | None:
         """`controlplane.contract.AdmissionGate.wait`."""
+        from persistence import Admitted
+
         assert isinstance(plan, ActivationPlan)
         task_id = plan.task_id
         with self._lock:
@@ -212,6 +215,8 @@ class Admission:
     def _wait_for_slot(
         self, plan: ActivationPlan, keys: frozenset[str], seq: int
     ) -> TaskOutcome | None:
+        from persistence import Admitted
+
         waiter = _Waiter(plan.task_id, keys, seq)
         with self._lock:
             self._waiters[plan.task_id] = waiter
@@ -287,6 +292,8 @@ class Admission:
         """Ask the store to admit each Task waiting here, in the store's order; a key found
         full (or with an older Task of another runtime first in line) skips the later Tasks
         under it this round."""
+        from persistence import Admitted
+
         with self._lock:
             waiters = sorted(self._waiters.values(), key=lambda w: w.seq)
         full: set[str] = set()

@@ -1,4 +1,4 @@
-"""Budgets at run time (SPEC §11): the gate each activation's run asks before a call, the
+"""Budgets at run time: the gate each activation's run asks before a call, the
 refusal of a resume past a limit, `set_budget`, and the soft notices.
 
 Every decision reads the store's spend ledger (`persistence.SqlStore.spend`), never a
@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from controlplane.contract import (
     LIMITS,
@@ -39,7 +39,9 @@ from controlplane.contract import (
     count_problem,
     fold_descriptor,
 )
-from persistence import SpendLedger, SqlStore
+
+if TYPE_CHECKING:
+    from persistence import SpendLedger, SqlStore
 
 __all__ = [
     "DEFAULT_MAX_TOOL_ROUNDS",

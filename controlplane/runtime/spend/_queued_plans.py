@@ -1,5 +1,5 @@
-"""What a runtime needs to start a queued activation that a dead runtime left (SPEC §11
-"Concurrency limits": adoption), kept with the Task's queue rows as JSON."""
+"""What a runtime needs to start a queued activation that a dead runtime left (its
+adoption under a concurrency limit), kept with the Task's queue rows as JSON."""
 
 from __future__ import annotations
 

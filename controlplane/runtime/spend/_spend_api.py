@@ -1,4 +1,4 @@
-"""`SubagentControl`'s spend and limits (SPEC §11): its options, what they build, and the
+"""`SubagentControl`'s spend and limits: its options, what they build, and the
 calls that read or change what children spend.
 
 Kept apart from the facade so that `controlplane.runtime._facade` reads as the wiring and the
@@ -34,11 +34,11 @@ from controlplane.runtime._validate import check_concurrency
 from controlplane.runtime.spend._admission import Admission
 from controlplane.runtime.spend._budgets import Budgets, check_budget_options, stored_descriptor
 from controlplane.runtime.spend._usage_views import child_usage, session_usage
-from persistence import SqlStore
 
 if TYPE_CHECKING:
     from controlplane.runtime.lease._runtime import Runtime
     from controlplane.runtime.tasks._tasks import TaskService
+    from persistence import SqlStore
 
 __all__ = ["SpendApi", "SpendOptions"]
 
@@ -137,7 +137,7 @@ class SpendApi:
         return self._prices
 
     def usage(self, requester: Requester, child_id: str, *, tree: bool = False) -> Usage:
-        """What ``child_id`` has spent over all its turns, read from the store (SPEC §11).
+        """What ``child_id`` has spent over all its turns, read from the store.
 
         The sum of the usage recorded with its own events (a fork's seed is its parent's
         spend), so it holds across resumes, runtimes and restarts; a turn still running
@@ -169,7 +169,7 @@ class SpendApi:
         return session_usage(self._open_store(), requester)
 
     def set_budget(self, requester: Requester, child_id: str, budget: Budget | None) -> None:
-        """Replace ``child_id``'s budget (SPEC §11): durable, across runtimes and restarts,
+        """Replace ``child_id``'s budget: durable, across runtimes and restarts,
         over the one its start set; what it has spent so far counts. ``None`` removes it.
 
         A child its budget stopped can be continued once this gives it room (a send to it

@@ -1,5 +1,5 @@
 """What children spent, read back from the store: one child, a child and its descendants
-(its tree), or everything a session's children and their descendants spent (SPEC §11).
+(its tree), or everything a session's children and their descendants spent.
 
 Every figure is a sum over the usage recorded with the children's own events
 (`controlplane.contract.usage_of`; a fork's seed is its parent's spend, not its own), so
@@ -11,7 +11,7 @@ parent session is its id, and theirs, recursively.
 from __future__ import annotations
 
 from collections import deque
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from controlplane.contract import (
     ErrorCode,
@@ -22,7 +22,9 @@ from controlplane.contract import (
     requester_session,
     usage_of,
 )
-from persistence import SqlStore
+
+if TYPE_CHECKING:
+    from persistence import SqlStore
 
 __all__ = ["child_usage", "load_own", "session_usage"]
 
