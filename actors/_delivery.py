@@ -10,7 +10,7 @@ import pykka
 
 from actors.messages import SendMessage
 from actors.routing import RoutingTable
-from controlplane.contract import ErrorCode, SendResult, SubagentControlError
+from controlplane.contract import ErrorCode, ParkedTask, SendResult, SubagentControlError
 
 if TYPE_CHECKING:
     from actors.root import RootActorProxy
@@ -33,7 +33,9 @@ def deliver(
 
     A supervisor that retired or stopped without handling the message (its ask answered
     `pykka.ActorDeadError`, never a guess) is passed by: the message goes to the child's
-    next supervisor, after ``check_open`` (which raises once the control plane closed).
+    next supervisor, after ``check_open`` (which raises once the control plane closed);
+    so is one a parked run refused after its supervisor took the run's messages back
+    (`ParkedTask`: never delivered; the park is known when it is sent again).
 
     Raises:
         SubagentControlError: the supervisor's refusal, as it raised it; ``CLOSED`` once
@@ -48,6 +50,12 @@ def deliver(
                 reply = root.route_send(child_id, send)
             if reply is not None:
                 return reply.result()
+        except ParkedTask:
+            # Refused by the parked run after its supervisor took its messages back (a
+            # drainer held it then): never delivered, and the park is known now, so sent
+            # again it goes into the parked Task's continued turn.
+            check_open()
+            continue
         except SubagentControlError:
             raise
         except Exception as exc:

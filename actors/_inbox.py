@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Literal, Protocol
 
 from controlplane.contract import (
@@ -135,6 +136,7 @@ class ActivationInbox:
         self._draining = False
         self._waiting = 0  # senders asleep on `_changed`: nobody to wake, no notify paid
         self._held = 0  # messages put before publication (the held-messages gauge's share)
+        self._handed_back = False  # the supervisor took the parked run's messages back
         self._run: SubagentRun | None = None
         self._transcript: ActivationTranscript | None = None
         # A kill refuses what is still queued at once: its senders need not wait for a
@@ -185,21 +187,30 @@ class ActivationInbox:
 
     def hand_back(self) -> list[Held]:
         """The run parked: close the inbox and give the supervisor every message the run
-        did not take, in order, each as a `Held` its sender now waits on."""
+        did not take, in order, each as a `Held` its sender now waits on. A message a
+        drainer still holds, which the parked run then refuses, is answered `ParkedTask`:
+        never delivered, its sender routes it again (`actors._delivery`), and finds the
+        park known."""
         with self._lock:
             queued, self._queue = self._queue, deque()
-            held: list[Held] = []
-            for delivery in queued:
-                if delivery._done:
-                    continue
-                delivery.held = Held(delivery.send)
-                held.append(delivery.held)
-                self._resolve(delivery, None)
+            held = self._held_all(queued)
+            self._handed_back = True
             if self._closed is None:
                 self._closed = self._not_delivered("its run parked before it could take it")
             self._state = "closed"
             self._unhold()
             return held
+
+    def _held_all(self, deliveries: Iterable[Delivery]) -> list[Held]:
+        """Under the lock: answer each delivery with a `Held` (its sender waits there)."""
+        held: list[Held] = []
+        for delivery in deliveries:
+            if delivery._done:
+                continue
+            delivery.held = Held(delivery.send)
+            held.append(delivery.held)
+            self._resolve(delivery, None)
+        return held
 
     def publish(
         self,
@@ -289,12 +300,9 @@ class ActivationInbox:
                         # The run parked: this message and those behind it wait for the
                         # supervisor (`hand_back`), ahead of any put since.
                         rest = list(batch)[index:]
-                        with self._lock:
-                            if self._state == "open":
-                                self._state = "parking"
-                            self._queue.extendleft(reversed(rest))
                         for _ in rest:
                             batch.pop()
+                        self._park_rest(rest)
                         break
                     if receipt is not None:
                         taken.append((delivery, receipt))
@@ -313,6 +321,23 @@ class ActivationInbox:
                 for delivery in batch:
                     if not delivery._done:
                         self._settle(delivery, self._unsure())
+
+    def _park_rest(self, rest: list[Delivery]) -> None:
+        """The parked run refused ``rest`` (a drainer's, in order): they wait for the
+        supervisor's `hand_back`, ahead of any put since; handed back already, each is
+        answered `ParkedTask` (routed again by its sender); closed otherwise, refused."""
+        with self._lock:
+            if self._state == "open":
+                self._state = "parking"
+            if self._state == "parking":
+                self._queue.extendleft(reversed(rest))
+                return
+            assert self._closed is not None
+            for delivery in rest:
+                refusal = self._refusal(self._closed)
+                if self._handed_back:
+                    refusal = ParkedTask(child_id=self._child_id, task_id=self._task_id)
+                self._resolve(delivery, refusal)
 
     def _hand_over(
         self, run: SubagentRun, transcript: ActivationTranscript, delivery: Delivery
