@@ -59,6 +59,9 @@ class Counts:
     timeline: list[tuple[float, str]] = field(default_factory=list)
     """(``time.perf_counter()``, what) of each message sent and each transaction's start
     (``BEGIN``, or its one statement) and end (the ``COMMIT`` statement's start), in order."""
+    swept: Counter[str] = field(default_factory=Counter)
+    """Of `transactions`, those a runtime's sweep thread ran (``subagent-runtime:…``):
+    transaction label → how many."""
 
     @property
     def tells(self) -> int:
@@ -88,6 +91,7 @@ class Counts:
             Counter(self.transactions),
             self.statements,
             list(self.timeline),
+            Counter(self.swept),
         )
 
     def since(self, earlier: Counts) -> Counts:
@@ -97,6 +101,7 @@ class Counts:
             self.transactions - earlier.transactions,
             self.statements - earlier.statements,
             self.timeline[len(earlier.timeline) :],
+            self.swept - earlier.swept,
         )
 
 
@@ -129,8 +134,11 @@ class _Tracer:
             self._open.append(statement)
 
     def _count(self, label: str, began: float, ended: float | None) -> None:
+        sweeping = threading.current_thread().name.startswith(_SWEEP_THREAD)
         with self._lock:
             self._counts.transactions[label] += 1
+            if sweeping:
+                self._counts.swept[label] += 1
             timeline = self._counts.timeline
             if ended is None:
                 timeline.append((began, f"statement {label}"))
@@ -203,6 +211,9 @@ def counting() -> Iterator[Counts]:
         for name, method in originals.items():
             setattr(SqlStore, name, method)
 
+
+_SWEEP_THREAD = "subagent-runtime:"
+"""The name of a runtime's heartbeat and sweep thread (`controlplane.runtime.lease`)."""
 
 _STORE_CALLS = ("admit_claiming", "append", "create_child", "load")
 """The store calls a steer or a resume makes, timed into the timeline."""

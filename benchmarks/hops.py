@@ -7,7 +7,8 @@ connection is traced and every pykka message counted):
 - a warm resume of an idle 10-message child (supervisor up): ``send_message`` until its
   Task settled, the run released as soon as ``provider.resume`` was called;
 - a cold resume of a 100-message child on a freshly opened control plane, the same way
-  (the plane's opening and closing are not counted);
+  (the plane's opening and closing are not counted: the sweep that registering its
+  provider starts on the runtime's thread is waited for before counting);
 - a whole scripted turn: ``send_message`` to an idle child on an instant `ScriptedModel`
   (`InProcessProvider`) until its Task completed — with its CPU time and wall time per
   turn beside the counts.
@@ -44,15 +45,19 @@ COLD_LENGTH = 100
 SCRIPTED_TURN = "scripted turn (start → completed)"
 timing: dict[str, tuple[float, float]] = {}
 """The last count's CPU and wall p50 per scripted turn (seconds)."""
+turn_steps: list[Step] = []
+"""The last count's median timeline of a scripted turn, ``send_message`` → Task completed."""
 
 
 class _ScriptedTurns:
     """Turns of one idle child on an instant `ScriptedModel`, each until its Task completed."""
 
-    def __init__(self, plane: Plane) -> None:
+    def __init__(self, plane: Plane, counts: Counts) -> None:
         from controlplane import ContinuableStartSpec, InProcessProvider, ScriptedModel
 
         self._plane = plane
+        self._counts = counts
+        self.timelines: list[list[tuple[float, str]]] = []
         plane.control.providers.register(InProcessProvider(ScriptedModel(["done"])))
         spec = ContinuableStartSpec(
             provider="inprocess", label="turns", prompt=[TextBlock(text="go")],
@@ -65,13 +70,21 @@ class _ScriptedTurns:
         self._walls: list[float] = []
 
     def turn(self) -> None:
+        before = self._counts.snapshot()
         cpu, t0 = time.process_time(), time.perf_counter()
         sent = self._plane.control.send_message(
             self._plane.parent, self._child, [TextBlock(text="next")], None
         )
         self._wait(sent.task_id)
-        self._walls.append(time.perf_counter() - t0)
+        ended = time.perf_counter()
+        self._walls.append(ended - t0)
         self._cpu += time.process_time() - cpu
+        run = self._counts.since(before)
+        self.timelines.append(
+            [(0.0, "send_message")]
+            + [(t - t0, what) for t, what in sorted(run.timeline)]
+            + [(ended - t0, "tasks.wait returned completed")]
+        )
 
     def timing(self) -> tuple[float, float]:
         return self._cpu / len(self._walls), statistics.median(self._walls)
@@ -119,6 +132,7 @@ def count_operations(config: HopsConfig, workdir: Path) -> tuple[list[Tally], li
         cold = seed_child(store, COLD_LENGTH)
     tallies: list[Tally] = []
     timing.clear()
+    turn_steps.clear()
     with counting() as counts:
         plane = Plane.open(url)
         try:
@@ -131,16 +145,19 @@ def count_operations(config: HopsConfig, workdir: Path) -> tuple[list[Tally], li
                     "warm resume (to settled)", counts, config.resumes, lambda: plane.resume(idle)
                 )
             )
-            turns = _ScriptedTurns(plane)
+            turns = _ScriptedTurns(plane, counts)
             tallies.append(_tally(SCRIPTED_TURN, counts, config.resumes, turns.turn))
             timing[SCRIPTED_TURN] = turns.timing()
+            turn_steps[:] = _median_timeline(turns.timelines)
         finally:
             plane.close()
         cold_counts: list[Counts] = []
         timelines: list[list[tuple[float, str]]] = []
         for _ in range(config.cold_resumes):
+            opened = counts.snapshot()
             plane = Plane.open(url)
             try:
+                _opening_swept(counts, opened)
                 before = counts.snapshot()
                 t0 = time.perf_counter()
                 resumed = plane.resume(cold, [TextBlock(text="continue")], source=None)
@@ -163,6 +180,25 @@ def count_operations(config: HopsConfig, workdir: Path) -> tuple[list[Tally], li
         Tally(f"cold resume, {COLD_LENGTH} messages (to settled)", len(cold_counts), total)
     )
     return tallies, _median_timeline(timelines)
+
+
+_SWEPT = "read: runtimes, tasks"
+"""The last read of a runtime's sweep when no runtime is dead (`persistence._ledger`'s
+``suspects``)."""
+_SWEEP_WAIT_S = 10.0
+
+
+def _opening_swept(counts: Counts, opened: Counts) -> None:
+    """Wait until the sweep that registering the plane's provider starts on the runtime's
+    own thread (Tasks waiting for that provider, then dead runtimes) has read, so that the
+    opening's reads are not counted as the cold resume's: they are not on its path, and
+    landed inside it or not by the scheduler's whim. Bounded: a sweep that reads
+    something else is waited for `_SWEEP_WAIT_S`, then counted with the resume."""
+    deadline = time.monotonic() + _SWEEP_WAIT_S
+    while time.monotonic() < deadline:
+        if counts.since(opened).swept[_SWEPT]:
+            return
+        time.sleep(0.001)
 
 
 def _tally(name: str, counts: Counts, ops: int, op: Callable[[], object]) -> Tally:
@@ -280,4 +316,18 @@ microsecond per step); the gap is the time since the step before it, so a gap en
 in a message is the code that ran before sending it:
 
 {table(["at", "gap", "step"], timeline)}
+
+**Where a whole scripted turn spends its time** — the same, for the {config.resumes}
+scripted turns above (an idle child on an instant `ScriptedModel`, `send_message` until
+`tasks.wait` returns it completed; the model call itself costs nothing, and its
+`InProcessProvider` runs the agent loop on a thread of its own):
+
+{table(["at", "gap", "step"], _rows_of(turn_steps))}
 """
+
+
+def _rows_of(steps: list[Step]) -> list[list[str]]:
+    return [
+        [f"{step.at_s * 1e6:,.0f} µs", f"+{step.gap_s * 1e6:,.0f} µs", f"`{step.what}`"]
+        for step in steps
+    ]

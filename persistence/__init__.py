@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from persistence._approvals import Answered, ApprovalBook, StoredRequest, WaitingRequest
-    from persistence._claims import Recovered
+    from persistence._claims import Recovered, TaskInRecovery
     from persistence._host_clock import LeaseNow, boot_id, host_name, is_expired
     from persistence._inbox import Inbox, InboxItem, Listener
     from persistence._ledger import TaskLedger
@@ -46,6 +46,7 @@ __all__ = [
     "SqlStore",
     "StoreOverview",
     "StoredRequest",
+    "TaskInRecovery",
     "TaskLedger",
     "TxStep",
     "WaitingRequest",
@@ -59,7 +60,7 @@ __all__ = [
 # which a process needs only once it opens a store, and the command line's `--help` never.
 _HOMES: dict[str, str] = {
     **dict.fromkeys(["Answered", "ApprovalBook", "StoredRequest", "WaitingRequest"], "_approvals"),
-    **dict.fromkeys(["Recovered"], "_claims"),
+    **dict.fromkeys(["Recovered", "TaskInRecovery"], "_claims"),
     **dict.fromkeys(["LeaseNow", "boot_id", "host_name", "is_expired"], "_host_clock"),
     **dict.fromkeys(["Inbox", "InboxItem", "Listener"], "_inbox"),
     **dict.fromkeys(["TaskLedger"], "_ledger"),

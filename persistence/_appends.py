@@ -190,6 +190,7 @@ class Appends:
                 if fence is not None:  # the turn is over: the claim goes with it
                     cursor.execute(sql.release, (child_id, fence[1]))
         store.committed()
+        store.spend.published(cursor)  # the counters its upsert returned: the gate's view
         if wakeups and store.inbox is not None:
             store.inbox.wake(wakeups)  # outside the write: see `persistence._inbox`
         return stored_events(pending, first, created_at)

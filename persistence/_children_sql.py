@@ -160,6 +160,8 @@ class ChildStatements:
     """The segments that hold a batch's events, with their batch lists."""
     claim_of: str
     """A child's claim (runtime, Task, fencing number), read under the child's lock."""
+    provider_of: str
+    """A child's provider, from its header (NULL: none recorded)."""
     claim: str
     """Claim a child (takes runtime, Task id, fencing number, child id)."""
     revoke: str
@@ -313,6 +315,7 @@ class ChildStatements:
                 dialect.locked(select(c.claim_runtime, c.claim_task, c.fence).where(by_child)),
                 "child_id",
             ),
+            provider_of=compile_(select(c.provider).where(by_child), "child_id"),
             claim=compile_(
                 update(child_table)
                 .values(**params("claim_runtime", "claim_task", "fence"))

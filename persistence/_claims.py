@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sqlalchemy.engine.interfaces import DBAPICursor
 
@@ -45,10 +45,51 @@ from persistence._turn_usage import turn_usage, usage_column
 if TYPE_CHECKING:
     from persistence._port import StorePort
 
-__all__ = ["RECOVERED", "Claims", "IsDead", "Recovered"]
+__all__ = ["RECOVERED", "Claims", "IsDead", "Recoverable", "Recovered", "TaskInRecovery"]
 
 IsDead = Callable[[RuntimeInfo, LeaseNow], bool]
 """Whether a runtime is dead at a given time (decided by the caller, which knows its host)."""
+
+
+class Recoverable(Protocol):
+    """What a claim asks the claiming runtime's recovery (a dead runtime's running Task is
+    carried on, not ended)."""
+
+    def recovers_here(self, provider: str | None) -> bool:
+        """Whether it carries on a dead runtime's running Task of a child with this
+        provider (recovery on, the provider here and able to carry a turn on)."""
+        ...
+
+    def carrying(self, task_id: str) -> bool:
+        """Whether it is starting this Task here right now, taken over from a runtime
+        that ended (the claim is its own already, the activation not yet begun)."""
+        ...
+
+
+class TaskInRecovery(SubagentControlError):
+    """``NOT_DELIVERED``: the child's claim belongs to a running Task of a runtime that
+    ended, which the claiming runtime carries on (recovery: same Task, same turn) rather
+    than interrupt it for a new one. The sender sends again: the message then
+    steers the recovered Task (``task_id``)."""
+
+    def __init__(self, *, child_id: str, task_id: str, holder: str) -> None:
+        super().__init__(
+            ErrorCode.NOT_DELIVERED,
+            f"child {child_id}: its task {task_id} was running in runtime {holder}, which "
+            "ended; that task is being carried on here (same task, same turn), so the message "
+            "was not delivered and no task was started: send it again to steer that task",
+            child_id=child_id,
+            task_id=task_id,
+        )
+        self.holder = holder
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuild_in_recovery, (self.child_id, self.task_id, self.holder))
+
+
+def _rebuild_in_recovery(child_id: str, task_id: str, holder: str) -> TaskInRecovery:
+    return TaskInRecovery(child_id=child_id, task_id=task_id, holder=holder)
+
 
 RECOVERED = EventKind.TASK_RECOVERED
 
@@ -85,13 +126,20 @@ class Claims:
         self._s = port
 
     def admit_claiming(
-        self, task: TaskSnapshot, *, is_dead: IsDead, opening: Sequence[NewEvent] = ()
+        self,
+        task: TaskSnapshot,
+        *,
+        is_dead: IsDead,
+        opening: Sequence[NewEvent] = (),
+        recoverable: Recoverable | None = None,
     ) -> int | None:
         """Admit a resume's Task and claim its child for the Task's runtime, in one
         transaction under the child's lock.
 
         A claim held by a dead runtime is taken over: its Task is settled ``interrupted``
-        and its open turn closed, in the same transaction.
+        and its open turn closed, in the same transaction — unless ``recoverable`` says the
+        claiming runtime carries that Task on (its child's provider, from the header), or
+        is starting it already: then nothing is written and `TaskInRecovery` is raised.
 
         ``opening``: the events that open the Task's turn (``turn/start`` naming the Task,
         the message as ``user/message``), written in the same transaction as the child's
@@ -107,13 +155,15 @@ class Claims:
         Raises:
             SubagentControlError: ``OWNERSHIP_CONFLICT`` naming the live runtime that holds
                 the child; ``CHILD_NOT_FOUND`` when the child is not in the store (read
-                under the lock the claim takes anyway, so the refusal costs no round trip).
-                Either way nothing is written.
+                under the lock the claim takes anyway, so the refusal costs no round trip);
+                `TaskInRecovery` (above). Nothing is written.
         """
         runtime_id = task.runtime_id or ""
         return self._s.run(
             f"claim child {task.child_id}",
-            lambda attempt: self._admit_claiming(task, runtime_id, is_dead, attempt, opening),
+            lambda attempt: self._admit_claiming(
+                task, runtime_id, is_dead, attempt, opening, recoverable
+            ),
         )
 
     def interrupt(self, task: TaskSnapshot, detail: str) -> bool:
@@ -193,6 +243,7 @@ class Claims:
         is_dead: IsDead,
         attempt: int,
         opening: Sequence[NewEvent] = (),
+        recoverable: Recoverable | None = None,
     ) -> int | None:
         tasks = self._s.sql.tasks
         with self._s.db.cursor(write=True) as cursor:
@@ -204,7 +255,7 @@ class Claims:
                 cursor.execute(tasks.status, (task.id,))
                 if cursor.fetchone() is not None:
                     return int(claim[2]) if claim is not None and claim[0] == runtime_id else None
-            fence = self.claim(cursor, task, runtime_id, claim, is_dead)
+            fence = self.claim(cursor, task, runtime_id, claim, is_dead, recoverable)
             cursor.execute(tasks.admit, admit_params(task, self._s.stamp(task.created_at)))
             if opening:
                 self._open_turn(cursor, task, opening)
@@ -284,12 +335,13 @@ class Claims:
         runtime_id: str,
         claim: tuple[str | None, str | None, int] | None,
         is_dead: IsDead,
+        recoverable: Recoverable | None = None,
     ) -> int | None:
         """Claim the child for ``task`` inside the caller's transaction; the new fencing
         number, or None for a child not in the store (``claim`` as `claim_of` read it)."""
         if claim is None:
             return None
-        self._take_claim(cursor, task, runtime_id, claim, is_dead)
+        self._take_claim(cursor, task, runtime_id, claim, is_dead, recoverable)
         return claim[2] + 1
 
     def _take_claim(
@@ -299,6 +351,7 @@ class Claims:
         runtime_id: str,
         claim: tuple[str | None, str | None, int],
         is_dead: IsDead,
+        recoverable: Recoverable | None = None,
     ) -> None:
         child_id = task.child_id
         assert child_id is not None
@@ -328,6 +381,18 @@ class Claims:
                 # A dead runtime's run that waited for an answer: its Task goes on, in the
                 # runtime that continues it (`continue_parked`), not interrupted.
                 raise ParkedTask(child_id=child_id, task_id=held_by_task)
+            if held_by_task is not None and recoverable is not None:
+                # A dead runtime's running Task this runtime carries on (recovery), or is
+                # starting here already: never interrupted for a new one; the message
+                # steers it once it goes on here.
+                if holder == runtime_id:
+                    carried = recoverable.carrying(held_by_task)
+                else:
+                    cursor.execute(self._s.sql.children.provider_of, (child_id,))
+                    row = cursor.fetchone()
+                    carried = recoverable.recovers_here(None if row is None else row[0])
+                if carried:
+                    raise TaskInRecovery(child_id=child_id, task_id=held_by_task, holder=holder)
             if held_by_task is not None:
                 detail = (
                     f"interrupted: its runtime {holder} ended before the task settled "

@@ -18,6 +18,11 @@ the client bounds every wait for the server itself:
   the runtime's heartbeat must fail in time for the next one, and `close` must return
   while the network is silent. On SQLite (a local file, no network) lock waits are bounded
   by the busy timeout; the deadline stops the retries.
+- `abandoning` ends a thread's calls once its caller gives them up (a fenced activation):
+  a wait for the server at once (`abandon_waits`), a connection attempt within psycopg's
+  poll interval (0.1 s; its socket is not watched until it connects, and libpq's connect
+  timeout is 2 s at least: a fenced activation stayed alive that long, past the quarter of
+  the lease it has to stop in).
 """
 
 from __future__ import annotations
@@ -235,6 +240,11 @@ def bounded_connection_class(silence_s: float) -> Any:
     import psycopg
 
     class BoundedConnection(psycopg.Connection[Any]):
+        @classmethod
+        def _connect_gen(cls, *args: Any, **kwargs: Any) -> Any:
+            # psycopg 3.3's connection attempt, polled every 0.1 s: given up when abandoned.
+            return _abandonable(super()._connect_gen(*args, **kwargs))
+
         def wait(self, *args: Any, **kwargs: Any) -> Any:
             left = time_left()
             bound = silence_s if left is None else max(0.0, min(silence_s, left))
@@ -256,3 +266,23 @@ def bounded_connection_class(silence_s: float) -> Any:
                 _REAPER.done(ticket)
 
     return BoundedConnection
+
+
+def _abandonable(gen: Any) -> Any:
+    """A connection attempt's generator (psycopg's: it yields what to wait for, and is
+    sent what is ready, at least every poll interval) that fails once this thread's calls
+    are abandoned (`abandoning`), instead of waiting out the connect timeout."""
+    import psycopg
+
+    try:
+        wanted = next(gen)
+        while True:
+            if is_abandoned():
+                raise psycopg.OperationalError(
+                    "connection attempt abandoned (its caller gave it up)"
+                )
+            wanted = gen.send((yield wanted))
+    except StopIteration as done:
+        return done.value
+    finally:
+        gen.close()

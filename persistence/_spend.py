@@ -10,8 +10,12 @@ The counters grow in the transaction of the append that records the spend: the
 and the seconds a ``turn/end`` carries in (`SqlStore.append`'s ``seconds``), by an upsert
 ``SET x = x + n`` for every scope of the chain, so concurrent appends in any number of
 runtimes never lose a count (SQLite serializes writers; PostgreSQL's row lock does).
-A gate reads them (`SpendLedger.read`) before each call; what it reads may be one call
-behind another runtime's, which is the overshoot the README states.
+That upsert returns each scope's row as it stands after the add, every other runtime's
+committed spend included; once the append has committed, the ledger keeps those rows as
+the child's newest view (`SpendLedger.view`), so the child's gate checks its next call
+against them without a read of its own (`SpendLedger.read` serves a gate that has no
+view newer than its last call). Either way what a gate sees may miss what other
+runtimes' calls spent since, which is the overshoot the guide states.
 """
 
 from __future__ import annotations
@@ -90,6 +94,11 @@ class SpendLedger:
         self._lock = threading.Lock()
         self._chains: dict[str, tuple[str, ...]] = {}
         self._one_trip = dialect.name == "postgresql"
+        # The rows the last counting upsert returned, per thread, until its append
+        # commits (`published`); then per child, with the publication's number.
+        self._returned = threading.local()
+        self._views: dict[str, tuple[int, Sequence[Any]]] = {}
+        self._published = itertools.count(1)
 
     # -- inside an append's transaction ---------------------------------------------------
 
@@ -113,6 +122,7 @@ class SpendLedger:
         # A chain runs from the child up to its session, so two appends' chains share their
         # rows in one order (their common ancestors, top-level last): no lock cycle.
         cursor.execute(statement, [value for scope in scopes for value in (scope, *row)])
+        self._returned.rows = (cursor, child_id, cursor.fetchall())
 
     def insert_counting(
         self,
@@ -136,7 +146,41 @@ class SpendLedger:
         statement = self._sql.riding(len(scopes), EVENT_INSERT, EVENT_NAMES)
         counts = (spent.tokens, spent.cost, spent.model_calls, spent.tool_calls, spent.seconds)
         cursor.execute(statement, [*row, *(v for scope in scopes for v in (scope, *counts))])
+        self._returned.rows = (cursor, child_id, cursor.fetchall())
         return True
+
+    def published(self, cursor: Cursor) -> None:
+        """The append that ran on ``cursor`` has committed: the rows its `add` (or
+        `insert_counting`) returned become its child's newest view. Called after every
+        append's commit; one that counted nothing publishes nothing, and rows another
+        transaction returned (a failed attempt's, a creation's) are never published."""
+        returned = getattr(self._returned, "rows", None)
+        if returned is None:
+            return
+        self._returned.rows = None
+        written_by, child_id, rows = returned
+        if written_by is not cursor:
+            return
+        number = next(self._published)
+        with self._lock:
+            if len(self._views) >= _CACHE and child_id not in self._views:
+                self._views.clear()  # a gate without a view reads the counters
+            self._views[child_id] = (number, rows)
+
+    def newest(self, child_id: str) -> int:
+        """The number of the child's newest view (0: none), for `view`'s ``after``."""
+        found = self._views.get(child_id)
+        return 0 if found is None else found[0]
+
+    def view(self, child_id: str, after: int) -> tuple[int, dict[str, ScopeSpend]] | None:
+        """The child's newest view if it was published after number ``after`` (0: any),
+        with its number: every scope of its chain, as the child's last committed append
+        that counted spend left them."""
+        found = self._views.get(child_id)
+        if found is None or found[0] <= after:
+            return None
+        number, rows = found
+        return number, {str(row[0]): _scope_spend(row) for row in rows}
 
     def created(self, cursor: Cursor, child_id: str, pending: Sequence[PendingEvent]) -> None:
         """A new child's budget, from its descriptor among ``pending``, in the transaction
@@ -194,6 +238,18 @@ class SpendLedger:
             return {str(row[0]): _scope_spend(row) for row in rows}
 
         return self._run("read the spend", op)
+
+    def chain_and_rows(
+        self, child_id: str, parent_session: str
+    ) -> tuple[tuple[str, ...], dict[str, ScopeSpend]]:
+        """A gate's first read: the scopes of ``child_id`` (a child of ``parent_session``,
+        stored or not yet) and their rows; one statement unless the child is not stored
+        yet (its first turn, unpublished)."""
+        scopes, rows = self.chain_spend(child_id)
+        if len(scopes) > 1:  # stored: a chain ends with its session
+            return scopes, rows
+        scopes = (child_scope(child_id), *self.scopes_under(parent_session))
+        return scopes, self.read(scopes)
 
     def chain_spend(self, child_id: str) -> tuple[tuple[str, ...], dict[str, ScopeSpend]]:
         """`scopes` and `read` of them, in one statement (one round trip, one snapshot)
@@ -340,9 +396,25 @@ class SpendLedger:
         return result
 
 
+_LIMITS: dict[str, Any] = {}
+"""Stored budgets decoded, by their JSON: a gate decodes its scopes' rows before each call,
+and a budget is rarely replaced. The dicts are shared: read them, never change them."""
+
+
+def _limits(budget: str | None) -> Any:
+    if not budget:
+        return None
+    found = _LIMITS.get(budget)
+    if found is None:
+        if len(_LIMITS) >= _CACHE:
+            _LIMITS.clear()
+        found = _LIMITS[budget] = json.loads(budget)
+    return found
+
+
 def _scope_spend(row: Sequence[Any]) -> ScopeSpend:
     scope, tokens, cost, model_calls, tool_calls, seconds, budget, warned = row
-    limits = json.loads(budget) if budget else None
+    limits = _limits(budget)
     return ScopeSpend(
         scope=str(scope),
         spent=Spent(int(tokens), float(cost), int(model_calls), int(tool_calls), float(seconds)),
@@ -371,6 +443,9 @@ class _OnConnection:
 
     def fetchone(self) -> Any:
         return self._result.fetchone()
+
+    def fetchall(self) -> Any:
+        return self._result.fetchall()
 
     @property
     def rowcount(self) -> int:

@@ -58,6 +58,13 @@ def _chain_spend() -> Any:
     )
 
 
+def _row() -> tuple[Any, ...]:
+    """A scope's row as `persistence._spend` decodes it: scope, `_COUNTERS`, budget,
+    warned."""
+    s = spend_table.c
+    return (s.scope, *(s[name] for name in _COUNTERS), s.budget, s.warned)
+
+
 @dataclass(frozen=True, slots=True)
 class SpendStatements:
     """The spend ledger's statements, compiled for one database; those that take one row
@@ -118,7 +125,9 @@ class SpendStatements:
     def add_all(self, count: int) -> str:
         """One upsert of ``count`` scopes' rows (scope, then `_COUNTERS`, each): one
         statement, one round trip (PostgreSQL runs an ``executemany`` as one round trip
-        per row)."""
+        per row). It returns each scope's row as it stands after the add (the columns of
+        `read`): what the writer's gate checks its next call against, with no read of
+        its own."""
         found = self._adds.get(count)
         if found is None:
             found = self._adds[count] = self.dialect.compile(
@@ -128,7 +137,8 @@ class SpendStatements:
 
     def riding(self, count: int, event_insert: Any, event_names: tuple[str, ...]) -> str:
         """``event_insert`` (one event's INSERT, taking ``event_names``) and `add_all` of
-        ``count`` scopes in one statement, a data-modifying CTE (PostgreSQL)."""
+        ``count`` scopes in one statement, a data-modifying CTE (PostgreSQL), returning
+        what `add_all` returns."""
         found = self._rides.get(count)
         if found is None:
             statement = self._upsert(count).add_cte(event_insert.cte("written"))
@@ -141,12 +151,10 @@ class SpendStatements:
         """The rows of ``count`` scopes (takes the scopes)."""
         found = self._reads.get(count)
         if found is None:
-            s = spend_table.c
             names = [f"scope_{i}" for i in range(count)]
-            query = select(
-                s.scope, s.tokens, s.cost, s.model_calls, s.tool_calls, s.seconds, s.budget,
-                s.warned,
-            ).where(s.scope.in_([bindparam(name) for name in names]))  # fmt: skip
+            query = select(*_row()).where(
+                spend_table.c.scope.in_([bindparam(name) for name in names])
+            )
             found = self._reads[count] = self.dialect.compile(query, *names)
         return found
 
@@ -160,7 +168,7 @@ class SpendStatements:
         ]  # fmt: skip
         upsert = self.dialect.insert(spend_table).values(rows)
         grown = {name: s[name] + upsert.excluded[name] for name in _COUNTERS}
-        return upsert.on_conflict_do_update(index_elements=[s.scope], set_=grown)
+        return upsert.on_conflict_do_update(index_elements=[s.scope], set_=grown).returning(*_row())
 
     @staticmethod
     def _names(count: int) -> tuple[str, ...]:

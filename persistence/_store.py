@@ -24,7 +24,7 @@ from controlplane.contract import (
 from persistence._appends import Appends, not_found
 from persistence._approvals import ApprovalBook
 from persistence._backend import LOCK_TIMEOUT_S, STATEMENT_TIMEOUT_S, ConnectionSettings
-from persistence._claims import Claims, IsDead, Recovered
+from persistence._claims import Claims, IsDead, Recoverable, Recovered
 from persistence._codec import (
     check_child_id,
     construct,
@@ -411,7 +411,12 @@ class SqlStore:
             self.overview.read_older_store()
 
     def admit_claiming(
-        self, task: TaskSnapshot, *, is_dead: IsDead, opening: Sequence[NewEvent] = ()
+        self,
+        task: TaskSnapshot,
+        *,
+        is_dead: IsDead,
+        opening: Sequence[NewEvent] = (),
+        recoverable: Recoverable | None = None,
     ) -> int | None:
         """Admit a resume's Task and claim its child for the Task's runtime, in one
         transaction, with ``opening`` (its turn's frame) written as the child's next turn
@@ -422,10 +427,13 @@ class SqlStore:
 
         Raises:
             SubagentControlError: ``OWNERSHIP_CONFLICT`` naming the live runtime that holds
-                the child; ``CHILD_NOT_FOUND`` for a child not in the store (nothing is
-                written either way).
+                the child; ``CHILD_NOT_FOUND`` for a child not in the store;
+                `persistence._claims.TaskInRecovery` for a dead runtime's running Task that
+                ``recoverable`` says this runtime carries on (nothing is written).
         """
-        return self._claims.admit_claiming(task, is_dead=is_dead, opening=opening)
+        return self._claims.admit_claiming(
+            task, is_dead=is_dead, opening=opening, recoverable=recoverable
+        )
 
     def continue_parked(
         self, task_id: str, child_id: str, runtime_id: str, *, is_dead: IsDead

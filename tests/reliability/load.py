@@ -64,6 +64,11 @@ class Load:
     sends_per_thread: int
     latest_task: dict[str, str]
     sent: list[Sent] = field(default_factory=list)
+    kill_rate: float = KILL_RATE
+    """How often a sender kills its child's newest Task before a send."""
+    pace_s: float = 0.0
+    """A sender's mean pause after each send (0: none): a paced load lasts long enough for
+    faults to land among its turns."""
     kills: Counter[str] = field(default_factory=Counter)
     errors: list[BaseException] = field(default_factory=list)
     # Called (once, from a sender) when this many sends have been answered, e.g. to close.
@@ -98,11 +103,12 @@ class Load:
         mine: list[Sent] = []
         kills: Counter[str] = Counter()
         clock = self.provider.clock
+        pause = threading.Event()  # never set: the pace between sends
         try:
             barrier.wait(SETTLE_S)
             for number in range(self.sends_per_thread):
                 child_id = rng.choice(self.children)
-                if rng.random() < KILL_RATE:
+                if rng.random() < self.kill_rate:
                     kills[self.provider.phase(child_id)] += 1
                     self._kill_latest(child_id)
                 human = rng.random() < HUMAN_RATE
@@ -115,6 +121,8 @@ class Load:
                 mine.append(sent)
                 self._send(sent)
                 clock.tick(child_id)
+                if self.pace_s:
+                    pause.wait(rng.uniform(0, 2 * self.pace_s))  # the pace, not a sync
         except BaseException as exc:
             self.errors.append(exc)
         finally:

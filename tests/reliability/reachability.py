@@ -44,13 +44,22 @@ class Reachability:
         lease_ttl_s: The workers' lease (and this runtime's).
         locks: The lock probe's folder (`idle_children`'s ``locks``): an activation started
             here takes part in the double-activation check.
+        provider: Its provider's class (one that recovers turns where the run recovers
+            them: a runtime that has the children's provider takes dead runtimes' Tasks
+            over, and one whose provider cannot carry a turn on settles them).
     """
 
-    def __init__(self, url: str, lease_ttl_s: float, locks: Path) -> None:
+    def __init__(
+        self,
+        url: str,
+        lease_ttl_s: float,
+        locks: Path,
+        provider: type[ExclusiveSteppingProvider] = ExclusiveSteppingProvider,
+    ) -> None:
         self._lease = lease_ttl_s
         clock = Clock()
         clock.drain()  # a turn started here runs through at once
-        self.provider = ExclusiveSteppingProvider(clock, seed=SEED + 99, locks=locks)
+        self.provider = provider(clock, seed=SEED + 99, locks=locks)
         self.control = SubagentControl.open(url, lease_ttl_s=lease_ttl_s)
         self.control.providers.register(self.provider)
         self._parent = self.control.agents.register(PARENT)

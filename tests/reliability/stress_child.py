@@ -15,10 +15,17 @@ The provider is the stress test's `SteppingProvider`, which also holds an exclus
 ``flock`` on ``LOCKS/<child_id>.lock`` (a directory all processes share) from entering
 ``start``/``resume`` to the end of ``dispose``: a second activation of the same child, in this
 process or any other, finds the lock taken, and is counted in ``overlaps``.
+
+With ``SUBAGENT_CONTROL_STRESS_RECOVERY=1`` (the recovery stress run) the provider is a
+`RecoveringSteppingProvider` (it carries a dead runtime's turn on, and every run completes)
+and the load kills nothing. Either way each send's record is also appended to
+``OUT.sends`` as soon as it is answered, so a worker SIGKILLed mid-load leaves what every
+answered send was told.
 """
 
 from __future__ import annotations
 
+import faulthandler
 import fcntl
 import json
 import logging
@@ -27,30 +34,41 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from controlplane import (
     AgentHandle,
+    CancelSignal,
+    EventKind,
     MessageSource,
+    ResumeRequest,
     SendResult,
+    StartRequest,
     SubagentControl,
     SubagentControlError,
     TextBlock,
 )
 from tests.reliability.load import SETTLE_S, Load, Sent
-from tests.reliability.stepping import Clock, SteppingProvider, _Fate
+from tests.reliability.stepping import Clock, SteppingProvider, SteppingRun, _Fate
 
-__all__ = ["ExclusiveSteppingProvider", "ProcessLoad"]
+__all__ = ["ExclusiveSteppingProvider", "ProcessLoad", "RecoveringSteppingProvider"]
 
 PARENT = "stress-parent"
 WATCHDOG_S = float(os.environ.get("SUBAGENT_CONTROL_STRESS_WATCHDOG_S", "150"))
 LEASE_ENV = "SUBAGENT_CONTROL_STRESS_LEASE_S"
 """Set to open each worker's runtime with that ``lease_ttl_s`` (the restart stress run)."""
+RECOVERY_ENV = "SUBAGENT_CONTROL_STRESS_RECOVERY"
+"""Set to 1 for the recovery stress run's worker (`RecoveringSteppingProvider`, no kills)."""
+MAX_RECOVERIES_ENV = "SUBAGENT_CONTROL_STRESS_MAX_RECOVERIES"
+"""Set to open each worker's runtime with that ``max_recoveries`` (the recovery stress run:
+its SIGKILLs are the schedule's, not a child killing its runtime)."""
+PACE_ENV = "SUBAGENT_CONTROL_STRESS_PACE_S"
+"""Set to a sender's mean pause after each send (`Load.pace_s`)."""
 
 
 class ExclusiveSteppingProvider(SteppingProvider):
@@ -89,15 +107,43 @@ class ExclusiveSteppingProvider(SteppingProvider):
         self._journal("leave", child_id)
         os.close(fd)  # releases the lock, if this activation held it
 
-    def _journal(self, what: str, child_id: str) -> None:
-        """One line per activation's entry, exit or overlap, in ``LOCKS/journal`` (shared
-        by every process, appended whole), for reading an overlap's story afterwards."""
-        line = f"{time.monotonic():.6f} {os.getpid()} {what} {child_id}\n"
+    def _journal(self, what: str, child_id: str, *more: str) -> None:
+        """One line per activation's entry, exit or overlap (and recovery), in
+        ``LOCKS/journal`` (shared by every process, appended whole), for reading an
+        overlap's story afterwards: ``<monotonic> <pid> <what> <child_id> [more...]``."""
+        line = " ".join((f"{time.monotonic():.6f}", str(os.getpid()), what, child_id, *more))
+        line += "\n"
         fd = os.open(self._locks / "journal", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:
             os.write(fd, line.encode())
         finally:
             os.close(fd)
+
+
+class RecoveringSteppingProvider(ExclusiveSteppingProvider):
+    """An `ExclusiveSteppingProvider` that carries a dead runtime's turn on
+    (``recovers_turns``) and whose every run completes (no failing or short fates), so that
+    a run whose runtimes die and restart may end every Task ``completed``.
+
+    A recovered activation (its open turn holds a ``task/recovered`` event) is journalled
+    as ``recovered <child_id> <task_id> <from_runtime>`` when it begins: the moment the
+    dead runtime's turn makes its next call here.
+    """
+
+    recovers_turns = True
+
+    def _enter(self, child_id: str) -> _Fate:
+        fate = super()._enter(child_id)
+        return _Fate(fate.start_ticks, fate.steps, fate.dispose_ticks, "completed")
+
+    def _begin(self, request: StartRequest | ResumeRequest, signal: CancelSignal) -> SteppingRun:
+        if isinstance(request, ResumeRequest):
+            recovered = [e for e in request.open_turn if e.kind == EventKind.TASK_RECOVERED]
+            if recovered and isinstance(recovered[-1].data, dict):
+                data = recovered[-1].data
+                what = (str(data.get("task_id")), str(data.get("from_runtime")))
+                self._journal("recovered", request.child_id, *what)
+        return super()._begin(request, signal)
 
 
 class _Witness:
@@ -135,10 +181,14 @@ class ProcessLoad(Load):
     name: str = ""
     kill_refusals: Counter[str] = field(default_factory=Counter)
     killed: list[str] = field(default_factory=list)  # the Task ids its kills aimed at
+    answered: Callable[[Sent], None] | None = None
+    """Called with each send once it is answered (the worker's journal of sends)."""
 
     def _send(self, sent: Sent) -> None:
         sent.text = f"{self.name} {sent.text}"
         super()._send(sent)
+        if self.answered is not None:
+            self.answered(sent)
         if sent.route == "steered" and sent.task_id is not None:
             with self._cond:
                 self.latest_task[sent.child_id] = sent.task_id
@@ -171,6 +221,28 @@ def _record(sent: Sent, refusals: dict[str, str]) -> dict[str, object]:
     }
 
 
+class _FenceWitness(logging.Handler):
+    """When this runtime fences itself (its lease watchdog logs "lease lost"), and an
+    activation of its provider is still live a fifth of the lease later (it has a quarter
+    to stop in), every thread's stack goes to stderr: where a fenced activation hangs."""
+
+    def __init__(self, provider: SteppingProvider, after_s: float) -> None:
+        super().__init__(logging.WARNING)
+        self._provider = provider
+        self._after_s = after_s
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "lease lost" in record.getMessage():
+            timer = threading.Timer(self._after_s, self._dump)
+            timer.daemon = True
+            timer.start()
+
+    def _dump(self) -> None:
+        if self._provider.live_total():
+            sys.stderr.write(f"-- fenced, {self._provider.live_total()} activation(s) live:\n")
+            faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+
+
 def main(url: str, name: str, children: list[str], sends: int, locks: Path, out: Path) -> None:
     # Warnings (store retries, fencing, takeovers) to stderr, which the test keeps.
     logging.basicConfig(level=logging.WARNING, format="%(asctime)s %(name)s %(message)s")
@@ -179,15 +251,35 @@ def main(url: str, name: str, children: list[str], sends: int, locks: Path, out:
     watchdog.start()
     seed = int(os.environ["SUBAGENT_CONTROL_STRESS_SEED"])
     clock = Clock()
-    provider = ExclusiveSteppingProvider(clock, seed=seed, locks=locks)
-    lease = {"lease_ttl_s": float(os.environ[LEASE_ENV])} if LEASE_ENV in os.environ else {}
-    control = SubagentControl.open(url, close_timeout_s=SETTLE_S, **lease)
+    recovery = os.environ.get(RECOVERY_ENV) == "1"
+    kind = RecoveringSteppingProvider if recovery else ExclusiveSteppingProvider
+    provider = kind(clock, seed=seed, locks=locks)
+    options: dict[str, Any] = {}
+    if LEASE_ENV in os.environ:
+        options["lease_ttl_s"] = float(os.environ[LEASE_ENV])
+    if MAX_RECOVERIES_ENV in os.environ:
+        options["max_recoveries"] = int(os.environ[MAX_RECOVERIES_ENV])
+    control = SubagentControl.open(url, close_timeout_s=SETTLE_S, **options)
+    lease_s = float(options.get("lease_ttl_s", 10.0))
+    witness_of_fences = _FenceWitness(provider, lease_s / 5)
+    logging.getLogger("controlplane.runtime.lease._own_lease").addHandler(witness_of_fences)
     control.providers.register(provider)
     parent = control.agents.register(PARENT)
     latest = {child_id: "" for child_id in children}  # no Task of ours to kill yet
     witness = _Witness(control)
     runtime = cast(SubagentControl, witness)  # all `Load` calls: send_message, tasks
-    load = ProcessLoad(runtime, parent, provider, children, sends, latest, name=name)
+    journal = out.with_name(out.name + ".sends").open("a", encoding="utf-8", buffering=1)
+    written = threading.Lock()
+
+    def answered(sent: Sent) -> None:  # one whole line per send, in the kernel at once
+        with written:
+            journal.write(json.dumps(_record(sent, witness.refusals)) + "\n")
+
+    load = ProcessLoad(runtime, parent, provider, children, sends, latest, name=name,
+                       answered=answered)  # fmt: skip
+    if recovery:
+        load.kill_rate = 0.0
+    load.pace_s = float(os.environ.get(PACE_ENV, "0"))
     print(f"ready {control.runtime_id}", flush=True)
     if sys.stdin.readline().strip() != "go":
         return

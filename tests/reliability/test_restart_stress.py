@@ -206,16 +206,20 @@ def check_stress_run(
     *,
     partitioned: set[str],
     reach: Reachability,
+    refusals: frozenset[ErrorCode] = frozenset(
+        {ErrorCode.NOT_DELIVERED, ErrorCode.STORE_UNAVAILABLE, ErrorCode.DURABILITY_FAILED}
+    ),
+    overlaps: list[str] | None = None,
 ) -> tuple[dict[str, Any], list[str]]:
     """The restart stress's checks of a finished run (read from the store at ``url``):
     its figures, and what failed of 0 lost, 0 duplicated, 0 refused-but-stored, 0 double
     activations, 0 open turns behind a settled Task, every Task settled, 0 live runtimes
     swept, 0 wedged children (``reach``'s probes: every child reached within lease + 1 s
     of each heal), and no ``STORE_UNAVAILABLE`` outside the ``partitioned`` workers but
-    by a runtime fenced for its lease (the probes' refusals are retried by design)."""
-    refusals = frozenset(
-        {ErrorCode.NOT_DELIVERED, ErrorCode.STORE_UNAVAILABLE, ErrorCode.DURABILITY_FAILED}
-    )
+    by a runtime fenced for its lease (the probes' refusals are retried by design).
+    ``refusals``: the codes the workload may answer with; ``overlaps``: the double
+    activations, when the lock journal counts them (workers SIGKILLed report none of
+    their own)."""
     with SubagentControl.open(url) as control:
         assert control.store is not None
         parent = control.agents.register(PARENT)
@@ -231,8 +235,9 @@ def check_stress_run(
     cut_off = {reports.runtime_of[name] for name in partitioned}
     stored = stored_once(every_send, events)
     figures = reports.figures.values()
-    overlaps = setup.overlaps + reach.provider.overlaps
-    overlaps += [child for f in figures for child in f["overlaps"]]
+    if overlaps is None:
+        overlaps = setup.overlaps + reach.provider.overlaps
+        overlaps += [child for f in figures for child in f["overlaps"]]
     errors = [error for f in figures for error in f["errors"]]
     interrupted = [t for t in tasks.values() if t.status is TaskStatus.INTERRUPTED]
     # Settled by a sweep once the workers were closing: left running by a close (see

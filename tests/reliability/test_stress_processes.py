@@ -105,10 +105,12 @@ class Worker(LinesProcess):
             prefix=prefix,
         )
 
-    def report(self) -> tuple[list[Sent], dict[str, str], dict[str, Any]]:
-        """What every send was told, each refusal's message by text, and the figures."""
+    def report(self, path: Path | None = None) -> tuple[list[Sent], dict[str, str], dict[str, Any]]:
+        """What every send was told, each refusal's message by text, and the figures
+        (read from ``path`` instead: the journal of a worker killed before it reported,
+        which has no figures)."""
         sent, refusals, figures = [], {}, {}
-        for line in self.out.read_text(encoding="utf-8").splitlines():
+        for line in (path or self.out).read_text(encoding="utf-8").splitlines():
             record = json.loads(line)
             if record["record"] == "figures":
                 figures = record

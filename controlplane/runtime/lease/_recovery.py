@@ -28,6 +28,7 @@ What is not carried on, and why, is settled ``interrupted`` with its reason:
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Final
@@ -98,10 +99,32 @@ class Recovery:
         self.max_recoveries = max_recoveries
         self.provider_wait_s = provider_wait_s
         self._here: RecoverHere | None = None
+        self._wake: Callable[[], None] | None = None
+        self._lock = threading.Lock()
+        self._carrying: set[str] = set()
 
-    def start(self, recover_here: RecoverHere) -> None:
-        """Take Tasks over from now on, starting them through ``recover_here``."""
+    def start(self, recover_here: RecoverHere, wake: Callable[[], None] | None = None) -> None:
+        """Take Tasks over from now on, starting them through ``recover_here``; ``wake``
+        asks for a sweep at once (`held_by_dead`)."""
         self._here = recover_here
+        self._wake = wake
+
+    def recovers_here(self, provider: str | None) -> bool:
+        """Whether this runtime carries on a dead runtime's running Task of a child with
+        ``provider`` (the claim asks, `persistence.SqlStore.admit_claiming`): a message to
+        that child then waits for the recovered Task instead of interrupting it."""
+        if not self.enabled or self._here is None or provider is None:
+            return False
+        if provider not in self._providers.names():
+            return False
+        return bool(getattr(self._providers.get(provider), "recovers_turns", False))
+
+    def held_by_dead(self) -> None:
+        """A send found its child's claim with a dead runtime's running Task that this
+        runtime carries on: sweep now, so that the Task goes on (and the send's retry
+        steers it) without waiting for the next sweep."""
+        if self._wake is not None:
+            self._wake()
 
     def take(self, task: TaskSnapshot, dead: RuntimeInfo | None) -> bool:
         """Carry on ``task``, a running Task of the dead runtime ``dead``, if this runtime
@@ -157,6 +180,8 @@ class Recovery:
             runtime_id=self._runtime.id, status="running", dead_runtime=task.runtime_id,
         )  # fmt: skip
         moved = task.model_copy(update={"runtime_id": self._runtime.id})
+        with self._lock:
+            self._carrying.add(task.id)
         try:
             self._here(moved, result.fence, result.recoveries)
         except SubagentControlError as exc:
@@ -168,7 +193,17 @@ class Recovery:
                 f"{task.runtime_id}, which ended, but could not start it ({exc.message}); "
                 "send the child a message to continue it",
             )
+        finally:
+            with self._lock:
+                self._carrying.discard(task.id)
         return True
+
+    def carrying(self, task_id: str) -> bool:
+        """Whether this runtime is starting ``task_id`` here right now, taken over from a
+        runtime that ended (claimed here, its activation not yet begun): a send's claim
+        meanwhile must not take it for a stale Task of this runtime's and end it."""
+        with self._lock:
+            return task_id in self._carrying
 
     def take_waiting(self, task: TaskSnapshot) -> bool:
         """Run ``task`` here if it waits for a runtime with its child's provider and this

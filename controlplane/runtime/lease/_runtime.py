@@ -190,9 +190,23 @@ class Runtime:
 
         Raises:
             SubagentControlError: ``OWNERSHIP_CONFLICT`` naming the live runtime that holds
-                the child; ``CHILD_NOT_FOUND`` for a child not in the store.
+                the child; ``CHILD_NOT_FOUND`` for a child not in the store;
+                ``NOT_DELIVERED`` (`persistence.TaskInRecovery`) for a dead runtime's
+                running Task that this runtime carries on instead (a sweep is asked for
+                at once: the retry steers it).
         """
-        return self._store.admit_claiming(task, is_dead=self._is_dead, opening=opening)
+        from persistence import TaskInRecovery
+
+        recovery = self.recovery
+        try:
+            return self._store.admit_claiming(
+                task, is_dead=self._is_dead, opening=opening,
+                recoverable=recovery,
+            )  # fmt: skip
+        except TaskInRecovery:
+            assert recovery is not None
+            recovery.held_by_dead()  # the sweep carries it on now; the retry steers it
+            raise
 
     def continue_parked(self, task_id: str, child_id: str) -> int | None:
         """Claim a child for its Task that waits on an approval request (parked, or left

@@ -32,6 +32,11 @@ __all__ = ["InFlight", "KillHere", "Serve", "Serving"]
 log = logging.getLogger(__name__)
 
 _RETRY_S = 0.25  # between answers the failing store refused
+_CLOSING_ANSWER_S = 2.0
+"""How long, once close has begun, an answer the failing store refused is tried again: a
+row left ``taken`` unanswered keeps its sender waiting until it sees this runtime closed
+(or its own bound, when the close cannot be recorded either), so a blip is ridden
+through, but close is not held by an outage."""
 _REMEMBERED = 4096
 """How many taken messages' ids a runtime remembers (a duplicate notification comes
 within moments of the first)."""
@@ -86,8 +91,9 @@ class Serving:
         self._closing = threading.Event()  # answers still owed stop waiting for the store
 
     def closing(self) -> None:
-        """Close has begun: an answer the store refuses is not tried again (its sender
-        decides from the transcript once this runtime is closed)."""
+        """Close has begun: an answer the store refuses is tried again for
+        `_CLOSING_ANSWER_S` at most (then its sender decides from the transcript once this
+        runtime is closed)."""
         self._closing.set()
 
     def in_flight(self) -> dict[str, InFlight]:
@@ -118,8 +124,13 @@ class Serving:
             why = f"runtime {self._runtime_id} could not take it ({exc.message})"
             self._answer(inbox_id, _refusal(ErrorCode.NOT_DELIVERED, why))
             return
-        except Exception:  # a bug: untaken, its sender takes it back
+        except Exception as exc:  # a bug, perhaps after the take committed
+            # Taken or not, never delivered: answered at once, so that a row the take left
+            # ``taken`` does not keep its sender waiting to its bound (an untaken one the
+            # answer leaves as it is, and its sender takes it back).
             log.exception("forwarded message %s: taking it failed", inbox_id)
+            why = f"runtime {self._runtime_id} failed to take it ({type(exc).__name__})"
+            self._answer(inbox_id, _refusal(ErrorCode.NOT_DELIVERED, why))
             return
         if item is None:
             # Its sender gave up on it first: never delivered. The row that refused this
@@ -155,8 +166,10 @@ class Serving:
 
     def _answer(self, inbox_id: str, reply: dict[str, Any]) -> None:
         """Answer a message taken here, however long the store takes to come back: its
-        sender waits for the answer as long as this runtime lives (once it has closed,
-        the sender decides from the transcript)."""
+        sender waits for the answer as long as this runtime lives. Once close has begun,
+        for `_CLOSING_ANSWER_S` more at most (once this runtime has closed, the sender
+        decides from the transcript)."""
+        give_up_at: float | None = None
         while True:
             try:
                 if not self._inbox.answer(inbox_id, reply):
@@ -164,9 +177,15 @@ class Serving:
                                 "with its steering record first", inbox_id)  # fmt: skip
                 return
             except SubagentControlError as exc:
-                if exc.code is not ErrorCode.STORE_UNAVAILABLE or self._closing.wait(_RETRY_S):
+                if self._closing.is_set() and give_up_at is None:
+                    give_up_at = time.monotonic() + _CLOSING_ANSWER_S
+                if exc.code is not ErrorCode.STORE_UNAVAILABLE or (
+                    give_up_at is not None and time.monotonic() >= give_up_at
+                ):
                     log.warning("forwarded message %s: unanswered (%s)", inbox_id, exc.message)
                     return
+                pause = threading.Event()  # never set: the pace of the retries, bounded
+                pause.wait(_RETRY_S)
 
     def _deliver(self, item: InboxItem) -> dict[str, Any]:
         if item.kind == "kill":

@@ -3,12 +3,23 @@ refusal of a resume past a limit, `set_budget`, and the soft notices.
 
 Every decision reads the store's spend ledger (`persistence.SqlStore.spend`), never a
 count kept in this process: siblings running in several runtimes share one ancestor's or
-one session's budget, and each sees what the others' appends have committed. A gate reads
-the rows of its child's scopes (the child, each ancestor child, the session) before each
-model call and tool call, and refuses the call when a limit it spends is reached
-(spent >= limit): a model call is held against tokens, cost, model calls and seconds, a
-tool call against tool calls and seconds. A call that starts within the limits may finish
-past them, so the spend passes a limit by at most one call per activation running then.
+one session's budget, and each sees what the others' appends have committed. A gate
+checks the rows of its child's scopes (the child, each ancestor child, the session)
+before each model call and tool call, and refuses the call when a limit it spends is
+reached (spent >= limit): a model call is held against tokens, cost, model calls and
+seconds, a tool call against tool calls and seconds.
+
+Each check sees rows at least as new as the end of the run's previous call. The turn's
+first check reads them, or uses what the resume's refusal check read moments before
+(under five seconds: a Task that waited in a queue reads again). After that, each append
+that records a call's spend returns its scopes' rows as that commit left them (every
+runtime's committed spend included), and the next check uses those with no read of its
+own. A check with nothing newer than what the previous call was checked against (a call
+that failed before its append, calls whose usage is held with an unpublished turn) reads
+again. So a run never starts a call on rows older than the end of its own previous call:
+a call that starts within the limits may finish past them, and another runtime's spend
+committed after the rows were taken shows at the run's next call at the latest, so the
+spend passes a limit by at most one call per activation running then.
 
 Seconds are wall-clock time: each turn's, from its activation's start to its end on this
 host's monotonic clock, is added to its scopes with its ``turn/end``; a gate adds the
@@ -41,7 +52,7 @@ from controlplane.contract import (
 )
 
 if TYPE_CHECKING:
-    from persistence import SpendLedger, SqlStore
+    from persistence import ScopeSpend, SpendLedger, SqlStore
 
 __all__ = [
     "DEFAULT_MAX_TOOL_ROUNDS",
@@ -58,6 +69,8 @@ _TOOL_LIMITS: Final = ("tool_calls", "seconds")
 _CHILD: Final = "child:"
 _SESSION: Final = "session:"
 _VALIDATED: Final = 1024  # distinct stored budgets kept validated (cleared when full)
+_ADMITTED_S: Final = 5.0
+"""How old a resume's read of the counters may be to serve its turn's first check."""
 
 
 def check_budget_options(
@@ -124,6 +137,9 @@ class Budgets:
         self._max_rounds = max_tool_rounds
         self._lock = threading.Lock()
         self._validated: dict[tuple[tuple[str, type, Any], ...], Budget | None] = {}
+        self._by_identity: dict[int, tuple[dict[str, float], Budget | None]] = {}
+        self._admitted: dict[str, tuple[float, tuple[str, ...], dict[str, ScopeSpend]]] = {}
+        self._limits: dict[int, tuple[Budget, tuple[tuple[str, float, float | None], ...]]] = {}
 
     # -- the actors' side (`BudgetPort`) ------------------------------------------------
 
@@ -138,7 +154,11 @@ class Budgets:
         held: Callable[[], Spent],
     ) -> _Gate:
         """The gate of one activation (see the module docstring)."""
-        return _Gate(self, child_id, parent_session, task_id, label, own, held)
+        gate = _Gate(self, child_id, parent_session, task_id, label, own, held)
+        admitted = self._admitted_rows(child_id)
+        if admitted is not None:
+            gate.admitted(*admitted)
+        return gate
 
     def check_resume(self, child_id: str) -> None:
         """Refuse to resume a child with a limit of its scopes reached (any limit: its
@@ -147,6 +167,7 @@ class Budgets:
         Raises:
             SubagentControlError: ``BUDGET_EXHAUSTED``; nothing was delivered.
         """
+        read_at = time.monotonic()
         scopes, rows = self._spend.chain_spend(child_id)  # one read, on a cold plane too
         for scope in scopes:
             row = rows.get(scope)
@@ -162,6 +183,21 @@ class Budgets:
                     "raise the budget with set_budget",
                     child_id=child_id,
                 )
+        if len(scopes) > 1:  # stored (its chain ends with its session): the turn's rows
+            with self._lock:
+                if len(self._admitted) >= _VALIDATED:
+                    self._admitted.clear()
+                self._admitted[child_id] = (read_at, scopes, rows)
+
+    def _admitted_rows(self, child_id: str) -> tuple[tuple[str, ...], dict[str, ScopeSpend]] | None:
+        """What the resume's refusal check of ``child_id`` just read, taken once by the
+        gate of the turn it admitted (None when older than `_ADMITTED_S`: a Task that
+        waited in a queue, or a check whose resume never started)."""
+        with self._lock:
+            found = self._admitted.pop(child_id, None)
+        if found is None or time.monotonic() - found[0] > _ADMITTED_S:
+            return None
+        return found[1], found[2]
 
     # -- the facade's side ----------------------------------------------------------------
 
@@ -210,15 +246,23 @@ class Budgets:
             return self._session
         if not stored:
             return None
+        # The store hands out one dict per distinct stored budget: found by identity
+        # first (the entry keeps the dict alive, so its id stays its own).
+        known = self._by_identity.get(id(stored))
+        if known is not None and known[0] is stored:
+            return known[1]
         # Every gate check reads every budgeted scope: validating the same stored limits
         # each time was a fifth of a check's cost. A `Budget` is immutable, so one per
         # distinct stored form serves them all (the key keeps each limit's type: 1 and
         # True, or 100 and 100.0, are not the same stored budget).
         key = tuple([(name, type(limit), limit) for name, limit in stored.items()])
         try:
-            return self._validated[key]
+            found = self._validated[key]
         except (KeyError, TypeError):
             pass
+        else:
+            self._remember(stored, found)
+            return found
         try:
             budget: Budget | None = Budget.model_validate(stored)
         except (SubagentControlError, ValueError):
@@ -230,7 +274,33 @@ class Budgets:
                 self._validated[key] = budget
         except TypeError:
             pass  # a limit that is not hashable is no budget either: nothing to keep
+        self._remember(stored, budget)
         return budget
+
+    def limits_of(self, budget: Budget) -> tuple[tuple[str, float, float | None], ...]:
+        """``budget``'s limits that are set, each with the spend its soft notice comes at
+        (None without notices), in `LIMITS` order: what a check compares, worked out
+        once per budget (a `Budget` is immutable; the entry keeps it, so its id stays
+        its own)."""
+        known = self._limits.get(id(budget))
+        if known is not None and known[0] is budget:
+            return known[1]
+        notice_at = self._notice_at
+        plan = tuple(
+            (name, limit, None if notice_at is None else notice_at * limit)
+            for name, limit in budget.limits().items()
+        )
+        with self._lock:
+            if len(self._limits) >= _VALIDATED:
+                self._limits.clear()
+            self._limits[id(budget)] = (budget, plan)
+        return plan
+
+    def _remember(self, stored: dict[str, float], budget: Budget | None) -> None:
+        with self._lock:
+            if len(self._by_identity) >= _VALIDATED:
+                self._by_identity.clear()
+            self._by_identity[id(stored)] = (stored, budget)
 
 
 class _Gate:
@@ -257,9 +327,19 @@ class _Gate:
         self._started = time.monotonic()
         self._lock = threading.Lock()
         self._scopes: tuple[str, ...] | None = None
+        # The rows the next call is checked against: a read no call has been checked
+        # against yet, else a view the store published after number `_seen` (the newest
+        # one this gate used, or the newest before it existed: an earlier turn's).
+        self._unused: dict[str, ScopeSpend] | None = None
+        self._seen = self._spend.newest(child_id)
         self._rounds = 0
         self._exhausted: str | None = None
-        self._limited = False  # the last read found a budget on some scope
+        self._limited = False  # the last check found a budget on some scope
+
+    def admitted(self, scopes: tuple[str, ...], rows: dict[str, ScopeSpend]) -> None:
+        """The rows the resume that admitted this turn read (`Budgets.check_resume`),
+        for its first check: no call of this run came between."""
+        self._scopes, self._unused = scopes, rows
 
     @property
     def exhausted(self) -> str | None:
@@ -286,6 +366,9 @@ class _Gate:
                 f"a gate checks {MODEL_CALL!r}, {TOOL_ROUND!r} or {TOOL_CALL!r}, not {call!r}",
             )
         self._evaluate(_MODEL_LIMITS if call == MODEL_CALL else _TOOL_LIMITS)
+        # A call starts on these rows: the next one needs rows its append (or a read)
+        # leaves after it.
+        self._unused = None
 
     def ended(self) -> None:
         if self._limited and self._budgets._notice_at is not None:
@@ -294,12 +377,12 @@ class _Gate:
     # -- plumbing -------------------------------------------------------------------------
 
     def _evaluate(self, names: tuple[str, ...]) -> None:
-        scopes = self._chain()
         # Held first: if publication writes them between the two reads, they count twice
         # (a stop one call early), never not at all.
         held = self._held()
-        rows = self._spend.read(scopes)
-        elapsed = Spent(seconds=self.elapsed_s())
+        scopes, rows = self._rows()
+        running = held + Spent(seconds=self.elapsed_s())  # the run's own, not stored yet
+        notice_at = self._budgets._notice_at
         limited = False
         for index, scope in enumerate(scopes):
             row = rows.get(scope)
@@ -311,17 +394,35 @@ class _Gate:
             if budget is None:
                 continue
             limited = True
-            spent = (row.spent if row is not None else Spent()) + held + elapsed
-            reached = spent.reached(budget, names) if names else None
-            if reached is not None:
-                self._limited = True
-                self._trip(_whose(scope, self._child_id, reached))
-            notice_at = self._budgets._notice_at
-            if notice_at is not None and (row is None or not row.warned):
-                passed = spent.passed(budget, notice_at)
-                if passed is not None:
-                    self._warn(scopes, index, passed)
+            spent = row.spent + running if row is not None else running
+            noticed = row is not None and row.warned
+            for name, limit, notice in self._budgets.limits_of(budget):
+                value = getattr(spent, name)
+                if value >= limit and name in names:
+                    self._limited = True
+                    reached = spent.reached(budget, names) or f"{name} budget reached"
+                    self._trip(_whose(scope, self._child_id, reached))
+                if notice is not None and value >= notice and not noticed and notice_at:
+                    noticed = True  # one notice per scope and check: the first limit's
+                    passed = spent.passed(budget, notice_at)
+                    if passed is not None:
+                        self._warn(scopes, index, passed)
         self._limited = limited
+
+    def _rows(self) -> tuple[tuple[str, ...], dict[str, ScopeSpend]]:
+        """The scopes and the rows to check against (see the module docstring)."""
+        scopes = self._scopes
+        if scopes is None:  # the turn's first check: its chain and rows, one statement
+            scopes, rows = self._spend.chain_and_rows(self._child_id, self._parent_session)
+            self._scopes, self._unused = scopes, rows
+            return scopes, rows
+        view = self._spend.view(self._child_id, self._seen)
+        if view is not None and all(scope in view[1] for scope in scopes):
+            self._seen, self._unused = view
+            return scopes, view[1]
+        if self._unused is None:
+            self._unused = self._spend.read(scopes)
+        return scopes, self._unused
 
     def _warn(self, scopes: tuple[str, ...], index: int, passed: str) -> None:
         scope = scopes[index]
@@ -336,12 +437,6 @@ class _Gate:
             subject = f"subagent {child}" + ("" if index == 0 else " (with its subagents)")
         summary = f"budget notice: {subject} has spent {passed}"
         self._spend.warn(scope, (owner, self._task_id, child, self._label, summary))
-
-    def _chain(self) -> tuple[str, ...]:
-        if self._scopes is None:
-            above = self._spend.scopes_under(self._parent_session)
-            self._scopes = (f"{_CHILD}{self._child_id}", *above)
-        return self._scopes
 
     def _trip(self, why: str) -> None:
         with self._lock:
