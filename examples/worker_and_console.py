@@ -11,13 +11,14 @@ console would. Run it:
 2. The console steers the parked child and answers its request: it has no provider, so it
    writes both into the store (``steered`` with the parked Task's id; the answer taken once).
 3. The worker continues the same Task from the store: the tool runs once, the model reads
-   the console's message, the Task completes.
-4. The console sends the now idle child a follow-up: it has no provider, so it answers
-   ``started`` with the message durable, the Task reads ``queued`` (``waiting_for`` the
-   provider), and the worker runs that turn at its next sweep.
-5. The worker's first runtime closes in the middle of a second, long turn: `close()` hands
-   the turn over, and a new worker runtime carries the same Task on to the end (recovered
-   once), with nothing sent by anyone.
+   the console's message, the Task completes. Then the worker closes.
+4. With no worker running, the console sends the idle child a follow-up: it has no
+   provider, so it answers ``started`` with the message durable, and the Task reads
+   ``queued`` (``waiting_for`` the provider); a second message joins that waiting turn
+   (``steered``, same Task). The next worker to open runs the turn: its model reads both.
+5. That worker closes in the middle of a long turn while another worker is running:
+   `close()` hands the turn over, and the other worker, woken by the store, carries the
+   same Task on to the end at once (recovered once), with nothing sent by anyone.
 
 In production each runtime is its own process (``SubagentControl.open(url)`` with the same
 URL); here they share one process to keep the example self-contained.
@@ -56,21 +57,27 @@ def deploy_tool(runs: list[str]) -> ChildTool:
     return ChildTool("deploy", "Deploy.", {"type": "object"}, run, approval="always")
 
 
-class SlowModel:
-    """A model whose first call lasts until its run is stopped (the turn in flight when the
-    worker closes), and which answers every later call at once."""
+class WorkerModel:
+    """The later workers' model: it answers at once, except in a turn asked to ``write a
+    report``: it calls the ``draft`` tool first, and its call after the draft lasts until
+    its run is stopped (the turn in flight when its worker closes) — once."""
 
     def __init__(self) -> None:
-        self.calls = 0
         self.entered = threading.Event()
 
     def complete(self, request: ModelRequest, signal: CancelSignal) -> ModelReply:
-        self.calls += 1
-        if self.calls == 1:
-            self.entered.set()
-            signal.wait(60)
-            signal.raise_if_aborted()
-        return ModelReply(text=f"finished the report ({len(request.messages)} messages read)")
+        said = [m.text for m in request.messages if m.role == "user"]
+        if said[-1] == "write a report":
+            if request.messages[-1].role == "user":
+                return ModelReply(tool_calls=[ToolCall(id="d1", name="draft", arguments={})])
+            if not self.entered.is_set():
+                self.entered.set()
+                signal.wait(60)
+                signal.raise_if_aborted()
+        return ModelReply(text=f"done ({len(said)} messages read, the last: {said[-2:]})")
+
+
+DRAFT = ChildTool("draft", "Draft the report.", {"type": "object"}, lambda _args: "drafted")
 
 
 def main() -> None:
@@ -80,8 +87,7 @@ def main() -> None:
 
     runs: list[str] = []
     model = ScriptedModel([DEPLOY, "deployed, and checked the logs"])
-    # A short lease: its sweep, which takes Tasks left for its provider, runs every second.
-    worker = SubagentControl.open(url, approval_grace_s=0.05, lease_ttl_s=3.0)
+    worker = SubagentControl.open(url, approval_grace_s=0.05)
     worker.providers.register(InProcessProvider(model, tools=[deploy_tool(runs)]))
     parent = worker.agents.register("ops")
     start = worker.start_continuable(
@@ -94,9 +100,9 @@ def main() -> None:
     assert waiting.request is not None
     print(f"worker:  task {start.task_id[:8]} asks to run {waiting.request.tool}")
 
+    person = MessageSource(kind="human", sender_session_id="alice")
     with SubagentControl.open(url) as console:  # no providers registered
         operator = console.agents.register("ops")
-        person = MessageSource(kind="human", sender_session_id="alice")
         message = [TextBlock(text="check the logs too")]
         deadline = time.monotonic() + 10
         while True:  # the run holds the child for its grace period, then parks
@@ -115,6 +121,7 @@ def main() -> None:
     assert done.outcome is not None
     print(f"worker:  task {done.id[:8]} {done.status.value}: {done.outcome.output!r}")
     print(f"worker:  deploy ran {len(runs)} time(s)")
+    worker.close()
 
     with SubagentControl.open(url) as console:  # an idle child, resumed with no provider here
         operator = console.agents.register("ops")
@@ -129,27 +136,35 @@ def main() -> None:
             seen = console.tasks.get(resumed.task_id, requester=operator)
         print(f"console: {resumed.route} task {resumed.task_id[:8]}, "
               f"{seen.status.value} for a runtime with provider {seen.waiting_for!r}")  # fmt: skip
-    noted = worker.tasks.wait(resumed.task_id, timeout=30, requester=parent)
+        more = [TextBlock(text="and tell the team")]
+        joined = console.send_message(operator, start.child_id, more, person)
+        print(f"console: {joined.route} into the same task: {joined.task_id == resumed.task_id}")
+
+    later = WorkerModel()
+    second = SubagentControl.open(url)  # the next worker: it takes the waiting turn
+    second.providers.register(InProcessProvider(later, tools=[DRAFT]))
+    parent = second.agents.register("ops")
+    noted = second.tasks.wait(resumed.task_id, timeout=30, requester=parent)
     assert noted.outcome is not None
-    print(f"worker:  ran that task {noted.id[:8]}: {noted.status.value}")
+    print(f"worker:  ran that task {noted.id[:8]}: {noted.status.value}: {noted.outcome.output}")
 
-    # A long second turn, handed over when its runtime closes.
-    slow = SlowModel()
-    worker.providers.register(InProcessProvider(slow, tools=[deploy_tool(runs)]))
-    second = worker.send_message(parent, start.child_id, [TextBlock(text="write a report")])
-    slow.entered.wait(30)
-    began = time.monotonic()
-    worker.close()
-    print(f"worker:  closed in {time.monotonic() - began:.2f}s, mid-turn: the turn is handed over")
-
-    with SubagentControl.open(url) as next_worker:
-        next_worker.providers.register(InProcessProvider(slow, tools=[deploy_tool(runs)]))
-        again = next_worker.agents.register("ops")
-        report = next_worker.tasks.wait(second.task_id, timeout=30, requester=again)
-        assert report.outcome is not None
+    # A long turn, handed over when its runtime closes, to a worker that is running.
+    with SubagentControl.open(url) as third:
+        third.providers.register(InProcessProvider(later, tools=[DRAFT]))
+        watcher = third.agents.register("ops")
+        report = second.send_message(parent, start.child_id, [TextBlock(text="write a report")])
+        later.entered.wait(30)
+        began = time.monotonic()
+        second.close()
         print(
-            f"worker 2: the same task {report.id[:8]} {report.status.value} "
-            f"(recovered {report.recoveries} time): {report.outcome.output!r}"
+            f"worker:  closed in {time.monotonic() - began:.2f}s, mid-turn: the turn is handed over"
+        )
+        finished = third.tasks.wait(report.task_id, timeout=30, requester=watcher)
+        assert finished.outcome is not None
+        print(
+            f"worker 3: the same task {finished.id[:8]} {finished.status.value} "
+            f"(recovered {finished.recoveries} time) {time.monotonic() - began:.2f}s after "
+            "the close"
         )
 
 

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from persistence._retry import RetryPolicy
     from persistence._spend import ScopeSpend, SpendLedger
     from persistence._store import SqlStore
+    from persistence._takeable import Takeable, Watch
     from persistence._task_sql import Fence, Settlement, TxStep
 
 __all__ = [
@@ -46,10 +47,12 @@ __all__ = [
     "SqlStore",
     "StoreOverview",
     "StoredRequest",
+    "Takeable",
     "TaskInRecovery",
     "TaskLedger",
     "TxStep",
     "WaitingRequest",
+    "Watch",
     "boot_id",
     "host_name",
     "is_expired",
@@ -70,6 +73,7 @@ _HOMES: dict[str, str] = {
     **dict.fromkeys(["RetryPolicy"], "_retry"),
     **dict.fromkeys(["ScopeSpend", "SpendLedger"], "_spend"),
     **dict.fromkeys(["SqlStore"], "_store"),
+    **dict.fromkeys(["Takeable", "Watch"], "_takeable"),
     **dict.fromkeys(["Fence", "Settlement", "TxStep"], "_task_sql"),
 }
 

@@ -282,14 +282,16 @@ class Claims:
             last_turn = 0
         else:
             last_turn = self._sealed_turn(cursor, child_id, int(sealed_seq), tail)
+        # Encoded as they came (their ``turn`` a placeholder) and written with the turn
+        # found here: a copy of each event with its turn would cost more than the insert.
         turn = last_turn + 1
-        pending = prepare_events([e.model_copy(update={"turn": turn}) for e in opening])
+        pending = prepare_events(list(opening))
         stamp = self._s.stamp(task.created_at)
         batch = next_batch()
         cursor.executemany(
             children.insert,
             [
-                (child_id, seq, p.turn, p.kind, p.data_json, p.source_json, batch, stamp)
+                (child_id, seq, turn, p.kind, p.data_json, p.source_json, batch, stamp)
                 for seq, p in enumerate(pending, start=last_seq + 1)
             ],
         )
@@ -303,9 +305,11 @@ class Claims:
         if isinstance(tail, bytes | bytearray | memoryview):
             tail = bytes(tail).decode("utf-8", errors="ignore")
         if isinstance(tail, str) and tail:
-            for found in reversed(_TURN_END_AT.findall(tail)):
-                if int(found[0]) == last_seq:
-                    return int(found[1])
+            # The seal's last event is its ``turn/end``: found from the end, not by a scan.
+            at = tail.rfind(f"[{last_seq},")
+            found = _TURN_END_AT.match(tail, at) if at >= 0 else None
+            if found is not None:
+                return int(found[2])
         cursor.execute(self._s.sql.children.last_segment, (child_id,))
         row = cursor.fetchone()
         if row is None:
@@ -585,10 +589,11 @@ class Claims:
         self, task_id: str, child_id: str, data: dict[str, Any], source: MessageSource
     ) -> bool:
         """Write a ``steering/message`` (``data``, ``source``) into the open turn of
-        ``task_id``, parked on an approval request (its claim holds no runtime), in one
-        transaction under the child's lock: the runtime that continues it reads it with
-        the turn. False, writing nothing, when the Task is not parked there any more (a
-        runtime continues it, or it settled)."""
+        ``task_id``, parked on an approval request or left for a runtime with its child's
+        provider (`await_provider`; either way its claim holds no runtime), in one
+        transaction under the child's lock: the runtime that continues or takes it reads
+        it with the turn. False, writing nothing, when the Task is not waiting there any
+        more (a runtime continues it, or it settled)."""
 
         def op(_attempt: int) -> bool:
             with self._s.db.cursor(write=True) as cursor:
@@ -596,7 +601,7 @@ class Claims:
                 claim = self.claim_of(cursor, child_id)
                 if last is None or claim is None or claim[0] is not None or claim[1] != task_id:
                     return False
-                if not self._parkable(cursor, task_id):
+                if not (self._parkable(cursor, task_id) or self._awaits_provider(cursor, task_id)):
                     return False
                 turn, _rows = self._open_turn_of(cursor, child_id, task_id)
                 if turn is None:
@@ -676,6 +681,16 @@ class Claims:
         cursor.execute(self._s.sql.tasks.runtime, (task_id,))
         row = cursor.fetchone()
         return row is None or row[0] == runtime_id
+
+    def _awaits_provider(self, cursor: DBAPICursor, task_id: str) -> bool:
+        """Whether a Task is left for a runtime with its child's provider (running, no
+        runtime on its row: `await_provider`)."""
+        cursor.execute(self._s.sql.tasks.status, (task_id,))
+        status = cursor.fetchone()
+        cursor.execute(self._s.sql.tasks.runtime, (task_id,))
+        runtime = cursor.fetchone()
+        return (status is not None and status[0] == _RUNNING
+                and runtime is not None and runtime[0] == "")  # fmt: skip
 
     def _parkable(self, cursor: DBAPICursor, task_id: str) -> bool:
         """Whether a Task waits on an approval request whose run can be continued."""

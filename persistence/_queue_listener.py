@@ -1,6 +1,7 @@
 """The admission queue's listener: a runtime hears every release of a concurrency slot on
 the store (PostgreSQL ``LISTEN``), so a Task waiting there tries at once, not at its next
-poll."""
+poll. The same listener, on another channel, hears that a Task can be taken
+(`persistence._takeable`)."""
 
 from __future__ import annotations
 
@@ -21,18 +22,21 @@ log = logging.getLogger(__name__)
 
 
 class AdmissionListener:
-    """One thread with its own connection listening on `CHANNEL` (PostgreSQL), calling
-    ``on_release()`` for each notification (reconnecting if the connection drops: a
-    release missed meanwhile only waits for the next poll)."""
+    """One thread with its own connection listening on ``channel`` (PostgreSQL; `CHANNEL`
+    by default), calling ``on_release()`` for each notification (reconnecting if the
+    connection drops: a release missed meanwhile only waits for the next poll)."""
 
     _POLL_S = 0.5
 
-    def __init__(self, db: Database, on_release: Callable[[], None]) -> None:
+    def __init__(
+        self, db: Database, on_release: Callable[[], None], *, channel: str = CHANNEL
+    ) -> None:
         self._db = db
         self._on_release = on_release
+        self._channel = channel
         self._stopped = threading.Event()
         self.ready = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="admission-listener", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=f"{channel}-listener", daemon=True)
         self._thread.start()
 
     def close(self) -> None:
@@ -45,7 +49,7 @@ class AdmissionListener:
             try:
                 self._listen()
             except Exception as exc:  # a dropped connection: listen again
-                log.warning("admission listener: %s; listening again", exc)
+                log.warning("%s listener: %s; listening again", self._channel, exc)
                 self._stopped.wait(self._POLL_S)
 
     def _listen(self) -> None:
@@ -57,7 +61,7 @@ class AdmissionListener:
             conn.autocommit = True
             from psycopg import sql  # here only: PostgreSQL's driver, present with it
 
-            listen = sql.SQL("LISTEN {}").format(sql.Identifier(CHANNEL))  # quoted identifier
+            listen = sql.SQL("LISTEN {}").format(sql.Identifier(self._channel))  # quoted identifier
             conn.execute(listen)
             self.ready.set()
             while not self._stopped.is_set():

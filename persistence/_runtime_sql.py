@@ -1,5 +1,6 @@
 """The raw-cursor statements of the runtime rows (`runtimes_table`) that a claim reads under
-a child's lock (`persistence._claims`); the runtimes' own writes are the Task ledger's
+a child's lock (`persistence._claims`), and those of the wake-ups for work another runtime
+can take (`persistence._takeable`); the runtimes' own writes are the Task ledger's
 (`persistence._ledger`, through SQLAlchemy)."""
 
 from __future__ import annotations
@@ -7,14 +8,18 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from sqlalchemy import bindparam, func, select
+from sqlalchemy import bindparam, func, select, union_all
 
-from persistence._dialect import SqlDialect
-from persistence._schema import runtimes_table
+from controlplane.contract import TaskStatus
+from persistence._dialect import SqlDialect, constant
+from persistence._schema import runtimes_table, tasks_table
 
-__all__ = ["RuntimeStatements", "runtime_table"]
+__all__ = ["TAKEABLE_CHANNEL", "RuntimeStatements", "runtime_table"]
 
 runtime_table: Final = runtimes_table
+
+TAKEABLE_CHANNEL: Final = "subagent_takeable"
+"""The channel that says a Task can be taken by a runtime with its provider (PostgreSQL)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,10 +31,20 @@ class RuntimeStatements:
     now: str | None
     """The database's clock, where leases are judged by it (PostgreSQL); None where each
     host judges by its own (SQLite)."""
+    takeable: str
+    """The running Tasks no live runtime runs: left for a runtime with their child's
+    provider (no runtime on the row), or of a closed runtime (handed over); read through
+    the running Tasks' partial index (no parameters)."""
+    wake: str | None
+    """Wake the listening runtimes: a Task can be taken (PostgreSQL; takes the channel)."""
 
     @classmethod
     def build(cls, dialect: SqlDialect) -> RuntimeStatements:
         r = runtime_table.c
+        t = tasks_table.c
+        running = t.status == constant(TaskStatus.RUNNING.value)
+        closed = select(r.runtime_id).where(r.closed_at.is_not(None))
+        notify = dialect.notify(bindparam("channel"), constant(""))
         return cls(
             runtime=dialect.compile(
                 select(
@@ -45,4 +60,13 @@ class RuntimeStatements:
                 "runtime_id",
             ),
             now=dialect.compile(select(func.now())) if dialect.row_locks else None,
+            # Two seeks in the running Tasks' index (no runtime; each closed runtime's),
+            # never a scan of every running Task: a watching runtime polls this.
+            takeable=dialect.compile(
+                union_all(
+                    select(t.task_id).where(running, t.runtime_id == constant("")),
+                    select(t.task_id).where(running, t.runtime_id.in_(closed)),
+                )
+            ),
+            wake=None if notify is None else dialect.compile(select(notify), "channel"),
         )

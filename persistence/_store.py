@@ -54,6 +54,7 @@ from persistence._schema import (
     utc_time,
 )
 from persistence._spend import SpendLedger
+from persistence._takeable import Takeable
 from persistence._task_sql import Fence, Settlement, TxStep
 
 __all__ = ["SqlStore"]
@@ -166,6 +167,8 @@ class SqlStore:
         """Approval requests and their answers."""
         self.overview = StoreOverview(self._db, self._run)
         """Whole-store reads for a view of every child at once (the console)."""
+        self.takeable = Takeable(port)
+        """Wake-ups for Tasks a runtime with their provider can take."""
         try:
             self._run("open the store", self._check if read_only else self._open)
             if not read_only:  # read-only: no write ever takes the one connection open
@@ -462,10 +465,14 @@ class SqlStore:
 
     def await_provider(self, task_id: str, child_id: str, runtime_id: str, provider: str) -> bool:
         """Leave a resume's Task for a runtime with its child's provider: it reads
-        ``queued`` naming it (see `persistence._claims.Claims.await_provider`)."""
+        ``queued`` naming it (see `persistence._claims.Claims.await_provider`); once that
+        committed, the runtimes that watch are told (`Takeable.announce`)."""
         if self._read_only:
             raise _read_only(f"leave task {task_id}")
-        return self._claims.await_provider(task_id, child_id, runtime_id, provider)
+        left = self._claims.await_provider(task_id, child_id, runtime_id, provider)
+        if left:
+            self.takeable.announce()
+        return left
 
     def take_waiting(self, task_id: str, child_id: str, runtime_id: str) -> int | None:
         """Take a Task that waits for a runtime with its provider; the fencing number (see

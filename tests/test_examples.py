@@ -170,6 +170,9 @@ def test_a_console_without_providers_steers_and_answers_and_a_closed_worker_hand
     assert "completed: 'deployed, and checked the logs'" in out
     assert "deploy ran 1 time(s)" in out
     assert "queued for a runtime with provider 'inprocess'" in out
+    assert "console: steered into the same task: True" in out
     assert re.search(r"worker:  ran that task \w+: completed", out), out
+    # The worker that took the waiting turn read both of the console's messages, once.
+    assert "the last: ['and note it in the changelog', 'and tell the team']" in out
     assert "the turn is handed over" in out
     assert "completed (recovered 1 time)" in out

@@ -90,6 +90,18 @@ def test_a_long_turn_end_is_read_whole(store_url: str) -> None:
         assert [e.turn for e in store.load(child_id).events[-2:]] == [2, 2]
 
 
+def test_a_turn_end_whose_text_looks_like_another_event_is_not_misread(store_url: str) -> None:
+    with SqlStore(store_url) as store:
+        child_id = child(store)
+        # Its own seq (3) and a later "turn" inside its text: only the event itself counts.
+        closed_turn(store, child_id, 1, end_data={"status": "completed", "n": '[3,9,"turn/end",'})
+        task = resume(PARENT, child_id)
+
+        store.admit_claiming(task, is_dead=lambda *_: True, opening=opening(task))
+
+        assert [e.turn for e in store.load(child_id).events[-2:]] == [2, 2]
+
+
 def test_a_dead_runtimes_open_turn_is_closed_first(store_url: str) -> None:
     with SqlStore(store_url) as store:
         child_id = child(store)

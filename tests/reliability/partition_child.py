@@ -13,7 +13,8 @@ command writing somewhere; B's child answers in one model call. A also writes
 ``A fenced <time>`` once its lease watchdog has cancelled its activations.
 
 A prints ``READY <json>`` once its tool is acting and its turn is published, then obeys
-stdin: ``wait`` prints ``WAITED <json snapshot>`` (its own `tasks.wait`), ``close`` prints
+stdin: ``wait`` prints ``WAITED <json snapshot>`` (its own `tasks.wait`), ``get`` prints
+``GOT <json snapshot>`` (its own `tasks.get`), ``close`` prints
 ``CLOSED <seconds close took>``. B waits until A's runtime is dead in the store, then sends
 A's child a message and prints ``TOOK <json>`` (route, Task, its settlement). A watchdog
 ends either after `WATCHDOG_S`.
@@ -155,6 +156,9 @@ def run_a(url: str, lease_ttl_s: float, log: str, trigger: str | None = None) ->
                 print("WAITED " + snap.model_dump_json(), flush=True)
             except SubagentControlError as exc:
                 print(f"WAITED {json.dumps({'error': exc.code.value})}", flush=True)
+        elif line.strip() == "get":
+            got = control.tasks.get(begun.task_id, requester=parent)
+            print("GOT " + got.model_dump_json(), flush=True)
         elif line.strip() == "close":
             began = time.monotonic()
             control.close()

@@ -20,7 +20,8 @@ Modes:
   runtime);
 - ``recoverer``: starts nothing; registers the ``suicide`` model, so the Task it takes
   over kills it again; exits (printing ``SETTLED``) once every Task of the parent ended;
-- ``worker``: starts nothing; registers a model that answers ``done by the worker``, so
+- ``worker``: starts nothing; registers a model that answers ``done by the worker`` (and
+  appends the user texts each of its calls saw to the runs file, a JSON list a line), so
   it runs the Task a runtime without the provider left for it; exits (printing
   ``SETTLED``) once every Task of the parent ended;
 - ``close``: like ``model``, but the runtime then closes (handing the turn over) with the
@@ -77,8 +78,9 @@ class StuckModel:
     sets ``entered`` and never returns (``suicide``: SIGKILLs its process instead)."""
 
     def __init__(self, replies: list[str | ModelReply], stuck_at: int | None,
-                 *, suicide: bool = False) -> None:  # fmt: skip
+                 *, suicide: bool = False, seen: Path | None = None) -> None:  # fmt: skip
         self._replies = replies
+        self._seen = seen
         self._stuck_at = stuck_at
         self._suicide = suicide
         self._calls = 0
@@ -87,7 +89,10 @@ class StuckModel:
         self.before_kill: Callable[[], None] | None = None
 
     def complete(self, request: ModelRequest, signal_: CancelSignal) -> ModelReply:
-        del request
+        if self._seen is not None:  # the user texts each call saw, one JSON line per call
+            with self._seen.open("a", encoding="utf-8") as log:
+                users = [m.text for m in request.messages if m.role == "user"]
+                log.write(json.dumps(users) + "\n")
         with self._lock:
             n = self._calls
             self._calls += 1
@@ -159,7 +164,9 @@ def main(url: str, mode: str, runs: str, close_timeout_s: str = "30", lease_s: s
         # worker: runs the Task a runtime without the provider left for it.
         suicide = mode == "recoverer"
         replies: list[str | ModelReply] = ["x" if suicide else "done by the worker"]
-        control.providers.register(InProcessProvider(StuckModel(replies, None, suicide=suicide)))
+        seen = None if suicide else Path(runs)
+        model = StuckModel(replies, None, suicide=suicide, seen=seen)
+        control.providers.register(InProcessProvider(model))
         deadline = time.monotonic() + LIFETIME_S
         while any(not t.status.is_terminal for t in control.tasks.list(requester=parent)):
             if time.monotonic() > deadline:

@@ -18,10 +18,12 @@ from controlplane import (
     ErrorCode,
     EventKind,
     InProcessProvider,
+    MessageSource,
     ScriptedModel,
     SubagentControl,
     SubagentControlError,
     TaskStatus,
+    TextBlock,
 )
 from tests.reliability.approval_child import deploy_tool
 from tests.reliability.processes import LinesProcess, Reaper, reaping
@@ -121,3 +123,31 @@ def _kill_agents(state: Path) -> None:
             time.sleep(0.05)
         else:
             os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.slow  # a worker process and a console on one store
+def test_a_console_without_the_provider_steers_and_answers_a_parked_child_its_worker_goes_on(
+    reaped: Reaper, store_url: str, tmp_path: Path
+) -> None:
+    runs = tmp_path / "runs.jsonl"
+    worker = reaped.add(LinesProcess(CHILD, store_url, str(runs), "0.05", name="worker"))
+    ready = json.loads(worker.expect("READY ").removeprefix("READY "))
+    task_id = ready["task_id"]
+    human = MessageSource(kind="human", sender_session_id="alice")
+
+    with SubagentControl.open(store_url, lease_ttl_s=30.0) as console:  # no providers
+        parent = console.agents.register("approver")
+        steer = [TextBlock(text="check the logs too")]
+        steered = console.send_message(parent, ready["child_id"], steer, human)
+        assert (steered.route, steered.task_id) == ("steered", task_id)
+        console.answer(parent, ready["request_id"], allow=True, source=human)
+        # The worker, which has the provider, continues the same Task from the store.
+        done = console.tasks.wait(task_id, timeout=WAIT_S, requester=parent)
+        assert done.status is TaskStatus.COMPLETED, done
+        assert done.runtime_id != console.runtime_id
+        assert console.store is not None
+        events = console.store.load(ready["child_id"]).events
+    assert runs.read_text().splitlines() == ['{"env": "prod"}']
+    steers = [e.data["text"] for e in events if e.kind == EventKind.STEERING_MESSAGE]
+    assert steers == ["check the logs too"]
+    assert [e.kind for e in events].count(EventKind.TURN_END) == 1

@@ -146,6 +146,11 @@ def test_a_fenced_runtime_back_from_a_partition_leaves_a_recovered_task_alone(
             survivor_wait = threading.Event()
             survivor_wait.wait(0.05)
             renewed.append(_heartbeat(store, ready["runtime"]))
+        # A's own answer follows the store for the Task it no longer holds, once its
+        # store is back: running, in R (not the `interrupted` it settled at its fencing).
+        got = _got_until(a, lambda snap: snap["status"] != TaskStatus.INTERRUPTED.value)
+        assert got["status"] == TaskStatus.RUNNING.value, got
+        assert got["runtime_id"] == survivor.runtime_id, got
         model.go.set()
         done = survivor.tasks.wait(ready["task_id"], timeout=LEASE_S * 10, requester=parent)
         assert done.status is TaskStatus.COMPLETED, done
@@ -153,8 +158,22 @@ def test_a_fenced_runtime_back_from_a_partition_leaves_a_recovered_task_alone(
         events = store.load(ready["child_id"]).events
     ends = [e for e in events if e.kind == EventKind.TURN_END]
     assert [e.data["status"] for e in ends] == ["completed"]
+    a.say("get")
+    got = json.loads(a.expect("GOT "))
+    assert got["status"] == TaskStatus.COMPLETED.value, got
     a.say("close")
     a.expect("CLOSED ", timeout_s=LEASE_S * 4)
+
+
+def _got_until(a: LinesProcess, done: Callable[[dict[str, object]], bool]) -> dict[str, object]:
+    """A's `tasks.get` of its Task, asked again (bounded) until ``done`` holds of it."""
+    deadline = time.monotonic() + LEASE_S * 4
+    while True:
+        a.say("get")
+        got: dict[str, object] = json.loads(a.expect("GOT "))
+        if done(got) or time.monotonic() > deadline:
+            return got
+        threading.Event().wait(0.05)
 
 
 def _heartbeat(store: SqlStore, runtime_id: str) -> object:

@@ -295,3 +295,93 @@ def test_a_resume_waiting_for_a_runtime_with_its_provider_can_be_killed(store_ur
     assert _texts(turn, EventKind.USER_MESSAGE) == ["go on"]
     assert turn[-1].kind == EventKind.TURN_END
     assert turn[-1].data["status"] == "killed"
+
+
+def _idle_child(store_url: str) -> str:
+    """A child whose first turn completed, in a runtime with its provider (closed since)."""
+    with SubagentControl.open(store_url, lease_ttl_s=30.0) as first:
+        first.providers.register(InProcessProvider(ScriptedModel(["first turn done"])))
+        parent = first.agents.register(PARENT)
+        spec = ContinuableStartSpec(
+            provider="inprocess", label="idle", prompt=[TextBlock(text="do it")], parent=parent
+        )
+        started = first.start_continuable(spec)
+        first.tasks.wait(started.task_id, timeout=WAIT_S, requester=parent)
+    return started.child_id
+
+
+def test_a_second_message_joins_the_turn_that_waits_for_a_provider(
+    reaped: Reaper, store_url: str, tmp_path: Path
+) -> None:
+    child_id = _idle_child(store_url)
+    seen = tmp_path / "seen.jsonl"
+    # A front without the provider takes both messages, durably, into one waiting turn...
+    with SubagentControl.open(store_url, lease_ttl_s=30.0) as front:
+        parent = front.agents.register(PARENT)
+        sent = front.send_message(parent, child_id, [TextBlock(text="go on")])
+        assert sent.route == "started"
+        eventually(
+            lambda: front.tasks.get(sent.task_id, requester=parent).waiting_for == "inprocess",
+            "the task waits for a runtime with its provider",
+        )
+        again = front.send_message(parent, child_id, [TextBlock(text="and this too")])
+        assert (again.route, again.task_id) == ("steered", sent.task_id)
+        assert front.tasks.get(sent.task_id, requester=parent).status is TaskStatus.QUEUED
+        # ...and the worker that takes the Task sees both, once, in order.
+        worker = reaped.add(LinesProcess(CHILD, store_url, "worker", str(seen), name="worker"))
+        done = front.tasks.wait(sent.task_id, timeout=WAIT_S, requester=parent)
+        assert done.status is TaskStatus.COMPLETED, done.outcome
+        assert done.outcome is not None
+        assert done.outcome.output == "done by the worker"
+        worker.expect("SETTLED")
+        assert front.store is not None
+        turn = _turn(front.store.load(child_id).events, sent.task_id)
+    kinds = [e.kind for e in turn]
+    assert kinds.count(EventKind.TURN_START) == 1, kinds
+    assert kinds.count(EventKind.TURN_END) == 1, kinds
+    inbound = [e.data["text"] for e in turn
+               if e.kind in (EventKind.USER_MESSAGE, EventKind.STEERING_MESSAGE)]  # fmt: skip
+    assert inbound == ["go on", "and this too"]
+    (call,) = [json.loads(line) for line in seen.read_text().splitlines()]
+    assert call[-2:] == ["go on", "and this too"], call
+
+
+SLOW_SWEEP_LEASE_S = 120.0
+"""A lease whose periodic sweep (every third of it) never comes within a test's wait: what
+such a runtime takes in time, it took on a wake-up."""
+
+
+def test_a_closed_runtimes_turn_is_taken_on_a_wake_up_not_at_the_next_sweep(
+    reaped: Reaper, store_url: str, tmp_path: Path
+) -> None:
+    with SubagentControl.open(store_url, lease_ttl_s=SLOW_SWEEP_LEASE_S) as survivor:
+        survivor.providers.register(InProcessProvider(ScriptedModel(["finished elsewhere"])))
+        parent = survivor.agents.register(PARENT)
+        closing = reaped.add(LinesProcess(
+            CHILD, store_url, "close", str(tmp_path / "runs"), "0", str(SLOW_SWEEP_LEASE_S),
+            name="closing",
+        ))  # fmt: skip
+        ready = json.loads(closing.expect("READY ").removeprefix("READY "))
+        closing.say("close")
+        closing.expect("CLOSED ")
+        done = survivor.tasks.wait(str(ready["task_id"]), timeout=WAIT_S, requester=parent)
+        assert done.status is TaskStatus.COMPLETED, done
+        assert done.runtime_id == survivor.runtime_id
+        assert done.recoveries == 1
+
+
+def test_a_resume_left_for_a_provider_is_taken_on_a_wake_up_not_at_the_next_sweep(
+    store_url: str,
+) -> None:
+    child_id = _idle_child(store_url)
+    with (
+        SubagentControl.open(store_url, lease_ttl_s=SLOW_SWEEP_LEASE_S) as worker,
+        SubagentControl.open(store_url, lease_ttl_s=SLOW_SWEEP_LEASE_S) as front,
+    ):
+        worker.providers.register(InProcessProvider(ScriptedModel(["done by the worker"])))
+        parent = front.agents.register(PARENT)
+        sent = front.send_message(parent, child_id, [TextBlock(text="go on")])
+        assert sent.route == "started"
+        done = front.tasks.wait(sent.task_id, timeout=WAIT_S, requester=parent)
+        assert done.status is TaskStatus.COMPLETED, done.outcome
+        assert done.runtime_id == worker.runtime_id

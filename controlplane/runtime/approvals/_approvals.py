@@ -155,11 +155,17 @@ class Approvals:
 
     def claim_parked(self, task_id: str, child_id: str) -> tuple[TaskSnapshot, int] | None:
         """`controlplane.contract.ApprovalPort.claim_parked`."""
-        provider = self._book.provider_of(task_id)
+        provider, waits_for = self._book.provider_of(task_id), "an approval answer"
+        if provider is None:
+            # Not parked on a request: it may wait for a runtime with its child's provider
+            # (left so by a runtime that lacked it), its turn open with its message.
+            waiting = self._store.ledger.get(task_id)
+            provider = None if waiting is None else waiting.waiting_for
+            waits_for = "a runtime with its provider"
         if provider is not None and provider not in self._providers.names():
             raise SubagentControlError(
                 ErrorCode.UNKNOWN_PROVIDER,
-                f"child {child_id} waits for an approval answer, and its provider "
+                f"child {child_id} waits for {waits_for}, and its provider "
                 f"{provider!r} is not registered in this runtime; the message was not "
                 "delivered: send it from a runtime that has the provider",
                 child_id=child_id,

@@ -58,7 +58,7 @@ from controlplane.telemetry import log_lifecycle
 if TYPE_CHECKING:
     from controlplane.runtime.lease._recovery import Recovery
     from controlplane.runtime.tasks._tasks import TaskService
-    from persistence import LeaseNow, Settlement, SqlStore
+    from persistence import LeaseNow, Settlement, SqlStore, Watch
 
 __all__ = ["Heartbeat", "Runtime", "new_runtime_id"]
 
@@ -317,6 +317,8 @@ class Heartbeat:
             runtime.id, runtime.lease_ttl_s, self._renew, runtime.renewals, self.lease,
             self._reopen,
         )  # fmt: skip
+        self._watch: Watch | None = None
+        self._watch_lock = threading.Lock()
 
     def start(self) -> None:
         """Sweep once now (what a crash left is recovered before the first send), then keep
@@ -339,6 +341,17 @@ class Heartbeat:
         could not record is settled by another runtime or by the next to open the store.
         Its own store calls are bounded by a lease too.
         """
+        try:
+            self._close()
+        finally:
+            # Last: stopping the watch waits out its listener's poll, which the close of
+            # the row (and the announcement of what it handed over) must not wait for.
+            with self._watch_lock:
+                watch, self._watch = self._watch, None
+            if watch is not None:
+                watch.close()
+
+    def _close(self) -> None:
         runtime_id = self._runtime.id
         self._stopped.set()
         self._wake.set()
@@ -355,13 +368,32 @@ class Heartbeat:
                 self._tasks.flush()
             try:
                 self._store.ledger.close_runtime(runtime_id)
+                # Its handed-over turns are takeable now: a live runtime with their
+                # provider hears so at once (not at its next sweep).
+                if self._store.ledger.running([runtime_id]):
+                    self._store.takeable.announce()
             except SubagentControlError as exc:
                 log.warning("runtime %s: could not record its close (%s)", runtime_id, exc.message)
 
     def sweep_soon(self) -> None:
         """Sweep at once, not at the next renewal (a provider was registered: its dead
-        runtimes' Tasks can be carried on here now)."""
+        runtimes' Tasks can be carried on here now), and from now on whenever a Task may
+        have become takeable (`watch_takeable`)."""
         self._wake.set()
+        self.watch_takeable()
+
+    def watch_takeable(self) -> None:
+        """Sweep whenever the store says a Task may have become takeable: left for a
+        runtime with its provider, or handed over by a closing runtime
+        (`persistence.Takeable`), so a runtime with the provider takes it at once, not at
+        its next sweep (which stays the fallback). Started once this runtime has a
+        provider (a runtime with none can take nothing) and carries Tasks on."""
+        recovery = self._runtime.recovery
+        if recovery is None or not recovery.enabled:
+            return
+        with self._watch_lock:
+            if self._watch is None and not self._stopped.is_set():
+                self._watch = self._store.takeable.watch(self._wake.set)
 
     def _run(self) -> None:
         period = self._lease_ttl_s / 3

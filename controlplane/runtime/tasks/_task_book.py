@@ -432,6 +432,29 @@ class TaskBook:
             elif task_id in self._recent:
                 self._recent[task_id] = stored
 
+    def _follow_store(self, task_id: str) -> None:
+        """A fenced Task's settlement was not written because the store moved on without
+        this runtime: another runtime settled it (its answer is adopted), or recovered it
+        and runs it (this runtime's ``interrupted`` is forgotten, once its activation is
+        gone, so its reads go to the store, which follows that runtime)."""
+        assert self._ledger is not None
+        try:
+            stored = self._ledger.get(task_id)
+        except SubagentControlError:
+            return
+        if stored is None:
+            return
+        if stored.outcome is not None:
+            self._adopt(task_id)
+            return
+        if stored.runtime_id == self._runtime_id:
+            return  # still this runtime's in the store: its answer stands
+        with self._lock:
+            task = self._live.get(task_id)
+            if task is not None and task.released.is_set():
+                del self._live[task_id]
+            self._recent.pop(task_id, None)
+
     def flush(self, child_id: str | None = None) -> int:
         """Retry the settlements the store refused, and write the fenced Tasks' (with
         their turns' ends); only those of ``child_id``'s Tasks, when given. Returns how
@@ -454,13 +477,15 @@ class TaskBook:
         for snapshot in fenced:
             assert self._interrupter is not None
             try:
-                self._interrupter(snapshot)  # False: someone settled it already; fine
+                written = self._interrupter(snapshot)
             except SubagentControlError as exc:
                 log.warning("could not record the interruption of task %s (%s); will retry",
                             snapshot.id, exc.message)  # fmt: skip
                 continue
             with self._lock:
                 self._unsaved_fenced.pop(snapshot.id, None)
+            if not written:  # settled, or carried on, by another runtime: the store says
+                self._follow_store(snapshot.id)
         with self._lock:
             return len(self._unsaved) + len(self._unsaved_fenced)
 
