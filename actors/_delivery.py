@@ -3,7 +3,6 @@ it did — the one place that reads a supervisor's `Reply`."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Final
 
@@ -19,10 +18,6 @@ if TYPE_CHECKING:
 __all__ = ["deliver"]
 
 _REDIRECTS: Final = 16
-_PARKING_PAUSE_S: Final = 0.002
-_PARKING_PAUSE_MAX_S: Final = 0.25
-"""A send refused while the child's run parks waits this long (doubling) before it is
-sent again: parking ends within a store write and the activation's end."""
 
 
 def deliver(
@@ -38,13 +33,14 @@ def deliver(
 
     A supervisor that retired or stopped without handling the message (its ask answered
     `pykka.ActorDeadError`, never a guess) is passed by: the message goes to the child's
-    next supervisor, after ``check_open`` (which raises once the control plane closed).
+    next supervisor, after ``check_open`` (which raises once the control plane closed);
+    so is one a parked run refused after its supervisor took the run's messages back
+    (`ParkedTask`: never delivered; the park is known when it is sent again).
 
     Raises:
         SubagentControlError: the supervisor's refusal, as it raised it; ``CLOSED`` once
             the root is gone; ``INTERNAL`` for a failure inside the actor system.
     """
-    pause = _PARKING_PAUSE_S
     for _ in range(_REDIRECTS):
         route = table.get(child_id)
         try:
@@ -55,11 +51,10 @@ def deliver(
             if reply is not None:
                 return reply.result()
         except ParkedTask:
-            # Refused, never delivered, because the child's run was parking on an approval
-            # request: once it has, the message continues that Task's turn (SPEC §11).
+            # Refused by the parked run after its supervisor took its messages back (a
+            # drainer held it then): never delivered, and the park is known now, so sent
+            # again it goes into the parked Task's continued turn.
             check_open()
-            time.sleep(pause)
-            pause = min(pause * 2, _PARKING_PAUSE_MAX_S)
             continue
         except SubagentControlError:
             raise

@@ -21,55 +21,96 @@ A sender is answered ``steered`` only once its record is durable; ``NOT_DELIVERE
 the run refused it (its turn settled first), the turn ended before it was taken, or its
 task was killed first; ``DURABILITY_FAILED`` when the run has it and the record could not
 be written.
+
+Parking: when the run parks on an approval request, a message it has not taken stays here
+(``parking``: nobody delivers any more), and the supervisor takes them all back once the
+activation ended (`hand_back`) and delivers them into the parked Task's continued turn. Each
+sender then waits on a `Held` the supervisor resolves with its message's reply.
 """
 
 from __future__ import annotations
 
 import threading
 from collections import deque
-from typing import TYPE_CHECKING, Literal
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from controlplane.contract import (
     ActivationTrace,
     CancelSignal,
     ErrorCode,
-    MessageSource,
     ParkedTask,
+    SendResult,
     SubagentControlError,
     SubagentRun,
     Telemetry,
-    TextBlock,
 )
 
 if TYPE_CHECKING:
     from actors._transcript import ActivationTranscript, SteeringReceipt
+    from actors.messages import SendMessage
 
-__all__ = ["ActivationInbox", "Delivery"]
+__all__ = ["ActivationInbox", "Delivery", "Held"]
+
+
+class _Answer(Protocol):
+    def result(self) -> SendResult: ...
+
+
+class Held:
+    """A message its supervisor holds while the child's run parks: resolved, once the
+    Task's next step is known, with the reply the supervisor then gave it (or its refusal).
+    Its sender waits here (`result`), on its own thread."""
+
+    __slots__ = ("_answer", "_done", "_error", "send")
+
+    def __init__(self, send: SendMessage) -> None:
+        self.send = send
+        self._done = threading.Event()
+        self._answer: _Answer | None = None
+        self._error: SubagentControlError | None = None
+
+    def resolve(self, answer: _Answer | None, error: SubagentControlError | None = None) -> None:
+        """The supervisor's reply (or refusal); the first resolution stands."""
+        if not self._done.is_set():
+            self._answer, self._error = answer, error
+            self._done.set()
+
+    def result(self) -> SendResult:
+        """The send's result once the supervisor delivered it (and that delivery is final).
+
+        Raises:
+            SubagentControlError: it was refused, or its delivery failed.
+        """
+        self._done.wait()
+        if self._error is not None:
+            raise self._error
+        assert self._answer is not None
+        return self._answer.result()
 
 
 class Delivery:
     """One message put into an activation's inbox; its sender waits for it
     (`ActivationInbox.wait`)."""
 
-    __slots__ = ("_done", "_error", "forwarded", "message", "sender", "source")
+    __slots__ = ("_done", "_error", "held", "send", "sender")
 
-    def __init__(
-        self, message: tuple[TextBlock, ...], source: MessageSource, forwarded: str | None
-    ) -> None:
-        self.message = message
-        self.source = source
-        self.forwarded = forwarded
+    def __init__(self, send: SendMessage) -> None:
+        self.send = send
         self.sender: object = None  # the sending call's span, for the activation's trace
         self._done = False
         self._error: SubagentControlError | None = None
+        # Taken back by the supervisor at a park: the send's answer comes from here.
+        self.held: Held | None = None
 
 
 class ActivationInbox:
     """The inbox of one activation; see the module docstring.
 
     ``held`` until the run is published (`publish`), ``open`` while the turn takes
-    messages, ``closed`` once it ended (or its supervisor stopped): a message put then, or
-    still queued, is refused with the reason `close` gave.
+    messages, ``parking`` once the run refused one because it parked (what is queued then
+    waits for `hand_back`), ``closed`` once it ended (or its supervisor stopped): a message
+    put then, or still queued, is refused with the reason `close` gave.
     """
 
     def __init__(
@@ -90,10 +131,12 @@ class ActivationInbox:
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._queue: deque[Delivery] = deque()
-        self._state: Literal["held", "open", "closed"] = "held"
+        self._state: Literal["held", "open", "parking", "closed"] = "held"
         self._closed: SubagentControlError | None = None
         self._draining = False
         self._waiting = 0  # senders asleep on `_changed`: nobody to wake, no notify paid
+        self._held = 0  # messages put before publication (the held-messages gauge's share)
+        self._handed_back = False  # the supervisor took the parked run's messages back
         self._run: SubagentRun | None = None
         self._transcript: ActivationTranscript | None = None
         # A kill refuses what is still queued at once: its senders need not wait for a
@@ -107,41 +150,67 @@ class ActivationInbox:
 
     # -- the supervisor's side ---------------------------------------------------------
 
-    def put(
-        self,
-        message: tuple[TextBlock, ...],
-        source: MessageSource,
-        forwarded: str | None = None,
-    ) -> Delivery:
+    def put(self, send: SendMessage) -> Delivery:
         """Queue a message for the turn; never blocks on the run or the store."""
-        delivery = Delivery(message, source, forwarded)
+        delivery = Delivery(send)
         with self._lock:
             if self._closed is None:
                 self._queue.append(delivery)
+                if self._state == "held":
+                    self._held += 1
+                    self._telemetry.held_messages(1)
                 return delivery
             self._resolve(delivery, self._refusal(self._closed))
         return delivery
 
-    def close(self, code: ErrorCode, why: str, *, parked: bool = False) -> None:
-        """Refuse every message not taken yet, and every later one (first reason wins).
-        ``parked``: the run parked on an approval request, so the refusal is `ParkedTask`
-        (its sender sends it again, into the parked Task's turn)."""
+    def close(self, code: ErrorCode, why: str) -> None:
+        """Refuse every message not taken yet, and every later one (first reason wins)."""
         with self._lock:
             if self._closed is None:
-                self._closed = (
-                    ParkedTask(child_id=self._child_id, task_id=self._task_id)
-                    if parked
-                    else SubagentControlError(
-                        code,
-                        f"child {self._child_id}: {why}; the message was not delivered",
-                        child_id=self._child_id,
-                        task_id=self._task_id,
-                    )
+                self._closed = SubagentControlError(
+                    code,
+                    f"child {self._child_id}: {why}; the message was not delivered",
+                    child_id=self._child_id,
+                    task_id=self._task_id,
                 )
             self._state = "closed"
+            self._unhold()
             queued, self._queue = self._queue, deque()
             for delivery in queued:
                 self._resolve(delivery, self._refusal(self._closed))
+
+    def _unhold(self) -> None:
+        """Under the lock: the held messages stop waiting for publication."""
+        if self._held:
+            self._telemetry.held_messages(-self._held)
+            self._held = 0
+
+    def hand_back(self) -> list[Held]:
+        """The run parked: close the inbox and give the supervisor every message the run
+        did not take, in order, each as a `Held` its sender now waits on. A message a
+        drainer still holds, which the parked run then refuses, is answered `ParkedTask`:
+        never delivered, its sender routes it again (`actors._delivery`), and finds the
+        park known."""
+        with self._lock:
+            queued, self._queue = self._queue, deque()
+            held = self._held_all(queued)
+            self._handed_back = True
+            if self._closed is None:
+                self._closed = self._not_delivered("its run parked before it could take it")
+            self._state = "closed"
+            self._unhold()
+            return held
+
+    def _held_all(self, deliveries: Iterable[Delivery]) -> list[Held]:
+        """Under the lock: answer each delivery with a `Held` (its sender waits there)."""
+        held: list[Held] = []
+        for delivery in deliveries:
+            if delivery._done:
+                continue
+            delivery.held = Held(delivery.send)
+            held.append(delivery.held)
+            self._resolve(delivery, None)
+        return held
 
     def publish(
         self,
@@ -157,6 +226,7 @@ class ActivationInbox:
                 return
             self._run, self._transcript = run, transcript
             self._state = "open"
+            self._unhold()
             if refuse_held is not None:
                 queued, self._queue = self._queue, deque()
                 for delivery in queued:
@@ -173,9 +243,10 @@ class ActivationInbox:
 
     # -- the senders' side -------------------------------------------------------------
 
-    def wait(self, delivery: Delivery) -> None:
+    def wait(self, delivery: Delivery) -> Held | None:
         """Return once ``delivery``'s record is durable (the sender's thread): drain the
-        inbox when nobody else does, else wait for whoever does.
+        inbox when nobody else does, else wait for whoever does. A `Held` when the run
+        parked before taking it: the supervisor delivers it on (its answer comes there).
 
         Raises:
             SubagentControlError: the message was not delivered (``NOT_DELIVERED``,
@@ -185,7 +256,7 @@ class ActivationInbox:
         delivery.sender = self._trace.sender()
         while True:
             with self._lock:
-                while not delivery._done and (self._draining or self._state == "held"):
+                while not delivery._done and (self._draining or self._state in ("held", "parking")):
                     self._waiting += 1
                     try:
                         self._changed.wait()
@@ -198,6 +269,7 @@ class ActivationInbox:
             self._drain_and_release()
         if delivery._error is not None:
             raise delivery._error
+        return delivery.held
 
     def _drain_and_release(self) -> None:
         try:
@@ -221,8 +293,17 @@ class ActivationInbox:
             assert transcript is not None
             taken: list[tuple[Delivery, SteeringReceipt]] = []
             try:
-                for delivery in batch:
-                    receipt = self._hand_over(run, transcript, delivery)
+                for index, delivery in enumerate(batch):
+                    try:
+                        receipt = self._hand_over(run, transcript, delivery)
+                    except ParkedTask:
+                        # The run parked: this message and those behind it wait for the
+                        # supervisor (`hand_back`), ahead of any put since.
+                        rest = list(batch)[index:]
+                        for _ in rest:
+                            batch.pop()
+                        self._park_rest(rest)
+                        break
                     if receipt is not None:
                         taken.append((delivery, receipt))
                 with self._telemetry.scoped(self._child_id, self._task_id):
@@ -241,6 +322,23 @@ class ActivationInbox:
                     if not delivery._done:
                         self._settle(delivery, self._unsure())
 
+    def _park_rest(self, rest: list[Delivery]) -> None:
+        """The parked run refused ``rest`` (a drainer's, in order): they wait for the
+        supervisor's `hand_back`, ahead of any put since; handed back already, each is
+        answered `ParkedTask` (routed again by its sender); closed otherwise, refused."""
+        with self._lock:
+            if self._state == "open":
+                self._state = "parking"
+            if self._state == "parking":
+                self._queue.extendleft(reversed(rest))
+                return
+            assert self._closed is not None
+            for delivery in rest:
+                refusal = self._refusal(self._closed)
+                if self._handed_back:
+                    refusal = ParkedTask(child_id=self._child_id, task_id=self._task_id)
+                self._resolve(delivery, refusal)
+
     def _hand_over(
         self, run: SubagentRun, transcript: ActivationTranscript, delivery: Delivery
     ) -> SteeringReceipt | None:
@@ -254,15 +352,17 @@ class ActivationInbox:
         if refusal is not None or steer is None:
             self._settle(delivery, refusal)
             return None
-        message, source = delivery.message, delivery.source
+        message, source = delivery.send.message, delivery.send.source
         try:
             receipt = transcript.steer(
                 lambda: steer(message, source),
                 message,
                 source,
                 task_id=self._task_id,
-                forwarded=delivery.forwarded,
+                forwarded=delivery.send.forwarded,
             )
+        except ParkedTask:
+            raise  # its run parked: the supervisor delivers it on (`_drain`)
         except SubagentControlError as exc:
             exc.task_id = self._task_id
             self._settle(delivery, exc)
@@ -284,8 +384,6 @@ class ActivationInbox:
             self._changed.notify_all()
 
     def _refusal(self, closed: SubagentControlError) -> SubagentControlError:
-        if isinstance(closed, ParkedTask):
-            return ParkedTask(child_id=self._child_id, task_id=self._task_id)
         return SubagentControlError(
             closed.code, closed.message, child_id=closed.child_id, task_id=closed.task_id
         )

@@ -44,7 +44,7 @@ def aborted(signal: CancelSignal) -> TaskOutcome:
 def unrecorded(outcome: TaskOutcome, exc: SubagentControlError) -> TaskOutcome:
     """The outcome of a turn whose end the store could not take: ``interrupted`` (its
     ``turn/end``, with that status, is written once the store is back), never ``failed``:
-    a store outage ends running Tasks interrupted, never more (SPEC §9 "Outages")."""
+    a store outage ends running Tasks interrupted, never more."""
     earlier = outcome.detail or outcome.status.value
     return TaskOutcome(
         status=TaskStatus.INTERRUPTED,

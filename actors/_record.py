@@ -1,28 +1,32 @@
-"""The one record of a running activation, and the snapshot other threads read of it.
+"""The one record of a running activation, its state machine, and the snapshot other
+threads read of it.
 
-An activation's state used to be spread over its Task (status, owner, fence, read by the
-supervisor through the Task service without its lock), the supervisor's association (run,
-transcript, settling flag, held messages), the transcript writer, the signal and the
-trace. Now one `Activation` holds it, owned by the child's supervisor: it is changed only
-on the supervisor's thread (by the supervisor's own decisions, and by the messages the
-activation actor sends it: `Published`, `Settling`, `ActivationEnded`). After every change
-the supervisor publishes a frozen `ActivationView` (one attribute swap, so a reader on any
-thread sees a whole snapshot, never a half-made one); the tree dump and anyone else who
-asks "what is this activation doing" read that.
+One `Activation` holds an activation's state, owned by the child's supervisor: it changes
+only on the supervisor's thread, through one function, `Activation.apply(event) ->
+effects` (Temporal's workflow activation: what happened in, what to do out). The events
+are the activation actor's reports (`RunPublished`, `RunSettling`, `RunEnded`) and the
+supervisor's own findings (`Parking`, `MessageHeld`, `Broke`); the effects are what the
+supervisor then does (open or close the inbox, deliver the held messages, release the
+Task, retire). `_TABLE` lists every legal ``(phase, event) -> (phase, effects)``; an event
+the table does not list is a bug elsewhere: logged and ignored, never a silent change.
 
-The Task service keeps the Task's *ledger* (what the parent observes: its snapshot, wait,
-notices, the store's row) — the durable projection of this record, not a second owner.
+After every change the record publishes a frozen `ActivationView` (one attribute swap, so
+a reader on any thread sees a whole snapshot, never a half-made one); the tree dump and
+anyone else who asks "what is this activation doing" read that. The Task ledger keeps the
+Task's durable projection (its snapshot, wait, notices, the store's row), not a second
+owner of this state.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import pykka
 
-from actors._inbox import ActivationInbox
+from actors._inbox import ActivationInbox, Held
 from controlplane.contract import (
     CancelSignal,
     SubagentRun,
@@ -34,33 +38,150 @@ if TYPE_CHECKING:
     from actors._transcript import ActivationTranscript
     from actors.messages import ActivationPlan
 
-__all__ = ["Activation", "ActivationPhase", "ActivationSlot", "ActivationView"]
+__all__ = [
+    "Activation",
+    "ActivationEvent",
+    "ActivationPhase",
+    "ActivationSlot",
+    "ActivationView",
+    "Broke",
+    "Effect",
+    "MessageHeld",
+    "Parking",
+    "RunEnded",
+    "RunPublished",
+    "RunSettling",
+    "view_of",
+]
 
-ActivationPhase = Literal["admitted", "published", "settling", "parked", "handed_over", "ended"]
-"""Where an activation is in its life (its supervisor's record, `Activation.advance`):
+log = logging.getLogger(__name__)
+
+ActivationPhase = Literal[
+    "admitted", "published", "settling", "parking", "parked", "handed_over", "ended"
+]
+"""Where an activation is in its life:
 
 - ``admitted``: its Task exists and the activation began (loading, framing, waiting for
   a slot, starting its run); a ``recovered`` or ``continued`` one goes on in a turn its
   Task opened earlier (``ActivationPlan.kind`` and ``recovery`` say which);
 - ``published``: its run is live here and takes steers;
 - ``settling``: its run's result is in (or it is stopping); it takes no more messages;
+- ``parking``: its run is parking on an approval request: messages sent now are held and
+  go into the parked Task's continued turn once it has parked;
 - ``parked``: its run ended waiting on an approval answer: the Task goes on in the
-  store, ``input_required``, and its answer continues it in any runtime (SPEC §11);
-- ``handed_over``: `close()` stopped its run mid-turn: the Task stays ``running`` in
-  the store, its turn open, and a live runtime with its provider recovers it (SPEC §9);
+  store, ``input_required``, and its answer (or a message) continues it in any runtime;
+- ``handed_over``: `close()` stopped its run mid-turn (or its provider is elsewhere):
+  the Task stays in the store, its turn open, for a runtime with its provider;
 - ``ended``: its Task settled here.
 
 The last three are final; the supervisor then drops the record.
 """
 
-_NEXT: dict[str, frozenset[str]] = {
-    "admitted": frozenset({"published", "settling", "ended"}),
-    "published": frozenset({"settling", "ended"}),
-    "settling": frozenset({"parked", "handed_over", "ended"}),
-    "parked": frozenset(),
-    "handed_over": frozenset(),
-    "ended": frozenset(),
+FINAL: Final = frozenset({"parked", "handed_over", "ended"})
+
+
+# -- events: what happened ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RunPublished:
+    """The activation published its run: durable, live, taking steers."""
+
+    run: SubagentRun
+    transcript: ActivationTranscript
+
+
+@dataclass(frozen=True, slots=True)
+class RunSettling:
+    """The run's result is in; ``status`` is the outcome it gives (None: stopping without
+    one, its turn left open). ``input_required``: it parked on an approval request."""
+
+    status: TaskStatus | None
+
+
+@dataclass(frozen=True, slots=True)
+class Parking:
+    """The supervisor found the run parking before its report came (its transcript took
+    the park, or the store has its Task parked)."""
+
+
+@dataclass(frozen=True, slots=True)
+class MessageHeld:
+    """A message came while the run parks: held until the Task's next step is known."""
+
+    held: Held
+
+
+@dataclass(frozen=True, slots=True)
+class RunEnded:
+    """The activation ended: its Task settled (``ended``), parked on an approval request
+    (``parked``), or was left open for another runtime (``handed_over``)."""
+
+    how: Literal["ended", "parked", "handed_over"]
+
+
+@dataclass(frozen=True, slots=True)
+class Broke:
+    """The supervisor's own code failed while this activation was current: it is aborted
+    and its messages refused; the supervisor retires once it ended."""
+
+    why: str
+
+
+ActivationEvent = RunPublished | RunSettling | Parking | MessageHeld | RunEnded | Broke
+
+# -- effects: what the supervisor does next -------------------------------------------------
+
+Effect = Literal[
+    "open_inbox",  # held messages' senders deliver them into the run now
+    "hold",  # keep the message for the Task's next step (answered `held`)
+    "hand_back",  # the parked run's messages (untaken and held) go on into its continuation
+    "redecide",  # it ended without parking: what it held is decided afresh
+    "close_inbox",  # refuse whatever is still queued or held
+    "notify_ledger",  # the Task ledger follows the new view (`TaskService.on_view`)
+    "drop",  # forget the record (the supervisor goes idle, or retires)
+]
+
+_ENDS: Final[dict[str, tuple[Effect, ...]]] = {
+    "ended": ("redecide", "close_inbox", "drop", "notify_ledger"),
+    "handed_over": ("redecide", "close_inbox", "drop", "notify_ledger"),
+    "parked": ("hand_back", "close_inbox", "drop", "notify_ledger"),
 }
+
+_TABLE: Final[dict[tuple[str, str], tuple[str, tuple[Effect, ...]]]] = {
+    ("admitted", "RunPublished"): ("published", ("open_inbox",)),
+    ("admitted", "RunSettling"): ("settling", ()),
+    ("admitted", "RunEnded:ended"): ("ended", _ENDS["ended"]),
+    ("published", "RunSettling"): ("settling", ()),
+    ("published", "RunSettling:input_required"): ("parking", ("notify_ledger",)),
+    ("published", "Parking"): ("parking", ("notify_ledger",)),
+    ("published", "RunEnded:ended"): ("ended", _ENDS["ended"]),
+    ("settling", "MessageHeld"): ("settling", ("hold",)),
+    ("settling", "RunEnded:ended"): ("ended", _ENDS["ended"]),
+    ("settling", "RunEnded:handed_over"): ("handed_over", _ENDS["handed_over"]),
+    ("parking", "RunSettling"): ("parking", ()),
+    ("parking", "RunSettling:input_required"): ("parking", ()),
+    ("parking", "Parking"): ("parking", ()),
+    ("parking", "MessageHeld"): ("parking", ("hold",)),
+    ("parking", "RunEnded:parked"): ("parked", _ENDS["parked"]),
+    ("parking", "RunEnded:ended"): ("ended", _ENDS["ended"]),
+    ("parking", "RunEnded:handed_over"): ("handed_over", _ENDS["handed_over"]),
+    **{
+        (phase, "Broke"): (phase, ("close_inbox",))
+        for phase in ("admitted", "published", "settling", "parking")
+    },
+}
+"""Every legal transition: ``(phase, event) -> (next phase, effects)``. An event's key is
+its class name, with what it says where that decides the move (``RunSettling`` with
+``input_required``, ``RunEnded`` with how it ended)."""
+
+
+def _key(event: ActivationEvent) -> str:
+    if isinstance(event, RunSettling) and event.status is TaskStatus.INPUT_REQUIRED:
+        return "RunSettling:input_required"
+    if isinstance(event, RunEnded):
+        return f"RunEnded:{event.how}"
+    return type(event).__name__
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +201,8 @@ class ActivationView:
     """How many times its Task's turn was recovered (this activation's included)."""
     published: bool
     settling: bool
-    """The run's result is in; dispose and the outcome follow."""
+    """Past publication: the run's result is in (or it parks or stops); it takes no more
+    messages."""
     cancel_reason: str | None
     started: float
     """When it was admitted (monotonic seconds)."""
@@ -107,7 +229,8 @@ class ActivationSlot:
 
 @dataclass(slots=True, eq=False)
 class Activation:
-    """The record of one running activation; mutated on its supervisor's thread only."""
+    """The record of one running activation; changed by `apply` on its supervisor's
+    thread only."""
 
     plan: ActivationPlan
     inbox: ActivationInbox
@@ -115,22 +238,48 @@ class Activation:
     agent_mark: int
     started: float = field(default_factory=time.monotonic)
     ref: pykka.ActorRef[Any] | None = None  # the activation actor, once it began
-    run: SubagentRun | None = None
-    transcript: ActivationTranscript | None = None
-    settling: bool = False
-    status: TaskStatus = TaskStatus.RUNNING
     slot: ActivationSlot | None = None  # where its view is published
     phase: ActivationPhase = "admitted"
+    run: SubagentRun | None = None
+    transcript: ActivationTranscript | None = None
+    # The outcome its run's result gives, once it is in (None before, or with none).
+    result: TaskStatus | None = None
+    # Why its supervisor's own code failed, once it has: its messages are refused.
+    broken: str | None = None
+    # Messages held while its run parks, in arrival order: delivered once it has parked.
+    held: list[Held] = field(default_factory=list)
 
-    def advance(self, phase: ActivationPhase) -> bool:
-        """Move to ``phase`` (on the supervisor's thread), if it follows the current one;
-        whether it moved. A phase already reached is no move (messages may repeat it)."""
-        if phase == self.phase or phase not in _NEXT[self.phase]:
-            return False
-        self.phase = phase
-        if phase == "settling":
-            self.settling = True
-        return True
+    def apply(self, event: ActivationEvent) -> tuple[Effect, ...]:
+        """Take ``event`` (on the supervisor's thread): move to the phase the table says,
+        publish the new view, and return the effects for the supervisor to run. An event
+        the table does not allow in this phase is logged and ignored (no effect)."""
+        move = _TABLE.get((self.phase, _key(event)))
+        if move is None:
+            log.error(
+                "activation %s: %s is not allowed in phase %s; ignored",
+                self.task_id,
+                type(event).__name__,
+                self.phase,
+            )
+            return ()
+        phase, effects = move
+        if isinstance(event, RunPublished):
+            self.run, self.transcript = event.run, event.transcript
+        elif isinstance(event, RunSettling):
+            self.result = event.status or self.result
+        elif isinstance(event, MessageHeld):
+            self.held.append(event.held)
+        elif isinstance(event, Broke):
+            self.broken = self.broken or event.why
+        self.phase = phase  # type: ignore[assignment]  # the table's phases are phases
+        self.publish_view()
+        return effects
+
+    @property
+    def takes_messages(self) -> bool:
+        """Whether a message may still go into this activation's turn (or wait for its
+        publication)."""
+        return self.phase in ("admitted", "published") and self.broken is None
 
     @property
     def task_id(self) -> str:
@@ -147,23 +296,53 @@ class Activation:
         """The session that owns its Task (the parent it runs for)."""
         return self.plan.parent.session_id
 
-    def publish_view(self) -> ActivationView:
-        """Publish a fresh snapshot (after a change, on the supervisor's thread)."""
-        plan = self.plan
-        view = ActivationView(
-            task_id=plan.task_id,
-            child_id=plan.child_id,
-            kind=plan.kind,
-            owner_session=plan.parent.session_id,
-            fence=plan.fence,
+    @property
+    def status(self) -> TaskStatus:
+        """Its Task's status as this activation knows it: ``running`` until its run's
+        result is in, then the outcome that result gives."""
+        if self.phase == "parked" or self.phase == "parking":
+            return TaskStatus.INPUT_REQUIRED
+        return self.result or TaskStatus.RUNNING
+
+    def view(self) -> ActivationView:
+        """A fresh snapshot, not published."""
+        return view_of(
+            self.plan,
+            self.phase,
             status=self.status,
             published=self.run is not None,
-            settling=self.settling,
-            phase=self.phase,
-            recovery=plan.recovery,
-            cancel_reason=plan.signal.reason,
             started=self.started,
         )
+
+    def publish_view(self) -> ActivationView:
+        """Publish a fresh snapshot (after a change, on the supervisor's thread)."""
+        view = self.view()
         if self.slot is not None:
             self.slot.view = view
         return view
+
+
+def view_of(
+    plan: ActivationPlan,
+    phase: ActivationPhase,
+    *,
+    status: TaskStatus = TaskStatus.RUNNING,
+    published: bool = False,
+    started: float | None = None,
+) -> ActivationView:
+    """The view of the activation of ``plan`` in ``phase`` (`Activation.publish_view`; the
+    last word of one whose supervisor is gone)."""
+    return ActivationView(
+        task_id=plan.task_id,
+        child_id=plan.child_id,
+        kind=plan.kind,
+        owner_session=plan.parent.session_id,
+        fence=plan.fence,
+        status=status,
+        published=published,
+        settling=phase not in ("admitted", "published"),
+        phase=phase,
+        recovery=plan.recovery,
+        cancel_reason=plan.signal.reason,
+        started=time.monotonic() if started is None else started,
+    )

@@ -48,7 +48,7 @@ def turn_frame(
     prompt: Sequence[TextBlock],
     source: MessageSource,
 ) -> list[NewEvent]:
-    """The frame that opens a turn (SPEC §4): ``turn/start`` naming its Task, then the
+    """The frame that opens a turn: ``turn/start`` naming its Task, then the
     message as ``user/message``. A resume's is written with its claim (its ``turn`` set
     by the store), a new child's at publication."""
     return [
@@ -134,7 +134,7 @@ class ActivationTranscript:
         self._child_id = child_id
         self._turn = turn
         # Every write is conditional on this runtime still holding the child's claim; a
-        # refused one (FENCED) cancels the activation through its signal (SPEC §9).
+        # refused one (FENCED) cancels the activation through its signal.
         self._fence = fence
         self._task_id = task_id
         self._signal = signal
@@ -160,6 +160,11 @@ class ActivationTranscript:
     def turn(self) -> int:
         """The turn number of this activation."""
         return self._turn
+
+    @property
+    def parked(self) -> bool:
+        """Whether the turn parked on an approval request (it takes nothing more here)."""
+        return self._parked
 
     @property
     def spent(self) -> Usage:
@@ -220,11 +225,11 @@ class ActivationTranscript:
             )
 
     def park_with(self, park: Callable[[], bool]) -> bool:
-        """Park the turn (SPEC §11): under this writer's lock — so no steer is handed to
+        """Park the turn: under this writer's lock — so no steer is handed to
         the run meanwhile — write the steering records still queued, then run ``park``
         (the claim given up in the store); when it returns True the turn takes nothing
-        more (a later steer is refused ``NOT_DELIVERED``; its sender's retry continues the
-        parked Task). Returns what ``park`` returned."""
+        more (a later steer is refused `ParkedTask`, and the supervisor delivers it into the
+        parked Task's continued turn). Returns what ``park`` returned."""
         with self._lock:
             if self._state != "open":
                 return False
@@ -465,7 +470,7 @@ class ActivationTranscript:
 
         Once the runtime fences the activation, a write still waiting for the store is
         abandoned at once (`_on_abort`) and retried no more: the activation must be
-        quiescent before the lease can lapse in another runtime's eyes (SPEC §9), and a
+        quiescent before the lease can lapse in another runtime's eyes, and a
         write on a silent network would hold it for the store's whole deadline.
         """
         me = threading.get_ident()
@@ -520,7 +525,7 @@ class ActivationTranscript:
     def _refuse_if_fenced(self) -> None:
         """Refuse a write here, without a store call, once the control plane fenced the
         activation (its runtime lost the claim, or could not renew its lease and may be
-        cut off from the store: a write would wait out the store's deadlines, SPEC §9)."""
+        cut off from the store: a write would wait out the store's deadlines)."""
         if self._is_fenced():
             raise self._fenced_error()
 

@@ -3,7 +3,7 @@
 It owns the Task's producer: begin (load, authorize, fold the descriptor, call the
 provider), publish the run to its supervisor, await the result, dispose the run, and only
 then record the Task outcome. A resume's turn frame (``turn/start`` and the message that
-resumed it) is written with its claim, before ``started`` is answered (SPEC §9), so the
+resumed it) is written with its claim, before ``started`` is answered, so the
 activation finds its own open turn and goes on in it (a frame it must write itself —
 a store that did not write it — is written before the provider is called); a new
 child's frame is written at publication, with its header. A resume whose provider this
@@ -26,6 +26,7 @@ import pykka
 
 from actors._base import Actor
 from actors._outcomes import aborted, error_text, failed, unrecorded
+from actors._record import ActivationPhase, view_of
 from actors._spend import TurnSpend
 from actors._transcript import ActivationTranscript, message_data, turn_frame
 from actors.context import ActorContext
@@ -191,18 +192,18 @@ class ActivationActor(Actor):
     def _park(self, run: SubagentRun, prepared: _Prepared) -> None:
         """The run parked on an approval request (its desk gave the child's claim up):
         disposed, the turn left open, the Task not settled — it reads ``input_required``
-        in the store until the answer continues it, in any runtime (SPEC §11)."""
+        in the store until the answer continues it, in any runtime."""
         self._dispose_left(run, "parked")
         prepared.transcript.close(None)
         self._leave_task(handed_over=False)
 
     def _await_provider(self, provider: str) -> bool:
-        """Leave the Task for a runtime that has the child's provider (SPEC §9 "Work goes
-        where the provider is"): its message is in its turn already (written with the
-        claim), so the Task reads ``queued``, naming the provider, with the child's claim
-        kept for it and no runtime, until a runtime with the provider takes it from its
-        sweep (`controlplane.runtime.lease._recovery.Recovery.take_waiting`). Whether it was left so
-        (False: the store refused; the Task then fails as before, its turn closed)."""
+        """Leave the Task for a runtime that has the child's provider: its message is in
+        its turn already (written with the claim), so the Task reads ``queued``, naming
+        the provider, with the child's claim kept for it and no runtime, until a runtime
+        with the provider takes it from its sweep
+        (`controlplane.runtime.lease._recovery.Recovery.take_waiting`). Whether it was left
+        so (False: the store refused; the Task then fails, its turn closed)."""
         plan = self._plan
         try:
             left = self._ctx.store.await_provider(
@@ -218,8 +219,8 @@ class ActivationActor(Actor):
         return True
 
     def _handing_over(self, prepared: _Prepared, outcome: TaskOutcome) -> bool:
-        """Whether the run, stopped by `close`, hands its turn over rather than settling
-        (SPEC §9 "Handover on close"): its provider can carry a turn on elsewhere."""
+        """Whether the run, stopped by `close`, hands its turn over rather than settling:
+        its provider can carry a turn on elsewhere."""
         return (
             self._ctx.hands_over
             and outcome.status is TaskStatus.KILLED
@@ -253,9 +254,9 @@ class ActivationActor(Actor):
     def _leave_task(self, *, handed_over: bool) -> None:
         """The Task is left unsettled for whoever continues its turn (an answer, a runtime
         with its provider, a live runtime after close): it holds no slot here, and the
-        supervisor hears the activation ended with its turn durable and open."""
+        supervisor hears the activation ended with its turn durable and open (its Task
+        ledger entry then follows the record's view: gone from this runtime)."""
         plan = self._plan
-        self._ctx.tasks.park(plan.task_id)
         if self._ctx.admission is not None:
             self._ctx.admission.release(plan.task_id)  # waiting holds no slot
         plan.trace.end(None)
@@ -266,7 +267,7 @@ class ActivationActor(Actor):
         )
 
     def _admit(self, prepared: _Prepared) -> None:
-        """Wait for a slot under the concurrency limits the child falls under (SPEC §11),
+        """Wait for a slot under the concurrency limits the child falls under,
         before anything of the turn runs: its Task reads ``queued`` meanwhile. Killed while
         waiting: a new child ends unpublished, nothing written; a resume's turn, whose frame
         was written before the wait, ends with its message in it (`started` was answered:
@@ -279,11 +280,11 @@ class ActivationActor(Actor):
             raise _Settle(outcome)
 
     def _write_frame(self, prepared: _Prepared) -> None:
-        """Make a resumed turn's message durable before the provider starts (SPEC §5: every
+        """Make a resumed turn's message durable before the provider starts (every
         delivered message is in the transcript): ``started`` was answered, so whatever the
         start does — a kill, a failure — the message is in its turn, closed by its outcome.
-        A new child has no transcript until publication, and a failed start leaves none
-        (SPEC §5 start 4), so its frame waits for `publish`.
+        A new child has no transcript until publication, and a failed start leaves none,
+        so its frame waits for `publish`.
         """
         receipt = self._plan.receipt
         try:
@@ -385,7 +386,7 @@ class ActivationActor(Actor):
             and descriptor.provider not in self._ctx.providers.names()
         ):
             # Its message is in its turn already (the claim wrote it): a runtime with the
-            # provider runs it (SPEC §9), rather than a refusal here.
+            # provider runs it, rather than a refusal here.
             try:
                 self._provider(descriptor)
             except _Settle as refusal:
@@ -447,7 +448,7 @@ class ActivationActor(Actor):
     def _desk(
         self, transcript: ActivationTranscript, parent_session: str, provider: str
     ) -> ApprovalDesk | None:
-        """Where the run asks for approvals (SPEC §11), or None without a store for them."""
+        """Where the run asks for approvals, or None without a store for them."""
         approvals = self._ctx.approvals
         if approvals is None:
             return None
@@ -464,7 +465,7 @@ class ActivationActor(Actor):
         )
 
     def _gate(self, own: Budget | None, transcript: ActivationTranscript) -> TurnGate | None:
-        """The run's spend gate (SPEC §11), or None when the control plane has no budgets."""
+        """The run's spend gate, or None when the control plane has no budgets."""
         budgets = self._ctx.budgets
         if budgets is None:
             return None
@@ -583,7 +584,7 @@ class ActivationActor(Actor):
         Returns the outcome and whether the settlement was written with it.
 
         A store that could not take the end (down longer than its retry budget) ends the
-        Task ``interrupted`` (SPEC §9 "Outages": an outage may end running Tasks
+        Task ``interrupted`` (an outage may end running Tasks
         interrupted, never more); its claim stays held, and the settlement the Task
         service writes once the store is back closes the turn with it (``turn/end``
         status ``interrupted``), so no later turn begins on top of an open one."""
@@ -612,9 +613,13 @@ class ActivationActor(Actor):
         try:
             self._supervisor.tell(message)
         except pykka.ActorDeadError:
-            # The supervisor is gone (close gave up waiting): nobody will release the Task.
+            # The supervisor is gone (close gave up waiting): the Task ledger hears the
+            # activation's end from here, or nobody would release its Task.
             if isinstance(message, ActivationEnded):
-                self._ctx.tasks.release(message.task_id)
+                phase: ActivationPhase = "parked" if message.parked else "ended"
+                if message.handed_over:
+                    phase = "handed_over"
+                self._ctx.tasks.on_view(view_of(self._plan, phase))
 
 
 def _resume_facts(loaded: LoadedSession) -> tuple[int, list[SessionEvent]]:
@@ -671,7 +676,7 @@ def _conflict(child_id: str) -> str:
 
 class _FencedGate:
     """A run's spend gate whose store reads are abandoned when the runtime fences the
-    activation, as its transcript's writes are (SPEC §9 "Lease safety": a read on a
+    activation, as its transcript's writes are (a read on a
     silent network held the activation past the fence, and its Task's `wait`)."""
 
     __slots__ = ("_gate", "_transcript")

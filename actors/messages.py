@@ -10,7 +10,7 @@ from typing import Any, Literal
 import pykka
 from pydantic import BaseModel, ConfigDict, Field
 
-from actors._inbox import ActivationInbox, Delivery
+from actors._inbox import ActivationInbox, Delivery, Held
 from actors._transcript import ActivationTranscript
 from controlplane.contract import (
     NO_TRACE,
@@ -55,7 +55,7 @@ _MESSAGE = ConfigDict(frozen=True, extra="forbid", arbitrary_types_allowed=True)
 
 
 class FrameReceipt:
-    """A message carried into a continued turn (SPEC §11: sent to a child parked on an
+    """A message carried into a continued turn (sent to a child parked on an
     approval request): resolved once its activation has written it into the turn, or
     with the reason it could not. Its sender is answered ``steered`` only then."""
 
@@ -88,7 +88,7 @@ class ActivationPlan(BaseModel):
     model_config = _MESSAGE
 
     # ``continued``: a Task parked on an approval request goes on in its own open turn
-    # (its answer came, it was killed, or a message was sent to it: SPEC §11).
+    # (its answer came, it was killed, or a message was sent to it).
     kind: Literal["initial", "resumed", "continued"]
     task_id: str
     child_id: str
@@ -112,7 +112,7 @@ class ActivationPlan(BaseModel):
     fence: int | None = 1
     # A continued turn's message (a steer to a parked child), resolved once it is written.
     receipt: FrameReceipt | None = None
-    # A recovered turn (SPEC §9 "Recovery"): how many times its Task has been taken over
+    # A recovered turn: how many times its Task has been taken over
     # from a runtime that ended mid-turn (this activation's included); 0 for any other.
     recovery: int = 0
 
@@ -131,7 +131,7 @@ class SendMessage(BaseModel):
     # Where the send came from (its trace context, when it began): a resume it starts
     # continues that trace and times its latency from there.
     origin: Origin | None = None
-    # The inbox id of a message forwarded from another runtime (SPEC §9): it only ever
+    # The inbox id of a message forwarded from another runtime: it only ever
     # steers the running activation, never starts a resume here (the sender may resume the
     # child itself once this runtime has let it go), and its steering record carries the
     # id, so the sender can tell whether it was delivered even if this runtime dies.
@@ -139,7 +139,7 @@ class SendMessage(BaseModel):
     # The Task parked on an approval request to continue here (its answer came: SPEC
     # §11), with no message: answered ``started`` with that Task's id.
     continues: str | None = None
-    # A running Task taken over from a dead (or closed) runtime (SPEC §9 "Recovery"): the
+    # A running Task taken over from a dead (or closed) runtime: the
     # child is already claimed here for it (``continues`` names it): its stored snapshot,
     # the claim's fencing number and its recovery count. Answered ``started``.
     recovered: tuple[TaskSnapshot, int, int] | None = None
@@ -243,7 +243,7 @@ class ActivationEnded(BaseModel):
     """Supervisor (from the activation): the Task has its outcome; drop the association.
 
     ``durable`` says whether the child exists in the store (published, or loaded);
-    ``parked``, whether its run parked on an approval request (SPEC §11).
+    ``parked``, whether its run parked on an approval request.
     """
 
     model_config = _MESSAGE
@@ -252,7 +252,7 @@ class ActivationEnded(BaseModel):
     durable: bool
     parked: bool = False
     # Its run was stopped by `close` mid-turn and its Task left running in the store for
-    # another runtime to recover (SPEC §9 "Handover on close"); ``parked`` is set too.
+    # another runtime to recover; ``parked`` is set too.
     handed_over: bool = False
 
 
@@ -281,14 +281,17 @@ class Reply:
     ``started``: a resume began, as Task ``task_id``. ``steered``: the message was put into
     the inbox of the running activation ``task_id``; the sender completes its delivery
     (`result`) on its own thread — the supervisor never waits for the run or the store.
+    ``held``: the child's run is parking; the supervisor delivers the message once the
+    Task's next step is known and resolves ``held`` with that reply.
     A refusal is never a reply: it is raised through the ask's future.
     """
 
-    route: Literal["started", "steered"]
+    route: Literal["started", "steered", "held"]
     task_id: str
     inbox: ActivationInbox | None = None
     delivery: Delivery | None = None
     receipt: FrameReceipt | None = None
+    held: Held | None = None
 
     def result(self) -> SendResult:
         """The send's result, once it is final: for a steer, once the message's record is
@@ -298,8 +301,13 @@ class Reply:
             SubagentControlError: the steer was not delivered (``NOT_DELIVERED``, …), or
                 ``DURABILITY_FAILED``: the run has it, the transcript does not.
         """
+        if self.held is not None:
+            return self.held.result()
         if self.inbox is not None and self.delivery is not None:
-            self.inbox.wait(self.delivery)
+            moved = self.inbox.wait(self.delivery)
+            if moved is not None:  # its run parked first: delivered on by the supervisor
+                return moved.result()
         if self.receipt is not None:
             self.receipt.wait()
+        assert self.route != "held"
         return SendResult(route=self.route, task_id=self.task_id)

@@ -16,15 +16,27 @@ from __future__ import annotations
 import logging
 import time
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 import pykka
 
 from actors._answer import NO_ANSWER, answer_of
-from actors._inbox import ActivationInbox
+from actors._inbox import ActivationInbox, Held
 from actors._outcomes import error_text, failed
 from actors._parking import ParkingActor, ask_here
-from actors._record import Activation, ActivationSlot, ActivationView
+from actors._record import (
+    Activation,
+    ActivationEvent,
+    ActivationSlot,
+    ActivationView,
+    Broke,
+    MessageHeld,
+    Parking,
+    RunEnded,
+    RunPublished,
+    RunSettling,
+    view_of,
+)
 from actors._transcript import turn_frame
 from actors.activation import ActivationActor
 from actors.context import ActorContext
@@ -101,13 +113,10 @@ class ChildSupervisor(ParkingActor):
         self._ctx = context
         self._table = table
         self._retired = False
-        # Why this supervisor failed, once it has: it only waits for its activation to end.
-        self._broken: str | None = None
         self._child_id = child_id
         self._parent_session = parent_session
         self._slot = slot or ActivationSlot()
         self._current: Activation | None = None
-        self._held = 0  # messages put into the current inbox before its run was published
         self._last_activity_s = time.time()  # as a float: set on every message
         self._label: str | None = None  # its latest activation's, for the live views
         # Since when it has had no activation and no message (monotonic); None while busy.
@@ -153,9 +162,9 @@ class ChildSupervisor(ParkingActor):
 
     def _handle(self, message: Any) -> Any:
         if isinstance(message, SendMessage):
-            if self._broken is not None:
-                task_id = self._current.task_id if self._current else None
-                raise _not_delivered(self._child_id, task_id, self._broken)
+            current = self._current
+            if current is not None and current.broken is not None:
+                raise _not_delivered(self._child_id, current.task_id, current.broken)
             return self._on_send(message)
         if isinstance(message, BeginActivation):
             return self._begin()
@@ -181,13 +190,14 @@ class ChildSupervisor(ParkingActor):
             )
             self._ctx.tasks.settle(current.task_id, stopped)
             current.plan.trace.end(stopped)
-        self._ctx.tasks.release(current.task_id)
+        # Gone with this supervisor, whatever its run still does: `wait` returns.
+        self._ctx.tasks.on_view(view_of(current.plan, "ended"))
 
     def on_failure(self, *_exc_info: Any) -> None:
         # Stopped by an error pykka caught (on_stop is not called then): no sender may
         # wait for ever on this supervisor's activation.
         if self._current is not None:
-            self._current.inbox.close(ErrorCode.NOT_DELIVERED, "its supervisor failed")
+            self._close_inbox(self._current, ErrorCode.NOT_DELIVERED, "its supervisor failed")
 
     def _fail(self, message: Any, exc: BaseException) -> SubagentControlError | None:
         """Contain a failure of this supervisor's own code (a bug, or no thread left for
@@ -197,19 +207,15 @@ class ChildSupervisor(ParkingActor):
         why = f"internal error in the supervisor of child {self._child_id}: {error_text(exc)}"
         log.error("%s (while handling %s)", why, type(message).__name__, exc_info=exc)
         try:
-            self._broken = self._broken or why
             current = self._current
             if current is not None:
                 current.signal.abort(why, cause=ErrorCode.INTERNAL)
-                self._close_inbox(current, ErrorCode.NOT_DELIVERED, why)
+                self._apply(current, Broke(why))
                 if current.ref is None:  # never began: no activation will settle its Task
                     outcome = failed(why, ErrorCode.INTERNAL)
                     self._ctx.tasks.settle(current.task_id, outcome)
                     current.plan.trace.end(outcome)
-                    self._ctx.tasks.release(current.task_id)
-                    self._drop()
-                else:
-                    current.publish_view()
+                    self._apply(current, RunEnded("ended"))
         finally:
             if self._current is None:
                 self._retire()
@@ -246,19 +252,17 @@ class ChildSupervisor(ParkingActor):
                 f"child {self._child_id} has no task for this session",
                 child_id=self._child_id,
             )
-        if current.status is TaskStatus.INPUT_REQUIRED:
-            # Its run is parking on an approval request: sent again once it has, the
-            # message goes into that Task's turn (`_continue`).
-            raise ParkedTask(child_id=self._child_id, task_id=current.task_id)
-        if current.status is not TaskStatus.RUNNING or current.signal.aborted:
-            what = "being killed" if current.status is TaskStatus.RUNNING else current.status.value
+        if self._parking(current):
+            # Its run is parking on an approval request: held, and delivered into that
+            # Task's continued turn once it has parked (`_on_ended`).
+            return self._hold(current, send)
+        if not current.takes_messages or current.signal.aborted:
+            status = current.status
+            what = "being killed" if status is TaskStatus.RUNNING else status.value
             raise _not_delivered(
                 self._child_id, current.task_id, f"task {current.task_id} is {what}"
             )
-        if current.run is None:
-            self._held += 1
-            self._ctx.telemetry.held_messages(1)
-        elif current.run.steer is None:
+        if current.run is not None and current.run.steer is None:
             raise _not_delivered(
                 self._child_id,
                 current.task_id,
@@ -267,22 +271,28 @@ class ChildSupervisor(ParkingActor):
         # Steered into the turn (or held until its publication) by the sender's own thread:
         # this supervisor never calls the run nor waits for the record's write.
         inbox = current.inbox
-        delivery = inbox.put(send.message, send.source, send.forwarded)
+        delivery = inbox.put(send)
         return Reply(route="steered", task_id=current.task_id, inbox=inbox, delivery=delivery)
 
     def _continue_ordered(self, current: Activation | None, send: SendMessage) -> Reply:
-        """Continue a parked Task with no message (its answer came, SPEC §11)."""
+        """Continue a parked Task with no message (its answer came)."""
         task_id = send.continues
         assert task_id is not None
+        if current is not None and current.task_id == task_id:
+            if current.plan.kind != "continued" and current.phase == "published":
+                # The store has it parked while its run here is still parking.
+                self._apply(current, Parking())
+            if self._parking(current) or current.phase == "settling":
+                # Its run here is ending: the Task is continued (or not) once it has.
+                return self._hold(current, send)
+            return Reply(route="started", task_id=task_id)  # it goes on here already
         if current is not None:
-            if current.task_id == task_id:
-                return Reply(route="started", task_id=task_id)  # it goes on here already
             raise _not_delivered(self._child_id, task_id, "another activation of it runs here")
         return self._continue(send, task_id)
 
     def _continue(self, send: SendMessage, task_id: str) -> Reply:
         """Continue ``task_id``, parked on an approval request, in a new activation here:
-        the child claimed for it, its open turn gone on with (SPEC §11). A message sent
+        the child claimed for it, its open turn gone on with. A message sent
         with it (a steer to a waiting child) is held and delivered at publication, into
         that same turn: answered ``steered`` with the parked Task's id."""
         recovery = 0
@@ -300,7 +310,7 @@ class ChildSupervisor(ParkingActor):
                     raise
                 # No provider here (a console, a front): the message is written into the
                 # parked turn, durably, and the runtime that continues the Task (it has the
-                # provider) reads it there (SPEC §9 "Work goes where the provider is").
+                # provider) reads it there.
                 if not approvals.steer_parked(task_id, self._child_id, send.message, send.source):
                     raise _not_delivered(
                         self._child_id, task_id, "its waiting task went on meanwhile"
@@ -369,7 +379,7 @@ class ChildSupervisor(ParkingActor):
                 signal=signal,
                 claim_child=True,  # no second activation, in any runtime
                 # The message is written with the claim, in its transaction: durable before
-                # the answer below (SPEC §9), and the activation goes on in that turn.
+                # the answer below, and the activation goes on in that turn.
                 opening=lambda admitted: turn_frame(
                     0,
                     task_id=admitted.id,
@@ -424,9 +434,8 @@ class ChildSupervisor(ParkingActor):
             raise
         # Begun here, not by a message to itself: the activation's loop goes to a waiting
         # worker thread (`actors._pool`), a hand-off as cheap as that message, which the
-        # supervisor's loop would only have taken after this answer anyway. Its failure
-        # (no thread left) fails the Task as it did on that message: the sender still
-        # hears ``started``, at once.
+        # supervisor's loop would only take after this answer anyway. Its failure (no
+        # thread left) fails the Task: the sender still hears ``started``, at once.
         try:
             self._begin()
         except Exception as exc:
@@ -437,50 +446,107 @@ class ChildSupervisor(ParkingActor):
         current = self._current
         if current is None or current.task_id != published.task_id:
             return
-        current.run = published.run
-        current.transcript = published.transcript
-        current.advance("published")
+        self._apply(current, RunPublished(published.run, published.transcript))
         self._parent_session = current.plan.parent.session_id  # authorized by now
-        current.publish_view()
-        # Held messages passed the ownership check on a guess (an agent registered after
-        # the activation began may be the run's); now the run says which agent is its own.
-        squatter = self._squatter(current)
-        held, self._held = self._held, 0
-        self._ctx.telemetry.held_messages(-held)
-        # Their senders deliver them now, in order (or hear the refusal).
-        current.inbox.publish(published.run, published.transcript, squatter)
 
     def _on_settling(self, settling: Settling) -> None:
         current = self._current
         if current is not None and current.task_id == settling.task_id:
-            current.advance("settling")
-            current.settling = True
-            if settling.status is not None:
-                current.status = settling.status
-            current.publish_view()
+            self._apply(current, RunSettling(settling.status))
 
     def _on_ended(self, ended: ActivationEnded) -> None:
         current = self._current
+        broken: str | None = None
         if current is not None and current.task_id == ended.task_id:
-            current.advance(
-                "handed_over" if ended.handed_over else "parked" if ended.parked else "ended"
-            )
-            current.publish_view()
-            self._close_inbox(
-                current,
-                ErrorCode.NOT_DELIVERED,
-                "the activation ended before it could take the message",
-                parked=current.status is TaskStatus.INPUT_REQUIRED,
-            )
-            self._drop()
-        # Only now, with the association gone, may `tasks.wait()` return.
-        self._ctx.tasks.release(ended.task_id)
-        if (not ended.durable or ended.parked or self._broken is not None) and (
-            self._current is None
-        ):
+            broken = current.broken
+            self._apply(current, RunEnded(_how(ended)))
+        else:
+            # Not the current record's (its supervisor stopped it, or failed first): only
+            # now, with the association gone, may `tasks.wait()` return.
+            self._ctx.tasks.on_view(_final(ended))
+        if (not ended.durable or ended.parked or broken is not None) and self._current is None:
             # A parked child waits in the store, holding no thread here: not even this
             # supervisor's (its answer or its next message makes a new one, anywhere).
             self._retire()
+
+    def _apply(self, current: Activation, event: ActivationEvent) -> None:
+        """Feed ``event`` to ``current``'s state machine and run the effects it returns,
+        in order."""
+        handed: list[Held] = []
+        parked: str | None = None
+        for effect in current.apply(event):
+            if effect == "open_inbox":
+                assert current.run is not None
+                assert current.transcript is not None
+                # Held messages passed the ownership check on a guess (an agent registered
+                # after the activation began may be the run's); now the run says which
+                # agent is its own. Their senders deliver them now, in order.
+                squatter = self._squatter(current)
+                current.inbox.publish(current.run, current.transcript, squatter)
+            elif effect == "hand_back" and current.broken is None:
+                # The messages its run did not take, then those held while it parked: all
+                # go into the parked Task's continued turn, in that order.
+                handed = [*current.inbox.hand_back(), *current.held]
+                current.held.clear()
+                parked = current.task_id
+            elif effect == "redecide" and current.broken is None:
+                # It ended without parking: each held message is decided afresh, as if it
+                # came now (a resume, or the parked Task's continuation the store names).
+                handed = list(current.held)
+                current.held.clear()
+            elif effect == "close_inbox":
+                why = current.broken or "the activation ended before it could take the message"
+                self._close_inbox(current, ErrorCode.NOT_DELIVERED, why)
+            elif effect == "drop":
+                self._drop()
+            elif effect == "notify_ledger":
+                # Ended: only now, with the association gone, may `tasks.wait()` return.
+                self._ctx.tasks.on_view(current.view())
+        for held in handed:
+            self._deliver_held(held, parked)
+
+    def _parking(self, current: Activation) -> bool:
+        """Whether ``current``'s run is parking on an approval request (its Task goes on
+        in a continued turn once it has)."""
+        transcript = current.transcript
+        if current.phase == "published" and transcript is not None and transcript.parked:
+            self._apply(current, Parking())  # its run took the park; its report follows
+        return current.phase == "parking"
+
+    def _hold(self, current: Activation, send: SendMessage) -> Reply:
+        held = Held(send)
+        self._apply(current, MessageHeld(held))
+        return Reply(route="held", task_id=current.task_id, held=held)
+
+    def _deliver_held(self, held: Held, parked_task_id: str | None) -> None:
+        """Deliver a message held while its child's run parked: into the parked Task's
+        continued turn (the first one starts it; the rest are steered into it), or, when
+        the run did not park after all (``parked_task_id`` None), decided afresh."""
+        send = held.send
+        try:
+            if (
+                parked_task_id is not None
+                and self._current is None
+                and send.forwarded is None
+                and send.recovered is None
+                and send.continues in (None, parked_task_id)
+            ):
+                conflict = self._squatter(None)
+                if conflict is not None:
+                    raise conflict
+                if send.continues is None and self._ctx.budgets is not None:
+                    self._ctx.budgets.check_resume(self._child_id)  # as for any next turn
+                reply = self._continue(send, parked_task_id)
+            else:
+                reply = self._on_send(send)
+        except SubagentControlError as exc:
+            held.resolve(None, exc)
+        except Exception as exc:
+            error = self._fail(send, exc)
+            why = error or _not_delivered(self._child_id, parked_task_id, error_text(exc))
+            held.resolve(None, why)
+        else:
+            held.resolve(reply)
 
     def _passivate_if_idle(self, idle_for_s: float) -> None:
         idle_since = self._idle_since
@@ -522,12 +588,12 @@ class ChildSupervisor(ParkingActor):
         self._current = None
         self._slot.view = None
 
-    def _close_inbox(
-        self, current: Activation, code: ErrorCode, why: str, *, parked: bool = False
-    ) -> None:
-        held, self._held = self._held, 0
-        self._ctx.telemetry.held_messages(-held)
-        current.inbox.close(code, why, parked=parked)
+    def _close_inbox(self, current: Activation, code: ErrorCode, why: str) -> None:
+        current.inbox.close(code, why)
+        refusal = _not_delivered(self._child_id, current.task_id, why)
+        for message in current.held:
+            message.resolve(None, refusal)
+        current.held.clear()
 
     # -- helpers ---------------------------------------------------------------------
 
@@ -584,7 +650,7 @@ class ChildSupervisor(ParkingActor):
             state="idle" if view is None else view.state,
             task_id=view.task_id if view else None,
             task_status=view.status.value if view else None,
-            held_messages=current.inbox.pending if current else 0,
+            held_messages=current.inbox.pending + len(current.held) if current else 0,
             mailbox_depth=mailbox_depth(self.actor_ref),
             last_activity=datetime.fromtimestamp(self._last_activity_s, UTC),
             activation=activation,
@@ -596,6 +662,30 @@ def mailbox_depth(ref: pykka.ActorRef[Any]) -> int:
     """How many messages wait in an actor's mailbox (a snapshot, for the tree dump)."""
     qsize = getattr(ref.actor_inbox, "qsize", None)
     return int(qsize()) if callable(qsize) else 0
+
+
+def _final(ended: ActivationEnded) -> ActivationView:
+    """The last view of an activation that is no longer this supervisor's record."""
+    return ActivationView(
+        task_id=ended.task_id,
+        child_id="",
+        kind="initial",
+        owner_session="",
+        fence=None,
+        status=TaskStatus.RUNNING,
+        phase=_how(ended),
+        recovery=0,
+        published=False,
+        settling=True,
+        cancel_reason=None,
+        started=time.monotonic(),
+    )
+
+
+def _how(ended: ActivationEnded) -> Literal["ended", "parked", "handed_over"]:
+    if ended.handed_over:
+        return "handed_over"
+    return "parked" if ended.parked else "ended"
 
 
 def _not_delivered(child_id: str, task_id: str | None, why: str) -> SubagentControlError:

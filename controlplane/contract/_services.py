@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Final, Protocol
 
 from controlplane.contract._agents import AgentHandle
-from controlplane.contract._approval import ApprovalDesk, ApprovalRequest, ApprovalTranscript
+from controlplane.contract._approval import ApprovalDesk, ApprovalTranscript
 from controlplane.contract._content import MessageSource, TextBlock
 from controlplane.contract._descriptor import Descriptor
 from controlplane.contract._errors import ErrorCode, SubagentControlError
@@ -201,10 +201,22 @@ class AdmissionGate(Protocol):
         ...
 
 
+class ActivationFacts(Protocol):
+    """What the Task ledger reads of an activation's published view (`actors.ActivationView`,
+    frozen): whose Task it is and where the activation is in its life."""
+
+    @property
+    def task_id(self) -> str: ...
+
+    @property
+    def phase(self) -> str: ...
+
+
 class TaskService(Protocol):
-    """The Task service as the actors use it: admit, settle and release the Tasks of
-    their activations (implemented by `controlplane.runtime.tasks._tasks.TaskService`; callers see
-    it through the smaller `control.tasks`)."""
+    """The Task service as the actors use it: admit and settle the Tasks of their
+    activations, and follow each activation's published view (implemented by
+    `controlplane.runtime.tasks._tasks.TaskService`; callers see it through the smaller
+    `control.tasks`)."""
 
     @property
     def telemetry(self) -> Telemetry:
@@ -227,14 +239,6 @@ class TaskService(Protocol):
         events that open its turn, written with the claim (durable before ``started``)."""
         ...
 
-    def queue(self, task_id: str, at: datetime) -> None:
-        """The Task waits for a slot under a concurrency limit from ``at`` on."""
-        ...
-
-    def admitted(self, task_id: str, at: datetime | None) -> None:
-        """The Task holds its slot (``at``: when, after waiting) and reads ``running``."""
-        ...
-
     def discard(self, task_id: str) -> None:
         """Forget a Task that never ran."""
         ...
@@ -250,8 +254,11 @@ class TaskService(Protocol):
         """Record a terminal outcome; the Task is not released yet."""
         ...
 
-    def release(self, task_id: str) -> None:
-        """Mark a settled Task's activation as gone; ``wait`` returns from here on."""
+    def on_view(self, view: ActivationFacts) -> None:
+        """The activation's supervisor published ``view``: the ledger follows its phase
+        (``parking``: a kill now reaches the Task in the store too; ``parked`` or
+        ``handed_over``: gone from this runtime, the Task goes on in the store;
+        ``ended``: gone, so ``wait`` returns from here on)."""
         ...
 
     def fence_of(self, task_id: str) -> int | None:
@@ -262,15 +269,6 @@ class TaskService(Protocol):
     def meter(self, task_id: str, spent: Callable[[], Usage]) -> None:
         """Read a running Task's ``usage`` from ``spent`` (what its turn has written so
         far, from any thread) until it settles."""
-        ...
-
-    def asking(self, task_id: str, request: ApprovalRequest | None) -> None:
-        """The Task waits for ``request``'s answer (None: it was taken; it runs again)."""
-        ...
-
-    def park(self, task_id: str) -> object:
-        """The Task's run parked on an approval request: gone from this runtime, the Task
-        not settled (a kill that came meanwhile settles it ``killed`` in the store)."""
         ...
 
     def take_over_parked(self, task: TaskSnapshot, signal: CancelSignal, fence: int) -> None:

@@ -1,15 +1,33 @@
-"""The activation record's phases (actors._record): one transition function on the
-supervisor's thread; a recovered or handed-over activation is a phase of the record, not a
-flag elsewhere, and its view says which."""
+"""The activation record's state machine (actors._record): one transition function,
+`Activation.apply(event) -> effects`, run on the supervisor's thread, with an explicit table
+of every legal ``(phase, event) -> (phase, effects)``; an event the table does not allow is
+logged and ignored, never a silent change."""
 
 from __future__ import annotations
 
-from actors._inbox import ActivationInbox
-from actors._record import Activation, ActivationSlot
-from actors.messages import ActivationPlan
-from controlplane import CancelSignal, MessageSource, TextBlock
+import logging
+
+import pytest
+
+from actors._inbox import ActivationInbox, Held
+from actors._record import (
+    Activation,
+    ActivationEvent,
+    ActivationSlot,
+    Broke,
+    MessageHeld,
+    Parking,
+    RunEnded,
+    RunPublished,
+    RunSettling,
+)
+from actors.messages import ActivationPlan, SendMessage
+from controlplane import CancelSignal, MessageSource, TaskStatus, TextBlock
 from controlplane.contract import NO_TRACE, AgentHandle, AgentRegistry
 from controlplane.telemetry import Telemetry
+
+_PARENT = AgentHandle(AgentRegistry(), "p", model=None, depth=0)
+_SOURCE = MessageSource(kind="coordinator", sender_session_id="p")
 
 
 def _activation(recovery: int = 0) -> Activation:
@@ -18,9 +36,9 @@ def _activation(recovery: int = 0) -> Activation:
         kind="continued" if recovery else "resumed",
         task_id="t1",
         child_id="c1",
-        parent=AgentHandle(AgentRegistry(), "p", model=None, depth=0),
+        parent=_PARENT,
         prompt=(TextBlock(text="x"),),
-        source=MessageSource(kind="coordinator", sender_session_id="p"),
+        source=_SOURCE,
         signal=signal,
         label="x",
         recovery=recovery,
@@ -31,23 +49,116 @@ def _activation(recovery: int = 0) -> Activation:
     return Activation(plan=plan, inbox=inbox, agent_mark=0, slot=ActivationSlot())
 
 
-def test_an_activation_moves_forward_only_and_its_view_says_where() -> None:
-    record = _activation(recovery=2)
-    assert record.publish_view().phase == "admitted"
-    assert record.publish_view().recovery == 2
-    assert not record.advance("handed_over")  # not from admitted: it never ran here
-    assert record.advance("published")
-    assert not record.advance("admitted")
-    assert record.advance("settling")
-    assert record.settling
-    assert record.advance("handed_over")
-    assert not record.advance("ended")  # final
-    view = record.publish_view()
-    assert (view.phase, view.settling) == ("handed_over", True)
+def _published() -> RunPublished:
+    return RunPublished(run=object(), transcript=object())  # type: ignore[arg-type]
 
 
-def test_an_activation_that_fails_before_publication_ends_from_admitted() -> None:
+def _held() -> MessageHeld:
+    send = SendMessage(parent=_PARENT, message=(TextBlock(text="m"),), source=_SOURCE)
+    return MessageHeld(Held(send))
+
+
+_END = ("redecide", "close_inbox", "drop", "notify_ledger")
+_PARKED = ("hand_back", "close_inbox", "drop", "notify_ledger")
+
+
+LEGAL = [
+    # A run that completes (or fails) after its publication.
+    (
+        [_published(), RunSettling(TaskStatus.COMPLETED), RunEnded("ended")],
+        ["published", "settling", "ended"],
+        [("open_inbox",), (), _END],
+    ),
+    # A start that fails before publication.
+    ([RunEnded("ended")], ["ended"], [_END]),
+    # A crash after publication (no settling report).
+    ([_published(), RunEnded("ended")], ["published", "ended"], [("open_inbox",), _END]),
+    # A resume whose provider is elsewhere: left, before publication.
+    ([RunSettling(None), RunEnded("handed_over")], ["settling", "handed_over"], [(), _END]),
+    # A run stopped by close mid-turn, handed over.
+    (
+        [_published(), RunSettling(None), RunEnded("handed_over")],
+        ["published", "settling", "handed_over"],
+        [("open_inbox",), (), _END],
+    ),
+    # A run that parks on an approval request, with a message held meanwhile.
+    (
+        [_published(), RunSettling(TaskStatus.INPUT_REQUIRED), _held(), RunEnded("parked")],
+        ["published", "parking", "parking", "parked"],
+        [("open_inbox",), ("notify_ledger",), ("hold",), _PARKED],
+    ),
+    # The supervisor sees the park first (its transcript took it), then the report comes.
+    (
+        [_published(), Parking(), RunSettling(TaskStatus.INPUT_REQUIRED), RunEnded("parked")],
+        ["published", "parking", "parking", "parked"],
+        [("open_inbox",), ("notify_ledger",), (), _PARKED],
+    ),
+    # A parking run that settles after all (its park failed late): what it held is
+    # decided afresh.
+    (
+        [_published(), Parking(), RunSettling(TaskStatus.INTERRUPTED), RunEnded("ended")],
+        ["published", "parking", "parking", "ended"],
+        [("open_inbox",), ("notify_ledger",), (), _END],
+    ),
+    # An approval answer's continuation that comes while the run ends: held, then
+    # decided afresh.
+    (
+        [_published(), RunSettling(TaskStatus.INTERRUPTED), _held(), RunEnded("ended")],
+        ["published", "settling", "settling", "ended"],
+        [("open_inbox",), (), ("hold",), _END],
+    ),
+    # The supervisor's own failure: messages refused, the phase kept until the run ends.
+    ([Broke("bug"), RunEnded("ended")], ["admitted", "ended"], [("close_inbox",), _END]),
+]
+
+
+@pytest.mark.parametrize(("events", "phases", "effects"), LEGAL)
+def test_every_legal_transition_moves_to_its_phase_with_its_effects(
+    events: list[ActivationEvent], phases: list[str], effects: list[tuple[str, ...]]
+) -> None:
     record = _activation()
-    assert record.advance("ended")
-    assert not record.advance("published")
-    assert record.publish_view().phase == "ended"
+    for event, phase, effect in zip(events, phases, effects, strict=True):
+        assert record.apply(event) == effect, (event, record.phase)
+        assert record.phase == phase
+        assert record.publish_view().phase == phase  # the published view follows
+
+
+ILLEGAL = [
+    ([], RunEnded("parked")),  # never published: it cannot have parked
+    ([], RunEnded("handed_over")),  # not from admitted: it never ran here
+    ([], _held()),  # nothing parks before publication
+    ([_published()], _published()),  # published once
+    ([_published()], RunEnded("parked")),  # a park is reported first
+    ([_published(), Parking()], _published()),
+    ([_published(), RunSettling(TaskStatus.COMPLETED)], RunEnded("parked")),
+    ([RunEnded("ended")], _published()),  # final
+    ([RunEnded("ended")], RunEnded("ended")),  # final, even when repeated
+    ([_published(), Parking(), RunEnded("parked")], _held()),  # final
+]
+
+
+@pytest.mark.parametrize(("before", "event"), ILLEGAL)
+def test_an_illegal_event_is_logged_and_changes_nothing(
+    before: list[ActivationEvent], event: ActivationEvent, caplog: pytest.LogCaptureFixture
+) -> None:
+    record = _activation()
+    for earlier in before:
+        record.apply(earlier)
+    phase, view, held = record.phase, record.publish_view(), list(record.held)
+    with caplog.at_level(logging.ERROR, logger="actors._record"):
+        assert record.apply(event) == ()
+    assert (record.phase, record.held) == (phase, held)
+    assert record.publish_view() == view
+    assert "is not allowed in phase" in caplog.text
+
+
+def test_the_view_says_where_the_record_is_and_its_recovery() -> None:
+    record = _activation(recovery=2)
+    view = record.publish_view()
+    assert (view.phase, view.recovery, view.state) == ("admitted", 2, "starting")
+    record.apply(_published())
+    assert (record.publish_view().state, record.takes_messages) == ("running", True)
+    record.apply(RunSettling(TaskStatus.INPUT_REQUIRED))
+    view = record.publish_view()
+    assert (view.phase, view.settling, view.status) == ("parking", True, TaskStatus.INPUT_REQUIRED)
+    assert not record.takes_messages

@@ -30,6 +30,7 @@ from controlplane.contract import (
     utcnow,
 )
 from controlplane.runtime.tasks._task_entry import (
+    ActivationFacts,
     Claimer,
     Interrupter,
     Opening,
@@ -44,6 +45,7 @@ from controlplane.runtime.tasks._task_entry import (
 from controlplane.telemetry import Telemetry, log_kill, log_settled
 
 __all__ = ["TaskBook"]
+
 
 log = logging.getLogger(__name__)
 
@@ -94,7 +96,7 @@ class TaskBook:
         self._recent: OrderedDict[str, TaskSnapshot] = OrderedDict()
         self._unsaved: dict[str, tuple[str, TaskOutcome, datetime]] = {}
         # Fenced Tasks' settlements, written by the runtime's thread (`flush`), never by
-        # the activation's: its runtime may be cut off from the store (SPEC §9).
+        # the activation's: its runtime may be cut off from the store.
         self._unsaved_fenced: dict[str, TaskSnapshot] = {}
         self._interrupter = interrupter
         self._suspended: str | None = None  # why new Tasks are refused for now
@@ -130,7 +132,7 @@ class TaskBook:
                 "observed or killed; attach one (the default task tools) and retry",
             )
 
-    # -- fencing (the runtime's lease watchdog, SPEC §9) ------------------------------
+    # -- fencing (the runtime's lease watchdog) ------------------------------
 
     def fence(self, reason: str) -> int:
         """Stop acting: abort every running Task (cause ``FENCED``: they settle
@@ -321,14 +323,26 @@ class TaskBook:
             except Exception:
                 log.exception("listener %r failed for task %s", listener, task_id)
 
+    def on_view(self, view: ActivationFacts) -> None:
+        """An activation's supervisor published ``view``: the entry of its Task follows
+        its phase (the record is the activation's; this is its projection). Parking, a
+        kill from now on settles the Task in the store too; parked or handed over, the
+        entry is gone (`park`); ended, `wait` returns (`release`)."""
+        with self._lock:
+            task = self._live.get(view.task_id)
+            if task is not None:
+                task.activation = view
+        if view.phase in ("parked", "handed_over"):
+            self.park(view.task_id)
+        elif view.phase == "ended":
+            self.release(view.task_id)
+
     def park(self, task_id: str) -> TaskEntry | None:
         """The Task's run parked on an approval request: its activation is gone from this
         runtime, the Task goes on in the store (``input_required``), not settled. Returns
         its entry as it was."""
         with self._lock:
             task = self._live.pop(task_id, None)
-            if task is not None:
-                task.parked = True
         if task is not None:
             task.resting.set()
             task.released.set()
@@ -560,7 +574,7 @@ class TaskBook:
         for task in tasks:
             if task.outcome is None:
                 # Closing, not a kill: a run waiting for an approval answer parks instead
-                # (its Task outlives the runtime, SPEC §11); every other run is killed.
+                # (its Task outlives the runtime); every other run is killed.
                 self._abort(task, reason, cause=ErrorCode.CLOSED)
         return [task.id for task in tasks if not task.released.is_set()]
 

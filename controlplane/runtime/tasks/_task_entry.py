@@ -26,6 +26,7 @@ from controlplane.contract import (
 from controlplane.runtime._usage_text import spend_clause
 
 __all__ = [
+    "ActivationFacts",
     "Claimer",
     "Interrupter",
     "Opening",
@@ -39,6 +40,21 @@ __all__ = [
 ]
 
 TaskListener = Callable[[TaskSnapshot], object]
+
+
+class ActivationFacts(Protocol):
+    """What the ledger reads of an activation's published view (`actors.ActivationView`,
+    frozen, owned by the child's supervisor)."""
+
+    @property
+    def task_id(self) -> str: ...
+
+    @property
+    def phase(self) -> str: ...
+
+
+_AWAY = frozenset({"parking", "parked", "handed_over"})
+"""An activation's phases in which its Task goes on (or will) without it, in the store."""
 
 _VERBS = {
     TaskStatus.COMPLETED: "finished",
@@ -69,17 +85,16 @@ class TaskEntry:
     runtime_id: str | None
     created_at: datetime = field(default_factory=utcnow)
     fence: int | None = None  # the claim's fencing number, for a Task that claimed its child
-    # Waiting for a slot under a concurrency limit (SPEC §11): reads ``queued`` until
+    # Waiting for a slot under a concurrency limit: reads ``queued`` until
     # admitted; ``queued_at`` and ``admitted_at`` say how long it waited.
     queued: bool = False
     queued_at: datetime | None = None
     admitted_at: datetime | None = None
-    # Waiting for the answer to an approval request (SPEC §11): reads ``input_required``.
+    # Waiting for the answer to an approval request: reads ``input_required``.
     request: ApprovalRequest | None = None
-    # Its run parked: gone from this runtime, the Task goes on in the store (a kill that
-    # found it live just before must settle it there).
-    parked: bool = False
-    # How many times its turn was carried on after its runtime ended (SPEC §9).
+    # The last view of its activation that its supervisor handed the ledger (`on_view`).
+    activation: ActivationFacts | None = None
+    # How many times its turn was carried on after its runtime ended.
     recoveries: int = 0
     outcome: TaskOutcome | None = None
     settled_at: datetime | None = None
@@ -96,6 +111,12 @@ class TaskEntry:
 
     def __post_init__(self) -> None:
         self.view = self._build()
+
+    @property
+    def parked(self) -> bool:
+        """Its run parks (or parked, or was handed over): the Task goes on in the store
+        (a kill that finds it live must settle it there too)."""
+        return self.activation is not None and self.activation.phase in _AWAY
 
     @property
     def status(self) -> TaskStatus:

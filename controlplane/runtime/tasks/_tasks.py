@@ -79,7 +79,7 @@ class TaskService(TaskBook):
         self._kill_parked = None
 
     def add_approvals(self, requests: RequestSource, kill_parked: ParkedKiller) -> None:
-        """Read waiting Tasks' requests from ``requests`` (SPEC §11), and kill a Task
+        """Read waiting Tasks' requests from ``requests``, and kill a Task
         parked on one through ``kill_parked`` (it has no activation anywhere)."""
         self._requests = requests
         self._kill_parked = kill_parked
@@ -106,7 +106,7 @@ class TaskService(TaskBook):
         self, task_id: str, timeout: float | None = None, *, requester: Requester
     ) -> TaskSnapshot:
         """Block until the Task has settled and its activation is gone, or until it waits
-        for the answer to an approval request (``input_required``, SPEC §11); return its
+        for the answer to an approval request (``input_required``); return its
         snapshot.
 
         A Task of another runtime is polled in the store (with backoff) until it settles
@@ -257,7 +257,7 @@ class TaskService(TaskBook):
 
     def add_notices(self, source: NoticeSource) -> None:
         """Drain ``source``'s notices with the completion notices from now on (the soft
-        budget notices, SPEC §11): ``source(owner)`` takes the owner's, each once, with
+        budget notices): ``source(owner)`` takes the owner's, each once, with
         the time each was written."""
         self._notice_sources.append(source)
 
