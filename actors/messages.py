@@ -136,8 +136,8 @@ class SendMessage(BaseModel):
     # child itself once this runtime has let it go), and its steering record carries the
     # id, so the sender can tell whether it was delivered even if this runtime dies.
     forwarded: str | None = None
-    # The Task parked on an approval request to continue here (its answer came: SPEC
-    # §11), with no message: answered ``started`` with that Task's id.
+    # The Task parked on an approval request to continue here (its answer came), with no
+    # message: answered ``started`` with that Task's id.
     continues: str | None = None
     # A running Task taken over from a dead (or closed) runtime: the
     # child is already claimed here for it (``continues`` names it): its stored snapshot,

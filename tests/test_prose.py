@@ -9,23 +9,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("controlplane", "actors", "persistence")
 
-# Files another change rewrites (the activation's state machine, issue 35) that still cite
-# SPEC sections or tell history: exempt until it lands, and the merge that brings it empties
-# this set. An entry whose file is clean fails the allowlist's own test below, so the list
-# only shrinks (that change's actors/_inbox.py, _answer.py and _base.py are clean already).
-NOT_YET: frozenset[str] = frozenset(
-    {
-        "actors/supervisor.py",
-        "actors/activation.py",
-        "actors/_record.py",
-        "actors/_transcript.py",
-        "actors/_delivery.py",
-        "actors/_outcomes.py",
-        "actors/messages.py",
-        "controlplane/runtime/tasks/",
-    }
-)
-
 SECTION = re.compile(r"SPEC\s+§|(?<![\w`])§\s*\d")
 """A SPEC section cited, on one line or across a line break (``(SPEC\\n    §9``)."""
 HISTORY = re.compile(r"\bused to be\b|\bwas spread\b|\bbefore recovery existed\b", re.IGNORECASE)
@@ -34,17 +17,12 @@ DOCS = ("README.md", "docs/guide.md")
 """What a newcomer reads first: its references point at sections that ship."""
 
 
-def _exempt(relative: str) -> bool:
-    return any(relative == entry or relative.startswith(entry) for entry in NOT_YET)
-
-
 def _sources() -> list[tuple[str, str]]:
     found = []
     for package in PACKAGES:
         for path in sorted((ROOT / package).rglob("*.py")):
             relative = path.relative_to(ROOT).as_posix()
-            if not _exempt(relative):
-                found.append((relative, path.read_text(encoding="utf-8")))
+            found.append((relative, path.read_text(encoding="utf-8")))
     return found
 
 
@@ -69,17 +47,6 @@ def test_the_readme_and_the_guide_cite_no_spec_section() -> None:
         if (lines := _hits(SECTION, (ROOT / name).read_text(encoding="utf-8")))
     }
     assert not cited, f"SPEC sections cited (link the guide's section instead): {cited}"
-
-
-def test_the_allowlist_names_only_files_that_still_need_it() -> None:
-    clean = []
-    for entry in sorted(NOT_YET):
-        target = ROOT / entry
-        files = sorted(target.rglob("*.py")) if entry.endswith("/") else [target]
-        texts = [path.read_text(encoding="utf-8") for path in files if path.exists()]
-        if not any(_hits(SECTION, text) or _hits(HISTORY, text) for text in texts):
-            clean.append(entry)
-    assert not clean, f"clean now, take them off NOT_YET: {clean}"
 
 
 def test_the_section_pattern_finds_a_citation_across_a_line_break() -> None:
