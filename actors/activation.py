@@ -79,6 +79,11 @@ class _Elsewhere(Exception):
         self.refusal = refusal
 
 
+class _HandOver(Exception):
+    """`close` stopped a resumed turn before its run was published: the turn is handed
+    over, its Task left ``running`` (internal control flow)."""
+
+
 @dataclass(slots=True)
 class _Prepared:
     provider: SubagentProvider
@@ -141,11 +146,11 @@ class ActivationActor(Actor):
             if framed and plan.signal.aborted:
                 # The load (or the wait) may have taken long: a kill that came meanwhile
                 # wins over the provider, and the turn ends with the message in it.
-                raise _Settle(aborted(plan.signal))
-            run = self._call_provider(prepared)
+                raise self._stopped(prepared, framed)
+            run = self._call_provider(prepared, framed)
             if plan.signal.aborted:
                 # Killed while the provider was starting: never publish a run we must drop.
-                raise _Settle(aborted(plan.signal))
+                raise self._stopped(prepared, framed)
             try:
                 with plan.trace.publishing() if not framed else contextlib.nullcontext():
                     frame = [] if framed else prepared.frame
@@ -168,6 +173,10 @@ class ActivationActor(Actor):
             if outcome.status is TaskStatus.INPUT_REQUIRED:
                 self._park(run, prepared)
                 return
+        except _HandOver:
+            assert prepared is not None  # raised only once the turn's frame is written
+            self._hand_over(run, prepared)
+            return
         except _Settle as settle:
             outcome = settle.outcome
         except _Elsewhere as elsewhere:
@@ -228,13 +237,25 @@ class ActivationActor(Actor):
             and bool(getattr(prepared.provider, "recovers_turns", False))
         )
 
-    def _hand_over(self, run: SubagentRun, prepared: _Prepared) -> None:
-        """The control plane closed mid-turn: the run is stopped and disposed, the turn
-        left open and the Task not settled — it stays ``running`` in the store, and once
-        this runtime's row is closed (its claims then lapse at once) a live runtime with
-        the child's provider recovers it, same Task, same turn (or the next to open)."""
+    def _stopped(self, prepared: _Prepared, framed: bool) -> _Settle | _HandOver:
+        """What ends a turn whose signal aborted before its run was published: a resumed
+        turn (its message written, ``started`` answered) that `close` stopped is handed over
+        like any running turn; anything else (a kill, a new child with nothing written)
+        settles as the signal says."""
+        outcome = aborted(self._plan.signal)
+        if framed and self._handing_over(prepared, outcome):
+            return _HandOver()
+        return _Settle(outcome)
+
+    def _hand_over(self, run: SubagentRun | None, prepared: _Prepared) -> None:
+        """The control plane closed mid-turn: the run (if it started) is stopped and
+        disposed, the turn left open and the Task not settled — it stays ``running`` in the
+        store, and once this runtime's row is closed (its claims then lapse at once) a live
+        runtime with the child's provider recovers it, same Task, same turn (or the next
+        to open)."""
         self._tell(Settling(task_id=self._plan.task_id, status=None))
-        self._dispose_left(run, "handed-over")
+        if run is not None:
+            self._dispose_left(run, "handed-over")
         prepared.transcript.close(None)
         self._leave_task(handed_over=True)
 
@@ -531,7 +552,7 @@ class ActivationActor(Actor):
         except SubagentControlError as exc:
             raise _Settle(failed(exc.message, exc.code)) from exc
 
-    def _call_provider(self, prepared: _Prepared) -> SubagentRun:
+    def _call_provider(self, prepared: _Prepared, framed: bool) -> SubagentRun:
         signal = self._plan.signal
         try:
             with self._plan.trace.calling_provider(resumed=self._plan.kind == "resumed"):
@@ -540,7 +561,7 @@ class ActivationActor(Actor):
                 return prepared.provider.start(prepared.request, signal)
         except BaseException as exc:  # escaping, it would stop every actor
             if signal.aborted:
-                raise _Settle(aborted(signal)) from exc
+                raise self._stopped(prepared, framed) from exc
             code = exc.code if isinstance(exc, SubagentControlError) else None
             raise _Settle(failed(error_text(exc), code)) from exc
 

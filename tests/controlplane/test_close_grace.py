@@ -1,7 +1,8 @@
 """SPEC §9 "Handover on close": `close()` stops taking work at once, lets running turns go
 on for at most ``close_timeout_s``, then hands the rest over. A turn that ends within the
 grace completes in the closing runtime (not recovered elsewhere); new work is refused
-meanwhile."""
+meanwhile. A close that lands between a resume's ``started`` and its run's publication
+hands the Task over too (a kill there still kills)."""
 
 from __future__ import annotations
 
@@ -13,9 +14,13 @@ from controlplane import (
     CancelSignal,
     ContinuableStartSpec,
     ErrorCode,
+    EventKind,
     InProcessProvider,
+    ResumeRequest,
+    ScriptedModel,
     SubagentControl,
     SubagentControlError,
+    SubagentRun,
     TaskStatus,
     TextBlock,
 )
@@ -81,3 +86,92 @@ def test_a_turn_that_ends_within_close_timeout_s_completes_in_the_closing_runtim
     assert done.outcome.output == "finished here"
     assert done.recoveries == 0
     assert done.runtime_id == control.runtime_id
+
+
+class GatedResume(InProcessProvider):
+    """Its resume is held until the runtime's close aborts the turn's signal: close lands
+    between the resume's ``started`` answer and its run's publication. ``starts``: whether
+    the run starts first (the provider returns it) or the start sees the abort and raises."""
+
+    def __init__(self, model: object, *, starts: bool) -> None:
+        super().__init__(model)  # type: ignore[arg-type]
+        self.starts = starts
+        self.entered = threading.Event()
+
+    def resume(self, request: ResumeRequest, signal: CancelSignal) -> SubagentRun:
+        run = super().resume(request, signal) if self.starts else None
+        self.entered.set()
+        assert signal.wait(WAIT_S), "close() never stopped the turn"
+        return run if run is not None else super().resume(request, signal)
+
+
+class FirstTurnThenHeld:
+    """Answers the first turn; a later call waits for its signal (the close), bounded."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def complete(self, request: ModelRequest, signal: CancelSignal) -> ModelReply:
+        del request
+        self.calls += 1
+        if self.calls > 1:
+            signal.wait(WAIT_S)
+            signal.raise_if_aborted()
+        return ModelReply(text="first turn done")
+
+
+@pytest.mark.parametrize("starts", [True, False], ids=["run-started", "start-refused"])
+def test_a_close_between_a_resumes_started_and_its_publication_hands_the_task_over(
+    sqlite_url: str, starts: bool
+) -> None:
+    provider = GatedResume(FirstTurnThenHeld(), starts=starts)
+    with SubagentControl.open(sqlite_url) as closing:
+        closing.providers.register(provider)
+        parent = closing.agents.register("p")
+        first = closing.start_continuable(_spec(parent, "do it"))
+        assert closing.tasks.wait(first.task_id, timeout=WAIT_S, requester=parent).status is (
+            TaskStatus.COMPLETED
+        )
+        sent = closing.send_message(parent, first.child_id, [TextBlock(text="go on")])
+        assert sent.route == "started"
+        assert provider.entered.wait(WAIT_S)
+    # Handed over: the Task is still running in the store, its turn open for another runtime.
+    with SqlStore(sqlite_url) as store:
+        left = store.ledger.get(sent.task_id)
+    assert left is not None
+    assert left.status is TaskStatus.RUNNING, left.outcome
+    with SubagentControl.open(sqlite_url, lease_ttl_s=3.0) as survivor:
+        survivor.providers.register(InProcessProvider(ScriptedModel(["finished elsewhere"])))
+        parent = survivor.agents.register("p")
+        done = survivor.tasks.wait(sent.task_id, timeout=WAIT_S, requester=parent)
+        assert survivor.store is not None
+        events = survivor.store.load(first.child_id).events
+    assert done.status is TaskStatus.COMPLETED, done.outcome
+    assert done.outcome is not None
+    assert done.outcome.output == "finished elsewhere"
+    assert done.recoveries == 1
+    assert done.runtime_id == survivor.runtime_id
+    (opened,) = [
+        e for e in events
+        if e.kind == EventKind.TURN_START and e.data.get("task_id") == sent.task_id
+    ]  # fmt: skip
+    turn = [e for e in events if e.turn == opened.turn]
+    kinds = [e.kind for e in turn]
+    assert kinds.count(EventKind.TURN_END) == 1, kinds
+    assert [e.data["text"] for e in turn if e.kind == EventKind.USER_MESSAGE] == ["go on"]
+
+
+def test_a_kill_between_a_resumes_started_and_its_publication_still_kills(
+    sqlite_url: str,
+) -> None:
+    provider = GatedResume(FirstTurnThenHeld(), starts=True)
+    with SubagentControl.open(sqlite_url) as control:
+        control.providers.register(provider)
+        parent = control.agents.register("p")
+        first = control.start_continuable(_spec(parent, "do it"))
+        control.tasks.wait(first.task_id, timeout=WAIT_S, requester=parent)
+        sent = control.send_message(parent, first.child_id, [TextBlock(text="go on")])
+        assert provider.entered.wait(WAIT_S)
+        control.tasks.kill(sent.task_id, requester=parent)
+        done = control.tasks.wait(sent.task_id, timeout=WAIT_S, requester=parent)
+    assert done.status is TaskStatus.KILLED, done.outcome
