@@ -1,5 +1,6 @@
 """How an activation's end becomes its Task's outcome: one place for the mapping of kills,
-internal failures and errors, shared by the activation and its supervisor."""
+internal failures and errors, shared by the activation and its supervisor; and the
+supervisor's refusal of a message it could not deliver."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from controlplane.contract import (
     TaskStatus,
 )
 
-__all__ = ["aborted", "error_text", "failed", "killed", "unrecorded"]
+__all__ = ["aborted", "error_text", "failed", "killed", "not_delivered", "unrecorded"]
 
 
 def failed(detail: str, code: ErrorCode | None = None) -> TaskOutcome:
@@ -61,3 +62,14 @@ def error_text(exc: BaseException) -> str:
     if isinstance(exc, SubagentControlError):
         return exc.message
     return str(exc) or type(exc).__name__
+
+
+def not_delivered(child_id: str, task_id: str | None, why: str) -> SubagentControlError:
+    """The refusal of a message its child's supervisor could not deliver (``why`` says
+    what stood in the way): the sender may retry."""
+    return SubagentControlError(
+        ErrorCode.NOT_DELIVERED,
+        f"child {child_id}: {why}; the message was not delivered; retry after it settles",
+        child_id=child_id,
+        task_id=task_id,
+    )

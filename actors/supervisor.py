@@ -6,9 +6,11 @@ activation. It never blocks on another actor; the activation tells it when the r
 published and when the Task has its outcome.
 
 It owns its child's one `Activation` record (`actors._record`) and publishes a frozen view
-of it after each change. It decides and never acts for the run: a steer is put into the
-activation's inbox (`actors._inbox`) and delivered there, so the supervisor calls no
-provider code and holds no lock across a store write.
+of it after each change: the record's events and effects, and the messages held while a
+run parks, are in `actors._holding`; starting the next activation (a resume, a parked
+Task's continuation) in `actors._starting`. It decides and never acts for the run: a steer
+is put into the activation's inbox (`actors._inbox`) and delivered there, so the supervisor
+calls no provider code and holds no lock across a store write.
 """
 
 from __future__ import annotations
@@ -16,36 +18,30 @@ from __future__ import annotations
 import logging
 import time
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any
 
 import pykka
 
 from actors._answer import NO_ANSWER, answer_of
-from actors._inbox import ActivationInbox, Held
-from actors._outcomes import error_text, failed
+from actors._holding import MessageHolding
+from actors._outcomes import error_text, failed, not_delivered
 from actors._parking import ParkingActor, ask_here
 from actors._record import (
     Activation,
-    ActivationEvent,
     ActivationSlot,
     ActivationView,
     Broke,
-    MessageHeld,
     Parking,
     RunEnded,
-    RunPublished,
-    RunSettling,
     view_of,
 )
-from actors._transcript import turn_frame
-from actors.activation import ActivationActor
+from actors._starting import ActivationStarts, follow_up_label
 from actors.context import ActorContext
 from actors.messages import (
     ActivationEnded,
     ActivationPlan,
     BeginActivation,
     Describe,
-    FrameReceipt,
     PassivateIfIdle,
     Published,
     Reply,
@@ -55,17 +51,13 @@ from actors.messages import (
 from actors.routing import RoutingTable
 from controlplane.contract import (
     ActivationNode,
-    CancelSignal,
     ErrorCode,
-    ParkedTask,
     SubagentControlError,
     SupervisorNode,
     SupervisorState,
     TaskOutcome,
     TaskStatus,
-    TextBlock,
     Usage,
-    text_of,
 )
 
 __all__ = [
@@ -77,21 +69,8 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
-_LABEL_LIMIT = 80
 
-
-def follow_up_label(message: tuple[TextBlock, ...]) -> str:
-    """The label of a resumed activation's Task, derived from the follow-up message (NUL
-    dropped: message text may hold it, a label's text column may not)."""
-    label = " ".join(text_of(message).replace("\x00", " ").split())
-    if not label:
-        return "subagent follow-up"
-    if len(label) > _LABEL_LIMIT:
-        return label[: _LABEL_LIMIT - 1] + "…"
-    return label
-
-
-class ChildSupervisor(ParkingActor):
+class ChildSupervisor(ActivationStarts, MessageHolding, ParkingActor):
     """Owns one child's association — its current `Activation` record — and decides, in
     arrival order, where messages go."""
 
@@ -164,7 +143,7 @@ class ChildSupervisor(ParkingActor):
         if isinstance(message, SendMessage):
             current = self._current
             if current is not None and current.broken is not None:
-                raise _not_delivered(self._child_id, current.task_id, current.broken)
+                raise not_delivered(self._child_id, current.task_id, current.broken)
             return self._on_send(message)
         if isinstance(message, BeginActivation):
             return self._begin()
@@ -239,14 +218,14 @@ class ChildSupervisor(ParkingActor):
             return self._continue_ordered(current, send)
         if current is None:
             if send.forwarded is not None:
-                raise _not_delivered(self._child_id, None, "it has no running activation here")
+                raise not_delivered(self._child_id, None, "it has no running activation here")
             return self._resume(send)
         if current.owner_session != send.parent.session_id:
             if current.run is None and self._parent_session in (None, send.parent.session_id):
                 # Another session's resume, not yet authorized: it will be refused at its
                 # load if the sender is the child's parent, so tell the sender to retry
                 # (neither the Task's id nor its owner is named to a possible stranger).
-                raise _not_delivered(self._child_id, None, "an activation of it is starting")
+                raise not_delivered(self._child_id, None, "an activation of it is starting")
             raise SubagentControlError(
                 ErrorCode.TASK_NOT_FOUND,
                 f"child {self._child_id} has no task for this session",
@@ -259,11 +238,11 @@ class ChildSupervisor(ParkingActor):
         if not current.takes_messages or current.signal.aborted:
             status = current.status
             what = "being killed" if status is TaskStatus.RUNNING else status.value
-            raise _not_delivered(
+            raise not_delivered(
                 self._child_id, current.task_id, f"task {current.task_id} is {what}"
             )
         if current.run is not None and current.run.steer is None:
-            raise _not_delivered(
+            raise not_delivered(
                 self._child_id,
                 current.task_id,
                 "its provider has no live delivery into a running turn",
@@ -287,266 +266,8 @@ class ChildSupervisor(ParkingActor):
                 return self._hold(current, send)
             return Reply(route="started", task_id=task_id)  # it goes on here already
         if current is not None:
-            raise _not_delivered(self._child_id, task_id, "another activation of it runs here")
+            raise not_delivered(self._child_id, task_id, "another activation of it runs here")
         return self._continue(send, task_id)
-
-    def _continue(self, send: SendMessage, task_id: str) -> Reply:
-        """Continue ``task_id``, parked on an approval request, in a new activation here:
-        the child claimed for it, its open turn gone on with. A message sent
-        with it (a steer to a waiting child) is held and delivered at publication, into
-        that same turn: answered ``steered`` with the parked Task's id."""
-        recovery = 0
-        if send.recovered is not None:
-            # Taken over from a runtime that ended mid-turn: claimed here already.
-            snapshot, fence, recovery = send.recovered
-        else:
-            approvals = self._ctx.approvals
-            try:
-                claimed = approvals.claim_parked(task_id, self._child_id) if approvals else None
-            except SubagentControlError as exc:
-                if exc.code is not ErrorCode.UNKNOWN_PROVIDER or approvals is None:
-                    raise
-                if send.continues is not None or not send.message:
-                    raise
-                # No provider here (a console, a front): the message is written into the
-                # parked turn, durably, and the runtime that continues the Task (it has the
-                # provider) reads it there.
-                if not approvals.steer_parked(task_id, self._child_id, send.message, send.source):
-                    raise _not_delivered(
-                        self._child_id, task_id, "its waiting task went on meanwhile"
-                    ) from exc
-                return Reply(route="steered", task_id=task_id)
-            if claimed is None:
-                raise _not_delivered(
-                    self._child_id,
-                    task_id,
-                    "its waiting task is being continued by another runtime",
-                )
-            snapshot, fence = claimed
-        if send.continues is None and snapshot.owner_session != send.parent.session_id:
-            raise SubagentControlError(
-                ErrorCode.UNAUTHORIZED,
-                f"child {self._child_id} belongs to another parent session; only its direct "
-                "parent can send it messages; the message was not delivered",
-                child_id=self._child_id,
-            )
-        signal = CancelSignal()
-        receipt = FrameReceipt() if send.continues is None else None
-        self._ctx.tasks.take_over_parked(snapshot, signal, fence)
-        trace = self._ctx.telemetry.activation(
-            task_id=task_id,
-            child_id=self._child_id,
-            route="continued",
-            origin=send.origin,
-            chars=len(text_of(send.message)),
-        )
-        plan = ActivationPlan(
-            kind="continued",
-            task_id=task_id,
-            child_id=self._child_id,
-            parent=send.parent,
-            # The message goes into the turn with the continued activation's first write
-            # (before its run could park again), and its sender hears `steered` then.
-            prompt=send.message if receipt is not None else (),
-            source=send.source,
-            signal=signal,
-            label=snapshot.label,
-            trace=trace,
-            fence=fence,
-            receipt=receipt,
-            recovery=recovery,
-        )
-        self._install(plan)
-        try:
-            self._begin()
-        except Exception as exc:
-            self._fail(BeginActivation(), exc)
-        if receipt is not None:
-            return Reply(route="steered", task_id=task_id, receipt=receipt)
-        return Reply(route="started", task_id=task_id)
-
-    def _resume(self, send: SendMessage) -> Reply:
-        if self._ctx.budgets is not None:
-            # A child with a limit reached could not run its next turn: refused before any
-            # Task exists (BUDGET_EXHAUSTED, nothing delivered). A steer never comes here.
-            self._ctx.budgets.check_resume(self._child_id)
-        signal = CancelSignal()  # created before the Task, so a kill can never miss it
-        try:
-            task = self._ctx.tasks.start(
-                label=follow_up_label(send.message),
-                owner=send.parent,
-                child_id=self._child_id,
-                signal=signal,
-                claim_child=True,  # no second activation, in any runtime
-                # The message is written with the claim, in its transaction: durable before
-                # the answer below, and the activation goes on in that turn.
-                opening=lambda admitted: turn_frame(
-                    0,
-                    task_id=admitted.id,
-                    kind="resumed",
-                    label=admitted.label,
-                    prompt=send.message,
-                    source=send.source,
-                ),
-                # Under concurrency limits it reads queued until its load names its model
-                # and the store admits it (`controlplane.runtime.spend._admission`).
-                queued=self._ctx.admission is not None,
-            )
-        except ParkedTask as parked:
-            # Its Task waits on an approval request: the message goes into that turn.
-            return self._continue(send, parked.parked_task_id)
-        except SubagentControlError as exc:
-            if exc.code is ErrorCode.CHILD_NOT_FOUND:
-                # Refused at the claim, with no Task: nothing here to keep a thread for.
-                self._retire()
-                raise SubagentControlError(
-                    ErrorCode.CHILD_NOT_FOUND,
-                    f"there is no child {self._child_id} in the store (a child is stored once "
-                    "its first run is published); the message was not delivered and no task "
-                    "was started; check the id",
-                    child_id=self._child_id,
-                ) from None
-            raise
-        trace = self._ctx.telemetry.activation(
-            task_id=task.id,
-            child_id=self._child_id,
-            route="resumed",
-            origin=send.origin,
-            chars=len(text_of(send.message)),
-        )
-        try:
-            plan = ActivationPlan(
-                kind="resumed",
-                task_id=task.id,
-                child_id=self._child_id,
-                parent=send.parent,
-                prompt=send.message,
-                source=send.source,
-                signal=signal,
-                label=task.label,
-                trace=trace,
-                fence=self._ctx.tasks.fence_of(task.id),
-            )
-            self._install(plan)
-        except BaseException:
-            self._ctx.tasks.discard(task.id)  # never admitted: no Task is left behind
-            trace.end(None)
-            raise
-        # Begun here, not by a message to itself: the activation's loop goes to a waiting
-        # worker thread (`actors._pool`), a hand-off as cheap as that message, which the
-        # supervisor's loop would only take after this answer anyway. Its failure (no
-        # thread left) fails the Task: the sender still hears ``started``, at once.
-        try:
-            self._begin()
-        except Exception as exc:
-            self._fail(BeginActivation(), exc)
-        return Reply(route="started", task_id=task.id)
-
-    def _on_published(self, published: Published) -> None:
-        current = self._current
-        if current is None or current.task_id != published.task_id:
-            return
-        self._apply(current, RunPublished(published.run, published.transcript))
-        self._parent_session = current.plan.parent.session_id  # authorized by now
-
-    def _on_settling(self, settling: Settling) -> None:
-        current = self._current
-        if current is not None and current.task_id == settling.task_id:
-            self._apply(current, RunSettling(settling.status))
-
-    def _on_ended(self, ended: ActivationEnded) -> None:
-        current = self._current
-        broken: str | None = None
-        if current is not None and current.task_id == ended.task_id:
-            broken = current.broken
-            self._apply(current, RunEnded(_how(ended)))
-        else:
-            # Not the current record's (its supervisor stopped it, or failed first): only
-            # now, with the association gone, may `tasks.wait()` return.
-            self._ctx.tasks.on_view(_final(ended))
-        if (not ended.durable or ended.parked or broken is not None) and self._current is None:
-            # A parked child waits in the store, holding no thread here: not even this
-            # supervisor's (its answer or its next message makes a new one, anywhere).
-            self._retire()
-
-    def _apply(self, current: Activation, event: ActivationEvent) -> None:
-        """Feed ``event`` to ``current``'s state machine and run the effects it returns,
-        in order."""
-        handed: list[Held] = []
-        parked: str | None = None
-        for effect in current.apply(event):
-            if effect == "open_inbox":
-                assert current.run is not None
-                assert current.transcript is not None
-                # Held messages passed the ownership check on a guess (an agent registered
-                # after the activation began may be the run's); now the run says which
-                # agent is its own. Their senders deliver them now, in order.
-                squatter = self._squatter(current)
-                current.inbox.publish(current.run, current.transcript, squatter)
-            elif effect == "hand_back" and current.broken is None:
-                # The messages its run did not take, then those held while it parked: all
-                # go into the parked Task's continued turn, in that order.
-                handed = [*current.inbox.hand_back(), *current.held]
-                current.held.clear()
-                parked = current.task_id
-            elif effect == "redecide" and current.broken is None:
-                # It ended without parking: each held message is decided afresh, as if it
-                # came now (a resume, or the parked Task's continuation the store names).
-                handed = list(current.held)
-                current.held.clear()
-            elif effect == "close_inbox":
-                why = current.broken or "the activation ended before it could take the message"
-                self._close_inbox(current, ErrorCode.NOT_DELIVERED, why)
-            elif effect == "drop":
-                self._drop()
-            elif effect == "notify_ledger":
-                # Ended: only now, with the association gone, may `tasks.wait()` return.
-                self._ctx.tasks.on_view(current.view())
-        for held in handed:
-            self._deliver_held(held, parked)
-
-    def _parking(self, current: Activation) -> bool:
-        """Whether ``current``'s run is parking on an approval request (its Task goes on
-        in a continued turn once it has)."""
-        transcript = current.transcript
-        if current.phase == "published" and transcript is not None and transcript.parked:
-            self._apply(current, Parking())  # its run took the park; its report follows
-        return current.phase == "parking"
-
-    def _hold(self, current: Activation, send: SendMessage) -> Reply:
-        held = Held(send)
-        self._apply(current, MessageHeld(held))
-        return Reply(route="held", task_id=current.task_id, held=held)
-
-    def _deliver_held(self, held: Held, parked_task_id: str | None) -> None:
-        """Deliver a message held while its child's run parked: into the parked Task's
-        continued turn (the first one starts it; the rest are steered into it), or, when
-        the run did not park after all (``parked_task_id`` None), decided afresh."""
-        send = held.send
-        try:
-            if (
-                parked_task_id is not None
-                and self._current is None
-                and send.forwarded is None
-                and send.recovered is None
-                and send.continues in (None, parked_task_id)
-            ):
-                conflict = self._squatter(None)
-                if conflict is not None:
-                    raise conflict
-                if send.continues is None and self._ctx.budgets is not None:
-                    self._ctx.budgets.check_resume(self._child_id)  # as for any next turn
-                reply = self._continue(send, parked_task_id)
-            else:
-                reply = self._on_send(send)
-        except SubagentControlError as exc:
-            held.resolve(None, exc)
-        except Exception as exc:
-            error = self._fail(send, exc)
-            why = error or _not_delivered(self._child_id, parked_task_id, error_text(exc))
-            held.resolve(None, why)
-        else:
-            held.resolve(reply)
 
     def _passivate_if_idle(self, idle_for_s: float) -> None:
         idle_since = self._idle_since
@@ -565,42 +286,7 @@ class ChildSupervisor(ParkingActor):
         self._retired = True
         self.stop()
 
-    # -- the record ------------------------------------------------------------------
-
-    def _install(self, plan: ActivationPlan) -> None:
-        """Make ``plan`` this child's current activation, with a fresh record and inbox."""
-        self._label = plan.label or self._label
-        inbox = ActivationInbox(
-            plan.child_id,
-            plan.task_id,
-            signal=plan.signal,
-            trace=plan.trace,
-            telemetry=self._ctx.telemetry,
-        )
-        current = Activation(
-            plan=plan, inbox=inbox, agent_mark=self._ctx.agents.last_serial(), slot=self._slot
-        )
-        self._current = current
-        current.publish_view()
-
-    def _drop(self) -> None:
-        """The current activation is gone from this supervisor."""
-        self._current = None
-        self._slot.view = None
-
-    def _close_inbox(self, current: Activation, code: ErrorCode, why: str) -> None:
-        current.inbox.close(code, why)
-        refusal = _not_delivered(self._child_id, current.task_id, why)
-        for message in current.held:
-            message.resolve(None, refusal)
-        current.held.clear()
-
     # -- helpers ---------------------------------------------------------------------
-
-    def _begin(self) -> None:
-        current = self._current
-        if current is not None and current.ref is None:
-            current.ref = ActivationActor.start(self._ctx, current.plan, self.actor_ref)
 
     def _squatter(self, current: Activation | None) -> SubagentControlError | None:
         """``OWNERSHIP_CONFLICT`` if a live agent uses the child's id but is not its run's."""
@@ -662,39 +348,6 @@ def mailbox_depth(ref: pykka.ActorRef[Any]) -> int:
     """How many messages wait in an actor's mailbox (a snapshot, for the tree dump)."""
     qsize = getattr(ref.actor_inbox, "qsize", None)
     return int(qsize()) if callable(qsize) else 0
-
-
-def _final(ended: ActivationEnded) -> ActivationView:
-    """The last view of an activation that is no longer this supervisor's record."""
-    return ActivationView(
-        task_id=ended.task_id,
-        child_id="",
-        kind="initial",
-        owner_session="",
-        fence=None,
-        status=TaskStatus.RUNNING,
-        phase=_how(ended),
-        recovery=0,
-        published=False,
-        settling=True,
-        cancel_reason=None,
-        started=time.monotonic(),
-    )
-
-
-def _how(ended: ActivationEnded) -> Literal["ended", "parked", "handed_over"]:
-    if ended.handed_over:
-        return "handed_over"
-    return "parked" if ended.parked else "ended"
-
-
-def _not_delivered(child_id: str, task_id: str | None, why: str) -> SubagentControlError:
-    return SubagentControlError(
-        ErrorCode.NOT_DELIVERED,
-        f"child {child_id}: {why}; the message was not delivered; retry after it settles",
-        child_id=child_id,
-        task_id=task_id,
-    )
 
 
 class ChildSupervisorProxy:
