@@ -122,10 +122,10 @@ class FirstTurnThenHeld:
 
 @pytest.mark.parametrize("starts", [True, False], ids=["run-started", "start-refused"])
 def test_a_close_between_a_resumes_started_and_its_publication_hands_the_task_over(
-    sqlite_url: str, starts: bool
+    store_url: str, starts: bool
 ) -> None:
     provider = GatedResume(FirstTurnThenHeld(), starts=starts)
-    with SubagentControl.open(sqlite_url) as closing:
+    with SubagentControl.open(store_url) as closing:
         closing.providers.register(provider)
         parent = closing.agents.register("p")
         first = closing.start_continuable(_spec(parent, "do it"))
@@ -136,11 +136,11 @@ def test_a_close_between_a_resumes_started_and_its_publication_hands_the_task_ov
         assert sent.route == "started"
         assert provider.entered.wait(WAIT_S)
     # Handed over: the Task is still running in the store, its turn open for another runtime.
-    with SqlStore(sqlite_url) as store:
+    with SqlStore(store_url) as store:
         left = store.ledger.get(sent.task_id)
     assert left is not None
     assert left.status is TaskStatus.RUNNING, left.outcome
-    with SubagentControl.open(sqlite_url, lease_ttl_s=3.0) as survivor:
+    with SubagentControl.open(store_url, lease_ttl_s=3.0) as survivor:
         survivor.providers.register(InProcessProvider(ScriptedModel(["finished elsewhere"])))
         parent = survivor.agents.register("p")
         done = survivor.tasks.wait(sent.task_id, timeout=WAIT_S, requester=parent)
