@@ -16,6 +16,7 @@ from controlplane import (
     ErrorCode,
     EventKind,
     InProcessProvider,
+    LoadedSession,
     ResumeRequest,
     ScriptedModel,
     SubagentControl,
@@ -120,11 +121,38 @@ class FirstTurnThenHeld:
         return ModelReply(text="first turn done")
 
 
-@pytest.mark.parametrize("starts", [True, False], ids=["run-started", "start-refused"])
+def _gate_the_load(monkeypatch: pytest.MonkeyPatch, store: SqlStore) -> threading.Event:
+    """Hold the store's next load (the resume's) until `close` aborts a turn's signal: the
+    close then lands after the load, before the provider is called. Returns the event set
+    once the load is held."""
+    entered, closed = threading.Event(), threading.Event()
+    abort, load = CancelSignal.abort, store.load
+
+    def abort_noting_close(
+        signal: CancelSignal, reason: str, *, cause: ErrorCode | None = None
+    ) -> bool:
+        if cause is ErrorCode.CLOSED:
+            closed.set()
+        return abort(signal, reason, cause=cause)
+
+    def held_load(child_id: str) -> LoadedSession:
+        monkeypatch.setattr(store, "load", load)  # this one load only
+        entered.set()
+        assert closed.wait(WAIT_S), "close() never stopped the turn"
+        return load(child_id)
+
+    monkeypatch.setattr(CancelSignal, "abort", abort_noting_close)
+    monkeypatch.setattr(store, "load", held_load)
+    return entered
+
+
+@pytest.mark.parametrize("window", ["load", "run-started", "start-refused"])
 def test_a_close_between_a_resumes_started_and_its_publication_hands_the_task_over(
-    store_url: str, starts: bool
+    store_url: str, window: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    provider = GatedResume(FirstTurnThenHeld(), starts=starts)
+    model = FirstTurnThenHeld()
+    gated = GatedResume(model, starts=window == "run-started")
+    provider = InProcessProvider(model) if window == "load" else gated
     with SubagentControl.open(store_url) as closing:
         closing.providers.register(provider)
         parent = closing.agents.register("p")
@@ -132,9 +160,11 @@ def test_a_close_between_a_resumes_started_and_its_publication_hands_the_task_ov
         assert closing.tasks.wait(first.task_id, timeout=WAIT_S, requester=parent).status is (
             TaskStatus.COMPLETED
         )
+        assert closing.store is not None
+        entered = _gate_the_load(monkeypatch, closing.store) if window == "load" else gated.entered
         sent = closing.send_message(parent, first.child_id, [TextBlock(text="go on")])
         assert sent.route == "started"
-        assert provider.entered.wait(WAIT_S)
+        assert entered.wait(WAIT_S)
     # Handed over: the Task is still running in the store, its turn open for another runtime.
     with SqlStore(store_url) as store:
         left = store.ledger.get(sent.task_id)
