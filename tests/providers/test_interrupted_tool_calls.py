@@ -627,7 +627,9 @@ def follow_up(
         return f"fetched {arguments['url']} again"
 
     model = ScriptedModel([ANSWER])
-    with SubagentControl.open(url) as control:
+    # The interrupted path: with recovery on, this runtime would carry the dead runtime's
+    # Task on in its own turn (tests/reliability/test_recovery.py) and refuse the send.
+    with SubagentControl.open(url, recover=False) as control:
         tool = child_script.fetch_tool(handler, idempotent=idempotent)
         control.providers.register(InProcessProvider(model, tools=[tool]))
         parent = control.agents.register(child_script.PARENT)
