@@ -5,9 +5,10 @@
 
 from __future__ import annotations
 
-import importlib
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from controlplane.contract import loaded_on_first_use
 
 if TYPE_CHECKING:
     from persistence._approvals import Answered, ApprovalBook, StoredRequest, WaitingRequest
@@ -78,17 +79,7 @@ _HOMES: dict[str, str] = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module 'persistence' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"persistence.{home}"), name)
-    globals()[name] = value  # once loaded, an ordinary attribute
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = loaded_on_first_use(__name__, _HOMES, __all__)
 
 
 # A library logs; the application decides where it goes. Without a handler anywhere,

@@ -33,6 +33,7 @@ _HELP_LOADS = {
     "controlplane.cli._main",
     "controlplane.contract",
     "controlplane.contract._errors",
+    "controlplane.contract._lazy",
     "controlplane.fronts",
     "controlplane.fronts._security",
     "controlplane.fronts._setup",
@@ -93,6 +94,7 @@ def test_importing_the_contract_or_the_store_package_builds_nothing_yet() -> Non
         "controlplane",
         "controlplane.contract",
         "controlplane.contract._errors",
+        "controlplane.contract._lazy",
         "persistence",
     }
 

@@ -11,8 +11,9 @@ interfaces here (the Protocols `TaskService` and `Telemetry`, the abstract
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from controlplane.contract._lazy import loaded_on_first_use
 
 if TYPE_CHECKING:
     from controlplane.contract._agents import AgentHandle, AgentRegistry
@@ -206,6 +207,7 @@ __all__ = [
     "escape_controls",
     "fold_descriptor",
     "limit_text",
+    "loaded_on_first_use",
     "plain_json",
     "read_usage",
     "requester_session",
@@ -331,14 +333,4 @@ _HOMES: dict[str, str] = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module 'controlplane.contract' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"controlplane.contract.{home}"), name)
-    globals()[name] = value  # once loaded, an ordinary attribute
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = loaded_on_first_use(__name__, _HOMES, __all__)
