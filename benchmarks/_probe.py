@@ -32,21 +32,24 @@ _REPO = Path(__file__).resolve().parents[1]
 _PROBE_TIMEOUT_S = 600
 
 
-def run_probe(*args: str) -> dict[str, Any]:
-    """Run one probe in a fresh interpreter; its JSON result."""
+def run_probe(
+    *args: str, module: str = "benchmarks._probe", timeout_s: float = _PROBE_TIMEOUT_S
+) -> dict[str, Any]:
+    """Run one probe of ``module`` (``python -m module *args``) in a fresh interpreter; the
+    JSON object its last line of output is."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_REPO), env.get("PYTHONPATH")]))
     done = subprocess.run(
-        [sys.executable, "-m", "benchmarks._probe", *args],
+        [sys.executable, "-m", module, *args],
         cwd=_REPO,
         env=env,
         capture_output=True,
         text=True,
-        timeout=_PROBE_TIMEOUT_S,
+        timeout=timeout_s,
         check=False,
     )
     if done.returncode != 0:
-        raise RuntimeError(f"probe {args[0]} failed:\n{done.stderr[-4000:]}")
+        raise RuntimeError(f"{module} probe {args[0]} failed:\n{done.stderr[-4000:]}")
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
 

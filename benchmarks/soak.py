@@ -21,9 +21,7 @@ from __future__ import annotations
 
 import gc
 import json
-import os
 import random
-import subprocess
 import sys
 import threading
 import time
@@ -33,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._harness import PARENT_SESSION, proc_status, sqlite_url
+from benchmarks._probe import run_probe
 from benchmarks._report import Section, table
 from benchmarks._stats import fmt_count, fmt_kib, fmt_mib, spread
 
@@ -46,7 +45,6 @@ _RECENT = 8
 """How many of its latest children a soak thread resumes from."""
 _THREADS = 2
 _WAIT_S = 60.0
-_REPO = Path(__file__).resolve().parents[1]
 _PROBE_TIMEOUT_S = 1800
 
 
@@ -76,21 +74,7 @@ def run_soak(config: SoakConfig, workdir: Path) -> Section:
 
 def run_probe_module(*args: str) -> dict[str, Any]:
     """One of this module's probes in a fresh interpreter; its JSON result."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(_REPO), env.get("PYTHONPATH")]))
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.soak", *args],
-        cwd=_REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=_PROBE_TIMEOUT_S,
-        check=False,
-    )
-    if done.returncode != 0:
-        raise RuntimeError(f"soak probe {args[0]} failed:\n{done.stderr[-4000:]}")
-    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
-    return result
+    return run_probe(*args, module="benchmarks.soak", timeout_s=_PROBE_TIMEOUT_S)
 
 
 # -- the probes, in their own process ------------------------------------------------------
