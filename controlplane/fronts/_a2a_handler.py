@@ -84,6 +84,9 @@ POLL_FIRST_S: Final = 0.02
 POLL_MAX_S: Final = 0.25
 """A stream looks at the store again this soon after news, backing off to the maximum
 while nothing changes; a Task of this process that settles wakes it at once."""
+_RELEASE_S: Final = 5.0
+"""How long an ended Task's answer waits for its supervisor to let the child go (a
+step behind the settlement), so a follow-up sent after it resumes the child."""
 OWNED_CACHE: Final = 10_000
 """How many children this server remembers as the parent's (the least recently used go)."""
 CANCEL_WAIT_S: Final = 10.0
@@ -377,6 +380,11 @@ class ControlPlaneHandler(RequestHandler):
                     if update is not None:
                         yield update
                 state = a2a_state(current)
+                if state in TERMINAL_STATES:
+                    # As after `tasks.wait`: once the client reads the end, a follow-up
+                    # starts the child's next activation (its supervisor has let go).
+                    with contextlib.suppress(SubagentControlError):
+                        await self._aio.wait(current.id, _RELEASE_S, requester=self._parent)
                 if state in TERMINAL_STATES or state == TaskState.TASK_STATE_INPUT_REQUIRED:
                     for final in final_events(current):
                         yield final

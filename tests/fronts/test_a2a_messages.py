@@ -4,12 +4,13 @@ port: a message starts, steers or resumes; a task is got, listed, cancelled, fol
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import httpx
 import pytest
 
 from controlplane import AgentHandle, InProcessProvider, ScriptedModel, SubagentControl
-from controlplane.contract import EventKind, TaskStatus
+from controlplane.contract import EventKind, TaskSnapshot, TaskStatus
 from tests.fronts.a2a_support import (
     CancelTaskRequest,
     ListTasksRequest,
@@ -139,6 +140,38 @@ def test_a_message_to_an_idle_context_resumes_it_as_a_new_task(
     assert again_context == context
     assert output == "echo: again"
     assert [e.turn for e in inbound(events(control, context), "again")] == [2]
+
+
+def test_an_ended_tasks_answer_comes_once_its_child_is_let_go_so_a_follow_up_resumes_it(
+    control: SubagentControl, a2a_parent: AgentHandle, echo: ScriptedModel
+) -> None:
+    # A completion listener keeps the ended activation's association for a while (the
+    # window between a Task's settlement and its supervisor letting the child go): the
+    # answer must not come inside it, or the follow-up would be refused NOT_DELIVERED.
+    hold = threading.Event()
+    held: list[str] = []
+
+    def listener(done: TaskSnapshot) -> None:
+        held.append(done.id)
+        hold.wait(1.0)  # bounded: the window's length, never set
+
+    control.tasks.on_done(listener)
+    with served(control, a2a_parent, provider="inprocess") as url:
+
+        async def body() -> tuple[str, str, str]:
+            async with a2a_client(url, streaming=False) as client:
+                first = await send(client, message("first", immediately=False))
+                assert first.status.state == COMPLETED
+                again = await send(
+                    client, message("again", context_id=first.context_id, immediately=False)
+                )
+                return first.id, again.id, again.artifacts[0].parts[0].text
+
+        first_id, again_id, output = run(body)
+
+    assert held[0] == first_id
+    assert again_id != first_id
+    assert output == "echo: again"
 
 
 def test_a_message_naming_an_ended_task_is_refused_and_delivers_nothing_nor_is_it_followed(
