@@ -57,15 +57,21 @@ def _steer_counts(tmp_path: Path, gate: threading.Event, *, children: int) -> li
     return steers
 
 
+def _sent(counts: Counts) -> Counter[str]:
+    """The transactions of the send itself: the runtime's sweep thread (its lease
+    renewal and dead-runtime reads) may land inside the window, by the scheduler's whim."""
+    return counts.transactions - counts.swept
+
+
 @pytest.mark.parametrize("children", [1, 12])
 def test_a_tool_steer_reads_the_childs_header_once_then_costs_what_the_api_steer_does(
     tmp_path: Path, released: threading.Event, children: int
 ) -> None:
     api, first, second, third = _steer_counts(tmp_path, released, children=children)
 
-    assert first.transactions == api.transactions + HEADER_READ
-    assert second.transactions == api.transactions
-    assert third.transactions == api.transactions
+    assert _sent(first) == _sent(api) + HEADER_READ
+    assert _sent(second) == _sent(api)
+    assert _sent(third) == _sent(api)
     assert first.messages == second.messages == api.messages  # the same actor hops
 
 
@@ -76,5 +82,5 @@ def test_a_tool_steers_reads_do_not_grow_with_the_parents_children_and_tasks(
     many = _steer_counts(tmp_path, released, children=12)
 
     for small, large in zip(few, many, strict=True):
-        assert small.transactions == large.transactions
+        assert _sent(small) == _sent(large)
         assert small.statements == large.statements
