@@ -16,22 +16,15 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.walk import REACHES, layer_of
 from tests.support import REPO, run_python
 
 PACKAGES = ("controlplane", "actors", "persistence")
 
-_UNDER_RUNTIME = frozenset({"contract", "persistence", "actors", "telemetry", "providers"})
-
-# Which layers a module of each layer may import (its own included).
-ALLOWED: dict[str, frozenset[str]] = {
-    "contract": frozenset({"contract"}),
-    "persistence": frozenset({"contract", "persistence"}),
-    "actors": frozenset({"contract", "persistence", "actors"}),
-    "telemetry": frozenset({"contract", "telemetry"}),
-    "providers": frozenset({"contract", "providers"}),
-    "runtime": _UNDER_RUNTIME | {"runtime"},
-    "front": _UNDER_RUNTIME | {"runtime", "front"},
-}
+# Which layers a module of each layer may import (its own included), and the layer of a
+# module of ours: one map, which the walk benchmark (a call up a layer is a call into a
+# layer the caller may not import) reads too.
+ALLOWED = REACHES
 
 # The sub-packages whose underscore modules nobody outside them imports.
 SUBPACKAGES = ("contract", "telemetry", "providers", "cli")
@@ -52,21 +45,6 @@ RUNTIME_SHARED = frozenset({"controlplane.runtime._validate", "controlplane.runt
 # What may sit at the top of `controlplane/`: the package and its public modules. The
 # runtime lives in `controlplane/runtime/`, the fronts in `controlplane/fronts/`.
 TOP_MODULES = frozenset({"__init__.py", "aio.py", "models.py", "tools.py"})
-
-
-def layer_of(module: str) -> str:
-    """The layer a module of ours belongs to."""
-    parts = module.split(".")
-    if parts[0] in ("actors", "persistence"):
-        return parts[0]
-    sub = parts[1] if len(parts) > 1 else ""
-    if sub in ("contract", "telemetry", "providers"):
-        return sub
-    if sub == "models":  # the public face of the providers' model adapters
-        return "providers"
-    if sub in ("cli", "tools", "aio", "fronts"):
-        return "front"
-    return "runtime"  # the facade, Tasks, routing, leases, the package's own __init__
 
 
 def modules() -> dict[str, Path]:
