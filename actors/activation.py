@@ -364,7 +364,7 @@ class ActivationActor(Actor):
             transcript=transcript,
             seed=seed,
             gate=gate,
-            approvals=self._desk(transcript, plan.parent.session_id, plan.descriptor.provider),
+            approvals=self._desk(transcript, plan.descriptor.provider),
             trace=plan.trace,
         )
         return _Prepared(provider, request, transcript, frame, header, gate)
@@ -443,7 +443,7 @@ class ActivationActor(Actor):
             events=earlier,
             open_turn=open_turn,
             gate=gate,
-            approvals=self._desk(transcript, loaded.meta.parent_session, descriptor.provider),
+            approvals=self._desk(transcript, descriptor.provider),
             trace=plan.trace,
         )
         if continued:
@@ -466,23 +466,16 @@ class ActivationActor(Actor):
         )
         return [event]
 
-    def _desk(
-        self, transcript: ActivationTranscript, parent_session: str, provider: str
-    ) -> ApprovalDesk | None:
-        """Where the run asks for approvals, or None without a store for them."""
+    def _desk(self, transcript: ActivationTranscript, provider: str) -> ApprovalDesk | None:
+        """Where the run asks for approvals, or None without a store for them. It reads
+        whose request it writes from this activation's frozen view (its Task, child, owner
+        and claim are fixed for the activation's life) and the turn from ``transcript``."""
         approvals = self._ctx.approvals
         if approvals is None:
             return None
         plan = self._plan
         return approvals.desk(
-            task_id=plan.task_id,
-            child_id=plan.child_id,
-            parent_session=parent_session,
-            provider=provider,
-            turn=transcript.turn,
-            fence=plan.fence,
-            signal=plan.signal,
-            transcript=transcript,
+            view_of(plan, "admitted"), provider=provider, signal=plan.signal, transcript=transcript
         )
 
     def _gate(self, own: Budget | None, transcript: ActivationTranscript) -> TurnGate | None:
