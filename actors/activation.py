@@ -486,9 +486,7 @@ class ActivationActor(Actor):
         plan = self._plan
         return _FencedGate(
             budgets.gate(
-                child_id=plan.child_id,
-                parent_session=plan.parent.session_id,
-                task_id=plan.task_id,
+                view_of(plan, "admitted"),
                 label=plan.label,
                 own=own,
                 held=transcript.held_spend,
