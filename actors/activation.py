@@ -26,7 +26,7 @@ import pykka
 
 from actors._base import Actor
 from actors._outcomes import aborted, error_text, failed, unrecorded
-from actors._record import ActivationPhase, view_of
+from actors._record import ActivationPhase, ActivationView, view_of
 from actors._spend import TurnSpend
 from actors._transcript import ActivationTranscript, message_data, turn_frame
 from actors.context import ActorContext
@@ -111,11 +111,17 @@ class ActivationActor(Actor):
         self._supervisor = supervisor
         self._loaded = False  # the child was found in the store (a resume got past its load)
 
+    _view: ActivationView
+    """Whose turn this is (Task, child, owner, claim: fixed for the activation's life), as
+    its supervisor's record shows it: what its approval desk and budget gate read. Made on
+    the activation's own thread, not the supervisor's."""
+
     def on_start(self) -> None:
         # The turn runs here, on the actor's own thread before its loop takes any message,
         # not as a first message to itself: one mailbox round less before the load, on
         # every activation. Nothing is ever sent to this actor, so nothing waits behind it.
         try:
+            self._view = view_of(self._plan, "admitted")
             # Store retries deep in the turn's writes name its child and Task.
             with self._ctx.telemetry.scoped(self._plan.child_id, self._plan.task_id):
                 self._execute()
@@ -467,16 +473,12 @@ class ActivationActor(Actor):
         return [event]
 
     def _desk(self, transcript: ActivationTranscript, provider: str) -> ApprovalDesk | None:
-        """Where the run asks for approvals, or None without a store for them. It reads
-        whose request it writes from this activation's frozen view (its Task, child, owner
-        and claim are fixed for the activation's life) and the turn from ``transcript``."""
+        """Where the run asks for approvals, or None without a store for them."""
         approvals = self._ctx.approvals
         if approvals is None:
             return None
-        plan = self._plan
-        return approvals.desk(
-            view_of(plan, "admitted"), provider=provider, signal=plan.signal, transcript=transcript
-        )
+        signal = self._plan.signal
+        return approvals.desk(self._view, provider=provider, signal=signal, transcript=transcript)
 
     def _gate(self, own: Budget | None, transcript: ActivationTranscript) -> TurnGate | None:
         """The run's spend gate, or None when the control plane has no budgets."""
@@ -486,7 +488,7 @@ class ActivationActor(Actor):
         plan = self._plan
         return _FencedGate(
             budgets.gate(
-                view_of(plan, "admitted"),
+                self._view,
                 label=plan.label,
                 own=own,
                 held=transcript.held_spend,
