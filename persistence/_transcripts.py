@@ -34,7 +34,7 @@ class TranscriptCache:
         max_events: How many events all kept transcripts hold together at most.
     """
 
-    def __init__(self, *, max_children: int = 64, max_events: int = 50_000) -> None:
+    def __init__(self, *, max_children: int = 64, max_events: int = 20_000) -> None:
         self._max_children = max_children
         self._max_events = max_events
         self._kept: OrderedDict[str, Transcript] = OrderedDict()
@@ -55,12 +55,13 @@ class TranscriptCache:
             old = self._kept.pop(child_id, None)
             if old is not None:
                 self._events -= len(old)
-            if size <= self._max_events:
-                self._kept[child_id] = whole
-                self._events += size
-                while len(self._kept) > self._max_children or self._events > self._max_events:
-                    _, evicted = self._kept.popitem(last=False)
-                    self._events -= len(evicted)
+            if size > self._max_events:
+                return whole  # not kept: the caller's own
+            self._kept[child_id] = whole
+            self._events += size
+            while len(self._kept) > self._max_children or self._events > self._max_events:
+                _, evicted = self._kept.popitem(last=False)
+                self._events -= len(evicted)
         return whole.copy()
 
     def forget(self, child_id: str) -> None:

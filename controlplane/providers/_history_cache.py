@@ -47,7 +47,7 @@ class HistoryCache:
         max_messages: How many messages all kept conversations hold together at most.
     """
 
-    def __init__(self, *, max_children: int = 256, max_messages: int = 200_000) -> None:
+    def __init__(self, *, max_children: int = 64, max_messages: int = 20_000) -> None:
         self._max_children = max_children
         self._max_messages = max_messages
         self._entries: OrderedDict[str, _Entry] = OrderedDict()

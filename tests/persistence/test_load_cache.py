@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from controlplane import EventKind, NewEvent
 from persistence import SqlStore
+from persistence._codec import Transcript
+from persistence._transcripts import TranscriptCache
 from tests.persistence.conftest import message, new_child
 
 
@@ -52,3 +54,24 @@ def test_a_load_hands_out_a_list_of_its_own(store: SqlStore) -> None:
     first = store.load(child).events
     first.clear()
     assert len(store.load(child).events) == 3
+
+
+def test_the_kept_transcripts_stay_within_their_bounds(store: SqlStore) -> None:
+    children = [new_child(store).child_id for _ in range(3)]
+    for child in children:
+        store.append(child, [*_frame(1), message(1)])
+    cache = TranscriptCache(max_children=2, max_events=5)
+    for child in children:
+        cache.keep(child, None, _decoded(store, child))
+    assert len(cache) == 1  # three events each: two would hold six
+    assert cache.get(children[-1]) is not None
+    big = TranscriptCache(max_events=2)
+    kept = _decoded(store, children[0])
+    assert big.keep(children[0], None, kept) is kept  # too long to keep: handed out
+    assert len(big) == 0
+
+
+def _decoded(store: SqlStore, child_id: str) -> Transcript:
+    events = store.load(child_id).events
+    assert isinstance(events, Transcript)
+    return events
