@@ -11,6 +11,7 @@ from controlplane.contract import (
     ChildMeta,
     ErrorCode,
     EventKind,
+    LazyEvent,
     MessageSource,
     NewEvent,
     ParkedTask,
@@ -150,7 +151,7 @@ class ActivationTranscript:
         self._held: list[NewEvent] = []
         self._queued: list[SteeringReceipt] = []  # delivered, record not yet written
         # Set once the turn is open (published) or closed: `append_with` waits for it.
-        self._settled_state = threading.Event()
+        self._settled_state = LazyEvent()
         self._parked = False  # closed by `park_with`: the Task goes on elsewhere
         # The write refusal that closed the turn (this runtime lost the claim, or fenced
         # itself): its end is not written, and `close` says so.
