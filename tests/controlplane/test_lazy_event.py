@@ -4,12 +4,14 @@ publication) cost a slot each, not a Condition, a lock and a deque."""
 
 from __future__ import annotations
 
+import gc
 import threading
 
+from actors._inbox import ActivationInbox
 from controlplane import AgentHandle, SubagentControl
 from controlplane.contract import CancelSignal, LazyEvent
 from tests.fakes import FakeProvider
-from tests.support import WAIT_S, running_child
+from tests.support import WAIT_S, running_child, text
 
 
 def test_set_wait_clear_as_an_event() -> None:
@@ -59,19 +61,26 @@ def test_a_signal_aborted_wakes_its_sleeper() -> None:
     signal.abort("stop")
     sleeper.join(WAIT_S)
     assert slept == [True]
-    assert signal.aborted and signal.wait(0)
+    assert signal.aborted
+    assert signal.wait(0)
 
 
 def test_a_running_child_holds_no_event(
     control: SubagentControl, parent: AgentHandle, provider: FakeProvider
 ) -> None:
     """The flags a running child's Task and cancel signal hold make no Event while
-    nothing waits on them unset."""
+    nothing waits on them unset, and its activation's inbox, steered by one sender at a
+    time (each drains its own), no Condition."""
     gate = threading.Event()
     try:
-        _child_id, task_id, _plan = running_child(control, parent, provider, gate)
+        child_id, task_id, _plan = running_child(control, parent, provider, gate)
+        for word in ("one", "two"):
+            assert control.send_message(parent, child_id, text(word)).route == "steered"
         task = control._tasks._live[task_id]
         flags = [task.released, task.resting, task.signal._event]
         assert all(isinstance(flag, LazyEvent) and flag._event is None for flag in flags)
+        inboxes = [o for o in gc.get_objects() if isinstance(o, ActivationInbox)]
+        assert [inbox._child_id for inbox in inboxes] == [child_id]
+        assert inboxes[0]._changed is None
     finally:
         gate.set()
