@@ -229,12 +229,15 @@ class NsPostgres:
             conn.execute(f'CREATE DATABASE "{name}"')
         return name
 
-    def close(self) -> None:
-        """Stop the server (immediately) and remove its directory."""
+    def close(self, keep: Path | None = None) -> None:
+        """Stop the server (immediately) and remove its directory, its log copied into
+        the folder ``keep`` first, if given."""
         try:
             if (self.data / "postmaster.pid").exists():
                 self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
         finally:
+            if keep is not None and self.log.exists():
+                shutil.copy(self.log, keep / "server.log")
             shutil.rmtree(self._root, ignore_errors=True)
 
     def _run(self, tool: str, *args: str) -> None:
@@ -278,9 +281,12 @@ class DelayRelay:
 
 
 @contextlib.contextmanager
-def kernel_faults(runtimes: int) -> Iterator[tuple[Namespaces, NsPostgres]]:
+def kernel_faults(
+    runtimes: int, *, keep: Path | None = None
+) -> Iterator[tuple[Namespaces, NsPostgres]]:
     """The store's namespace with its server and ``runtimes`` runtime namespaces; all torn
-    down when the block ends, pass or fail."""
+    down when the block ends, pass or fail (the server's log copied into the folder
+    ``keep`` first, if given)."""
     spaces = Namespaces()
     server: NsPostgres | None = None
     try:
@@ -291,6 +297,6 @@ def kernel_faults(runtimes: int) -> Iterator[tuple[Namespaces, NsPostgres]]:
     finally:
         try:
             if server is not None:
-                server.close()
+                server.close(keep)
         finally:
             spaces.close()
