@@ -154,28 +154,38 @@ ROUNDS_ENV = "SUBAGENT_CONTROL_KERNEL_STRESS_ROUNDS"
 """Set to N to repeat the fault schedule N times (the full size: N=3)."""
 
 
+def _span(began: float, healed: float) -> str:
+    """When a fault began and healed on the monotonic clock, which the workers' logs and
+    the lock journal use too (one kernel)."""
+    return f" (monotonic {began:.3f} to {healed:.3f})"
+
+
 def _kernel_schedule(
     spaces: Namespaces, done: list[str], rounds: int, probe: Callable[[str], None]
 ) -> Callable[[], None]:
     p0, p1, p2 = spaces.runtimes
 
     def flap() -> None:
+        began = time.monotonic()
         for _ in range(FLAPS):
             spaces.link(p0, up=False)
             time.sleep(1.0)  # the flap itself
             spaces.link(p0, up=True)
             time.sleep(1.0)
-        done.append(f"p0 link flapped {FLAPS}x 1s/1s")
+        done.append(f"p0 link flapped {FLAPS}x 1s/1s{_span(began, time.monotonic() - 1.0)}")
         probe(done[-1])  # healed: every child reachable within lease + 1 s
 
     def drop(runtime: Runtime, seconds: float, *, one_way: bool) -> None:
+        began = time.monotonic()
         spaces.drop(runtime, outgoing=True, incoming=not one_way)
         try:
             time.sleep(seconds)  # the partition itself
         finally:
             spaces.heal(runtime)
         how = "one way (its packets to the store)" if one_way else "both ways"
-        done.append(f"p{runtime.index} dropped {how} {seconds:.1f}s")
+        done.append(
+            f"p{runtime.index} dropped {how} {seconds:.1f}s{_span(began, time.monotonic())}"
+        )
         probe(done[-1])
 
     def run() -> None:
