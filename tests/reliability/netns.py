@@ -197,6 +197,8 @@ class NsPostgres:
                 f"unix_socket_directories = '{self._root}'\n"
                 "max_connections = 300\nfsync = off\nfull_page_writes = off\n"
                 "shared_buffers = 32MB\nlog_min_messages = warning\n"
+                # Lock waits past a second, with the holder (see `pg_fault`).
+                "log_lock_waits = on\nlog_line_prefix = '%m [%p] %r '\n"
             )
         with (self.data / "pg_hba.conf").open("a", encoding="utf-8") as hba:
             hba.write(f"\nhost all all {_SUBNET}.0.0/16 trust\n")  # the runtimes' links

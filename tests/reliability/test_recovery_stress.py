@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import statistics
 import time
 from collections import Counter
@@ -262,6 +263,9 @@ def test_runtimes_sigkilled_and_restarted_under_load_carry_every_task_to_complet
         proxies: list[TcpProxy] = []
         if backend == "postgres":
             server = request.getfixturevalue("pg_server")
+            log = server.log
+            # The server's log (its lock waits name who held a child's lock) beside the run's.
+            request.addfinalizer(lambda: shutil.copy(log, tmp_path / "server.log"))
             url = server.new_database()
             factory = request.getfixturevalue("tcp_proxy_factory")
             proxies = [factory(server.port) for _ in range(WORKERS)]
