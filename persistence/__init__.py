@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from persistence._queue import AdmissionQueue, Admitted, QueueHead, QueuePlace
     from persistence._queue_listener import AdmissionListener
     from persistence._retry import RetryPolicy
-    from persistence._spend import ScopeSpend, SpendLedger
+    from persistence._spend import ScopeCounts, ScopeSpend, SpendLedger
     from persistence._store import SqlStore
     from persistence._takeable import Takeable, Watch
     from persistence._task_sql import Fence, Settlement, TxStep
@@ -42,6 +42,7 @@ __all__ = [
     "QueuePlace",
     "Recovered",
     "RetryPolicy",
+    "ScopeCounts",
     "ScopeSpend",
     "Settlement",
     "SpendLedger",
@@ -72,7 +73,7 @@ _HOMES: dict[str, str] = {
     **dict.fromkeys(["AdmissionQueue", "Admitted", "QueueHead", "QueuePlace"], "_queue"),
     **dict.fromkeys(["AdmissionListener"], "_queue_listener"),
     **dict.fromkeys(["RetryPolicy"], "_retry"),
-    **dict.fromkeys(["ScopeSpend", "SpendLedger"], "_spend"),
+    **dict.fromkeys(["ScopeCounts", "ScopeSpend", "SpendLedger"], "_spend"),
     **dict.fromkeys(["SqlStore"], "_store"),
     **dict.fromkeys(["Takeable", "Watch"], "_takeable"),
     **dict.fromkeys(["Fence", "Settlement", "TxStep"], "_task_sql"),

@@ -44,7 +44,13 @@ from persistence._codec import PendingEvent
 from persistence._database import Database
 from persistence._schema import sqlite_time, utc_time
 
-__all__ = ["ScopeSpend", "SpendLedger", "child_scope", "session_scope"]
+__all__ = [
+    "ScopeCounts",
+    "ScopeSpend",
+    "SpendLedger",
+    "child_scope",
+    "session_scope",
+]
 
 T = TypeVar("T")
 Runner = Callable[[str, Callable[[int], Any]], Any]
@@ -67,6 +73,12 @@ def session_scope(session_id: str) -> str:
 Cursor = Any
 """A DBAPI cursor, or `_OnConnection` over a SQLAlchemy connection: ``execute``,
 ``executemany``, ``fetchone``, ``rowcount``."""
+
+
+ScopeCounts = tuple[int, float, int, int, float, Any, Any]
+"""One scope's row as a gate checks it: its counters (`Spent`'s fields, in order), its
+budget (its decoded JSON limits, shared: never changed; None for none) and whether its
+soft notice was sent (truthy)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,15 +184,19 @@ class SpendLedger:
         found = self._views.get(child_id)
         return 0 if found is None else found[0]
 
-    def view(self, child_id: str, after: int) -> tuple[int, dict[str, ScopeSpend]] | None:
+    def view(self, child_id: str, after: int) -> tuple[int, dict[str, ScopeCounts]] | None:
         """The child's newest view if it was published after number ``after`` (0: any),
         with its number: every scope of its chain, as the child's last committed append
-        that counted spend left them."""
+        that counted spend left them (`ScopeCounts`: a gate reads one per call, so no
+        `ScopeSpend` or `Spent` is built for it)."""
         found = self._views.get(child_id)
         if found is None or found[0] <= after:
             return None
         number, rows = found
-        return number, {str(row[0]): _scope_spend(row) for row in rows}
+        return number, {
+            row[0]: (row[1], row[2], row[3], row[4], row[5], _limits(row[6]), row[7])
+            for row in rows
+        }
 
     def created(self, cursor: Cursor, child_id: str, pending: Sequence[PendingEvent]) -> None:
         """A new child's budget, from its descriptor among ``pending``, in the transaction
