@@ -111,6 +111,13 @@ class SpendLedger:
         self._returned = threading.local()
         self._views: dict[str, tuple[int, Sequence[Any]]] = {}
         self._published = itertools.count(1)
+        # SQLite's kept writer (one connection, one writer at a time): the rows as this
+        # connection's own counting left them, good while no other connection has
+        # committed since (`PRAGMA data_version`); see `add`. Touched under the write lock.
+        backend = db.backend
+        self._mirrors = backend.serialize_writes and not backend.single_connection
+        self._mirror: dict[str, tuple[Any, ...]] = {}
+        self._mirror_of: tuple[Any, int] | None = None  # (connection, data_version)
 
     # -- inside an append's transaction ---------------------------------------------------
 
@@ -121,20 +128,76 @@ class SpendLedger:
         pending: Sequence[PendingEvent],
         *,
         seconds: float = 0.0,
+        kept_writer: bool = False,
     ) -> None:
         """Count what ``pending`` (a child's own events) records, and ``seconds``, for
         every scope of the child, in the caller's transaction. Writes nothing when they
-        record no spend."""
+        record no spend.
+
+        ``kept_writer``: the transaction is on the store's one SQLite writer connection
+        (`Database.cursor` with ``write``; the caller calls `abandoned` inside it if it
+        fails). Then the rows after the add are worked out here when this ledger knows them
+        as that connection's own counting left them and no other connection has committed
+        since (``PRAGMA data_version`` unchanged): the same rows the upsert's ``RETURNING``
+        would give (SQLite runs one writer at a time, and the arithmetic is the same
+        floating point), for a pragma that costs a fraction of the returned rows. Anything
+        else (another runtime's or connection's commit, a scope not known yet, a budget or
+        notice written) takes them from ``RETURNING``.
+        """
         spent = spent_in([event.data for event in pending], seconds)
         if spent is None:
             return
         scopes = self._chain(cursor, child_id)
         row = (spent.tokens, spent.cost, spent.model_calls, spent.tool_calls, spent.seconds)
-        statement = self._sql.add_all(len(scopes))
+        params = [value for scope in scopes for value in (scope, *row)]
         # A chain runs from the child up to its session, so two appends' chains share their
         # rows in one order (their common ancestors, top-level last): no lock cycle.
-        cursor.execute(statement, [value for scope in scopes for value in (scope, *row)])
-        self._returned.rows = (cursor, child_id, cursor.fetchall())
+        if kept_writer and self._mirrors:
+            rows = self._add_mirrored(cursor, scopes, row, params)
+        else:
+            cursor.execute(self._sql.add_all(len(scopes)), params)
+            rows = cursor.fetchall()
+        self._returned.rows = (cursor, child_id, rows)
+
+    def _add_mirrored(
+        self, cursor: Cursor, scopes: tuple[str, ...], row: tuple[Any, ...], params: list[Any]
+    ) -> Sequence[Any]:
+        cursor.execute("PRAGMA data_version")
+        version = cursor.fetchone()[0]
+        connection = cursor.connection
+        mirror = self._mirror
+        known = self._mirror_of
+        if known is None or known[0] is not connection or known[1] != version:
+            mirror.clear()  # another connection committed: any row may have moved
+            self._mirror_of = (connection, version)
+        elif all(scope in mirror for scope in scopes):
+            cursor.execute(self._sql.count_all(len(scopes)), params)
+            rows = []
+            for scope in scopes:
+                was = mirror[scope]
+                now = (
+                    scope, was[1] + row[0], was[2] + row[1], was[3] + row[2],
+                    was[4] + row[3], was[5] + row[4], was[6], was[7],
+                )  # fmt: skip
+                mirror[scope] = now
+                rows.append(now)
+            return rows
+        cursor.execute(self._sql.add_all(len(scopes)), params)
+        returned: Sequence[Any] = cursor.fetchall()
+        if len(mirror) >= _CACHE:
+            mirror.clear()
+        for found in returned:
+            mirror[found[0]] = tuple(found)
+        return returned
+
+    def abandoned(self) -> None:
+        """A kept writer's transaction did not commit (called once it is rolled back, under
+        the write lock): what `add` worked out from it is forgotten."""
+        self._forget()
+
+    def _forget(self) -> None:
+        self._mirror.clear()
+        self._mirror_of = None
 
     def insert_counting(
         self,
@@ -302,6 +365,7 @@ class SpendLedger:
 
         def op(_attempt: int) -> None:
             with self._db.cursor(write=True) as cursor:
+                self._forget()  # a row's budget and notice change outside `add`
                 cursor.execute(self._sql.set_budget, params)
 
         self._run(f"set the budget of child {child_id}", op)
@@ -317,6 +381,7 @@ class SpendLedger:
 
         def op(attempt: int) -> bool:
             with self._db.cursor(write=True) as cursor:
+                self._forget()  # a row's notice changes outside `add`
                 if attempt > 1:  # our earlier attempt may have committed unheard
                     cursor.execute(self._sql.noticed, (notice_id,))
                     if cursor.fetchone() is not None:

@@ -21,7 +21,7 @@ from typing import Final
 from urllib.parse import quote
 
 from controlplane.contract import TaskSnapshot, TaskStatus
-from persistence._task_snapshots import TASK_COLUMNS, snapshot_of_columns
+from persistence._task_snapshots import snapshot_of_columns
 
 __all__ = [
     "READS_VERSION",
@@ -35,13 +35,25 @@ READS_VERSION: Final = 12
 """The schema version these statements read (the store's current one)."""
 
 SCHEMA_VERSION_READ: Final = "SELECT subagent_schema.version \nFROM subagent_schema"
-_COLUMNS: Final = ", ".join(f"subagent_tasks.{name}" for name in TASK_COLUMNS)
-_NEWEST_FIRST: Final = "ORDER BY subagent_tasks.created_at DESC, subagent_tasks.task_id DESC"
-TASKS_RECENT: Final = f"SELECT {_COLUMNS} \nFROM subagent_tasks {_NEWEST_FIRST}"
-"""Every Task, newest first (`TaskLedger.recent`), its columns `TASK_COLUMNS`."""
+TASKS_RECENT: Final = (
+    "SELECT subagent_tasks.task_id, subagent_tasks.label, "
+    "subagent_tasks.owner_session, subagent_tasks.child_id, "
+    "subagent_tasks.runtime_id, subagent_tasks.status, subagent_tasks.output, "
+    "subagent_tasks.detail, subagent_tasks.code, subagent_tasks.created_at, "
+    "subagent_tasks.settled_at, subagent_tasks.spend, subagent_tasks.recoveries "
+    "\nFROM subagent_tasks ORDER BY subagent_tasks.created_at DESC, "
+    "subagent_tasks.task_id DESC"
+)
+"""Every Task, newest first (`TaskLedger.recent`), its columns
+`persistence._task_snapshots.TASK_COLUMNS`."""
 TASKS_OF_OWNER: Final = (
-    f"SELECT {_COLUMNS} \nFROM subagent_tasks \n"
-    f"WHERE subagent_tasks.owner_session = ? {_NEWEST_FIRST}"
+    "SELECT subagent_tasks.task_id, subagent_tasks.label, "
+    "subagent_tasks.owner_session, subagent_tasks.child_id, "
+    "subagent_tasks.runtime_id, subagent_tasks.status, subagent_tasks.output, "
+    "subagent_tasks.detail, subagent_tasks.code, subagent_tasks.created_at, "
+    "subagent_tasks.settled_at, subagent_tasks.spend, subagent_tasks.recoveries "
+    "\nFROM subagent_tasks \nWHERE subagent_tasks.owner_session = ? ORDER BY "
+    "subagent_tasks.created_at DESC, subagent_tasks.task_id DESC"
 )
 """The same, of one owner session."""
 
