@@ -32,11 +32,13 @@ from typing import Any, Final, TypeVar
 from sqlalchemy.engine import Connection
 
 from controlplane.contract import (
+    USAGE,
     EventKind,
     Spent,
     TaskNotice,
     TaskStatus,
     spent_in,
+    usage_counts,
     utcnow,
 )
 from persistence._children_sql import EVENT_INSERT, EVENT_NAMES
@@ -144,11 +146,10 @@ class SpendLedger:
         else (another runtime's or connection's commit, a scope not known yet, a budget or
         notice written) takes them from ``RETURNING``.
         """
-        spent = spent_in([event.data for event in pending], seconds)
-        if spent is None:
+        row = _counted(pending, seconds)
+        if row is None:
             return
         scopes = self._chain(cursor, child_id)
-        row = (spent.tokens, spent.cost, spent.model_calls, spent.tool_calls, spent.seconds)
         params = [value for scope in scopes for value in (scope, *row)]
         # A chain runs from the child up to its session, so two appends' chains share their
         # rows in one order (their common ancestors, top-level last): no lock cycle.
@@ -475,6 +476,23 @@ class SpendLedger:
     def _run(self, action: str, operation: Callable[[int], T]) -> T:
         result: T = self._runner(action, operation)
         return result
+
+
+def _counted(pending: Sequence[PendingEvent], seconds: float) -> tuple[Any, ...] | None:
+    """What ``pending`` and ``seconds`` add to each scope (`Spent`'s fields, in order), as
+    `spent_in` counts it; None for nothing. One event (a model call's reply, a tool's
+    result: every call's append) is read here without building a `Spent`."""
+    if len(pending) != 1:
+        spent = spent_in([event.data for event in pending], seconds)
+        if spent is None:
+            return None
+        return (spent.tokens, spent.cost, spent.model_calls, spent.tool_calls, spent.seconds)
+    data = pending[0].data
+    counts = usage_counts(data.get(USAGE)) if isinstance(data, dict) else None
+    if counts is None:
+        return (0, 0.0, 0, 0, float(seconds)) if seconds else None
+    cost = 0.0 if counts[6] is None else 0.0 + counts[6]
+    return (counts[0] + counts[1], cost, counts[4], counts[5], float(seconds))
 
 
 _LIMITS: dict[str, Any] = {}

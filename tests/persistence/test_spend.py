@@ -210,3 +210,33 @@ def test_the_rows_an_append_leaves_for_its_gate_are_the_stored_ones_whoever_else
     store.append(mine, [spent(3)])
     _as_stored(store, mine)
     assert tokens(store, f"child:{mine}")[f"child:{mine}"] == sum((5, 6, 7, 1, 1, 2, 2, 3)) + 8
+
+
+@pytest.mark.parametrize(
+    ("datas", "seconds"),
+    [
+        ([{"usage": {"input_tokens": 3, "output_tokens": 4, "model_calls": 1, "cost": 2}}], 0.0),
+        ([{"usage": {"input_tokens": 3, "cost": 0.25, "tool_calls": 2}}], 1.5),
+        ([{"usage": {"input_tokens": 3}}, {"usage": {"output_tokens": 1}}], 0.0),
+        ([{"text": "no usage"}], 0.0),
+        ([{"text": "no usage"}], 2.0),
+        (["not a dict"], 0.0),
+        ([{"usage": {"input_tokens": -1}}], 0.0),
+        ([{"usage": {"unknown": 1}}], 3.0),
+    ],
+)
+def test_what_an_append_counts_is_what_spent_in_reads(datas: list[object], seconds: float) -> None:
+    from controlplane.contract import spent_in
+    from persistence._codec import prepare_events
+    from persistence._spend import _counted
+
+    pending = prepare_events([NewEvent(kind="x", turn=1, data=data) for data in datas])
+    expected = spent_in(datas, seconds)
+    counted = _counted(pending, seconds)
+    if expected is None:
+        assert counted is None
+    else:
+        assert counted is not None
+        fields = (expected.tokens, expected.cost, expected.model_calls, expected.tool_calls)
+        assert counted == (*fields, expected.seconds)
+        assert [type(v) for v in counted] == [type(v) for v in (*fields, expected.seconds)]
