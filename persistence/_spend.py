@@ -11,8 +11,11 @@ and the seconds a ``turn/end`` carries in (`SqlStore.append`'s ``seconds``), by 
 ``SET x = x + n`` for every scope of the chain, so concurrent appends in any number of
 runtimes never lose a count (SQLite serializes writers; PostgreSQL's row lock does).
 That upsert returns each scope's row as it stands after the add, every other runtime's
-committed spend included; once the append has committed, the ledger keeps those rows as
-the child's newest view (`SpendLedger.view`), so the child's gate checks its next call
+committed spend included (on SQLite's one kept writer, the ledger works the same rows out
+from that connection's own counting while no other connection has committed since, which
+``PRAGMA data_version`` tells: a pragma costs less than the returned rows); once the
+append has committed, the ledger keeps those rows as the child's newest view
+(`SpendLedger.view`), so the child's gate checks its next call
 against them without a read of its own (`SpendLedger.read` serves a gate that has no
 view newer than its last call). Either way what a gate sees may miss what other
 runtimes' calls spent since, which is the overshoot the guide states.
