@@ -37,9 +37,9 @@ def test_its_statements_are_what_sqlalchemy_compiles_for_the_current_schema() ->
     recent = select(*(_T[name] for name in TASK_COLUMNS)).order_by(
         _T.created_at.desc(), _T.task_id.desc()
     )
-    assert TASKS_RECENT == _compiled(recent)
-    assert TASKS_OF_OWNER == _compiled(recent.where(_T.owner_session == bindparam("owner")))
-    assert SCHEMA_VERSION_READ == _compiled(select(schema_version_table.c.version))
+    assert _compiled(recent) == TASKS_RECENT
+    assert _compiled(recent.where(_T.owner_session == bindparam("owner"))) == TASKS_OF_OWNER
+    assert _compiled(select(schema_version_table.c.version)) == SCHEMA_VERSION_READ
     assert READS_VERSION == SCHEMA_VERSION
 
 
