@@ -27,7 +27,7 @@ from controlplane.contract import (
     dumps,
     plain_json,
 )
-from persistence._schema import utc_time
+from persistence._times import utc_time
 
 __all__ = [
     "EXACT_MARK",
