@@ -106,7 +106,7 @@ class ActivationStarts:
             )
         signal = CancelSignal()
         receipt = FrameReceipt() if send.continues is None else None
-        self._ctx.tasks.take_over_parked(snapshot, signal, fence)
+        self._ctx.tasks.take_over_parked(snapshot, signal)
         trace = self._ctx.telemetry.activation(
             task_id=task_id,
             child_id=self._child_id,
@@ -146,12 +146,12 @@ class ActivationStarts:
             self._ctx.budgets.check_resume(self._child_id)
         signal = CancelSignal()  # created before the Task, so a kill can never miss it
         try:
-            task = self._ctx.tasks.start(
+            # Claimed with its Task: no second activation, in any runtime.
+            task, fence = self._ctx.tasks.claim(
                 label=follow_up_label(send.message),
                 owner=send.parent,
                 child_id=self._child_id,
                 signal=signal,
-                claim_child=True,  # no second activation, in any runtime
                 # The message is written with the claim, in its transaction: durable before
                 # the answer below, and the activation goes on in that turn.
                 opening=lambda admitted: turn_frame(
@@ -199,7 +199,7 @@ class ActivationStarts:
                 signal=signal,
                 label=task.label,
                 trace=trace,
-                fence=self._ctx.tasks.fence_of(task.id),
+                fence=fence,
             )
             self._install(plan)
         except BaseException:
