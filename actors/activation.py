@@ -2,9 +2,10 @@
 
 It owns the Task's producer: begin (load, authorize, fold the descriptor, call the
 provider), publish the run to its supervisor, await the result, dispose the run, and only
-then record the Task outcome. A resume's turn frame (``turn/start`` and the message that
-resumed it) is written with its claim, before ``started`` is answered, so the
-activation finds its own open turn and goes on in it (a frame it must write itself —
+then record the Task outcome. A resume's claim runs here first, its supervisor's effect
+(`ResumeClaim`): its turn frame (``turn/start`` and the message that resumed it) is written
+with the claim, before ``started`` is answered, so the activation finds its own open turn
+and goes on in it (a frame it must write itself —
 a store that did not write it — is written before the provider is called); a new
 child's frame is written at publication, with its header. A resume whose provider this
 runtime lacks is left, ``queued``, for a runtime that has it (`_await_provider`).

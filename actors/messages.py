@@ -343,8 +343,10 @@ class Reply:
     ``started``: a resume began, as Task ``task_id``. ``steered``: the message was put into
     the inbox of the running activation ``task_id``; the sender completes its delivery
     (`result`) on its own thread — the supervisor never waits for the run or the store.
-    ``held``: the child's run is parking; the supervisor delivers the message once the
-    Task's next step is known and resolves ``held`` with that reply.
+    ``held``: the child's run is parking, or its resume's claim runs (the message that
+    resumed it: ``task_id`` empty until the claim names it); the supervisor (or, for the
+    resuming message, the activation that claimed) delivers the message once the Task's
+    next step is known and resolves ``held`` with that reply.
     A refusal is never a reply: it is raised through the ask's future.
     """
 

@@ -10,7 +10,9 @@ of it after each change: the record's events and effects, and the messages held 
 run parks, are in `actors._holding`; starting the next activation (a resume, a parked
 Task's continuation) in `actors._starting`. It decides and never acts for the run: a steer
 is put into the activation's inbox (`actors._inbox`) and delivered there, so the supervisor
-calls no provider code and holds no lock across a store write.
+calls no provider code and holds no lock across a store write; a resume's store work (its
+budget check and its claim) is an effect the activation it starts runs, off this mailbox,
+whose result comes back into the record's state machine.
 """
 
 from __future__ import annotations
@@ -174,9 +176,12 @@ class ChildSupervisor(ActivationStarts, MessageHolding, ParkingActor):
         if current.phase == "claiming":
             # Its claim's sender is its activation's to answer (the claim may be committing
             # now); aborted, a claim that commits ends its turn at once, killed.
-            if current.ref is None and current.claim is not None:
+            claim = current.claim
+            if current.ref is None and claim is not None:
                 why = not_delivered(self._child_id, None, "the control plane stopped")
-                current.claim.held.resolve(None, why)
+                claim.held.resolve(None, why)
+            elif claim is not None and claim.plan is not None:  # it committed: as below
+                self._ctx.tasks.on_view(view_of(claim.plan, "ended"))
             return
         if current.ref is None:  # never began: no activation will ever settle its Task
             stopped = TaskOutcome(
