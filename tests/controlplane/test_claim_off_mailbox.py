@@ -10,7 +10,14 @@ from typing import Any
 
 import pytest
 
-from controlplane import AgentHandle, SendResult, SubagentControl, TaskStatus
+from controlplane import (
+    AgentHandle,
+    ErrorCode,
+    SendResult,
+    SubagentControl,
+    SubagentControlError,
+    TaskStatus,
+)
 from controlplane.contract import SupervisorNode
 from persistence import SqlStore
 from tests.fakes import FakeProvider
@@ -23,6 +30,7 @@ from tests.support import (
     idle_child,
     in_thread,
     inbound,
+    raises,
     settle,
     task_ids,
     text,
@@ -36,6 +44,7 @@ class _GatedClaimStore(SqlStore):
     def __init__(self, url: str) -> None:
         super().__init__(url)
         self.armed = False
+        self.refuse = False  # the armed claim is refused once the gate opens
         self.claiming = threading.Event()
         self.gate = threading.Event()
 
@@ -44,6 +53,8 @@ class _GatedClaimStore(SqlStore):
             self.armed = False
             self.claiming.set()
             assert self.gate.wait(WAIT_S)
+            if self.refuse:
+                raise SubagentControlError(ErrorCode.STORE_UNAVAILABLE, "the store went away")
         return super().admit_claiming(*args, **kwargs)
 
 
@@ -126,3 +137,26 @@ def test_the_supervisor_answers_a_status_ask_while_its_claim_is_blocked(
     assert started.route == "started"
     assert settle(gated, started.task_id, gated_parent).status is TaskStatus.COMPLETED
     assert len(inbound(events(gated, child), "one")) == 1
+
+
+def test_a_refused_claim_refuses_its_sender_and_what_it_held_is_decided_afresh(
+    gated: SubagentControl, gated_store: _GatedClaimStore, gated_parent: AgentHandle
+) -> None:
+    child = idle_child(gated, gated_parent)
+    gated_store.armed = gated_store.refuse = True
+
+    first = in_thread(lambda: gated.send_message(gated_parent, child, text("one")))
+    assert gated_store.claiming.wait(WAIT_S)
+    second = in_thread(lambda: gated.send_message(gated_parent, child, text("two")))
+    eventually(lambda: held_messages(gated, child) == 1, "the second message is held")
+    gated_store.gate.set()
+
+    with raises(ErrorCode.STORE_UNAVAILABLE):
+        first.result(WAIT_S)
+    started = second.result(WAIT_S)  # its own resume, once the first claim was refused
+    assert started.route == "started"
+    assert settle(gated, started.task_id, gated_parent).status is TaskStatus.COMPLETED
+    stored = events(gated, child)
+    assert inbound(stored, "one") == []
+    assert len(inbound(stored, "two")) == 1
+    assert len(task_ids(gated, gated_parent)) == 2  # the first turn's Task and this one
