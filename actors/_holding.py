@@ -196,7 +196,8 @@ class MessageHolding:
                 # Ended: only now, with the association gone, may `tasks.wait()` return.
                 self._ctx.tasks.on_view(current.view())
         for held in handed:
-            self._deliver_held(held, parked)
+            # The resuming message passed the budget check with its claim, just now.
+            self._deliver_held(held, parked, checked=claim is not None and held is claim.held)
 
     def _parking(self, current: Activation) -> bool:
         """Whether ``current``'s run is parking on an approval request (its Task goes on
@@ -211,10 +212,13 @@ class MessageHolding:
         self._apply(current, MessageHeld(held))
         return Reply(route="held", task_id=current.task_id, held=held)
 
-    def _deliver_held(self, held: Held, parked_task_id: str | None) -> None:
-        """Deliver a message held while its child's run parked: into the parked Task's
-        continued turn (the first one starts it; the rest are steered into it), or, when
-        the run did not park after all (``parked_task_id`` None), decided afresh."""
+    def _deliver_held(
+        self, held: Held, parked_task_id: str | None, *, checked: bool = False
+    ) -> None:
+        """Deliver a message held while its child's run parked (or its resume's claim
+        ran): into the parked Task's continued turn (the first one starts it; the rest are
+        steered into it), or, when the run did not park after all (``parked_task_id``
+        None), decided afresh. ``checked``: it passed the budget check already."""
         send = held.send
         try:
             if (
@@ -227,7 +231,7 @@ class MessageHolding:
                 conflict = self._squatter(None)
                 if conflict is not None:
                     raise conflict
-                if send.continues is None and self._ctx.budgets is not None:
+                if send.continues is None and self._ctx.budgets is not None and not checked:
                     self._ctx.budgets.check_resume(self._child_id)  # as for any next turn
                 reply = self._continue(send, parked_task_id)
             else:
