@@ -138,17 +138,15 @@ class MessageHolding:
         claim = current.claim
         for effect in current.apply(event):
             if effect == "open_inbox":
-                assert current.run is not None
-                assert current.transcript is not None
                 # Held messages passed the ownership check on a guess (an agent registered
                 # after the activation began may be the run's); now the run says which
                 # agent is its own. Their senders deliver them now, in order.
                 squatter = self._squatter(current)
-                current.inbox.publish(current.run, current.transcript, squatter)
+                current.inbox.publish(current.view(), squatter)
             elif effect == "hand_back" and current.broken is None:
                 # The messages its run did not take, then those held while it parked: all
                 # go into the parked Task's continued turn, in that order.
-                handed = [*current.inbox.hand_back(), *current.held]
+                handed = [*current.inbox.hand_back(current.view()), *current.held]
                 current.held.clear()
                 parked = current.task_id
             elif effect == "redecide" and current.broken is None:

@@ -14,18 +14,23 @@ them here (its mailbox order); each is handed to the run and queued for the tran
 under the transcript's lock, so the order the model saw is the transcript's order. Whoever
 finds queued messages and no drainer drains them all (its own and those behind it), so a
 lone sender pays no hop beyond the supervisor's answer: caller → supervisor → caller.
-Messages that arrive before publication wait here (``held``); the supervisor opens the
-inbox when the run is published, and their senders deliver them then, in order.
+Messages that arrive before publication wait here; the supervisor hands the inbox the
+activation's published view (`ActivationView`, which names the run and its transcript)
+when the run is published, and their senders deliver them then, in order. The inbox keeps
+no status of its own beside that view: before it, messages wait; with it, they go into
+its run unless its transcript has parked; once closed (the reason `close` gave), they are
+refused.
 
 A sender is answered ``steered`` only once its record is durable; ``NOT_DELIVERED`` when
 the run refused it (its turn settled first), the turn ended before it was taken, or its
 task was killed first; ``DURABILITY_FAILED`` when the run has it and the record could not
 be written.
 
-Parking: when the run parks on an approval request, a message it has not taken stays here
-(``parking``: nobody delivers any more), and the supervisor takes them all back once the
-activation ended (`hand_back`) and delivers them into the parked Task's continued turn. Each
-sender then waits on a `Held` the supervisor resolves with its message's reply.
+Parking: once the run's transcript has parked on an approval request, a message it has not
+taken stays here (nobody delivers any more), and the supervisor takes them all back once the
+activation ended (`hand_back`, with the ``parked`` view) and delivers them into the parked
+Task's continued turn. Each sender then waits on a `Held` the supervisor resolves with its
+message's reply.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Literal, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from controlplane.contract import (
     ActivationTrace,
@@ -47,6 +52,7 @@ from controlplane.contract import (
 )
 
 if TYPE_CHECKING:
+    from actors._record import ActivationView
     from actors._transcript import ActivationTranscript, SteeringReceipt
     from actors.messages import SendMessage
 
@@ -107,10 +113,10 @@ class Delivery:
 class ActivationInbox:
     """The inbox of one activation; see the module docstring.
 
-    ``held`` until the run is published (`publish`), ``open`` while the turn takes
-    messages, ``parking`` once the run refused one because it parked (what is queued then
-    waits for `hand_back`), ``closed`` once it ended (or its supervisor stopped): a message
-    put then, or still queued, is refused with the reason `close` gave.
+    Messages wait until the supervisor hands it the published view (`publish`), and
+    again once that view's transcript has parked (for `hand_back`); once closed (the
+    activation ended, or its supervisor stopped) a message put then, or still queued, is
+    refused with the reason `close` gave.
     """
 
     def __init__(
@@ -131,14 +137,13 @@ class ActivationInbox:
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._queue: deque[Delivery] = deque()
-        self._state: Literal["held", "open", "parking", "closed"] = "held"
+        # The activation's view as its supervisor last handed it (at publication, at its
+        # park): the run and transcript to deliver into; None until published.
+        self._view: ActivationView | None = None
         self._closed: SubagentControlError | None = None
         self._draining = False
         self._waiting = 0  # senders asleep on `_changed`: nobody to wake, no notify paid
         self._held = 0  # messages put before publication (the held-messages gauge's share)
-        self._handed_back = False  # the supervisor took the parked run's messages back
-        self._run: SubagentRun | None = None
-        self._transcript: ActivationTranscript | None = None
         # A kill refuses what is still queued at once: its senders need not wait for a
         # drainer stuck in the provider's steer or a store write to tell them.
         signal.add_callback(self._on_abort)
@@ -156,7 +161,7 @@ class ActivationInbox:
         with self._lock:
             if self._closed is None:
                 self._queue.append(delivery)
-                if self._state == "held":
+                if self._view is None:
                     self._held += 1
                     self._telemetry.held_messages(1)
                 return delivery
@@ -173,7 +178,6 @@ class ActivationInbox:
                     child_id=self._child_id,
                     task_id=self._task_id,
                 )
-            self._state = "closed"
             self._unhold()
             queued, self._queue = self._queue, deque()
             for delivery in queued:
@@ -185,19 +189,18 @@ class ActivationInbox:
             self._telemetry.held_messages(-self._held)
             self._held = 0
 
-    def hand_back(self) -> list[Held]:
-        """The run parked: close the inbox and give the supervisor every message the run
-        did not take, in order, each as a `Held` its sender now waits on. A message a
-        drainer still holds, which the parked run then refuses, is answered `ParkedTask`:
-        never delivered, its sender routes it again (`actors._delivery`), and finds the
-        park known."""
+    def hand_back(self, view: ActivationView) -> list[Held]:
+        """The run parked (``view``, its activation's ``parked`` view): close the inbox
+        and give the supervisor every message the run did not take, in order, each as a
+        `Held` its sender now waits on. A message a drainer still holds, which the parked
+        run then refuses, is answered `ParkedTask`: never delivered, its sender routes it
+        again (`actors._delivery`), and finds the park known."""
         with self._lock:
             queued, self._queue = self._queue, deque()
             held = self._held_all(queued)
-            self._handed_back = True
+            self._view = view
             if self._closed is None:
                 self._closed = self._not_delivered("its run parked before it could take it")
-            self._state = "closed"
             self._unhold()
             return held
 
@@ -213,19 +216,18 @@ class ActivationInbox:
         return held
 
     def publish(
-        self,
-        run: SubagentRun,
-        transcript: ActivationTranscript,
-        refuse_held: SubagentControlError | None = None,
+        self, view: ActivationView, refuse_held: SubagentControlError | None = None
     ) -> None:
-        """The run is published: open the inbox, so the held messages' senders deliver
-        them now, in order — or refuse them all with ``refuse_held`` (they were admitted
-        on a guess the published run disproved)."""
+        """The run is published (``view``, its activation's ``published`` view, names it
+        and its transcript): the held messages' senders deliver them now, in order — or
+        refuse them all with ``refuse_held`` (they were admitted on a guess the published
+        run disproved)."""
+        assert view.run is not None
+        assert view.transcript is not None
         with self._lock:
-            if self._state != "held":
+            if self._view is not None or self._closed is not None:
                 return
-            self._run, self._transcript = run, transcript
-            self._state = "open"
+            self._view = view
             self._unhold()
             if refuse_held is not None:
                 queued, self._queue = self._queue, deque()
@@ -256,7 +258,7 @@ class ActivationInbox:
         delivery.sender = self._trace.sender()
         while True:
             with self._lock:
-                while not delivery._done and (self._draining or self._state in ("held", "parking")):
+                while not delivery._done and (self._draining or self._stalled()):
                     self._waiting += 1
                     try:
                         self._changed.wait()
@@ -270,6 +272,14 @@ class ActivationInbox:
         if delivery._error is not None:
             raise delivery._error
         return delivery.held
+
+    def _stalled(self) -> bool:
+        """Under the lock: whether delivery waits — for the run's publication, or, its
+        transcript parked, for the supervisor to take the messages back (`hand_back`)."""
+        if self._closed is not None:
+            return False
+        view = self._view
+        return view is None or view.transcript is None or view.transcript.parked
 
     def _drain_and_release(self) -> None:
         try:
@@ -285,10 +295,12 @@ class ActivationInbox:
         drainer). Each batch's records are written by its first commit, in one write."""
         while True:
             with self._lock:
-                if self._state != "open" or not self._queue:
+                view = self._view
+                if self._closed is not None or self._stalled() or not self._queue:
                     return
                 batch, self._queue = self._queue, deque()
-                run, transcript = self._run, self._transcript
+            assert view is not None
+            run, transcript = view.run, view.transcript
             assert run is not None
             assert transcript is not None
             taken: list[tuple[Delivery, SteeringReceipt]] = []
@@ -324,18 +336,17 @@ class ActivationInbox:
 
     def _park_rest(self, rest: list[Delivery]) -> None:
         """The parked run refused ``rest`` (a drainer's, in order): they wait for the
-        supervisor's `hand_back`, ahead of any put since; handed back already, each is
-        answered `ParkedTask` (routed again by its sender); closed otherwise, refused."""
+        supervisor's `hand_back`, ahead of any put since; handed back already (the view
+        it was handed is ``parked``), each is answered `ParkedTask` (routed again by its
+        sender); closed otherwise, refused."""
         with self._lock:
-            if self._state == "open":
-                self._state = "parking"
-            if self._state == "parking":
+            if self._closed is None:
                 self._queue.extendleft(reversed(rest))
                 return
-            assert self._closed is not None
+            handed_back = self._view is not None and self._view.phase == "parked"
             for delivery in rest:
                 refusal = self._refusal(self._closed)
-                if self._handed_back:
+                if handed_back:
                     refusal = ParkedTask(child_id=self._child_id, task_id=self._task_id)
                 self._resolve(delivery, refusal)
 

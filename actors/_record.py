@@ -300,6 +300,10 @@ class ActivationView:
     cancel_reason: str | None
     started: float
     """When it was admitted (monotonic seconds)."""
+    run: SubagentRun | None = field(default=None, compare=False, repr=False)
+    """Its run, once published (its inbox delivers into it)."""
+    transcript: ActivationTranscript | None = field(default=None, compare=False, repr=False)
+    """Its run's transcript writer, once published (its inbox steers through it)."""
 
     @property
     def state(self) -> SupervisorState:
@@ -411,6 +415,8 @@ class Activation:
             status=self.status,
             published=self.run is not None,
             started=self.started,
+            run=self.run,
+            transcript=self.transcript,
         )
 
     def publish_view(self) -> ActivationView:
@@ -428,6 +434,8 @@ def view_of(
     status: TaskStatus = TaskStatus.RUNNING,
     published: bool = False,
     started: float | None = None,
+    run: SubagentRun | None = None,
+    transcript: ActivationTranscript | None = None,
 ) -> ActivationView:
     """The view of the activation of ``plan`` in ``phase`` (`Activation.publish_view`; the
     last word of one whose supervisor is gone)."""
@@ -444,4 +452,6 @@ def view_of(
         recovery=plan.recovery,
         cancel_reason=plan.signal.reason,
         started=time.monotonic() if started is None else started,
+        run=run,
+        transcript=transcript,
     )

@@ -112,7 +112,7 @@ class ActivationStarts:
             )
         signal = CancelSignal()
         receipt = FrameReceipt() if send.continues is None else None
-        self._ctx.tasks.take_over_parked(snapshot, signal, fence)
+        self._ctx.tasks.take_over_parked(snapshot, signal)
         trace = self._ctx.telemetry.activation(
             task_id=task_id,
             child_id=self._child_id,

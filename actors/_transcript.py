@@ -144,14 +144,16 @@ class ActivationTranscript:
         self._writers_lock = threading.Lock()
         if signal is not None:
             signal.add_callback(self._on_abort)
-        # held: nothing written; framed: the frame written, the provider's writes held;
-        # open: published, every write goes straight to the store; closed: ended.
-        self._state: Literal["held", "framed", "open", "closed"] = "held"
+        # The writer's own state, which leads the activation's phase (the supervisor learns
+        # of each change by the activation's report): held: nothing written; framed: the
+        # frame written, the provider's writes held; open: published, every write goes
+        # straight to the store; parked: closed by `park_with` (the Task goes on
+        # elsewhere); closed: ended. Changed under _lock; `append_with` waits on _settled
+        # for it to leave held and framed.
+        self._state: Literal["held", "framed", "open", "parked", "closed"] = "held"
+        self._settled = threading.Condition(self._lock)
         self._held: list[NewEvent] = []
         self._queued: list[SteeringReceipt] = []  # delivered, record not yet written
-        # Set once the turn is open (published) or closed: `append_with` waits for it.
-        self._settled_state = threading.Event()
-        self._parked = False  # closed by `park_with`: the Task goes on elsewhere
         # The write refusal that closed the turn (this runtime lost the claim, or fenced
         # itself): its end is not written, and `close` says so.
         self._refusal: SubagentControlError | None = None
@@ -164,7 +166,7 @@ class ActivationTranscript:
     @property
     def parked(self) -> bool:
         """Whether the turn parked on an approval request (it takes nothing more here)."""
-        return self._parked
+        return self._state == "parked"
 
     @property
     def spent(self) -> Usage:
@@ -211,8 +213,8 @@ class ActivationTranscript:
         """
         data = plain_json(data, code=ErrorCode.INVALID_INPUT, what=f"{kind} event data")
         event = NewEvent(kind=kind, turn=self._turn, data=data, source=source)
-        self._settled_state.wait()
         with self._lock:
+            self._settled.wait_for(lambda: self._state not in ("held", "framed"))
             if self._state != "open":
                 raise SubagentControlError(
                     ErrorCode.CLOSED,
@@ -236,8 +238,7 @@ class ActivationTranscript:
             self._write_queued()
             parked = self._fenced_call(park)
             if parked:
-                self._state = "closed"
-                self._parked = True
+                self._state = "parked"
             return parked
 
     def held_spend(self) -> Spent:
@@ -281,8 +282,7 @@ class ActivationTranscript:
                 if frame:  # none when it goes on in the turn it opened before (adopted)
                     self._store.append(self._child_id, frame, fence=self._fence)
             except SubagentControlError as exc:
-                self._state = "closed"
-                self._settled_state.set()
+                self._end()
                 if exc.code is ErrorCode.FENCED:
                     self._refused(exc)
                     raise
@@ -310,14 +310,13 @@ class ActivationTranscript:
                         lambda: self._store.append(self._child_id, events, fence=self._fence)
                     )
             except SubagentControlError as exc:
-                self._state = "closed"
-                self._settled_state.set()
+                self._end()
                 raise _durability(self._child_id, "publish the turn", exc) from exc
             if self._spend is not None:
                 self._spend.written(self._held)
             self._held = []
             self._state = "open"
-            self._settled_state.set()
+            self._settled.notify_all()
 
     def steer(
         self,
@@ -348,7 +347,7 @@ class ActivationTranscript:
         )
         with self._lock:
             if self._state != "open":
-                if self._parked and self._task_id is not None:
+                if self._state == "parked" and self._task_id is not None:
                     # Parked on an approval request: sent again, it continues that turn.
                     raise ParkedTask(child_id=self._child_id, task_id=self._task_id)
                 raise _not_delivered(self._child_id, "its turn has ended")
@@ -381,8 +380,8 @@ class ActivationTranscript:
             SubagentControlError: ``DURABILITY_FAILED`` if ``turn/end`` cannot be written.
         """
         with self._lock:
-            was_open, self._state = self._state in ("open", "framed"), "closed"
-            self._settled_state.set()
+            was_open = self._state in ("open", "framed")
+            self._end()
             self._held = []
             self._write_queued()  # delivered during the turn: recorded before its end
             if end is not None and self._refusal is not None:
@@ -459,6 +458,12 @@ class ActivationTranscript:
         )
         if self._spend is not None:
             self._spend.written(events)
+
+    def _end(self) -> None:
+        """Under the lock: the turn takes no more writes (a parked one stays parked)."""
+        if self._state != "parked":
+            self._state = "closed"
+        self._settled.notify_all()
 
     def _fenced_call(self, call: Callable[[], bool]) -> bool:
         result: list[bool] = []
@@ -543,8 +548,7 @@ class ActivationTranscript:
         everything after it."""
         if exc.code is ErrorCode.FENCED:
             self._refusal = self._refusal or exc
-            self._state = "closed"
-            self._settled_state.set()
+            self._end()
             if self._signal is not None:
                 self._signal.abort(exc.message, cause=ErrorCode.FENCED)
 

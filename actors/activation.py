@@ -165,12 +165,12 @@ class ActivationActor(Actor):
                 # A child with a limit reached could not run its next turn: refused before
                 # any Task exists (BUDGET_EXHAUSTED, nothing delivered).
                 ctx.budgets.check_resume(child_id)
-            task = ctx.tasks.start(
+            # Claimed with its Task: no second activation, in any runtime.
+            task, fence = ctx.tasks.claim(
                 label=plan.label,
                 owner=send.parent,
                 child_id=child_id,
                 signal=plan.signal,
-                claim_child=True,  # no second activation, in any runtime
                 # The message is written with the claim, in its transaction: durable before
                 # the sender hears ``started``, and the activation goes on in that turn.
                 opening=lambda admitted: turn_frame(
@@ -211,7 +211,7 @@ class ActivationActor(Actor):
                     "task_id": task.id,
                     "label": task.label,
                     "trace": trace,
-                    "fence": ctx.tasks.fence_of(task.id),
+                    "fence": fence,
                 }
             )
         except Exception as exc:

@@ -230,13 +230,26 @@ class TaskService(Protocol):
         owner: Requester,
         child_id: str | None,
         signal: CancelSignal,
-        claim_child: bool = False,
         queued: bool = False,
-        opening: Callable[[TaskSnapshot], Sequence[NewEvent]] | None = None,
     ) -> TaskSnapshot:
         """Register a running Task (and write it to the store); ``queued``: it reads
-        ``queued`` until its admission decides; ``opening``: with ``claim_child``, the
-        events that open its turn, written with the claim (durable before ``started``)."""
+        ``queued`` until its admission decides."""
+        ...
+
+    def claim(
+        self,
+        *,
+        label: str,
+        owner: Requester,
+        child_id: str,
+        signal: CancelSignal,
+        queued: bool = False,
+        opening: Callable[[TaskSnapshot], Sequence[NewEvent]] | None = None,
+    ) -> tuple[TaskSnapshot, int | None]:
+        """Register a resume's Task as `start` does, admitted with the claim on its child
+        and ``opening``, the events that open its turn (durable before ``started``);
+        returns its snapshot and the claim's fencing number, which the activation's plan
+        carries from then on."""
         ...
 
     def discard(self, task_id: str) -> None:
@@ -261,17 +274,12 @@ class TaskService(Protocol):
         ``ended``: gone, so ``wait`` returns from here on)."""
         ...
 
-    def fence_of(self, task_id: str) -> int | None:
-        """The fencing number a live Task of this runtime claimed its child under (read
-        once into the activation's record, which owns its status, owner and fence)."""
-        ...
-
     def meter(self, task_id: str, spent: Callable[[], Usage]) -> None:
         """Read a running Task's ``usage`` from ``spent`` (what its turn has written so
         far, from any thread) until it settles."""
         ...
 
-    def take_over_parked(self, task: TaskSnapshot, signal: CancelSignal, fence: int) -> None:
+    def take_over_parked(self, task: TaskSnapshot, signal: CancelSignal) -> None:
         """Hold a parked Task this runtime now continues (same id, same turn)."""
         ...
 

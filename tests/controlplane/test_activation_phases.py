@@ -5,7 +5,10 @@ logged and ignored, never a silent change."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Callable, Collection, Sequence
+from typing import Any, cast
 
 import pytest
 
@@ -23,16 +26,28 @@ from actors._record import (
     RunPublished,
     RunSettling,
 )
+from actors._transcript import ActivationTranscript
 from actors.messages import ActivationPlan, ResumeClaim, SendMessage
-from controlplane import CancelSignal, ErrorCode, MessageSource, TaskStatus, TextBlock
+from controlplane import (
+    CancelSignal,
+    ErrorCode,
+    EventKind,
+    MessageSource,
+    NewEvent,
+    TaskStatus,
+    TextBlock,
+)
 from controlplane.contract import (
     NO_TRACE,
     AgentHandle,
     AgentRegistry,
     ParkedTask,
     SubagentControlError,
+    SubagentRun,
+    text_of,
 )
 from controlplane.telemetry import Telemetry
+from persistence import SqlStore
 
 _PARENT = AgentHandle(AgentRegistry(), "p", model=None, depth=0)
 _SOURCE = MessageSource(kind="coordinator", sender_session_id="p")
@@ -244,3 +259,58 @@ def test_the_view_says_where_the_record_is_and_its_recovery() -> None:
     view = record.publish_view()
     assert (view.phase, view.settling, view.status) == ("parking", True, TaskStatus.INPUT_REQUIRED)
     assert not record.takes_messages
+
+
+class _Store:
+    """Stands in for the store's appends (each returns at once)."""
+
+    def append(self, _child_id: str, _events: Sequence[NewEvent], **_options: Any) -> list[Any]:
+        return []
+
+    def abandoning(self, _abandoned: Callable[[], bool]) -> contextlib.nullcontext[None]:
+        return contextlib.nullcontext()
+
+    def abandon_waits(self, _thread_ids: Collection[int]) -> None:
+        """No append waits."""
+
+
+class _Run:
+    child_id = "c1"
+    local_agent = None
+
+    def __init__(self) -> None:
+        self.steered: list[str] = []
+
+    def steer(self, message: Sequence[TextBlock], _source: MessageSource) -> None:
+        self.steered.append(text_of(message))
+
+
+def _send(text: str) -> SendMessage:
+    return SendMessage(parent=_PARENT, message=(TextBlock(text=text),), source=_SOURCE)
+
+
+def test_the_inbox_delivers_by_the_view_its_supervisor_hands_it() -> None:
+    # The inbox keeps no status of its own: before the published view, a message waits;
+    # with it, the message goes into the view's run; once the view's transcript parked,
+    # messages wait for the supervisor to take them back with the parked view.
+    activation = _activation()
+    inbox = activation.inbox
+    early = inbox.put(_send("early"))
+    assert inbox.pending == 1
+
+    run = _Run()
+    transcript = ActivationTranscript(cast(SqlStore, _Store()), "c1", turn=1, task_id="t1")
+    transcript.publish([NewEvent(kind=EventKind.TURN_START, turn=1, data={})])
+    assert activation.apply(RunPublished(cast(SubagentRun, run), transcript)) == ("open_inbox",)
+    inbox.publish(activation.view())
+    assert inbox.wait(early) is None  # delivered and recorded, on this (the sender's) thread
+    assert run.steered == ["early"]
+
+    assert transcript.park_with(lambda: True)
+    late = inbox.put(_send("late"))
+    activation.apply(Parking())
+    assert activation.apply(RunEnded("parked"))[0] == "hand_back"
+    held = inbox.hand_back(activation.view())
+    assert [h.send.message[0].text for h in held] == ["late"]
+    assert inbox.wait(late) is held[0]  # its answer comes from the parked Task's next turn
+    assert run.steered == ["early"]

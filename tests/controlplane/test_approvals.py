@@ -608,16 +608,16 @@ def test_a_wait_woken_by_an_approval_request_reads_input_required_never_running(
     # certain here: building the asking view waits (bounded) for a waiter to return.
     from controlplane.runtime.tasks._task_entry import TaskEntry
 
-    build = TaskEntry._build
+    build = TaskEntry._with
     returned = threading.Event()
     seen: list[TaskStatus] = []
 
-    def slow_build(entry: TaskEntry) -> TaskSnapshot:
-        if entry.request is not None and not returned.is_set():
+    def slow_build(entry: TaskEntry, update: dict[str, Any]) -> TaskSnapshot:
+        if update.get("request") is not None and not returned.is_set():
             returned.wait(0.5)  # a waiter that returns now read the view before this one
-        return build(entry)
+        return build(entry, update)
 
-    monkeypatch.setattr(TaskEntry, "_build", slow_build)
+    monkeypatch.setattr(TaskEntry, "_with", slow_build)
     control = opened(ScriptedModel([DEPLOY, "done"]), [Deploys().tool], approval_grace_s=30.0)
     parent = control.agents.register("p1")
     _child_id, task_id = start(control, parent)

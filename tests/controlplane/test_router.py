@@ -362,12 +362,10 @@ def test_the_task_service_built_on_the_router_claims_and_kills_with_no_further_w
     held = _held_by(a, theirs)
     a.store.ledger.close_runtime(a.runtime.id)
 
-    started = tasks.start(
-        label="x", owner=PARENT, child_id=mine, signal=CancelSignal(), claim_child=True
-    )
+    _, fence = tasks.claim(label="x", owner=PARENT, child_id=mine, signal=CancelSignal())
     tasks.kill(held.id, requester=PARENT)
 
-    assert tasks.fence_of(started.id) is not None  # claimed through the router
+    assert fence is not None  # claimed through the router
     assert _status(b.store, held.id) is TaskStatus.INTERRUPTED  # killed through it
     wired_later = [n for obj in (tasks, b.runtime, b.router) for n in _WIRING if hasattr(obj, n)]
     assert wired_later == []

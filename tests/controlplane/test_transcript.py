@@ -18,6 +18,7 @@ from controlplane import (
     SubagentControlError,
     TextBlock,
 )
+from controlplane.contract import ParkedTask
 from persistence import SqlStore
 from tests.support import raises
 
@@ -147,3 +148,19 @@ def test_a_steer_the_run_refuses_queues_nothing(
     transcript.close({"task_id": "task-1", "status": "completed"})
 
     assert store.kinds() == [[EventKind.TURN_END]]
+
+
+def test_a_parked_turn_stays_parked_once_closed(store: RecordingStore) -> None:
+    # Its inbox and its supervisor read `parked` to hold messages for the parked Task's
+    # continuation: the turn's close, which follows the park, must not turn it into an
+    # ended turn (a steer would then be refused instead of carried on).
+    writer = ActivationTranscript(cast(SqlStore, store), "child-1", turn=2, task_id="task-1")
+    writer.publish([NewEvent(kind=EventKind.TURN_START, turn=2, data={})])
+    assert writer.park_with(lambda: True)
+    writer.close(None)
+
+    assert writer.parked
+    with pytest.raises(ParkedTask):
+        steer(writer, "more", [])
+    with raises(ErrorCode.CLOSED):
+        writer.append("assistant/message", {"text": "late"})

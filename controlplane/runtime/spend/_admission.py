@@ -343,7 +343,7 @@ class Admission:
         keys = frozenset(data["keys"])
         try:
             self._tasks.take_over_queued(
-                stored.model_copy(update={"queued_at": queued_at(data)}), signal, fence
+                stored.model_copy(update={"queued_at": queued_at(data)}), signal
             )
         except SubagentControlError:
             return  # closing: it stays queued under this runtime, adopted again once dead

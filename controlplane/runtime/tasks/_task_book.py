@@ -47,6 +47,10 @@ from controlplane.telemetry import Telemetry, log_kill, log_settled
 __all__ = ["TaskBook"]
 
 
+def _no_opening(_task: TaskSnapshot) -> tuple[()]:
+    return ()
+
+
 log = logging.getLogger(__name__)
 
 
@@ -171,9 +175,7 @@ class TaskBook:
         owner: Requester,
         child_id: str | None,
         signal: CancelSignal,
-        claim_child: bool = False,
         queued: bool = False,
-        opening: Opening | None = None,
     ) -> TaskSnapshot:
         """Register a running Task of kind ``subagent`` (and write it to the store);
         ``queued``: it reads ``queued`` until its admission decides (`admitted`).
@@ -183,18 +185,52 @@ class TaskBook:
                 ``CLOSED`` once `close` was called, ``UNAUTHORIZED`` when the owner's
                 `AgentHandle` is no longer live, ``CAPACITY`` at the cap on live
                 activations, ``STORE_UNAVAILABLE`` when the store cannot record it (nothing
-                is left behind); with ``claim_child`` (a resume: the Task is admitted with
-                the claim on its child, `fence_of`), ``OWNERSHIP_CONFLICT`` when another
-                live runtime holds the child.
+                is left behind).
         """
+        return self._start(label, owner, child_id, signal, queued, None)[0]
+
+    def claim(
+        self,
+        *,
+        label: str,
+        owner: Requester,
+        child_id: str,
+        signal: CancelSignal,
+        queued: bool = False,
+        opening: Opening | None = None,
+    ) -> tuple[TaskSnapshot, int | None]:
+        """Register a resume's Task as `start` does, admitted in the store with the claim
+        on its child and the events that open its turn (``opening``); returns its
+        snapshot and the fencing number the claim holds (None with no router: the Task
+        lives in this process only).
+
+        Raises:
+            SubagentControlError: as `start`; ``OWNERSHIP_CONFLICT`` when another live
+                runtime holds the child.
+        """
+        return self._start(label, owner, child_id, signal, queued, opening or _no_opening)
+
+    def _start(
+        self,
+        label: str,
+        owner: Requester,
+        child_id: str | None,
+        signal: CancelSignal,
+        queued: bool,
+        opening: Opening | None,
+    ) -> tuple[TaskSnapshot, int | None]:
+        """`start`, or with ``opening`` `claim`."""
         task = TaskEntry(
-            id=str(uuid.uuid4()),
-            label=label,
-            owner=requester_session(owner),
-            child_id=child_id,
-            signal=signal,
-            runtime_id=self._runtime_id,
-            queued=queued,
+            TaskSnapshot(
+                id=str(uuid.uuid4()),
+                label=label,
+                owner_session=requester_session(owner),
+                status=TaskStatus.QUEUED if queued else TaskStatus.RUNNING,
+                child_id=child_id,
+                runtime_id=self._runtime_id,
+                created_at=utcnow(),
+            ),
+            signal,
         )
         with self._lock:
             # Checked under the lock that `kill_owned_by` scans with: an owner disposed
@@ -225,22 +261,24 @@ class TaskBook:
                 )
             self._live[task.id] = task
         snapshot = task.snapshot()
-        claimer = self._claimer if claim_child else None
+        claimer = self._claimer if opening is not None else None
+        fence: int | None = None
         try:
             if claimer is not None:
+                assert opening is not None
                 # A settlement the store refused may hold this child's claim and leave its
                 # turn open: written first, the claim below finds the turn closed as the
                 # Task says (else the takeover would close it with words of its own).
                 if self._unsaved or self._unsaved_fenced:
                     self.flush(child_id)
-                task.fence = claimer(snapshot, () if opening is None else opening(snapshot))
+                fence = claimer(snapshot, opening(snapshot))
             elif self._ledger is not None:
                 self._ledger.admit(snapshot)
         except BaseException:
             with self._lock:
                 self._live.pop(task.id, None)
             raise
-        return snapshot
+        return snapshot, fence
 
     def queue(self, task_id: str, at: datetime) -> None:
         """The Task waits for a slot under a concurrency limit from ``at`` on."""
@@ -255,9 +293,10 @@ class TaskBook:
         with self._lock:
             task = self._live.get(task_id)
             if task is not None and task.outcome is None:
-                task.queue_as(False, task.queued_at, at if task.queued_at is not None else None)
+                queued_at = task.view.queued_at
+                task.queue_as(False, queued_at, at if queued_at is not None else None)
 
-    def take_over_queued(self, task: TaskSnapshot, signal: CancelSignal, fence: int | None) -> None:
+    def take_over_queued(self, task: TaskSnapshot, signal: CancelSignal) -> None:
         """Hold a queued Task that a dead runtime left (adopted: same id, now run here);
         the store already names this runtime for it.
 
@@ -265,9 +304,9 @@ class TaskBook:
             SubagentControlError: ``CLOSED`` once `close` was called; ``STORE_UNAVAILABLE``
                 while fenced.
         """
-        self._take_over(task, signal, fence, queued=True, queued_at=task.queued_at)
+        self._take_over(task, signal, status=TaskStatus.QUEUED, queued_at=task.queued_at)
 
-    def take_over_parked(self, task: TaskSnapshot, signal: CancelSignal, fence: int) -> None:
+    def take_over_parked(self, task: TaskSnapshot, signal: CancelSignal) -> None:
         """Hold a Task parked on an approval request, which this runtime now continues
         (same id, same turn; the store already names this runtime for it).
 
@@ -275,25 +314,25 @@ class TaskBook:
             SubagentControlError: ``CLOSED`` once `close` was called; ``STORE_UNAVAILABLE``
                 while fenced.
         """
-        self._take_over(task, signal, fence, request=task.request)
+        status = TaskStatus.INPUT_REQUIRED if task.request is not None else TaskStatus.RUNNING
+        self._take_over(task, signal, status=status, request=task.request)
 
-    def _take_over(
-        self, task: TaskSnapshot, signal: CancelSignal, fence: int | None, **state: Any
-    ) -> None:
+    def _take_over(self, task: TaskSnapshot, signal: CancelSignal, **state: Any) -> None:
         """Hold a stored Task this runtime now runs (same id), in ``state``."""
         entry = TaskEntry(
-            id=task.id,
-            label=task.label,
-            owner=task.owner_session,
-            child_id=task.child_id,
-            signal=signal,
-            runtime_id=self._runtime_id,
-            created_at=task.created_at,
-            fence=fence,
-            recoveries=task.recoveries,
-            **state,
+            TaskSnapshot(
+                id=task.id,
+                label=task.label,
+                owner_session=task.owner_session,
+                child_id=task.child_id,
+                runtime_id=self._runtime_id,
+                created_at=task.created_at,
+                recoveries=task.recoveries,
+                **state,
+            ),
+            signal,
         )
-        if entry.request is not None:
+        if entry.view.request is not None:
             entry.resting.set()
         with self._lock:
             if self._closed_reason is not None:
@@ -514,14 +553,6 @@ class TaskBook:
         self._recent[snapshot.id] = snapshot
         while len(self._recent) > self._recent_cap:
             self._recent.popitem(last=False)
-
-    def fence_of(self, task_id: str) -> int | None:
-        """The fencing number a live Task of this runtime claimed its child under (read
-        once, by the supervisor that just started it, into the activation's record: an
-        activation's status, owner and fence are read from that record, not from here)."""
-        with self._lock:
-            task = self._live.get(task_id)
-            return None if task is None else task.fence
 
     def meter(self, task_id: str, spent: Callable[[], Usage]) -> None:
         """Read a running Task's ``usage`` from ``spent`` until it settles (then it keeps

@@ -9,7 +9,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 from controlplane.contract import (
     ApprovalRequest,
@@ -21,7 +21,6 @@ from controlplane.contract import (
     TaskSnapshot,
     TaskStatus,
     Usage,
-    utcnow,
 )
 from controlplane.runtime._usage_text import spend_clause
 
@@ -66,39 +65,22 @@ _INTERRUPTED_NOTICE = "its process ended before it finished; send it a message t
 _SUMMARY_LIMIT = 500
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class TaskEntry:
     """A Task whose activation exists in this runtime (running, or settled and not yet
     released). Once released it is kept only as a snapshot among the recent ones.
 
-    The ledger's entry, not the activation's state (its supervisor's `Activation` record
-    holds that): changed only under the service's lock (`settle_as`), and read from other
-    threads only through ``view``, a frozen snapshot swapped whole on each change, so a
-    reader without the lock never sees an outcome without its settlement time.
+    The Task's state is one frozen `TaskSnapshot`, ``view`` (its store row's shape: status,
+    owner, outcome, request, queue times), replaced whole under the service's lock on
+    each change; everything else reads it there, so a reader without the lock never sees
+    an outcome without its settlement time, and no second copy of a field can disagree
+    with it. The activation's own state is its supervisor's record; ``activation`` is the
+    last view of it the supervisor handed the ledger (`on_view`).
     """
 
-    id: str
-    label: str
-    owner: str
-    child_id: str | None
+    view: TaskSnapshot
     signal: CancelSignal
-    runtime_id: str | None
-    created_at: datetime = field(default_factory=utcnow)
-    fence: int | None = None  # the claim's fencing number, for a Task that claimed its child
-    # Waiting for a slot under a concurrency limit: reads ``queued`` until
-    # admitted; ``queued_at`` and ``admitted_at`` say how long it waited.
-    queued: bool = False
-    queued_at: datetime | None = None
-    admitted_at: datetime | None = None
-    # Waiting for the answer to an approval request: reads ``input_required``.
-    request: ApprovalRequest | None = None
-    # The last view of its activation that its supervisor handed the ledger (`on_view`).
     activation: ActivationFacts | None = None
-    # How many times its turn was carried on after its runtime ended.
-    recoveries: int = 0
-    outcome: TaskOutcome | None = None
-    settled_at: datetime | None = None
-    usage: Usage = field(default_factory=Usage.zero)  # its turn's, once settled
     # While it runs: what its turn has written so far (the transcript writer's total).
     meter: Callable[[], Usage] | None = None
     # Set only once the activation is gone from its supervisor, so `wait()` returning means
@@ -107,10 +89,23 @@ class TaskEntry:
     # Set when `wait()` may return: released, or waiting for an answer (cleared once the
     # answer is taken, while the Task goes on).
     resting: threading.Event = field(default_factory=threading.Event)
-    view: TaskSnapshot = field(init=False)
 
-    def __post_init__(self) -> None:
-        self.view = self._build()
+    @property
+    def id(self) -> str:
+        return self.view.id
+
+    @property
+    def owner(self) -> str:
+        """The session that owns it."""
+        return self.view.owner_session
+
+    @property
+    def child_id(self) -> str | None:
+        return self.view.child_id
+
+    @property
+    def outcome(self) -> TaskOutcome | None:
+        return self.view.outcome
 
     @property
     def parked(self) -> bool:
@@ -118,19 +113,19 @@ class TaskEntry:
         (a kill that finds it live must settle it there too)."""
         return self.activation is not None and self.activation.phase in _AWAY
 
-    @property
-    def status(self) -> TaskStatus:
-        if self.outcome is not None:
-            return self.outcome.status
-        if self.request is not None:
-            return TaskStatus.INPUT_REQUIRED
-        return TaskStatus.QUEUED if self.queued else TaskStatus.RUNNING
-
     def ask_as(self, request: ApprovalRequest | None) -> TaskSnapshot:
-        """Under the service's lock: waiting for ``request``'s answer (None: answered)."""
-        self.request = request
+        """Under the service's lock: waiting for ``request``'s answer (None: answered, or
+        killed: it reads ``queued`` again while it holds its place in a queue, else
+        ``running``)."""
+        view = self.view
+        status = view.status
+        if request is not None:
+            status = TaskStatus.INPUT_REQUIRED
+        elif status is TaskStatus.INPUT_REQUIRED:
+            waits = view.queued_at is not None and view.admitted_at is None
+            status = TaskStatus.QUEUED if waits else TaskStatus.RUNNING
         # The view first: a waiter woken by ``resting`` reads it at once (without the lock).
-        self.view = self._build()
+        self.view = self._with({"request": request, "status": status})
         if request is not None:
             self.resting.set()
         elif not self.released.is_set():
@@ -140,9 +135,15 @@ class TaskEntry:
     def queue_as(
         self, queued: bool, queued_at: datetime | None, admitted_at: datetime | None
     ) -> TaskSnapshot:
-        """Under the service's lock: record its place in (or out of) a queue."""
-        self.queued, self.queued_at, self.admitted_at = queued, queued_at, admitted_at
-        self.view = self._build()
+        """Under the service's lock: record its place in (or out of) a queue (a Task
+        waiting for an answer reads ``input_required`` still)."""
+        view = self.view
+        status = view.status
+        if status is not TaskStatus.INPUT_REQUIRED:
+            status = TaskStatus.QUEUED if queued else TaskStatus.RUNNING
+        self.view = self._with(
+            {"status": status, "queued_at": queued_at, "admitted_at": admitted_at}
+        )
         return self.view
 
     def settle_as(
@@ -150,14 +151,24 @@ class TaskEntry:
     ) -> TaskSnapshot:
         """Under the service's lock: record the outcome (and the spend the store kept with
         it, when it settled the Task itself) and publish the new view."""
-        self.outcome, self.settled_at = outcome, settled_at
         if usage is None and self.meter is not None:
             usage = self.meter()  # the turn has ended: its total is final
-        if usage is not None:
-            self.usage = usage
         self.meter = None
-        self.view = self._build()
+        self.view = self._with(
+            {
+                "status": outcome.status,
+                "outcome": outcome,
+                "settled_at": settled_at,
+                "ended_at": settled_at,
+                "usage": self.view.usage if usage is None else usage,
+                "request": None,
+            }
+        )
         return self.view
+
+    def _with(self, update: dict[str, Any]) -> TaskSnapshot:
+        """Its view with ``update`` made (the view is replaced whole, never changed)."""
+        return self.view.model_copy(update=update)
 
     def snapshot(self) -> TaskSnapshot:
         view, meter = self.view, self.meter
@@ -165,25 +176,6 @@ class TaskEntry:
             return view
         spent = meter()  # a running turn's spend so far: read when asked, not per call
         return view if spent is view.usage else view.model_copy(update={"usage": spent})
-
-    def _build(self) -> TaskSnapshot:
-        return TaskSnapshot(
-            id=self.id,
-            label=self.label,
-            owner_session=self.owner,
-            status=self.status,
-            outcome=self.outcome,
-            child_id=self.child_id,
-            runtime_id=self.runtime_id,
-            created_at=self.created_at,
-            settled_at=self.settled_at,
-            ended_at=self.settled_at,
-            usage=self.usage,
-            queued_at=self.queued_at,
-            admitted_at=self.admitted_at,
-            request=self.request if self.outcome is None else None,
-            recoveries=self.recoveries,
-        )
 
 
 class TaskLedgerPort(Protocol):
