@@ -135,7 +135,9 @@ class ActivationInbox:
         self._telemetry = telemetry
         # Held only for the few lines around the queue: never across a steer or a write.
         self._lock = threading.Lock()
-        self._changed = threading.Condition(self._lock)
+        # Made for the first sender that has to wait (a Condition is ~1 KiB of every live
+        # child's memory, and most children's senders never wait: each drains its own).
+        self._changed: threading.Condition | None = None
         self._queue: deque[Delivery] = deque()
         # The activation's view as its supervisor last handed it (at publication, at its
         # park): the run and transcript to deliver into; None until published.
@@ -233,7 +235,7 @@ class ActivationInbox:
                 queued, self._queue = self._queue, deque()
                 for delivery in queued:
                     self._resolve(delivery, self._refusal(refuse_held))
-            self._changed.notify_all()
+            self._notify()
 
     def _on_abort(self, reason: str) -> None:
         if self._signal.cause is None:  # a kill, not a close or a lost claim
@@ -260,6 +262,8 @@ class ActivationInbox:
             with self._lock:
                 while not delivery._done and (self._draining or self._stalled()):
                     self._waiting += 1
+                    if self._changed is None:
+                        self._changed = threading.Condition(self._lock)
                     try:
                         self._changed.wait()
                     finally:
@@ -288,7 +292,7 @@ class ActivationInbox:
             with self._lock:
                 self._draining = False
                 if self._waiting:
-                    self._changed.notify_all()
+                    self._notify()
 
     def _drain(self) -> None:
         """Deliver every queued message, batch by batch, until none is left (as the one
@@ -381,6 +385,11 @@ class ActivationInbox:
         self._trace.steered(message, source.kind, delivery.sender)
         return receipt
 
+    def _notify(self) -> None:
+        """Under the lock: wake the senders asleep on `_changed` (if one ever waited)."""
+        if self._changed is not None:
+            self._changed.notify_all()
+
     def _settle(self, delivery: Delivery, error: SubagentControlError | None) -> None:
         with self._lock:
             self._resolve(delivery, error)
@@ -392,7 +401,7 @@ class ActivationInbox:
         delivery._error = error
         delivery._done = True
         if self._waiting:
-            self._changed.notify_all()
+            self._notify()
 
     def _refusal(self, closed: SubagentControlError) -> SubagentControlError:
         return SubagentControlError(

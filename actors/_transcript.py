@@ -151,7 +151,9 @@ class ActivationTranscript:
         # elsewhere); closed: ended. Changed under _lock; `append_with` waits on _settled
         # for it to leave held and framed.
         self._state: Literal["held", "framed", "open", "parked", "closed"] = "held"
-        self._settled = threading.Condition(self._lock)
+        # Made for the first write that has to wait (most turns have none, and a Condition
+        # is ~1 KiB of every live child's memory).
+        self._settled: threading.Condition | None = None
         self._held: list[NewEvent] = []
         self._queued: list[SteeringReceipt] = []  # delivered, record not yet written
         # The write refusal that closed the turn (this runtime lost the claim, or fenced
@@ -214,7 +216,10 @@ class ActivationTranscript:
         data = plain_json(data, code=ErrorCode.INVALID_INPUT, what=f"{kind} event data")
         event = NewEvent(kind=kind, turn=self._turn, data=data, source=source)
         with self._lock:
-            self._settled.wait_for(lambda: self._state not in ("held", "framed"))
+            if self._state in ("held", "framed"):
+                if self._settled is None:
+                    self._settled = threading.Condition(self._lock)
+                self._settled.wait_for(lambda: self._state not in ("held", "framed"))
             if self._state != "open":
                 raise SubagentControlError(
                     ErrorCode.CLOSED,
@@ -316,7 +321,7 @@ class ActivationTranscript:
                 self._spend.written(self._held)
             self._held = []
             self._state = "open"
-            self._settled.notify_all()
+            self._notify_settled()
 
     def steer(
         self,
@@ -463,7 +468,12 @@ class ActivationTranscript:
         """Under the lock: the turn takes no more writes (a parked one stays parked)."""
         if self._state != "parked":
             self._state = "closed"
-        self._settled.notify_all()
+        self._notify_settled()
+
+    def _notify_settled(self) -> None:
+        """Under the lock: wake the writes waiting for the turn to open (if one waited)."""
+        if self._settled is not None:
+            self._settled.notify_all()
 
     def _fenced_call(self, call: Callable[[], bool]) -> bool:
         result: list[bool] = []

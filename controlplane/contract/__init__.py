@@ -93,7 +93,7 @@ if TYPE_CHECKING:
         SessionEvent,
         utcnow,
     )
-    from controlplane.contract._signal import CancelSignal
+    from controlplane.contract._signal import CancelSignal, LazyEvent
     from controlplane.contract._spec import (
         ChildView,
         ContinuableStart,
@@ -163,6 +163,7 @@ __all__ = [
     "EventKind",
     "ForwardedNode",
     "JsonValue",
+    "LazyEvent",
     "LoadedSession",
     "MessageSource",
     "ModelCallTrace",
@@ -299,7 +300,7 @@ _HOMES: dict[str, str] = {
         ["ChildMeta", "EventKind", "LoadedSession", "NewEvent", "SessionEvent", "utcnow"],
         "_session",
     ),
-    **dict.fromkeys(["CancelSignal"], "_signal"),
+    **dict.fromkeys(["CancelSignal", "LazyEvent"], "_signal"),
     **dict.fromkeys(
         ["ChildView", "ContinuableStart", "ContinuableStartSpec", "SendResult"], "_spec"
     ),

@@ -8,9 +8,60 @@ from collections.abc import Callable
 
 from controlplane.contract._errors import ErrorCode, SubagentControlError
 
-__all__ = ["CancelSignal"]
+__all__ = ["CancelSignal", "LazyEvent"]
 
 log = logging.getLogger(__name__)
+
+_MAKING = threading.Lock()  # makes a `LazyEvent`'s Event (rare: a wait that blocks)
+
+
+class LazyEvent:
+    """A `threading.Event` that makes its Event only for a `wait` that has to block.
+
+    Every live activation holds several set-once flags (its cancel signal, its Task's
+    release, its transcript's publication), nearly none of them ever waited on while
+    unset; an Event (its Condition, lock and deque) is about a KiB of each live child's
+    memory. Here a flag is a slot, read without a lock, and the Event exists only once a
+    waiter needs it. ``set``, ``clear`` and the Event's making are ordered by one lock, so
+    a waiter that made the Event is woken by the next ``set``, and one that came after a
+    ``set`` does not wait.
+    """
+
+    __slots__ = ("_event", "_flag")
+
+    def __init__(self) -> None:
+        self._flag = False
+        self._event: threading.Event | None = None
+
+    def is_set(self) -> bool:
+        """Whether it is set."""
+        return self._flag
+
+    def set(self) -> None:
+        """Set it and wake every waiter."""
+        with _MAKING:
+            self._flag = True
+            if self._event is not None:
+                self._event.set()
+
+    def clear(self) -> None:
+        """Unset it: a `wait` from now on blocks until the next `set`."""
+        with _MAKING:
+            self._flag = False
+            if self._event is not None:
+                self._event.clear()
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until set or ``timeout`` seconds pass; returns whether it is set."""
+        if self._flag:
+            return True
+        with _MAKING:
+            if self._flag:
+                return True
+            event = self._event
+            if event is None:
+                event = self._event = threading.Event()
+        return event.wait(timeout)
 
 
 class CancelSignal:
@@ -24,7 +75,7 @@ class CancelSignal:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._event = threading.Event()
+        self._event = LazyEvent()  # waited on only by a provider's sleep
         self._reason: str | None = None
         self._cause: ErrorCode | None = None
         self._callbacks: list[Callable[[str], object]] = []

@@ -5,7 +5,6 @@ the book of live Tasks (`controlplane.runtime.tasks._task_book`) and the read si
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -14,6 +13,7 @@ from typing import Any, Protocol
 from controlplane.contract import (
     ApprovalRequest,
     CancelSignal,
+    LazyEvent,
     NewEvent,
     Requester,
     TaskNotice,
@@ -85,10 +85,10 @@ class TaskEntry:
     meter: Callable[[], Usage] | None = None
     # Set only once the activation is gone from its supervisor, so `wait()` returning means
     # a follow-up starts the next activation.
-    released: threading.Event = field(default_factory=threading.Event)
+    released: LazyEvent = field(default_factory=LazyEvent)
     # Set when `wait()` may return: released, or waiting for an answer (cleared once the
     # answer is taken, while the Task goes on).
-    resting: threading.Event = field(default_factory=threading.Event)
+    resting: LazyEvent = field(default_factory=LazyEvent)
 
     @property
     def id(self) -> str:
