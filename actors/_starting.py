@@ -178,9 +178,16 @@ class ActivationStarts:
         """Make ``plan`` this child's current activation, with a fresh record and inbox
         (``claiming`` with a resume's ``claim``, until its activation claimed)."""
         self._label = plan.label or self._label
+        if claim is None:
+            inbox = self._inbox_for(plan)
+        else:
+            # Nothing goes into a claiming record's inbox (what comes is held until the
+            # claim's result): a stand-in, on no signal of the Task's, so that nothing
+            # keeps it once the claimed Task's inbox replaces it (`make_inbox`).
+            inbox = self._inbox_for(plan.model_copy(update={"signal": CancelSignal()}))
         current = Activation(
             plan=plan,
-            inbox=self._inbox_for(plan),
+            inbox=inbox,
             agent_mark=self._ctx.agents.last_serial(),
             slot=self._slot,
             phase="admitted" if claim is None else "claiming",

@@ -82,7 +82,9 @@ def _claiming() -> Activation:
 
 
 def _claimed() -> Claimed:
-    return Claimed(_activation().plan.model_copy(update={"task_id": "t2", "fence": 3}))
+    # A plan of its own (no inbox listens to its signal): kept in the parameters below.
+    plan = _activation().plan.model_copy(update={"signal": CancelSignal()})
+    return Claimed(plan.model_copy(update={"task_id": "t2", "fence": 3}))
 
 
 def _published() -> RunPublished:
