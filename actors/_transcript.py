@@ -143,7 +143,8 @@ class ActivationTranscript:
         self._writers: set[int] = set()
         self._writers_lock = threading.Lock()
         if signal is not None:
-            signal.add_callback(self._on_abort)
+            # Fenced also after a kill: a killed activation's write waits on the network too.
+            signal.add_fence_callback(self._on_fence)
         # The writer's own state, which leads the activation's phase (the supervisor learns
         # of each change by the activation's report): held: nothing written; framed: the
         # frame written, the provider's writes held; open: published, every write goes
@@ -484,7 +485,7 @@ class ActivationTranscript:
         """Run a write; one refused because this runtime lost the claim ends the turn.
 
         Once the runtime fences the activation, a write still waiting for the store is
-        abandoned at once (`_on_abort`) and retried no more: the activation must be
+        abandoned at once (`_on_fence`) and retried no more: the activation must be
         quiescent before the lease can lapse in another runtime's eyes, and a
         write on a silent network would hold it for the store's whole deadline.
         """
@@ -526,16 +527,15 @@ class ActivationTranscript:
             with self._writers_lock:
                 self._writers.discard(me)
 
-    def _on_abort(self, _reason: str) -> None:
-        if self._is_fenced():
-            with self._writers_lock:
-                writers = set(self._writers)
-            if writers:
-                self._store.abandon_waits(writers)
+    def _on_fence(self, _reason: str) -> None:
+        with self._writers_lock:
+            writers = set(self._writers)
+        if writers:
+            self._store.abandon_waits(writers)
 
     def _is_fenced(self) -> bool:
         signal = self._signal
-        return signal is not None and signal.cause is ErrorCode.FENCED
+        return signal is not None and signal.fenced
 
     def _refuse_if_fenced(self) -> None:
         """Refuse a write here, without a store call, once the control plane fenced the

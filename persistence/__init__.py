@@ -20,7 +20,8 @@ if TYPE_CHECKING:
     from persistence._queue import AdmissionQueue, Admitted, QueueHead, QueuePlace
     from persistence._queue_listener import AdmissionListener
     from persistence._retry import RetryPolicy
-    from persistence._spend import ScopeSpend, SpendLedger
+    from persistence._spend import ScopeCounts, ScopeSpend, SpendLedger
+    from persistence._sqlite_tasks import sqlite_recent_tasks
     from persistence._store import SqlStore
     from persistence._takeable import Takeable, Watch
     from persistence._task_sql import Fence, Settlement, TxStep
@@ -42,6 +43,7 @@ __all__ = [
     "QueuePlace",
     "Recovered",
     "RetryPolicy",
+    "ScopeCounts",
     "ScopeSpend",
     "Settlement",
     "SpendLedger",
@@ -57,6 +59,7 @@ __all__ = [
     "boot_id",
     "host_name",
     "is_expired",
+    "sqlite_recent_tasks",
 ]
 
 # Each name is imported from its module on first use: the store's modules build on
@@ -72,7 +75,8 @@ _HOMES: dict[str, str] = {
     **dict.fromkeys(["AdmissionQueue", "Admitted", "QueueHead", "QueuePlace"], "_queue"),
     **dict.fromkeys(["AdmissionListener"], "_queue_listener"),
     **dict.fromkeys(["RetryPolicy"], "_retry"),
-    **dict.fromkeys(["ScopeSpend", "SpendLedger"], "_spend"),
+    **dict.fromkeys(["ScopeCounts", "ScopeSpend", "SpendLedger"], "_spend"),
+    **dict.fromkeys(["sqlite_recent_tasks"], "_sqlite_tasks"),
     **dict.fromkeys(["SqlStore"], "_store"),
     **dict.fromkeys(["Takeable", "Watch"], "_takeable"),
     **dict.fromkeys(["Fence", "Settlement", "TxStep"], "_task_sql"),

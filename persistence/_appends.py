@@ -133,7 +133,9 @@ class Appends:
         statements = store.sql
         sql, tasks = statements.children, statements.tasks
         wakeups: list[WakeUp] = []  # of forwarded steers' senders, sent once committed
-        with store.db.cursor(write=True) as cursor:
+        # A transaction that does not commit makes the spend ledger forget what its
+        # counting worked out from it, before the next writer comes in.
+        with store.db.cursor(write=True, abandoned=store.spend.abandoned) as cursor:
             # First, under the child's lock: an earlier attempt whose commit is still in
             # flight then finishes before the retry below looks for its rows.
             last, holder, number = self.tail(cursor, child_id)
@@ -175,7 +177,7 @@ class Appends:
             # What these events spent, counted for the child and every scope above it in
             # this same transaction (nothing when they record no usage).
             if not counted:
-                store.spend.add(cursor, child_id, pending, seconds=seconds)
+                store.spend.add(cursor, child_id, pending, seconds=seconds, kept_writer=True)
             if also is not None:
                 also(cursor)
             sealed = self.seal(cursor, child_id) if ends_turn else None

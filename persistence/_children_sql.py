@@ -139,6 +139,12 @@ class ChildStatements:
     text because the column it shares holds sources), then `events`' rows; no row at all
     when the child does not exist. Takes the child id `load_binds` times."""
     load_binds: int
+    load_after: str | None
+    """`load`, of what was written after an earlier load only: the header, the segments
+    that begin after the last ``seq`` that load found sealed (the first may hold events
+    it found open) and the open rows after the last ``seq`` it found. Takes the child id
+    twice, the sealed ``seq``, the child id, the last ``seq`` (None on a store without
+    segments)."""
     exists: str
     lock_child: str | None
     """Serializes appends to one child: its header row's lock (None where the database
@@ -238,6 +244,20 @@ class ChildStatements:
         )
         load_parts = (header_row, sealed, open_events) if segments else (header_row, open_events)
         load = union_all(*load_parts).order_by(literal_column("1"))
+        load_after = None
+        if segments:
+            later = (
+                sealed.where(s.first_seq > bindparam("sealed")),
+                open_events.where(e.seq > bindparam("after")),
+            )
+            load_after = compile_(
+                union_all(header_row, *later).order_by(literal_column("1")),
+                "child_id",
+                "child_id",
+                "sealed",
+                "child_id",
+                "after",
+            )
 
         by_child = c.child_id == child_id
         if segments:
@@ -277,6 +297,7 @@ class ChildStatements:
             events_binds=binds,
             load=compile_(load, *("child_id",) * (binds + 1)),
             load_binds=binds + 1,
+            load_after=load_after,
             exists=compile_(select(literal_column("1")).where(by_child), "child_id"),
             lock_child=(
                 compile_(dialect.locked(select(literal_column("1")).where(by_child)), "child_id")

@@ -27,7 +27,7 @@ from controlplane.contract import (
     dumps,
     plain_json,
 )
-from persistence._schema import utc_time
+from persistence._times import utc_time
 
 __all__ = [
     "EXACT_MARK",
@@ -289,13 +289,32 @@ class Transcript(list[SessionEvent]):
     decoder sees each event while it is hot, so it notes both for a few nanoseconds each.
     """
 
-    __slots__ = ("_descriptor_indexes", "_last_turn", "_length")
+    __slots__ = ("_descriptor_indexes", "_last_turn", "_length", "sealed_upto")
 
     def __init__(self) -> None:
         super().__init__()
         self._last_turn = 0
         self._descriptor_indexes: list[int] = []
         self._length = 0
+        self.sealed_upto = 0
+        """The last ``seq`` the decoder found in a sealed segment (0: none)."""
+
+    def joined(self, later: Transcript) -> Transcript:
+        """These events then ``later``'s, with what was noted of both (a new transcript)."""
+        joined = Transcript()
+        joined.extend(self)
+        joined.extend(later)
+        joined._last_turn = max(self._last_turn, later._last_turn)
+        joined._descriptor_indexes = self._descriptor_indexes + [
+            len(self) + index for index in later._descriptor_indexes
+        ]
+        joined._length = len(joined)
+        joined.sealed_upto = max(self.sealed_upto, later.sealed_upto)
+        return joined
+
+    def copy(self) -> Transcript:
+        """The same events in a list of their own, with what was noted of them."""
+        return Transcript().joined(self)
 
     def noted(self) -> tuple[int, list[int]] | None:
         """The highest ``turn`` (0 for none, as `LoadedSession.last_turn` computes it) and
@@ -306,10 +325,11 @@ class Transcript(list[SessionEvent]):
         return self._last_turn, self._descriptor_indexes
 
 
-def decode_events(cursor: RowCursor) -> Transcript:
+def decode_events(cursor: RowCursor, after: int = 0) -> Transcript:
     """The rows of ``seq, turn, kind, data, source, created_at`` left in ``cursor``, as
     events, read `_CHUNK_ROWS` at a time. A row whose ``turn`` is NULL is a sealed
-    segment: ``data`` holds its events as one JSON array of rows of the same shape. The
+    segment: ``data`` holds its events as one JSON array of rows of the same shape; its
+    events up to ``seq`` ``after`` are left out (a later load's, which has them). The
     highest turn and the descriptors are noted on the way (`Transcript.noted`).
 
     The per-event work is decoding the data and what `construct` does, inlined:
@@ -333,16 +353,22 @@ def decode_events(cursor: RowCursor) -> Transcript:
     sources: dict[str, MessageSource] = {}
     last_stamp: object = _NO_STAMP
     created_at = datetime.min
+    sealed_upto = 0
     while rows := cursor.fetchmany(_CHUNK_ROWS):
         for row in rows:
             # A segment's events are decoded whole, data and all; an open row is a list of
             # one, its data still text.
             opened = row[1] is not None
+            records: Sequence[Any]
             if opened:
                 records = (row,)
             else:
                 text = row[3]
                 records = exact(text) if text[:1] in _EXACT_MARKS else loads(text)
+                if records:
+                    sealed_upto = records[-1][0]
+                    if row[0] <= after:
+                        records = [record for record in records if record[0] > after]
             for seq, turn, kind, data, source_json, stamp in records:
                 if opened:
                     data = exact(data) if data[:1] in _EXACT_MARKS else loads(data)
@@ -377,7 +403,7 @@ def decode_events(cursor: RowCursor) -> Transcript:
                 set_extra(event, None)
                 set_private(event, None)
                 add(event)
-    events._last_turn, events._length = last_turn, len(events)
+    events._last_turn, events._length, events.sealed_upto = last_turn, len(events), sealed_upto
     return events
 
 

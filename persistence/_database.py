@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from types import TracebackType
 from typing import TYPE_CHECKING, cast
@@ -60,7 +60,9 @@ class Database:
         ):
             yield conn
 
-    def cursor(self, *, write: bool) -> AbstractContextManager[DBAPICursor]:
+    def cursor(
+        self, *, write: bool, abandoned: Callable[[], None] | None = None
+    ) -> AbstractContextManager[DBAPICursor]:
         """A DBAPI cursor, inside a transaction (committed at the end) when ``write``.
 
         The hot paths bypass SQLAlchemy's execution layer: its fixed cost per statement is
@@ -68,8 +70,11 @@ class Database:
         each statement reads a consistent snapshot on its own. (A class, not a
         ``@contextmanager`` generator: on a one-event append the generator's machinery
         cost more than the store's own work around the SQL.)
+
+        ``abandoned`` is called when a write does not commit (the block raised, or the
+        COMMIT failed), after the rollback and before the next writer can come in.
         """
-        return _CursorBlock(self, write)
+        return _CursorBlock(self, write, abandoned)
 
     def open_reader(self) -> None:
         """Open a second connection now, so that the pool still holds one for reads once
@@ -134,11 +139,12 @@ class _CursorBlock:
     means the connection is gone invalidates it, so the pool never hands it out again.
     """
 
-    __slots__ = ("_conn", "_db", "_dbapi", "_guard", "_keep", "_write")
+    __slots__ = ("_abandoned", "_conn", "_db", "_dbapi", "_guard", "_keep", "_write")
 
-    def __init__(self, db: Database, write: bool) -> None:
+    def __init__(self, db: Database, write: bool, abandoned: Callable[[], None] | None) -> None:
         self._db = db
         self._write = write
+        self._abandoned = abandoned
 
     def __enter__(self) -> DBAPICursor:
         db, write = self._db, self._write
@@ -183,7 +189,7 @@ class _CursorBlock:
                     self._dbapi.commit()
                 except BaseException as failed:
                     self._db._abandon(conn, replace=self._keep)
-                    self._end(failed)
+                    self._end(failed, abandoned=True)
                     raise
             else:
                 # Rolled back; the kept writer is retired too, unless the block raised our
@@ -191,11 +197,15 @@ class _CursorBlock:
                 self._db._abandon(
                     conn, replace=self._keep and not isinstance(exc, SubagentControlError)
                 )
+                self._end(exc, abandoned=True)
+                return
         self._end(exc)
 
-    def _end(self, exc: BaseException | None) -> None:
+    def _end(self, exc: BaseException | None, *, abandoned: bool = False) -> None:
         db, conn = self._db, self._conn
         try:
+            if abandoned and self._abandoned is not None:
+                self._abandoned()
             if isinstance(exc, db.errors) and db._is_disconnect(exc, conn):
                 conn.invalidate(exc)  # the pool must not hand this connection out again
         finally:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import datetime
+from types import SimpleNamespace
 from typing import Any, TypeVar
 
 from sqlalchemy import delete, exists, func, insert, literal, select, text, update
@@ -23,6 +24,7 @@ from persistence._database import Database
 from persistence._deadlines import unqueued
 from persistence._host_clock import LeaseNow, boot_seconds
 from persistence._point_reader import PointReader
+from persistence._runtime_sql import SUSPECT_COLUMNS
 from persistence._schema import (
     NOTICE_PENDING,
     RUNNING_TASK,
@@ -253,14 +255,20 @@ class TaskLedger:
         still has a running Task: those closed or whose lease lapsed are dead to
         everyone. (A runtime whose process is gone is recognised by the caller, which
         knows its own host.)"""
-        query = select(runtimes_table).where(
-            _R.runtime_id.in_(select(_T.runtime_id).where(_IS_RUNNING).distinct())
-        )
+        # Compiled once per process, on a cursor: a runtime reads this when it opens,
+        # beside the first resumes of its children.
+        sql = self._db.sql.runtimes
 
         def op(_attempt: int) -> tuple[LeaseNow, list[RuntimeInfo]]:
-            with self._db.connection(write=False) as conn:
-                now = self.lease_now(self._now(conn))
-                return now, [_runtime(row, 0) for row in conn.execute(query)]
+            with self._db.cursor(write=False) as cursor:
+                if sql.now is None:
+                    wall = utcnow()
+                else:
+                    cursor.execute(sql.now, ())
+                    wall = utc_time(cursor.fetchall()[0][0])
+                cursor.execute(sql.suspects, ())
+                rows = cursor.fetchall()
+            return self.lease_now(wall), [_runtime(_suspect(row), 0) for row in rows]
 
         return self._run("find dead runtimes", op)
 
@@ -341,12 +349,14 @@ class TaskLedger:
         runtime, their detail the provider: `persistence._claims.Claims.await_provider`),
         oldest first; read through the running Tasks' partial index, whatever the number
         of settled ones."""
-        query = (
-            select(*self._columns)
-            .where(_IS_RUNNING, _T.runtime_id == "", _T.detail.is_not(None))
-            .order_by(_T.created_at)
-        )
-        return self._run("list tasks waiting for a provider", lambda _attempt: self._select(query))
+        statement = self._db.sql.tasks.awaiting_provider  # compiled once per process
+
+        def op(_attempt: int) -> list[TaskSnapshot]:
+            with self._db.cursor(write=False) as cursor:
+                cursor.execute(statement, ())
+                return [snapshot_of_columns(*row) for row in cursor.fetchall()]
+
+        return self._run("list tasks waiting for a provider", op)
 
     def drain(self, owner_session: str) -> list[TaskSnapshot]:
         """Take the owner's pending completion notices: each settled Task once, across
@@ -415,6 +425,11 @@ class TaskLedger:
         if self._postgres:
             return utc_time(conn.execute(select(func.now())).scalar_one())
         return utcnow()
+
+
+def _suspect(row: Sequence[Any]) -> SimpleNamespace:
+    """A row of `RuntimeStatements.suspects`, read by name as a SQLAlchemy row is."""
+    return SimpleNamespace(**dict(zip(SUSPECT_COLUMNS, row, strict=True)))
 
 
 def _runtime(row: Any, running: int) -> RuntimeInfo:

@@ -8,15 +8,28 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from sqlalchemy import bindparam, func, select, union_all
+from sqlalchemy import bindparam, func, select, text, union_all
 
 from controlplane.contract import TaskStatus
 from persistence._dialect import SqlDialect, constant
-from persistence._schema import runtimes_table, tasks_table
+from persistence._schema import RUNNING_TASK, runtimes_table, tasks_table
 
-__all__ = ["TAKEABLE_CHANNEL", "RuntimeStatements", "runtime_table"]
+__all__ = ["SUSPECT_COLUMNS", "TAKEABLE_CHANNEL", "RuntimeStatements", "runtime_table"]
 
 runtime_table: Final = runtimes_table
+
+SUSPECT_COLUMNS: Final = (
+    "runtime_id",
+    "host",
+    "pid",
+    "boot_id",
+    "started_at",
+    "heartbeat_at",
+    "lease_ttl_s",
+    "closed_at",
+    "heartbeat_boot_s",
+)
+"""The runtime row's columns `RuntimeStatements.suspects` reads, in its order."""
 
 TAKEABLE_CHANNEL: Final = "subagent_takeable"
 """The channel that says a Task can be taken by a runtime with its provider (PostgreSQL)."""
@@ -37,6 +50,8 @@ class RuntimeStatements:
     the running Tasks' partial index (no parameters)."""
     wake: str | None
     """Wake the listening runtimes: a Task can be taken (PostgreSQL; takes the channel)."""
+    suspects: str
+    """Every runtime that has a running Task, its `SUSPECT_COLUMNS` (no parameters)."""
 
     @classmethod
     def build(cls, dialect: SqlDialect) -> RuntimeStatements:
@@ -69,4 +84,9 @@ class RuntimeStatements:
                 )
             ),
             wake=None if notify is None else dialect.compile(select(notify), "channel"),
+            suspects=dialect.compile(
+                select(*(r[name] for name in SUSPECT_COLUMNS)).where(
+                    r.runtime_id.in_(select(t.runtime_id).where(text(RUNNING_TASK)).distinct())
+                )
+            ),
         )

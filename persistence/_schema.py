@@ -31,6 +31,7 @@ from controlplane.contract import (
     ErrorCode,
     SubagentControlError,
 )
+from persistence._times import sqlite_time, utc_time
 
 __all__ = [
     "ADMISSIONS",
@@ -98,26 +99,6 @@ SPEND_NOTICES: Final = "subagent_spend_notices"
 ADMISSIONS: Final = "subagent_admissions"
 APPROVALS: Final = "subagent_approvals"
 _VERSION_TABLE: Final = "subagent_schema"
-
-
-def utc_time(value: object) -> datetime:
-    """A database timestamp as a timezone-aware UTC datetime.
-
-    SQLite returns our fixed-width ISO text; PostgreSQL returns ``timestamptz`` values
-    already in UTC (the connection's time zone), which pass through untouched.
-    """
-    if isinstance(value, str):
-        return datetime.fromisoformat(value)
-    if isinstance(value, datetime):
-        return value if value.tzinfo is UTC else value.astimezone(UTC)
-    raise TypeError(f"not a stored timestamp: {value!r}")
-
-
-def sqlite_time(value: datetime) -> str:
-    """Fixed-width ISO-8601 text in UTC, so that text order is time order."""
-    if value.tzinfo is not UTC:  # an append's own stamp is UTC already (`utcnow`)
-        value = value.astimezone(UTC)
-    return value.isoformat(timespec="microseconds")
 
 
 class UtcDateTime(TypeDecorator[datetime]):

@@ -11,8 +11,11 @@ and the seconds a ``turn/end`` carries in (`SqlStore.append`'s ``seconds``), by 
 ``SET x = x + n`` for every scope of the chain, so concurrent appends in any number of
 runtimes never lose a count (SQLite serializes writers; PostgreSQL's row lock does).
 That upsert returns each scope's row as it stands after the add, every other runtime's
-committed spend included; once the append has committed, the ledger keeps those rows as
-the child's newest view (`SpendLedger.view`), so the child's gate checks its next call
+committed spend included (on SQLite's one kept writer, the ledger works the same rows out
+from that connection's own counting while no other connection has committed since, which
+``PRAGMA data_version`` tells: a pragma costs less than the returned rows); once the
+append has committed, the ledger keeps those rows as the child's newest view
+(`SpendLedger.view`), so the child's gate checks its next call
 against them without a read of its own (`SpendLedger.read` serves a gate that has no
 view newer than its last call). Either way what a gate sees may miss what other
 runtimes' calls spent since, which is the overshoot the guide states.
@@ -32,11 +35,13 @@ from typing import Any, Final, TypeVar
 from sqlalchemy.engine import Connection
 
 from controlplane.contract import (
+    USAGE,
     EventKind,
     Spent,
     TaskNotice,
     TaskStatus,
     spent_in,
+    usage_counts,
     utcnow,
 )
 from persistence._children_sql import EVENT_INSERT, EVENT_NAMES
@@ -44,7 +49,13 @@ from persistence._codec import PendingEvent
 from persistence._database import Database
 from persistence._schema import sqlite_time, utc_time
 
-__all__ = ["ScopeSpend", "SpendLedger", "child_scope", "session_scope"]
+__all__ = [
+    "ScopeCounts",
+    "ScopeSpend",
+    "SpendLedger",
+    "child_scope",
+    "session_scope",
+]
 
 T = TypeVar("T")
 Runner = Callable[[str, Callable[[int], Any]], Any]
@@ -67,6 +78,12 @@ def session_scope(session_id: str) -> str:
 Cursor = Any
 """A DBAPI cursor, or `_OnConnection` over a SQLAlchemy connection: ``execute``,
 ``executemany``, ``fetchone``, ``rowcount``."""
+
+
+ScopeCounts = tuple[int, float, int, int, float, Any, Any]
+"""One scope's row as a gate checks it: its counters (`Spent`'s fields, in order), its
+budget (its decoded JSON limits, shared: never changed; None for none) and whether its
+soft notice was sent (truthy)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +116,13 @@ class SpendLedger:
         self._returned = threading.local()
         self._views: dict[str, tuple[int, Sequence[Any]]] = {}
         self._published = itertools.count(1)
+        # SQLite's kept writer (one connection, one writer at a time): the rows as this
+        # connection's own counting left them, good while no other connection has
+        # committed since (`PRAGMA data_version`); see `add`. Touched under the write lock.
+        backend = db.backend
+        self._mirrors = backend.serialize_writes and not backend.single_connection
+        self._mirror: dict[str, tuple[Any, ...]] = {}
+        self._mirror_of: tuple[Any, int] | None = None  # (connection, data_version)
 
     # -- inside an append's transaction ---------------------------------------------------
 
@@ -109,20 +133,75 @@ class SpendLedger:
         pending: Sequence[PendingEvent],
         *,
         seconds: float = 0.0,
+        kept_writer: bool = False,
     ) -> None:
         """Count what ``pending`` (a child's own events) records, and ``seconds``, for
         every scope of the child, in the caller's transaction. Writes nothing when they
-        record no spend."""
-        spent = spent_in([event.data for event in pending], seconds)
-        if spent is None:
+        record no spend.
+
+        ``kept_writer``: the transaction is on the store's one SQLite writer connection
+        (`Database.cursor` with ``write``; the caller calls `abandoned` inside it if it
+        fails). Then the rows after the add are worked out here when this ledger knows them
+        as that connection's own counting left them and no other connection has committed
+        since (``PRAGMA data_version`` unchanged): the same rows the upsert's ``RETURNING``
+        would give (SQLite runs one writer at a time, and the arithmetic is the same
+        floating point), for a pragma that costs a fraction of the returned rows. Anything
+        else (another runtime's or connection's commit, a scope not known yet, a budget or
+        notice written) takes them from ``RETURNING``.
+        """
+        row = _counted(pending, seconds)
+        if row is None:
             return
         scopes = self._chain(cursor, child_id)
-        row = (spent.tokens, spent.cost, spent.model_calls, spent.tool_calls, spent.seconds)
-        statement = self._sql.add_all(len(scopes))
+        params = [value for scope in scopes for value in (scope, *row)]
         # A chain runs from the child up to its session, so two appends' chains share their
         # rows in one order (their common ancestors, top-level last): no lock cycle.
-        cursor.execute(statement, [value for scope in scopes for value in (scope, *row)])
-        self._returned.rows = (cursor, child_id, cursor.fetchall())
+        if kept_writer and self._mirrors:
+            rows = self._add_mirrored(cursor, scopes, row, params)
+        else:
+            cursor.execute(self._sql.add_all(len(scopes)), params)
+            rows = cursor.fetchall()
+        self._returned.rows = (cursor, child_id, rows)
+
+    def _add_mirrored(
+        self, cursor: Cursor, scopes: tuple[str, ...], row: tuple[Any, ...], params: list[Any]
+    ) -> Sequence[Any]:
+        cursor.execute("PRAGMA data_version")
+        version = cursor.fetchone()[0]
+        connection = cursor.connection
+        mirror = self._mirror
+        known = self._mirror_of
+        if known is None or known[0] is not connection or known[1] != version:
+            mirror.clear()  # another connection committed: any row may have moved
+            self._mirror_of = (connection, version)
+        elif all(scope in mirror for scope in scopes):
+            cursor.execute(self._sql.count_all(len(scopes)), params)
+            rows = []
+            for scope in scopes:
+                was = mirror[scope]
+                now = (
+                    scope, was[1] + row[0], was[2] + row[1], was[3] + row[2],
+                    was[4] + row[3], was[5] + row[4], was[6], was[7],
+                )  # fmt: skip
+                mirror[scope] = now
+                rows.append(now)
+            return rows
+        cursor.execute(self._sql.add_all(len(scopes)), params)
+        returned: Sequence[Any] = cursor.fetchall()
+        if len(mirror) >= _CACHE:
+            mirror.clear()
+        for found in returned:
+            mirror[found[0]] = tuple(found)
+        return returned
+
+    def abandoned(self) -> None:
+        """A kept writer's transaction did not commit (called once it is rolled back, under
+        the write lock): what `add` worked out from it is forgotten."""
+        self._forget()
+
+    def _forget(self) -> None:
+        self._mirror.clear()
+        self._mirror_of = None
 
     def insert_counting(
         self,
@@ -172,15 +251,19 @@ class SpendLedger:
         found = self._views.get(child_id)
         return 0 if found is None else found[0]
 
-    def view(self, child_id: str, after: int) -> tuple[int, dict[str, ScopeSpend]] | None:
+    def view(self, child_id: str, after: int) -> tuple[int, dict[str, ScopeCounts]] | None:
         """The child's newest view if it was published after number ``after`` (0: any),
         with its number: every scope of its chain, as the child's last committed append
-        that counted spend left them."""
+        that counted spend left them (`ScopeCounts`: a gate reads one per call, so no
+        `ScopeSpend` or `Spent` is built for it)."""
         found = self._views.get(child_id)
         if found is None or found[0] <= after:
             return None
         number, rows = found
-        return number, {str(row[0]): _scope_spend(row) for row in rows}
+        return number, {
+            row[0]: (row[1], row[2], row[3], row[4], row[5], _limits(row[6]), row[7])
+            for row in rows
+        }
 
     def created(self, cursor: Cursor, child_id: str, pending: Sequence[PendingEvent]) -> None:
         """A new child's budget, from its descriptor among ``pending``, in the transaction
@@ -286,6 +369,7 @@ class SpendLedger:
 
         def op(_attempt: int) -> None:
             with self._db.cursor(write=True) as cursor:
+                self._forget()  # a row's budget and notice change outside `add`
                 cursor.execute(self._sql.set_budget, params)
 
         self._run(f"set the budget of child {child_id}", op)
@@ -301,6 +385,7 @@ class SpendLedger:
 
         def op(attempt: int) -> bool:
             with self._db.cursor(write=True) as cursor:
+                self._forget()  # a row's notice changes outside `add`
                 if attempt > 1:  # our earlier attempt may have committed unheard
                     cursor.execute(self._sql.noticed, (notice_id,))
                     if cursor.fetchone() is not None:
@@ -394,6 +479,23 @@ class SpendLedger:
     def _run(self, action: str, operation: Callable[[int], T]) -> T:
         result: T = self._runner(action, operation)
         return result
+
+
+def _counted(pending: Sequence[PendingEvent], seconds: float) -> tuple[Any, ...] | None:
+    """What ``pending`` and ``seconds`` add to each scope (`Spent`'s fields, in order), as
+    `spent_in` counts it; None for nothing. One event (a model call's reply, a tool's
+    result: every call's append) is read here without building a `Spent`."""
+    if len(pending) != 1:
+        spent = spent_in([event.data for event in pending], seconds)
+        if spent is None:
+            return None
+        return (spent.tokens, spent.cost, spent.model_calls, spent.tool_calls, spent.seconds)
+    data = pending[0].data
+    counts = usage_counts(data.get(USAGE)) if isinstance(data, dict) else None
+    if counts is None:
+        return (0, 0.0, 0, 0, float(seconds)) if seconds else None
+    cost = 0.0 if counts[6] is None else 0.0 + counts[6]
+    return (counts[0] + counts[1], cost, counts[4], counts[5], float(seconds))
 
 
 _LIMITS: dict[str, Any] = {}

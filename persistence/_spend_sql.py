@@ -82,6 +82,7 @@ class SpendStatements:
     (NULL where it has none), from the child up (a resume's check on a plane that has not
     seen the child yet)."""
     _adds: dict[int, str] = field(default_factory=dict)
+    _counts: dict[int, str] = field(default_factory=dict)
     _rides: dict[int, str] = field(default_factory=dict)
     _reads: dict[int, str] = field(default_factory=dict)
 
@@ -135,6 +136,16 @@ class SpendStatements:
             )
         return found
 
+    def count_all(self, count: int) -> str:
+        """`add_all` without its ``RETURNING``: for a writer that knows the rows already
+        (`persistence._spend.SpendLedger.add`)."""
+        found = self._counts.get(count)
+        if found is None:
+            found = self._counts[count] = self.dialect.compile(
+                self._upsert(count, returning=False), *self._names(count)
+            )
+        return found
+
     def riding(self, count: int, event_insert: Any, event_names: tuple[str, ...]) -> str:
         """``event_insert`` (one event's INSERT, taking ``event_names``) and `add_all` of
         ``count`` scopes in one statement, a data-modifying CTE (PostgreSQL), returning
@@ -158,7 +169,7 @@ class SpendStatements:
             found = self._reads[count] = self.dialect.compile(query, *names)
         return found
 
-    def _upsert(self, count: int) -> Any:
+    def _upsert(self, count: int, *, returning: bool = True) -> Any:
         s = spend_table.c
         rows: list[dict[str, Any]] = [
             {"scope": bindparam(f"scope_{i}"),
@@ -168,7 +179,8 @@ class SpendStatements:
         ]  # fmt: skip
         upsert = self.dialect.insert(spend_table).values(rows)
         grown = {name: s[name] + upsert.excluded[name] for name in _COUNTERS}
-        return upsert.on_conflict_do_update(index_elements=[s.scope], set_=grown).returning(*_row())
+        upsert = upsert.on_conflict_do_update(index_elements=[s.scope], set_=grown)
+        return upsert.returning(*_row()) if returning else upsert
 
     @staticmethod
     def _names(count: int) -> tuple[str, ...]:

@@ -56,6 +56,7 @@ from persistence._schema import (
 from persistence._spend import SpendLedger
 from persistence._takeable import Takeable
 from persistence._task_sql import Fence, Settlement, TxStep
+from persistence._transcripts import TranscriptCache
 
 __all__ = ["SqlStore"]
 
@@ -148,6 +149,8 @@ class SqlStore:
         self._read_only = read_only
         self._after_commit: Callable[[], None] | None = None
         self._pause_gc = pause_gc_on_load
+        # What the last loads decoded: a load of a kept child reads only what came after.
+        self._transcripts = TranscriptCache()
         self._version = SCHEMA_VERSION  # what `_open` leaves; `_check` reads the real one
         port = self._port = StorePort(
             self._db, run=self._run, committed=self._committed, read_only=read_only
@@ -513,30 +516,39 @@ class SqlStore:
                 raise not_found(child_id)
 
     def _load(self, child_id: str) -> LoadedSession:
-        # One statement, so one snapshot: the header row first, then every event.
+        # One statement, so one snapshot: the header row first, then every event (or, for
+        # a child this store decoded before, every event after the ones it kept).
         sql = self._db.sql.children
+        kept = self._transcripts.get(child_id) if sql.load_after is not None else None
         with self._db.cursor(write=False) as cursor:
-            cursor.execute(sql.load, (child_id,) * sql.load_binds)
+            if kept is None or sql.load_after is None:
+                kept, after = None, 0
+                cursor.execute(sql.load, (child_id,) * sql.load_binds)
+            else:
+                after = kept[-1].seq if kept else 0
+                binds = (child_id, child_id, kept.sealed_upto, child_id, after)
+                cursor.execute(sql.load_after, binds)
             header = cursor.fetchone()
             if header is None:
                 raise not_found(child_id)
             if self._pause_gc:
                 with gc_paused():
-                    events = decode_events(cursor)
+                    read = decode_events(cursor, after)
             else:
-                events = decode_events(cursor)
-            _first, depth, parent_session, label, seed_length, created_at = header
-            meta = construct(
-                ChildMeta,
-                {
-                    "child_id": child_id,
-                    "parent_session": parent_session,
-                    "depth": depth,
-                    "seed_length": int(seed_length),
-                    "created_at": utc_time(created_at),
-                    "label": label,
-                },
-            )
+                read = decode_events(cursor, after)
+        events = self._transcripts.keep(child_id, kept, read)
+        _first, depth, parent_session, label, seed_length, created_at = header
+        meta = construct(
+            ChildMeta,
+            {
+                "child_id": child_id,
+                "parent_session": parent_session,
+                "depth": depth,
+                "seed_length": int(seed_length),
+                "created_at": utc_time(created_at),
+                "label": label,
+            },
+        )
         return construct(LoadedSession, {"meta": meta, "events": events})
 
     def _ids(self, query: Select[str]) -> list[str]:

@@ -9,14 +9,15 @@ from the column list kept here beside the function that reads it by position.
 
 from __future__ import annotations
 
-from typing import Any
-
-from sqlalchemy import Row
+from typing import TYPE_CHECKING, Any
 
 from controlplane.contract import ErrorCode, TaskOutcome, TaskSnapshot, TaskStatus
 from persistence._codec import construct
-from persistence._schema import utc_time
+from persistence._times import utc_time
 from persistence._turn_usage import stored_usage
+
+if TYPE_CHECKING:
+    from sqlalchemy import Row
 
 __all__ = [
     "TASK_COLUMNS",

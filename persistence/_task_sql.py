@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
-from sqlalchemy import bindparam, insert, literal_column, null, select, update
+from sqlalchemy import bindparam, insert, literal_column, null, select, text, update
 from sqlalchemy.engine.interfaces import DBAPICursor
 
 from controlplane.contract import TaskOutcome, TaskSnapshot, TaskStatus
 from persistence._dialect import SqlDialect, constant, params
-from persistence._schema import children_table, tasks_table
+from persistence._schema import RUNNING_TASK, children_table, tasks_table
 from persistence._task_snapshots import (
     TASK_COLUMNS,
     TASK_COLUMNS_BEFORE_RECOVERIES,
@@ -111,6 +111,10 @@ class TaskStatements:
     the provider as its detail, so it reads ``queued`` (takes provider, Task id)."""
     take_waiting: str
     """A Task that waited for a provider runs in a runtime (takes runtime, Task id)."""
+    awaiting_provider: str
+    """The Tasks waiting for a runtime with their child's provider, their `TASK_COLUMNS`,
+    oldest first, through the running Tasks' partial index (no parameters): a runtime
+    reads them when it opens and whenever a provider registers."""
 
     @classmethod
     def build(
@@ -215,6 +219,11 @@ class TaskStatements:
                 ),
                 "runtime_id",
                 "task_id",
+            ),
+            awaiting_provider=compile_(
+                select(*(t[name] for name in columns))
+                .where(text(RUNNING_TASK), t.runtime_id == constant(""), t.detail.is_not(None))
+                .order_by(t.created_at)
             ),
         )
 

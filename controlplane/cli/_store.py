@@ -153,13 +153,15 @@ _HOME_AND_CLEAR = "\x1b[H\x1b[J"
 
 
 def _write_tasks(args: argparse.Namespace, out: IO[str]) -> None:
-    store = _open_store(args.db)
-    try:
-        tasks = store.ledger.recent(args.owner) if store.keeps_tasks else []
-        tasks = store.queue.with_places(tasks)  # queued ones with their places
-        tasks = _with_requests(store, tasks)  # waiting ones with their requests
-    finally:
-        store.close()
+    tasks = _sqlite_tasks(args.db, args.owner)
+    if tasks is None:
+        store = _open_store(args.db)
+        try:
+            tasks = store.ledger.recent(args.owner) if store.keeps_tasks else []
+            tasks = store.queue.with_places(tasks)  # queued ones with their places
+            tasks = _with_requests(store, tasks)  # waiting ones with their requests
+        finally:
+            store.close()
     _write_list(
         out,
         tasks,
@@ -188,6 +190,18 @@ def _write_tasks(args: argparse.Namespace, out: IO[str]) -> None:
             task.label,
         ),
     )
+
+
+def _sqlite_tasks(url: str, owner: str | None) -> list[TaskSnapshot] | None:
+    """The Tasks of a SQLite store file read with `sqlite3` alone (no SQLAlchemy: most of
+    what opening the store costs the command), or None where that read does not serve
+    (`persistence.sqlite_recent_tasks`): then the store is opened."""
+    path = _sqlite_file(url)
+    if path is None or "?" in url or not os.path.isfile(path):
+        return None
+    from persistence import sqlite_recent_tasks
+
+    return sqlite_recent_tasks(path, owner)
 
 
 def _status(task: TaskSnapshot) -> str:

@@ -73,7 +73,11 @@ class NewEvent(BaseModel):
 
 
 class SessionEvent(BaseModel):
-    """A stored event. ``seq`` is 1-based and gapless per child."""
+    """A stored event. ``seq`` is 1-based and gapless per child.
+
+    Read-only, ``data`` included: a store keeps the events it decoded and hands the same
+    objects to later loads of the child (a turn then decodes only what is new), so a reader
+    that wants to change ``data`` copies it first."""
 
     model_config = _FROZEN
 

@@ -71,7 +71,15 @@ class CancelSignal:
     and checked by the activation and the provider at their checkpoints.
     """
 
-    __slots__ = ("_callbacks", "_cause", "_event", "_lock", "_reason")
+    __slots__ = (
+        "_callbacks",
+        "_cause",
+        "_event",
+        "_fence_callbacks",
+        "_fenced",
+        "_lock",
+        "_reason",
+    )
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -79,6 +87,8 @@ class CancelSignal:
         self._reason: str | None = None
         self._cause: ErrorCode | None = None
         self._callbacks: list[Callable[[str], object]] = []
+        self._fenced = False
+        self._fence_callbacks: list[Callable[[str], object]] = []
 
     @property
     def aborted(self) -> bool:
@@ -99,24 +109,40 @@ class CancelSignal:
         for a kill."""
         return self._cause
 
+    @property
+    def fenced(self) -> bool:
+        """Whether the control plane fenced the activation (cause ``FENCED``: its runtime
+        lost the child's claim, or could not renew its lease), also when an earlier abort
+        (a kill) set the reason and cause: the activation's store calls are abandoned
+        either way, since another runtime may take the child over once the lease lapses."""
+        return self._fenced
+
     def abort(self, reason: str, *, cause: ErrorCode | None = None) -> bool:
         """Abort with ``reason``; returns False (and keeps the first reason) if already aborted.
+        An abort with cause ``FENCED`` marks the signal `fenced` either way.
 
         Args:
             reason: Why, in words; it becomes the Task's detail.
             cause: For the control plane's own aborts, the code that says how the Task
                 settles (see `cause`); None for a kill.
         """
+        fence_callbacks: list[Callable[[str], object]] = []
         with self._lock:
-            if self._event.is_set():
-                return False
-            self._reason = reason
-            self._cause = cause
-            self._event.set()
-            callbacks, self._callbacks = self._callbacks, []
+            if cause is ErrorCode.FENCED and not self._fenced:
+                self._fenced = True
+                fence_callbacks, self._fence_callbacks = self._fence_callbacks, []
+            first = not self._event.is_set()
+            callbacks: list[Callable[[str], object]] = []
+            if first:
+                self._reason = reason
+                self._cause = cause
+                self._event.set()
+                callbacks, self._callbacks = self._callbacks, []
         for callback in callbacks:
             self._run(callback, reason)
-        return True
+        for callback in fence_callbacks:
+            self._run(callback, reason)
+        return first
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until aborted or ``timeout`` seconds pass; returns whether it is aborted."""
@@ -127,6 +153,17 @@ class CancelSignal:
         with self._lock:
             if not self._event.is_set():
                 self._callbacks.append(fn)
+                return
+            reason = self._reason
+        assert reason is not None
+        self._run(fn, reason)
+
+    def add_fence_callback(self, fn: Callable[[str], object]) -> None:
+        """Run ``fn(reason)`` once when the control plane fences the activation (`fenced`),
+        whether or not it was aborted before; at once (in this thread) if already fenced."""
+        with self._lock:
+            if not self._fenced:
+                self._fence_callbacks.append(fn)
                 return
             reason = self._reason
         assert reason is not None

@@ -65,6 +65,7 @@ from controlplane.providers._chat_history import (
     tool_message_text,
 )
 from controlplane.providers._child_tools import ChildTool, ToolOutcome, select_tools
+from controlplane.providers._history_cache import HistoryCache
 from controlplane.providers._model import ChatMessage, ModelAdapter, ModelRequest, ToolCall
 from controlplane.providers._recovery import answer_unanswered, resumed_history
 
@@ -454,6 +455,9 @@ class AgentLoopProvider:
         self._name = name
         self._tools = tuple(tools)
         self._stop_timeout_s = stop_timeout_s
+        # Each child's conversation as its last resume rebuilt it: a resume rebuilds only
+        # the events written since (checked against the events the store just read).
+        self._histories = HistoryCache()
 
     recovers_turns = True
     """A turn whose runtime ended is carried on by another runtime from its events:
@@ -501,10 +505,17 @@ class AgentLoopProvider:
             # replies, results and steering are in its events; the calls it left open are
             # answered as a resume's are, and the model is asked again.
             events = [*request.events, *request.open_turn]
-            history, unanswered = resumed_history(self._opening(request), events)
+            history, unanswered = resumed_history(
+                self._opening(request), events, cache=self._histories, child_id=request.child_id
+            )
             seen = sum(1 for e in request.open_turn if e.kind == EventKind.STEERING_MESSAGE)
             return self._launch(request, signal, history, unanswered, recovered_seen=seen)
-        history, unanswered = resumed_history(self._opening(request), request.events)
+        history, unanswered = resumed_history(
+            self._opening(request),
+            request.events,
+            cache=self._histories,
+            child_id=request.child_id,
+        )
         return self._launch(request, signal, history, unanswered)
 
     def _opening(self, request: StartRequest | ResumeRequest) -> list[ChatMessage]:

@@ -37,6 +37,7 @@ __all__ = [
     "STEERING_SEEN",
     "TOOL_CALL",
     "TOOL_RESULT",
+    "Rebuild",
     "UnansweredCall",
     "chat_history",
     "chat_history_with_unanswered",
@@ -103,7 +104,7 @@ def open_turn_history(
     after an approval): its messages, the last turn's waiting calls left
     unanswered; the turn's steering messages its model has not read yet; and how many of
     the turn's steering messages it has read."""
-    rebuild = _Rebuild()
+    rebuild = Rebuild()
     rebuild.feed(events)
     return rebuild.messages, rebuild.held, rebuild.steering_placed
 
@@ -130,7 +131,7 @@ def chat_history(events: Iterable[SessionEvent]) -> list[ChatMessage]:
     ended is answered with `INTERRUPTED_TOOL_CALL`, which a result written later for it
     replaces in place; a result for a call already answered is skipped.
     """
-    return _Rebuild().run(events)
+    return Rebuild().run(events)
 
 
 def chat_history_with_unanswered(
@@ -138,12 +139,15 @@ def chat_history_with_unanswered(
 ) -> tuple[list[ChatMessage], list[UnansweredCall]]:
     """`chat_history` of ``events``, and the calls in it no result answers, in call order
     (from the same pass)."""
-    rebuild = _Rebuild()
+    rebuild = Rebuild()
     messages = rebuild.run(events)
     return messages, rebuild.unanswered()
 
 
-class _Rebuild:
+class Rebuild:
+    """One pass over a child's events building its conversation (`chat_history`); it can
+    stop after any event and go on from a `copy` (`controlplane.providers._history_cache`)."""
+
     def __init__(self) -> None:
         self.messages: list[ChatMessage] = []
         self.assistant_at: int | None = None  # the reply that tool calls attach to
@@ -157,8 +161,26 @@ class _Rebuild:
 
     def run(self, events: Iterable[SessionEvent]) -> list[ChatMessage]:
         self.feed(events)
-        self._end_turn()
+        self.end_turn()
         return self.messages
+
+    def copy(self) -> Rebuild:
+        """A rebuild that goes on from where this one stands, sharing none of its lists
+        (the messages themselves are frozen, so shared)."""
+        other = Rebuild()
+        other.messages = list(self.messages)
+        other.assistant_at = self.assistant_at
+        other.open_calls = list(self.open_calls)
+        other.placeholders = {key: list(entries) for key, entries in self.placeholders.items()}
+        other.held = list(self.held)
+        other.turn = self.turn
+        other.steering_placed = self.steering_placed
+        return other
+
+    def ends_turn_at(self, event: SessionEvent) -> bool:
+        """Whether feeding ``event`` next ends the turn this rebuild stands in (it belongs
+        to another turn, or opens one)."""
+        return event.turn != self.turn or event.kind in _TURN_OPENERS
 
     def feed(self, events: Iterable[SessionEvent]) -> None:
         """Take ``events`` in, leaving the last turn open (its calls unanswered, its
@@ -168,7 +190,7 @@ class _Rebuild:
             # messages are ``steering/message``): the prompt alone marks it in a fork's
             # seed, copied from a parent's history as turn 0, with or without frames.
             if event.turn != self.turn or event.kind in _TURN_OPENERS:
-                self._end_turn()  # what a turn's model never read, it left unanswered
+                self.end_turn()  # what a turn's model never read, it left unanswered
                 self.turn = event.turn
             data = event.data if isinstance(event.data, dict) else {}
             if event.kind == TOOL_CALL:
@@ -267,7 +289,9 @@ class _Rebuild:
             self.steering_placed += len(placed)
             self.assistant_at = None
 
-    def _end_turn(self) -> None:
+    def end_turn(self) -> None:
+        """End the current turn: its open calls get placeholders, its held steering is
+        placed."""
         self._answer_open_calls()
         self._place(None)
         self.steering_placed = 0

@@ -88,7 +88,7 @@ class ChatMessage(BaseModel):
     role: Literal["user", "assistant", "tool"]
     text: str
     source: MessageSource | None = None
-    tool_calls: list[ToolCall] = []
+    tool_calls: list[ToolCall] = Field(default_factory=list)
     tool_call_id: str | None = None
 
 
@@ -109,7 +109,7 @@ class ModelRequest(BaseModel):
     messages: list[ChatMessage]
     model: ModelSelector | None = None
     tool_filter: dict[str, JsonValue] | None = None
-    tools: list[ToolDefinition] = []
+    tools: list[ToolDefinition] = Field(default_factory=list)
 
 
 class ModelReply(BaseModel):
@@ -129,7 +129,7 @@ class ModelReply(BaseModel):
 
     text: str = ""
     stop_reason: str = StopReason.COMPLETED.value
-    tool_calls: list[ToolCall] = []
+    tool_calls: list[ToolCall] = Field(default_factory=list)
     usage: Usage | None = None
 
 

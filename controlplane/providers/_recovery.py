@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from controlplane.contract import TOOL_CALL as GATE_TOOL_CALL
 from controlplane.contract import CancelSignal, SessionEvent, SpendGate, TranscriptWriter
@@ -34,6 +34,7 @@ from controlplane.providers._chat_history import (
     tool_message_text,
 )
 from controlplane.providers._child_tools import ChildTool, run_tool_call
+from controlplane.providers._history_cache import HistoryCache
 from controlplane.providers._model import ChatMessage, ToolCall
 
 __all__ = ["INTERRUPTED", "RERUN", "answer_unanswered", "resumed_history"]
@@ -45,15 +46,23 @@ RERUN = "rerun"
 
 
 def resumed_history(
-    opening: list[ChatMessage], events: Iterable[SessionEvent]
+    opening: list[ChatMessage],
+    events: Sequence[SessionEvent],
+    *,
+    cache: HistoryCache | None = None,
+    child_id: str = "",
 ) -> tuple[list[ChatMessage], list[UnansweredCall]]:
     """A resumed child's conversation, ``opening`` then its own earlier ``events``, and the
     calls in those events no result answers, placed in that conversation.
 
     Only ``events`` are searched: a call in the opening (a fork's seed, the parent's) is
-    not the child's to answer.
+    not the child's to answer. With a ``cache``, the conversation of ``events`` goes on
+    from the one rebuilt at child ``child_id``'s last resume, when ``events`` continue it.
     """
-    earlier, unanswered = chat_history_with_unanswered(events)
+    if cache is not None:
+        earlier, unanswered = cache.rebuild(child_id, events)
+    else:
+        earlier, unanswered = chat_history_with_unanswered(events)
     offset = len(opening)
     return opening + earlier, [dataclasses.replace(u, at=u.at + offset) for u in unanswered]
 

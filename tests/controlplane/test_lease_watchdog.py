@@ -238,3 +238,46 @@ def test_a_runtime_whose_row_was_expired_while_it_was_cut_off_registers_again_an
         return True
 
     eventually(resumed, "a send resumed the child", timeout=LEASE_S * 4)
+
+
+REARM_LEASE_S = 60.0
+"""Renewals every 3 s, the heartbeat's flush every 20 s: a settlement written at the
+renewal that re-arms the lease is told apart from one written at the next flush."""
+
+
+def test_a_renewal_that_rearms_a_fenced_runtime_settles_its_tasks_and_readmits_at_once(
+    db: str, calls: CallLog
+) -> None:
+    # A fenced runtime keeps its fenced children's claims and refuses new Tasks until it
+    # has written their settlements; it wrote them at its heartbeat's next flush, up to a
+    # third of the lease after the renewal that re-armed it (the kernel-fault stress saw
+    # children of a runtime fenced by a 2 s drop reached only 5.6-6.9 s after the heal).
+    store = SqlStore(f"sqlite:///{db}")
+    control = SubagentControl(store, lease_ttl_s=REARM_LEASE_S, close_timeout_s=5.0)
+    try:
+        control.providers.register(InProcessProvider(BusyModel(calls)))
+        parent = control.agents.register("parent")
+        start = control.start_continuable(
+            ContinuableStartSpec(
+                provider="inprocess", label="busy", parent=parent, prompt=[TextBlock(text="go")]
+            )
+        )
+        assert calls.blocking.wait(WAIT_S), "the child never reached its long model call"
+        wait_published(control, start.child_id)
+        heartbeat = control._heartbeat
+        assert heartbeat is not None
+        heartbeat.lease.lose("told so by the test")  # fences at once
+        snap = control.tasks.wait(start.task_id, timeout=WAIT_S, requester=parent)
+        assert snap.status is TaskStatus.INTERRUPTED
+
+        def stored() -> bool:
+            task = store.ledger.get(start.task_id)
+            return task is not None and task.status is TaskStatus.INTERRUPTED
+
+        # The next renewal goes out within a twentieth of the lease (3 s) and re-arms it.
+        eventually(stored, "the fenced Task's settlement was written", timeout=8.0)
+        res = control.send_message(parent, start.child_id, [TextBlock(text="again")])
+        assert res.route == "started"  # readmitted: new work is taken again
+    finally:
+        control.close()
+        store.close()

@@ -27,9 +27,9 @@ def collector_during_decode(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
     """Whether the collector was enabled during each decode of a load, as it happens."""
     seen: list[bool] = []
 
-    def decode(cursor: Any) -> Any:
+    def decode(cursor: Any, after: int = 0) -> Any:
         seen.append(gc.isenabled())
-        return decode_events(cursor)
+        return decode_events(cursor, after)
 
     monkeypatch.setattr(persistence._store, "decode_events", decode)
     return seen

@@ -160,3 +160,83 @@ def test_a_version_6_store_gains_the_spend_tables(sqlite_url: str) -> None:
         version = conn.execute(sa.text("SELECT version FROM subagent_schema")).scalar_one()
     engine.dispose()
     assert version == SCHEMA_VERSION >= 8  # migrated on to the newest version
+
+
+def _as_stored(store: SqlStore, child_id: str) -> None:
+    """The rows the child's last counting append left for its gate are the stored rows."""
+    scopes = store.spend.scopes(child_id)
+    view = store.spend.view(child_id, 0)
+    assert view is not None
+    seen = {scope: (*counts[:6], bool(counts[6])) for scope, counts in view[1].items()}
+    stored = {
+        scope: (
+            row.spent.tokens, row.spent.cost, row.spent.model_calls, row.spent.tool_calls,
+            row.spent.seconds, row.budget, row.warned,
+        )
+        for scope, row in store.spend.read(scopes).items()
+    }  # fmt: skip
+    assert seen == stored
+
+
+def test_the_rows_an_append_leaves_for_its_gate_are_the_stored_ones_whoever_else_writes(
+    store: SqlStore, store_url: str
+) -> None:
+    # On SQLite the writer works them out from its own counting while no other connection
+    # has committed: every other write, and a rolled-back append, must not fool it.
+    mine = child(store, "session-1")
+    for n in range(3):
+        store.append(mine, [spent(5 + n, cost=0.1)])  # a cost that does not add up exactly
+        _as_stored(store, mine)
+    with SqlStore(store_url, retry=RetryPolicy.immediate()) as other:
+        sibling = child(other, "session-1")
+        other.append(sibling, [spent(11, cost=0.3)])
+        store.append(mine, [spent(1)])
+        _as_stored(store, mine)
+        other.spend.set_budget(mine, {"tokens": 1000})
+        store.append(mine, [spent(1)])
+        _as_stored(store, mine)
+    store.spend.set_budget(mine, {"tokens": 500})
+    store.append(mine, [spent(2)])
+    _as_stored(store, mine)
+    assert store.spend.warn(f"child:{mine}", ("session-1", "task-1", mine, "label", "notice"))
+    store.append(mine, [spent(2)])
+    _as_stored(store, mine)
+
+    def refuse(_cursor: object) -> None:
+        raise SubagentControlError(ErrorCode.INVALID_INPUT, "refused inside the append")
+
+    with pytest.raises(SubagentControlError):
+        store.append(mine, [spent(1_000)], also=refuse)  # counted, then rolled back
+    store.append(mine, [spent(3)])
+    _as_stored(store, mine)
+    assert tokens(store, f"child:{mine}")[f"child:{mine}"] == sum((5, 6, 7, 1, 1, 2, 2, 3)) + 8
+
+
+@pytest.mark.parametrize(
+    ("datas", "seconds"),
+    [
+        ([{"usage": {"input_tokens": 3, "output_tokens": 4, "model_calls": 1, "cost": 2}}], 0.0),
+        ([{"usage": {"input_tokens": 3, "cost": 0.25, "tool_calls": 2}}], 1.5),
+        ([{"usage": {"input_tokens": 3}}, {"usage": {"output_tokens": 1}}], 0.0),
+        ([{"text": "no usage"}], 0.0),
+        ([{"text": "no usage"}], 2.0),
+        (["not a dict"], 0.0),
+        ([{"usage": {"input_tokens": -1}}], 0.0),
+        ([{"usage": {"unknown": 1}}], 3.0),
+    ],
+)
+def test_what_an_append_counts_is_what_spent_in_reads(datas: list[object], seconds: float) -> None:
+    from controlplane.contract import spent_in
+    from persistence._codec import prepare_events
+    from persistence._spend import _counted
+
+    pending = prepare_events([NewEvent(kind="x", turn=1, data=data) for data in datas])
+    expected = spent_in(datas, seconds)
+    counted = _counted(pending, seconds)
+    if expected is None:
+        assert counted is None
+    else:
+        assert counted is not None
+        fields = (expected.tokens, expected.cost, expected.model_calls, expected.tool_calls)
+        assert counted == (*fields, expected.seconds)
+        assert [type(v) for v in counted] == [type(v) for v in (*fields, expected.seconds)]

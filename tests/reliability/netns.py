@@ -197,6 +197,8 @@ class NsPostgres:
                 f"unix_socket_directories = '{self._root}'\n"
                 "max_connections = 300\nfsync = off\nfull_page_writes = off\n"
                 "shared_buffers = 32MB\nlog_min_messages = warning\n"
+                # Lock waits past a second, with the holder (see `pg_fault`).
+                "log_lock_waits = on\nlog_line_prefix = '%m [%p] %r '\n"
             )
         with (self.data / "pg_hba.conf").open("a", encoding="utf-8") as hba:
             hba.write(f"\nhost all all {_SUBNET}.0.0/16 trust\n")  # the runtimes' links
@@ -229,12 +231,15 @@ class NsPostgres:
             conn.execute(f'CREATE DATABASE "{name}"')
         return name
 
-    def close(self) -> None:
-        """Stop the server (immediately) and remove its directory."""
+    def close(self, keep: Path | None = None) -> None:
+        """Stop the server (immediately) and remove its directory, its log copied into
+        the folder ``keep`` first, if given."""
         try:
             if (self.data / "postmaster.pid").exists():
                 self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
         finally:
+            if keep is not None and self.log.exists():
+                shutil.copy(self.log, keep / "server.log")
             shutil.rmtree(self._root, ignore_errors=True)
 
     def _run(self, tool: str, *args: str) -> None:
@@ -278,9 +283,12 @@ class DelayRelay:
 
 
 @contextlib.contextmanager
-def kernel_faults(runtimes: int) -> Iterator[tuple[Namespaces, NsPostgres]]:
+def kernel_faults(
+    runtimes: int, *, keep: Path | None = None
+) -> Iterator[tuple[Namespaces, NsPostgres]]:
     """The store's namespace with its server and ``runtimes`` runtime namespaces; all torn
-    down when the block ends, pass or fail."""
+    down when the block ends, pass or fail (the server's log copied into the folder
+    ``keep`` first, if given)."""
     spaces = Namespaces()
     server: NsPostgres | None = None
     try:
@@ -291,6 +299,6 @@ def kernel_faults(runtimes: int) -> Iterator[tuple[Namespaces, NsPostgres]]:
     finally:
         try:
             if server is not None:
-                server.close()
+                server.close(keep)
         finally:
             spaces.close()

@@ -97,6 +97,9 @@ class PostgresServer:
                 f"max_connections = {max_connections}\nfsync = off\n"
                 "full_page_writes = off\nshared_buffers = 32MB\n"
                 "log_min_messages = warning\n"
+                # A lock wait past a second is logged with the process that holds the
+                # lock and its statement: who kept a child's lock through a fault.
+                "log_lock_waits = on\nlog_line_prefix = '%m [%p] %r '\n"
             )
         self.start()
 

@@ -111,7 +111,8 @@ class Reachability:
                 )
             except SubagentControlError as exc:
                 sent.code = exc.code
-                story.append(f"{exc.code.value} in {time.monotonic() - began:.2f}s")
+                took = time.monotonic() - began
+                story.append(f"{exc.code.value} in {took:.2f}s: {exc.message[:120]}")
                 time.sleep(RETRY_S)  # a caller's retry pace
                 continue
             sent.route, sent.task_id = result.route, result.task_id

@@ -12,7 +12,9 @@ latency from a delaying relay.
   ways for 1.5 leases, and every byte on p1's link is held 20 ms each way for the whole
   run. After each fault heals, a runtime on the host (`reachability.Reachability`) reaches
   every child within lease + 1 s: 0 wedged children. Figures go to the summary file as
-  ``kernel_fault_stress``.
+  ``kernel_fault_stress``, and to ``summary.json`` in the test's folder, pass or fail
+  (run with ``--basetemp DIR`` to keep it, the lock journal, the workers' logs, the
+  server's log and the Tasks as stored: `test_restart_stress.check_stress_run`).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from tests.reliability.netns import (
 from tests.reliability.processes import LinesProcess, Reaper, reaping
 from tests.reliability.reachability import Reachability
 from tests.reliability.stress_child import LEASE_ENV
-from tests.reliability.summary import write_summary
+from tests.reliability.summary import kept_figures
 from tests.reliability.test_restart_stress import SENDS, check_stress_run
 from tests.reliability.test_stress_processes import idle_children, run_workers
 from tests.support import WAIT_S
@@ -152,28 +154,38 @@ ROUNDS_ENV = "SUBAGENT_CONTROL_KERNEL_STRESS_ROUNDS"
 """Set to N to repeat the fault schedule N times (the full size: N=3)."""
 
 
+def _span(began: float, healed: float) -> str:
+    """When a fault began and healed on the monotonic clock, which the workers' logs and
+    the lock journal use too (one kernel)."""
+    return f" (monotonic {began:.3f} to {healed:.3f})"
+
+
 def _kernel_schedule(
     spaces: Namespaces, done: list[str], rounds: int, probe: Callable[[str], None]
 ) -> Callable[[], None]:
     p0, p1, p2 = spaces.runtimes
 
     def flap() -> None:
+        began = time.monotonic()
         for _ in range(FLAPS):
             spaces.link(p0, up=False)
             time.sleep(1.0)  # the flap itself
             spaces.link(p0, up=True)
             time.sleep(1.0)
-        done.append(f"p0 link flapped {FLAPS}x 1s/1s")
+        done.append(f"p0 link flapped {FLAPS}x 1s/1s{_span(began, time.monotonic() - 1.0)}")
         probe(done[-1])  # healed: every child reachable within lease + 1 s
 
     def drop(runtime: Runtime, seconds: float, *, one_way: bool) -> None:
+        began = time.monotonic()
         spaces.drop(runtime, outgoing=True, incoming=not one_way)
         try:
             time.sleep(seconds)  # the partition itself
         finally:
             spaces.heal(runtime)
         how = "one way (its packets to the store)" if one_way else "both ways"
-        done.append(f"p{runtime.index} dropped {how} {seconds:.1f}s")
+        done.append(
+            f"p{runtime.index} dropped {how} {seconds:.1f}s{_span(began, time.monotonic())}"
+        )
         probe(done[-1])
 
     def run() -> None:
@@ -205,7 +217,15 @@ def test_kernel_faults_under_load_lose_duplicate_and_double_nothing(
     if reason is not None:
         pytest.skip(f"the kernel-fault harness cannot run here: {reason}")
     rounds = max(1, int(os.environ.get(ROUNDS_ENV, "1")))
-    with kernel_faults(3) as (spaces, server):
+    done: list[str] = []
+    with (
+        kept_figures("kernel_fault_stress", "postgres", tmp_path) as figures,
+        kernel_faults(3, keep=tmp_path) as (spaces, server),
+    ):
+        figures.update(
+            {"rounds": rounds, "lease_ttl_s": STRESS_LEASE_S, "latency_s_each_way_p1": LATENCY_S}
+        )
+        figures["faults"] = done  # filled as they heal: kept whatever fails
         database = server.new_database()
         url = server.socket_url(database)
         began = time.monotonic()
@@ -220,7 +240,6 @@ def test_kernel_faults_under_load_lose_duplicate_and_double_nothing(
                 server.url_for(p1, database, port=relay.port),
                 server.url_for(p2, database),
             ]
-            done: list[str] = []
             reports, sending_s = run_workers(
                 urls,
                 children,
@@ -239,23 +258,19 @@ def test_kernel_faults_under_load_lose_duplicate_and_double_nothing(
                 prefixes=[runtime.prefix for runtime in spaces.runtimes],
             )
         finally:
+            figures["reachability"] = reach.figures()
             reach.close()
             relay.close()
-        figures, failures = check_stress_run(
-            url, setup, children, reports, partitioned={"p1", "p2"}, reach=reach
+        checked, failures = check_stress_run(
+            url, setup, children, reports, partitioned={"p1", "p2"}, reach=reach, keep=tmp_path
         )
-        write_summary(
-            "kernel_fault_stress",
-            "postgres",
+        figures.update(
             {
-                "lease_ttl_s": STRESS_LEASE_S,
-                "latency_s_each_way_p1": LATENCY_S,
-                "faults": done,
                 "elapsed_s": round(time.monotonic() - began, 2),
                 "sending_s": round(sending_s, 2),
-                **figures,
-            },
+                **checked,
+            }
         )
-    assert len(done) == 4 * rounds, done
-    assert reach.probes == len(done), "a fault healed without its reachability probe"
-    assert failures == [], failures
+        assert len(done) == 4 * rounds, done
+        assert reach.probes == len(done), "a fault healed without its reachability probe"
+        assert failures == [], failures

@@ -29,13 +29,16 @@ crash and a partition; about a minute each; a kill aims at a worker with an acti
 live, per the lock journal). ``SUBAGENT_CONTROL_RESTART_STRESS=1`` runs
 the full size instead (`FULL_ROUNDS` faults, drawn from ``SUBAGENT_CONTROL_STRESS_SEED``;
 ``SUBAGENT_CONTROL_RESTART_STRESS_ROUNDS=N`` for N). Figures go to the summary file as
-``recovery_stress``.
+``recovery_stress``, and to ``summary.json`` in the test's folder, pass or fail (run with
+``--basetemp DIR`` to keep it with the lock journal, the workers' logs and the Tasks as
+stored).
 """
 
 from __future__ import annotations
 
 import os
 import random
+import shutil
 import statistics
 import time
 from collections import Counter
@@ -59,7 +62,7 @@ from tests.reliability.stress_child import (
     RECOVERY_ENV,
     RecoveringSteppingProvider,
 )
-from tests.reliability.summary import backend_of, write_summary
+from tests.reliability.summary import kept_figures
 from tests.reliability.test_restart_stress import ROUNDS_ENV, RUN_ENV, check_stress_run
 from tests.reliability.test_stress_processes import (
     READY_S,
@@ -252,133 +255,140 @@ def test_runtimes_sigkilled_and_restarted_under_load_carry_every_task_to_complet
 ) -> None:
     full = bool(os.environ.get(ROUNDS_ENV)) or os.environ.get(RUN_ENV) == "1"
     schedule = _schedule(backend)
-    server: PostgresServer | None = None
-    proxies: list[TcpProxy] = []
-    if backend == "postgres":
-        server = request.getfixturevalue("pg_server")
-        url = server.new_database()
-        factory = request.getfixturevalue("tcp_proxy_factory")
-        proxies = [factory(server.port) for _ in range(WORKERS)]
-        urls = [proxy.url(url) for proxy in proxies]
-    else:
-        url = str(request.getfixturevalue("sqlite_url"))
-        urls = [url] * WORKERS
-    began = time.monotonic()
-    setup, children, _setup_runtime = idle_children(url, tmp_path)
-    locks = tmp_path / "locks"
-
-    fleet = Fleet(urls, children, FULL_SENDS if full else SENDS, tmp_path, reaped)
-    done: list[str] = []
-    reach = Reachability(url, LEASE_S, locks, provider=RecoveringSteppingProvider)
-    try:
-        fleet.live = [fleet.start(slot, 0) for slot in range(WORKERS)]
-        go = time.monotonic()
-        for worker in fleet.live:
-            fleet.go(worker)
-        _faults(
-            fleet,
-            schedule,
-            server,
-            proxies[PARTITIONED] if proxies else None,
-            done,
-            lambda fault: reach.probe(children, time.monotonic(), fault),
-        )
-        for worker in fleet.live:
-            assert worker.next_line(SEND_S * 2) == "sent", worker.stderr()
-        sending_s = time.monotonic() - go
-        closing_at = datetime.now(UTC)
-        for worker in fleet.live:
-            worker.say("close")
-        for worker in fleet.live:
-            assert worker.next_line(60) == "closed", worker.stderr()
-            assert worker.proc.wait(10) == 0, worker.stderr()
-    finally:
-        reach.close()
-
-    # Every worker's answered sends: the closed ones' reports, the killed ones' journals.
-    journal = _journal(locks)
-    pid_of = {worker.name: worker.proc.pid for worker in fleet.every}
-    reports = Reports(dict(fleet.runtime_of), closing_at=closing_at)
-    for worker in fleet.every:
-        overlaps = [line[3] for line in journal if line[2] == "overlap" and line[1] == str(
-            pid_of[worker.name])]  # fmt: skip
-        if worker.name in fleet.killed_names:
-            sent, refusals, _ = worker.report(worker.out.with_name(worker.out.name + ".sends"))
-            figures: dict[str, Any] = {"overlaps": overlaps, "errors": []}
+    with kept_figures(
+        "recovery_stress", "postgres" if backend == "postgres" else "sqlite", tmp_path
+    ) as kept:
+        kept.update({"size": "full" if full else "ci", "schedule": schedule})
+        server: PostgresServer | None = None
+        proxies: list[TcpProxy] = []
+        if backend == "postgres":
+            server = request.getfixturevalue("pg_server")
+            log = server.log
+            # The server's log (its lock waits name who held a child's lock) beside the run's.
+            request.addfinalizer(lambda: shutil.copy(log, tmp_path / "server.log"))
+            url = server.new_database()
+            factory = request.getfixturevalue("tcp_proxy_factory")
+            proxies = [factory(server.port) for _ in range(WORKERS)]
+            urls = [proxy.url(url) for proxy in proxies]
         else:
-            sent, refusals, figures = worker.report()
-        reports.sent.extend(sent)
-        reports.refusal_of.update(refusals)
-        reports.figures[worker.name] = figures
-    overlaps = [line[3] for line in journal if line[2] == "overlap"]
-    codes = {ErrorCode.NOT_DELIVERED, ErrorCode.STORE_UNAVAILABLE, ErrorCode.DURABILITY_FAILED}
-    if backend == "sqlite":
-        codes.add(ErrorCode.OWNERSHIP_CONFLICT)
-    figures, failures = check_stress_run(
-        url, setup, children, reports, partitioned={f"p{PARTITIONED}"}, reach=reach,
-        refusals=frozenset(codes), overlaps=overlaps,
-    )  # fmt: skip
+            url = str(request.getfixturevalue("sqlite_url"))
+            urls = [url] * WORKERS
+        began = time.monotonic()
+        setup, children, _setup_runtime = idle_children(url, tmp_path)
+        locks = tmp_path / "locks"
 
-    with SubagentControl.open(url) as control:
-        assert control.store is not None
-        tasks = control.store.ledger.owned_by(PARENT)
-        recovered_events = sum(
-            1
-            for child_id in children
-            for event in control.store.load(child_id).events
-            if event.kind == EventKind.TASK_RECOVERED
+        fleet = Fleet(urls, children, FULL_SENDS if full else SENDS, tmp_path, reaped)
+        done: list[str] = []
+        kept["faults"] = done  # filled as they happen: kept whatever fails
+        reach = Reachability(url, LEASE_S, locks, provider=RecoveringSteppingProvider)
+        try:
+            fleet.live = [fleet.start(slot, 0) for slot in range(WORKERS)]
+            go = time.monotonic()
+            for worker in fleet.live:
+                fleet.go(worker)
+            _faults(
+                fleet,
+                schedule,
+                server,
+                proxies[PARTITIONED] if proxies else None,
+                done,
+                lambda fault: reach.probe(children, time.monotonic(), fault),
+            )
+            for worker in fleet.live:
+                assert worker.next_line(SEND_S * 2) == "sent", worker.stderr()
+            sending_s = time.monotonic() - go
+            closing_at = datetime.now(UTC)
+            for worker in fleet.live:
+                worker.say("close")
+            for worker in fleet.live:
+                assert worker.next_line(60) == "closed", worker.stderr()
+                assert worker.proc.wait(10) == 0, worker.stderr()
+        finally:
+            kept["reachability"] = reach.figures()
+            reach.close()
+
+        # Every worker's answered sends: the closed ones' reports, the killed ones' journals.
+        journal = _journal(locks)
+        pid_of = {worker.name: worker.proc.pid for worker in fleet.every}
+        reports = Reports(dict(fleet.runtime_of), closing_at=closing_at)
+        for worker in fleet.every:
+            overlaps = [line[3] for line in journal if line[2] == "overlap" and line[1] == str(
+                pid_of[worker.name])]  # fmt: skip
+            if worker.name in fleet.killed_names:
+                sent, refusals, _ = worker.report(worker.out.with_name(worker.out.name + ".sends"))
+                figures: dict[str, Any] = {"overlaps": overlaps, "errors": []}
+            else:
+                sent, refusals, figures = worker.report()
+            reports.sent.extend(sent)
+            reports.refusal_of.update(refusals)
+            reports.figures[worker.name] = figures
+        overlaps = [line[3] for line in journal if line[2] == "overlap"]
+        codes = {ErrorCode.NOT_DELIVERED, ErrorCode.STORE_UNAVAILABLE, ErrorCode.DURABILITY_FAILED}
+        if backend == "sqlite":
+            codes.add(ErrorCode.OWNERSHIP_CONFLICT)
+        figures, failures = check_stress_run(
+            url, setup, children, reports, partitioned={f"p{PARTITIONED}"}, reach=reach,
+            refusals=frozenset(codes), overlaps=overlaps, keep=tmp_path,
+        )  # fmt: skip
+
+        with SubagentControl.open(url) as control:
+            assert control.store is not None
+            tasks = control.store.ledger.owned_by(PARENT)
+            recovered_events = sum(
+                1
+                for child_id in children
+                for event in control.store.load(child_id).events
+                if event.kind == EventKind.TASK_RECOVERED
+            )
+        statuses = Counter(task.status.value for task in tasks)
+        not_completed = [
+            f"{task.id} {task.status.value}: {((task.outcome and task.outcome.detail) or '')[:160]}"
+            for task in tasks
+            if task.status is not TaskStatus.COMPLETED
+        ]
+        # A SIGKILL's recovered turns: death -> the provider's next call in another runtime.
+        after_kill = [
+            float(line[0]) - fleet.killed[line[5]]
+            for line in journal
+            if line[2] == "recovered" and len(line) > 5 and line[5] in fleet.killed
+        ]
+        taken_over = sum(
+            1 for line in journal if line[2] == "recovered" and len(line) > 5
+            and line[5] not in fleet.killed
+        )  # fmt: skip
+        kills = sum(1 for fault, _ in schedule if fault == "kill")
+        kept.update(
+            {
+                "seed": os.environ.get("SUBAGENT_CONTROL_STRESS_SEED", "20240607"),
+                "size": "full" if full else "ci",
+                "lease_ttl_s": LEASE_S,
+                "faults": done,
+                "kills": kills,
+                "workers_run": len(fleet.every),
+                "elapsed_s": round(time.monotonic() - began, 2),
+                "sending_s": round(sending_s, 2),
+                "tasks": len(tasks),
+                "tasks_completed": statuses[TaskStatus.COMPLETED.value],
+                "recoveries": sum(task.recoveries for task in tasks),
+                "tasks_recovered": sum(1 for task in tasks if task.recoveries),
+                "most_recoveries_of_one_task": max((t.recoveries for t in tasks), default=0),
+                "recovered_events": recovered_events,
+                "recovered_after_a_sigkill": len(after_kill),
+                "recovered_from_a_live_runtime_cut_off": taken_over,
+                "death_to_next_call_s": {
+                    "p50": round(statistics.median(after_kill), 3) if after_kill else None,
+                    "p99": round(_percentile(after_kill, 0.99), 3) if after_kill else None,
+                    "max": round(max(after_kill), 3) if after_kill else None,
+                },
+                "not_completed": not_completed[:20],
+                **figures,
+            }
         )
-    statuses = Counter(task.status.value for task in tasks)
-    not_completed = [
-        f"{task.id} {task.status.value}: {((task.outcome and task.outcome.detail) or '')[:160]}"
-        for task in tasks
-        if task.status is not TaskStatus.COMPLETED
-    ]
-    # A SIGKILL's recovered turns: death -> the provider's next call in another runtime.
-    after_kill = [
-        float(line[0]) - fleet.killed[line[5]]
-        for line in journal
-        if line[2] == "recovered" and len(line) > 5 and line[5] in fleet.killed
-    ]
-    taken_over = sum(
-        1 for line in journal if line[2] == "recovered" and len(line) > 5
-        and line[5] not in fleet.killed
-    )  # fmt: skip
-    kills = sum(1 for fault, _ in schedule if fault == "kill")
-    write_summary(
-        "recovery_stress",
-        backend_of(url),
-        {
-            "seed": os.environ.get("SUBAGENT_CONTROL_STRESS_SEED", "20240607"),
-            "size": "full" if full else "ci",
-            "lease_ttl_s": LEASE_S,
-            "faults": done,
-            "kills": kills,
-            "workers_run": len(fleet.every),
-            "elapsed_s": round(time.monotonic() - began, 2),
-            "sending_s": round(sending_s, 2),
-            "tasks": len(tasks),
-            "tasks_completed": statuses[TaskStatus.COMPLETED.value],
-            "recoveries": sum(task.recoveries for task in tasks),
-            "tasks_recovered": sum(1 for task in tasks if task.recoveries),
-            "most_recoveries_of_one_task": max((t.recoveries for t in tasks), default=0),
-            "recovered_events": recovered_events,
-            "recovered_after_a_sigkill": len(after_kill),
-            "recovered_from_a_live_runtime_cut_off": taken_over,
-            "death_to_next_call_s": {
-                "p50": round(statistics.median(after_kill), 3) if after_kill else None,
-                "p99": round(_percentile(after_kill, 0.99), 3) if after_kill else None,
-                "max": round(max(after_kill), 3) if after_kill else None,
-            },
-            "not_completed": not_completed[:20],
-            **figures,
-        },
-    )
 
-    assert len(done) == len(schedule), done
-    assert failures == [], failures
-    assert not_completed == [], not_completed
-    assert figures["tasks_interrupted"] == 0
-    # The run did what it is for: Tasks of SIGKILLed runtimes were carried on elsewhere.
-    assert after_kill, "no Task was running in a SIGKILLed runtime"
-    assert max(t.recoveries for t in tasks) <= MAX_RECOVERIES
+        assert len(done) == len(schedule), done
+        assert failures == [], failures
+        assert not_completed == [], not_completed
+        assert figures["tasks_interrupted"] == 0
+        # The run did what it is for: Tasks of SIGKILLed runtimes were carried on elsewhere.
+        assert after_kill, "no Task was running in a SIGKILLed runtime"
+        assert max(t.recoveries for t in tasks) <= MAX_RECOVERIES

@@ -36,7 +36,7 @@ import os
 import random
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -210,6 +210,7 @@ def check_stress_run(
         {ErrorCode.NOT_DELIVERED, ErrorCode.STORE_UNAVAILABLE, ErrorCode.DURABILITY_FAILED}
     ),
     overlaps: list[str] | None = None,
+    keep: Path | None = None,
 ) -> tuple[dict[str, Any], list[str]]:
     """The restart stress's checks of a finished run (read from the store at ``url``):
     its figures, and what failed of 0 lost, 0 duplicated, 0 refused-but-stored, 0 double
@@ -219,11 +220,15 @@ def check_stress_run(
     by a runtime fenced for its lease (the probes' refusals are retried by design).
     ``refusals``: the codes the workload may answer with; ``overlaps``: the double
     activations, when the lock journal counts them (workers SIGKILLed report none of
-    their own)."""
+    their own); ``keep``: a folder to write the Tasks as stored to (``tasks.jsonl``: an
+    overlap's or a wedged child's story is read from them, the lock journal and the
+    workers' logs)."""
     with SubagentControl.open(url) as control:
         assert control.store is not None
         parent = control.agents.register(PARENT)
         tasks = {task.id: task for task in control.store.ledger.owned_by(PARENT)}
+        if keep is not None:
+            _keep_tasks(keep / "tasks.jsonl", tasks.values())
         # The probes are messages like the load's: delivered once, or refused and absent.
         reports.runtime_of[PROBE] = reach.runtime_id
         every_send = reports.sent + reach.sent
@@ -311,6 +316,12 @@ def check_stress_run(
         *(["nothing started"] if tally["delivered/started"] == 0 else []),
     ]
     return result, failures
+
+
+def _keep_tasks(path: Path, tasks: Iterable[TaskSnapshot]) -> None:
+    with path.open("w", encoding="utf-8") as out:
+        for task in sorted(tasks, key=lambda t: t.created_at):
+            out.write(task.model_dump_json() + "\n")
 
 
 def _refused_but_stored_where(

@@ -66,6 +66,8 @@ class OwnLease:
         registered_at: When (on the clock) the runtime's row was sent, fresh: the lease
             until the first renewal.
         clock: The monotonic clock (seconds); shared by every process on one host.
+        on_rearmed: Called (on the renewal's thread) when a renewal re-arms a lapsed
+            lease: the runtime's fenced Tasks can be settled and new ones admitted now.
     """
 
     def __init__(
@@ -77,6 +79,7 @@ class OwnLease:
         *,
         registered_at: float,
         clock: Callable[[], float] = time.monotonic,
+        on_rearmed: Callable[[], object] | None = None,
     ) -> None:
         self._runtime_id = runtime_id
         self._ttl = lease_ttl_s
@@ -85,6 +88,7 @@ class OwnLease:
         self._on_lapse = on_lapse
         self._registered_at = registered_at
         self._clock = clock
+        self._on_rearmed = on_rearmed
         self._changed = threading.Condition(threading.Lock())
         self._lost_at: float | None = None  # the store said the lease is gone, then
         self._lapsed = False
@@ -108,9 +112,12 @@ class OwnLease:
         """A renewal succeeded (recorded in `Renewals`). It re-arms a lapsed lease only if
         it was sent recently enough to hold the lease for a while yet."""
         with self._changed:
+            rearmed = False
             if self._clock() < self._last_ok() + self._fence_after:
-                self._lapsed = False
+                rearmed, self._lapsed = self._lapsed, False
             self._changed.notify_all()
+        if rearmed and self._on_rearmed is not None:
+            self._on_rearmed()
 
     def lose(self, why: str) -> None:
         """Fence now: the store says this runtime's lease is gone (its row closed)."""

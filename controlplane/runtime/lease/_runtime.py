@@ -307,10 +307,11 @@ class Heartbeat:
         self._lease_ttl_s = runtime.lease_ttl_s
         self._stopped = threading.Event()
         self._wake = threading.Event()  # set: sweep now (and by `close`: stop)
+        self._flush_now = threading.Event()  # set with the wake: flush and readmit now
         self._thread: threading.Thread | None = None
         self.lease = OwnLease(
             runtime.id, runtime.lease_ttl_s, runtime.renewals, tasks.fence,
-            registered_at=runtime.registered_at,
+            registered_at=runtime.registered_at, on_rearmed=self._rearmed,
         )  # fmt: skip
         """The watchdog that fences this runtime when its renewals stop succeeding."""
         self._renewer = Renewer(
@@ -395,6 +396,13 @@ class Heartbeat:
             if self._watch is None and not self._stopped.is_set():
                 self._watch = self._store.takeable.watch(self._wake.set)
 
+    def _rearmed(self) -> None:
+        """A renewal re-armed the lapsed lease: write the fenced Tasks' settlements and
+        readmit now, not at the next period (until then this runtime keeps its fenced
+        children's claims, and refuses new Tasks)."""
+        self._flush_now.set()
+        self._wake.set()
+
     def _run(self) -> None:
         period = self._lease_ttl_s / 3
         due = time.monotonic() + period
@@ -406,9 +414,12 @@ class Heartbeat:
                 return
             if woken:
                 self._wake.clear()
-                self._sweep_now()
-                if time.monotonic() < due:
-                    continue
+                if self._flush_now.is_set():
+                    self._flush_now.clear()  # re-armed: the flush and readmission below
+                else:
+                    self._sweep_now()
+                    if time.monotonic() < due:
+                        continue
             due = time.monotonic() + period
             try:
                 with self._store.deadline(self._lease_ttl_s):

@@ -52,7 +52,7 @@ from controlplane.contract import (
 )
 
 if TYPE_CHECKING:
-    from persistence import ScopeSpend, SpendLedger, SqlStore
+    from persistence import ScopeCounts, ScopeSpend, SpendLedger, SqlStore
 
 __all__ = [
     "DEFAULT_MAX_TOOL_ROUNDS",
@@ -66,6 +66,12 @@ DEFAULT_NOTICE_AT: Final = 0.8
 DEFAULT_MAX_TOOL_ROUNDS: Final = 50
 _MODEL_LIMITS: Final = ("tokens", "cost", "model_calls", "seconds")
 _TOOL_LIMITS: Final = ("tool_calls", "seconds")
+_AT: Final = {
+    name: at for at, name in enumerate(("tokens", "cost", "model_calls", "tool_calls", "seconds"))
+}
+"""Where each limit's spend is in a `ScopeCounts` (and in a gate's running spend)."""
+_BUDGET: Final = 5
+_WARNED: Final = 6
 _CHILD: Final = "child:"
 _SESSION: Final = "session:"
 _VALIDATED: Final = 1024  # distinct stored budgets kept validated (cleared when full)
@@ -330,7 +336,7 @@ class _Gate:
         # The rows the next call is checked against: a read no call has been checked
         # against yet, else a view the store published after number `_seen` (the newest
         # one this gate used, or the newest before it existed: an earlier turn's).
-        self._unused: dict[str, ScopeSpend] | None = None
+        self._unused: dict[str, ScopeCounts] | None = None
         self._seen = self._spend.newest(child_id)
         self._rounds = 0
         self._exhausted: str | None = None
@@ -339,7 +345,7 @@ class _Gate:
     def admitted(self, scopes: tuple[str, ...], rows: dict[str, ScopeSpend]) -> None:
         """The rows the resume that admitted this turn read (`Budgets.check_resume`),
         for its first check: no call of this run came between."""
-        self._scopes, self._unused = scopes, rows
+        self._scopes, self._unused = scopes, _counts(rows)
 
     @property
     def exhausted(self) -> str | None:
@@ -381,47 +387,60 @@ class _Gate:
         # (a stop one call early), never not at all.
         held = self._held()
         scopes, rows = self._rows()
-        running = held + Spent(seconds=self.elapsed_s())  # the run's own, not stored yet
-        notice_at = self._budgets._notice_at
+        # The run's own, not stored yet: what it holds, and its time so far. Each limit
+        # compares a scope's stored spend plus this, one number at a time (a check runs
+        # before every call: no `Spent` is built unless a limit or a notice needs words).
+        running = (
+            held.tokens, held.cost, held.model_calls, held.tool_calls,
+            held.seconds + self.elapsed_s(),
+        )  # fmt: skip
+        budgets = self._budgets
+        notice_at = budgets._notice_at
         limited = False
         for index, scope in enumerate(scopes):
             row = rows.get(scope)
-            stored = row.budget if row is not None else None
-            if index == 0 and row is None:
-                budget = self._own  # not stored yet: its descriptor's holds
+            if row is None:
+                # Index 0: the child's own, not stored yet: its descriptor's holds.
+                budget = self._own if index == 0 else budgets.budget_of_scope(scope, None)
             else:
-                budget = self._budgets.budget_of_scope(scope, stored)
+                budget = budgets.budget_of_scope(scope, row[_BUDGET])
             if budget is None:
                 continue
             limited = True
-            spent = row.spent + running if row is not None else running
-            noticed = row is not None and row.warned
-            for name, limit, notice in self._budgets.limits_of(budget):
-                value = getattr(spent, name)
+            noticed = row is not None and bool(row[_WARNED])
+            for name, limit, notice in budgets.limits_of(budget):
+                at = _AT[name]
+                value = running[at] if row is None else row[at] + running[at]
                 if value >= limit and name in names:
                     self._limited = True
+                    spent = _spent(row, running)
                     reached = spent.reached(budget, names) or f"{name} budget reached"
                     self._trip(_whose(scope, self._child_id, reached))
                 if notice is not None and value >= notice and not noticed and notice_at:
                     noticed = True  # one notice per scope and check: the first limit's
-                    passed = spent.passed(budget, notice_at)
+                    passed = _spent(row, running).passed(budget, notice_at)
                     if passed is not None:
                         self._warn(scopes, index, passed)
         self._limited = limited
 
-    def _rows(self) -> tuple[tuple[str, ...], dict[str, ScopeSpend]]:
+    def _rows(self) -> tuple[tuple[str, ...], dict[str, ScopeCounts]]:
         """The scopes and the rows to check against (see the module docstring)."""
         scopes = self._scopes
         if scopes is None:  # the turn's first check: its chain and rows, one statement
-            scopes, rows = self._spend.chain_and_rows(self._child_id, self._parent_session)
-            self._scopes, self._unused = scopes, rows
-            return scopes, rows
+            scopes, found = self._spend.chain_and_rows(self._child_id, self._parent_session)
+            self._scopes, self._unused = scopes, _counts(found)
+            return scopes, self._unused
         view = self._spend.view(self._child_id, self._seen)
-        if view is not None and all(scope in view[1] for scope in scopes):
-            self._seen, self._unused = view
-            return scopes, view[1]
+        if view is not None:
+            viewed = view[1]
+            for scope in scopes:
+                if scope not in viewed:
+                    break
+            else:
+                self._seen, self._unused = view
+                return scopes, viewed
         if self._unused is None:
-            self._unused = self._spend.read(scopes)
+            self._unused = _counts(self._spend.read(scopes))
         return scopes, self._unused
 
     def _warn(self, scopes: tuple[str, ...], index: int, passed: str) -> None:
@@ -449,6 +468,31 @@ class _Gate:
             ErrorCode.BUDGET_EXHAUSTED, self._exhausted or "budget exhausted",
             child_id=self._child_id, task_id=self._task_id,
         )  # fmt: skip
+
+
+def _counts(rows: dict[str, ScopeSpend]) -> dict[str, ScopeCounts]:
+    """Rows read whole (`ScopeSpend`) as a gate checks them (`ScopeCounts`)."""
+    out: dict[str, ScopeCounts] = {}
+    for scope, row in rows.items():
+        s = row.spent
+        out[scope] = (
+            s.tokens,
+            s.cost,
+            s.model_calls,
+            s.tool_calls,
+            s.seconds,
+            row.budget,
+            row.warned,
+        )
+    return out
+
+
+def _spent(row: ScopeCounts | None, running: tuple[int, float, int, int, float]) -> Spent:
+    """A scope's stored spend plus the run's own, as `Spent` (for a refusal's or a
+    notice's words)."""
+    if row is None:
+        return Spent(*running)
+    return Spent(*(row[at] + running[at] for at in range(5)))  # type: ignore[arg-type]
 
 
 def _child_of(scope: str) -> str:

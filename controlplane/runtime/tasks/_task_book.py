@@ -428,6 +428,12 @@ class TaskBook:
             if outcome.code is ErrorCode.FENCED and self._interrupter is not None:
                 with self._lock:
                     self._unsaved_fenced[task_id] = snapshot
+            elif self._suspended is not None:
+                # Fenced (a Task killed before the fence came): the store may be cut off,
+                # and this thread is the activation's, which must stop within the quarter
+                # lease; the write waits for `flush`, once the runtime renews.
+                with self._lock:
+                    self._unsaved[task_id] = (task_id, outcome, settled_at)
             else:
                 self._save((task_id, outcome, settled_at))
         for listener in listeners:

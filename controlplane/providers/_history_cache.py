@@ -1,0 +1,113 @@
+"""The rebuilt conversations of recently resumed children, so a resume rebuilds only what
+was written since the last one.
+
+Rebuilding a child's conversation from its whole transcript at every resume makes a turn's
+CPU grow with the child's history. A child's events never change once written and each new
+one has a higher ``seq``, so the conversation of a transcript's first ``n`` events is the
+same every time: the cache keeps, per child, the rebuild that stood after them and goes on
+from a copy of it with the events after them.
+
+Nothing here decides what the events are: every resume passes the events the store has
+just read (another runtime may have written to the child since). An entry is used only
+when that read still holds the events it was built from at the same places (its first and
+its last, compared by value: a ``seq`` is never reused within a child, and an event at a
+place proves the ones before it), and when the next event ends the turn the entry stood in
+(the entry's rebuild has ended that turn); otherwise the whole transcript is rebuilt and
+replaces the entry. The entries are bounded in number and in messages held.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from controlplane.contract import SessionEvent
+from controlplane.providers._chat_history import Rebuild, UnansweredCall
+from controlplane.providers._model import ChatMessage
+
+__all__ = ["HistoryCache"]
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    count: int  # the events it was built from: the transcript's first ``count``
+    first: SessionEvent
+    last: SessionEvent
+    rebuild: Rebuild  # after those events, its turn ended; never fed again (copied first)
+
+
+class HistoryCache:
+    """Per child, the conversation rebuilt from its events at its last resume.
+
+    Args:
+        max_children: How many children's conversations are kept (least recently used
+            go first).
+        max_messages: How many messages all kept conversations hold together at most.
+    """
+
+    def __init__(self, *, max_children: int = 64, max_messages: int = 20_000) -> None:
+        self._max_children = max_children
+        self._max_messages = max_messages
+        self._entries: OrderedDict[str, _Entry] = OrderedDict()
+        self._messages = 0
+        self._lock = threading.Lock()
+
+    def rebuild(
+        self, child_id: str, events: Sequence[SessionEvent]
+    ) -> tuple[list[ChatMessage], list[UnansweredCall]]:
+        """`chat_history_with_unanswered` of ``events`` (child ``child_id``'s, oldest first),
+        going on from the child's kept rebuild when ``events`` continue it."""
+        with self._lock:
+            entry = self._entries.get(child_id)
+        start = 0
+        if entry is not None and _continues(entry, events):
+            rebuild, start = entry.rebuild.copy(), entry.count
+        else:
+            rebuild = Rebuild()
+        rebuild.feed(events[start:] if start else events)
+        rebuild.end_turn()
+        messages, unanswered = list(rebuild.messages), rebuild.unanswered()
+        if events:
+            self._keep(child_id, _Entry(len(events), events[0], events[-1], rebuild))
+        return messages, unanswered
+
+    def forget(self, child_id: str) -> None:
+        """Drop the child's kept conversation, if any."""
+        with self._lock:
+            entry = self._entries.pop(child_id, None)
+            if entry is not None:
+                self._messages -= len(entry.rebuild.messages)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def _keep(self, child_id: str, entry: _Entry) -> None:
+        size = len(entry.rebuild.messages)
+        with self._lock:
+            old = self._entries.pop(child_id, None)
+            if old is not None:
+                self._messages -= len(old.rebuild.messages)
+            if size > self._max_messages:
+                return
+            self._entries[child_id] = entry
+            self._messages += size
+            while len(self._entries) > self._max_children or self._messages > self._max_messages:
+                _, evicted = self._entries.popitem(last=False)
+                self._messages -= len(evicted.rebuild.messages)
+
+
+def _continues(entry: _Entry, events: Sequence[SessionEvent]) -> bool:
+    """Whether ``events`` hold the entry's events at the same places, and whether the event
+    after them (if any) ends the turn the entry's rebuild ended."""
+    count = len(events)
+    if count < entry.count:
+        return False
+    if not _same(events[entry.count - 1], entry.last) or not _same(events[0], entry.first):
+        return False
+    return count == entry.count or entry.rebuild.ends_turn_at(events[entry.count])
+
+
+def _same(event: SessionEvent, kept: SessionEvent) -> bool:
+    return event is kept or event == kept
