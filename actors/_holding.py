@@ -1,7 +1,8 @@
-"""The supervisor's side of its activation's record: the activation's reports (published,
-settling, ended) fed to the record's state machine, the effects it returns run in order,
-and the messages held while a run parks, delivered once it has (into the parked Task's
-continued turn) or decided afresh.
+"""The supervisor's side of its activation's record: the activation's reports (claimed or
+refused, published, settling, ended) fed to the record's state machine, the effects it
+returns run in order, and the messages held while a resume's claim runs or a run parks,
+delivered once the claim's result is in (into the claimed turn, or the parked Task's) or
+the run has parked (into the parked Task's continued turn), or decided afresh.
 
 A mixin of `actors.supervisor.ChildSupervisor`: it runs on the supervisor's thread, in its
 mailbox order, and reads and writes the supervisor's own fields.
@@ -12,21 +13,32 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any, Literal
 
-from actors._inbox import Held
+from actors._inbox import ActivationInbox, Held
 from actors._outcomes import error_text, not_delivered
 from actors._record import (
     Activation,
     ActivationEvent,
     ActivationSlot,
     ActivationView,
+    Claimed,
+    ClaimFailed,
     MessageHeld,
     Parking,
     RunEnded,
     RunPublished,
     RunSettling,
 )
-from actors.messages import ActivationEnded, Published, Reply, SendMessage, Settling
-from controlplane.contract import ErrorCode, SubagentControlError, TaskStatus
+from actors.messages import (
+    ActivationEnded,
+    ActivationPlan,
+    ClaimCommitted,
+    ClaimRefused,
+    Published,
+    Reply,
+    SendMessage,
+    Settling,
+)
+from controlplane.contract import ErrorCode, ParkedTask, SubagentControlError, TaskStatus
 
 if TYPE_CHECKING:
     from actors.context import ActorContext
@@ -55,22 +67,58 @@ class MessageHolding:
 
         def _continue(self, send: SendMessage, task_id: str) -> Reply: ...
 
+        def _inbox_for(self, plan: ActivationPlan) -> ActivationInbox: ...
+
+    def _reports(self, current: Activation | None, task_id: str) -> bool:
+        """Whether a report about ``task_id`` is ``current``'s. A claiming record learns
+        here that its claim committed: the activation set the claimed plan before its
+        first report, so that report brings `Claimed` in, ahead of itself (no message of
+        its own)."""
+        if current is None:
+            return False
+        claimed = current.claim.plan if current.claim is not None else None
+        if current.phase == "claiming" and claimed is not None and claimed.task_id == task_id:
+            self._apply(current, Claimed(claimed))
+        return current.phase != "claiming" and current.task_id == task_id
+
+    def _on_claim_committed(self, committed: ClaimCommitted) -> None:
+        """The resume's claim committed while messages were held for it: they go on now."""
+        current = self._current
+        claimed = committed.claim.plan
+        if current is not None and current.claim is committed.claim and claimed is not None:
+            self._reports(current, claimed.task_id)
+
+    def _on_claim_refused(self, refused: ClaimRefused) -> bool:
+        """The resume's claim was refused: the record's result. Whether this supervisor
+        took the claim's sender over (False: not its record's claim any more)."""
+        current = self._current
+        if current is None or current.claim is not refused.claim or current.phase != "claiming":
+            return False
+        self._apply(current, ClaimFailed(refused.error))
+        if refused.error.code is ErrorCode.CHILD_NOT_FOUND or current.broken is not None:
+            # Not in the store: nothing here to keep a thread for (or it broke meanwhile).
+            self._retire()
+        return True
+
     def _on_published(self, published: Published) -> None:
         current = self._current
-        if current is None or current.task_id != published.task_id:
+        if not self._reports(current, published.task_id):
             return
+        assert current is not None
         self._apply(current, RunPublished(published.run, published.transcript))
         self._parent_session = current.plan.parent.session_id  # authorized by now
 
     def _on_settling(self, settling: Settling) -> None:
         current = self._current
-        if current is not None and current.task_id == settling.task_id:
+        if self._reports(current, settling.task_id):
+            assert current is not None
             self._apply(current, RunSettling(settling.status))
 
     def _on_ended(self, ended: ActivationEnded) -> None:
         current = self._current
         broken: str | None = None
-        if current is not None and current.task_id == ended.task_id:
+        if self._reports(current, ended.task_id):
+            assert current is not None
             broken = current.broken
             self._apply(current, RunEnded(_how(ended)))
         else:
@@ -87,6 +135,7 @@ class MessageHolding:
         in order."""
         handed: list[Held] = []
         parked: str | None = None
+        claim = current.claim
         for effect in current.apply(event):
             if effect == "open_inbox":
                 # Held messages passed the ownership check on a guess (an agent registered
@@ -105,6 +154,37 @@ class MessageHolding:
                 # came now (a resume, or the parked Task's continuation the store names).
                 handed = list(current.held)
                 current.held.clear()
+            elif effect == "make_inbox":
+                current.inbox = self._inbox_for(current.plan)
+                if current.broken is not None:
+                    current.inbox.close(ErrorCode.NOT_DELIVERED, current.broken)
+            elif effect == "release_held" and current.broken is None:
+                # Claimed: each held message is decided afresh, now steered into its turn.
+                handed = list(current.held)
+                current.held.clear()
+            elif effect == "refuse_claim":
+                assert claim is not None
+                assert isinstance(event, ClaimFailed)
+                claim.held.resolve(None, _claim_refusal(self._child_id, event.error))
+            elif effect == "refuse_held":
+                assert isinstance(event, ClaimFailed)
+                refusal = _claim_refusal(self._child_id, event.error)
+                for message in current.held:
+                    message.resolve(None, refusal)
+                current.held.clear()
+            elif effect == "continue_parked":
+                # The child's Task is parked: the resuming message, then those held, go on
+                # in its continued turn, in that order.
+                assert claim is not None
+                assert isinstance(event, ClaimFailed)
+                assert isinstance(event.error, ParkedTask)
+                if current.broken is None:
+                    handed = [claim.held, *current.held]
+                    current.held.clear()
+                    parked = event.error.parked_task_id
+                else:
+                    refusal = not_delivered(self._child_id, None, current.broken)
+                    claim.held.resolve(None, refusal)
             elif effect == "close_inbox":
                 why = current.broken or "the activation ended before it could take the message"
                 self._close_inbox(current, ErrorCode.NOT_DELIVERED, why)
@@ -114,7 +194,8 @@ class MessageHolding:
                 # Ended: only now, with the association gone, may `tasks.wait()` return.
                 self._ctx.tasks.on_view(current.view())
         for held in handed:
-            self._deliver_held(held, parked)
+            # The resuming message passed the budget check with its claim, just now.
+            self._deliver_held(held, parked, checked=claim is not None and held is claim.held)
 
     def _parking(self, current: Activation) -> bool:
         """Whether ``current``'s run is parking on an approval request (its Task goes on
@@ -129,10 +210,13 @@ class MessageHolding:
         self._apply(current, MessageHeld(held))
         return Reply(route="held", task_id=current.task_id, held=held)
 
-    def _deliver_held(self, held: Held, parked_task_id: str | None) -> None:
-        """Deliver a message held while its child's run parked: into the parked Task's
-        continued turn (the first one starts it; the rest are steered into it), or, when
-        the run did not park after all (``parked_task_id`` None), decided afresh."""
+    def _deliver_held(
+        self, held: Held, parked_task_id: str | None, *, checked: bool = False
+    ) -> None:
+        """Deliver a message held while its child's run parked (or its resume's claim
+        ran): into the parked Task's continued turn (the first one starts it; the rest are
+        steered into it), or, when the run did not park after all (``parked_task_id``
+        None), decided afresh. ``checked``: it passed the budget check already."""
         send = held.send
         try:
             if (
@@ -145,7 +229,7 @@ class MessageHolding:
                 conflict = self._squatter(None)
                 if conflict is not None:
                     raise conflict
-                if send.continues is None and self._ctx.budgets is not None:
+                if send.continues is None and self._ctx.budgets is not None and not checked:
                     self._ctx.budgets.check_resume(self._child_id)  # as for any next turn
                 reply = self._continue(send, parked_task_id)
             else:
@@ -170,6 +254,19 @@ class MessageHolding:
         for message in current.held:
             message.resolve(None, refusal)
         current.held.clear()
+
+
+def _claim_refusal(child_id: str, error: SubagentControlError) -> SubagentControlError:
+    """What the sender of a message whose resume's claim was refused hears."""
+    if error.code is ErrorCode.CHILD_NOT_FOUND:
+        return SubagentControlError(
+            ErrorCode.CHILD_NOT_FOUND,
+            f"there is no child {child_id} in the store (a child is stored once its first "
+            "run is published); the message was not delivered and no task was started; "
+            "check the id",
+            child_id=child_id,
+        )
+    return error
 
 
 def _final(ended: ActivationEnded) -> ActivationView:

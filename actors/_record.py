@@ -4,11 +4,51 @@ threads read of it.
 One `Activation` holds an activation's state, owned by the child's supervisor: it changes
 only on the supervisor's thread, through one function, `Activation.apply(event) ->
 effects` (Temporal's workflow activation: what happened in, what to do out). The events
-are the activation actor's reports (`RunPublished`, `RunSettling`, `RunEnded`) and the
-supervisor's own findings (`Parking`, `MessageHeld`, `Broke`); the effects are what the
-supervisor then does (open or close the inbox, deliver the held messages, release the
-Task, retire). `_TABLE` lists every legal ``(phase, event) -> (phase, effects)``; an event
-the table does not list is a bug elsewhere: logged and ignored, never a silent change.
+are the activation actor's reports (`Claimed`, `ClaimFailed`, `RunPublished`,
+`RunSettling`, `RunEnded`) and the supervisor's own findings (`Parking`, `MessageHeld`,
+`Broke`); the effects are what the supervisor then does (open or close the inbox, deliver
+the held messages, release the Task, retire). `_TABLE` lists every legal ``(phase, event)
+-> (phase, effects)``; an event the table does not list is a bug elsewhere: logged and
+ignored, never a silent change.
+
+A resume begins ``claiming``: its store work (the budget check, then the Task admitted with
+the child's claim and the message in its turn) is an effect run off the supervisor's
+mailbox, by the activation it starts, whose result comes back as `Claimed` or
+`ClaimFailed`. Messages that come meanwhile are held, and decided afresh once the claim's
+result is in, so the mailbox keeps serving (a status ask, another message) while the
+store works.
+
+The table (``*``: any of ``claiming``, ``admitted``, ``published``, ``settling``,
+``parking``):
+
+=========== ================================ =========== ==========================================
+phase       event                            next        effects
+=========== ================================ =========== ==========================================
+claiming    MessageHeld                      claiming    hold
+claiming    Claimed                          admitted    make_inbox, release_held
+claiming    ClaimFailed                      refused     refuse_claim, redecide, close_inbox, drop
+claiming    ClaimFailed:parked               refused     continue_parked, close_inbox, drop
+claiming    ClaimFailed:child_not_found      refused     refuse_claim, refuse_held, close_inbox,
+                                                         drop
+admitted    RunPublished                     published   open_inbox
+admitted    RunSettling                      settling
+admitted    RunEnded:ended                   ended       redecide, close_inbox, drop,
+                                                         notify_ledger
+published   RunSettling                      settling
+published   RunSettling:input_required       parking     notify_ledger
+published   Parking                          parking     notify_ledger
+published   RunEnded:ended                   ended       (as above)
+settling    MessageHeld                      settling    hold
+settling    RunEnded:ended                   ended       (as above)
+settling    RunEnded:handed_over             handed_over redecide, close_inbox, drop,
+                                                         notify_ledger
+parking     RunSettling, Parking             parking
+parking     MessageHeld                      parking     hold
+parking     RunEnded:parked                  parked      hand_back, close_inbox, drop,
+                                                         notify_ledger
+parking     RunEnded:ended / :handed_over    ended / handed_over (as above)
+``*``       Broke                            (same)      close_inbox
+=========== ================================ =========== ==========================================
 
 After every change the record publishes a frozen `ActivationView` (one attribute swap, so
 a reader on any thread sees a whole snapshot, never a half-made one); the tree dump and
@@ -29,6 +69,9 @@ import pykka
 from actors._inbox import ActivationInbox, Held
 from controlplane.contract import (
     CancelSignal,
+    ErrorCode,
+    ParkedTask,
+    SubagentControlError,
     SubagentRun,
     SupervisorState,
     TaskStatus,
@@ -36,7 +79,7 @@ from controlplane.contract import (
 
 if TYPE_CHECKING:
     from actors._transcript import ActivationTranscript
-    from actors.messages import ActivationPlan
+    from actors.messages import ActivationPlan, ResumeClaim
 
 __all__ = [
     "Activation",
@@ -45,6 +88,8 @@ __all__ = [
     "ActivationSlot",
     "ActivationView",
     "Broke",
+    "ClaimFailed",
+    "Claimed",
     "Effect",
     "MessageHeld",
     "Parking",
@@ -57,10 +102,21 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 ActivationPhase = Literal[
-    "admitted", "published", "settling", "parking", "parked", "handed_over", "ended"
+    "claiming",
+    "admitted",
+    "published",
+    "settling",
+    "parking",
+    "parked",
+    "handed_over",
+    "ended",
+    "refused",
 ]
 """Where an activation is in its life:
 
+- ``claiming``: a resume's claim runs (its budget check, then its Task admitted with the
+  child's claim and the message in its turn), off the supervisor's mailbox: messages sent
+  now are held until its result is in; its Task has no id yet;
 - ``admitted``: its Task exists and the activation began (loading, framing, waiting for
   a slot, starting its run); a ``recovered`` or ``continued`` one goes on in a turn its
   Task opened earlier (``ActivationPlan.kind`` and ``recovery`` say which);
@@ -72,15 +128,32 @@ ActivationPhase = Literal[
   store, ``input_required``, and its answer (or a message) continues it in any runtime;
 - ``handed_over``: `close()` stopped its run mid-turn (or its provider is elsewhere):
   the Task stays in the store, its turn open, for a runtime with its provider;
-- ``ended``: its Task settled here.
+- ``ended``: its Task settled here;
+- ``refused``: its resume's claim was refused: no Task was started.
 
-The last three are final; the supervisor then drops the record.
+The last four are final; the supervisor then drops the record.
 """
 
-FINAL: Final = frozenset({"parked", "handed_over", "ended"})
+FINAL: Final = frozenset({"parked", "handed_over", "ended", "refused"})
 
 
 # -- events: what happened ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    """The resume's claim committed: its Task exists, the child claimed for it and the
+    message in its turn (``plan``: the claimed activation's plan)."""
+
+    plan: ActivationPlan
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimFailed:
+    """The resume's claim was refused (``error``): nothing was started. A `ParkedTask`
+    names the parked Task its messages go on in."""
+
+    error: SubagentControlError
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +201,9 @@ class Broke:
     why: str
 
 
-ActivationEvent = RunPublished | RunSettling | Parking | MessageHeld | RunEnded | Broke
+ActivationEvent = (
+    Claimed | ClaimFailed | RunPublished | RunSettling | Parking | MessageHeld | RunEnded | Broke
+)
 
 # -- effects: what the supervisor does next -------------------------------------------------
 
@@ -140,6 +215,11 @@ Effect = Literal[
     "close_inbox",  # refuse whatever is still queued or held
     "notify_ledger",  # the Task ledger follows the new view (`TaskService.on_view`)
     "drop",  # forget the record (the supervisor goes idle, or retires)
+    "make_inbox",  # the claimed Task's inbox, for the messages that steer its turn
+    "release_held",  # claimed: what it held is decided afresh (steered into its turn)
+    "refuse_claim",  # the resuming sender hears the claim's refusal
+    "refuse_held",  # what it held is refused as the claim was (the child is not stored)
+    "continue_parked",  # the resuming message, then those held, go on in the parked Task
 ]
 
 _ENDS: Final[dict[str, tuple[Effect, ...]]] = {
@@ -149,6 +229,14 @@ _ENDS: Final[dict[str, tuple[Effect, ...]]] = {
 }
 
 _TABLE: Final[dict[tuple[str, str], tuple[str, tuple[Effect, ...]]]] = {
+    ("claiming", "MessageHeld"): ("claiming", ("hold",)),
+    ("claiming", "Claimed"): ("admitted", ("make_inbox", "release_held")),
+    ("claiming", "ClaimFailed"): ("refused", ("refuse_claim", "redecide", "close_inbox", "drop")),
+    ("claiming", "ClaimFailed:parked"): ("refused", ("continue_parked", "close_inbox", "drop")),
+    ("claiming", "ClaimFailed:child_not_found"): (
+        "refused",
+        ("refuse_claim", "refuse_held", "close_inbox", "drop"),
+    ),
     ("admitted", "RunPublished"): ("published", ("open_inbox",)),
     ("admitted", "RunSettling"): ("settling", ()),
     ("admitted", "RunEnded:ended"): ("ended", _ENDS["ended"]),
@@ -168,15 +256,21 @@ _TABLE: Final[dict[tuple[str, str], tuple[str, tuple[Effect, ...]]]] = {
     ("parking", "RunEnded:handed_over"): ("handed_over", _ENDS["handed_over"]),
     **{
         (phase, "Broke"): (phase, ("close_inbox",))
-        for phase in ("admitted", "published", "settling", "parking")
+        for phase in ("claiming", "admitted", "published", "settling", "parking")
     },
 }
 """Every legal transition: ``(phase, event) -> (next phase, effects)``. An event's key is
 its class name, with what it says where that decides the move (``RunSettling`` with
-``input_required``, ``RunEnded`` with how it ended)."""
+``input_required``, ``RunEnded`` with how it ended, ``ClaimFailed`` with a parked Task or
+a child the store does not have)."""
 
 
 def _key(event: ActivationEvent) -> str:
+    if isinstance(event, ClaimFailed):
+        if isinstance(event.error, ParkedTask):
+            return "ClaimFailed:parked"
+        if event.error.code is ErrorCode.CHILD_NOT_FOUND:
+            return "ClaimFailed:child_not_found"
     if isinstance(event, RunSettling) and event.status is TaskStatus.INPUT_REQUIRED:
         return "RunSettling:input_required"
     if isinstance(event, RunEnded):
@@ -250,8 +344,11 @@ class Activation:
     result: TaskStatus | None = None
     # Why its supervisor's own code failed, once it has: its messages are refused.
     broken: str | None = None
-    # Messages held while its run parks, in arrival order: delivered once it has parked.
+    # Messages held while its run parks (or its claim runs), in arrival order: delivered
+    # once it has parked (or the claim's result is in).
     held: list[Held] = field(default_factory=list)
+    # A resume's claim, run by its activation (phase ``claiming`` until its result is in).
+    claim: ResumeClaim | None = None
 
     def apply(self, event: ActivationEvent) -> tuple[Effect, ...]:
         """Take ``event`` (on the supervisor's thread): move to the phase the table says,
@@ -267,7 +364,9 @@ class Activation:
             )
             return ()
         phase, effects = move
-        if isinstance(event, RunPublished):
+        if isinstance(event, Claimed):
+            self.plan = event.plan
+        elif isinstance(event, RunPublished):
             self.run, self.transcript = event.run, event.transcript
         elif isinstance(event, RunSettling):
             self.result = event.status or self.result
@@ -348,7 +447,7 @@ def view_of(
         fence=plan.fence,
         status=status,
         published=published,
-        settling=phase not in ("admitted", "published"),
+        settling=phase not in ("claiming", "admitted", "published"),
         phase=phase,
         recovery=plan.recovery,
         cancel_reason=plan.signal.reason,

@@ -1,7 +1,8 @@
 """How a supervisor starts its child's next activation: a resume (a new Task, its message
-written with the child's claim in one transaction) or the continuation of a parked Task
-(claimed here, its open turn gone on with); either way a plan, a fresh record and inbox,
-and the activation actor that runs it.
+written with the child's claim in one transaction, by the activation it starts, off the
+supervisor's mailbox) or the continuation of a parked Task (claimed here, its open turn
+gone on with); either way a plan, a fresh record and inbox, and the activation actor that
+runs it.
 
 A mixin of `actors.supervisor.ChildSupervisor`: it runs on the supervisor's thread, in its
 mailbox order, and reads and writes the supervisor's own fields.
@@ -14,13 +15,18 @@ from typing import TYPE_CHECKING, Any
 from actors._inbox import ActivationInbox
 from actors._outcomes import not_delivered
 from actors._record import Activation, ActivationSlot
-from actors._transcript import turn_frame
 from actors.activation import ActivationActor
-from actors.messages import ActivationPlan, BeginActivation, FrameReceipt, Reply, SendMessage
+from actors.messages import (
+    ActivationPlan,
+    BeginActivation,
+    FrameReceipt,
+    Reply,
+    ResumeClaim,
+    SendMessage,
+)
 from controlplane.contract import (
     CancelSignal,
     ErrorCode,
-    ParkedTask,
     SubagentControlError,
     TextBlock,
     text_of,
@@ -140,99 +146,69 @@ class ActivationStarts:
         return Reply(route="started", task_id=task_id)
 
     def _resume(self, send: SendMessage) -> Reply:
-        if self._ctx.budgets is not None:
-            # A child with a limit reached could not run its next turn: refused before any
-            # Task exists (BUDGET_EXHAUSTED, nothing delivered). A steer never comes here.
-            self._ctx.budgets.check_resume(self._child_id)
-        signal = CancelSignal()  # created before the Task, so a kill can never miss it
-        try:
-            # Claimed with its Task: no second activation, in any runtime.
-            task, fence = self._ctx.tasks.claim(
-                label=follow_up_label(send.message),
-                owner=send.parent,
-                child_id=self._child_id,
-                signal=signal,
-                # The message is written with the claim, in its transaction: durable before
-                # the answer below, and the activation goes on in that turn.
-                opening=lambda admitted: turn_frame(
-                    0,
-                    task_id=admitted.id,
-                    kind="resumed",
-                    label=admitted.label,
-                    prompt=send.message,
-                    source=send.source,
-                ),
-                # Under concurrency limits it reads queued until its load names its model
-                # and the store admits it (`controlplane.runtime.spend._admission`).
-                queued=self._ctx.admission is not None,
-            )
-        except ParkedTask as parked:
-            # Its Task waits on an approval request: the message goes into that turn.
-            return self._continue(send, parked.parked_task_id)
-        except SubagentControlError as exc:
-            if exc.code is ErrorCode.CHILD_NOT_FOUND:
-                # Refused at the claim, with no Task: nothing here to keep a thread for.
-                self._retire()
-                raise SubagentControlError(
-                    ErrorCode.CHILD_NOT_FOUND,
-                    f"there is no child {self._child_id} in the store (a child is stored once "
-                    "its first run is published); the message was not delivered and no task "
-                    "was started; check the id",
-                    child_id=self._child_id,
-                ) from None
-            raise
-        trace = self._ctx.telemetry.activation(
-            task_id=task.id,
+        """Start the child's next activation for ``send``: its claim (the budget check, then
+        a new Task with the child's claim and the message in its turn, in one transaction)
+        is an effect its activation runs off this mailbox (`ActivationActor`), not this
+        supervisor's store work. The sender waits for the claim's result (``started`` once
+        the message is durable, or the refusal); messages sent meanwhile are held."""
+        claim = ResumeClaim(send)
+        plan = ActivationPlan(
+            kind="resumed",
+            task_id="",  # the claim names it
             child_id=self._child_id,
-            route="resumed",
-            origin=send.origin,
-            chars=len(text_of(send.message)),
+            parent=send.parent,
+            prompt=send.message,
+            source=send.source,
+            signal=CancelSignal(),  # created before the Task, so a kill can never miss it
+            label=follow_up_label(send.message),
+            fence=None,
         )
-        try:
-            plan = ActivationPlan(
-                kind="resumed",
-                task_id=task.id,
-                child_id=self._child_id,
-                parent=send.parent,
-                prompt=send.message,
-                source=send.source,
-                signal=signal,
-                label=task.label,
-                trace=trace,
-                fence=fence,
-            )
-            self._install(plan)
-        except BaseException:
-            self._ctx.tasks.discard(task.id)  # never admitted: no Task is left behind
-            trace.end(None)
-            raise
+        self._install(plan, claim)
         # Begun here, not by a message to itself: the activation's loop goes to a waiting
         # worker thread (`actors._pool`), a hand-off as cheap as that message, which the
         # supervisor's loop would only take after this answer anyway. Its failure (no
-        # thread left) fails the Task: the sender still hears ``started``, at once.
+        # thread left) refuses the claim: nothing was started.
         try:
             self._begin()
         except Exception as exc:
             self._fail(BeginActivation(), exc)
-        return Reply(route="started", task_id=task.id)
+        return Reply(route="held", task_id="", held=claim.held)
 
-    def _install(self, plan: ActivationPlan) -> None:
-        """Make ``plan`` this child's current activation, with a fresh record and inbox."""
+    def _install(self, plan: ActivationPlan, claim: ResumeClaim | None = None) -> None:
+        """Make ``plan`` this child's current activation, with a fresh record and inbox
+        (``claiming`` with a resume's ``claim``, until its activation claimed)."""
         self._label = plan.label or self._label
-        inbox = ActivationInbox(
+        if claim is None:
+            inbox = self._inbox_for(plan)
+        else:
+            # Nothing goes into a claiming record's inbox (what comes is held until the
+            # claim's result): a stand-in, on no signal of the Task's, so that nothing
+            # keeps it once the claimed Task's inbox replaces it (`make_inbox`).
+            inbox = self._inbox_for(plan.model_copy(update={"signal": CancelSignal()}))
+        current = Activation(
+            plan=plan,
+            inbox=inbox,
+            agent_mark=self._ctx.agents.last_serial(),
+            slot=self._slot,
+            phase="admitted" if claim is None else "claiming",
+            claim=claim,
+        )
+        self._current = current
+        current.publish_view()
+
+    def _inbox_for(self, plan: ActivationPlan) -> ActivationInbox:
+        """A fresh inbox for the messages that steer ``plan``'s turn."""
+        return ActivationInbox(
             plan.child_id,
             plan.task_id,
             signal=plan.signal,
             trace=plan.trace,
             telemetry=self._ctx.telemetry,
         )
-        current = Activation(
-            plan=plan, inbox=inbox, agent_mark=self._ctx.agents.last_serial(), slot=self._slot
-        )
-        self._current = current
-        current.publish_view()
 
     def _begin(self) -> None:
         current = self._current
         if current is not None and current.ref is None:
-            current.ref = ActivationActor.start(self._ctx, current.plan, self.actor_ref)
+            current.ref = ActivationActor.start(
+                self._ctx, current.plan, self.actor_ref, claim=current.claim
+            )

@@ -2,9 +2,10 @@
 
 It owns the Task's producer: begin (load, authorize, fold the descriptor, call the
 provider), publish the run to its supervisor, await the result, dispose the run, and only
-then record the Task outcome. A resume's turn frame (``turn/start`` and the message that
-resumed it) is written with its claim, before ``started`` is answered, so the
-activation finds its own open turn and goes on in it (a frame it must write itself —
+then record the Task outcome. A resume's claim runs here first, its supervisor's effect
+(`ResumeClaim`): its turn frame (``turn/start`` and the message that resumed it) is written
+with the claim, before ``started`` is answered, so the activation finds its own open turn
+and goes on in it (a frame it must write itself —
 a store that did not write it — is written before the provider is called); a new
 child's frame is written at publication, with its header. A resume whose provider this
 runtime lacks is left, ``queued``, for a runtime that has it (`_await_provider`).
@@ -24,13 +25,24 @@ from typing import Any
 
 import pykka
 
+from actors._answer import NO_ANSWER, answer_of
 from actors._base import Actor
-from actors._outcomes import aborted, error_text, failed, unrecorded
+from actors._outcomes import aborted, error_text, failed, not_delivered, unrecorded
+from actors._parking import ask_here
 from actors._record import ActivationPhase, ActivationView, view_of
 from actors._spend import TurnSpend
 from actors._transcript import ActivationTranscript, message_data, turn_frame
 from actors.context import ActorContext
-from actors.messages import ActivationEnded, ActivationPlan, Published, Settling
+from actors.messages import (
+    ActivationEnded,
+    ActivationPlan,
+    ClaimCommitted,
+    ClaimRefused,
+    Published,
+    Reply,
+    ResumeClaim,
+    Settling,
+)
 from controlplane.contract import (
     BUDGET_EXHAUSTED_STATUS,
     ApprovalDesk,
@@ -41,6 +53,7 @@ from controlplane.contract import (
     EventKind,
     LoadedSession,
     NewEvent,
+    ParkedTask,
     ResumeRequest,
     SessionEvent,
     StartRequest,
@@ -103,25 +116,33 @@ class ActivationActor(Actor):
     pooled_loop = True
 
     def __init__(
-        self, context: ActorContext, plan: ActivationPlan, supervisor: pykka.ActorRef[Any]
+        self,
+        context: ActorContext,
+        plan: ActivationPlan,
+        supervisor: pykka.ActorRef[Any],
+        *,
+        claim: ResumeClaim | None = None,
     ) -> None:
         super().__init__()
         self._ctx = context
         self._plan = plan
         self._supervisor = supervisor
+        self._claim = claim
         self._loaded = False  # the child was found in the store (a resume got past its load)
 
     _view: ActivationView
-    """Whose turn this is (Task, child, owner, claim: fixed for the activation's life), as
-    its supervisor's record shows it: what its approval desk and budget gate read. Made on
-    the activation's own thread, not the supervisor's."""
+    """Whose turn this is (Task, child, owner, claim: fixed once a resume's claim is in),
+    as its supervisor's record shows it: what its approval desk and budget gate read.
+    Made on the activation's own thread, not the supervisor's."""
 
     def on_start(self) -> None:
         # The turn runs here, on the actor's own thread before its loop takes any message,
         # not as a first message to itself: one mailbox round less before the load, on
         # every activation. Nothing is ever sent to this actor, so nothing waits behind it.
         try:
-            self._view = view_of(self._plan, "admitted")
+            if self._claim is not None and not self._claimed(self._claim):
+                return  # refused: no Task was started
+            self._view = view_of(self._plan, "admitted")  # the plan as claimed
             # Store retries deep in the turn's writes name its child and Task.
             with self._ctx.telemetry.scoped(self._plan.child_id, self._plan.task_id):
                 self._execute()
@@ -132,6 +153,96 @@ class ActivationActor(Actor):
 
     def on_receive(self, message: Any) -> Any:
         return None  # never sent anything (cancellation is out-of-band)
+
+    # -- a resume's claim -------------------------------------------------------------
+
+    def _claimed(self, claim: ResumeClaim) -> bool:
+        """Run the resume's claim, its supervisor's effect: the budget check, then the new
+        Task admitted with the child's claim and the message in its turn, in one
+        transaction. Claimed: the sender hears ``started`` (its message is durable) and the
+        turn goes on here; refused: the supervisor hears why (`ClaimRefused`) and answers
+        the sender, nothing started."""
+        plan, send, ctx = self._plan, claim.send, self._ctx
+        child_id = plan.child_id
+        try:
+            if plan.signal.aborted:  # its supervisor stopped (or failed) first
+                raise not_delivered(child_id, None, plan.signal.reason or "it was stopped")
+            if ctx.budgets is not None:
+                # A child with a limit reached could not run its next turn: refused before
+                # any Task exists (BUDGET_EXHAUSTED, nothing delivered).
+                ctx.budgets.check_resume(child_id)
+            # Claimed with its Task: no second activation, in any runtime.
+            task, fence = ctx.tasks.claim(
+                label=plan.label,
+                owner=send.parent,
+                child_id=child_id,
+                signal=plan.signal,
+                # The message is written with the claim, in its transaction: durable before
+                # the sender hears ``started``, and the activation goes on in that turn.
+                opening=lambda admitted: turn_frame(
+                    0,
+                    task_id=admitted.id,
+                    kind="resumed",
+                    label=admitted.label,
+                    prompt=send.message,
+                    source=send.source,
+                ),
+                # Under concurrency limits it reads queued until its load names its model
+                # and the store admits it (`controlplane.runtime.spend._admission`).
+                queued=ctx.admission is not None,
+            )
+        except SubagentControlError as exc:
+            self._refused(claim, exc)
+            return False
+        except Exception as exc:
+            log.exception("the claim of a resume of child %s failed", child_id)
+            error = SubagentControlError(
+                ErrorCode.INTERNAL,
+                f"internal error while claiming child {child_id} ({error_text(exc)}); the "
+                "message was not delivered; retry it",
+                child_id=child_id,
+            )
+            self._refused(claim, error)
+            return False
+        try:
+            trace = ctx.telemetry.activation(
+                task_id=task.id,
+                child_id=child_id,
+                route="resumed",
+                origin=send.origin,
+                chars=len(text_of(send.message)),
+            )
+            claimed = plan.model_copy(
+                update={
+                    "task_id": task.id,
+                    "label": task.label,
+                    "trace": trace,
+                    "fence": fence,
+                }
+            )
+        except Exception as exc:
+            ctx.tasks.discard(task.id)  # never admitted: no Task is left behind
+            log.exception("the resume of child %s failed after its claim", child_id)
+            self._refused(claim, not_delivered(child_id, None, f"internal error: {exc}"))
+            return False
+        self._plan = claimed
+        if claim.claimed(claimed):
+            self._tell(ClaimCommitted(claim=claim))  # its held messages go into the turn
+        claim.held.resolve(Reply(route="started", task_id=task.id))
+        return True
+
+    def _refused(self, claim: ResumeClaim, error: SubagentControlError) -> None:
+        """The claim was refused: its supervisor answers the sender and decides what it
+        held; or, gone (or no longer on this claim), the sender hears the refusal here (a
+        parked Task's as not delivered: sent again, it goes on in that Task)."""
+        try:
+            taken = answer_of(ask_here(self._supervisor, ClaimRefused(claim=claim, error=error)))
+        except Exception:
+            taken = NO_ANSWER
+        if taken is not True:
+            if isinstance(error, ParkedTask):
+                error = not_delivered(self._plan.child_id, None, "its supervisor stopped")
+            claim.held.resolve(None, error)
 
     # -- the turn ---------------------------------------------------------------------
 
@@ -623,7 +734,7 @@ class ActivationActor(Actor):
             return unrecorded(outcome, exc), False
         return outcome, True
 
-    def _tell(self, message: Published | Settling | ActivationEnded) -> None:
+    def _tell(self, message: ClaimCommitted | Published | Settling | ActivationEnded) -> None:
         try:
             self._supervisor.tell(message)
         except pykka.ActorDeadError:

@@ -35,12 +35,15 @@ __all__ = [
     "ActivationEnded",
     "ActivationPlan",
     "BeginActivation",
+    "ClaimCommitted",
+    "ClaimRefused",
     "Describe",
     "DescribeAll",
     "FrameReceipt",
     "PassivateIfIdle",
     "Published",
     "Reply",
+    "ResumeClaim",
     "RouteSend",
     "Routed",
     "SendMessage",
@@ -143,6 +146,65 @@ class SendMessage(BaseModel):
     # child is already claimed here for it (``continues`` names it): its stored snapshot,
     # the claim's fencing number and its recovery count. Answered ``started``.
     recovered: tuple[TaskSnapshot, int, int] | None = None
+
+
+class ResumeClaim:
+    """A resume's claim, run off its supervisor's mailbox by the activation it starts: the
+    budget check, then the new Task admitted with the child's claim and the message in its
+    turn, in one transaction (`actors.activation.ActivationActor`).
+
+    ``held`` is the resuming sender's answer: the activation resolves it ``started`` once
+    the claim committed (the message durable), after `claimed` (the claimed Task's plan).
+    The supervisor learns of the commit with no message of its own when it can: a message
+    it would hold finds the claim committed (`holding`), and so does the activation's
+    first report; only if it held messages while the claim ran is it told at once
+    (`ClaimCommitted`). A refused claim goes to the supervisor (`ClaimRefused`), which
+    answers the sender."""
+
+    __slots__ = ("_holds", "_lock", "held", "plan", "send")
+
+    def __init__(self, send: SendMessage) -> None:
+        self.send = send
+        self.held = Held(send)
+        self.plan: ActivationPlan | None = None
+        self._lock = threading.Lock()
+        self._holds = False  # the supervisor held a message while the claim ran
+
+    def claimed(self, plan: ActivationPlan) -> bool:
+        """The claim committed as ``plan`` (the activation's side): whether the supervisor
+        holds messages for it, and so is to be told now."""
+        with self._lock:
+            self.plan = plan
+            return self._holds
+
+    def holding(self) -> ActivationPlan | None:
+        """The supervisor is about to hold a message: the claimed plan if the claim
+        committed already (the message is decided now instead), else None (held; the
+        activation tells the supervisor once it commits)."""
+        with self._lock:
+            if self.plan is None:
+                self._holds = True
+            return self.plan
+
+
+class ClaimCommitted(BaseModel):
+    """Supervisor (from the activation): the resume's claim committed while the supervisor
+    held messages for it; they go into the claimed turn now."""
+
+    model_config = _MESSAGE
+
+    claim: ResumeClaim
+
+
+class ClaimRefused(BaseModel):
+    """Supervisor (from the activation, an ask): the resume's claim was refused, nothing
+    was started (``error``; a `ParkedTask` names the Task its message goes on in). Replies
+    whether it took the claim's sender over (False: the activation answers it itself)."""
+
+    model_config = _MESSAGE
+
+    claim: ResumeClaim
+    error: SubagentControlError
 
 
 class SpawnChild(BaseModel):
@@ -281,8 +343,10 @@ class Reply:
     ``started``: a resume began, as Task ``task_id``. ``steered``: the message was put into
     the inbox of the running activation ``task_id``; the sender completes its delivery
     (`result`) on its own thread — the supervisor never waits for the run or the store.
-    ``held``: the child's run is parking; the supervisor delivers the message once the
-    Task's next step is known and resolves ``held`` with that reply.
+    ``held``: the child's run is parking, or its resume's claim runs (the message that
+    resumed it: ``task_id`` empty until the claim names it); the supervisor (or, for the
+    resuming message, the activation that claimed) delivers the message once the Task's
+    next step is known and resolves ``held`` with that reply.
     A refusal is never a reply: it is raised through the ask's future.
     """
 

@@ -10,7 +10,9 @@ of it after each change: the record's events and effects, and the messages held 
 run parks, are in `actors._holding`; starting the next activation (a resume, a parked
 Task's continuation) in `actors._starting`. It decides and never acts for the run: a steer
 is put into the activation's inbox (`actors._inbox`) and delivered there, so the supervisor
-calls no provider code and holds no lock across a store write.
+calls no provider code and holds no lock across a store write; a resume's store work (its
+budget check and its claim) is an effect the activation it starts runs, off this mailbox,
+whose result comes back into the record's state machine.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from actors._record import (
     ActivationSlot,
     ActivationView,
     Broke,
+    Claimed,
+    ClaimFailed,
     Parking,
     RunEnded,
     view_of,
@@ -41,6 +45,8 @@ from actors.messages import (
     ActivationEnded,
     ActivationPlan,
     BeginActivation,
+    ClaimCommitted,
+    ClaimRefused,
     Describe,
     PassivateIfIdle,
     Published,
@@ -153,6 +159,10 @@ class ChildSupervisor(ActivationStarts, MessageHolding, ParkingActor):
             return self._on_settling(message)
         if isinstance(message, ActivationEnded):
             return self._on_ended(message)
+        if isinstance(message, ClaimCommitted):
+            return self._on_claim_committed(message)
+        if isinstance(message, ClaimRefused):
+            return self._on_claim_refused(message)
         raise TypeError(f"supervisor {self._child_id} got an unknown message {message!r}")
 
     def on_stop(self) -> None:
@@ -163,6 +173,16 @@ class ChildSupervisor(ActivationStarts, MessageHolding, ParkingActor):
         self._drop()
         current.signal.abort("control plane stopped")
         self._close_inbox(current, ErrorCode.CLOSED, "the control plane stopped")
+        if current.phase == "claiming":
+            # Its claim's sender is its activation's to answer (the claim may be committing
+            # now); aborted, a claim that commits ends its turn at once, killed.
+            claim = current.claim
+            if current.ref is None and claim is not None:
+                why = not_delivered(self._child_id, None, "the control plane stopped")
+                claim.held.resolve(None, why)
+            elif claim is not None and claim.plan is not None:  # it committed: as below
+                self._ctx.tasks.on_view(view_of(claim.plan, "ended"))
+            return
         if current.ref is None:  # never began: no activation will ever settle its Task
             stopped = TaskOutcome(
                 status=TaskStatus.KILLED, detail="control plane stopped", code=ErrorCode.CLOSED
@@ -190,7 +210,15 @@ class ChildSupervisor(ActivationStarts, MessageHolding, ParkingActor):
             if current is not None:
                 current.signal.abort(why, cause=ErrorCode.INTERNAL)
                 self._apply(current, Broke(why))
-                if current.ref is None:  # never began: no activation will settle its Task
+                if current.phase == "claiming" and current.ref is None:
+                    # Its claim never ran: refused, no Task was started.
+                    refusal = SubagentControlError(
+                        ErrorCode.INTERNAL,
+                        f"{why}; the message was not delivered; retry it",
+                        child_id=self._child_id,
+                    )
+                    self._apply(current, ClaimFailed(refusal))
+                elif current.ref is None:  # never began: no activation will settle its Task
                     outcome = failed(why, ErrorCode.INTERNAL)
                     self._ctx.tasks.settle(current.task_id, outcome)
                     current.plan.trace.end(outcome)
@@ -211,6 +239,14 @@ class ChildSupervisor(ActivationStarts, MessageHolding, ParkingActor):
     def _on_send(self, send: SendMessage) -> Reply:
         """Decide where ``send`` goes; a refusal is raised (the sender's future has it)."""
         current = self._current
+        if current is not None and current.phase == "claiming":
+            claimed = current.claim.holding() if current.claim is not None else None
+            if claimed is None:
+                # A resume's claim runs off this mailbox: held, and decided afresh once its
+                # result is in (steered into the claimed turn, most often).
+                return self._hold(current, send)
+            self._apply(current, Claimed(claimed))  # it committed: decided now
+            current = self._current
         conflict = self._squatter(current)
         if conflict is not None:
             raise conflict
@@ -318,7 +354,9 @@ class ChildSupervisor(ActivationStarts, MessageHolding, ParkingActor):
         current = self._current
         activation = None
         view = None
-        if current is not None:
+        if current is not None and current.phase == "claiming":
+            view = current.publish_view()  # no Task yet: its claim runs
+        elif current is not None:
             view = current.publish_view()
             activation = ActivationNode(
                 task_id=view.task_id,
@@ -334,8 +372,8 @@ class ChildSupervisor(ActivationStarts, MessageHolding, ParkingActor):
             child_id=self._child_id,
             parent_session=self._parent_session or (view.owner_session if view else None),
             state="idle" if view is None else view.state,
-            task_id=view.task_id if view else None,
-            task_status=view.status.value if view else None,
+            task_id=(view.task_id or None) if view else None,
+            task_status=view.status.value if view and view.task_id else None,
             held_messages=current.inbox.pending + len(current.held) if current else 0,
             mailbox_depth=mailbox_depth(self.actor_ref),
             last_activity=datetime.fromtimestamp(self._last_activity_s, UTC),

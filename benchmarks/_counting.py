@@ -60,8 +60,11 @@ class Counts:
     """(``time.perf_counter()``, what) of each message sent and each transaction's start
     (``BEGIN``, or its one statement) and end (the ``COMMIT`` statement's start), in order."""
     swept: Counter[str] = field(default_factory=Counter)
-    """Of `transactions`, those a runtime's sweep thread ran (``subagent-runtime:…``):
-    transaction label → how many."""
+    """Of `transactions`, those a runtime's own housekeeping threads ran (its heartbeat and
+    sweep, lease renewals and watchdog, admission, approvals, wake-up pollers: see
+    `_BACKGROUND_THREADS`), not the operation counted: transaction label → how many."""
+    swept_statements: int = 0
+    """Of `statements`, those the same threads ran."""
 
     @property
     def tells(self) -> int:
@@ -92,6 +95,7 @@ class Counts:
             self.statements,
             list(self.timeline),
             Counter(self.swept),
+            self.swept_statements,
         )
 
     def since(self, earlier: Counts) -> Counts:
@@ -102,6 +106,7 @@ class Counts:
             self.statements - earlier.statements,
             self.timeline[len(earlier.timeline) :],
             self.swept - earlier.swept,
+            self.swept_statements - earlier.swept_statements,
         )
 
 
@@ -128,13 +133,15 @@ class _Tracer:
             return  # connection set-up
         with self._lock:
             self._counts.statements += 1
+            if _in_background():
+                self._counts.swept_statements += 1
         if self._open is None:
             self._count(_label([statement]), now, None)
         else:
             self._open.append(statement)
 
     def _count(self, label: str, began: float, ended: float | None) -> None:
-        sweeping = threading.current_thread().name.startswith(_SWEEP_THREAD)
+        sweeping = _in_background()
         with self._lock:
             self._counts.transactions[label] += 1
             if sweeping:
@@ -212,8 +219,24 @@ def counting() -> Iterator[Counts]:
             setattr(SqlStore, name, method)
 
 
-_SWEEP_THREAD = "subagent-runtime:"
-"""The name of a runtime's heartbeat and sweep thread (`controlplane.runtime.lease`)."""
+_BACKGROUND_THREADS = (
+    "subagent-runtime:",
+    "subagent-renewal",
+    "subagent-lease-watchdog:",
+    "subagent-admission:",
+    "subagent-approvals:",
+    "subagent-passivator",
+    "takeable-poller",
+)
+"""Name prefixes of a runtime's housekeeping threads: its heartbeat and sweep
+(`controlplane.runtime.lease`), lease renewals and watchdog, the admission and approvals
+sweeps, the root's passivator and the store's wake-up poller. What they run lands inside a
+counted window or not as the scheduler has it."""
+
+
+def _in_background() -> bool:
+    return threading.current_thread().name.startswith(_BACKGROUND_THREADS)
+
 
 _STORE_CALLS = ("admit_claiming", "append", "create_child", "load")
 """The store calls a steer or a resume makes, timed into the timeline."""

@@ -18,6 +18,8 @@ from actors._record import (
     ActivationEvent,
     ActivationSlot,
     Broke,
+    Claimed,
+    ClaimFailed,
     MessageHeld,
     Parking,
     RunEnded,
@@ -25,9 +27,25 @@ from actors._record import (
     RunSettling,
 )
 from actors._transcript import ActivationTranscript
-from actors.messages import ActivationPlan, SendMessage
-from controlplane import CancelSignal, EventKind, MessageSource, NewEvent, TaskStatus, TextBlock
-from controlplane.contract import NO_TRACE, AgentHandle, AgentRegistry, SubagentRun, text_of
+from actors.messages import ActivationPlan, ResumeClaim, SendMessage
+from controlplane import (
+    CancelSignal,
+    ErrorCode,
+    EventKind,
+    MessageSource,
+    NewEvent,
+    TaskStatus,
+    TextBlock,
+)
+from controlplane.contract import (
+    NO_TRACE,
+    AgentHandle,
+    AgentRegistry,
+    ParkedTask,
+    SubagentControlError,
+    SubagentRun,
+    text_of,
+)
 from controlplane.telemetry import Telemetry
 from persistence import SqlStore
 
@@ -52,6 +70,21 @@ def _activation(recovery: int = 0) -> Activation:
         "c1", "t1", signal=signal, trace=NO_TRACE, telemetry=Telemetry("test-runtime")
     )
     return Activation(plan=plan, inbox=inbox, agent_mark=0, slot=ActivationSlot())
+
+
+def _claiming() -> Activation:
+    """A resume's record while its claim runs."""
+    record = _activation()
+    record.phase = "claiming"
+    send = SendMessage(parent=_PARENT, message=(TextBlock(text="m"),), source=_SOURCE)
+    record.claim = ResumeClaim(send)
+    return record
+
+
+def _claimed() -> Claimed:
+    # A plan of its own (no inbox listens to its signal): kept in the parameters below.
+    plan = _activation().plan.model_copy(update={"signal": CancelSignal()})
+    return Claimed(plan.model_copy(update={"task_id": "t2", "fence": 3}))
 
 
 def _published() -> RunPublished:
@@ -140,6 +173,67 @@ ILLEGAL = [
     ([RunEnded("ended")], RunEnded("ended")),  # final, even when repeated
     ([_published(), Parking(), RunEnded("parked")], _held()),  # final
 ]
+
+
+_REFUSED = ("refuse_claim", "redecide", "close_inbox", "drop")
+
+
+CLAIMING = [
+    # A claim that commits, a message held meanwhile: decided afresh into its turn.
+    (
+        [_held(), _claimed(), _published()],
+        ["claiming", "admitted", "published"],
+        [("hold",), ("make_inbox", "release_held"), ("open_inbox",)],
+    ),
+    # A claim refused (a budget reached, the child held elsewhere): nothing started.
+    (
+        [_held(), ClaimFailed(SubagentControlError(ErrorCode.BUDGET_EXHAUSTED, "spent"))],
+        ["claiming", "refused"],
+        [("hold",), _REFUSED],
+    ),
+    # The child's Task is parked: its messages go on in that Task.
+    (
+        [ClaimFailed(ParkedTask(child_id="c1", task_id="t0"))],
+        ["refused"],
+        [("continue_parked", "close_inbox", "drop")],
+    ),
+    # The child is not in the store: what it held is refused as the claim was.
+    (
+        [ClaimFailed(SubagentControlError(ErrorCode.CHILD_NOT_FOUND, "no child"))],
+        ["refused"],
+        [("refuse_claim", "refuse_held", "close_inbox", "drop")],
+    ),
+    # The supervisor's own failure while the claim runs: the claim's result still comes.
+    ([Broke("bug"), _claimed()], ["claiming", "admitted"], [("close_inbox",), None]),
+]
+
+
+@pytest.mark.parametrize(("events", "phases", "effects"), CLAIMING)
+def test_a_resume_claims_off_the_mailbox_then_goes_on_as_its_result_says(
+    events: list[ActivationEvent], phases: list[str], effects: list[tuple[str, ...] | None]
+) -> None:
+    record = _claiming()
+    assert (record.publish_view().state, record.takes_messages) == ("starting", False)
+    for event, phase, effect in zip(events, phases, effects, strict=True):
+        applied = record.apply(event)
+        assert effect is None or applied == effect, (event, record.phase)
+        assert record.phase == phase
+    if isinstance(events[-1], (Claimed, RunPublished)):
+        assert (record.task_id, record.view().fence) == ("t2", 3)  # the claim named it
+
+
+@pytest.mark.parametrize(
+    "event",
+    [_published(), RunSettling(None), RunEnded("ended"), Parking()],
+    ids=lambda event: type(event).__name__,
+)
+def test_nothing_but_its_claims_result_moves_a_claiming_record(
+    event: ActivationEvent, caplog: pytest.LogCaptureFixture
+) -> None:
+    record = _claiming()
+    with caplog.at_level(logging.ERROR, logger="actors._record"):
+        assert record.apply(event) == ()
+    assert record.phase == "claiming"
 
 
 @pytest.mark.parametrize(("before", "event"), ILLEGAL)

@@ -79,6 +79,7 @@ def test_a_running_child_holds_no_event(
         task = control._tasks._live[task_id]
         flags = [task.released, task.resting, task.signal._event]
         assert all(isinstance(flag, LazyEvent) and flag._event is None for flag in flags)
+        gc.collect()  # what earlier tests left in reference cycles
         inboxes = [o for o in gc.get_objects() if isinstance(o, ActivationInbox)]
         assert [inbox._child_id for inbox in inboxes] == [child_id]
         assert inboxes[0]._changed is None
