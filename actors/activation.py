@@ -29,7 +29,7 @@ from actors._answer import NO_ANSWER, answer_of
 from actors._base import Actor
 from actors._outcomes import aborted, error_text, failed, not_delivered, unrecorded
 from actors._parking import ask_here
-from actors._record import ActivationPhase, view_of
+from actors._record import ActivationPhase, ActivationView, view_of
 from actors._spend import TurnSpend
 from actors._transcript import ActivationTranscript, message_data, turn_frame
 from actors.context import ActorContext
@@ -130,6 +130,11 @@ class ActivationActor(Actor):
         self._claim = claim
         self._loaded = False  # the child was found in the store (a resume got past its load)
 
+    _view: ActivationView
+    """Whose turn this is (Task, child, owner, claim: fixed once a resume's claim is in),
+    as its supervisor's record shows it: what its approval desk and budget gate read.
+    Made on the activation's own thread, not the supervisor's."""
+
     def on_start(self) -> None:
         # The turn runs here, on the actor's own thread before its loop takes any message,
         # not as a first message to itself: one mailbox round less before the load, on
@@ -137,6 +142,7 @@ class ActivationActor(Actor):
         try:
             if self._claim is not None and not self._claimed(self._claim):
                 return  # refused: no Task was started
+            self._view = view_of(self._plan, "admitted")  # the plan as claimed
             # Store retries deep in the turn's writes name its child and Task.
             with self._ctx.telemetry.scoped(self._plan.child_id, self._plan.task_id):
                 self._execute()
@@ -475,7 +481,7 @@ class ActivationActor(Actor):
             transcript=transcript,
             seed=seed,
             gate=gate,
-            approvals=self._desk(transcript, plan.parent.session_id, plan.descriptor.provider),
+            approvals=self._desk(transcript, plan.descriptor.provider),
             trace=plan.trace,
         )
         return _Prepared(provider, request, transcript, frame, header, gate)
@@ -554,7 +560,7 @@ class ActivationActor(Actor):
             events=earlier,
             open_turn=open_turn,
             gate=gate,
-            approvals=self._desk(transcript, loaded.meta.parent_session, descriptor.provider),
+            approvals=self._desk(transcript, descriptor.provider),
             trace=plan.trace,
         )
         if continued:
@@ -577,24 +583,13 @@ class ActivationActor(Actor):
         )
         return [event]
 
-    def _desk(
-        self, transcript: ActivationTranscript, parent_session: str, provider: str
-    ) -> ApprovalDesk | None:
+    def _desk(self, transcript: ActivationTranscript, provider: str) -> ApprovalDesk | None:
         """Where the run asks for approvals, or None without a store for them."""
         approvals = self._ctx.approvals
         if approvals is None:
             return None
-        plan = self._plan
-        return approvals.desk(
-            task_id=plan.task_id,
-            child_id=plan.child_id,
-            parent_session=parent_session,
-            provider=provider,
-            turn=transcript.turn,
-            fence=plan.fence,
-            signal=plan.signal,
-            transcript=transcript,
-        )
+        signal = self._plan.signal
+        return approvals.desk(self._view, provider=provider, signal=signal, transcript=transcript)
 
     def _gate(self, own: Budget | None, transcript: ActivationTranscript) -> TurnGate | None:
         """The run's spend gate, or None when the control plane has no budgets."""
@@ -604,9 +599,7 @@ class ActivationActor(Actor):
         plan = self._plan
         return _FencedGate(
             budgets.gate(
-                child_id=plan.child_id,
-                parent_session=plan.parent.session_id,
-                task_id=plan.task_id,
+                self._view,
                 label=plan.label,
                 own=own,
                 held=transcript.held_spend,

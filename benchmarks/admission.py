@@ -19,6 +19,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from benchmarks._harness import pg_schema, sqlite_url
 from benchmarks._provider import PROVIDER_NAME, BenchProvider, BenchRun
@@ -125,7 +126,7 @@ class _Side:
         assert admission is not None
         deadline = time.monotonic() + _WAIT_S
         pause = threading.Event()
-        while task_id not in admission._waiters:
+        while not _gate_waits(admission, task_id):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"task {task_id} never waited for a slot")
             pause.wait(0.0005)
@@ -133,6 +134,16 @@ class _Side:
     def close(self) -> None:
         self.provider.release_all()
         self.control.close()
+
+
+def _gate_waits(admission: Any, task_id: str) -> bool:
+    """Whether ``task_id``'s gate waits for a slot. `--against` runs this code on other
+    trees too: one whose gates wait in a dict of their own (``_waiters``) reads there."""
+    waiters = getattr(admission, "_waiters", None)
+    if waiters is not None:
+        return task_id in waiters
+    entered = admission._entered.get(task_id)
+    return entered is not None and bool(entered.waiting)
 
 
 def run_admission(

@@ -76,6 +76,7 @@ if TYPE_CHECKING:
     from controlplane.contract._run_trace import NO_RUN_TRACE, ModelCallTrace, RunTrace, Suspended
     from controlplane.contract._services import (
         NO_TRACE,
+        ActivationFacts,
         ActivationTrace,
         AdmissionGate,
         ApprovalPort,
@@ -136,6 +137,7 @@ __all__ = [
     "TOOL_ROUND",
     "USAGE",
     "USAGE_REPORTED",
+    "ActivationFacts",
     "ActivationNode",
     "ActivationTrace",
     "ActorTree",
@@ -284,6 +286,7 @@ _HOMES: dict[str, str] = {
     **dict.fromkeys(["ModelCallTrace", "NO_RUN_TRACE", "RunTrace", "Suspended"], "_run_trace"),
     **dict.fromkeys(
         [
+            "ActivationFacts",
             "ActivationTrace",
             "AdmissionGate",
             "ApprovalPort",

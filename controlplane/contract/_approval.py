@@ -86,6 +86,11 @@ class ApprovalTranscript(Protocol):
     """What a desk writes through: the activation's transcript
     (`actors._transcript.ActivationTranscript`)."""
 
+    @property
+    def turn(self) -> int:
+        """The turn it writes (the one a request asked from belongs to)."""
+        ...
+
     def append_with(
         self,
         kind: str,

@@ -17,12 +17,15 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
 from controlplane.contract._errors import ErrorCode, SubagentControlError
 from controlplane.contract._usage import USAGE, usage_counts
+
+if TYPE_CHECKING:
+    from controlplane.contract._services import ActivationFacts
 
 __all__ = [
     "BUDGET_EXHAUSTED_STATUS",
@@ -263,17 +266,17 @@ class BudgetPort(Protocol):
 
     def gate(
         self,
+        view: ActivationFacts,
         *,
-        child_id: str,
-        parent_session: str,
-        task_id: str,
         label: str,
         own: Budget | None,
         held: Callable[[], Spent],
     ) -> TurnGate:
-        """The gate of one activation of ``child_id``. ``own``: its descriptor's budget,
-        which holds until the store has the child's own; ``held()``: what its run has
-        spent that the store does not count yet (writes held until publication)."""
+        """The gate of the activation ``view`` shows (its child, Task and parent session
+        read from there). ``label``: its Task's, for the notices; ``own``: its
+        descriptor's budget, which holds until the store has the child's own; ``held()``:
+        what its run has spent that the store does not count yet (writes held until
+        publication)."""
         ...
 
     def check_resume(self, child_id: str) -> None:

@@ -202,11 +202,25 @@ class AdmissionGate(Protocol):
 
 
 class ActivationFacts(Protocol):
-    """What the Task ledger reads of an activation's published view (`actors.ActivationView`,
-    frozen): whose Task it is and where the activation is in its life."""
+    """What the Task ledger, an activation's approval desk and its budget gate read of its
+    published view (`actors.ActivationView`, frozen): whose Task it is, for which child,
+    parent session and claim, and where the activation is in its life."""
 
     @property
     def task_id(self) -> str: ...
+
+    @property
+    def child_id(self) -> str: ...
+
+    @property
+    def owner_session(self) -> str:
+        """The session that owns its Task: the child's parent."""
+        ...
+
+    @property
+    def fence(self) -> int | None:
+        """The fencing number of this runtime's claim on the child (None: unclaimed)."""
+        ...
 
     @property
     def phase(self) -> str: ...
@@ -291,18 +305,16 @@ class ApprovalPort(Protocol):
 
     def desk(
         self,
+        view: ActivationFacts,
         *,
-        task_id: str,
-        child_id: str,
-        parent_session: str,
         provider: str,
-        turn: int,
-        fence: int | None,
         signal: CancelSignal,
         transcript: ApprovalTranscript,
     ) -> ApprovalDesk:
-        """The desk where one activation's run asks (``request.approvals``); ``provider``
-        is the child's (only a runtime that has it continues the Task once parked)."""
+        """The desk where the run of the activation ``view`` shows asks
+        (``request.approvals``), writing through its ``transcript`` (whose turn the
+        requests name); ``provider`` is the child's (only a runtime that has it continues
+        the Task once parked)."""
         ...
 
     def claim_parked(self, task_id: str, child_id: str) -> tuple[TaskSnapshot, int] | None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import sqlite3
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -158,11 +159,19 @@ def _budgets(store: SqlStore) -> Budgets:
     )  # fmt: skip
 
 
+@dataclass(frozen=True)
+class _View:
+    """The activation view a gate reads (`controlplane.contract.ActivationFacts`)."""
+
+    child_id: str
+    task_id: str = "t1"
+    owner_session: str = "session-1"
+    fence: int | None = None
+    phase: str = "published"
+
+
 def _gate(budgets: Budgets, child_id: str) -> Any:
-    return budgets.gate(
-        child_id=child_id, parent_session="session-1", task_id="t1", label="l", own=None,
-        held=Spent,
-    )  # fmt: skip
+    return budgets.gate(_View(child_id), label="l", own=None, held=Spent)
 
 
 def test_another_runtimes_spend_stops_a_run_after_at_most_one_more_call(store_url: str) -> None:

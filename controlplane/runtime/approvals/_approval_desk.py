@@ -21,6 +21,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from controlplane.contract import (
+    ActivationFacts,
     ApprovalAnswer,
     ApprovalTranscript,
     CancelSignal,
@@ -35,7 +36,7 @@ from controlplane.contract import (
 from controlplane.runtime.tasks._tasks import TaskService
 
 if TYPE_CHECKING:
-    from persistence import ApprovalBook, Fence, SqlStore, StoredRequest
+    from persistence import ApprovalBook, Fence, StoredRequest
 
 __all__ = ["ActivationDesk", "Waiters", "deny_at_deadline"]
 
@@ -74,38 +75,45 @@ class Waiters:
 
 class ActivationDesk:
     """The `ApprovalDesk` of one activation (built by
-    `controlplane.runtime.approvals._approvals.Approvals`)."""
+    `controlplane.runtime.approvals._approvals.Approvals`).
+
+    Whose request it writes (its Task, child, parent session and claim) it reads from the
+    activation's frozen view, and which turn from the transcript it writes through: it
+    keeps no copy of either. What it holds of its own: the requests it asked (their
+    deadlines), the child's provider (learnt once the child is loaded, named on each
+    request so only a runtime that has it continues the Task), and the live signal its
+    wait hooks onto.
+    """
 
     def __init__(
         self,
         *,
-        store: SqlStore,
+        book: ApprovalBook,
         tasks: TaskService,
         waiters: Waiters,
-        task_id: str,
-        child_id: str,
-        parent_session: str,
+        runtime_id: str,
+        view: ActivationFacts,
         provider: str,
-        turn: int,
-        fence: Fence | None,
         signal: CancelSignal,
         transcript: ApprovalTranscript,
         grace_s: float,
     ) -> None:
-        self._store = store
-        self._book = store.approvals
+        self._book = book
         self._tasks = tasks
         self._waiters = waiters
-        self._task_id = task_id
-        self._child_id = child_id
-        self._parent_session = parent_session
+        self._runtime_id = runtime_id
+        self._view = view
         self._provider = provider
-        self._turn = turn
-        self._fence = fence
         self._signal = signal
         self._transcript = transcript
         self.grace_s = grace_s
         self._asked: dict[str, StoredRequest] = {}
+
+    @property
+    def _fence(self) -> Fence | None:
+        """The claim every parking write is conditional on (None: a run that cannot park)."""
+        fence = self._view.fence
+        return None if fence is None else (self._runtime_id, fence)
 
     def ask(
         self,
@@ -121,13 +129,13 @@ class ActivationDesk:
         """`controlplane.contract.ApprovalDesk.ask`."""
         from persistence import StoredRequest
 
-        now = utcnow()
+        view, now = self._view, utcnow()
         request = StoredRequest(
             request_id=str(uuid.uuid4()),
-            task_id=self._task_id,
-            child_id=self._child_id,
-            parent_session=self._parent_session,
-            turn=self._turn,
+            task_id=view.task_id,
+            child_id=view.child_id,
+            parent_session=view.owner_session,
+            turn=self._transcript.turn,
             call_id=call_id,
             tool=tool,
             arguments=dict(arguments),
@@ -154,7 +162,7 @@ class ActivationDesk:
             EventKind.APPROVAL_REQUEST, data, None, self._book.asking(request)
         )
         self._asked[request.request_id] = request
-        self._tasks.asking(self._task_id, request.public())
+        self._tasks.asking(view.task_id, request.public())
         return request.request_id
 
     def wait(self, request_id: str, *, park: bool = True) -> ApprovalAnswer | None:
@@ -189,7 +197,7 @@ class ActivationDesk:
                     raise SubagentControlError(
                         ErrorCode.CANCELLED,
                         f"the wait for request {request_id} ended: {self._signal.reason}",
-                        task_id=self._task_id,
+                        task_id=self._view.task_id,
                     )
                 if self._deadline_passed(request_id):
                     continue  # denied by its deadline: taken on the next round
@@ -213,9 +221,9 @@ class ActivationDesk:
             EventKind.APPROVAL_ANSWER,
             data,
             answer.source,
-            self._book.taking(request_id, self._task_id),
+            self._book.taking(request_id, self._view.task_id),
         )
-        self._tasks.asking(self._task_id, None)
+        self._tasks.asking(self._view.task_id, None)
 
     def _deadline_passed(self, request_id: str) -> bool:
         """Deny an unanswered request whose deadline passed; whether it did."""
@@ -228,15 +236,16 @@ class ActivationDesk:
     def _stored(self, request_id: str) -> StoredRequest | None:
         from persistence import StoredRequest
 
-        found = self._book.of_tasks([self._task_id]).get(self._task_id)
+        view = self._view
+        found = self._book.of_tasks([view.task_id]).get(view.task_id)
         if found is None or found.id != request_id:
             return None
         request = StoredRequest(
             request_id=found.id,
-            task_id=self._task_id,
-            child_id=self._child_id,
-            parent_session=self._parent_session,
-            turn=self._turn,
+            task_id=view.task_id,
+            child_id=view.child_id,
+            parent_session=view.owner_session,
+            turn=self._transcript.turn,
             call_id="",
             tool=found.tool,
             arguments=found.arguments,
@@ -256,7 +265,7 @@ class ActivationDesk:
         if fence is None:
             return False
         return self._transcript.park_with(
-            lambda: self._book.park(request_id, self._child_id, fence)
+            lambda: self._book.park(request_id, self._view.child_id, fence)
         )
 
 

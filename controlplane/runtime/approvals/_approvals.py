@@ -26,6 +26,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from controlplane.contract import (
+    ActivationFacts,
     ApprovalDesk,
     ApprovalRequest,
     ApprovalTranscript,
@@ -126,28 +127,21 @@ class Approvals:
 
     def desk(
         self,
+        view: ActivationFacts,
         *,
-        task_id: str,
-        child_id: str,
-        parent_session: str,
         provider: str,
-        turn: int,
-        fence: int | None,
         signal: CancelSignal,
         transcript: ApprovalTranscript,
     ) -> ApprovalDesk:
         """The desk of one activation
         (`controlplane.runtime.approvals._approval_desk.ActivationDesk`)."""
         return ActivationDesk(
-            store=self._store,
+            book=self._book,
             tasks=self._tasks,
             waiters=self._waiters,
-            task_id=task_id,
-            child_id=child_id,
-            parent_session=parent_session,
+            runtime_id=self._runtime.id,
+            view=view,
             provider=provider,
-            turn=turn,
-            fence=None if fence is None else (self._runtime.id, fence),
             signal=signal,
             transcript=transcript,
             grace_s=self.grace_s,

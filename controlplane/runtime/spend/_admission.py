@@ -23,7 +23,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -62,10 +62,22 @@ _SWEEP_EVERY_S = 30.0
 
 
 @dataclass(eq=False)
-class _Waiter:
+class _Entered:
+    """One Task of this runtime with a row in the store's admission queue, from its entry
+    until its release: the one place this runtime keeps what its gate needs of it.
+
+    Nothing here is a copy of the Task ledger's projection (which reads ``queued`` and
+    the wait's times for the Task's owner, told by this class) or of the activation's
+    view: the keys and place are the queue row's (kept so a release of a Task under no
+    limit costs no store call, and so the waiting Tasks are asked in the store's order
+    without a read), ``admitted`` is the store's answer at entry that the gate takes once,
+    and the event is the gate's thread parked on it."""
+
     task_id: str
     keys: frozenset[str]
     seq: int  # its place in the store's FIFO order: this runtime tries its own in it
+    admitted: bool = False  # the store admitted it at entry: a start's gate passes at once
+    waiting: bool = False  # its gate waits for a slot (`event`, then `result`)
     event: threading.Event = field(default_factory=threading.Event)
     result: Admitted | None = None
 
@@ -97,10 +109,8 @@ class Admission:
         self._tasks = tasks
         self._agents = agents
         self._lock = threading.Lock()
-        # Tasks of this runtime with rows: their keys and place in the store's order.
-        self._entered: dict[str, tuple[frozenset[str], int]] = {}
-        self._admitted: set[str] = set()  # entered and admitted before their gate
-        self._waiters: dict[str, _Waiter] = {}  # in arrival order
+        # This runtime's Tasks with rows in the queue (`_Entered`), by Task id.
+        self._entered: dict[str, _Entered] = {}
         self._wake = threading.Event()
         self._stopped = threading.Event()
         self._spawn: Callable[[ActivationPlan], None] | None = None
@@ -156,8 +166,9 @@ class Admission:
     def _enter(self, plan: ActivationPlan, keys: frozenset[str]) -> Admitted:
         from persistence import Admitted
 
+        entered = _Entered(plan.task_id, keys, 0)
         with self._lock:
-            self._entered[plan.task_id] = (keys, 0)
+            self._entered[plan.task_id] = entered
         try:
             found, seq = self._queue.enter(
                 plan.task_id, child_id=plan.child_id, runtime_id=self._runtime.id,
@@ -168,10 +179,9 @@ class Admission:
                 self._entered.pop(plan.task_id, None)
             raise
         with self._lock:
-            self._entered[plan.task_id] = (keys, seq)
+            entered.seq = seq
+            entered.admitted = found is Admitted.NOW
         if found is Admitted.NOW:
-            with self._lock:
-                self._admitted.add(plan.task_id)
             self._tasks.admitted(plan.task_id, None)
         elif found is Admitted.WAIT:
             self._tasks.queue(plan.task_id, utcnow())
@@ -187,8 +197,9 @@ class Admission:
         task_id = plan.task_id
         with self._lock:
             entered = self._entered.get(task_id)
-            ready = task_id in self._admitted
-            self._admitted.discard(task_id)
+            ready = entered is not None and entered.admitted
+            if entered is not None:
+                entered.admitted = False  # taken once
         if ready:
             return None
         if entered is None:  # a resume: its model is known now that its child is loaded
@@ -200,33 +211,27 @@ class Admission:
                 found = self._enter(plan, keys)
             except SubagentControlError as exc:
                 return TaskOutcome(status=TaskStatus.FAILED, detail=exc.message, code=exc.code)
-            with self._lock:
-                self._admitted.discard(task_id)
             if found is Admitted.NOW:
                 return None
             if found is Admitted.GONE:
                 return _settled_elsewhere()
-            with self._lock:
-                entered = self._entered.get(task_id)
-        if entered is None:  # released meanwhile (its start was refused)
-            return _settled_elsewhere()
-        return self._wait_for_slot(plan, *entered)
+        return self._wait_for_slot(plan)
 
-    def _wait_for_slot(
-        self, plan: ActivationPlan, keys: frozenset[str], seq: int
-    ) -> TaskOutcome | None:
+    def _wait_for_slot(self, plan: ActivationPlan) -> TaskOutcome | None:
         from persistence import Admitted
 
-        waiter = _Waiter(plan.task_id, keys, seq)
         with self._lock:
-            self._waiters[plan.task_id] = waiter
+            waiter = self._entered.get(plan.task_id)
+            if waiter is None:  # released meanwhile (its start was refused)
+                return _settled_elsewhere()
+            waiter.waiting = True
         plan.signal.add_callback(lambda _reason: waiter.event.set())
         self._wake.set()
         # Ends when admitted, killed (its signal: kill, owner disposal, close, fencing) or
         # settled elsewhere; close aborts every signal, so no gate outlives the runtime.
         waiter.event.wait()
         with self._lock:
-            self._waiters.pop(plan.task_id, None)
+            waiter.waiting = False
         if waiter.result is Admitted.NOW:
             self._tasks.admitted(plan.task_id, utcnow())
             return None
@@ -239,14 +244,18 @@ class Admission:
         transaction, the Tasks waiting here that the freed slot lets run (never raises: a
         release the store refused frees the slot anyway, once the Task's settlement is in:
         the queue joins the Task rows; the row itself goes with the next sweep)."""
+        from persistence import Admitted
+
         with self._lock:
             entered = self._entered.pop(task_id, None)
-            self._admitted.discard(task_id)
             if entered is None:
                 return
-            keys = entered[0]
+            if entered.waiting:  # its own gate waits (its start was refused): it never runs
+                entered.result = Admitted.GONE
+                entered.event.set()
+            keys = entered.keys
             waiters = sorted(
-                (w for w in self._waiters.values() if w.keys & keys and not w.event.is_set()),
+                (w for w in self._waiting() if w.keys & keys and not w.event.is_set()),
                 key=lambda w: w.seq,
             )
         try:
@@ -263,13 +272,17 @@ class Admission:
             waiter.result = found
             waiter.event.set()
 
+    def _waiting(self) -> Iterator[_Entered]:
+        """The entered Tasks whose gates wait for a slot (under the lock)."""
+        return (entered for entered in self._entered.values() if entered.waiting)
+
     # -- deciding (this runtime's admission thread) ----------------------------------------
 
     def _run(self) -> None:
         last_scan = last_sweep = 0.0
         while not self._stopped.is_set():
             with self._lock:
-                waiting = bool(self._waiters)
+                waiting = any(True for _ in self._waiting())
             self._wake.wait(_POLL_WAITING_S if waiting else _POLL_IDLE_S)
             self._wake.clear()
             if self._stopped.is_set():
@@ -295,7 +308,7 @@ class Admission:
         from persistence import Admitted
 
         with self._lock:
-            waiters = sorted(self._waiters.values(), key=lambda w: w.seq)
+            waiters = sorted(self._waiting(), key=lambda w: w.seq)
         full: set[str] = set()
         for waiter in waiters:
             if waiter.event.is_set() or waiter.keys & full:
@@ -348,7 +361,7 @@ class Admission:
         except SubagentControlError:
             return  # closing: it stays queued under this runtime, adopted again once dead
         with self._lock:
-            self._entered[head.task_id] = (keys, head.seq)
+            self._entered[head.task_id] = _Entered(head.task_id, keys, head.seq)
         assert self._spawn is not None
         try:
             self._spawn(plan)

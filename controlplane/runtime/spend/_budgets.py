@@ -52,6 +52,7 @@ from controlplane.contract import (
 )
 
 if TYPE_CHECKING:
+    from controlplane.contract import ActivationFacts
     from persistence import ScopeCounts, ScopeSpend, SpendLedger, SqlStore
 
 __all__ = [
@@ -151,17 +152,15 @@ class Budgets:
 
     def gate(
         self,
+        view: ActivationFacts,
         *,
-        child_id: str,
-        parent_session: str,
-        task_id: str,
         label: str,
         own: Budget | None,
         held: Callable[[], Spent],
     ) -> _Gate:
         """The gate of one activation (see the module docstring)."""
-        gate = _Gate(self, child_id, parent_session, task_id, label, own, held)
-        admitted = self._admitted_rows(child_id)
+        gate = _Gate(self, view, label, own, held)
+        admitted = self._admitted_rows(view.child_id)
         if admitted is not None:
             gate.admitted(*admitted)
         return gate
@@ -310,14 +309,16 @@ class Budgets:
 
 
 class _Gate:
-    """One activation's `TurnGate`: asked from the run's thread, read by its activation."""
+    """One activation's `TurnGate`: asked from the run's thread, read by its activation.
+
+    Whose spend it checks (the child, its parent session, the Task a notice names) it
+    reads from the activation's frozen view; what it keeps is its own: the rows its next
+    check uses, the turn's tool rounds and the reason it stopped the run."""
 
     def __init__(
         self,
         budgets: Budgets,
-        child_id: str,
-        parent_session: str,
-        task_id: str,
+        view: ActivationFacts,
         label: str,
         own: Budget | None,
         held: Callable[[], Spent],
@@ -325,9 +326,7 @@ class _Gate:
         self._budgets = budgets
         self._held = held
         self._spend = budgets._spend
-        self._child_id = child_id
-        self._parent_session = parent_session
-        self._task_id = task_id
+        self._view = view
         self._label = label
         self._own = own
         self._started = time.monotonic()
@@ -337,7 +336,7 @@ class _Gate:
         # against yet, else a view the store published after number `_seen` (the newest
         # one this gate used, or the newest before it existed: an earlier turn's).
         self._unused: dict[str, ScopeCounts] | None = None
-        self._seen = self._spend.newest(child_id)
+        self._seen = self._spend.newest(view.child_id)
         self._rounds = 0
         self._exhausted: str | None = None
         self._limited = False  # the last check found a budget on some scope
@@ -415,7 +414,7 @@ class _Gate:
                     self._limited = True
                     spent = _spent(row, running)
                     reached = spent.reached(budget, names) or f"{name} budget reached"
-                    self._trip(_whose(scope, self._child_id, reached))
+                    self._trip(_whose(scope, self._view.child_id, reached))
                 if notice is not None and value >= notice and not noticed and notice_at:
                     noticed = True  # one notice per scope and check: the first limit's
                     passed = _spent(row, running).passed(budget, notice_at)
@@ -427,17 +426,18 @@ class _Gate:
         """The scopes and the rows to check against (see the module docstring)."""
         scopes = self._scopes
         if scopes is None:  # the turn's first check: its chain and rows, one statement
-            scopes, found = self._spend.chain_and_rows(self._child_id, self._parent_session)
+            view = self._view
+            scopes, found = self._spend.chain_and_rows(view.child_id, view.owner_session)
             self._scopes, self._unused = scopes, _counts(found)
             return scopes, self._unused
-        view = self._spend.view(self._child_id, self._seen)
-        if view is not None:
-            viewed = view[1]
+        published = self._spend.view(self._view.child_id, self._seen)
+        if published is not None:
+            viewed = published[1]
             for scope in scopes:
                 if scope not in viewed:
                     break
             else:
-                self._seen, self._unused = view
+                self._seen, self._unused = published
                 return scopes, viewed
         if self._unused is None:
             self._unused = _counts(self._spend.read(scopes))
@@ -447,15 +447,15 @@ class _Gate:
         scope = scopes[index]
         if scope.startswith(_SESSION):
             owner = scope[len(_SESSION) :]
-            child = _child_of(scopes[index - 1]) if index > 0 else self._child_id
+            child = _child_of(scopes[index - 1]) if index > 0 else self._view.child_id
             subject = f"session {owner} (its subagents together)"
         else:
             child = _child_of(scope)
             above = scopes[index + 1] if index + 1 < len(scopes) else None
-            owner = _child_of(above) if above is not None else self._parent_session
+            owner = _child_of(above) if above is not None else self._view.owner_session
             subject = f"subagent {child}" + ("" if index == 0 else " (with its subagents)")
         summary = f"budget notice: {subject} has spent {passed}"
-        self._spend.warn(scope, (owner, self._task_id, child, self._label, summary))
+        self._spend.warn(scope, (owner, self._view.task_id, child, self._label, summary))
 
     def _trip(self, why: str) -> None:
         with self._lock:
@@ -466,7 +466,7 @@ class _Gate:
     def _error(self) -> SubagentControlError:
         return SubagentControlError(
             ErrorCode.BUDGET_EXHAUSTED, self._exhausted or "budget exhausted",
-            child_id=self._child_id, task_id=self._task_id,
+            child_id=self._view.child_id, task_id=self._view.task_id,
         )  # fmt: skip
 
 
