@@ -61,11 +61,13 @@ class MessageHolding:
 
         def _retire(self) -> None: ...
 
+        _label: str | None
+
         def _squatter(self, current: Activation | None) -> SubagentControlError | None: ...
 
         def _on_send(self, send: SendMessage) -> Reply: ...
 
-        def _continue(self, send: SendMessage, task_id: str) -> Reply: ...
+        def _continue(self, send: SendMessage, task_id: str, *, checked: bool = False) -> Reply: ...
 
         def _inbox_for(self, plan: ActivationPlan) -> ActivationInbox: ...
 
@@ -155,6 +157,7 @@ class MessageHolding:
                 handed = list(current.held)
                 current.held.clear()
             elif effect == "make_inbox":
+                self._label = current.plan.label or self._label  # the claimed Task's
                 current.inbox = self._inbox_for(current.plan)
                 if current.broken is not None:
                     current.inbox.close(ErrorCode.NOT_DELIVERED, current.broken)
@@ -229,9 +232,9 @@ class MessageHolding:
                 conflict = self._squatter(None)
                 if conflict is not None:
                     raise conflict
-                if send.continues is None and self._ctx.budgets is not None and not checked:
-                    self._ctx.budgets.check_resume(self._child_id)  # as for any next turn
-                reply = self._continue(send, parked_task_id)
+                # Its budget check (as for any next turn) runs with the claim, off this
+                # mailbox, unless it passed one just now.
+                reply = self._continue(send, parked_task_id, checked=checked)
             else:
                 reply = self._on_send(send)
         except SubagentControlError as exc:

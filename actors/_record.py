@@ -14,9 +14,13 @@ ignored, never a silent change.
 A resume begins ``claiming``: its store work (the budget check, then the Task admitted with
 the child's claim and the message in its turn) is an effect run off the supervisor's
 mailbox, by the activation it starts, whose result comes back as `Claimed` or
-`ClaimFailed`. Messages that come meanwhile are held, and decided afresh once the claim's
-result is in, so the mailbox keeps serving (a status ask, another message) while the
-store works.
+`ClaimFailed`. A parked Task's continuation begins ``claiming`` too, through the same rows:
+its budget check and the parked Task claimed for this runtime run in the activation it
+starts (`Claimed`: the continued turn takes its message; `ClaimFailed`: another runtime
+continues it, or, with no provider here, its message went into the parked turn in the
+store and its sender was answered ``steered``). Messages that come meanwhile are held,
+and decided afresh once the claim's result is in, so the mailbox keeps serving (a status
+ask, another message) while the store works.
 
 The table (``*``: any of ``claiming``, ``admitted``, ``published``, ``settling``,
 ``parking``):
@@ -115,8 +119,9 @@ ActivationPhase = Literal[
 """Where an activation is in its life:
 
 - ``claiming``: a resume's claim runs (its budget check, then its Task admitted with the
-  child's claim and the message in its turn), off the supervisor's mailbox: messages sent
-  now are held until its result is in; its Task has no id yet;
+  child's claim and the message in its turn), or a parked Task's continuation's (its
+  budget check, then that Task claimed for this runtime), off the supervisor's mailbox:
+  messages sent now are held until its result is in; a resume's Task has no id yet;
 - ``admitted``: its Task exists and the activation began (loading, framing, waiting for
   a slot, starting its run); a ``recovered`` or ``continued`` one goes on in a turn its
   Task opened earlier (``ActivationPlan.kind`` and ``recovery`` say which);
@@ -129,7 +134,7 @@ ActivationPhase = Literal[
 - ``handed_over``: `close()` stopped its run mid-turn (or its provider is elsewhere):
   the Task stays in the store, its turn open, for a runtime with its provider;
 - ``ended``: its Task settled here;
-- ``refused``: its resume's claim was refused: no Task was started.
+- ``refused``: its claim was refused: no Task was started (or continued here).
 
 The last four are final; the supervisor then drops the record.
 """
@@ -142,16 +147,17 @@ FINAL: Final = frozenset({"parked", "handed_over", "ended", "refused"})
 
 @dataclass(frozen=True, slots=True)
 class Claimed:
-    """The resume's claim committed: its Task exists, the child claimed for it and the
-    message in its turn (``plan``: the claimed activation's plan)."""
+    """The claim committed: a resume's Task exists, the child claimed for it and the
+    message in its turn, or a parked Task is claimed for this runtime (``plan``: the
+    claimed activation's plan)."""
 
     plan: ActivationPlan
 
 
 @dataclass(frozen=True, slots=True)
 class ClaimFailed:
-    """The resume's claim was refused (``error``): nothing was started. A `ParkedTask`
-    names the parked Task its messages go on in."""
+    """The claim was refused (``error``): nothing was started. A `ParkedTask` names the
+    parked Task a resume's messages go on in."""
 
     error: SubagentControlError
 
@@ -347,7 +353,8 @@ class Activation:
     # Messages held while its run parks (or its claim runs), in arrival order: delivered
     # once it has parked (or the claim's result is in).
     held: list[Held] = field(default_factory=list)
-    # A resume's claim, run by its activation (phase ``claiming`` until its result is in).
+    # A resume's (or a continuation's) claim, run by its activation (phase ``claiming``
+    # until its result is in).
     claim: ResumeClaim | None = None
 
     def apply(self, event: ActivationEvent) -> tuple[Effect, ...]:

@@ -1,8 +1,8 @@
 """How a supervisor starts its child's next activation: a resume (a new Task, its message
-written with the child's claim in one transaction, by the activation it starts, off the
-supervisor's mailbox) or the continuation of a parked Task (claimed here, its open turn
-gone on with); either way a plan, a fresh record and inbox, and the activation actor that
-runs it.
+written with the child's claim in one transaction) or the continuation of a parked Task
+(the Task claimed for this runtime, its open turn gone on with), each claimed by the
+activation it starts, off the supervisor's mailbox; either way a plan, a fresh record and
+inbox, and the activation actor that runs it.
 
 A mixin of `actors.supervisor.ChildSupervisor`: it runs on the supervisor's thread, in its
 mailbox order, and reads and writes the supervisor's own fields.
@@ -13,7 +13,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from actors._inbox import ActivationInbox
-from actors._outcomes import not_delivered
 from actors._record import Activation, ActivationSlot
 from actors.activation import ActivationActor
 from actors.messages import (
@@ -24,13 +23,7 @@ from actors.messages import (
     ResumeClaim,
     SendMessage,
 )
-from controlplane.contract import (
-    CancelSignal,
-    ErrorCode,
-    SubagentControlError,
-    TextBlock,
-    text_of,
-)
+from controlplane.contract import CancelSignal, SubagentControlError, TextBlock, text_of
 
 if TYPE_CHECKING:
     import pykka
@@ -70,56 +63,14 @@ class ActivationStarts:
 
         def _retire(self) -> None: ...
 
-    def _continue(self, send: SendMessage, task_id: str) -> Reply:
-        """Continue ``task_id``, parked on an approval request, in a new activation here:
-        the child claimed for it, its open turn gone on with. A message sent
-        with it (a steer to a waiting child) is held and delivered at publication, into
-        that same turn: answered ``steered`` with the parked Task's id."""
-        recovery = 0
-        if send.recovered is not None:
-            # Taken over from a runtime that ended mid-turn: claimed here already.
-            snapshot, fence, recovery = send.recovered
-        else:
-            approvals = self._ctx.approvals
-            try:
-                claimed = approvals.claim_parked(task_id, self._child_id) if approvals else None
-            except SubagentControlError as exc:
-                if exc.code is not ErrorCode.UNKNOWN_PROVIDER or approvals is None:
-                    raise
-                if send.continues is not None or not send.message:
-                    raise
-                # No provider here (a console, a front): the message is written into the
-                # parked turn, durably, and the runtime that continues the Task (it has the
-                # provider) reads it there.
-                if not approvals.steer_parked(task_id, self._child_id, send.message, send.source):
-                    raise not_delivered(
-                        self._child_id, task_id, "its waiting task went on meanwhile"
-                    ) from exc
-                return Reply(route="steered", task_id=task_id)
-            if claimed is None:
-                raise not_delivered(
-                    self._child_id,
-                    task_id,
-                    "its waiting task is being continued by another runtime",
-                )
-            snapshot, fence = claimed
-        if send.continues is None and snapshot.owner_session != send.parent.session_id:
-            raise SubagentControlError(
-                ErrorCode.UNAUTHORIZED,
-                f"child {self._child_id} belongs to another parent session; only its direct "
-                "parent can send it messages; the message was not delivered",
-                child_id=self._child_id,
-            )
-        signal = CancelSignal()
+    def _continue(self, send: SendMessage, task_id: str, *, checked: bool = False) -> Reply:
+        """Continue ``task_id``, parked on an approval request, in a new activation here,
+        its open turn gone on with. A message sent with it (a steer to a waiting child)
+        goes into that same turn: answered ``steered`` with the parked Task's id once the
+        turn took it. The claim (the budget check unless ``checked``, then the parked Task
+        claimed for this runtime) is an effect its activation runs off this mailbox, as a
+        resume's is: the sender waits for its result, messages sent meanwhile are held."""
         receipt = FrameReceipt() if send.continues is None else None
-        self._ctx.tasks.take_over_parked(snapshot, signal)
-        trace = self._ctx.telemetry.activation(
-            task_id=task_id,
-            child_id=self._child_id,
-            route="continued",
-            origin=send.origin,
-            chars=len(text_of(send.message)),
-        )
         plan = ActivationPlan(
             kind="continued",
             task_id=task_id,
@@ -129,21 +80,38 @@ class ActivationStarts:
             # (before its run could park again), and its sender hears `steered` then.
             prompt=send.message if receipt is not None else (),
             source=send.source,
-            signal=signal,
-            label=snapshot.label,
-            trace=trace,
-            fence=fence,
+            signal=CancelSignal(),  # created before the claim, so a kill can never miss it
+            label=self._label or "",  # the claimed Task's own, once claimed
+            fence=None,
             receipt=receipt,
-            recovery=recovery,
         )
-        self._install(plan)
+        if send.recovered is not None:
+            # Taken over from a runtime that ended mid-turn: claimed here already.
+            snapshot, fence, recovery = send.recovered
+            self._ctx.tasks.take_over_parked(snapshot, plan.signal)
+            trace = self._ctx.telemetry.activation(
+                task_id=task_id,
+                child_id=self._child_id,
+                route="continued",
+                origin=send.origin,
+                chars=len(text_of(send.message)),
+            )
+            update = {"label": snapshot.label, "trace": trace, "fence": fence}
+            self._install(plan.model_copy(update={**update, "recovery": recovery}))
+            try:
+                self._begin()
+            except Exception as exc:
+                self._fail(BeginActivation(), exc)
+            if receipt is not None:
+                return Reply(route="steered", task_id=task_id, receipt=receipt)
+            return Reply(route="started", task_id=task_id)
+        claim = ResumeClaim(send, parked=task_id, checked=checked)
+        self._install(plan, claim)
         try:
             self._begin()
         except Exception as exc:
             self._fail(BeginActivation(), exc)
-        if receipt is not None:
-            return Reply(route="steered", task_id=task_id, receipt=receipt)
-        return Reply(route="started", task_id=task_id)
+        return Reply(route="held", task_id=task_id, held=claim.held)
 
     def _resume(self, send: SendMessage) -> Reply:
         """Start the child's next activation for ``send``: its claim (the budget check, then

@@ -151,7 +151,10 @@ class SendMessage(BaseModel):
 class ResumeClaim:
     """A resume's claim, run off its supervisor's mailbox by the activation it starts: the
     budget check, then the new Task admitted with the child's claim and the message in its
-    turn, in one transaction (`actors.activation.ActivationActor`).
+    turn, in one transaction (`actors.activation.ActivationActor`). With ``parked`` (a
+    parked Task's id) it is that Task's continuation's claim instead: the budget check
+    (unless ``checked``: it passed one just now), then the parked Task claimed for this
+    runtime, its message going into the continued turn.
 
     ``held`` is the resuming sender's answer: the activation resolves it ``started`` once
     the claim committed (the message durable), after `claimed` (the claimed Task's plan).
@@ -161,10 +164,14 @@ class ResumeClaim:
     (`ClaimCommitted`). A refused claim goes to the supervisor (`ClaimRefused`), which
     answers the sender."""
 
-    __slots__ = ("_holds", "_lock", "held", "plan", "send")
+    __slots__ = ("_holds", "_lock", "checked", "held", "parked", "plan", "send")
 
-    def __init__(self, send: SendMessage) -> None:
+    def __init__(
+        self, send: SendMessage, *, parked: str | None = None, checked: bool = False
+    ) -> None:
         self.send = send
+        self.parked = parked
+        self.checked = checked
         self.held = Held(send)
         self.plan: ActivationPlan | None = None
         self._lock = threading.Lock()
@@ -188,8 +195,9 @@ class ResumeClaim:
 
 
 class ClaimCommitted(BaseModel):
-    """Supervisor (from the activation): the resume's claim committed while the supervisor
-    held messages for it; they go into the claimed turn now."""
+    """Supervisor (from the activation): the claim (a resume's or a continuation's)
+    committed while the supervisor held messages for it; they go into the claimed turn
+    now."""
 
     model_config = _MESSAGE
 
@@ -197,9 +205,10 @@ class ClaimCommitted(BaseModel):
 
 
 class ClaimRefused(BaseModel):
-    """Supervisor (from the activation, an ask): the resume's claim was refused, nothing
-    was started (``error``; a `ParkedTask` names the Task its message goes on in). Replies
-    whether it took the claim's sender over (False: the activation answers it itself)."""
+    """Supervisor (from the activation, an ask): the claim (a resume's or a continuation's)
+    was refused, nothing was started (``error``; a `ParkedTask` names the Task its message
+    goes on in). Replies whether it took the claim's sender over (False: the activation
+    answers it itself)."""
 
     model_config = _MESSAGE
 

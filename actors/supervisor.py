@@ -10,9 +10,10 @@ of it after each change: the record's events and effects, and the messages held 
 run parks, are in `actors._holding`; starting the next activation (a resume, a parked
 Task's continuation) in `actors._starting`. It decides and never acts for the run: a steer
 is put into the activation's inbox (`actors._inbox`) and delivered there, so the supervisor
-calls no provider code and holds no lock across a store write; a resume's store work (its
-budget check and its claim) is an effect the activation it starts runs, off this mailbox,
-whose result comes back into the record's state machine.
+calls no provider code and holds no lock across a store write; the store work of a resume
+or of a parked Task's continuation (its budget check and its claim) is an effect the
+activation it starts runs, off this mailbox, whose result comes back into the record's
+state machine.
 """
 
 from __future__ import annotations

@@ -205,6 +205,14 @@ CLAIMING = [
     ),
     # The supervisor's own failure while the claim runs: the claim's result still comes.
     ([Broke("bug"), _claimed()], ["claiming", "admitted"], [("close_inbox",), None]),
+    # A parked Task's continuation, through the same rows: another runtime continues the
+    # Task (or, with no provider here, its message went into the parked turn in the store,
+    # its sender answered): what it held is decided afresh.
+    (
+        [_held(), ClaimFailed(SubagentControlError(ErrorCode.NOT_DELIVERED, "taken"))],
+        ["claiming", "refused"],
+        [("hold",), _REFUSED],
+    ),
 ]
 
 
