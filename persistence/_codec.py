@@ -289,7 +289,7 @@ class Transcript(list[SessionEvent]):
     decoder sees each event while it is hot, so it notes both for a few nanoseconds each.
     """
 
-    __slots__ = ("_descriptor_indexes", "_last_turn", "_length", "sealed_upto")
+    __slots__ = ("_descriptor_indexes", "_last_turn", "_length", "sealed_upto", "stored_bytes")
 
     def __init__(self) -> None:
         super().__init__()
@@ -298,6 +298,10 @@ class Transcript(list[SessionEvent]):
         self._length = 0
         self.sealed_upto = 0
         """The last ``seq`` the decoder found in a sealed segment (0: none)."""
+        self.stored_bytes = 0
+        """The length of the stored JSON the events were decoded from (a sealed segment
+        counted whole, even where only its later events were kept): what a cache of
+        decoded transcripts weighs them by."""
 
     def joined(self, later: Transcript) -> Transcript:
         """These events then ``later``'s, with what was noted of both (a new transcript)."""
@@ -310,6 +314,7 @@ class Transcript(list[SessionEvent]):
         ]
         joined._length = len(joined)
         joined.sealed_upto = max(self.sealed_upto, later.sealed_upto)
+        joined.stored_bytes = self.stored_bytes + later.stored_bytes
         return joined
 
     def copy(self) -> Transcript:
@@ -353,7 +358,7 @@ def decode_events(cursor: RowCursor, after: int = 0) -> Transcript:
     sources: dict[str, MessageSource] = {}
     last_stamp: object = _NO_STAMP
     created_at = datetime.min
-    sealed_upto = 0
+    sealed_upto = stored_bytes = 0
     while rows := cursor.fetchmany(_CHUNK_ROWS):
         for row in rows:
             # A segment's events are decoded whole, data and all; an open row is a list of
@@ -364,6 +369,7 @@ def decode_events(cursor: RowCursor, after: int = 0) -> Transcript:
                 records = (row,)
             else:
                 text = row[3]
+                stored_bytes += len(text)
                 records = exact(text) if text[:1] in _EXACT_MARKS else loads(text)
                 if records:
                     sealed_upto = records[-1][0]
@@ -371,6 +377,7 @@ def decode_events(cursor: RowCursor, after: int = 0) -> Transcript:
                         records = [record for record in records if record[0] > after]
             for seq, turn, kind, data, source_json, stamp in records:
                 if opened:
+                    stored_bytes += len(data)
                     data = exact(data) if data[:1] in _EXACT_MARKS else loads(data)
                 if turn > last_turn:
                     last_turn = turn
@@ -404,6 +411,7 @@ def decode_events(cursor: RowCursor, after: int = 0) -> Transcript:
                 set_private(event, None)
                 add(event)
     events._last_turn, events._length, events.sealed_upto = last_turn, len(events), sealed_upto
+    events.stored_bytes = stored_bytes
     return events
 
 

@@ -10,9 +10,11 @@ therefore still reads the store, in one statement as a full load does (the heade
 only the segments and open rows after what it kept: another runtime may have written), and
 joins what it read to what it kept.
 
-Bounded in children and in events held; each load hands its caller a list of its own, and
-the events themselves are shared between loads (frozen models; their ``data`` must not be
-changed in place, as no reader here does).
+Bounded in children, in events held and in their weight (the stored JSON they were
+decoded from plus a fixed allowance per event for the objects around it: a few children
+with long tool outputs weigh what thousands of short events do); each load hands its
+caller a list of its own, and the events themselves are shared between loads (frozen
+models; their ``data`` must not be changed in place, as no reader here does).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from collections import OrderedDict
 
 from persistence._codec import Transcript
 
-__all__ = ["TranscriptCache"]
+__all__ = ["MAX_BYTES", "TranscriptCache", "weigh"]
 
 
 class TranscriptCache:
@@ -32,13 +34,19 @@ class TranscriptCache:
         max_children: How many children's transcripts are kept (least recently loaded go
             first).
         max_events: How many events all kept transcripts hold together at most.
+        max_bytes: How much all kept transcripts weigh together at most (`weigh`);
+            ``None``: `MAX_BYTES`.
     """
 
-    def __init__(self, *, max_children: int = 64, max_events: int = 20_000) -> None:
+    def __init__(
+        self, *, max_children: int = 64, max_events: int = 20_000, max_bytes: int | None = None
+    ) -> None:
         self._max_children = max_children
         self._max_events = max_events
+        self._max_bytes = MAX_BYTES if max_bytes is None else max_bytes
         self._kept: OrderedDict[str, Transcript] = OrderedDict()
         self._events = 0
+        self._bytes = 0
         self._lock = threading.Lock()
 
     def get(self, child_id: str) -> Transcript | None:
@@ -50,26 +58,52 @@ class TranscriptCache:
         """Keep ``kept`` (what `get` returned, or None) joined with ``read`` (what the
         load read after it) as the child's transcript; the caller's copy of it."""
         whole = read if kept is None else kept.joined(read)
-        size = len(whole)
+        size, weight = len(whole), weigh(whole)
         with self._lock:
-            old = self._kept.pop(child_id, None)
-            if old is not None:
-                self._events -= len(old)
-            if size > self._max_events:
+            self._drop(self._kept.pop(child_id, None))
+            if size > self._max_events or weight > self._max_bytes:
                 return whole  # not kept: the caller's own
             self._kept[child_id] = whole
             self._events += size
-            while len(self._kept) > self._max_children or self._events > self._max_events:
-                _, evicted = self._kept.popitem(last=False)
-                self._events -= len(evicted)
+            self._bytes += weight
+            while (
+                len(self._kept) > self._max_children
+                or self._events > self._max_events
+                or self._bytes > self._max_bytes
+            ):
+                self._drop(self._kept.popitem(last=False)[1])
         return whole.copy()
+
+    @property
+    def weight(self) -> int:
+        """What the kept transcripts weigh together (`weigh`)."""
+        with self._lock:
+            return self._bytes
 
     def forget(self, child_id: str) -> None:
         """Drop the child's kept transcript, if any."""
         with self._lock:
-            old = self._kept.pop(child_id, None)
-            if old is not None:
-                self._events -= len(old)
+            self._drop(self._kept.pop(child_id, None))
 
     def __len__(self) -> int:
         return len(self._kept)
+
+    def _drop(self, transcript: Transcript | None) -> None:
+        if transcript is not None:
+            self._events -= len(transcript)
+            self._bytes -= weigh(transcript)
+
+
+MAX_BYTES = 16 * 1024 * 1024
+"""What the kept transcripts of one store weigh together at most, by default (`weigh`)."""
+
+EVENT_BYTES = 640
+"""The allowance per kept event for the objects around its stored JSON (the event model,
+its dicts, keys and timestamp): a load of 800 short events held 580 bytes per event beyond
+their stored JSON (tracemalloc, CPython 3.11); long text costs about its stored length."""
+
+
+def weigh(transcript: Transcript) -> int:
+    """A transcript's weight in a cache: the stored JSON it was decoded from plus
+    `EVENT_BYTES` per event."""
+    return transcript.stored_bytes + EVENT_BYTES * len(transcript)

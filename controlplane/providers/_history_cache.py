@@ -13,7 +13,9 @@ when that read still holds the events it was built from at the same places (its 
 its last, compared by value: a ``seq`` is never reused within a child, and an event at a
 place proves the ones before it), and when the next event ends the turn the entry stood in
 (the entry's rebuild has ended that turn); otherwise the whole transcript is rebuilt and
-replaces the entry. The entries are bounded in number and in messages held.
+replaces the entry. The entries are bounded in number, in messages held and in their
+weight (the messages' text plus a fixed allowance per message: a few long tool outputs
+weigh what thousands of short messages do).
 """
 
 from __future__ import annotations
@@ -36,6 +38,18 @@ class _Entry:
     first: SessionEvent
     last: SessionEvent
     rebuild: Rebuild  # after those events, its turn ended; never fed again (copied first)
+    weight: int  # `_weigh` of its messages
+
+
+MAX_BYTES = 16 * 1024 * 1024
+"""What the kept conversations of one provider weigh together at most, by default."""
+
+MESSAGE_BYTES = 400
+"""The allowance per kept message for the objects around its text (the model, its lists)."""
+
+
+def _weigh(messages: Sequence[ChatMessage]) -> int:
+    return sum(len(message.text) for message in messages) + MESSAGE_BYTES * len(messages)
 
 
 class HistoryCache:
@@ -45,13 +59,19 @@ class HistoryCache:
         max_children: How many children's conversations are kept (least recently used
             go first).
         max_messages: How many messages all kept conversations hold together at most.
+        max_bytes: How much all kept conversations weigh together at most (their text
+            plus `MESSAGE_BYTES` per message); ``None``: `MAX_BYTES`.
     """
 
-    def __init__(self, *, max_children: int = 64, max_messages: int = 20_000) -> None:
+    def __init__(
+        self, *, max_children: int = 64, max_messages: int = 20_000, max_bytes: int | None = None
+    ) -> None:
         self._max_children = max_children
         self._max_messages = max_messages
+        self._max_bytes = MAX_BYTES if max_bytes is None else max_bytes
         self._entries: OrderedDict[str, _Entry] = OrderedDict()
         self._messages = 0
+        self._bytes = 0
         self._lock = threading.Lock()
 
     def rebuild(
@@ -70,15 +90,14 @@ class HistoryCache:
         rebuild.end_turn()
         messages, unanswered = list(rebuild.messages), rebuild.unanswered()
         if events:
-            self._keep(child_id, _Entry(len(events), events[0], events[-1], rebuild))
+            weight = _weigh(messages)
+            self._keep(child_id, _Entry(len(events), events[0], events[-1], rebuild, weight))
         return messages, unanswered
 
     def forget(self, child_id: str) -> None:
         """Drop the child's kept conversation, if any."""
         with self._lock:
-            entry = self._entries.pop(child_id, None)
-            if entry is not None:
-                self._messages -= len(entry.rebuild.messages)
+            self._drop(self._entries.pop(child_id, None))
 
     def __len__(self) -> int:
         return len(self._entries)
@@ -86,16 +105,23 @@ class HistoryCache:
     def _keep(self, child_id: str, entry: _Entry) -> None:
         size = len(entry.rebuild.messages)
         with self._lock:
-            old = self._entries.pop(child_id, None)
-            if old is not None:
-                self._messages -= len(old.rebuild.messages)
-            if size > self._max_messages:
+            self._drop(self._entries.pop(child_id, None))
+            if size > self._max_messages or entry.weight > self._max_bytes:
                 return
             self._entries[child_id] = entry
             self._messages += size
-            while len(self._entries) > self._max_children or self._messages > self._max_messages:
-                _, evicted = self._entries.popitem(last=False)
-                self._messages -= len(evicted.rebuild.messages)
+            self._bytes += entry.weight
+            while (
+                len(self._entries) > self._max_children
+                or self._messages > self._max_messages
+                or self._bytes > self._max_bytes
+            ):
+                self._drop(self._entries.popitem(last=False)[1])
+
+    def _drop(self, entry: _Entry | None) -> None:
+        if entry is not None:
+            self._messages -= len(entry.rebuild.messages)
+            self._bytes -= entry.weight
 
 
 def _continues(entry: _Entry, events: Sequence[SessionEvent]) -> bool:

@@ -9,6 +9,7 @@ import tracemalloc
 import pytest
 
 from controlplane import TaskStatus, TextBlock
+from persistence import _transcripts as transcripts
 from tests.fakes import FakeProvider
 from tests.support import WAIT_S, MakeControl, idle_child
 
@@ -27,8 +28,12 @@ def forget_calls(provider: FakeProvider) -> None:
 
 
 def test_retained_memory_stays_flat_once_more_tasks_have_settled_than_it_keeps(
-    make_control: MakeControl, provider: FakeProvider
+    make_control: MakeControl, provider: FakeProvider, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # The store keeps a warm child's decoded transcript up to a weight (tested with the
+    # store): bounded, but growing with this one child's history until it reaches it. A
+    # small bound here, so that the windows below see what each activation leaves beyond it.
+    monkeypatch.setattr(transcripts, "MAX_BYTES", 64 * 1024)
     control = make_control(recent_tasks=RECENT)
     parent = control.agents.register("parent-1")
     child = idle_child(control, parent)

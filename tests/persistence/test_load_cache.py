@@ -4,10 +4,13 @@ and reads back what a fresh store reads."""
 
 from __future__ import annotations
 
+import pytest
+
 from controlplane import EventKind, NewEvent
 from persistence import SqlStore
+from persistence import _transcripts as transcripts
 from persistence._codec import Transcript
-from persistence._transcripts import TranscriptCache
+from persistence._transcripts import TranscriptCache, weigh
 from tests.persistence.conftest import message, new_child
 
 
@@ -75,3 +78,39 @@ def _decoded(store: SqlStore, child_id: str) -> Transcript:
     events = store.load(child_id).events
     assert isinstance(events, Transcript)
     return events
+
+
+def test_the_kept_transcripts_are_bounded_by_their_weight_not_only_their_count(
+    store: SqlStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A few children with long tool outputs weigh what thousands of short events do: the
+    # cache keeps what fits the weight and hands the rest out, whatever their count.
+    long_text = "x" * 40_000
+    monkeypatch.setattr(transcripts, "MAX_BYTES", 100_000)
+    with SqlStore(store.url) as small:  # its cache takes the bound when the store is made
+        cache = small._transcripts
+        children = [new_child(small).child_id for _ in range(4)]
+        for child in children:
+            small.append(child, [*_frame(1), _said(long_text)])
+            decoded = _decoded(small, child)
+            assert decoded.stored_bytes > len(long_text)
+            assert cache.weight <= 100_000
+        assert len(cache) == 2  # two of ~40 KB each fit, the older went first
+        assert cache.weight == sum(weigh(_kept(cache, c)) for c in children[-2:])
+        for child in children:  # evicted or kept, a load reads the same
+            assert [e.data for e in small.load(child).events][-1] == {"text": long_text}
+    heavy = TranscriptCache(max_bytes=10_000)
+    kept = _decoded(store, children[0])
+    assert heavy.keep(children[0], None, kept) is kept  # too heavy to keep: handed out
+    assert len(heavy) == 0
+    assert heavy.weight == 0
+
+
+def _said(text: str) -> NewEvent:
+    return NewEvent(kind=EventKind.USER_MESSAGE, turn=1, data={"text": text})
+
+
+def _kept(cache: TranscriptCache, child_id: str) -> Transcript:
+    kept = cache.get(child_id)
+    assert kept is not None
+    return kept

@@ -109,6 +109,31 @@ def test_the_cache_keeps_at_most_its_bounds() -> None:
     assert len(small) == 0
 
 
+def test_the_cache_is_bounded_by_its_conversations_weight_not_only_their_count() -> None:
+    # Long tool outputs: two conversations of ~40 KB fit a 100 KB weight, a third evicts
+    # the oldest, and one heavier than the whole bound is rebuilt and handed out, not kept.
+    def long(n: int) -> list[SessionEvent]:
+        events = _transcript()
+        said = {"text": f"{n} " + "x" * 40_000}
+        at = {"turn": 5, "created_at": _AT}
+        return [
+            *events,
+            SessionEvent(seq=len(events) + 1, kind=EventKind.TURN_START, data={}, **at),
+            SessionEvent(
+                seq=len(events) + 2, kind=EventKind.USER_MESSAGE, data=said, source=USER, **at
+            ),
+        ]
+
+    cache = HistoryCache(max_bytes=100_000)
+    for n in range(3):
+        events = long(n)
+        assert cache.rebuild(f"c{n}", events) == chat_history_with_unanswered(events)
+    assert len(cache) == 2
+    heavy = HistoryCache(max_bytes=30_000)
+    heavy.rebuild("c1", long(1))
+    assert len(heavy) == 0
+
+
 def _turn(control: SubagentControl, parent: AgentHandle, child_id: str, text: str) -> None:
     sent = control.send_message(parent, child_id, [TextBlock(text=text)])
     done = control.tasks.wait(sent.task_id, timeout=WAIT_S, requester=parent)
