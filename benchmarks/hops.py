@@ -174,7 +174,7 @@ def count_operations(config: HopsConfig, workdir: Path) -> tuple[list[Tally], li
     total = Counts()
     for run in cold_counts:
         total.messages += run.messages
-        total.transactions += run.transactions
+        total.transactions += _own(run).transactions
         total.statements += run.statements
     tallies.append(
         Tally(f"cold resume, {COLD_LENGTH} messages (to settled)", len(cold_counts), total)
@@ -205,7 +205,15 @@ def _tally(name: str, counts: Counts, ops: int, op: Callable[[], object]) -> Tal
     before = counts.snapshot()
     for _ in range(ops):
         op()
-    return Tally(name, ops, counts.since(before))
+    return Tally(name, ops, _own(counts.since(before)))
+
+
+def _own(counts: Counts) -> Counts:
+    """``counts`` without the transactions the runtime's housekeeping threads ran inside
+    the window (lease renewals, sweeps, the wake-up poll): not the operation's, and in it
+    or not as the scheduler has it."""
+    counts.transactions -= counts.swept
+    return counts
 
 
 @dataclass(frozen=True)
