@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import pytest
 
@@ -26,11 +26,13 @@ from controlplane import (
     SessionEvent,
     SubagentControl,
     SubagentControlError,
+    SubagentProvider,
     TaskOutcome,
     TaskSnapshot,
     TaskStatus,
     TextBlock,
 )
+from persistence import SqlStore
 from tests.fakes import FakeProvider, Plan
 
 T = TypeVar("T")
@@ -281,3 +283,26 @@ def supervised(control: SubagentControl) -> set[str]:
 def task_ids(control: SubagentControl, requester: AgentHandle | str) -> list[str]:
     """The requester's Task ids, oldest first."""
     return [snapshot.id for snapshot in control.tasks.list(requester)]
+
+
+@runtime_checkable
+class Gated(Protocol):
+    """A test store whose armed call waits on ``gate`` until the test opens it."""
+
+    gate: threading.Event
+
+
+@contextmanager
+def gated_control(
+    store: SqlStore, provider: SubagentProvider, **options: Any
+) -> Iterator[SubagentControl]:
+    """A control plane on ``store`` (a `Gated` one) with ``provider`` registered; on the way
+    out the gate is opened, so a call still held there ends, and the plane is closed."""
+    assert isinstance(store, Gated)
+    control = SubagentControl(store, **options)
+    control.providers.register(provider)
+    try:
+        yield control
+    finally:
+        store.gate.set()
+        control.close(timeout_s=10.0)

@@ -26,6 +26,7 @@ from tests.support import (
     WAIT_S,
     events,
     eventually,
+    gated_control,
     held_messages,
     idle_child,
     in_thread,
@@ -60,13 +61,8 @@ class _GatedClaimStore(SqlStore):
 
 @pytest.fixture
 def gated(sqlite_url: str, provider: FakeProvider) -> Iterator[SubagentControl]:
-    control = SubagentControl(_GatedClaimStore(sqlite_url))
-    control.providers.register(provider)
-    yield control
-    store = control.store
-    assert isinstance(store, _GatedClaimStore)
-    store.gate.set()
-    control.close(timeout_s=10.0)
+    with gated_control(_GatedClaimStore(sqlite_url), provider) as control:
+        yield control
 
 
 @pytest.fixture

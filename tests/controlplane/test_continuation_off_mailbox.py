@@ -25,7 +25,7 @@ from controlplane.contract import SupervisorNode
 from controlplane.models import ModelReply, ToolCall
 from controlplane.providers._agent_loop import THREAD_PREFIX
 from persistence import SqlStore
-from tests.support import WAIT_S, eventually, held_messages, in_thread, text
+from tests.support import WAIT_S, eventually, gated_control, held_messages, in_thread, text
 
 DEPLOY = ModelReply(
     text="shipping it", tool_calls=[ToolCall(id="c1", name="deploy", arguments={"env": "prod"})]
@@ -61,13 +61,10 @@ def gated(sqlite_url: str) -> Iterator[SubagentControl]:
         lambda arguments: f"deployed {arguments['env']}",
         approval="always",
     )
-    control = SubagentControl(_GatedContinueStore(sqlite_url), approval_grace_s=0.05)
-    control.providers.register(InProcessProvider(ScriptedModel([DEPLOY, "done"]), tools=[deploy]))
-    yield control
-    store = control.store
-    assert isinstance(store, _GatedContinueStore)
-    store.gate.set()
-    control.close(timeout_s=10.0)
+    provider = InProcessProvider(ScriptedModel([DEPLOY, "done"]), tools=[deploy])
+    store = _GatedContinueStore(sqlite_url)
+    with gated_control(store, provider, approval_grace_s=0.05) as control:
+        yield control
 
 
 def _node(control: SubagentControl, child_id: str) -> SupervisorNode:

@@ -34,6 +34,7 @@ from tests.support import (
     MakeControl,
     events,
     eventually,
+    gated_control,
     held_messages,
     idle_child,
     in_thread,
@@ -234,13 +235,8 @@ class _GatedLoadStore(SqlStore):
 
 @pytest.fixture
 def gated(sqlite_url: str, provider: FakeProvider) -> Iterator[SubagentControl]:
-    control = SubagentControl(_GatedLoadStore(sqlite_url))
-    control.providers.register(provider)
-    yield control
-    store = control.store
-    assert isinstance(store, _GatedLoadStore)
-    store.gate.set()
-    control.close(timeout_s=10.0)
+    with gated_control(_GatedLoadStore(sqlite_url), provider) as control:
+        yield control
 
 
 def test_the_real_parent_is_not_told_task_not_found_while_a_foreign_resume_loads(
