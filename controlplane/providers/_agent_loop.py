@@ -284,30 +284,32 @@ class AgentLoopRun:
                 # resumed child's conversation is the one this model saw (`chat_history`).
                 # The call's usage rides in the same event: durable with the message, never
                 # a second write a crash could separate from it.
-                self._transcript.append(
-                    EventKind.ASSISTANT_MESSAGE,
-                    {
-                        "text": reply.text,
-                        STEERING_SEEN: seen,
-                        **usage_data(reply.usage, counted=_ONE_MODEL_CALL),
-                    },
-                )
-                history.append(ChatMessage(role="assistant", text=reply.text, tool_calls=calls))
+                data = {
+                    "text": reply.text,
+                    STEERING_SEEN: seen,
+                    **usage_data(reply.usage, counted=_ONE_MODEL_CALL),
+                }
                 if reply.text:
                     output = reply.text
-                if calls:
-                    if not self._run_tools(calls, history, reason=reply.text):
-                        stop_reason = StopReason.ABORTED
-                        break
-                    continue  # the model reads the results, with whatever was steered
-                # Whatever the reply's stop reason, a message the turn accepted meanwhile is
-                # answered in this turn: its sender heard `steered`. Deciding to end and
-                # refusing later steers is one step under the lock.
-                with self._lock:
-                    if not self._queue:
-                        self._closed = True
+                if not calls:
+                    # Whatever the reply's stop reason, a message the turn accepted meanwhile
+                    # is answered in this turn: its sender heard `steered`. Deciding to end
+                    # and refusing later steers is one step under the lock; the reply is
+                    # then the turn's last event, written with the turn's end.
+                    with self._lock:
+                        ending = not self._queue
+                        if ending:
+                            self._closed = True
+                    if ending:
+                        self._transcript.append(EventKind.ASSISTANT_MESSAGE, data, last=True)
                         stop_reason = reply.stop_reason
                         break
+                self._transcript.append(EventKind.ASSISTANT_MESSAGE, data)
+                history.append(ChatMessage(role="assistant", text=reply.text, tool_calls=calls))
+                if calls and not self._run_tools(calls, history, reason=reply.text):
+                    stop_reason = StopReason.ABORTED
+                    break
+                # The model reads the tool results or the messages steered meanwhile.
         except Parked:
             # Waiting for an approval answer past the grace period: the run ends, its Task
             # stays input_required, and the answer continues the turn.
