@@ -15,42 +15,23 @@ from collections.abc import Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
-import pykka
-
-from actors import (
-    ActivationPlan,
-    ActorContext,
-    Passivator,
-    RootActor,
-    RootActorProxy,
-    RoutingTable,
-    SendMessage,
-    SpawnChild,
-    deliver,
-)
 from controlplane.contract import (
     ActorTree,
     AgentHandle,
     AgentRegistry,
-    Budget,
     CancelSignal,
     ChildView,
     ContinuableStart,
-    ContinuableStartSpec,
     ErrorCode,
     MessageSource,
-    Price,
-    Prices,
     ProviderRegistry,
-    SendResult,
     SubagentControlError,
-    TaskSnapshot,
     seconds_problem,
     utcnow,
 )
 from controlplane.runtime._child_views import child_views
 from controlplane.runtime._exit import close_at_exit, closed
-from controlplane.runtime._handle import HandleApi, Message
+from controlplane.runtime._handle import HandleApi
 from controlplane.runtime._task_view import Tasks
 from controlplane.runtime._validate import (
     check_child_id,
@@ -73,17 +54,30 @@ from controlplane.runtime.lease._recovery import DEFAULT_MAX_RECOVERIES, PROVIDE
 from controlplane.runtime.lease._runtime import Heartbeat, Runtime, new_runtime_id
 from controlplane.runtime.routing._forwarding import Forwarder
 from controlplane.runtime.routing._router import Router
-from controlplane.runtime.spend._admission import Admission, placed_nodes
-from controlplane.runtime.spend._budgets import DEFAULT_MAX_TOOL_ROUNDS, DEFAULT_NOTICE_AT, Budgets
+from controlplane.runtime.spend._admission import placed_nodes
+from controlplane.runtime.spend._budgets import DEFAULT_MAX_TOOL_ROUNDS, DEFAULT_NOTICE_AT
 from controlplane.runtime.spend._spend_api import SpendApi, SpendOptions
 from controlplane.runtime.tasks._tasks import TaskService
-from controlplane.telemetry import Operation, Telemetry
+from controlplane.telemetry import Telemetry
 
 if TYPE_CHECKING:
     from opentelemetry.metrics import MeterProvider
     from opentelemetry.trace import TracerProvider
 
+    from actors import ActivationPlan, Passivator, RootActorProxy, SendMessage
+    from controlplane.contract import (
+        Budget,
+        ContinuableStartSpec,
+        Price,
+        Prices,
+        SendResult,
+        TaskSnapshot,
+    )
     from controlplane.runtime._admin import AdminServer
+    from controlplane.runtime._handle import Message
+    from controlplane.runtime.spend._admission import Admission
+    from controlplane.runtime.spend._budgets import Budgets
+    from controlplane.telemetry import Operation
     from persistence import SqlStore
 
 __all__ = ["TASK_TOOLS_SURFACE", "ChildView", "SubagentControl"]
@@ -224,6 +218,10 @@ class SubagentControl(HandleApi, SpendApi, ApprovalApi):
         self._lock = threading.Lock()
         self._closed = False
         self._admin_servers: list[AdminServer] = []
+        # The actor system (pykka, the message models) loads here, on first use, not with
+        # the public import: a command line call or a program that only imports pays nothing.
+        from actors import ActorContext, Passivator, RootActor, RootActorProxy, RoutingTable
+
         self._routes = RoutingTable()
         # Built in one straight line, each object given what it needs: the runtime (its row
         # and judgement, store only), the forwarder and the router on it, the Task service
@@ -380,6 +378,8 @@ class SubagentControl(HandleApi, SpendApi, ApprovalApi):
         signal = CancelSignal()
         task = self._tasks.start(label=spec.label, owner=parent, child_id=child_id, signal=signal)
         trace = op.admit(task_id=task.id, child_id=child_id, route="initial", descriptor=descriptor)
+        from actors import ActivationPlan, SpawnChild
+
         plan = ActivationPlan(
             kind="initial",
             task_id=task.id,
@@ -466,6 +466,8 @@ class SubagentControl(HandleApi, SpendApi, ApprovalApi):
         source = check_source(
             source or MessageSource(kind="coordinator", sender_session_id=parent.session_id)
         )
+        from actors import SendMessage
+
         send = SendMessage(
             parent=parent,
             message=blocks,
@@ -476,6 +478,8 @@ class SubagentControl(HandleApi, SpendApi, ApprovalApi):
 
     def _route(self, child_id: str, send: SendMessage) -> SendResult:
         """Hand ``send`` to the child's supervisor here and return what it did."""
+        from actors import deliver
+
         root = self._require_store()
         return deliver(self._routes, root, child_id, send, check_open=self._check_open)
 
@@ -495,6 +499,8 @@ class SubagentControl(HandleApi, SpendApi, ApprovalApi):
         """The actor tree right now; a supervisor busier than ``timeout_s`` shows as busy."""
         nodes = []
         if self._root is not None and not self._closed:
+            import pykka
+
             try:
                 nodes = self._root.describe_all(timeout_s)
             except (pykka.ActorDeadError, pykka.Timeout):
@@ -551,6 +557,8 @@ class SubagentControl(HandleApi, SpendApi, ApprovalApi):
         if self._passivator is not None:
             self._passivator.stop()
         if self._root is not None:
+            import pykka
+
             with contextlib.suppress(pykka.ActorDeadError, pykka.Timeout):
                 self._root.stop_accepting(_ROOT_TIMEOUT_S)
         if grace_s > 0:
@@ -570,6 +578,8 @@ class SubagentControl(HandleApi, SpendApi, ApprovalApi):
         if self._approvals is not None:
             self._approvals.close()
         if self._root is not None:
+            import pykka
+
             with contextlib.suppress(pykka.ActorDeadError, pykka.Timeout):
                 self._root.shutdown(max(1.0, deadline - time.monotonic()))
         if self._router is not None:
@@ -632,6 +642,8 @@ class SubagentControl(HandleApi, SpendApi, ApprovalApi):
 
     def _spawn_adopted(self, plan: ActivationPlan) -> None:
         """Start a queued Task adopted from a dead runtime (`Admission`)."""
+        from actors import SpawnChild
+
         self._require_store().spawn_child(SpawnChild(plan=plan))
 
     def _sweep_soon(self) -> None:
@@ -642,6 +654,8 @@ class SubagentControl(HandleApi, SpendApi, ApprovalApi):
         """Start a running Task taken over from a runtime that ended, its child claimed
         here already (`controlplane.runtime.lease._recovery.RecoverHere`): same Task, same turn."""
         assert task.child_id is not None
+        from actors import SendMessage
+
         parent = AgentHandle(self.agents, task.owner_session, model=None, depth=0)
         send = SendMessage(
             parent=parent, message=(), source=_RECOVERY_SOURCE, continues=task.id,

@@ -18,17 +18,10 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from actors import follow_up_label
 from controlplane.contract import (
-    AgentHandle,
-    ContinuableStart,
     ContinuableStartSpec,
     ErrorCode,
-    MessageSource,
-    SendResult,
-    SessionEvent,
     SubagentControlError,
-    TaskSnapshot,
     TextBlock,
     Usage,
 )
@@ -36,6 +29,14 @@ from controlplane.runtime._validate import check_child_id, message_blocks
 from controlplane.runtime.spend._usage_views import load_own
 
 if TYPE_CHECKING:
+    from controlplane.contract import (
+        AgentHandle,
+        ContinuableStart,
+        MessageSource,
+        SendResult,
+        SessionEvent,
+        TaskSnapshot,
+    )
     from controlplane.runtime._task_view import Tasks
     from persistence import SqlStore
 
@@ -216,6 +217,8 @@ class HandleApi:
                 or non-text prompt or an unknown option. Nothing is left behind.
         """
         self._check_open()
+        from actors import follow_up_label
+
         blocks = message_blocks(prompt)
         try:
             spec = ContinuableStartSpec(

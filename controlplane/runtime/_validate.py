@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
-import pykka
 from pydantic import ValidationError
 
 from controlplane.contract import (
     AgentHandle,
-    Budget,
     ContinuableStartSpec,
     Descriptor,
     ErrorCode,
@@ -32,6 +30,11 @@ from controlplane.contract import (
     seconds_problem,
     storable_text,
 )
+
+if TYPE_CHECKING:
+    from controlplane.contract import (
+        Budget,
+    )
 
 __all__ = [
     "StartInputs",
@@ -217,6 +220,8 @@ def translate(exc: BaseException, consequence: str) -> BaseException:
     pass through untouched (they are the caller's own)."""
     if isinstance(exc, SubagentControlError) or not isinstance(exc, Exception):
         return exc
+    import pykka  # loaded already: only the actor system raises what is translated here
+
     if isinstance(exc, (pykka.ActorDeadError, pykka.Timeout)):
         return SubagentControlError(
             ErrorCode.CLOSED, f"the control plane is closing; {consequence}"

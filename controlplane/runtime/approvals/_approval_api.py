@@ -10,18 +10,20 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from actors import SendMessage
 from controlplane.contract import (
     AgentHandle,
     ErrorCode,
     MessageSource,
-    Requester,
-    SendResult,
     SubagentControlError,
 )
 
 if TYPE_CHECKING:
-    from controlplane.contract import AgentRegistry
+    from actors import SendMessage
+    from controlplane.contract import (
+        AgentRegistry,
+        Requester,
+        SendResult,
+    )
     from controlplane.runtime.approvals._approvals import Approvals
 
 __all__ = ["DEFAULT_APPROVAL_GRACE_S", "ApprovalApi", "check_grace"]
@@ -103,6 +105,8 @@ class ApprovalApi:
     def _continue_parked(self, child_id: str, task_id: str, parent_session: str) -> None:
         """Continue a parked Task here
         (`controlplane.runtime.approvals._approvals.ContinueHere`)."""
+        from actors import SendMessage
+
         parent = AgentHandle(self.agents, parent_session, model=None, depth=0)
         send = SendMessage(parent=parent, message=(), source=_CONTINUE_SOURCE, continues=task_id)
         self._route(child_id, send)

@@ -35,9 +35,6 @@ from typing import TYPE_CHECKING, Final
 
 from controlplane.contract import (
     ErrorCode,
-    ProviderRegistry,
-    RuntimeInfo,
-    SessionEvent,
     SubagentControlError,
     TaskSnapshot,
     TaskStatus,
@@ -46,6 +43,11 @@ from controlplane.contract import (
 from controlplane.telemetry import log_lifecycle
 
 if TYPE_CHECKING:
+    from controlplane.contract import (
+        ProviderRegistry,
+        RuntimeInfo,
+        SessionEvent,
+    )
     from controlplane.runtime.lease._runtime import Runtime
     from persistence import SqlStore
 

@@ -40,19 +40,21 @@ from controlplane.contract import (
     TOOL_CALL,
     TOOL_ROUND,
     Budget,
-    Descriptor,
     ErrorCode,
     Prices,
     Spent,
     SubagentControlError,
-    TaskNotice,
     budget_of,
     count_problem,
     fold_descriptor,
 )
 
 if TYPE_CHECKING:
-    from controlplane.contract import ActivationFacts
+    from controlplane.contract import (
+        ActivationFacts,
+        Descriptor,
+        TaskNotice,
+    )
     from persistence import ScopeCounts, ScopeSpend, SpendLedger, SqlStore
 
 __all__ = [

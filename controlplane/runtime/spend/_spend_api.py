@@ -18,15 +18,9 @@ from typing import TYPE_CHECKING, Any
 
 from controlplane.contract import (
     AgentHandle,
-    AgentRegistry,
-    Budget,
-    Descriptor,
     ErrorCode,
-    Price,
     Prices,
-    Requester,
     SubagentControlError,
-    Usage,
     budget_of,
     requester_session,
 )
@@ -36,6 +30,14 @@ from controlplane.runtime.spend._budgets import Budgets, check_budget_options, s
 from controlplane.runtime.spend._usage_views import child_usage, session_usage
 
 if TYPE_CHECKING:
+    from controlplane.contract import (
+        AgentRegistry,
+        Budget,
+        Descriptor,
+        Price,
+        Requester,
+        Usage,
+    )
     from controlplane.runtime.lease._runtime import Runtime
     from controlplane.runtime.tasks._tasks import TaskService
     from persistence import SqlStore
