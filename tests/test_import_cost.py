@@ -25,6 +25,7 @@ _NEVER = ("sqlalchemy.orm", "sqlalchemy.dialects.postgresql")
 _STORE = ("sqlalchemy", "persistence", "tenacity")
 """The store and what only it needs: loaded once a store is opened, not before."""
 _RUNTIME = ("actors", "pykka", "controlplane.runtime", "controlplane.providers")
+_WINGS = ("tasks", "lease", "routing", "spend", "approvals")
 _FRONT_ENDS = ("controlplane.fronts._mcp_server", "controlplane.fronts._a2a", "asyncio")
 _HELP_LOADS = {
     "controlplane",
@@ -64,8 +65,15 @@ def test_the_public_import_loads_neither_the_store_nor_sqlalchemy() -> None:
 
     assert "controlplane.runtime._facade" in loaded  # the probe sees the facade's imports
     assert _within(loaded, *_STORE, *_NEVER) == []
-    # The actor system and its message models load when a control plane is built.
-    assert _within(loaded, "actors", "pykka") == []
+    # The actor system, the wings the facade wires and the contract's pydantic models load
+    # when a control plane is built or used, not with the class.
+    assert _within(loaded, "actors", "pykka", "pydantic", "pydantic_core") == []
+    assert _within(loaded, *(f"controlplane.runtime.{wing}" for wing in _WINGS)) == [
+        "controlplane.runtime.approvals",
+        "controlplane.runtime.approvals._approval_api",
+        "controlplane.runtime.spend",
+        "controlplane.runtime.spend._spend_api",
+    ]  # the mixins `SubagentControl` inherits its approval and spend calls from
     assert _within(loaded, "controlplane.providers", "controlplane.fronts", "asyncio") == []
 
 

@@ -16,23 +16,19 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
 from controlplane.contract import (
-    ActorTree,
-    AgentHandle,
-    AgentRegistry,
     CancelSignal,
-    ChildView,
-    ContinuableStart,
     ErrorCode,
-    MessageSource,
-    ProviderRegistry,
     SubagentControlError,
     seconds_problem,
-    utcnow,
 )
-from controlplane.runtime._child_views import child_views
+from controlplane.runtime._defaults import (
+    DEFAULT_MAX_RECOVERIES,
+    DEFAULT_MAX_TOOL_ROUNDS,
+    DEFAULT_NOTICE_AT,
+    PROVIDER_WAIT_S,
+)
 from controlplane.runtime._exit import close_at_exit, closed
 from controlplane.runtime._handle import HandleApi
-from controlplane.runtime._task_view import Tasks
 from controlplane.runtime._validate import (
     check_child_id,
     check_option,
@@ -49,25 +45,25 @@ from controlplane.runtime.approvals._approval_api import (
     ApprovalApi,
     check_grace,
 )
-from controlplane.runtime.approvals._approvals import Approvals
-from controlplane.runtime.lease._recovery import DEFAULT_MAX_RECOVERIES, PROVIDER_WAIT_S, Recovery
-from controlplane.runtime.lease._runtime import Heartbeat, Runtime, new_runtime_id
-from controlplane.runtime.routing._forwarding import Forwarder
-from controlplane.runtime.routing._router import Router
-from controlplane.runtime.spend._admission import placed_nodes
-from controlplane.runtime.spend._budgets import DEFAULT_MAX_TOOL_ROUNDS, DEFAULT_NOTICE_AT
 from controlplane.runtime.spend._spend_api import SpendApi, SpendOptions
-from controlplane.runtime.tasks._tasks import TaskService
-from controlplane.telemetry import Telemetry
 
+# What this module imports when it loads is what `from controlplane import SubagentControl`
+# pays: the classes the facade wires (the wings, the actor system) and the contract's pydantic
+# models are imported where a control plane is built or used, not here
+# (tests/test_import_cost.py).
 if TYPE_CHECKING:
     from opentelemetry.metrics import MeterProvider
     from opentelemetry.trace import TracerProvider
 
     from actors import ActivationPlan, Passivator, RootActorProxy, SendMessage
     from controlplane.contract import (
+        ActorTree,
+        AgentHandle,
         Budget,
+        ChildView,
+        ContinuableStart,
         ContinuableStartSpec,
+        MessageSource,
         Price,
         Prices,
         SendResult,
@@ -75,12 +71,17 @@ if TYPE_CHECKING:
     )
     from controlplane.runtime._admin import AdminServer
     from controlplane.runtime._handle import Message
+    from controlplane.runtime.approvals._approvals import Approvals
+    from controlplane.runtime.lease._recovery import Recovery
+    from controlplane.runtime.lease._runtime import Heartbeat, Runtime
+    from controlplane.runtime.routing._forwarding import Forwarder
+    from controlplane.runtime.routing._router import Router
     from controlplane.runtime.spend._admission import Admission
     from controlplane.runtime.spend._budgets import Budgets
-    from controlplane.telemetry import Operation
+    from controlplane.telemetry import Operation, Telemetry
     from persistence import SqlStore
 
-__all__ = ["TASK_TOOLS_SURFACE", "ChildView", "SubagentControl"]
+__all__ = ["TASK_TOOLS_SURFACE", "SubagentControl"]
 
 TASK_TOOLS_SURFACE = "task-tools"
 DEFAULT_MAX_LIVE_ACTIVATIONS = 2000
@@ -98,7 +99,6 @@ STORE_OPTIONS = (
 _ROOT_TIMEOUT_S = 30.0
 _STOP_TIMEOUT_S = 30.0
 """How long `close` waits, by default, for the activations it stopped to end."""
-_RECOVERY_SOURCE = MessageSource(kind="system", sender_session_id="recovery")
 
 
 class SubagentControl(HandleApi, SpendApi, ApprovalApi):
@@ -187,6 +187,17 @@ class SubagentControl(HandleApi, SpendApi, ApprovalApi):
         max_recoveries: int = DEFAULT_MAX_RECOVERIES,
         provider_wait_s: float = PROVIDER_WAIT_S,
     ) -> None:
+        from actors import ActorContext, Passivator, RootActor, RootActorProxy, RoutingTable
+        from controlplane.contract import AgentRegistry, ProviderRegistry
+        from controlplane.runtime._task_view import Tasks
+        from controlplane.runtime.approvals._approvals import Approvals
+        from controlplane.runtime.lease._recovery import Recovery
+        from controlplane.runtime.lease._runtime import Heartbeat, Runtime, new_runtime_id
+        from controlplane.runtime.routing._forwarding import Forwarder
+        from controlplane.runtime.routing._router import Router
+        from controlplane.runtime.tasks._tasks import TaskService
+        from controlplane.telemetry import Telemetry
+
         # First: a bad price, budget or limit is refused before anything is built.
         spend = SpendOptions.checked(
             prices=prices,
@@ -218,10 +229,6 @@ class SubagentControl(HandleApi, SpendApi, ApprovalApi):
         self._lock = threading.Lock()
         self._closed = False
         self._admin_servers: list[AdminServer] = []
-        # The actor system (pykka, the message models) loads here, on first use, not with
-        # the public import: a command line call or a program that only imports pays nothing.
-        from actors import ActorContext, Passivator, RootActor, RootActorProxy, RoutingTable
-
         self._routes = RoutingTable()
         # Built in one straight line, each object given what it needs: the runtime (its row
         # and judgement, store only), the forwarder and the router on it, the Task service
@@ -379,6 +386,7 @@ class SubagentControl(HandleApi, SpendApi, ApprovalApi):
         task = self._tasks.start(label=spec.label, owner=parent, child_id=child_id, signal=signal)
         trace = op.admit(task_id=task.id, child_id=child_id, route="initial", descriptor=descriptor)
         from actors import ActivationPlan, SpawnChild
+        from controlplane.contract import ContinuableStart, MessageSource
 
         plan = ActivationPlan(
             kind="initial",
@@ -458,6 +466,8 @@ class SubagentControl(HandleApi, SpendApi, ApprovalApi):
     ) -> tuple[Router, SendMessage]:
         """A send's checks (no I/O: an event loop runs them too, `controlplane.runtime._asend`)
         and the router and message it goes through."""
+        from controlplane.contract import MessageSource
+
         self._check_open()
         router = self._require_router()
         self._check_parent(parent)
@@ -490,6 +500,9 @@ class SubagentControl(HandleApi, SpendApi, ApprovalApi):
 
         Oldest first; ``running`` when the child's newest Task in this process is running.
         """
+        from controlplane.contract import AgentHandle
+        from controlplane.runtime._child_views import child_views
+
         session = parent.session_id if isinstance(parent, AgentHandle) else parent
         tasks = self._tasks.list(session)  # first: see `child_views`
         stored = self._store.list_children(session) if self._store is not None else []
@@ -497,6 +510,9 @@ class SubagentControl(HandleApi, SpendApi, ApprovalApi):
 
     def dump_tree(self, *, timeout_s: float = 0.25) -> ActorTree:
         """The actor tree right now; a supervisor busier than ``timeout_s`` shows as busy."""
+        from controlplane.contract import ActorTree, utcnow
+        from controlplane.runtime.spend._admission import placed_nodes
+
         nodes = []
         if self._root is not None and not self._closed:
             import pykka
@@ -630,6 +646,8 @@ class SubagentControl(HandleApi, SpendApi, ApprovalApi):
         return self._router
 
     def _check_parent(self, parent: object) -> None:
+        from controlplane.contract import AgentHandle
+
         if not isinstance(parent, AgentHandle):
             raise SubagentControlError(
                 ErrorCode.UNAUTHORIZED, "the parent must be a live AgentHandle from agents.register"
@@ -655,10 +673,12 @@ class SubagentControl(HandleApi, SpendApi, ApprovalApi):
         here already (`controlplane.runtime.lease._recovery.RecoverHere`): same Task, same turn."""
         assert task.child_id is not None
         from actors import SendMessage
+        from controlplane.contract import AgentHandle, MessageSource
 
         parent = AgentHandle(self.agents, task.owner_session, model=None, depth=0)
+        source = MessageSource(kind="system", sender_session_id="recovery")
         send = SendMessage(
-            parent=parent, message=(), source=_RECOVERY_SOURCE, continues=task.id,
+            parent=parent, message=(), source=source, continues=task.id,
             recovered=(task.model_copy(update={"recoveries": recovery}), fence, recovery),
         )  # fmt: skip
         self._route(task.child_id, send)

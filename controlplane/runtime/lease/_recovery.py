@@ -31,7 +31,7 @@ import logging
 import threading
 from collections.abc import Callable
 from datetime import timedelta
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
 from controlplane.contract import (
     ErrorCode,
@@ -40,6 +40,7 @@ from controlplane.contract import (
     TaskStatus,
     fold_descriptor,
 )
+from controlplane.runtime._defaults import DEFAULT_MAX_RECOVERIES, PROVIDER_WAIT_S
 from controlplane.telemetry import log_lifecycle
 
 if TYPE_CHECKING:
@@ -55,14 +56,6 @@ __all__ = ["DEFAULT_MAX_RECOVERIES", "PROVIDER_WAIT_S", "RecoverHere", "Recovery
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MAX_RECOVERIES: Final = 3
-"""How many times one Task's turn is recovered, by default, before the next death of its
-runtime ends it ``interrupted`` (``max_recoveries=`` of `SubagentControl`)."""
-PROVIDER_WAIT_S: Final = 600.0
-"""How long past its dead runtime's end (its close, else its last heartbeat) a running
-Task whose provider no live runtime has waits for one to open, by default
-(``provider_wait_s=`` of `SubagentControl`), before a runtime without it settles it
-``interrupted``, naming the provider."""
 
 RecoverHere = Callable[[TaskSnapshot, int, int], None]
 """Start the recovered Task here: ``recover_here(snapshot, fence, recovery)`` hands its

@@ -48,6 +48,7 @@ from controlplane.contract import (
     count_problem,
     fold_descriptor,
 )
+from controlplane.runtime._defaults import DEFAULT_MAX_TOOL_ROUNDS, DEFAULT_NOTICE_AT
 
 if TYPE_CHECKING:
     from controlplane.contract import (
@@ -65,8 +66,6 @@ __all__ = [
     "stored_descriptor",
 ]
 
-DEFAULT_NOTICE_AT: Final = 0.8
-DEFAULT_MAX_TOOL_ROUNDS: Final = 50
 _MODEL_LIMITS: Final = ("tokens", "cost", "model_calls", "seconds")
 _TOOL_LIMITS: Final = ("tool_calls", "seconds")
 _AT: Final = {
