@@ -4,7 +4,9 @@ SQLAlchemy (about half of what the public import cost), its ORM and a second dia
 pydantic's models (most of what ``--help`` cost) are what made every command-line call
 slow. The store is written in SQLAlchemy Core and needs it only once a store is opened; the
 contract and ``persistence`` load each name's module on first use; each command's module is
-imported only when it runs. These tests check the set of modules a fresh interpreter holds
+imported only when it runs; the facade's module holds the class and the mixins it inherits,
+and the actor system, the wings it wires and the contract's pydantic models load when a
+control plane is built or used. These tests check the set of modules a fresh interpreter holds
 after the public import and after commands, so a module that starts loading where it was
 not is a failure here; the milliseconds themselves are measured by
 ``python -m benchmarks --sections imports`` (docs/benchmarks.md), never asserted here.
@@ -158,4 +160,6 @@ def test_tasks_on_sqlite_reads_with_sqlite3_alone(tmp_path: Path) -> None:
     assert (
         _within(loaded, "sqlalchemy", "tenacity", "persistence._store", "persistence._schema") == []
     )
+    # The Tasks' models and no others: escaping a line builds no actor-tree model.
+    assert "controlplane.contract._tree" not in loaded
     assert _within(loaded, *_RUNTIME, "controlplane.fronts._mcp_server") == []

@@ -157,7 +157,7 @@ class SubagentControl(HandleApi, SpendApi, ApprovalApi):
             when it has the child's provider. False: settle them ``interrupted`` instead.
         max_recoveries: How many times one Task's turn is recovered before the next end
             of its runtime settles it ``interrupted`` (default
-            `controlplane.runtime.lease._recovery.DEFAULT_MAX_RECOVERIES`).
+            `controlplane.runtime._defaults.DEFAULT_MAX_RECOVERIES`).
         provider_wait_s: How long a dead runtime's running Task whose provider this
             runtime lacks is left running for a runtime that has it, counted from the dead
             runtime's end; then this runtime settles it ``interrupted``, naming the
