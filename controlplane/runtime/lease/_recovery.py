@@ -29,23 +29,27 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import timedelta
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
 from controlplane.contract import (
     ErrorCode,
-    ProviderRegistry,
-    RuntimeInfo,
-    SessionEvent,
     SubagentControlError,
     TaskSnapshot,
     TaskStatus,
     fold_descriptor,
 )
+from controlplane.runtime._defaults import DEFAULT_MAX_RECOVERIES, PROVIDER_WAIT_S
 from controlplane.telemetry import log_lifecycle
 
 if TYPE_CHECKING:
+    from controlplane.contract import (
+        ProviderRegistry,
+        RuntimeInfo,
+        SessionEvent,
+    )
     from controlplane.runtime.lease._runtime import Runtime
     from persistence import SqlStore
 
@@ -53,14 +57,6 @@ __all__ = ["DEFAULT_MAX_RECOVERIES", "PROVIDER_WAIT_S", "RecoverHere", "Recovery
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MAX_RECOVERIES: Final = 3
-"""How many times one Task's turn is recovered, by default, before the next death of its
-runtime ends it ``interrupted`` (``max_recoveries=`` of `SubagentControl`)."""
-PROVIDER_WAIT_S: Final = 600.0
-"""How long past its dead runtime's end (its close, else its last heartbeat) a running
-Task whose provider no live runtime has waits for one to open, by default
-(``provider_wait_s=`` of `SubagentControl`), before a runtime without it settles it
-``interrupted``, naming the provider."""
 
 RecoverHere = Callable[[TaskSnapshot, int, int], None]
 """Start the recovered Task here: ``recover_here(snapshot, fence, recovery)`` hands its
@@ -156,8 +152,14 @@ class Recovery:
             return True
         if not getattr(found, "recovers_turns", False):
             return False
+        with self._carrying_task(task.id):
+            return self._recover(task, task.child_id, self._here)
+
+    def _recover(self, task: TaskSnapshot, child_id: str, here: RecoverHere) -> bool:
+        """`take`'s takeover, once the provider can carry the turn on (inside
+        `_carrying_task`)."""
         result = self._store.recover(
-            task.id, task.child_id, self._runtime.id,
+            task.id, child_id, self._runtime.id,
             is_dead=self._runtime.judge, limit=self.max_recoveries,
         )  # fmt: skip
         if result.exhausted:
@@ -180,10 +182,8 @@ class Recovery:
             runtime_id=self._runtime.id, status="running", dead_runtime=task.runtime_id,
         )  # fmt: skip
         moved = task.model_copy(update={"runtime_id": self._runtime.id})
-        with self._lock:
-            self._carrying.add(task.id)
         try:
-            self._here(moved, result.fence, result.recoveries)
+            here(moved, result.fence, result.recoveries)
         except SubagentControlError as exc:
             # Claimed here, not started (this runtime is closing, or the child's supervisor
             # refused): settled, so it does not sit claimed by a live runtime that runs it not.
@@ -193,10 +193,22 @@ class Recovery:
                 f"{task.runtime_id}, which ended, but could not start it ({exc.message}); "
                 "send the child a message to continue it",
             )
+        return True
+
+    @contextmanager
+    def _carrying_task(self, task_id: str) -> Iterator[None]:
+        """`carrying` answers True for ``task_id`` inside the block. The block covers the
+        store call that claims the child for the Task, from before its commit: a send of
+        this runtime's that claims the child between that commit and the mark would find
+        the claim this runtime's, naming that Task, and settle it ``interrupted`` as a
+        stale Task of its own, when it is being started here."""
+        with self._lock:
+            self._carrying.add(task_id)
+        try:
+            yield
         finally:
             with self._lock:
-                self._carrying.discard(task.id)
-        return True
+                self._carrying.discard(task_id)
 
     def carrying(self, task_id: str) -> bool:
         """Whether this runtime is starting ``task_id`` here right now, taken over from a
@@ -216,27 +228,8 @@ class Recovery:
         if self._here is None or task.child_id is None or provider is None:
             return False
         if provider in self._providers.names():
-            fence = self._store.take_waiting(task.id, task.child_id, self._runtime.id)
-            if fence is None:
-                return False  # another runtime took it, or it settled
-            log_lifecycle(
-                logging.INFO, "provider", child_id=task.child_id, task_id=task.id,
-                runtime_id=self._runtime.id, status="running", waited_in=task.runtime_id,
-            )  # fmt: skip
-            moved = task.model_copy(
-                update={"runtime_id": self._runtime.id, "status": TaskStatus.RUNNING,
-                        "waiting_for": None}
-            )  # fmt: skip
-            try:
-                self._here(moved, fence, task.recoveries)
-            except SubagentControlError as exc:
-                self._store.interrupt(
-                    moved,
-                    f"interrupted: runtime {self._runtime.id} took it (it has provider "
-                    f"{provider!r}) but could not start it ({exc.message}); send the child a "
-                    "message to continue it",
-                )
-            return True
+            with self._carrying_task(task.id):
+                return self._take_waiting_here(task, task.child_id, self._here, provider)
         waited = task.created_at + timedelta(seconds=self.provider_wait_s)
         if self._store.ledger.now().wall < waited:
             return False  # a runtime with the provider takes it (or the next to open)
@@ -246,6 +239,33 @@ class Recovery:
             f"took it within {self.provider_wait_s:g} s; open one (or send the message from "
             "one), then send the child the message again",
         )
+
+    def _take_waiting_here(
+        self, task: TaskSnapshot, child_id: str, here: RecoverHere, provider: str
+    ) -> bool:
+        """`take_waiting`'s take, this runtime having the provider (inside
+        `_carrying_task`)."""
+        fence = self._store.take_waiting(task.id, child_id, self._runtime.id)
+        if fence is None:
+            return False  # another runtime took it, or it settled
+        log_lifecycle(
+            logging.INFO, "provider", child_id=task.child_id, task_id=task.id,
+            runtime_id=self._runtime.id, status="running", waited_in=task.runtime_id,
+        )  # fmt: skip
+        moved = task.model_copy(
+            update={"runtime_id": self._runtime.id, "status": TaskStatus.RUNNING,
+                    "waiting_for": None}
+        )  # fmt: skip
+        try:
+            here(moved, fence, task.recoveries)
+        except SubagentControlError as exc:
+            self._store.interrupt(
+                moved,
+                f"interrupted: runtime {self._runtime.id} took it (it has provider "
+                f"{provider!r}) but could not start it ({exc.message}); send the child a "
+                "message to continue it",
+            )
+        return True
 
     def _provider_of(self, child_id: str) -> tuple[str | None, list[SessionEvent]]:
         """The child's provider, from its newest descriptor (None: it has none), and its
