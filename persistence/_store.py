@@ -38,6 +38,7 @@ from persistence._deadlines import abandon_waits, abandoning, call_deadline
 from persistence._id_prefix import KEPT_SINCE, prefix_query
 from persistence._inbox import Inbox
 from persistence._ledger import TaskLedger
+from persistence._listening import refresh_listeners
 from persistence._migrations import check_schema, ensure_schema
 from persistence._overview import StoreOverview
 from persistence._port import StorePort, next_batch
@@ -366,6 +367,14 @@ class SqlStore:
         """End at once the waits for the server of the threads ``thread_ids`` (PostgreSQL;
         the call fails, and inside `abandoning` is not retried)."""
         abandon_waits(thread_ids)
+
+    def listen_again(self) -> int:
+        """Have every listener on this store (PostgreSQL's notifications: forwarded
+        messages and their answers, admission slots, takeable Tasks) listen again on a
+        new connection, within a quarter second: the network was out, and a connection
+        that lived through that can hold notifications back for seconds after it is
+        back (`persistence._listening`). How many listeners there are."""
+        return refresh_listeners(self._db)
 
     def close(self) -> None:
         """Close every pooled connection; later calls raise ``CLOSED``. Idempotent."""
