@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, Protocol, Self, TypeVar, runtime_checkable
 
 import pytest
 
@@ -306,3 +306,44 @@ def gated_control(
     finally:
         store.gate.set()
         control.close(timeout_s=10.0)
+
+
+class SqliteStatements:
+    """Counts, on every SQLite connection opened while it listens (a ``with`` block), the
+    statements a subclass's `rule` picks, from whichever thread runs them."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._lock = threading.Lock()
+
+    def rule(self) -> Callable[[str], bool]:
+        """One connection's rule: whether a statement, given its text, counts. Made per
+        connection, so it may keep that connection's state (an open transaction)."""
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        from sqlalchemy import event
+        from sqlalchemy.pool import Pool
+
+        event.listen(Pool, "connect", self._traced)
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        from sqlalchemy import event
+        from sqlalchemy.pool import Pool
+
+        event.remove(Pool, "connect", self._traced)
+
+    def _traced(self, connection: Any, _record: Any) -> None:
+        import sqlite3
+
+        if not isinstance(connection, sqlite3.Connection):
+            return
+        counts = self.rule()
+
+        def trace(statement: str) -> None:
+            if counts(statement):
+                with self._lock:
+                    self.count += 1
+
+        connection.set_trace_callback(trace)
