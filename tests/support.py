@@ -310,15 +310,16 @@ def gated_control(
 
 class SqliteStatements:
     """Counts, on every SQLite connection opened while it listens (a ``with`` block), the
-    statements a subclass's `rule` picks, from whichever thread runs them."""
+    units of work a subclass's `counts` picks, from whichever thread runs them: a
+    transaction that committed, or a statement run outside any transaction."""
 
     def __init__(self) -> None:
         self.count = 0
         self._lock = threading.Lock()
 
-    def rule(self) -> Callable[[str], bool]:
-        """One connection's rule: whether a statement, given its text, counts. Made per
-        connection, so it may keep that connection's state (an open transaction)."""
+    def counts(self, statements: Sequence[str], *, transaction: bool) -> bool:
+        """Whether one unit counts: a committed transaction's statements between its
+        ``BEGIN`` and ``COMMIT`` (``transaction``), or one statement outside any."""
         raise NotImplementedError
 
     def __enter__(self) -> Self:
@@ -339,11 +340,26 @@ class SqliteStatements:
 
         if not isinstance(connection, sqlite3.Connection):
             return
-        counts = self.rule()
+        open_transaction: list[str] | None = None  # this connection's, while one is open
 
         def trace(statement: str) -> None:
-            if counts(statement):
-                with self._lock:
-                    self.count += 1
+            nonlocal open_transaction
+            head = statement.lstrip()[:12].upper()
+            if head.startswith("BEGIN"):
+                open_transaction = []
+            elif head.startswith("ROLLBACK"):
+                open_transaction = None
+            elif head.startswith("COMMIT"):
+                done, open_transaction = open_transaction, None
+                if done is not None and self.counts(done, transaction=True):
+                    self._add()
+            elif open_transaction is not None:
+                open_transaction.append(statement)
+            elif self.counts([statement], transaction=False):
+                self._add()
 
         connection.set_trace_callback(trace)
+
+    def _add(self) -> None:
+        with self._lock:
+            self.count += 1

@@ -11,7 +11,7 @@ ledger-level tests run on PostgreSQL too when its URL is set.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,21 +48,8 @@ SPEND_60 = Usage(input_tokens=50, output_tokens=10)
 class SpendReads(SqliteStatements):
     """Counts the statements that read the spend counters outside a write transaction."""
 
-    def rule(self) -> Callable[[str], bool]:
-        writing = False
-
-        def reads_spend(statement: str) -> bool:
-            nonlocal writing
-            head = statement.lstrip()[:12].upper()
-            if head.startswith("BEGIN"):
-                writing = True
-            elif head.startswith(("COMMIT", "ROLLBACK")):
-                writing = False
-            else:
-                return not writing and "subagent_spend " in statement + " "
-            return False
-
-        return reads_spend
+    def counts(self, statements: Sequence[str], *, transaction: bool) -> bool:
+        return not transaction and "subagent_spend " in statements[0] + " "
 
 
 class Looks:

@@ -4,7 +4,7 @@ on the store's connections)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -29,22 +29,11 @@ class EventWrites(SqliteStatements):
     """Counts the write transactions that insert events (housekeeping writes no event, so
     it is never counted)."""
 
-    def rule(self) -> Callable[[str], bool]:
-        inserting = False
-
-        def commits_an_insert(statement: str) -> bool:
-            nonlocal inserting
-            head = statement.lstrip()[:40].upper()
-            if head.startswith("BEGIN"):
-                inserting = False
-            elif head.startswith("INSERT") and "SUBAGENT_EVENTS" in head:
-                inserting = True
-            elif head.startswith("COMMIT") and inserting:
-                inserting = False
-                return True
-            return False
-
-        return commits_an_insert
+    def counts(self, statements: Sequence[str], *, transaction: bool) -> bool:
+        heads = (statement.lstrip()[:40].upper() for statement in statements)
+        return transaction and any(
+            head.startswith("INSERT") and "SUBAGENT_EVENTS" in head for head in heads
+        )
 
 
 @pytest.fixture
