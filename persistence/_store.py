@@ -54,6 +54,7 @@ from persistence._schema import (
     children_table,
     utc_time,
 )
+from persistence._sessions import end_sessions_of, name_sessions
 from persistence._spend import SpendLedger
 from persistence._takeable import Takeable
 from persistence._task_sql import Fence, Settlement, TxStep
@@ -367,6 +368,24 @@ class SqlStore:
         """End at once the waits for the server of the threads ``thread_ids`` (PostgreSQL;
         the call fails, and inside `abandoning` is not retried)."""
         abandon_waits(thread_ids)
+
+    def name_sessions(self, runtime_id: str) -> None:
+        """Name every database session this store opens from now on after the runtime
+        ``runtime_id`` (PostgreSQL), so that `end_sessions_of` can end them once the others
+        judge it dead (`persistence._sessions`)."""
+        name_sessions(self._db, runtime_id)
+
+    def end_sessions_of(self, runtime_ids: Sequence[str]) -> int:
+        """End every database session of the runtimes ``runtime_ids`` (named by
+        `name_sessions`; PostgreSQL, this role's sessions): their locks are released, and
+        no transaction they had open can commit. How many were ended.
+
+        Raises:
+            SubagentControlError: ``STORE_UNAVAILABLE``.
+        """
+        return self._run(
+            "end the sessions of dead runtimes", lambda _a: end_sessions_of(self._db, runtime_ids)
+        )
 
     def listen_again(self) -> int:
         """Have every listener on this store (PostgreSQL's notifications: forwarded
