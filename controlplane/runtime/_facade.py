@@ -303,7 +303,9 @@ class SubagentControl(HandleApi, SpendApi, ApprovalApi):
             if passivate_after_s is not None:
                 self._passivator = Passivator(self._root.ref, passivate_after_s)
             if self._recovery is not None:  # carries dead runtimes' Tasks on, from the sweep
-                self._recovery.start(self._recover_here, wake=self._sweep_soon)
+                self._recovery.start(
+                    self._recover_here, wake=self._sweep_soon, runs_here=self._tasks.runs_here
+                )
             self._heartbeat.start()  # recovers what a crash left before the first send
             # Providers are registered after `open`: each one may let this runtime carry
             # on Tasks the first sweep had to leave.

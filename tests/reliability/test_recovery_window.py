@@ -135,3 +135,38 @@ def _send(control: SubagentControl, parent: AgentHandle, child_id: str, text: st
     except SubagentControlError as exc:
         return f"refused {exc.code.value}: {exc.message}"
     return f"{sent.route} {sent.task_id}"
+
+
+def test_a_carried_task_stays_carried_after_the_order_until_its_activation_runs_here() -> None:
+    # The order to the child's supervisor can wait in its mailbox behind a send whose claim
+    # comes after the takeover's store call returned: that claim, finding the Task in this
+    # runtime's claim, must still take it for carried on (seen in the recovery stress run:
+    # the recovering runtime settled the Task it was carrying on `interrupted`, "lost its
+    # lease or the store before it could record the task's end").
+    from controlplane.runtime.lease._recovery import Recovery
+
+    class Runtime:
+        lease_ttl_s = 30.0
+
+    running: set[str] = set()
+    recovery = Recovery(None, Runtime(), None, enabled=True, max_recoveries=3)  # type: ignore[arg-type]
+    recovery.start(lambda *_: None, runs_here=running.__contains__)
+    with recovery._carrying_task("task-1"):
+        assert recovery.carrying("task-1")
+    assert recovery.carrying("task-1")  # ordered, not yet running here
+    running.add("task-1")
+    assert recovery.carrying("task-1")  # running here
+    assert not recovery.carrying("task-2")
+
+
+def test_a_carried_task_that_never_runs_here_is_stale_again_after_a_lease() -> None:
+    from controlplane.runtime.lease._recovery import Recovery
+
+    class Runtime:
+        lease_ttl_s = 0.0  # the mark lapses at once: what a lease later looks like
+
+    recovery = Recovery(None, Runtime(), None, enabled=True, max_recoveries=3)  # type: ignore[arg-type]
+    recovery.start(lambda *_: None, runs_here=lambda _task_id: False)
+    with recovery._carrying_task("task-1"):
+        assert recovery.carrying("task-1")
+    assert not recovery.carrying("task-1")

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
@@ -96,14 +97,26 @@ class Recovery:
         self.provider_wait_s = provider_wait_s
         self._here: RecoverHere | None = None
         self._wake: Callable[[], None] | None = None
+        self._runs_here: Callable[[str], bool] = lambda _task_id: False
         self._lock = threading.Lock()
-        self._carrying: set[str] = set()
+        # Task id -> until when (monotonic) it is being carried on here: from before its
+        # claim until its activation exists here (`runs_here`), at most a lease past the
+        # order to the child's supervisor (which may sit behind a claim in its mailbox).
+        self._carrying: dict[str, float] = {}
 
-    def start(self, recover_here: RecoverHere, wake: Callable[[], None] | None = None) -> None:
+    def start(
+        self,
+        recover_here: RecoverHere,
+        wake: Callable[[], None] | None = None,
+        runs_here: Callable[[str], bool] | None = None,
+    ) -> None:
         """Take Tasks over from now on, starting them through ``recover_here``; ``wake``
-        asks for a sweep at once (`held_by_dead`)."""
+        asks for a sweep at once (`held_by_dead`); ``runs_here`` says whether a Task's
+        activation exists in this runtime."""
         self._here = recover_here
         self._wake = wake
+        if runs_here is not None:
+            self._runs_here = runs_here
 
     def recovers_here(self, provider: str | None) -> bool:
         """Whether this runtime carries on a dead runtime's running Task of a child with
@@ -197,24 +210,30 @@ class Recovery:
 
     @contextmanager
     def _carrying_task(self, task_id: str) -> Iterator[None]:
-        """`carrying` answers True for ``task_id`` inside the block. The block covers the
-        store call that claims the child for the Task, from before its commit: a send of
-        this runtime's that claims the child between that commit and the mark would find
-        the claim this runtime's, naming that Task, and settle it ``interrupted`` as a
-        stale Task of its own, when it is being started here."""
+        """`carrying` answers True for ``task_id`` from before the store call that claims
+        the child for it until its activation exists here. A send of this runtime's that
+        claims the child in between finds the claim this runtime's, naming that Task: it
+        must not settle it ``interrupted`` as a stale Task of its own. The order to the
+        child's supervisor can wait behind such a send's claim in its mailbox, so the mark
+        outlasts the block, by a lease at most."""
         with self._lock:
-            self._carrying.add(task_id)
+            self._carrying[task_id] = float("inf")
         try:
             yield
         finally:
             with self._lock:
-                self._carrying.discard(task_id)
+                self._carrying[task_id] = time.monotonic() + self._runtime.lease_ttl_s
 
     def carrying(self, task_id: str) -> bool:
-        """Whether this runtime is starting ``task_id`` here right now, taken over from a
-        runtime that ended (claimed here, its activation not yet begun): a send's claim
-        meanwhile must not take it for a stale Task of this runtime's and end it."""
+        """Whether this runtime is carrying ``task_id`` on here, taken over from a runtime
+        that ended (claimed here, its activation not yet begun, or running here): a
+        send's claim meanwhile must not take it for a stale Task of this runtime's."""
+        if self._runs_here(task_id):
+            return True
+        now = time.monotonic()
         with self._lock:
+            for gone in [t for t, until in self._carrying.items() if until <= now]:
+                del self._carrying[gone]
             return task_id in self._carrying
 
     def take_waiting(self, task: TaskSnapshot) -> bool:

@@ -95,6 +95,11 @@ class TaskService(TaskBook):
         task = self._live.get(task_id)
         return True if task is None else task.released.wait(timeout)
 
+    def runs_here(self, task_id: str) -> bool:
+        """Whether the Task's activation exists in this runtime (running, or not yet
+        released), unfenced."""
+        return task_id in self._live
+
     # -- owner side (public) ---------------------------------------------------------
 
     def get(self, task_id: str, *, requester: Requester) -> TaskSnapshot:
