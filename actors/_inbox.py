@@ -9,17 +9,17 @@ supervisor's mailbox. (The run's own thread is inside the provider's turn; a thr
 activation's own would add a third hop to every steer: caller → supervisor → that thread →
 caller. The sender was going to wait for its record anyway.)
 
-Order: messages are delivered by one drainer at a time, in the order the supervisor put
-them here (its mailbox order); each is handed to the run and queued for the transcript
-under the transcript's lock, so the order the model saw is the transcript's order. Whoever
-finds queued messages and no drainer drains them all (its own and those behind it), so a
-lone sender pays no hop beyond the supervisor's answer: caller → supervisor → caller.
+Order: messages are delivered by one drainer at a time, in the order they were put here (the
+supervisor's mailbox order, or a direct put's place under this inbox's lock); each is handed
+to the run and queued for the transcript under the transcript's lock, so the order the model
+saw is the transcript's order. Whoever finds queued messages and no drainer drains them all
+(its own and those behind it), so a lone sender pays no hop beyond the supervisor's answer
+(caller → supervisor → caller), and none at all when it put its message here itself (below).
 Messages that arrive before publication wait here; the supervisor hands the inbox the
-activation's published view (`ActivationView`, which names the run and its transcript)
-when the run is published, and their senders deliver them then, in order. The inbox keeps
-no status of its own beside that view: before it, messages wait; with it, they go into
-its run unless its transcript has parked; once closed (the reason `close` gave), they are
-refused.
+activation's published view (`ActivationView`, which names the run and its transcript) when
+the run is published, and their senders deliver them then, in order. The inbox keeps no
+status of its own beside that view: before it, messages wait; with it, they go into its run
+unless its transcript has parked; once closed (the reason `close` gave), they are refused.
 
 A sender is answered ``steered`` only once its record is durable; ``NOT_DELIVERED`` when
 the run refused it (its turn settled first), the turn ended before it was taken, or its
