@@ -156,6 +156,8 @@ class ActivationTranscript:
         # is ~1 KiB of every live child's memory).
         self._settled: threading.Condition | None = None
         self._held: list[NewEvent] = []
+        # The run's last event (`append`'s ``last``), kept for the turn's end to write.
+        self._last: NewEvent | None = None
         self._queued: list[SteeringReceipt] = []  # delivered, record not yet written
         # The write refusal that closed the turn (this runtime lost the claim, or fenced
         # itself): its end is not written, and `close` says so.
@@ -178,8 +180,16 @@ class ActivationTranscript:
 
     # -- the provider's side (TranscriptWriter) --------------------------------------
 
-    def append(self, kind: str, data: Any, *, source: MessageSource | None = None) -> None:
-        """Append one event of the child's own production (``assistant/message``, …)."""
+    def append(
+        self, kind: str, data: Any, *, source: MessageSource | None = None, last: bool = False
+    ) -> None:
+        """Append one event of the child's own production (``assistant/message``, …).
+
+        A ``last`` one is kept for the turn's end, which writes it with ``turn/end`` and the
+        Task's settlement in one transaction (`close`); before publication it is not written
+        with the held events either, so a turn that ended before it was published commits
+        its frame, reply and end at most twice.
+        """
         if not isinstance(kind, str) or not kind:
             raise SubagentControlError(ErrorCode.INVALID_INPUT, "an event kind must be a string")
         data = plain_json(data, code=ErrorCode.INVALID_INPUT, what=f"{kind} event data")
@@ -188,10 +198,23 @@ class ActivationTranscript:
         event = NewEvent(kind=kind, turn=self._turn, data=data, source=source)
         with self._lock:
             if self._state in ("held", "framed"):
-                self._held.append(event)
+                if self._last is not None:  # written after its last: the kept one goes first
+                    self._held.append(self._last)
+                    self._last = None
+                if last:
+                    self._last = event
+                else:
+                    self._held.append(event)
             elif self._state == "open":
+                if last and self._last is None:
+                    self._last = event
+                    return
                 self._write_queued()
-                self._write([event])
+                self._write_last()
+                if last:
+                    self._last = event
+                else:
+                    self._write([event])
             else:
                 raise SubagentControlError(
                     ErrorCode.CLOSED,
@@ -228,6 +251,7 @@ class ActivationTranscript:
                     child_id=self._child_id,
                 )
             self._write_queued()
+            self._write_last()
             self._fenced(
                 lambda: self._store.append(self._child_id, [event], fence=self._fence, also=also)
             )
@@ -242,6 +266,7 @@ class ActivationTranscript:
             if self._state != "open":
                 return False
             self._write_queued()
+            self._write_last()
             parked = self._fenced_call(park)
             if parked:
                 self._state = "parked"
@@ -251,9 +276,10 @@ class ActivationTranscript:
         """What the run's events held until publication record spending: the store counts
         them only once they are written (a budget's gate adds them meanwhile)."""
         with self._lock:
-            if not self._held:
+            unwritten = self._held if self._last is None else [*self._held, self._last]
+            if not unwritten:
                 return _NOTHING
-            return spent_in([event.data for event in self._held]) or _NOTHING
+            return spent_in([event.data for event in unwritten]) or _NOTHING
 
     # -- the control plane's side ----------------------------------------------------
 
@@ -378,8 +404,9 @@ class ActivationTranscript:
         """End the turn: write ``turn/end`` (when published) and refuse later writes.
 
         ``settle``, the Task's settlement, is written in the same transaction as
-        ``turn/end`` (so the two never disagree); the caller writes it itself when this
-        raises, or when there is no ``turn/end`` to write. ``seconds``, the turn's
+        ``turn/end`` (so the two never disagree), after the run's ``last`` event if it kept
+        one (the reply and the end land together or not at all); the caller writes it
+        itself when this raises, or when there is no ``turn/end`` to write. ``seconds``, the turn's
         wall-clock time, is added to the child's spend in that transaction too.
 
         Raises:
@@ -389,6 +416,8 @@ class ActivationTranscript:
             was_open = self._state in ("open", "framed")
             self._end()
             self._held = []
+            # An unpublished turn's kept reply goes with its held events: not written.
+            kept, self._last = ([] if self._last is None else [self._last]), None
             self._write_queued()  # delivered during the turn: recorded before its end
             if end is not None and self._refusal is not None:
                 # A refused (or abandoned) write closed the turn: its end and the Task's
@@ -403,7 +432,7 @@ class ActivationTranscript:
                 self._fenced(
                     lambda: self._store.append(
                         self._child_id,
-                        [end_event],
+                        [*kept, end_event],
                         settle=settle,
                         fence=self._fence,
                         seconds=seconds,
@@ -411,6 +440,8 @@ class ActivationTranscript:
                 )
             except SubagentControlError as exc:
                 raise _durability(self._child_id, "record the end of the turn", exc) from exc
+            if self._spend is not None and kept:
+                self._spend.written(kept)
 
     def _commit(self, receipt: SteeringReceipt) -> None:
         with self._lock:
@@ -464,6 +495,12 @@ class ActivationTranscript:
         )
         if self._spend is not None:
             self._spend.written(events)
+
+    def _write_last(self) -> None:
+        """Under the lock: write the run's kept last event now (something follows it)."""
+        if self._last is not None:
+            last, self._last = self._last, None
+            self._write([last])
 
     def _end(self) -> None:
         """Under the lock: the turn takes no more writes (a parked one stays parked)."""

@@ -315,6 +315,7 @@ class ActivationActor(Actor):
         run: SubagentRun | None = None
         prepared: _Prepared | None = None
         published = framed = False
+        noticing: TurnGate | None = None  # the gate whose soft notice is due at the end
         try:
             prepared = self._prepare()
             if prepared.header is None:
@@ -348,10 +349,13 @@ class ActivationActor(Actor):
                 self._hand_over(run, prepared)
                 return
             outcome = self._spent(prepared.gate, result)
+            if outcome is result:
+                noticing = prepared.gate
             # Told before the Task settles (its listeners run then): a send they make must
             # find the record no longer taking messages, and why.
             self._tell(Settling(task_id=plan.task_id, status=outcome.status))
             if outcome.status is TaskStatus.INPUT_REQUIRED:
+                self._notice(noticing)
                 self._park(run, prepared)
                 return
         except _HandOver:
@@ -373,6 +377,9 @@ class ActivationActor(Actor):
         settled_at, persisted = utcnow(), False
         if prepared is not None:
             outcome, persisted = self._end_turn(prepared, outcome, framed, settled_at)
+        # After the turn's end: its commit, which may hold the last call's spend, leaves the
+        # gate the rows to judge it on without a read of its own.
+        self._notice(noticing)
         settled = self._ctx.tasks.settle(plan.task_id, outcome, at=settled_at, persisted=persisted)
         if self._ctx.admission is not None:
             self._ctx.admission.release(plan.task_id)  # the next in line may start now
@@ -673,16 +680,19 @@ class ActivationActor(Actor):
 
     def _spent(self, gate: TurnGate | None, outcome: TaskOutcome) -> TaskOutcome:
         """A run its gate stopped fails ``BUDGET_EXHAUSTED``, however its provider reported
-        the stop; otherwise the soft notice its last call may have earned is sent."""
-        if gate is None:
-            return outcome
-        if gate.exhausted is not None and outcome.status is TaskStatus.FAILED:
+        the stop; any other outcome is returned as it is (its gate's notice is due)."""
+        if gate is not None and gate.exhausted is not None and outcome.status is TaskStatus.FAILED:
             return failed(f"budget exhausted: {gate.exhausted}", ErrorCode.BUDGET_EXHAUSTED)
+        return outcome
+
+    def _notice(self, gate: TurnGate | None) -> None:
+        """Send the soft notice the turn's last call may have earned."""
+        if gate is None:
+            return
         try:
             gate.ended()
         except SubagentControlError as exc:  # a notice is not worth the turn's outcome
             log.warning("budget notice of task %s not sent: %s", self._plan.task_id, exc)
-        return outcome
 
     def _transcript(
         self, *, turn: int, descriptor: Descriptor, earlier: Sequence[SessionEvent] = ()

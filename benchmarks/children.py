@@ -153,7 +153,9 @@ class _Discard:
 
     turn = 1
 
-    def append(self, kind: str, data: Any, *, source: MessageSource | None = None) -> None:
+    def append(
+        self, kind: str, data: Any, *, source: MessageSource | None = None, last: bool = False
+    ) -> None:
         pass
 
 

@@ -149,10 +149,10 @@ def run_imports(config: ImportsConfig, workdir: Path) -> Section:
     body = f"""\
 Each case in a fresh interpreter, {config.runs} runs interleaved, bytecode cached (as an
 installed package has it); wall from start to exit, CPU the process's user + system time.
-The module set a command loads is tested (`tests/test_import_cost.py`: no SQLAlchemy and
-no `persistence` module for the public import, nothing of the store, the runtime or
-pydantic for `--help`, no ORM and no PostgreSQL dialect for `tasks` on SQLite); the time
-is only measured here.
+The module set a command loads is tested (`tests/test_import_cost.py`: no SQLAlchemy, no
+`persistence` module, no actor system and no pydantic for the public import, nothing of the
+store, the runtime or pydantic for `--help`, no ORM and no PostgreSQL dialect for `tasks`
+on SQLite); the time is only measured here.
 
 {table(["case", "wall, median (min–max)", "CPU, median (min–max)", "goal"], rows)}
 """

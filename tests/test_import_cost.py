@@ -4,7 +4,9 @@ SQLAlchemy (about half of what the public import cost), its ORM and a second dia
 pydantic's models (most of what ``--help`` cost) are what made every command-line call
 slow. The store is written in SQLAlchemy Core and needs it only once a store is opened; the
 contract and ``persistence`` load each name's module on first use; each command's module is
-imported only when it runs. These tests check the set of modules a fresh interpreter holds
+imported only when it runs; the facade's module holds the class and the mixins it inherits,
+and the actor system, the wings it wires and the contract's pydantic models load when a
+control plane is built or used. These tests check the set of modules a fresh interpreter holds
 after the public import and after commands, so a module that starts loading where it was
 not is a failure here; the milliseconds themselves are measured by
 ``python -m benchmarks --sections imports`` (docs/benchmarks.md), never asserted here.
@@ -25,6 +27,7 @@ _NEVER = ("sqlalchemy.orm", "sqlalchemy.dialects.postgresql")
 _STORE = ("sqlalchemy", "persistence", "tenacity")
 """The store and what only it needs: loaded once a store is opened, not before."""
 _RUNTIME = ("actors", "pykka", "controlplane.runtime", "controlplane.providers")
+_WINGS = ("tasks", "lease", "routing", "spend", "approvals")
 _FRONT_ENDS = ("controlplane.fronts._mcp_server", "controlplane.fronts._a2a", "asyncio")
 _HELP_LOADS = {
     "controlplane",
@@ -63,8 +66,16 @@ def test_the_public_import_loads_neither_the_store_nor_sqlalchemy() -> None:
     loaded = _loaded_after("from controlplane import SubagentControl")
 
     assert "controlplane.runtime._facade" in loaded  # the probe sees the facade's imports
-    assert "actors" in loaded
     assert _within(loaded, *_STORE, *_NEVER) == []
+    # The actor system, the wings the facade wires and the contract's pydantic models load
+    # when a control plane is built or used, not with the class.
+    assert _within(loaded, "actors", "pykka", "pydantic", "pydantic_core") == []
+    assert _within(loaded, *(f"controlplane.runtime.{wing}" for wing in _WINGS)) == [
+        "controlplane.runtime.approvals",
+        "controlplane.runtime.approvals._approval_api",
+        "controlplane.runtime.spend",
+        "controlplane.runtime.spend._spend_api",
+    ]  # the mixins `SubagentControl` inherits its approval and spend calls from
     assert _within(loaded, "controlplane.providers", "controlplane.fronts", "asyncio") == []
 
 
@@ -149,4 +160,6 @@ def test_tasks_on_sqlite_reads_with_sqlite3_alone(tmp_path: Path) -> None:
     assert (
         _within(loaded, "sqlalchemy", "tenacity", "persistence._store", "persistence._schema") == []
     )
+    # The Tasks' models and no others: escaping a line builds no actor-tree model.
+    assert "controlplane.contract._tree" not in loaded
     assert _within(loaded, *_RUNTIME, "controlplane.fronts._mcp_server") == []

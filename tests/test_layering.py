@@ -39,8 +39,15 @@ WINGS: dict[str, frozenset[str]] = {
     "spend": frozenset({"lease", "tasks"}),
     "approvals": frozenset({"lease", "tasks"}),
 }
-RUNTIME_SHARED = frozenset({"controlplane.runtime._validate", "controlplane.runtime._usage_text"})
-"""The runtime's top-level modules every wing may use: argument checks and usage texts."""
+RUNTIME_SHARED = frozenset(
+    {
+        "controlplane.runtime._validate",
+        "controlplane.runtime._usage_text",
+        "controlplane.runtime._defaults",
+    }
+)
+"""The runtime's top-level modules every wing may use: argument checks, usage texts and
+the options' defaults."""
 
 # What may sit at the top of `controlplane/`: the package and its public modules. The
 # runtime lives in `controlplane/runtime/`, the fronts in `controlplane/fronts/`.

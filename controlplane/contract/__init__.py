@@ -108,13 +108,13 @@ if TYPE_CHECKING:
         TaskSnapshot,
         TaskStatus,
     )
+    from controlplane.contract._text import escape_controls
     from controlplane.contract._tree import (
         ActivationNode,
         ActorTree,
         ForwardedNode,
         SupervisorNode,
         SupervisorState,
-        escape_controls,
     )
     from controlplane.contract._usage import (
         USAGE,
@@ -317,10 +317,10 @@ _HOMES: dict[str, str] = {
             "ForwardedNode",
             "SupervisorNode",
             "SupervisorState",
-            "escape_controls",
         ],
         "_tree",
     ),
+    "escape_controls": "_text",
     **dict.fromkeys(
         [
             "USAGE",

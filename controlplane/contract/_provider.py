@@ -70,8 +70,16 @@ class TranscriptWriter(Protocol):
         """The turn number of this activation."""
         ...
 
-    def append(self, kind: str, data: Any, *, source: MessageSource | None = None) -> None:
+    def append(
+        self, kind: str, data: Any, *, source: MessageSource | None = None, last: bool = False
+    ) -> None:
         """Append one event to the child's transcript (blocking until durable if published).
+
+        With ``last``, the event is the run's last of the turn (its final reply, nothing
+        steered left to answer): the writer may hold it and write it in the transaction that
+        ends the turn and settles its Task, so the two land together or not at all, and one
+        commit fewer is paid. It returns at once then; nothing is acknowledged before that
+        commit. A run writes nothing after it.
 
         Raises:
             SubagentControlError: ``INVALID_INPUT`` for non-JSON data, ``DURABILITY_FAILED``

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Final, Literal
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from controlplane.contract._text import escape_controls
 from controlplane.contract._usage import Usage
 
 __all__ = [
@@ -19,23 +20,6 @@ __all__ = [
 ]
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
-
-# Shown text comes from models and harnesses: printed raw, an escape sequence in it would
-# drive the operator's terminal, a newline would forge table rows, a bidi override would
-# reorder what is shown. Escape C0/C1 controls, DEL and the bidi controls.
-_ESCAPES: Final = {
-    **{code: f"\\x{code:02x}" for code in [*range(0x20), 0x7F, *range(0x80, 0xA0)]},
-    **{code: f"\\u{code:04x}" for code in [*range(0x202A, 0x202F), *range(0x2066, 0x206A)]},
-    0x09: "\\t",
-    0x0A: "\\n",
-    0x0D: "\\r",
-}
-
-
-def escape_controls(text: str) -> str:
-    """``text`` with every control character shown as an escape, on one line."""
-    return text.translate(_ESCAPES)
-
 
 SupervisorState = Literal["idle", "starting", "running", "settling", "busy"]
 

@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
 from controlplane.contract._errors import ErrorCode, SubagentControlError
 from controlplane.contract._json import count_problem
-from controlplane.contract._session import SessionEvent
+
+if TYPE_CHECKING:
+    from controlplane.contract._session import SessionEvent
 
 __all__ = [
     "USAGE",

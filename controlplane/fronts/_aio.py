@@ -43,7 +43,8 @@ from controlplane.contract import (
 from controlplane.runtime._validate import check_timeout
 
 if TYPE_CHECKING:
-    from controlplane.runtime._facade import ChildView, SubagentControl
+    from controlplane.contract import ChildView
+    from controlplane.runtime._facade import SubagentControl
     from controlplane.runtime.tasks._tasks import TaskNotice
 
 __all__ = ["AsyncSubagentControl"]

@@ -66,6 +66,7 @@ from controlplane.providers._chat_history import (
 )
 from controlplane.providers._child_tools import ChildTool, ToolOutcome, select_tools
 from controlplane.providers._history_cache import HistoryCache
+from controlplane.providers._loop_threads import LoopThread, loop_threads
 from controlplane.providers._model import ChatMessage, ModelAdapter, ModelRequest, ToolCall
 from controlplane.providers._recovery import answer_unanswered, resumed_history
 
@@ -169,9 +170,9 @@ class AgentLoopRun:
         self._done = threading.Event()
         self._result: SubagentResult | None = None
         self._error: Exception | None = None
-        # Daemon, like the activation actor: dispose() joins it, and a model adapter that
-        # ignores cancellation must not keep the process alive after dispose gave up on it.
-        self._thread = threading.Thread(target=self._traced, name=thread_name, daemon=True)
+        # On a pooled daemon thread (`_loop_threads`), named this while the loop runs.
+        self._thread_name = thread_name
+        self._thread: LoopThread | None = None
         self._started = False
 
     def result(self) -> SubagentResult:
@@ -190,9 +191,10 @@ class AgentLoopRun:
         return self._result
 
     def dispose(self) -> None:
-        """Stop the loop if it still runs, join its thread, dispose the child's agent.
+        """Stop the loop if it still runs, wait for it to return, dispose the child's agent.
 
-        Idempotent. After it returns the run is quiescent: no thread, no further writes.
+        Idempotent. After it returns the run is quiescent: its loop has returned and its
+        thread bears its name no more (the thread is reused), no further writes.
 
         Raises:
             SubagentControlError: ``TIMEOUT`` when the model did not honour the abort and the
@@ -200,12 +202,12 @@ class AgentLoopRun:
         """
         self._signal.abort("the run was disposed")
         self._close()
-        thread = self._thread
-        if self._started and thread is not threading.current_thread():
-            thread.join(self._stop_timeout_s)
+        loop = self._thread
+        if loop is not None and loop.thread is not threading.current_thread():
+            loop.join(self._stop_timeout_s)
         # The agent goes even when the thread is stuck, so the child can be resumed later.
         self._agent.dispose()
-        if thread.is_alive():
+        if loop is not None and loop.running:
             raise SubagentControlError(
                 ErrorCode.TIMEOUT,
                 f"the agent loop of child {self.child_id} did not stop within "
@@ -235,7 +237,7 @@ class AgentLoopRun:
     def _begin(self, activation: CancelSignal) -> None:
         activation.add_callback(self._signal.abort)
         self._started = True
-        self._thread.start()
+        self._thread = loop_threads.start(self._traced, self._thread_name)
 
     def _traced(self) -> None:
         with self._trace.current():
@@ -284,30 +286,32 @@ class AgentLoopRun:
                 # resumed child's conversation is the one this model saw (`chat_history`).
                 # The call's usage rides in the same event: durable with the message, never
                 # a second write a crash could separate from it.
-                self._transcript.append(
-                    EventKind.ASSISTANT_MESSAGE,
-                    {
-                        "text": reply.text,
-                        STEERING_SEEN: seen,
-                        **usage_data(reply.usage, counted=_ONE_MODEL_CALL),
-                    },
-                )
-                history.append(ChatMessage(role="assistant", text=reply.text, tool_calls=calls))
+                data = {
+                    "text": reply.text,
+                    STEERING_SEEN: seen,
+                    **usage_data(reply.usage, counted=_ONE_MODEL_CALL),
+                }
                 if reply.text:
                     output = reply.text
-                if calls:
-                    if not self._run_tools(calls, history, reason=reply.text):
-                        stop_reason = StopReason.ABORTED
-                        break
-                    continue  # the model reads the results, with whatever was steered
-                # Whatever the reply's stop reason, a message the turn accepted meanwhile is
-                # answered in this turn: its sender heard `steered`. Deciding to end and
-                # refusing later steers is one step under the lock.
-                with self._lock:
-                    if not self._queue:
-                        self._closed = True
+                if not calls:
+                    # Whatever the reply's stop reason, a message the turn accepted meanwhile
+                    # is answered in this turn: its sender heard `steered`. Deciding to end
+                    # and refusing later steers is one step under the lock; the reply is
+                    # then the turn's last event, written with the turn's end.
+                    with self._lock:
+                        ending = not self._queue
+                        if ending:
+                            self._closed = True
+                    if ending:
+                        self._transcript.append(EventKind.ASSISTANT_MESSAGE, data, last=True)
                         stop_reason = reply.stop_reason
                         break
+                self._transcript.append(EventKind.ASSISTANT_MESSAGE, data)
+                history.append(ChatMessage(role="assistant", text=reply.text, tool_calls=calls))
+                if calls and not self._run_tools(calls, history, reason=reply.text):
+                    stop_reason = StopReason.ABORTED
+                    break
+                # The model reads the tool results or the messages steered meanwhile.
         except Parked:
             # Waiting for an approval answer past the grace period: the run ends, its Task
             # stays input_required, and the answer continues the turn.
@@ -480,7 +484,7 @@ class AgentLoopProvider:
         return self._tools
 
     def start(self, request: StartRequest, signal: CancelSignal) -> SubagentRun:
-        """Start the child's first turn in a new thread and return its run at once.
+        """Start the child's first turn on a thread of its own and return its run at once.
 
         Raises:
             SubagentControlError: ``CANCELLED`` when ``signal`` aborted first (nothing is left

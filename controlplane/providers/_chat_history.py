@@ -158,6 +158,9 @@ class Rebuild:
         self.held: list[ChatMessage] = []  # steering messages the model has not read yet
         self.turn: int | None = None
         self.steering_placed = 0  # the turn's steering messages placed so far
+        # How many messages were replaced by one of another text (a placeholder by its
+        # result): a kept conversation's weight grows by its new messages' alone otherwise.
+        self.replaced = 0
 
     def run(self, events: Iterable[SessionEvent]) -> list[ChatMessage]:
         self.feed(events)
@@ -175,6 +178,7 @@ class Rebuild:
         other.held = list(self.held)
         other.turn = self.turn
         other.steering_placed = self.steering_placed
+        other.replaced = self.replaced
         return other
 
     def ends_turn_at(self, event: SessionEvent) -> bool:
@@ -255,6 +259,7 @@ class Rebuild:
             # Written late, when the child resumed: the model read it where the placeholder
             # stood, right after its call, never after the new turn's prompt.
             self.messages[waiting.pop(0)[0]] = message
+            self.replaced += 1
             if not waiting:
                 del self.placeholders[call_id]
         # Otherwise a result without its call, or for one already answered: nothing a model

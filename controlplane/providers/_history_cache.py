@@ -81,16 +81,22 @@ class HistoryCache:
         going on from the child's kept rebuild when ``events`` continue it."""
         with self._lock:
             entry = self._entries.get(child_id)
-        start = 0
+        start = kept = replaced = 0
         if entry is not None and _continues(entry, events):
             rebuild, start = entry.rebuild.copy(), entry.count
+            kept, replaced = len(rebuild.messages), rebuild.replaced
         else:
             rebuild = Rebuild()
         rebuild.feed(events[start:] if start else events)
         rebuild.end_turn()
         messages, unanswered = list(rebuild.messages), rebuild.unanswered()
         if events:
-            weight = _weigh(messages)
+            if entry is not None and start and rebuild.replaced == replaced:
+                # The kept messages stand as they were (a reply that gained its calls keeps
+                # its text): weigh only the new ones, not the whole conversation each turn.
+                weight = entry.weight + _weigh(messages[kept:])
+            else:
+                weight = _weigh(messages)
             self._keep(child_id, _Entry(len(events), events[0], events[-1], rebuild, weight))
         return messages, unanswered
 

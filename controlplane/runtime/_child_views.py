@@ -5,8 +5,12 @@ spent."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
-from controlplane.contract import ChildMeta, ChildView, TaskSnapshot, Usage
+from controlplane.contract import ChildView, Usage
+
+if TYPE_CHECKING:
+    from controlplane.contract import ChildMeta, TaskSnapshot
 
 __all__ = ["child_views", "spend_by_child"]
 

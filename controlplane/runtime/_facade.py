@@ -15,43 +15,20 @@ from collections.abc import Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
-import pykka
-
-from actors import (
-    ActivationPlan,
-    ActorContext,
-    Passivator,
-    RootActor,
-    RootActorProxy,
-    RoutingTable,
-    SendMessage,
-    SpawnChild,
-    deliver,
-)
 from controlplane.contract import (
-    ActorTree,
-    AgentHandle,
-    AgentRegistry,
-    Budget,
     CancelSignal,
-    ChildView,
-    ContinuableStart,
-    ContinuableStartSpec,
     ErrorCode,
-    MessageSource,
-    Price,
-    Prices,
-    ProviderRegistry,
-    SendResult,
     SubagentControlError,
-    TaskSnapshot,
     seconds_problem,
-    utcnow,
 )
-from controlplane.runtime._child_views import child_views
+from controlplane.runtime._defaults import (
+    DEFAULT_MAX_RECOVERIES,
+    DEFAULT_MAX_TOOL_ROUNDS,
+    DEFAULT_NOTICE_AT,
+    PROVIDER_WAIT_S,
+)
 from controlplane.runtime._exit import close_at_exit, closed
-from controlplane.runtime._handle import HandleApi, Message
-from controlplane.runtime._task_view import Tasks
+from controlplane.runtime._handle import HandleApi
 from controlplane.runtime._validate import (
     check_child_id,
     check_option,
@@ -68,25 +45,43 @@ from controlplane.runtime.approvals._approval_api import (
     ApprovalApi,
     check_grace,
 )
-from controlplane.runtime.approvals._approvals import Approvals
-from controlplane.runtime.lease._recovery import DEFAULT_MAX_RECOVERIES, PROVIDER_WAIT_S, Recovery
-from controlplane.runtime.lease._runtime import Heartbeat, Runtime, new_runtime_id
-from controlplane.runtime.routing._forwarding import Forwarder
-from controlplane.runtime.routing._router import Router
-from controlplane.runtime.spend._admission import Admission, placed_nodes
-from controlplane.runtime.spend._budgets import DEFAULT_MAX_TOOL_ROUNDS, DEFAULT_NOTICE_AT, Budgets
 from controlplane.runtime.spend._spend_api import SpendApi, SpendOptions
-from controlplane.runtime.tasks._tasks import TaskService
-from controlplane.telemetry import Operation, Telemetry
 
+# What this module imports when it loads is what `from controlplane import SubagentControl`
+# pays: the classes the facade wires (the wings, the actor system) and the contract's pydantic
+# models are imported where a control plane is built or used, not here
+# (tests/test_import_cost.py).
 if TYPE_CHECKING:
     from opentelemetry.metrics import MeterProvider
     from opentelemetry.trace import TracerProvider
 
+    from actors import ActivationPlan, Passivator, RootActorProxy, SendMessage
+    from controlplane.contract import (
+        ActorTree,
+        AgentHandle,
+        Budget,
+        ChildView,
+        ContinuableStart,
+        ContinuableStartSpec,
+        MessageSource,
+        Price,
+        Prices,
+        SendResult,
+        TaskSnapshot,
+    )
     from controlplane.runtime._admin import AdminServer
+    from controlplane.runtime._handle import Message
+    from controlplane.runtime.approvals._approvals import Approvals
+    from controlplane.runtime.lease._recovery import Recovery
+    from controlplane.runtime.lease._runtime import Heartbeat, Runtime
+    from controlplane.runtime.routing._forwarding import Forwarder
+    from controlplane.runtime.routing._router import Router
+    from controlplane.runtime.spend._admission import Admission
+    from controlplane.runtime.spend._budgets import Budgets
+    from controlplane.telemetry import Operation, Telemetry
     from persistence import SqlStore
 
-__all__ = ["TASK_TOOLS_SURFACE", "ChildView", "SubagentControl"]
+__all__ = ["TASK_TOOLS_SURFACE", "SubagentControl"]
 
 TASK_TOOLS_SURFACE = "task-tools"
 DEFAULT_MAX_LIVE_ACTIVATIONS = 2000
@@ -104,7 +99,6 @@ STORE_OPTIONS = (
 _ROOT_TIMEOUT_S = 30.0
 _STOP_TIMEOUT_S = 30.0
 """How long `close` waits, by default, for the activations it stopped to end."""
-_RECOVERY_SOURCE = MessageSource(kind="system", sender_session_id="recovery")
 
 
 class SubagentControl(HandleApi, SpendApi, ApprovalApi):
@@ -163,7 +157,7 @@ class SubagentControl(HandleApi, SpendApi, ApprovalApi):
             when it has the child's provider. False: settle them ``interrupted`` instead.
         max_recoveries: How many times one Task's turn is recovered before the next end
             of its runtime settles it ``interrupted`` (default
-            `controlplane.runtime.lease._recovery.DEFAULT_MAX_RECOVERIES`).
+            `controlplane.runtime._defaults.DEFAULT_MAX_RECOVERIES`).
         provider_wait_s: How long a dead runtime's running Task whose provider this
             runtime lacks is left running for a runtime that has it, counted from the dead
             runtime's end; then this runtime settles it ``interrupted``, naming the
@@ -193,6 +187,17 @@ class SubagentControl(HandleApi, SpendApi, ApprovalApi):
         max_recoveries: int = DEFAULT_MAX_RECOVERIES,
         provider_wait_s: float = PROVIDER_WAIT_S,
     ) -> None:
+        from actors import ActorContext, Passivator, RootActor, RootActorProxy, RoutingTable
+        from controlplane.contract import AgentRegistry, ProviderRegistry
+        from controlplane.runtime._task_view import Tasks
+        from controlplane.runtime.approvals._approvals import Approvals
+        from controlplane.runtime.lease._recovery import Recovery
+        from controlplane.runtime.lease._runtime import Heartbeat, Runtime, new_runtime_id
+        from controlplane.runtime.routing._forwarding import Forwarder
+        from controlplane.runtime.routing._router import Router
+        from controlplane.runtime.tasks._tasks import TaskService
+        from controlplane.telemetry import Telemetry
+
         # First: a bad price, budget or limit is refused before anything is built.
         spend = SpendOptions.checked(
             prices=prices,
@@ -380,6 +385,9 @@ class SubagentControl(HandleApi, SpendApi, ApprovalApi):
         signal = CancelSignal()
         task = self._tasks.start(label=spec.label, owner=parent, child_id=child_id, signal=signal)
         trace = op.admit(task_id=task.id, child_id=child_id, route="initial", descriptor=descriptor)
+        from actors import ActivationPlan, SpawnChild
+        from controlplane.contract import ContinuableStart, MessageSource
+
         plan = ActivationPlan(
             kind="initial",
             task_id=task.id,
@@ -458,6 +466,8 @@ class SubagentControl(HandleApi, SpendApi, ApprovalApi):
     ) -> tuple[Router, SendMessage]:
         """A send's checks (no I/O: an event loop runs them too, `controlplane.runtime._asend`)
         and the router and message it goes through."""
+        from controlplane.contract import MessageSource
+
         self._check_open()
         router = self._require_router()
         self._check_parent(parent)
@@ -466,6 +476,8 @@ class SubagentControl(HandleApi, SpendApi, ApprovalApi):
         source = check_source(
             source or MessageSource(kind="coordinator", sender_session_id=parent.session_id)
         )
+        from actors import SendMessage
+
         send = SendMessage(
             parent=parent,
             message=blocks,
@@ -476,6 +488,8 @@ class SubagentControl(HandleApi, SpendApi, ApprovalApi):
 
     def _route(self, child_id: str, send: SendMessage) -> SendResult:
         """Hand ``send`` to the child's supervisor here and return what it did."""
+        from actors import deliver
+
         root = self._require_store()
         return deliver(self._routes, root, child_id, send, check_open=self._check_open)
 
@@ -486,6 +500,9 @@ class SubagentControl(HandleApi, SpendApi, ApprovalApi):
 
         Oldest first; ``running`` when the child's newest Task in this process is running.
         """
+        from controlplane.contract import AgentHandle
+        from controlplane.runtime._child_views import child_views
+
         session = parent.session_id if isinstance(parent, AgentHandle) else parent
         tasks = self._tasks.list(session)  # first: see `child_views`
         stored = self._store.list_children(session) if self._store is not None else []
@@ -493,8 +510,13 @@ class SubagentControl(HandleApi, SpendApi, ApprovalApi):
 
     def dump_tree(self, *, timeout_s: float = 0.25) -> ActorTree:
         """The actor tree right now; a supervisor busier than ``timeout_s`` shows as busy."""
+        from controlplane.contract import ActorTree, utcnow
+        from controlplane.runtime.spend._admission import placed_nodes
+
         nodes = []
         if self._root is not None and not self._closed:
+            import pykka
+
             try:
                 nodes = self._root.describe_all(timeout_s)
             except (pykka.ActorDeadError, pykka.Timeout):
@@ -551,6 +573,8 @@ class SubagentControl(HandleApi, SpendApi, ApprovalApi):
         if self._passivator is not None:
             self._passivator.stop()
         if self._root is not None:
+            import pykka
+
             with contextlib.suppress(pykka.ActorDeadError, pykka.Timeout):
                 self._root.stop_accepting(_ROOT_TIMEOUT_S)
         if grace_s > 0:
@@ -570,6 +594,8 @@ class SubagentControl(HandleApi, SpendApi, ApprovalApi):
         if self._approvals is not None:
             self._approvals.close()
         if self._root is not None:
+            import pykka
+
             with contextlib.suppress(pykka.ActorDeadError, pykka.Timeout):
                 self._root.shutdown(max(1.0, deadline - time.monotonic()))
         if self._router is not None:
@@ -620,6 +646,8 @@ class SubagentControl(HandleApi, SpendApi, ApprovalApi):
         return self._router
 
     def _check_parent(self, parent: object) -> None:
+        from controlplane.contract import AgentHandle
+
         if not isinstance(parent, AgentHandle):
             raise SubagentControlError(
                 ErrorCode.UNAUTHORIZED, "the parent must be a live AgentHandle from agents.register"
@@ -632,6 +660,8 @@ class SubagentControl(HandleApi, SpendApi, ApprovalApi):
 
     def _spawn_adopted(self, plan: ActivationPlan) -> None:
         """Start a queued Task adopted from a dead runtime (`Admission`)."""
+        from actors import SpawnChild
+
         self._require_store().spawn_child(SpawnChild(plan=plan))
 
     def _sweep_soon(self) -> None:
@@ -642,9 +672,13 @@ class SubagentControl(HandleApi, SpendApi, ApprovalApi):
         """Start a running Task taken over from a runtime that ended, its child claimed
         here already (`controlplane.runtime.lease._recovery.RecoverHere`): same Task, same turn."""
         assert task.child_id is not None
+        from actors import SendMessage
+        from controlplane.contract import AgentHandle, MessageSource
+
         parent = AgentHandle(self.agents, task.owner_session, model=None, depth=0)
+        source = MessageSource(kind="system", sender_session_id="recovery")
         send = SendMessage(
-            parent=parent, message=(), source=_RECOVERY_SOURCE, continues=task.id,
+            parent=parent, message=(), source=source, continues=task.id,
             recovered=(task.model_copy(update={"recoveries": recovery}), fence, recovery),
         )  # fmt: skip
         self._route(task.child_id, send)

@@ -16,32 +16,29 @@ import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from pydantic import ValidationError
-
-from actors import follow_up_label
-from controlplane.contract import (
-    AgentHandle,
-    ContinuableStart,
-    ContinuableStartSpec,
-    ErrorCode,
-    MessageSource,
-    SendResult,
-    SessionEvent,
-    SubagentControlError,
-    TaskSnapshot,
-    TextBlock,
-    Usage,
-)
+from controlplane.contract import ErrorCode, SubagentControlError
 from controlplane.runtime._validate import check_child_id, message_blocks
-from controlplane.runtime.spend._usage_views import load_own
 
+# `SubagentControl` inherits `HandleApi`: pydantic, the contract's models and the spend wing
+# are imported in the calls that use them, so that importing the facade builds no model.
 if TYPE_CHECKING:
+    from controlplane.contract import (
+        AgentHandle,
+        ContinuableStart,
+        ContinuableStartSpec,
+        MessageSource,
+        SendResult,
+        SessionEvent,
+        TaskSnapshot,
+        TextBlock,
+        Usage,
+    )
     from controlplane.runtime._task_view import Tasks
     from persistence import SqlStore
 
 __all__ = ["ChildHandle", "HandleApi", "Message"]
 
-Message = str | Sequence[TextBlock]
+Message = str | Sequence["TextBlock"]
 """A message: a plain ``str`` (one text block), or a list of `TextBlock`."""
 
 
@@ -124,6 +121,8 @@ class ChildHandle:
             SubagentControlError: ``CHILD_NOT_FOUND`` for a child that is not the parent's;
                 ``STORE_UNAVAILABLE``, ``CLOSED``.
         """
+        from controlplane.runtime.spend._usage_views import load_own
+
         try:
             return load_own(self._control._open_store(), self._parent, self._child_id).events
         except SubagentControlError as exc:
@@ -142,6 +141,8 @@ class ChildHandle:
             return self._control.usage(self._parent, self._child_id)
         except SubagentControlError as exc:
             if exc.code is ErrorCode.CHILD_NOT_FOUND and self.task_id is not None:
+                from controlplane.contract import Usage
+
                 return Usage.zero()  # started here, not durable yet
             raise
 
@@ -216,6 +217,11 @@ class HandleApi:
                 or non-text prompt or an unknown option. Nothing is left behind.
         """
         self._check_open()
+        from pydantic import ValidationError
+
+        from actors import follow_up_label
+        from controlplane.contract import ContinuableStartSpec
+
         blocks = message_blocks(prompt)
         try:
             spec = ContinuableStartSpec(
@@ -248,5 +254,7 @@ class HandleApi:
         check_child_id(child_id)
         newest = [t for t in self.tasks.list(parent) if t.child_id == child_id]
         if not newest:
+            from controlplane.runtime.spend._usage_views import load_own
+
             load_own(self._open_store(), parent, child_id)  # CHILD_NOT_FOUND unless the parent's
         return ChildHandle(self, parent, child_id, newest[-1].id if newest else None)

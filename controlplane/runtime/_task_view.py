@@ -13,9 +13,8 @@ import builtins
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Final
 
-from controlplane.contract import CancelSignal, Requester, TaskNotice, TaskSnapshot
-
 if TYPE_CHECKING:
+    from controlplane.contract import CancelSignal, Requester, TaskNotice, TaskSnapshot
     from controlplane.runtime.tasks._task_entry import TaskListener
     from controlplane.runtime.tasks._tasks import TaskService
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from controlplane.contract import Usage
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from controlplane.contract import Usage
 
 __all__ = ["spend_clause", "usage_text"]
 

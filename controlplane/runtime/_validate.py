@@ -11,27 +11,28 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from typing import NamedTuple
-
-import pykka
-from pydantic import ValidationError
+from typing import TYPE_CHECKING, NamedTuple
 
 from controlplane.contract import (
-    AgentHandle,
-    Budget,
-    ContinuableStartSpec,
-    Descriptor,
     ErrorCode,
-    MessageSource,
-    NewEvent,
     SubagentControlError,
-    TextBlock,
-    budget_of,
     count_problem,
     plain_json,
     seconds_problem,
     storable_text,
 )
+
+# The contract's pydantic models are imported in the functions that use them: the facade
+# imports these checks, and the public import builds no model (tests/test_import_cost.py).
+if TYPE_CHECKING:
+    from controlplane.contract import (
+        Budget,
+        ContinuableStartSpec,
+        Descriptor,
+        MessageSource,
+        NewEvent,
+        TextBlock,
+    )
 
 __all__ = [
     "StartInputs",
@@ -98,6 +99,8 @@ def check_recovery(recover: object, max_recoveries: object) -> None:
 
 def check_start_spec(spec: object) -> ContinuableStartSpec:
     """The start's argument, if it is a `ContinuableStartSpec` (``INVALID_INPUT`` if not)."""
+    from controlplane.contract import ContinuableStartSpec
+
     if not isinstance(spec, ContinuableStartSpec):
         raise SubagentControlError(
             ErrorCode.INVALID_INPUT, "start_continuable takes a ContinuableStartSpec"
@@ -111,6 +114,8 @@ def start_inputs(
     """Check what a start will write (``INVALID_DESCRIPTOR`` for its descriptor and seed,
     ``INVALID_INPUT`` for its label, prompt and budget), before any Task exists.
     ``default_budget`` is the child's budget when its spec sets none."""
+    from controlplane.contract import NewEvent, budget_of
+
     budget = budget_of(spec.budget) or default_budget
     descriptor = _snapshot_descriptor(spec, budget)
     seed = tuple(
@@ -127,6 +132,8 @@ def start_inputs(
 
 
 def _snapshot_descriptor(spec: ContinuableStartSpec, budget: Budget | None) -> Descriptor:
+    from controlplane.contract import AgentHandle, Descriptor
+
     model = spec.parent.model if isinstance(spec.parent, AgentHandle) else None
     return Descriptor.build(
         provider=spec.provider,
@@ -155,6 +162,10 @@ def message_blocks(message: object) -> tuple[TextBlock, ...]:
     A ``str`` is one text block (text is the only block type); an empty or blank one is
     refused, as the model tools refuse it: it is a mistake, not a message. A list of
     `TextBlock` is taken as it is (an empty follow-up included)."""
+    from pydantic import ValidationError
+
+    from controlplane.contract import TextBlock
+
     if isinstance(message, str):
         if not message.strip():
             raise SubagentControlError(
@@ -185,6 +196,8 @@ def message_blocks(message: object) -> tuple[TextBlock, ...]:
 
 def check_source(source: object) -> MessageSource:
     """A message's source, if the store can keep it (``INVALID_INPUT`` if not)."""
+    from controlplane.contract import MessageSource
+
     if not isinstance(source, MessageSource):
         raise SubagentControlError(ErrorCode.INVALID_INPUT, "source must be a MessageSource")
     storable_text(source.kind, code=ErrorCode.INVALID_INPUT, what="source kind", nul=False)
@@ -217,6 +230,8 @@ def translate(exc: BaseException, consequence: str) -> BaseException:
     pass through untouched (they are the caller's own)."""
     if isinstance(exc, SubagentControlError) or not isinstance(exc, Exception):
         return exc
+    import pykka  # loaded already: only the actor system raises what is translated here
+
     if isinstance(exc, (pykka.ActorDeadError, pykka.Timeout)):
         return SubagentControlError(
             ErrorCode.CLOSED, f"the control plane is closing; {consequence}"

@@ -19,7 +19,7 @@ from contextvars import Token
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final
 
-from controlplane.contract import NO_RUN_TRACE, ActivationTrace, ModelCallTrace
+from controlplane.contract import NO_RUN_TRACE, ActivationTrace
 from controlplane.telemetry._lifecycle import log_lifecycle
 from controlplane.telemetry._otel import (
     CHARS,
@@ -35,7 +35,6 @@ from controlplane.telemetry._otel import (
     ROUTE,
     SOURCE,
     TOKEN_TYPE,
-    Api,
     clip,
 )
 from controlplane.telemetry._run_spans import Current, Failures, ModelSpan, ToolSpan
@@ -43,7 +42,10 @@ from controlplane.telemetry._run_spans import Current, Failures, ModelSpan, Tool
 if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer
 
-    from controlplane.contract import Descriptor, Origin, TaskOutcome, TextBlock
+    from controlplane.contract import Descriptor, ModelCallTrace, Origin, TaskOutcome, TextBlock
+    from controlplane.telemetry._otel import (
+        Api,
+    )
     from controlplane.telemetry._telemetry import Telemetry
 
 __all__ = ["SpanTrace"]

@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import logging
 from contextvars import ContextVar, Token
-from typing import Final, NamedTuple
+from typing import TYPE_CHECKING, Final, NamedTuple
 
-from controlplane.contract import TaskSnapshot, TaskStatus, escape_controls
+from controlplane.contract import TaskStatus, escape_controls
+
+if TYPE_CHECKING:
+    from controlplane.contract import TaskSnapshot
 
 __all__ = [
     "LIFECYCLE_LOGGER",

@@ -15,7 +15,6 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from controlplane.contract import Origin, SubagentControlError
-from controlplane.telemetry._activation_trace import SpanTrace
 from controlplane.telemetry._lifecycle import log_lifecycle
 from controlplane.telemetry._otel import (
     AGENT_ID,
@@ -43,6 +42,7 @@ if TYPE_CHECKING:
         SendResult,
         TextBlock,
     )
+    from controlplane.telemetry._activation_trace import SpanTrace
     from controlplane.telemetry._telemetry import Telemetry
 
 __all__ = ["ID_LIMIT", "Operation"]

@@ -23,13 +23,16 @@ from controlplane.telemetry._otel import (
     GENAI_PROVIDER,
     OPERATION,
     REQUEST_MODEL,
-    Api,
     clip,
     error_type,
 )
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer
+
+    from controlplane.telemetry._otel import (
+        Api,
+    )
 
 __all__ = [
     "INPUT_TOKENS",

@@ -31,7 +31,6 @@ import logging
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from controlplane.contract import Origin
 from controlplane.telemetry._activation_trace import SpanTrace
 from controlplane.telemetry._lifecycle import (
     current_scope,
@@ -57,7 +56,6 @@ from controlplane.telemetry._otel import (
     SPAN_START,
     TASK_ID,
     TRACEPARENT,
-    Api,
     Instruments,
     clip,
     error_type,
@@ -70,6 +68,10 @@ if TYPE_CHECKING:
 
     from controlplane.contract import (
         Descriptor,
+        Origin,
+    )
+    from controlplane.telemetry._otel import (
+        Api,
     )
 
 __all__ = [

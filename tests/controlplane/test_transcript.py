@@ -164,3 +164,59 @@ def test_a_parked_turn_stays_parked_once_closed(store: RecordingStore) -> None:
         steer(writer, "more", [])
     with raises(ErrorCode.CLOSED):
         writer.append("assistant/message", {"text": "late"})
+
+
+END = {"task_id": "task-1", "status": "completed"}
+
+
+def test_the_runs_last_reply_is_written_with_the_turns_end_in_one_batch(
+    transcript: ActivationTranscript, store: RecordingStore
+) -> None:
+    receipt = steer(transcript, "seen before the reply", [])
+
+    transcript.append(EventKind.ASSISTANT_MESSAGE, {"text": "done"}, last=True)
+    assert store.batches == []  # kept for the end: nothing acknowledged it yet
+    transcript.close(END)
+    receipt.commit()
+
+    assert store.kinds() == [
+        [EventKind.STEERING_MESSAGE],
+        [EventKind.ASSISTANT_MESSAGE, EventKind.TURN_END],
+    ]
+
+
+def test_a_last_reply_held_before_publication_waits_for_the_turns_end(
+    store: RecordingStore,
+) -> None:
+    writer = ActivationTranscript(cast(SqlStore, store), "child-1", turn=2)
+    writer.append(EventKind.ASSISTANT_MESSAGE, {"text": "thinking"})
+    writer.append(EventKind.ASSISTANT_MESSAGE, {"text": "done"}, last=True)
+    writer.publish([NewEvent(kind=EventKind.TURN_START, turn=2, data={})])
+    writer.close(END)
+
+    assert store.texts() == ["", "thinking", "done", ""]
+    assert store.kinds() == [
+        [EventKind.TURN_START, EventKind.ASSISTANT_MESSAGE],
+        [EventKind.ASSISTANT_MESSAGE, EventKind.TURN_END],
+    ]
+
+
+def test_a_last_reply_whose_end_fails_is_not_written_apart_from_it(
+    transcript: ActivationTranscript, store: RecordingStore
+) -> None:
+    transcript.append(EventKind.ASSISTANT_MESSAGE, {"text": "done"}, last=True)
+    store.failing = True
+    with raises(ErrorCode.DURABILITY_FAILED):
+        transcript.close(END)
+
+    assert store.batches == []  # both or neither: a recovered turn asks the model again
+
+
+def test_a_write_after_the_last_reply_writes_the_kept_one_first(
+    transcript: ActivationTranscript, store: RecordingStore
+) -> None:
+    transcript.append(EventKind.ASSISTANT_MESSAGE, {"text": "done"}, last=True)
+    transcript.append(EventKind.ASSISTANT_MESSAGE, {"text": "an afterthought"})
+    transcript.close(END)
+
+    assert store.texts() == ["done", "an afterthought", ""]

@@ -62,7 +62,9 @@ class FakeTranscript:
     def turn(self) -> int:
         return self._turn
 
-    def append(self, kind: str, data: Any, *, source: MessageSource | None = None) -> None:
+    def append(
+        self, kind: str, data: Any, *, source: MessageSource | None = None, last: bool = False
+    ) -> None:
         with self._cond:
             if self._fail_with is not None:
                 raise self._fail_with

@@ -80,6 +80,19 @@ def test_going_on_from_any_earlier_resume_rebuilds_what_the_whole_transcript_doe
         assert cache.rebuild("c1", events) == chat_history_with_unanswered(events), cut
 
 
+def test_a_conversation_gone_on_from_a_kept_one_weighs_what_it_weighs_rebuilt_whole() -> None:
+    # The kept weight grows by the new messages only, and is weighed whole again when an
+    # answer replaced a placeholder (turn 2's late result for call "b").
+    events = _transcript()
+    for cut in range(1, len(events)):
+        cache = HistoryCache()
+        cache.rebuild("c1", events[:cut])
+        cache.rebuild("c1", events)
+        whole = HistoryCache()
+        whole.rebuild("c1", events)
+        assert cache._bytes == whole._bytes, cut
+
+
 def test_a_transcript_that_does_not_continue_the_kept_one_is_rebuilt_whole() -> None:
     events = _transcript()
     cache = HistoryCache()

@@ -10,26 +10,24 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from actors import SendMessage
-from controlplane.contract import (
-    AgentHandle,
-    ErrorCode,
-    MessageSource,
-    Requester,
-    SendResult,
-    SubagentControlError,
-)
+from controlplane.contract import ErrorCode, SubagentControlError
 
+# `SubagentControl` inherits `ApprovalApi`: the actor system and the contract's models are
+# imported in the calls that use them, so that importing the facade builds no model.
 if TYPE_CHECKING:
-    from controlplane.contract import AgentRegistry
+    from actors import SendMessage
+    from controlplane.contract import (
+        AgentRegistry,
+        MessageSource,
+        Requester,
+        SendResult,
+    )
     from controlplane.runtime.approvals._approvals import Approvals
 
 __all__ = ["DEFAULT_APPROVAL_GRACE_S", "ApprovalApi", "check_grace"]
 
 DEFAULT_APPROVAL_GRACE_S = 2.0
 """How long a child's run waits for an approval answer holding its thread, by default."""
-
-_CONTINUE_SOURCE = MessageSource(kind="system", sender_session_id="approval")
 
 
 def check_grace(value: object) -> float:
@@ -103,8 +101,12 @@ class ApprovalApi:
     def _continue_parked(self, child_id: str, task_id: str, parent_session: str) -> None:
         """Continue a parked Task here
         (`controlplane.runtime.approvals._approvals.ContinueHere`)."""
+        from actors import SendMessage
+        from controlplane.contract import AgentHandle, MessageSource
+
         parent = AgentHandle(self.agents, parent_session, model=None, depth=0)
-        send = SendMessage(parent=parent, message=(), source=_CONTINUE_SOURCE, continues=task_id)
+        source = MessageSource(kind="system", sender_session_id="approval")
+        send = SendMessage(parent=parent, message=(), source=source, continues=task_id)
         self._route(child_id, send)
 
     if TYPE_CHECKING:  # the facade's own

@@ -21,21 +21,23 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 from controlplane.contract import (
-    ActivationFacts,
-    ApprovalAnswer,
-    ApprovalTranscript,
-    CancelSignal,
     ErrorCode,
     EventKind,
-    JsonValue,
     MessageSource,
     SubagentControlError,
     TaskStatus,
     utcnow,
 )
-from controlplane.runtime.tasks._tasks import TaskService
 
 if TYPE_CHECKING:
+    from controlplane.contract import (
+        ActivationFacts,
+        ApprovalAnswer,
+        ApprovalTranscript,
+        CancelSignal,
+        JsonValue,
+    )
+    from controlplane.runtime.tasks._tasks import TaskService
     from persistence import ApprovalBook, Fence, StoredRequest
 
 __all__ = ["ActivationDesk", "Waiters", "deny_at_deadline"]

@@ -26,30 +26,32 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from controlplane.contract import (
-    ActivationFacts,
-    ApprovalDesk,
-    ApprovalRequest,
-    ApprovalTranscript,
-    CancelSignal,
     ErrorCode,
     MessageSource,
-    ProviderRegistry,
     SubagentControlError,
     TaskNotice,
     TaskOutcome,
-    TaskSnapshot,
     TaskStatus,
-    TextBlock,
     requester_session,
     text_of,
     utcnow,
 )
 from controlplane.runtime.approvals._approval_desk import ActivationDesk, Waiters, deny_at_deadline
-from controlplane.runtime.lease._runtime import Runtime
-from controlplane.runtime.tasks._task_entry import Requester
-from controlplane.runtime.tasks._tasks import TaskService
 
 if TYPE_CHECKING:
+    from controlplane.contract import (
+        ActivationFacts,
+        ApprovalDesk,
+        ApprovalRequest,
+        ApprovalTranscript,
+        CancelSignal,
+        ProviderRegistry,
+        TaskSnapshot,
+        TextBlock,
+    )
+    from controlplane.runtime.lease._runtime import Runtime
+    from controlplane.runtime.tasks._task_entry import Requester
+    from controlplane.runtime.tasks._tasks import TaskService
     from persistence import Answered, SqlStore, StoredRequest, WaitingRequest
 
 __all__ = ["Approvals", "ContinueHere", "request_notice"]

@@ -32,21 +32,24 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
 from controlplane.contract import (
     ErrorCode,
-    ProviderRegistry,
-    RuntimeInfo,
-    SessionEvent,
     SubagentControlError,
     TaskSnapshot,
     TaskStatus,
     fold_descriptor,
 )
+from controlplane.runtime._defaults import DEFAULT_MAX_RECOVERIES, PROVIDER_WAIT_S
 from controlplane.telemetry import log_lifecycle
 
 if TYPE_CHECKING:
+    from controlplane.contract import (
+        ProviderRegistry,
+        RuntimeInfo,
+        SessionEvent,
+    )
     from controlplane.runtime.lease._runtime import Runtime
     from persistence import SqlStore
 
@@ -54,14 +57,6 @@ __all__ = ["DEFAULT_MAX_RECOVERIES", "PROVIDER_WAIT_S", "RecoverHere", "Recovery
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MAX_RECOVERIES: Final = 3
-"""How many times one Task's turn is recovered, by default, before the next death of its
-runtime ends it ``interrupted`` (``max_recoveries=`` of `SubagentControl`)."""
-PROVIDER_WAIT_S: Final = 600.0
-"""How long past its dead runtime's end (its close, else its last heartbeat) a running
-Task whose provider no live runtime has waits for one to open, by default
-(``provider_wait_s=`` of `SubagentControl`), before a runtime without it settles it
-``interrupted``, naming the provider."""
 
 RecoverHere = Callable[[TaskSnapshot, int, int], None]
 """Start the recovered Task here: ``recover_here(snapshot, fence, recovery)`` hands its

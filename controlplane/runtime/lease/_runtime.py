@@ -44,10 +44,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from controlplane.contract import (
-    NewEvent,
-    RuntimeInfo,
     SubagentControlError,
-    TaskSnapshot,
     TaskStatus,
 )
 from controlplane.runtime.lease._lease import Renewals
@@ -56,6 +53,11 @@ from controlplane.runtime.lease._renewer import ATTEMPT_BOUND, Renewer
 from controlplane.telemetry import log_lifecycle
 
 if TYPE_CHECKING:
+    from controlplane.contract import (
+        NewEvent,
+        RuntimeInfo,
+        TaskSnapshot,
+    )
     from controlplane.runtime.lease._recovery import Recovery
     from controlplane.runtime.tasks._tasks import TaskService
     from persistence import LeaseNow, Settlement, SqlStore, Watch

@@ -66,18 +66,21 @@ from typing import TYPE_CHECKING, Any
 from controlplane.contract import (
     ErrorCode,
     ForwardedNode,
-    MessageSource,
-    SendResult,
     SubagentControlError,
-    TaskSnapshot,
-    TextBlock,
 )
 from controlplane.runtime.routing._forward_answer import TAKE_S, AnswerFinder, Posted, answer_of
-from controlplane.runtime.routing._forward_serving import InFlight, KillHere, Serve, Serving
+from controlplane.runtime.routing._forward_serving import InFlight, Serving
 from controlplane.telemetry import Telemetry
 
 if TYPE_CHECKING:
+    from controlplane.contract import (
+        MessageSource,
+        SendResult,
+        TaskSnapshot,
+        TextBlock,
+    )
     from controlplane.runtime.lease._runtime import Runtime
+    from controlplane.runtime.routing._forward_serving import KillHere, Serve
     from persistence import Inbox, InboxItem, Listener, SqlStore
 
 __all__ = ["TAKE_S", "Forwarder"]

@@ -47,30 +47,32 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from actors import SendMessage
 from controlplane.contract import (
     AgentHandle,
-    AgentRegistry,
     ClaimConflict,
     ErrorCode,
     MessageSource,
-    NewEvent,
     SendResult,
     SubagentControlError,
-    TaskSnapshot,
     TextBlock,
 )
-from controlplane.runtime.routing._forward_serving import KillHere
 
 if TYPE_CHECKING:
-    from controlplane.contract import ForwardedNode
+    from actors import SendMessage
+    from controlplane.contract import (
+        AgentRegistry,
+        ForwardedNode,
+        NewEvent,
+        TaskSnapshot,
+    )
     from controlplane.runtime.lease._runtime import Runtime
+    from controlplane.runtime.routing._forward_serving import KillHere
     from controlplane.runtime.routing._forwarding import Forwarder
     from persistence import InboxItem
 
 __all__ = ["DeliverHere", "Router"]
 
-DeliverHere = Callable[[str, SendMessage], SendResult]
+DeliverHere = Callable[[str, "SendMessage"], SendResult]
 """Hand a send to the child's supervisor in this runtime and return what it did (a steer is
 returned once durable); raises the refusal as `SubagentControlError`, ``ClaimConflict`` when
 another live runtime holds the child's claim."""
@@ -181,6 +183,8 @@ class Router:
             raise SubagentControlError(
                 ErrorCode.CLOSED, "the control plane is closed; open a new one to continue"
             )
+        from actors import SendMessage
+
         parent = AgentHandle(self._agents, item.parent_session, model=None, depth=0)
         send = SendMessage(
             parent=parent,

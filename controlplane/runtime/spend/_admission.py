@@ -27,14 +27,9 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from actors import ActivationPlan
-from actors._outcomes import aborted
 from controlplane.contract import (
-    AgentRegistry,
     CancelSignal,
-    Descriptor,
     SubagentControlError,
-    SupervisorNode,
     TaskOutcome,
     TaskStatus,
     utcnow,
@@ -42,6 +37,12 @@ from controlplane.contract import (
 from controlplane.runtime.spend._queued_plans import plan_of, plan_text, queued_at
 
 if TYPE_CHECKING:
+    from actors import ActivationPlan
+    from controlplane.contract import (
+        AgentRegistry,
+        Descriptor,
+        SupervisorNode,
+    )
     from controlplane.runtime.lease._runtime import Runtime
     from controlplane.runtime.tasks._tasks import TaskService
     from persistence import AdmissionListener, AdmissionQueue, Admitted, QueueHead, SqlStore
@@ -191,6 +192,7 @@ class Admission:
 
     def wait(self, plan: object, descriptor: Descriptor) -> TaskOutcome | None:
         """`controlplane.contract.AdmissionGate.wait`."""
+        from actors import ActivationPlan
         from persistence import Admitted
 
         assert isinstance(plan, ActivationPlan)
@@ -236,6 +238,8 @@ class Admission:
             self._tasks.admitted(plan.task_id, utcnow())
             return None
         if plan.signal.aborted:
+            from actors._outcomes import aborted
+
             return aborted(plan.signal)
         return _settled_elsewhere()
 

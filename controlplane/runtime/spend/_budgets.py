@@ -40,19 +40,22 @@ from controlplane.contract import (
     TOOL_CALL,
     TOOL_ROUND,
     Budget,
-    Descriptor,
     ErrorCode,
     Prices,
     Spent,
     SubagentControlError,
-    TaskNotice,
     budget_of,
     count_problem,
     fold_descriptor,
 )
+from controlplane.runtime._defaults import DEFAULT_MAX_TOOL_ROUNDS, DEFAULT_NOTICE_AT
 
 if TYPE_CHECKING:
-    from controlplane.contract import ActivationFacts
+    from controlplane.contract import (
+        ActivationFacts,
+        Descriptor,
+        TaskNotice,
+    )
     from persistence import ScopeCounts, ScopeSpend, SpendLedger, SqlStore
 
 __all__ = [
@@ -63,8 +66,6 @@ __all__ = [
     "stored_descriptor",
 ]
 
-DEFAULT_NOTICE_AT: Final = 0.8
-DEFAULT_MAX_TOOL_ROUNDS: Final = 50
 _MODEL_LIMITS: Final = ("tokens", "cost", "model_calls", "seconds")
 _TOOL_LIMITS: Final = ("tool_calls", "seconds")
 _AT: Final = {

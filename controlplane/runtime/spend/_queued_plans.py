@@ -5,20 +5,24 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from actors import ActivationPlan
 from controlplane.contract import (
     AgentHandle,
-    AgentRegistry,
-    CancelSignal,
     Descriptor,
     MessageSource,
     NewEvent,
-    TaskSnapshot,
     TextBlock,
     utcnow,
 )
+
+if TYPE_CHECKING:
+    from actors import ActivationPlan
+    from controlplane.contract import (
+        AgentRegistry,
+        CancelSignal,
+        TaskSnapshot,
+    )
 
 __all__ = ["plan_of", "plan_text", "queued_at"]
 
@@ -53,6 +57,8 @@ def plan_of(
     fence: int | None,
 ) -> ActivationPlan:
     """The activation an adopting runtime starts from `plan_text`'s JSON."""
+    from actors import ActivationPlan
+
     depth = data.get("depth")
     parent = AgentHandle(agents, data["parent_session"], model=None, depth=max(0, (depth or 1) - 1))
     common: dict[str, Any] = {

@@ -16,27 +16,25 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from controlplane.contract import (
-    AgentHandle,
-    AgentRegistry,
-    Budget,
-    Descriptor,
-    ErrorCode,
-    Price,
-    Prices,
-    Requester,
-    SubagentControlError,
-    Usage,
-    budget_of,
-    requester_session,
-)
+from controlplane.contract import ErrorCode, SubagentControlError
 from controlplane.runtime._validate import check_concurrency
-from controlplane.runtime.spend._admission import Admission
-from controlplane.runtime.spend._budgets import Budgets, check_budget_options, stored_descriptor
-from controlplane.runtime.spend._usage_views import child_usage, session_usage
 
+# `SubagentControl` inherits `SpendApi` and checks its options with `SpendOptions`: the
+# contract's models and the rest of the spend wing are imported in the calls that use
+# them, so that importing the facade builds no model.
 if TYPE_CHECKING:
+    from controlplane.contract import (
+        AgentRegistry,
+        Budget,
+        Descriptor,
+        Price,
+        Prices,
+        Requester,
+        Usage,
+    )
     from controlplane.runtime.lease._runtime import Runtime
+    from controlplane.runtime.spend._admission import Admission
+    from controlplane.runtime.spend._budgets import Budgets
     from controlplane.runtime.tasks._tasks import TaskService
     from persistence import SqlStore
 
@@ -44,6 +42,8 @@ __all__ = ["SpendApi", "SpendOptions"]
 
 
 def _prices(prices: Prices | Mapping[str, Price | Mapping[str, Any]] | None) -> Prices:
+    from controlplane.contract import Prices
+
     return prices if isinstance(prices, Prices) else Prices(prices)
 
 
@@ -72,6 +72,8 @@ class SpendOptions:
     ) -> SpendOptions:
         """The constructor's options, or ``INVALID_INPUT`` naming the first that is off
         (prices, then the budget options, then ``concurrency``)."""
+        from controlplane.runtime.spend._budgets import check_budget_options
+
         checked_prices = _prices(prices)
         session, tree = check_budget_options(
             session_budget=session_budget,
@@ -87,6 +89,8 @@ class SpendOptions:
         """`SubagentControl.open`'s check of the constructor's ``options``, before the
         store is made: a bad one leaves nothing to undo. ``prices`` is replaced by its
         checked `Prices`, so the constructor does not check it again."""
+        from controlplane.runtime.spend._budgets import check_budget_options
+
         if options.get("concurrency") is not None:
             check_concurrency(options["concurrency"])
         if "prices" in options:
@@ -100,6 +104,8 @@ class SpendOptions:
 
     def budgets(self, store: SqlStore) -> Budgets:
         """The budgets over ``store``'s spend ledger."""
+        from controlplane.runtime.spend._budgets import Budgets, stored_descriptor
+
         return Budgets(
             store.spend,
             session_budget=self.session_budget,
@@ -114,6 +120,8 @@ class SpendOptions:
         self, store: SqlStore, runtime: Runtime, tasks: TaskService, agents: AgentRegistry
     ) -> Admission | None:
         """This runtime's side of the concurrency limits; None without any."""
+        from controlplane.runtime.spend._admission import Admission
+
         return Admission(self.limits, store, runtime, tasks, agents) if self.limits else None
 
 
@@ -155,6 +163,8 @@ class SpendApi:
                 ``INVALID_INPUT`` for a requester that is neither a handle nor a session
                 id; ``PERSISTENCE_UNAVAILABLE``, ``STORE_UNAVAILABLE``, ``CLOSED``.
         """
+        from controlplane.runtime.spend._usage_views import child_usage
+
         return child_usage(self._open_store(), requester, child_id, tree=tree)
 
     def session_usage(self, requester: Requester) -> Usage:
@@ -166,6 +176,8 @@ class SpendApi:
                 handle nor a session id; ``PERSISTENCE_UNAVAILABLE``,
                 ``STORE_UNAVAILABLE``, ``CLOSED``.
         """
+        from controlplane.runtime.spend._usage_views import session_usage
+
         return session_usage(self._open_store(), requester)
 
     def set_budget(self, requester: Requester, child_id: str, budget: Budget | None) -> None:
@@ -186,6 +198,8 @@ class SpendApi:
                 requester's (the same error); ``PERSISTENCE_UNAVAILABLE``,
                 ``STORE_UNAVAILABLE``, ``CLOSED``. Nothing changes when it raises.
         """
+        from controlplane.contract import budget_of, requester_session
+
         self._open_store()
         assert self._budgets is not None  # built with the store
         session = requester_session(requester)
@@ -201,6 +215,8 @@ class SpendApi:
     def _start_budget(self, parent: object) -> Budget | None:
         """The budget a child of ``parent`` starts with when its spec sets none: the tree
         budget for a top-level child."""
+        from controlplane.contract import AgentHandle
+
         if self._budgets is not None and isinstance(parent, AgentHandle) and parent.depth == 0:
             return self._budgets.tree_budget
         return None

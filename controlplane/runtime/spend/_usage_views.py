@@ -15,8 +15,6 @@ from typing import TYPE_CHECKING, Final
 
 from controlplane.contract import (
     ErrorCode,
-    LoadedSession,
-    Requester,
     SubagentControlError,
     Usage,
     requester_session,
@@ -24,6 +22,10 @@ from controlplane.contract import (
 )
 
 if TYPE_CHECKING:
+    from controlplane.contract import (
+        LoadedSession,
+        Requester,
+    )
     from persistence import SqlStore
 
 __all__ = ["child_usage", "load_own", "session_usage"]

@@ -13,36 +13,42 @@ import uuid
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from controlplane.contract import (
     AgentHandle,
-    ApprovalRequest,
-    CancelSignal,
     ErrorCode,
     SubagentControlError,
-    TaskNotice,
     TaskOutcome,
     TaskSnapshot,
     TaskStatus,
-    Usage,
     requester_session,
     utcnow,
 )
 from controlplane.runtime.tasks._task_entry import (
-    ActivationFacts,
-    Claimer,
-    Interrupter,
-    Opening,
-    QueuePlaces,
-    Requester,
     TaskEntry,
-    TaskLedgerPort,
-    TaskListener,
-    TaskRouting,
     notice_of,
 )
 from controlplane.telemetry import Telemetry, log_kill, log_settled
+
+if TYPE_CHECKING:
+    from controlplane.contract import (
+        ApprovalRequest,
+        CancelSignal,
+        TaskNotice,
+        Usage,
+    )
+    from controlplane.runtime.tasks._task_entry import (
+        ActivationFacts,
+        Claimer,
+        Interrupter,
+        Opening,
+        QueuePlaces,
+        Requester,
+        TaskLedgerPort,
+        TaskListener,
+        TaskRouting,
+    )
 
 __all__ = ["TaskBook"]
 

@@ -8,21 +8,25 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from controlplane.contract import (
-    ApprovalRequest,
-    CancelSignal,
     LazyEvent,
     NewEvent,
     Requester,
     TaskNotice,
-    TaskOutcome,
     TaskSnapshot,
     TaskStatus,
-    Usage,
 )
 from controlplane.runtime._usage_text import spend_clause
+
+if TYPE_CHECKING:
+    from controlplane.contract import (
+        ApprovalRequest,
+        CancelSignal,
+        TaskOutcome,
+        Usage,
+    )
 
 __all__ = [
     "ActivationFacts",

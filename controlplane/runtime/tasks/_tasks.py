@@ -12,7 +12,7 @@ import builtins
 import time
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from controlplane.contract import (
     ApprovalRequest,
@@ -27,13 +27,17 @@ from controlplane.runtime.tasks._task_book import TaskBook
 from controlplane.runtime.tasks._task_entry import (
     Claimer,
     Interrupter,
-    Requester,
-    TaskEntry,
     TaskLedgerPort,
     TaskListener,
     TaskRouting,
     notice_of,
 )
+
+if TYPE_CHECKING:
+    from controlplane.runtime.tasks._task_entry import (
+        Requester,
+        TaskEntry,
+    )
 
 __all__ = [
     "Claimer",
