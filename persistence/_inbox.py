@@ -40,17 +40,16 @@ one thread (`Listener`); what it hears is handed to a callback that must not blo
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging
-import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from controlplane.contract import ErrorCode, SubagentControlError
 from persistence._inbox_sql import CHANNEL_HEX, CHANNEL_PREFIX, InboxStatements
+from persistence._listening import Listening
 
 if TYPE_CHECKING:
     from sqlalchemy.engine.interfaces import DBAPICursor
@@ -62,8 +61,6 @@ __all__ = ["Inbox", "InboxItem", "Listener", "WakeUp", "channel_of", "steered_an
 
 log = logging.getLogger(__name__)
 
-_POLL_S = 0.25
-_RECONNECT_S = 0.5
 
 MESSAGE = "m"
 """Notification kind: a message waits in the inbox for the listening runtime."""
@@ -434,8 +431,8 @@ def _reply_payload(inbox_id: str, text: str) -> str:
 
 
 class Listener:
-    """One thread with its own connection, listening on one channel (reconnecting if the
-    connection drops: a notification missed meanwhile only delays its waiter)."""
+    """One thread with its own connection, listening on one channel (`Listening`: a
+    notification missed while it reconnects only delays its waiter)."""
 
     def __init__(
         self,
@@ -444,56 +441,22 @@ class Listener:
         on_message: Callable[[str, InboxItem | None], None],
         on_reply: Callable[[str, dict[str, Any] | None], None],
     ) -> None:
-        self._db = db
-        self._channel = channel
         self._on_message = on_message
         self._on_reply = on_reply
-        self._stopped = threading.Event()
-        self._ready = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"{channel}-listener", daemon=True)
-        self._thread.start()
+        self.listening = Listening(db, channel, self._heard, name=f"{channel}-listener")
 
     def wait_ready(self, timeout_s: float) -> bool:
         """Wait until it listens (a message posted before that would go unheard)."""
-        return self._ready.wait(timeout_s)
+        return self.listening.ready.wait(timeout_s)
 
     def close(self) -> None:
         """Stop listening and wait for the thread (at most one poll interval)."""
-        self._stopped.set()
-        self._thread.join(_POLL_S * 8)
+        self.listening.close()
 
-    def _run(self) -> None:
-        while not self._stopped.is_set():
-            try:
-                self._listen()
-            except Exception as exc:  # a dropped connection: listen again
-                log.warning("listener %s: %s; listening again", self._channel, exc)
-                self._stopped.wait(_RECONNECT_S)
-
-    def _listen(self) -> None:
-        raw = self._db.engine.raw_connection()
-        conn: Any = raw.driver_connection
-        raw.detach()  # this connection is the listener's, never the pool's again
-        try:
-            conn.rollback()
-            conn.autocommit = True
-            from psycopg import sql  # here only: PostgreSQL's driver, present with it
-
-            listen = sql.SQL("LISTEN {}").format(sql.Identifier(self._channel))
-            conn.execute(listen)
-            self._ready.set()
-            while not self._stopped.is_set():
-                for notice in conn.notifies(timeout=_POLL_S):
-                    kind, _, rest = str(notice.payload).partition(":")
-                    inbox_id, _, body = rest.partition(":")
-                    try:
-                        if kind == MESSAGE:
-                            carried = InboxItem.from_carried(inbox_id, body) if body else None
-                            self._on_message(inbox_id, carried)
-                        elif kind == REPLY:
-                            self._on_reply(inbox_id, json.loads(body) if body else None)
-                    except Exception:  # a bug in a callback must not end the listening
-                        log.exception("listener %s: handling %s failed", self._channel, notice)
-        finally:
-            with contextlib.suppress(Exception):
-                raw.close()
+    def _heard(self, payload: str) -> None:
+        kind, _, rest = payload.partition(":")
+        inbox_id, _, body = rest.partition(":")
+        if kind == MESSAGE:
+            self._on_message(inbox_id, InboxItem.from_carried(inbox_id, body) if body else None)
+        elif kind == REPLY:
+            self._on_reply(inbox_id, json.loads(body) if body else None)

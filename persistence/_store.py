@@ -38,6 +38,7 @@ from persistence._deadlines import abandon_waits, abandoning, call_deadline
 from persistence._id_prefix import KEPT_SINCE, prefix_query
 from persistence._inbox import Inbox
 from persistence._ledger import TaskLedger
+from persistence._listening import refresh_listeners
 from persistence._migrations import check_schema, ensure_schema
 from persistence._overview import StoreOverview
 from persistence._port import StorePort, next_batch
@@ -53,6 +54,7 @@ from persistence._schema import (
     children_table,
     utc_time,
 )
+from persistence._sessions import end_sessions_of, name_sessions
 from persistence._spend import SpendLedger
 from persistence._takeable import Takeable
 from persistence._task_sql import Fence, Settlement, TxStep
@@ -366,6 +368,32 @@ class SqlStore:
         """End at once the waits for the server of the threads ``thread_ids`` (PostgreSQL;
         the call fails, and inside `abandoning` is not retried)."""
         abandon_waits(thread_ids)
+
+    def name_sessions(self, runtime_id: str) -> None:
+        """Name every database session this store opens from now on after the runtime
+        ``runtime_id`` (PostgreSQL), so that `end_sessions_of` can end them once the others
+        judge it dead (`persistence._sessions`)."""
+        name_sessions(self._db, runtime_id)
+
+    def end_sessions_of(self, runtime_ids: Sequence[str]) -> int:
+        """End every database session of the runtimes ``runtime_ids`` (named by
+        `name_sessions`; PostgreSQL, this role's sessions): their locks are released, and
+        no transaction they had open can commit. How many were ended.
+
+        Raises:
+            SubagentControlError: ``STORE_UNAVAILABLE``.
+        """
+        return self._run(
+            "end the sessions of dead runtimes", lambda _a: end_sessions_of(self._db, runtime_ids)
+        )
+
+    def listen_again(self) -> int:
+        """Have every listener on this store (PostgreSQL's notifications: forwarded
+        messages and their answers, admission slots, takeable Tasks) listen again on a
+        new connection, within a quarter second: the network was out, and a connection
+        that lived through that can hold notifications back for seconds after it is
+        back (`persistence._listening`). How many listeners there are."""
+        return refresh_listeners(self._db)
 
     def close(self) -> None:
         """Close every pooled connection; later calls raise ``CLOSED``. Idempotent."""

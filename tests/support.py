@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, Protocol, Self, TypeVar, runtime_checkable
 
 import pytest
 
@@ -306,3 +306,60 @@ def gated_control(
     finally:
         store.gate.set()
         control.close(timeout_s=10.0)
+
+
+class SqliteStatements:
+    """Counts, on every SQLite connection opened while it listens (a ``with`` block), the
+    units of work a subclass's `counts` picks, from whichever thread runs them: a
+    transaction that committed, or a statement run outside any transaction."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self._lock = threading.Lock()
+
+    def counts(self, statements: Sequence[str], *, transaction: bool) -> bool:
+        """Whether one unit counts: a committed transaction's statements between its
+        ``BEGIN`` and ``COMMIT`` (``transaction``), or one statement outside any."""
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        from sqlalchemy import event
+        from sqlalchemy.pool import Pool
+
+        event.listen(Pool, "connect", self._traced)
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        from sqlalchemy import event
+        from sqlalchemy.pool import Pool
+
+        event.remove(Pool, "connect", self._traced)
+
+    def _traced(self, connection: Any, _record: Any) -> None:
+        import sqlite3
+
+        if not isinstance(connection, sqlite3.Connection):
+            return
+        open_transaction: list[str] | None = None  # this connection's, while one is open
+
+        def trace(statement: str) -> None:
+            nonlocal open_transaction
+            head = statement.lstrip()[:12].upper()
+            if head.startswith("BEGIN"):
+                open_transaction = []
+            elif head.startswith("ROLLBACK"):
+                open_transaction = None
+            elif head.startswith("COMMIT"):
+                done, open_transaction = open_transaction, None
+                if done is not None and self.counts(done, transaction=True):
+                    self._add()
+            elif open_transaction is not None:
+                open_transaction.append(statement)
+            elif self.counts([statement], transaction=False):
+                self._add()
+
+        connection.set_trace_callback(trace)
+
+    def _add(self) -> None:
+        with self._lock:
+            self.count += 1

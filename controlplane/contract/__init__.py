@@ -54,6 +54,7 @@ if TYPE_CHECKING:
         ParkedTask,
         SubagentControlError,
     )
+    from controlplane.contract._idle_threads import IdleThreads
     from controlplane.contract._json import (
         JsonValue,
         count_problem,
@@ -164,6 +165,7 @@ __all__ = [
     "ErrorCode",
     "EventKind",
     "ForwardedNode",
+    "IdleThreads",
     "JsonValue",
     "LazyEvent",
     "LoadedSession",
@@ -303,6 +305,7 @@ _HOMES: dict[str, str] = {
         ["ChildMeta", "EventKind", "LoadedSession", "NewEvent", "SessionEvent", "utcnow"],
         "_session",
     ),
+    "IdleThreads": "_idle_threads",
     **dict.fromkeys(["CancelSignal", "LazyEvent"], "_signal"),
     **dict.fromkeys(
         ["ChildView", "ContinuableStart", "ContinuableStartSpec", "SendResult"], "_spec"

@@ -10,16 +10,13 @@ ledger-level tests run on PostgreSQL too when its URL is set.
 
 from __future__ import annotations
 
-import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import event
-from sqlalchemy.pool import Pool
 
 from controlplane import (
     Budget,
@@ -40,6 +37,7 @@ from controlplane.contract import MODEL_CALL, Spent, usage_data
 from controlplane.models import ModelReply, ToolCall
 from controlplane.runtime.spend._budgets import Budgets
 from persistence import SqlStore
+from tests.support import SqliteStatements
 
 WAIT_S = 10.0
 CALLS = 10
@@ -47,37 +45,11 @@ LOOK = ModelReply(tool_calls=[ToolCall(id="c1", name="look", arguments={})])
 SPEND_60 = Usage(input_tokens=50, output_tokens=10)
 
 
-class SpendReads:
-    """Counts the statements that read the spend counters outside a write transaction,
-    on every SQLite connection opened while it listens."""
+class SpendReads(SqliteStatements):
+    """Counts the statements that read the spend counters outside a write transaction."""
 
-    def __init__(self) -> None:
-        self.reads = 0
-        self._lock = threading.Lock()
-
-    def __enter__(self) -> SpendReads:
-        event.listen(Pool, "connect", self._traced)
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        event.remove(Pool, "connect", self._traced)
-
-    def _traced(self, connection: Any, _record: Any) -> None:
-        if not isinstance(connection, sqlite3.Connection):
-            return
-        writing = [False]
-
-        def trace(statement: str) -> None:
-            head = statement.lstrip()[:12].upper()
-            if head.startswith("BEGIN"):
-                writing[0] = True
-            elif head.startswith(("COMMIT", "ROLLBACK")):
-                writing[0] = False
-            elif not writing[0] and "subagent_spend " in statement + " ":
-                with self._lock:
-                    self.reads += 1
-
-        connection.set_trace_callback(trace)
+    def counts(self, statements: Sequence[str], *, transaction: bool) -> bool:
+        return not transaction and "subagent_spend " in statements[0] + " "
 
 
 class Looks:
@@ -125,7 +97,7 @@ def test_a_turn_of_many_calls_reads_the_counters_once_not_before_every_call(
     assert first.status is TaskStatus.COMPLETED, first
     looks.release.clear()
 
-    before = counted.reads
+    before = counted.count
     sent = control.send_message(parent, started.child_id, [TextBlock(text="again")], None)
     # A steer is answered once the turn is published: until then its calls' usage is
     # held in this process, not written, and each check reads the counters.
@@ -140,7 +112,7 @@ def test_a_turn_of_many_calls_reads_the_counters_once_not_before_every_call(
     # 10 model calls and 9 tool calls checked: the resume's refusal check reads the
     # counters and the turn's first check uses that read; the first tool call's check
     # may come before the turn is published and read them; no check after that reads.
-    assert counted.reads - before <= 2, counted.reads - before
+    assert counted.count - before <= 2, counted.count - before
 
 
 # -- the bound, at the ledger ------------------------------------------------------------------
@@ -244,7 +216,7 @@ def test_a_resumed_turn_checks_its_first_call_against_the_resumes_own_read(
                 )
             )  # fmt: skip
             control.tasks.wait(started.task_id, timeout=WAIT_S, requester=parent)
-            before = counted.reads
+            before = counted.count
             sent = control.send_message(parent, started.child_id, [TextBlock(text="on")], None)
             done = control.tasks.wait(sent.task_id, timeout=WAIT_S, requester=parent)
         finally:
@@ -254,4 +226,4 @@ def test_a_resumed_turn_checks_its_first_call_against_the_resumes_own_read(
     assert done.usage.model_calls == 1
     # The resume's refusal check reads the counters; its turn's one model call is
     # checked against that read.
-    assert counted.reads - before == 1
+    assert counted.count - before == 1

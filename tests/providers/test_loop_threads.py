@@ -6,6 +6,8 @@ from __future__ import annotations
 import contextvars
 import threading
 
+import pytest
+
 from controlplane import CancelSignal, InProcessProvider
 from controlplane.models import ModelReply, ModelRequest
 from controlplane.providers._loop_threads import IDLE_NAME, LoopThreads
@@ -61,4 +63,24 @@ def test_each_loop_starts_with_an_empty_context_and_an_idle_thread_times_out() -
     assert seen == ["fresh", "fresh"]
     first.thread.join(TIMEOUT_S)  # idle past idle_s: it ends
     assert not first.thread.is_alive()
+    assert threads.idle() == 0
+
+
+def test_a_loop_that_raises_ends_its_thread_and_its_handle_says_it_returned(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    reported: list[str] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: reported.append(args.thread.name))
+    threads = LoopThreads(max_idle=1, idle_s=TIMEOUT_S)
+
+    def loop() -> None:
+        raise RuntimeError("the loop failed")
+
+    run = threads.start(loop, "failing")
+    assert run.join(TIMEOUT_S)
+    run.thread.join(TIMEOUT_S)
+
+    assert not run.running
+    assert not run.thread.is_alive()
+    assert reported == [IDLE_NAME]  # renamed before the handle was told
     assert threads.idle() == 0

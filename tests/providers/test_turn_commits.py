@@ -4,15 +4,10 @@ on the store's connections)."""
 
 from __future__ import annotations
 
-import sqlite3
-import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
 
 import pytest
-from sqlalchemy import event
-from sqlalchemy.pool import Pool
 
 from controlplane import (
     ChildTool,
@@ -25,42 +20,20 @@ from controlplane import (
     TextBlock,
 )
 from controlplane.models import ModelReply, ToolCall
+from tests.support import SqliteStatements
 
 WAIT_S = 10.0
 
 
-class EventWrites:
-    """Counts the write transactions that insert events, on every SQLite connection
-    opened while it listens (housekeeping writes no event, so it is never counted)."""
+class EventWrites(SqliteStatements):
+    """Counts the write transactions that insert events (housekeeping writes no event, so
+    it is never counted)."""
 
-    def __init__(self) -> None:
-        self.count = 0
-        self._lock = threading.Lock()
-
-    def __enter__(self) -> EventWrites:
-        event.listen(Pool, "connect", self._traced)
-        return self
-
-    def __exit__(self, *_exc: object) -> None:
-        event.remove(Pool, "connect", self._traced)
-
-    def _traced(self, connection: Any, _record: Any) -> None:
-        if not isinstance(connection, sqlite3.Connection):
-            return
-        inserting = [False]
-
-        def trace(statement: str) -> None:
-            head = statement.lstrip()[:40].upper()
-            if head.startswith("BEGIN"):
-                inserting[0] = False
-            elif head.startswith("INSERT") and "SUBAGENT_EVENTS" in head:
-                inserting[0] = True
-            elif head.startswith("COMMIT") and inserting[0]:
-                inserting[0] = False
-                with self._lock:
-                    self.count += 1
-
-        connection.set_trace_callback(trace)
+    def counts(self, statements: Sequence[str], *, transaction: bool) -> bool:
+        heads = (statement.lstrip()[:40].upper() for statement in statements)
+        return transaction and any(
+            head.startswith("INSERT") and "SUBAGENT_EVENTS" in head for head in heads
+        )
 
 
 @pytest.fixture

@@ -19,7 +19,6 @@ from pathlib import Path
 import pytest
 
 from controlplane import (
-    ContinuableStartSpec,
     EventKind,
     InProcessProvider,
     ScriptedModel,
@@ -30,21 +29,12 @@ from controlplane import (
 )
 from tests.reliability.processes import REPO, LinesProcess, Reaper, reaping
 from tests.reliability.recovery_child import PARENT, work_tool
+from tests.reliability.recovery_setup import CHILD, idle_child, killed_at
 from tests.support import WAIT_S, eventually
-
-CHILD = Path(__file__).with_name("recovery_child.py")
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]
 
 reaped = pytest.fixture(reaping, name="reaped")
-
-
-def _killed_at(reaped: Reaper, url: str, mode: str, runs: Path) -> dict[str, object]:
-    runtime = reaped.add(LinesProcess(CHILD, url, mode, str(runs), name=mode))
-    ready: dict[str, object] = json.loads(runtime.expect("READY ").removeprefix("READY "))
-    runtime.proc.send_signal(signal.SIGKILL)
-    runtime.reap()
-    return ready
 
 
 def _turn(events: list[SessionEvent], task_id: str) -> list[SessionEvent]:
@@ -65,7 +55,7 @@ def test_another_runtime_finishes_the_same_task_in_the_same_turn(
     reaped: Reaper, store_url: str, tmp_path: Path, mode: str
 ) -> None:
     runs = tmp_path / "runs.jsonl"
-    ready = _killed_at(reaped, store_url, mode, runs)
+    ready = killed_at(reaped, store_url, mode, runs)
     task_id, child_id = str(ready["task_id"]), str(ready["child_id"])
 
     with SubagentControl.open(store_url, lease_ttl_s=30.0) as control:
@@ -144,7 +134,7 @@ def test_a_child_that_keeps_killing_its_runtime_stops_at_the_bound(
 def test_recover_false_settles_the_dead_runtimes_task_interrupted(
     reaped: Reaper, store_url: str, tmp_path: Path
 ) -> None:
-    ready = _killed_at(reaped, store_url, "model", tmp_path / "runs.jsonl")
+    ready = killed_at(reaped, store_url, "model", tmp_path / "runs.jsonl")
     with SubagentControl.open(store_url, lease_ttl_s=30.0, recover=False) as control:
         control.providers.register(InProcessProvider(ScriptedModel(["never"])))
         parent = control.agents.register(PARENT)
@@ -183,7 +173,7 @@ def test_close_during_a_long_turn_hands_it_over_to_a_live_runtime(
 def test_a_task_whose_provider_no_runtime_has_waits_running_then_ends_naming_it(
     reaped: Reaper, store_url: str, tmp_path: Path
 ) -> None:
-    ready = _killed_at(reaped, store_url, "model", tmp_path / "runs.jsonl")
+    ready = killed_at(reaped, store_url, "model", tmp_path / "runs.jsonl")
     task_id = str(ready["task_id"])
     # A runtime without the provider leaves it running for one that has it...
     with SubagentControl.open(store_url, lease_ttl_s=30.0) as front:
@@ -202,16 +192,7 @@ def test_a_task_whose_provider_no_runtime_has_waits_running_then_ends_naming_it(
 def test_a_runtime_without_the_provider_leaves_a_resume_to_a_worker_that_has_it(
     reaped: Reaper, store_url: str, tmp_path: Path
 ) -> None:
-    with SubagentControl.open(store_url, lease_ttl_s=30.0) as first:
-        first.providers.register(InProcessProvider(ScriptedModel(["first turn done"])))
-        parent = first.agents.register(PARENT)
-        spec = ContinuableStartSpec(
-            provider="inprocess", label="idle", prompt=[TextBlock(text="do it")], parent=parent
-        )
-        started = first.start_continuable(spec)
-        done = first.tasks.wait(started.task_id, timeout=WAIT_S, requester=parent)
-        assert done.status is TaskStatus.COMPLETED
-    child_id = started.child_id
+    child_id = idle_child(store_url)
 
     # A front: no provider. It takes the message, durably, and answers `started`...
     with SubagentControl.open(store_url, lease_ttl_s=30.0) as front:
@@ -246,21 +227,14 @@ def test_a_runtime_without_the_provider_leaves_a_resume_to_a_worker_that_has_it(
 def test_a_resume_no_runtime_with_the_provider_takes_ends_interrupted_naming_it(
     store_url: str,
 ) -> None:
-    with SubagentControl.open(store_url, lease_ttl_s=30.0) as first:
-        first.providers.register(InProcessProvider(ScriptedModel(["first turn done"])))
-        parent = first.agents.register(PARENT)
-        spec = ContinuableStartSpec(
-            provider="inprocess", label="idle", prompt=[TextBlock(text="do it")], parent=parent
-        )
-        started = first.start_continuable(spec)
-        first.tasks.wait(started.task_id, timeout=WAIT_S, requester=parent)
+    child_id = idle_child(store_url)
     with SubagentControl.open(store_url, lease_ttl_s=0.6, provider_wait_s=0.001) as front:
         parent = front.agents.register(PARENT)
-        sent = front.send_message(parent, started.child_id, [TextBlock(text="go on")])
+        sent = front.send_message(parent, child_id, [TextBlock(text="go on")])
         assert sent.route == "started"
         done = front.tasks.wait(sent.task_id, timeout=WAIT_S, requester=parent)
         assert front.store is not None
-        events = front.store.load(started.child_id).events
+        events = front.store.load(child_id).events
     assert done.status is TaskStatus.INTERRUPTED, done.outcome
     assert done.outcome is not None
     assert "its provider 'inprocess'" in (done.outcome.detail or "")
@@ -271,17 +245,10 @@ def test_a_resume_no_runtime_with_the_provider_takes_ends_interrupted_naming_it(
 
 
 def test_a_resume_waiting_for_a_runtime_with_its_provider_can_be_killed(store_url: str) -> None:
-    with SubagentControl.open(store_url, lease_ttl_s=30.0) as first:
-        first.providers.register(InProcessProvider(ScriptedModel(["first turn done"])))
-        parent = first.agents.register(PARENT)
-        spec = ContinuableStartSpec(
-            provider="inprocess", label="idle", prompt=[TextBlock(text="do it")], parent=parent
-        )
-        started = first.start_continuable(spec)
-        first.tasks.wait(started.task_id, timeout=WAIT_S, requester=parent)
+    child_id = idle_child(store_url)
     with SubagentControl.open(store_url, lease_ttl_s=30.0) as front:
         parent = front.agents.register(PARENT)
-        sent = front.send_message(parent, started.child_id, [TextBlock(text="go on")])
+        sent = front.send_message(parent, child_id, [TextBlock(text="go on")])
         eventually(
             lambda: front.tasks.get(sent.task_id, requester=parent).waiting_for is not None,
             "the task waits for a runtime with its provider",
@@ -289,7 +256,7 @@ def test_a_resume_waiting_for_a_runtime_with_its_provider_can_be_killed(store_ur
         front.tasks.kill(sent.task_id, requester=parent)
         done = front.tasks.wait(sent.task_id, timeout=WAIT_S, requester=parent)
         assert front.store is not None
-        events = front.store.load(started.child_id).events
+        events = front.store.load(child_id).events
     assert done.status is TaskStatus.KILLED, done.outcome
     turn = _turn(events, sent.task_id)
     assert _texts(turn, EventKind.USER_MESSAGE) == ["go on"]
@@ -297,23 +264,10 @@ def test_a_resume_waiting_for_a_runtime_with_its_provider_can_be_killed(store_ur
     assert turn[-1].data["status"] == "killed"
 
 
-def _idle_child(store_url: str) -> str:
-    """A child whose first turn completed, in a runtime with its provider (closed since)."""
-    with SubagentControl.open(store_url, lease_ttl_s=30.0) as first:
-        first.providers.register(InProcessProvider(ScriptedModel(["first turn done"])))
-        parent = first.agents.register(PARENT)
-        spec = ContinuableStartSpec(
-            provider="inprocess", label="idle", prompt=[TextBlock(text="do it")], parent=parent
-        )
-        started = first.start_continuable(spec)
-        first.tasks.wait(started.task_id, timeout=WAIT_S, requester=parent)
-    return started.child_id
-
-
 def test_a_second_message_joins_the_turn_that_waits_for_a_provider(
     reaped: Reaper, store_url: str, tmp_path: Path
 ) -> None:
-    child_id = _idle_child(store_url)
+    child_id = idle_child(store_url)
     seen = tmp_path / "seen.jsonl"
     # A front without the provider takes both messages, durably, into one waiting turn...
     with SubagentControl.open(store_url, lease_ttl_s=30.0) as front:
@@ -373,7 +327,7 @@ def test_a_closed_runtimes_turn_is_taken_on_a_wake_up_not_at_the_next_sweep(
 def test_a_resume_left_for_a_provider_is_taken_on_a_wake_up_not_at_the_next_sweep(
     store_url: str,
 ) -> None:
-    child_id = _idle_child(store_url)
+    child_id = idle_child(store_url)
     with (
         SubagentControl.open(store_url, lease_ttl_s=SLOW_SWEEP_LEASE_S) as worker,
         SubagentControl.open(store_url, lease_ttl_s=SLOW_SWEEP_LEASE_S) as front,

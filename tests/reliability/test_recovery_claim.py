@@ -10,8 +10,6 @@ reached the claim before the sweep did. SQLite and PostgreSQL; the process is re
 
 from __future__ import annotations
 
-import json
-import signal
 import time
 from pathlib import Path
 
@@ -27,11 +25,11 @@ from controlplane import (
     TaskStatus,
     TextBlock,
 )
-from tests.reliability.processes import LinesProcess, Reaper, reaping
+from tests.reliability.processes import Reaper, reaping
 from tests.reliability.recovery_child import PARENT, work_tool
+from tests.reliability.recovery_setup import killed_at
 from tests.support import WAIT_S
 
-CHILD = Path(__file__).with_name("recovery_child.py")
 LEASE_S = 30.0
 """Long: the sweep (every third of it) does not come between the death and the send."""
 TRIES = 200
@@ -51,13 +49,8 @@ def test_a_send_to_a_dead_runtimes_child_before_the_sweep_steers_the_same_task_o
         parent = control.agents.register(PARENT)
         # Mid model call in another runtime, then SIGKILLed: its pid is gone, so it is dead
         # at once; this runtime's next sweep is a third of a lease away.
-        dying = reaped.add(
-            LinesProcess(CHILD, store_url, "model", str(runs), "30", str(LEASE_S), name="model")
-        )
-        ready = json.loads(dying.expect("READY ").removeprefix("READY "))
+        ready = killed_at(reaped, store_url, "model", runs, "30", str(LEASE_S))
         task_id, child_id = str(ready["task_id"]), str(ready["child_id"])
-        dying.proc.send_signal(signal.SIGKILL)
-        dying.reap()
 
         outcomes: list[str] = []
         for _ in range(TRIES):  # a caller's retries, bounded in count

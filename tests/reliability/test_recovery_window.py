@@ -12,8 +12,6 @@ Task), a send runs to its answer before the takeover goes on. SQLite and Postgre
 
 from __future__ import annotations
 
-import json
-import signal
 import threading
 from pathlib import Path
 from typing import Any
@@ -22,7 +20,6 @@ import pytest
 
 from controlplane import (
     AgentHandle,
-    ContinuableStartSpec,
     ErrorCode,
     InProcessProvider,
     ScriptedModel,
@@ -31,11 +28,11 @@ from controlplane import (
     TaskStatus,
     TextBlock,
 )
-from tests.reliability.processes import LinesProcess, Reaper, reaping
+from tests.reliability.processes import Reaper, reaping
 from tests.reliability.recovery_child import PARENT, work_tool
+from tests.reliability.recovery_setup import idle_child, killed_at
 from tests.support import WAIT_S
 
-CHILD = Path(__file__).with_name("recovery_child.py")
 LEASE_S = 30.0
 """Long: no sweep of its own comes in; the first send wakes the one that recovers."""
 
@@ -54,13 +51,8 @@ def test_a_send_between_the_recoverys_claim_and_the_tasks_start_does_not_end_the
             InProcessProvider(ScriptedModel(["finished after recovery"]), tools=[work_tool(runs)])
         )
         parent = control.agents.register(PARENT)
-        dying = reaped.add(
-            LinesProcess(CHILD, store_url, "model", str(runs), "30", str(LEASE_S), name="model")
-        )
-        ready = json.loads(dying.expect("READY ").removeprefix("READY "))
+        ready = killed_at(reaped, store_url, "model", runs, "30", str(LEASE_S))
         task_id, child_id = str(ready["task_id"]), str(ready["child_id"])
-        dying.proc.send_signal(signal.SIGKILL)
-        dying.reap()
 
         def send() -> str:
             return _send(control, parent, child_id, "in the window")
@@ -97,16 +89,7 @@ def test_a_send_between_a_waiting_tasks_take_and_its_start_does_not_end_the_task
 ) -> None:
     # The same window for a Task that waited for a runtime with its child's provider: the
     # runtime that has it takes the Task (the claim is its own now), then starts it.
-    with SubagentControl.open(store_url, lease_ttl_s=LEASE_S) as first:
-        first.providers.register(InProcessProvider(ScriptedModel(["first turn done"])))
-        parent = first.agents.register(PARENT)
-        spec = ContinuableStartSpec(
-            provider="inprocess", label="idle", prompt=[TextBlock(text="do it")], parent=parent
-        )
-        started = first.start_continuable(spec)
-        done = first.tasks.wait(started.task_id, timeout=WAIT_S, requester=parent)
-        assert done.status is TaskStatus.COMPLETED
-    child_id = started.child_id
+    child_id = idle_child(store_url)
     with (
         SubagentControl.open(store_url, lease_ttl_s=LEASE_S) as front,
         SubagentControl.open(store_url, lease_ttl_s=LEASE_S) as worker,

@@ -20,6 +20,9 @@ The arithmetic, with ``L`` the lease, ``P = RENEW_EVERY * L`` and ``R = RETRY_EV
   ``P = L/20`` and ``R = L/40``, ``D < 0.675 L`` less a round trip. An outage of half the
   lease leaves ``0.175 L`` (0.5 s for a 3 s lease) for the round trip and the scheduling.
 - A flapping link is a series of outages: none over ``0.675 L`` fences.
+- A renewal that succeeds after failures tells the runtime the store is back (``on_back``):
+  it then has its listeners listen again on new connections, since a connection that lived
+  through the outage can hold notifications back for seconds more (`persistence._listening`).
 - Safety is the watchdog's (``FENCE_AT < 1``, counted from sends); the renewals only make
   it fire less often. The store stamps a renewal with its own clock when it arrives, and
   never moves the stamp back (two renewals in flight may commit out of order), so the
@@ -72,6 +75,8 @@ class Renewer:
         lease: The watchdog, told of each success, or that the row is closed.
         reopen: Called (on a renewal's thread, one at a time) when the store said the row
             is closed or gone.
+        on_back: Called (on a renewal's thread) when a renewal succeeds after one or more
+            failed: the store answers again after an outage.
     """
 
     def __init__(
@@ -82,8 +87,10 @@ class Renewer:
         renewals: Renewals,
         lease: OwnLease,
         reopen: Callable[[], object],
+        on_back: Callable[[], object] | None = None,
     ) -> None:
         self._runtime_id = runtime_id
+        self._on_back = on_back
         self._every = lease_ttl_s * RENEW_EVERY
         self._retry = lease_ttl_s * RETRY_EVERY
         self._bound = lease_ttl_s * ATTEMPT_BOUND
@@ -175,6 +182,7 @@ class Renewer:
     def _answer(self, *, ok: bool, why: str) -> None:
         with self._changed:
             self._in_flight -= 1
+            back = ok and self._failures > 0
             if ok:
                 # The store answers now: back to the period, from the last send.
                 self._last_answered = True
@@ -183,6 +191,11 @@ class Renewer:
                 self._failures += 1
             failures = self._failures
             self._changed.notify_all()
+        if back and self._on_back is not None:
+            try:
+                self._on_back()
+            except Exception:  # the renewals must outlive a bug in what they call
+                log.exception("runtime %s: acting on the store's return failed", self._runtime_id)
         if not ok and (failures in (1, 10) or failures % 100 == 0):
             log.warning("runtime %s: a lease renewal failed (%s; %d in a row); retrying",
                         self._runtime_id, why, failures)  # fmt: skip

@@ -103,6 +103,8 @@ class Runtime:
 
         self._host = host_name()
         self._boot = boot_id()
+        # Its database sessions bear its name: once the others judge it dead, they end them.
+        store.name_sessions(runtime_id)
         self.registered_at = time.monotonic()
         """When (on the clock) the row was sent, fresh: the lease's first renewal."""
         self.register()
@@ -135,6 +137,7 @@ class Runtime:
         }
         if not dead:
             return 0
+        self._end_sessions(list(dead))
         settled = 0
         for task in self._store.ledger.running(list(dead)):
             runtime = dead[task.runtime_id or ""]
@@ -142,6 +145,15 @@ class Runtime:
                 continue  # carried on here, or left for a runtime that has its provider
             settled += self.interrupt(task, runtime)
         return settled
+
+    def _end_sessions(self, dead: list[str]) -> None:
+        """End the dead runtimes' database sessions before taking their children: a
+        transaction one left open (cut off mid-statement) holds a child's row lock, which
+        no server timer releases until the network heals (`persistence._sessions`)."""
+        try:
+            self._store.end_sessions_of(dead)
+        except SubagentControlError as exc:  # the takeover waits for the locks, as before
+            log.warning("runtime %s: could not end the sessions of %s: %s", self.id, dead, exc)
 
     def sweep_queued(self) -> int:
         """Settle the queued Tasks of every dead runtime ``interrupted`` (a runtime with
@@ -318,7 +330,7 @@ class Heartbeat:
         """The watchdog that fences this runtime when its renewals stop succeeding."""
         self._renewer = Renewer(
             runtime.id, runtime.lease_ttl_s, self._renew, runtime.renewals, self.lease,
-            self._reopen,
+            self._reopen, on_back=store.listen_again,
         )  # fmt: skip
         self._watch: Watch | None = None
         self._watch_lock = threading.Lock()
