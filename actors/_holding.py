@@ -138,7 +138,12 @@ class MessageHolding:
         handed: list[Held] = []
         parked: str | None = None
         claim = current.claim
-        for effect in current.apply(event):
+        effects = current.apply(event)
+        if current.phase != "published":
+            # Moved on (or not yet published): every later send is this supervisor's to
+            # decide, before any effect of this step runs.
+            current.inbox.stop_direct()
+        for effect in effects:
             if effect == "open_inbox":
                 # Held messages passed the ownership check on a guess (an agent registered
                 # after the activation began may be the run's); now the run says which

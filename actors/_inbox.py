@@ -9,22 +9,30 @@ supervisor's mailbox. (The run's own thread is inside the provider's turn; a thr
 activation's own would add a third hop to every steer: caller → supervisor → that thread →
 caller. The sender was going to wait for its record anyway.)
 
-Order: messages are delivered by one drainer at a time, in the order the supervisor put
-them here (its mailbox order); each is handed to the run and queued for the transcript
-under the transcript's lock, so the order the model saw is the transcript's order. Whoever
-finds queued messages and no drainer drains them all (its own and those behind it), so a
-lone sender pays no hop beyond the supervisor's answer: caller → supervisor → caller.
+Order: messages are delivered by one drainer at a time, in the order they were put here (the
+supervisor's mailbox order, or a direct put's place under this inbox's lock); each is handed
+to the run and queued for the transcript under the transcript's lock, so the order the model
+saw is the transcript's order. Whoever finds queued messages and no drainer drains them all
+(its own and those behind it), so a lone sender pays no hop beyond the supervisor's answer
+(caller → supervisor → caller), and none at all when it put its message here itself (below).
 Messages that arrive before publication wait here; the supervisor hands the inbox the
-activation's published view (`ActivationView`, which names the run and its transcript)
-when the run is published, and their senders deliver them then, in order. The inbox keeps
-no status of its own beside that view: before it, messages wait; with it, they go into
-its run unless its transcript has parked; once closed (the reason `close` gave), they are
-refused.
+activation's published view (`ActivationView`, which names the run and its transcript) when
+the run is published, and their senders deliver them then, in order. The inbox keeps no
+status of its own beside that view: before it, messages wait; with it, they go into its run
+unless its transcript has parked; once closed (the reason `close` gave), they are refused.
 
 A sender is answered ``steered`` only once its record is durable; ``NOT_DELIVERED`` when
 the run refused it (its turn settled first), the turn ended before it was taken, or its
 task was killed first; ``DURABILITY_FAILED`` when the run has it and the record could not
 be written.
+
+The common steer skips the supervisor's mailbox: while the activation is published and its
+supervisor has not moved it on (settling, parking, broken, closed), a sender puts its message
+here itself (`put_direct`), after the checks the supervisor would make (the Task's owner, no
+other live agent on the child's id, not killed, the transcript not parked). The supervisor
+turns that off under this inbox's lock before it acts on any later step (`stop_direct`), so
+a message put directly is one the supervisor would have put had it come just before that
+step; a sender refused here goes through the supervisor, which decides as always.
 
 Parking: once the run's transcript has parked on an approval request, a message it has not
 taken stays here (nobody delivers any more), and the supervisor takes them all back once the
@@ -42,6 +50,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from controlplane.contract import (
     ActivationTrace,
+    AgentRegistry,
     CancelSignal,
     ErrorCode,
     ParkedTask,
@@ -127,8 +136,10 @@ class ActivationInbox:
         signal: CancelSignal,
         trace: ActivationTrace,
         telemetry: Telemetry,
+        agents: AgentRegistry | None = None,
     ) -> None:
         self._child_id = child_id
+        self._agents = agents
         self._task_id = task_id
         self._signal = signal
         self._trace = trace
@@ -146,6 +157,10 @@ class ActivationInbox:
         self._draining = False
         self._waiting = 0  # senders asleep on `_changed`: nobody to wake, no notify paid
         self._held = 0  # messages put before publication (the held-messages gauge's share)
+        # Whether senders may put messages here without the supervisor (`put_direct`):
+        # from publication until the supervisor's next step.
+        self._direct = False
+        self.last_direct_s = 0.0  # when a sender last did (wall clock), for the tree dump
         # A kill refuses what is still queued at once: its senders need not wait for a
         # drainer stuck in the provider's steer or a store write to tell them.
         signal.add_callback(self._on_abort)
@@ -169,6 +184,12 @@ class ActivationInbox:
                 return delivery
             self._resolve(delivery, self._refusal(self._closed))
         return delivery
+
+    def stop_direct(self) -> None:
+        """The supervisor moves the activation on: senders go through it from now on."""
+        if self._direct:
+            with self._lock:
+                self._direct = False
 
     def close(self, code: ErrorCode, why: str) -> None:
         """Refuse every message not taken yet, and every later one (first reason wins)."""
@@ -231,6 +252,7 @@ class ActivationInbox:
                 return
             self._view = view
             self._unhold()
+            self._direct = refuse_held is None and view.run.steer is not None
             if refuse_held is not None:
                 queued, self._queue = self._queue, deque()
                 for delivery in queued:
@@ -246,6 +268,33 @@ class ActivationInbox:
                 self._resolve(delivery, self._killed(reason))
 
     # -- the senders' side -------------------------------------------------------------
+
+    def put_direct(self, send: SendMessage) -> Delivery | None:
+        """Queue a steer without the supervisor (see the module docstring); None when the
+        supervisor must decide (not published or moved on, another session's Task, a
+        live agent on the child's id that is not the run's, killed, parked)."""
+        if not self._direct or send.continues is not None:
+            return None
+        agents = self._agents
+        with self._lock:
+            view = self._view
+            if (
+                not self._direct
+                or self._closed is not None
+                or view is None
+                or view.run is None
+                or view.transcript is None
+                or view.owner_session != send.parent.session_id
+                or self._signal.aborted
+                or view.transcript.parked
+            ):
+                return None
+            agent = agents.get(self._child_id) if agents is not None else None
+            if agent is not None and agent is not view.run.local_agent:
+                return None  # the supervisor names the conflict
+            delivery = Delivery(send)
+            self._queue.append(delivery)
+        return delivery
 
     def wait(self, delivery: Delivery) -> Held | None:
         """Return once ``delivery``'s record is durable (the sender's thread): drain the

@@ -310,6 +310,8 @@ class ActivationView:
     """Its run, once published (its inbox delivers into it)."""
     transcript: ActivationTranscript | None = field(default=None, compare=False, repr=False)
     """Its run's transcript writer, once published (its inbox steers through it)."""
+    inbox: ActivationInbox | None = field(default=None, compare=False, repr=False)
+    """Its inbox, where a sender may put a steer itself (`ActivationInbox.put_direct`)."""
 
     @property
     def state(self) -> SupervisorState:
@@ -424,6 +426,7 @@ class Activation:
             started=self.started,
             run=self.run,
             transcript=self.transcript,
+            inbox=self.inbox,
         )
 
     def publish_view(self) -> ActivationView:
@@ -443,6 +446,7 @@ def view_of(
     started: float | None = None,
     run: SubagentRun | None = None,
     transcript: ActivationTranscript | None = None,
+    inbox: ActivationInbox | None = None,
 ) -> ActivationView:
     """The view of the activation of ``plan`` in ``phase`` (`Activation.publish_view`; the
     last word of one whose supervisor is gone)."""
@@ -461,4 +465,5 @@ def view_of(
         started=time.monotonic() if started is None else started,
         run=run,
         transcript=transcript,
+        inbox=inbox,
     )

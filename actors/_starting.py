@@ -172,6 +172,7 @@ class ActivationStarts:
             signal=plan.signal,
             trace=plan.trace,
             telemetry=self._ctx.telemetry,
+            agents=self._ctx.agents,
         )
 
     def _begin(self) -> None:

@@ -1,7 +1,8 @@
 """The root actor: owns the supervisors' lifecycle (creation, shutdown, tree dump).
 
 It fills the routing table (`actors.routing`), which callers read without a hand-off, so
-the steer path costs two hops: caller → supervisor → caller. A message for a child with no
+a steer into a running turn costs no hop (its sender puts it into the activation's inbox,
+`actors._inbox`) and any other send two: caller → supervisor → caller. A message for a child with no
 supervisor in this process (the first after a restart) goes caller → root → supervisor →
 caller: the root creates the supervisor and hands the message straight on.
 """

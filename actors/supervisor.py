@@ -351,6 +351,12 @@ class ChildSupervisor(ActivationStarts, MessageHolding, ParkingActor):
             return "idle"
         return current.publish_view().state
 
+    def _last_active_s(self, current: Activation | None) -> float:
+        """When it last had a message: its own, or a steer put straight into its
+        activation's inbox."""
+        direct = current.inbox.last_direct_s if current is not None else 0.0
+        return max(self._last_activity_s, direct)
+
     def _describe(self) -> SupervisorNode:
         current = self._current
         activation = None
@@ -377,7 +383,7 @@ class ChildSupervisor(ActivationStarts, MessageHolding, ParkingActor):
             task_status=view.status.value if view and view.task_id else None,
             held_messages=current.inbox.pending + len(current.held) if current else 0,
             mailbox_depth=mailbox_depth(self.actor_ref),
-            last_activity=datetime.fromtimestamp(self._last_activity_s, UTC),
+            last_activity=datetime.fromtimestamp(self._last_active_s(current), UTC),
             activation=activation,
             label=self._label,
         )
@@ -404,12 +410,21 @@ class ChildSupervisorProxy:
         return self.slot.view
 
     def send(self, send: SendMessage) -> Reply | None:
-        """Ask the supervisor to route a message: one hop there, one back. None if it
-        retired or stopped without handling it (sending it again cannot duplicate it).
+        """Route a message: put straight into the running activation's inbox when its
+        supervisor lets senders do so (`ActivationInbox.put_direct`: no hop), else ask the
+        supervisor, one hop there and one back. None if it retired or stopped without
+        handling it (sending it again cannot duplicate it).
 
         Raises:
             SubagentControlError: the supervisor refused the message.
         """
+        view = self.slot.view
+        if view is not None and view.inbox is not None:
+            inbox = view.inbox
+            delivery = inbox.put_direct(send)
+            if delivery is not None:
+                inbox.last_direct_s = time.time()
+                return Reply(route="steered", task_id=view.task_id, inbox=inbox, delivery=delivery)
         return reply_of(ask_here(self.ref, send))
 
 

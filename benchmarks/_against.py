@@ -135,7 +135,9 @@ def _body(
             for a, b in zip(figures["this"], figures["other"], strict=True)
             if name in a and name in b
         ]
-        ratio = fmt_ratio(spread([a / b for a, b in pairs if b])) if pairs else "—"
+        # A count that is 0 on both sides (a steer's hops) is the same: 1×.
+        ratios = [a / b if b else 1.0 for a, b in pairs if b or not a]
+        ratio = fmt_ratio(spread(ratios)) if ratios else "—"
         rows.append([name, _fmt(name, this), _fmt(name, theirs), ratio])
     failed = "".join(f"\n- {failure}" for failure in failures)
     return f"""\

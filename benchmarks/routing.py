@@ -295,13 +295,14 @@ costs depends on whether its CPU is still polling (~15 µs for a bare `ask`) or 
 figures move between runs by several times; the ratios within one round, where both sides
 met the same conditions, are what to compare.
 
-**Steer round trip** — `send_message` → the child's supervisor, which decides and puts
-the message into the activation's inbox → back to the sender, whose thread hands it to
-`run.steer` and commits the durable `steering/message` append → `SendResult` (two hops, one
-transaction) — against the SPEC §8 baseline, one raw
-pykka `ask` plus one raw `sqlite3` append. The *raw round trip* is that baseline as one
-round trip: an `ask` to a random one of N echo actors (N = live children) whose handler
-does the raw append before replying. Goal: steer p50 ≤ 1.5× the raw round trip —
+**Steer round trip** — `send_message` → the running activation's inbox, where the sender
+puts the message itself after the checks its supervisor would make (the supervisor decides
+instead, one hop there and one back, whenever the activation is not simply running) → the
+sender's thread hands it to `run.steer` and commits the durable `steering/message` append
+(one statement on SQLite) → `SendResult` (no hop, one transaction) — against the SPEC §8
+baseline, one raw pykka `ask` plus one raw `sqlite3` append. The *raw round trip* is that
+baseline as one round trip: an `ask` to a random one of N echo actors (N = live children)
+whose handler does the raw append before replying. Goal: steer p50 ≤ 1.5× the raw round trip —
 {verdict}. Beside it, the steer over the two parts timed apart in tight loops (on this VM
 a short wait costs less than a long one: a caller that waits longer lets its CPU idle, and
 waking it is slow), and over a round trip carrying `SqlStore.append` instead of the raw
@@ -335,13 +336,15 @@ number of threads frame it:
 
 {throughput_table}
 
-A steer from any thread but the main one runs the decision of the child's supervisor, idle
-between messages, on the sender's own thread (`actors._parking.ask_here`): no thread is
-woken for it (the single-sender timings above run on the main thread, where it is handed to
-a worker). What still separates a steer from the router is CPU, which the GIL serializes
-across the sender threads: per steer, the store's append (`SqlStore.append` against the raw
-`sqlite3` append in *Parts*) and the send path around it — argument checks, the supervisor's
-decision, the activation inbox's hand-over and the transcript's fenced write.
+A steer into a running turn wakes no thread and sends no actor message: its sender puts it
+into the activation's inbox (`actors._inbox.ActivationInbox.put_direct`), delivers it and
+commits its record, the record in one autocommit statement on SQLite (with four statements
+— `BEGIN IMMEDIATE`, the tail read, the `INSERT`, `COMMIT` — each of which lets the GIL go
+while the store's write lock is held, sender threads queued behind each other's Python at
+every one of them). What still separates a steer from the router is CPU, which the GIL
+serializes across the sender threads: per steer, the store's append (`SqlStore.append`
+against the raw `sqlite3` append in *Parts*) and the send path around it — argument checks,
+the inbox's checks and hand-over and the transcript's fenced write.
 """
     return Section("Routing", body, {"goal_met": goal_met, "figures": figures})
 

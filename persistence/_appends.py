@@ -132,6 +132,22 @@ class Appends:
         store = self._s
         statements = store.sql
         sql, tasks = statements.children, statements.tasks
+        if (
+            attempt == 1
+            and sql.insert_next is not None
+            and len(pending) == 1
+            and settle is None
+            and not answer_steered
+            and also is None
+            and not seconds
+            and pending[0].kind != EventKind.TURN_END
+            and not store.spend.records_spend(pending)
+        ):
+            # A steer's record, a message: one statement, nothing else in its transaction.
+            first = self._append_next(child_id, pending[0], batch, created_at, fence)
+            if first is not None:
+                return stored_events(pending, first, created_at)
+            # Not written (missing, or not its claim): the full append below says which.
         wakeups: list[WakeUp] = []  # of forwarded steers' senders, sent once committed
         # A transaction that does not commit makes the spend ledger forget what its
         # counting worked out from it, before the next writer comes in.
@@ -196,6 +212,31 @@ class Appends:
         if wakeups and store.inbox is not None:
             store.inbox.wake(wakeups)  # outside the write: see `persistence._inbox`
         return stored_events(pending, first, created_at)
+
+    def _append_next(
+        self,
+        child_id: str,
+        p: PendingEvent,
+        batch: str,
+        created_at: datetime,
+        fence: Fence | None,
+    ) -> int | None:
+        """SQLite: write one event as the child's next ``seq`` in one autocommit statement
+        (`ChildStatements.insert_next`): its ``seq``, or None when nothing was written (the
+        child is missing, or, with ``fence``, its claim is not that)."""
+        store = self._s
+        sql = store.sql.children
+        row = (p.turn, p.kind, p.data_json, p.source_json, batch, store.stamp(created_at))
+        with store.db.cursor(write=True, abandoned=store.spend.abandoned, begin=False) as cursor:
+            if fence is None:
+                cursor.execute(sql.insert_next_unfenced, (*row, child_id))
+            else:
+                cursor.execute(sql.insert_next, (*row, child_id, *fence))
+            written = cursor.fetchall()  # to the statement's end: its commit
+        if not written:
+            return None
+        store.committed()
+        return int(written[0][0])
 
     def seal(self, cursor: DBAPICursor, child_id: str) -> list[Any]:
         """Move the child's open rows into segments, inside the append that ended a turn

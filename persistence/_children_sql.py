@@ -156,6 +156,17 @@ class ChildStatements:
     Open rows always follow the last segment, so a segment is consulted only when the
     child has none."""
     insert: str
+    insert_next: str | None
+    """SQLite: append one event as the child's next ``seq``, if the child's claim is the
+    writer's (takes turn, kind, data, source, batch id, created at, child id, runtime,
+    fencing number): one autocommit statement where the full append runs four (`BEGIN`,
+    the tail read, the INSERT, `COMMIT`), each of which lets the GIL go while the store's
+    write lock is held. RETURNING the ``seq`` written; no row when the child is missing or
+    its claim is not that (the full append then says which). None on PostgreSQL, where
+    the child's row lock comes first."""
+    insert_next_unfenced: str | None
+    """`insert_next` with no claim check (takes the same but the runtime and the fencing
+    number)."""
     landed: str
     """The open rows a batch wrote."""
     open_rows: str
@@ -285,6 +296,28 @@ class ChildStatements:
             )
             last_seq = select(last_open.scalar_subquery()).where(ch.c.child_id == child_id)
 
+        insert_next = insert_next_unfenced = None
+        if segments and not dialect.row_locks:
+            next_row = select(
+                ch.c.child_id,
+                last_seq.selected_columns[0] + literal_column("1"),
+                *(bindparam(name) for name in EVENT_NAMES[2:]),
+            ).where(ch.c.child_id == child_id)
+            fenced = next_row.where(
+                ch.c.claim_runtime == bindparam("runtime"), ch.c.fence == bindparam("fence")
+            )
+            next_binds = (*EVENT_NAMES[2:], "child_id")
+            insert_next = compile_(
+                insert(event_table).from_select(EVENT_NAMES, fenced).returning(event_table.c.seq),
+                *next_binds,
+                "runtime",
+                "fence",
+            )
+            insert_next_unfenced = compile_(
+                insert(event_table).from_select(EVENT_NAMES, next_row).returning(event_table.c.seq),
+                *next_binds,
+            )
+
         return cls(
             dialect=dialect,
             header=compile_(
@@ -306,6 +339,8 @@ class ChildStatements:
             ),
             last_seq=compile_(last_seq, "child_id"),
             insert=compile_(EVENT_INSERT, *EVENT_NAMES),
+            insert_next=insert_next,
+            insert_next_unfenced=insert_next_unfenced,
             landed=compile_(
                 select(*event_columns)
                 .where(e.child_id == child_id, e.batch_id == bindparam("batch_id"))

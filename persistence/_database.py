@@ -61,7 +61,7 @@ class Database:
             yield conn
 
     def cursor(
-        self, *, write: bool, abandoned: Callable[[], None] | None = None
+        self, *, write: bool, abandoned: Callable[[], None] | None = None, begin: bool = True
     ) -> AbstractContextManager[DBAPICursor]:
         """A DBAPI cursor, inside a transaction (committed at the end) when ``write``.
 
@@ -73,8 +73,12 @@ class Database:
 
         ``abandoned`` is called when a write does not commit (the block raised, or the
         COMMIT failed), after the rollback and before the next writer can come in.
+
+        ``begin=False`` opens no transaction for a write: the block runs one statement
+        that commits on its own (SQLite's autocommit), under the same write lock and on
+        the same kept writer connection.
         """
-        return _CursorBlock(self, write, abandoned)
+        return _CursorBlock(self, write, abandoned, begin)
 
     def open_reader(self) -> None:
         """Open a second connection now, so that the pool still holds one for reads once
@@ -139,12 +143,15 @@ class _CursorBlock:
     means the connection is gone invalidates it, so the pool never hands it out again.
     """
 
-    __slots__ = ("_abandoned", "_conn", "_db", "_dbapi", "_guard", "_keep", "_write")
+    __slots__ = ("_abandoned", "_begin", "_conn", "_db", "_dbapi", "_guard", "_keep", "_write")
 
-    def __init__(self, db: Database, write: bool, abandoned: Callable[[], None] | None) -> None:
+    def __init__(
+        self, db: Database, write: bool, abandoned: Callable[[], None] | None, begin: bool
+    ) -> None:
         self._db = db
         self._write = write
         self._abandoned = abandoned
+        self._begin = begin
 
     def __enter__(self) -> DBAPICursor:
         db, write = self._db, self._write
@@ -169,7 +176,7 @@ class _CursorBlock:
             assert dbapi is not None  # checked out, so connected
             self._dbapi = dbapi
             cursor = dbapi.cursor()
-            if write:
+            if write and self._begin:
                 cursor.execute(backend.begin_write)
         except BaseException as exc:
             self._end(exc)

@@ -228,6 +228,11 @@ class SpendLedger:
         self._returned.rows = (cursor, child_id, cursor.fetchall())
         return True
 
+    @staticmethod
+    def records_spend(pending: Sequence[PendingEvent], seconds: float = 0.0) -> bool:
+        """Whether `add` would count anything for ``pending`` and ``seconds``."""
+        return _counted(pending, seconds) is not None
+
     def published(self, cursor: Cursor) -> None:
         """The append that ran on ``cursor`` has committed: the rows its `add` (or
         `insert_counting`) returned become its child's newest view. Called after every

@@ -29,7 +29,8 @@ def test_counting_groups_statements_into_labelled_transactions(tmp_path: Path) -
     with counting() as counts, SqlStore(sqlite_url(tmp_path / "counted.db")) as store:
         store.create_child(ChildMeta(child_id="c1", parent_session="p", depth=1))
         before = counts.snapshot()
-        store.append("c1", [NewEvent(kind="user/message", turn=1, data={"n": 1})])
+        # Two events: a batch is a transaction of several statements (one event is one).
+        store.append("c1", [NewEvent(kind="user/message", turn=1, data={"n": n}) for n in (1, 2)])
         store.load("c1")
         done = counts.since(before)
 
@@ -38,7 +39,7 @@ def test_counting_groups_statements_into_labelled_transactions(tmp_path: Path) -
     assert done.transactions == Counter({"write: events": 1, "read: children, events, segments": 1})
     assert done.writes == 1
     assert done.total_transactions == 2
-    assert done.statements == 3  # the append's tail and insert, the load's select
+    assert done.statements == 4  # the append's tail and two inserts, the load's select
     begins = [what for _at, what in done.timeline if what.startswith("begin")]
     assert begins == ["begin write: events"]
 

@@ -324,3 +324,69 @@ def test_the_inbox_delivers_by_the_view_its_supervisor_hands_it() -> None:
     assert [h.send.message[0].text for h in held] == ["late"]
     assert inbox.wait(late) is held[0]  # its answer comes from the parked Task's next turn
     assert run.steered == ["early"]
+
+
+def _published_inbox(agents: AgentRegistry) -> tuple[Activation, _Run]:
+    """A record whose run is published, its inbox open to direct puts."""
+    activation = _activation()
+    activation.inbox = ActivationInbox(
+        "c1",
+        "t1",
+        signal=activation.signal,
+        trace=NO_TRACE,
+        telemetry=Telemetry("test-runtime"),
+        agents=agents,
+    )
+    run = _Run()
+    transcript = ActivationTranscript(cast(SqlStore, _Store()), "c1", turn=1, task_id="t1")
+    transcript.publish([NewEvent(kind=EventKind.TURN_START, turn=1, data={})])
+    activation.apply(RunPublished(cast(SubagentRun, run), transcript))
+    activation.inbox.publish(activation.view())
+    return activation, run
+
+
+def test_a_sender_puts_its_steer_into_the_published_run_itself_until_the_supervisor_moves_on() -> (
+    None
+):
+    # A direct put is taken only where the supervisor would have steered the message; every
+    # other case is left to the supervisor (None), which decides as always.
+    agents = AgentRegistry()
+    before = _activation()
+    assert before.inbox.put_direct(_send("early")) is None  # not published yet: it holds it
+
+    activation, run = _published_inbox(agents)
+    inbox = activation.inbox
+    direct = inbox.put_direct(_send("direct"))
+    assert direct is not None
+    assert inbox.wait(direct) is None  # delivered and recorded on the sender's thread
+    assert run.steered == ["direct"]
+
+    stranger = AgentHandle(AgentRegistry(), "q", model=None, depth=0)
+    foreign = SendMessage(parent=stranger, message=(TextBlock(text="x"),), source=_SOURCE)
+    assert inbox.put_direct(foreign) is None  # another session's Task: TASK_NOT_FOUND there
+
+    activation.apply(RunSettling(TaskStatus.COMPLETED))
+    inbox.stop_direct()  # what the supervisor does before any step's effects
+    assert inbox.put_direct(_send("late")) is None
+    assert inbox.pending == 0
+    assert run.steered == ["direct"]
+
+
+@pytest.mark.parametrize("why", ["killed", "squatter", "closed", "parked"])
+def test_a_direct_put_is_left_to_the_supervisor_whenever_it_would_not_steer(why: str) -> None:
+    agents = AgentRegistry()
+    activation, run = _published_inbox(agents)
+    inbox = activation.inbox
+    if why == "killed":
+        activation.signal.abort("killed by a test")
+    elif why == "squatter":
+        agents.register("c1")  # a live agent on the child's id that is not the run's
+    elif why == "closed":
+        inbox.close(ErrorCode.NOT_DELIVERED, "it ended")
+    else:
+        transcript = activation.transcript
+        assert transcript is not None
+        assert transcript.park_with(lambda: True)
+    assert inbox.put_direct(_send("m")) is None
+    assert inbox.pending == 0
+    assert run.steered == []

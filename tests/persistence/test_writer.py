@@ -25,7 +25,8 @@ class FailingCommit:
     ``COMMIT`` statement start, and a progress handler then interrupts it.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, statement: str = "COMMIT") -> None:
+        self._statement = statement  # the start of the statement to fail
         self._armed = False
         self._interrupt_next = False
         self.failed = 0
@@ -41,7 +42,7 @@ class FailingCommit:
         dbapi_connection.set_progress_handler(self._progress, 1)
 
     def _traced(self, statement: str) -> None:
-        if self._armed and statement == "COMMIT":
+        if self._armed and statement.startswith(self._statement):
             self._armed, self._interrupt_next = False, True
 
     def _progress(self) -> int:
@@ -77,17 +78,27 @@ def test_after_a_failed_commit_the_next_append_succeeds_and_only_successful_ones
         assert [e.data["n"] for e in stored] == [1, 4, 5]
 
 
-def test_a_failed_commit_leaves_nothing_open_for_the_next_writer(sqlite_url: str) -> None:
+@pytest.mark.parametrize(
+    ("statement", "events"),
+    [
+        ("COMMIT", 2),  # a batch: BEGIN IMMEDIATE … COMMIT
+        ("INSERT INTO subagent_events", 1),  # one event: one statement that commits itself
+    ],
+)
+def test_a_failed_commit_leaves_nothing_open_for_the_next_writer(
+    sqlite_url: str, statement: str, events: int
+) -> None:
     # Another connection can take the write lock at once: the failed transaction, and the
     # lock it held, were given up rather than kept on the store's writer.
     with SqlStore(sqlite_url, retry=RetryPolicy.immediate(max_attempts=1)) as store:
         meta = new_child(store)
-        failing = FailingCommit()
+        failing = FailingCommit(statement)
         event.listen(store._db.engine, "checkout", failing.install)
         store.append(meta.child_id, [message(1)])
         failing.arm()
         with pytest.raises(SubagentControlError):
-            store.append(meta.child_id, [message(2)])
+            store.append(meta.child_id, [message(n) for n in range(2, 2 + events)])
+        assert failing.failed == 1
 
         other = sqlite3.connect(sqlite_url.removeprefix("sqlite:///"), timeout=0)
         try:
