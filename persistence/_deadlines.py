@@ -145,13 +145,21 @@ def abandon_waits(thread_ids: Collection[int]) -> None:
     _REAPER.cut(thread_ids)
 
 
+def cut_waits_begun_before(moment: float) -> int:
+    """End at once every wait for the server begun before ``moment`` (the monotonic
+    clock) that is still waiting: the network was out, and a connection that was sending
+    when it went can sit in TCP's retransmission for seconds after it is back; its call
+    fails as a lost connection, and the store's retry goes on a new one. How many."""
+    return _REAPER.cut_begun_before(moment)
+
+
 class _Reaper:
     """One thread per process that shuts down the sockets of waits past their bound."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition(threading.Lock())
-        # ticket -> (until, socket fd, the waiting thread)
-        self._waits: dict[int, tuple[float, int, int]] = {}
+        # ticket -> (until, socket fd, the waiting thread, when the wait began)
+        self._waits: dict[int, tuple[float, int, int, float]] = {}
         self._reaped: set[int] = set()
         self._tickets = iter(range(1, 1 << 62))
         self._thread: threading.Thread | None = None
@@ -164,10 +172,11 @@ class _Reaper:
         """How many times a watch woke the reaper (for tests)."""
 
     def watch(self, fd: int, bound: float) -> int:
-        until = time.monotonic() + bound
+        now = time.monotonic()
+        until = now + bound
         with self._cond:
             ticket = next(self._tickets)
-            self._waits[ticket] = (until, fd, threading.get_ident())
+            self._waits[ticket] = (until, fd, threading.get_ident(), now)
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, name="subagent-store-deadlines", daemon=True
@@ -192,26 +201,35 @@ class _Reaper:
     def cut(self, thread_ids: Collection[int]) -> None:
         """Shut down now the sockets that the threads ``thread_ids`` wait on."""
         with self._cond:
-            cut = [(t, fd) for t, (_u, fd, tid) in self._waits.items() if tid in thread_ids]
-            for ticket, fd in cut:
-                del self._waits[ticket]
-                self._reaped.add(ticket)
-                _shut_down(fd)
+            cut = [(t, fd) for t, (_u, fd, tid, _b) in self._waits.items() if tid in thread_ids]
+            self._shut(cut)
+
+    def cut_begun_before(self, moment: float) -> int:
+        """Shut down now the sockets of the waits begun before ``moment``; how many."""
+        with self._cond:
+            cut = [(t, fd) for t, (_u, fd, _tid, began) in self._waits.items() if began < moment]
+            self._shut(cut)
+        return len(cut)
+
+    def _shut(self, cut: list[tuple[int, int]]) -> None:
+        # Under the lock: the wait cannot end (and its connection close, its fd be reused)
+        # before the shutdown reaches the right socket.
+        for ticket, fd in cut:
+            del self._waits[ticket]
+            self._reaped.add(ticket)
+            _shut_down(fd)
 
     def _next_until(self) -> float:
-        return min((until for until, _fd, _tid in self._waits.values()), default=float("inf"))
+        return min((until for until, _fd, _tid, _b in self._waits.values()), default=float("inf"))
 
     def _run(self) -> None:
         while True:
             with self._cond:
                 now = time.monotonic()
-                overdue = [(t, fd) for t, (until, fd, _tid) in self._waits.items() if until <= now]
-                for ticket, fd in overdue:
-                    # Under the lock: the wait cannot end (and its connection close, its fd
-                    # be reused) before the shutdown reaches the right socket.
-                    del self._waits[ticket]
-                    self._reaped.add(ticket)
-                    _shut_down(fd)
+                overdue = [
+                    (t, fd) for t, (until, fd, _t, _b) in self._waits.items() if until <= now
+                ]
+                self._shut(overdue)
                 if not overdue:
                     next_until = self._next_until()
                     if next_until == float("inf") and self._wakes_at > now:

@@ -90,6 +90,8 @@ class Listening:
             try:
                 self._listen()
             except Exception as exc:  # a dropped connection: listen again
+                if self._refresh.is_set():  # told to, and its wait was cut: no pause
+                    continue
                 log.warning("listener %s: %s; listening again", self._channel, exc)
                 self._stopped.wait(RECONNECT_S)
 

@@ -34,7 +34,7 @@ from persistence._codec import (
     prepare_meta,
 )
 from persistence._database import Database
-from persistence._deadlines import abandon_waits, abandoning, call_deadline
+from persistence._deadlines import abandon_waits, abandoning, call_deadline, cut_waits_begun_before
 from persistence._id_prefix import KEPT_SINCE, prefix_query
 from persistence._inbox import Inbox
 from persistence._ledger import TaskLedger
@@ -387,13 +387,18 @@ class SqlStore:
             "end the sessions of dead runtimes", lambda _a: end_sessions_of(self._db, runtime_ids)
         )
 
-    def listen_again(self) -> int:
-        """Have every listener on this store (PostgreSQL's notifications: forwarded
-        messages and their answers, admission slots, takeable Tasks) listen again on a
-        new connection, within a quarter second: the network was out, and a connection
-        that lived through that can hold notifications back for seconds after it is
-        back (`persistence._listening`). How many listeners there are."""
-        return refresh_listeners(self._db)
+    def network_back(self, since: float) -> int:
+        """The network was out and is back (a lease renewal sent at ``since``, on the
+        monotonic clock, was answered): every listener on this store (PostgreSQL's
+        notifications: forwarded messages and their answers, admission slots, takeable
+        Tasks) listens again on a new connection, and every wait for the server begun
+        before ``since`` is ended, its call retried on a new connection. A connection that
+        lived through the outage can hold notifications back, or sit in TCP's
+        retransmission, for seconds after the network is back (`persistence._listening`).
+        How many listeners there are."""
+        listeners = refresh_listeners(self._db)
+        cut_waits_begun_before(since)
+        return listeners
 
     def close(self) -> None:
         """Close every pooled connection; later calls raise ``CLOSED``. Idempotent."""

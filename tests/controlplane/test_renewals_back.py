@@ -50,7 +50,7 @@ def _renewing(store: Store, backs: list[int]) -> Renewer:
     lease = OwnLease("rt", LEASE_S, renewals, lambda _why: None, registered_at=0.0)
     renewer = Renewer(
         "rt", LEASE_S, store.renew, renewals, lease, lambda: None,
-        on_back=lambda: backs.append(store.ok),
+        on_back=lambda _sent_at: backs.append(store.ok),
     )  # fmt: skip
     renewer.start()
     return renewer

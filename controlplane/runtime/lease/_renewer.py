@@ -21,8 +21,10 @@ The arithmetic, with ``L`` the lease, ``P = RENEW_EVERY * L`` and ``R = RETRY_EV
   lease leaves ``0.175 L`` (0.5 s for a 3 s lease) for the round trip and the scheduling.
 - A flapping link is a series of outages: none over ``0.675 L`` fences.
 - A renewal that succeeds after failures tells the runtime the store is back (``on_back``):
-  it then has its listeners listen again on new connections, since a connection that lived
-  through the outage can hold notifications back for seconds more (`persistence._listening`).
+  it then has its listeners listen again on new connections and ends the store calls still
+  waiting since before that renewal was sent (retried on new connections), since a
+  connection that lived through the outage can hold notifications back, or sit in TCP's
+  retransmission, for seconds more (`persistence._listening`, `persistence._deadlines`).
 - Safety is the watchdog's (``FENCE_AT < 1``, counted from sends); the renewals only make
   it fire less often. The store stamps a renewal with its own clock when it arrives, and
   never moves the stamp back (two renewals in flight may commit out of order), so the
@@ -75,8 +77,9 @@ class Renewer:
         lease: The watchdog, told of each success, or that the row is closed.
         reopen: Called (on a renewal's thread, one at a time) when the store said the row
             is closed or gone.
-        on_back: Called (on a renewal's thread) when a renewal succeeds after one or more
-            failed: the store answers again after an outage.
+        on_back: Called (on a renewal's thread) with its send time when a renewal
+            succeeds after one or more sent later than the last success failed: the store
+            answers again after an outage.
     """
 
     def __init__(
@@ -87,7 +90,7 @@ class Renewer:
         renewals: Renewals,
         lease: OwnLease,
         reopen: Callable[[], object],
-        on_back: Callable[[], object] | None = None,
+        on_back: Callable[[float], object] | None = None,
     ) -> None:
         self._runtime_id = runtime_id
         self._on_back = on_back
@@ -104,7 +107,8 @@ class Renewer:
         self._in_flight = 0
         self._last_sent = float("-inf")
         self._last_answered = True  # a renewal succeeded since the last was sent
-        self._failures = 0  # in a row, for the log
+        self._failures = 0  # in a row, for the log (and `on_back`)
+        self._last_ok_sent = float("-inf")  # the send time of the last renewal that succeeded
         self._thread: threading.Thread | None = None
         self.sent = 0
         """How many renewals were sent (for tests)."""
@@ -158,16 +162,16 @@ class Renewer:
             alive = self._renew(self._bound)
         except BaseException as exc:  # a failed renewal is retried; nothing to raise to
             self._renewals.failed(sent_at)
-            self._answer(ok=False, why=str(getattr(exc, "message", exc)))
+            self._answer(sent_at, ok=False, why=str(getattr(exc, "message", exc)))
             return
         if alive:
             self._renewals.renewed(sent_at)
             self._lease.renewed()
-            self._answer(ok=True, why="")
+            self._answer(sent_at, ok=True, why="")
             return
         self._renewals.failed(sent_at)
         self._lease.lose("its row is closed or gone; it is dead to the others")
-        self._answer(ok=False, why="its row is closed or gone")
+        self._answer(sent_at, ok=False, why="its row is closed or gone")
         # A row deleted while this runtime was cut off (expired) comes back fresh, and the
         # next renewal re-arms the lease; a closed one stays closed, and the runtime fenced.
         if self._reopening.acquire(blocking=False):
@@ -179,7 +183,7 @@ class Renewer:
             finally:
                 self._reopening.release()
 
-    def _answer(self, *, ok: bool, why: str) -> None:
+    def _answer(self, sent_at: float, *, ok: bool, why: str) -> None:
         with self._changed:
             self._in_flight -= 1
             back = ok and self._failures > 0
@@ -187,13 +191,15 @@ class Renewer:
                 # The store answers now: back to the period, from the last send.
                 self._last_answered = True
                 self._failures = 0
-            else:
+                self._last_ok_sent = max(self._last_ok_sent, sent_at)
+            elif sent_at > self._last_ok_sent:
                 self._failures += 1
+            # else: sent before a renewal that succeeded, it failed late: no new outage
             failures = self._failures
             self._changed.notify_all()
         if back and self._on_back is not None:
             try:
-                self._on_back()
+                self._on_back(sent_at)
             except Exception:  # the renewals must outlive a bug in what they call
                 log.exception("runtime %s: acting on the store's return failed", self._runtime_id)
         if not ok and (failures in (1, 10) or failures % 100 == 0):

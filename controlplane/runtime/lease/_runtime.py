@@ -330,7 +330,7 @@ class Heartbeat:
         """The watchdog that fences this runtime when its renewals stop succeeding."""
         self._renewer = Renewer(
             runtime.id, runtime.lease_ttl_s, self._renew, runtime.renewals, self.lease,
-            self._reopen, on_back=store.listen_again,
+            self._reopen, on_back=store.network_back,
         )  # fmt: skip
         self._watch: Watch | None = None
         self._watch_lock = threading.Lock()

@@ -1,12 +1,16 @@
-"""`SqlStore.listen_again`: every listener on the store (forwarded messages and answers,
+"""`SqlStore.network_back`: every listener on the store (forwarded messages and answers,
 admission slots) drops its connection and listens on a new one, and hears what is sent
-after (PostgreSQL; SQLite has no listeners). The runtime calls it when its renewals come
-back after failing: a connection that lived through an outage can hold notifications back
-for seconds (`persistence._listening`)."""
+after; every store call still waiting since before the moment given is ended and retried
+on a new connection (PostgreSQL; SQLite has neither). The runtime calls it when its
+renewals come back after failing: a connection that lived through an outage can hold
+notifications back, or sit in TCP's retransmission, for seconds (`persistence._listening`,
+`persistence._deadlines`)."""
 
 from __future__ import annotations
 
 import queue
+import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -62,7 +66,7 @@ def test_every_listener_of_the_store_listens_again_on_a_new_connection_and_hears
         before = _backends(pg_url, channel) | _backends(pg_url, CHANNEL)
         assert len(before) == 2
 
-        assert store.listen_again() == 2
+        assert store.network_back(time.monotonic()) == 2
         eventually(
             lambda: inbox.listening.connections == 2 and admission.listening.connections == 2,
             "both listening on new connections",
@@ -78,7 +82,7 @@ def test_every_listener_of_the_store_listens_again_on_a_new_connection_and_hears
     finally:
         inbox.close()
         admission.close()
-    assert store.listen_again() == 0  # closed listeners are no longer the store's
+    assert store.network_back(time.monotonic()) == 0  # closed listeners are no longer the store's
 
 
 def test_listeners_of_another_store_are_left_alone(store: SqlStore, pg_url: str) -> None:
@@ -88,7 +92,33 @@ def test_listeners_of_another_store_are_left_alone(store: SqlStore, pg_url: str)
         theirs = other.inbox.listen(RUNTIME, on_message=lambda *_: None, on_reply=lambda *_: None)
         try:
             assert theirs.wait_ready(WAIT_S)
-            assert store.listen_again() == 0
+            assert store.network_back(time.monotonic()) == 0
             assert theirs.listening.connections == 1
         finally:
             theirs.close()
+
+
+def test_a_call_waiting_since_before_the_network_came_back_is_retried_on_a_new_connection(
+    pg_url: str,
+) -> None:
+    from persistence._deadlines import _REAPER
+    from tests.reliability.pg_fault import TcpProxy
+
+    with TcpProxy(5432) as proxy, SqlStore(proxy.url(pg_url)) as store:
+        assert store.ledger.get("warm-up") is None
+        retried: list[str] = []
+        store.on_retry(lambda action, _attempt, _cause: retried.append(action))
+        proxy.hold()  # the wait below sits on a connection no byte passes
+        answers: list[object] = []
+        reader = threading.Thread(target=lambda: answers.append(store.ledger.get("task-1")))
+        try:
+            reader.start()
+            eventually(lambda: bool(_REAPER._waits), "the read waiting on the held connection")
+            store.network_back(time.monotonic())
+            # Its wait ended and the read is tried again (before: it waited for the
+            # store's silence bound, 32 s, on the same connection).
+            eventually(lambda: bool(retried), "the read retried")
+        finally:
+            proxy.release()
+            reader.join(WAIT_S)
+        assert answers == [None]
