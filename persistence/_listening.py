@@ -105,7 +105,8 @@ class Listening:
             conn.autocommit = True
             from psycopg import sql  # here only: PostgreSQL's driver, present with it
 
-            conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(self._channel)))
+            listen = sql.SQL("LISTEN {}").format(sql.Identifier(self._channel))  # quoted
+            conn.execute(listen)
             self.connections += 1
             self.ready.set()
             while not self._stopped.is_set() and not self._refresh.is_set():

@@ -31,7 +31,7 @@ from controlplane import (
 from tests.reliability.processes import Reaper, reaping
 from tests.reliability.recovery_child import PARENT, work_tool
 from tests.reliability.recovery_setup import idle_child, killed_at
-from tests.support import WAIT_S
+from tests.support import WAIT_S, eventually
 
 LEASE_S = 30.0
 """Long: no sweep of its own comes in; the first send wakes the one that recovers."""
@@ -97,6 +97,14 @@ def test_a_send_between_a_waiting_tasks_take_and_its_start_does_not_end_the_task
         parent = front.agents.register(PARENT)
         waiting = front.send_message(parent, child_id, [TextBlock(text="go on")])
         assert waiting.route == "started"  # left for a runtime with the provider
+        assert front.store is not None
+        store = front.store
+        # Left for it in the store: on SQLite nothing wakes a runtime for it, so a sweep
+        # before this finds nothing, and the next comes a third of a lease later.
+        eventually(
+            lambda: getattr(store.ledger.get(waiting.task_id), "waiting_for", None) is not None,
+            "the Task left for a runtime with the provider",
+        )
         assert worker.store is not None
         worker_parent = worker.agents.register(PARENT)
         take_waiting = worker.store.take_waiting
