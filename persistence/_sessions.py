@@ -32,18 +32,34 @@ log = logging.getLogger(__name__)
 _PREFIX = "subagent-control "
 
 
+_LIMIT = 63
+"""How many bytes of ``application_name`` the server keeps."""
+
+
 def session_name(runtime_id: str) -> str:
-    """The ``application_name`` of a runtime's sessions: short (the server keeps 63 bytes)
-    and plain whatever the runtime id holds."""
+    """The tag that ends the ``application_name`` of a runtime's sessions: short and plain
+    whatever the runtime id holds."""
     return _PREFIX + hashlib.sha256(runtime_id.encode()).hexdigest()[:16]
 
 
+def _application_name(given: str, tag: str) -> str:
+    """The URL's own ``application_name`` (if any, shortened to fit), then the tag."""
+    if not given:
+        return tag
+    room = _LIMIT - len(tag) - 1
+    return f"{given.encode()[:room].decode(errors='ignore')} {tag}"
+
+
 def name_sessions(db: Database, runtime_id: str) -> None:
-    """Name every session ``db`` opens from now on after ``runtime_id``, and close the idle
+    """Name every session ``db`` opens from now on after ``runtime_id`` (the URL's own
+    ``application_name``, if it has one, followed by the runtime's tag), and close the idle
     ones opened before (the next use opens a named one)."""
     if db.sql.dialect.name != "postgresql":
         return
-    name = session_name(runtime_id)
+    given = db.engine.url.query.get("application_name", "")
+    name = _application_name(
+        given if isinstance(given, str) else " ".join(given), session_name(runtime_id)
+    )
 
     def named(dbapi_connection: Any, _record: Any) -> None:
         # Once per new connection, before the pool hands it out (as `_backend` sets the
@@ -61,13 +77,13 @@ def end_sessions_of(db: Database, runtime_ids: Sequence[str]) -> int:
     """End every session of the runtimes ``runtime_ids`` that this role may end; how many."""
     if db.sql.dialect.name != "postgresql" or not runtime_ids:
         return 0
-    names = [session_name(runtime_id) for runtime_id in runtime_ids]
+    tags = [session_name(runtime_id) for runtime_id in runtime_ids]
     with db.cursor(write=False) as cursor:
         cursor.execute(
             "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity"
             " WHERE datname = current_database() AND usename = current_user"
-            " AND application_name = ANY(%s) AND pid <> pg_backend_pid()",
-            (names,),
+            " AND right(application_name, %s) = ANY(%s) AND pid <> pg_backend_pid()",
+            (len(tags[0]), tags),
         )
         row = cursor.fetchone()
     ended = int(row[0]) if row is not None else 0

@@ -97,7 +97,9 @@ def _outside_transactions(url: str, name: str) -> bool:
 
     with psycopg.connect(libpq_url(url), autocommit=True) as admin:
         states = admin.execute(
-            "SELECT state FROM pg_stat_activity WHERE application_name = %s", (name,)
+            # The runtime's tag follows the URL's own name (`persistence._sessions`).
+            "SELECT state FROM pg_stat_activity WHERE application_name LIKE %s",
+            (f"{name} %",),
         ).fetchall()
     assert states, f"no connection of {name} on the server"
     return all(state == "idle" for (state,) in states)

@@ -1,18 +1,20 @@
 """SPEC §9 "Lease safety": every store call on an activation's path is abandoned when its
 runtime fences it, reads included.
 
-The partition lands during the budget gate's read of the spend (`SpendLedger.read`, before
-a tool round): a `pg_fault.TcpProxy` between the runtime and a private server starts
-holding every byte just as that read goes out. Before the gate's reads were abandoned
-like the transcript's writes, the activation sat in the read past the fence: its Task's
-own `wait` timed out instead of answering ``interrupted``, and `close()` took 34.6 s.
+The partition lands during the budget gate's read of the spend (`SpendLedger.chain_and_rows`,
+the turn's first check, on the agent loop's thread before its first model call; later
+checks read the rows the turn's own appends leave): a `pg_fault.TcpProxy` between the
+runtime and a private server starts holding every byte just as that read goes out. Before
+the gate's reads were abandoned like the transcript's writes, the activation sat in the
+read past the fence: its Task's own `wait` timed out instead of answering ``interrupted``,
+and `close()` took 34.6 s.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -45,16 +47,17 @@ def test_a_gate_read_caught_by_a_partition_is_abandoned_when_the_runtime_fences(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     proxy = tcp_proxy_factory(pg_server.port)
-    armed, reading = threading.Event(), threading.Event()
-    read = SpendLedger.read
+    reading = threading.Event()
+    read = SpendLedger.chain_and_rows
 
-    def read_into_the_partition(ledger: SpendLedger, scopes: Sequence[str]) -> Any:
-        if armed.is_set() and not reading.is_set():
+    def read_into_the_partition(ledger: SpendLedger, *args: Any, **kwargs: Any) -> Any:
+        on_the_loop = threading.current_thread().name.startswith("subagent-loop")
+        if on_the_loop and not reading.is_set():
             proxy.hold()  # the partition lands as this read goes out
             reading.set()
-        return read(ledger, scopes)
+        return read(ledger, *args, **kwargs)
 
-    monkeypatch.setattr(SpendLedger, "read", read_into_the_partition)
+    monkeypatch.setattr(SpendLedger, "chain_and_rows", read_into_the_partition)
     model = ScriptedModel(
         [ModelReply(tool_calls=[ToolCall(id="c1", name="work", arguments={})]), "done"],
         gated=True,
@@ -70,8 +73,6 @@ def test_a_gate_read_caught_by_a_partition_is_abandoned_when_the_runtime_fences(
                 parent=parent, budget=Budget(tokens=1_000_000),
             )
         )  # fmt: skip
-        armed.set()
-        model.release()  # its reply asks for a tool round: the gate reads the spend
         assert reading.wait(WAIT_S), "the gate never read the spend"
         waited = control.tasks.wait(started.task_id, timeout=LEASE_S * 3, requester=parent)
         assert waited.status is TaskStatus.INTERRUPTED, waited
