@@ -69,15 +69,21 @@ def run_send(args: argparse.Namespace, out: IO[str]) -> None:
         out.flush()
         snapshot = control.tasks.get(result.task_id, requester=parent)
         provider = None if descriptor is None else descriptor.provider
-        if (
-            result.route == "started"
-            and snapshot.runtime_id == control.runtime_id
-            and provider is not None
-            and provider not in control.providers.names()
+        if result.route == "started" and (
+            snapshot.waiting_for is not None  # left for such a runtime already
+            or (
+                snapshot.runtime_id == control.runtime_id
+                and provider is not None
+                and provider not in control.providers.names()
+            )
         ):
             # Not runnable here: the message is durable, and the turn goes to a runtime
             # with the provider. Closing once it has left this runtime loses nothing.
-            left = _left_here(control, result.task_id, parent, args.timeout)
+            left = (
+                snapshot
+                if snapshot.waiting_for is not None
+                else _left_here(control, result.task_id, parent, args.timeout)
+            )
             if left.waiting_for is not None:
                 out.write(
                     f"the turn waits (queued) for a runtime with provider "
