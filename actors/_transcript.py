@@ -530,7 +530,7 @@ class ActivationTranscript:
         with self._writers_lock:
             self._writers.add(me)
         try:
-            self._refuse_if_fenced()
+            self.refuse_if_fenced()
             with self._store.abandoning(self._is_fenced):
                 write()
         except SubagentControlError as exc:
@@ -553,7 +553,7 @@ class ActivationTranscript:
         with self._writers_lock:
             self._writers.add(me)
         try:
-            self._refuse_if_fenced()
+            self.refuse_if_fenced()
             with self._store.abandoning(self._is_fenced):
                 return read()
         except SubagentControlError as exc:
@@ -574,7 +574,7 @@ class ActivationTranscript:
         signal = self._signal
         return signal is not None and signal.fenced
 
-    def _refuse_if_fenced(self) -> None:
+    def refuse_if_fenced(self) -> None:
         """Refuse a write here, without a store call, once the control plane fenced the
         activation (its runtime lost the claim, or could not renew its lease and may be
         cut off from the store: a write would wait out the store's deadlines)."""

@@ -674,6 +674,7 @@ class ActivationActor(Actor):
                 label=plan.label,
                 own=own,
                 held=transcript.held_spend,
+                fenced=transcript.fenced_read,
             ),
             transcript,
         )
@@ -874,9 +875,13 @@ def _conflict(child_id: str) -> str:
 
 
 class _FencedGate:
-    """A run's spend gate whose store reads are abandoned when the runtime fences the
-    activation, as its transcript's writes are (a read on a
-    silent network held the activation past the fence, and its Task's `wait`)."""
+    """A run's spend gate whose store calls are abandoned when the runtime fences the
+    activation, as its transcript's writes are (a read on a silent network held the
+    activation past the fence, and its Task's `wait`): the gate runs each of them inside
+    the transcript's `fenced_read`. A check refuses at once once the activation is fenced;
+    one answered from the rows the run's own appends left makes no store call, and is not
+    wrapped (each wrap registers the thread for the fence to find, under a lock).
+    """
 
     __slots__ = ("_gate", "_transcript")
 
@@ -885,7 +890,8 @@ class _FencedGate:
         self._transcript = transcript
 
     def check(self, call: str) -> None:
-        self._transcript.fenced_read(lambda: self._gate.check(call))
+        self._transcript.refuse_if_fenced()
+        self._gate.check(call)
 
     @property
     def exhausted(self) -> str | None:
@@ -895,4 +901,5 @@ class _FencedGate:
         return self._gate.elapsed_s()
 
     def ended(self) -> None:
-        self._transcript.fenced_read(self._gate.ended)
+        self._transcript.refuse_if_fenced()
+        self._gate.ended()

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
@@ -27,6 +27,8 @@ from controlplane.contract._usage import USAGE, usage_counts
 if TYPE_CHECKING:
     from controlplane.contract._services import ActivationFacts
 
+_R = TypeVar("_R")
+
 __all__ = [
     "BUDGET_EXHAUSTED_STATUS",
     "LIMITS",
@@ -35,6 +37,7 @@ __all__ = [
     "TOOL_ROUND",
     "Budget",
     "BudgetPort",
+    "FencedCall",
     "SpendGate",
     "Spent",
     "TurnGate",
@@ -261,6 +264,14 @@ class TurnGate(SpendGate, Protocol):
         ...
 
 
+class FencedCall(Protocol):
+    """Runs one store call on an activation's path as its transcript's writes run:
+    refused once its runtime fenced the activation, abandoned at once if it is waiting
+    when the fence comes."""
+
+    def __call__(self, call: Callable[[], _R], /) -> _R: ...
+
+
 class BudgetPort(Protocol):
     """The budgets as the actors use them (built by the control plane)."""
 
@@ -271,12 +282,14 @@ class BudgetPort(Protocol):
         label: str,
         own: Budget | None,
         held: Callable[[], Spent],
+        fenced: FencedCall | None = None,
     ) -> TurnGate:
         """The gate of the activation ``view`` shows (its child, Task and parent session
         read from there). ``label``: its Task's, for the notices; ``own``: its
         descriptor's budget, which holds until the store has the child's own; ``held()``:
         what its run has spent that the store does not count yet (writes held until
-        publication)."""
+        publication); ``fenced``: what each of its store calls runs inside (none when a
+        check is answered from the rows its run's appends left)."""
         ...
 
     def check_resume(self, child_id: str) -> None:

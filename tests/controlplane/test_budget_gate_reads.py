@@ -227,3 +227,22 @@ def test_a_resumed_turn_checks_its_first_call_against_the_resumes_own_read(
     # The resume's refusal check reads the counters; its turn's one model call is
     # checked against that read.
     assert counted.count - before == 1
+
+
+def test_only_the_gates_store_calls_run_inside_the_activations_fence(store_url: str) -> None:
+    with SqlStore(store_url) as store:
+        store.create_child(ChildMeta(child_id="me", parent_session="session-1", depth=1))
+        wrapped: list[str] = []
+
+        def fenced(call: Any) -> Any:
+            wrapped.append("store call")
+            return call()
+
+        gate = _budgets(store).gate(_View("me"), label="l", own=None, held=Spent, fenced=fenced)
+        gate.check(MODEL_CALL)  # the turn's first check reads the counters
+        assert wrapped == ["store call"]
+        _spend(store, "me", 1, 40)  # its append leaves the rows for the next check
+        gate.check(MODEL_CALL)
+        assert wrapped == ["store call"]  # answered from them: no store call, no fence
+        gate.check(MODEL_CALL)  # nothing newer from this run since: it reads again
+        assert wrapped == ["store call", "store call"]

@@ -32,7 +32,7 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from controlplane.contract import (
     LIMITS,
@@ -54,6 +54,7 @@ if TYPE_CHECKING:
     from controlplane.contract import (
         ActivationFacts,
         Descriptor,
+        FencedCall,
         TaskNotice,
     )
     from persistence import ScopeCounts, ScopeSpend, SpendLedger, SqlStore
@@ -79,6 +80,7 @@ _SESSION: Final = "session:"
 _VALIDATED: Final = 1024  # distinct stored budgets kept validated (cleared when full)
 _ADMITTED_S: Final = 5.0
 """How old a resume's read of the counters may be to serve its turn's first check."""
+_R = TypeVar("_R")
 
 
 def check_budget_options(
@@ -158,9 +160,10 @@ class Budgets:
         label: str,
         own: Budget | None,
         held: Callable[[], Spent],
+        fenced: FencedCall | None = None,
     ) -> _Gate:
         """The gate of one activation (see the module docstring)."""
-        gate = _Gate(self, view, label, own, held)
+        gate = _Gate(self, view, label, own, held, fenced)
         admitted = self._admitted_rows(view.child_id)
         if admitted is not None:
             gate.admitted(*admitted)
@@ -323,9 +326,13 @@ class _Gate:
         label: str,
         own: Budget | None,
         held: Callable[[], Spent],
+        fenced: FencedCall | None = None,
     ) -> None:
         self._budgets = budgets
         self._held = held
+        # Each store call of the gate runs inside it (the activation's fence); a check
+        # answered from the rows its run's appends left makes none, and pays nothing.
+        self._fenced: FencedCall = _unfenced if fenced is None else fenced
         self._spend = budgets._spend
         self._view = view
         self._label = label
@@ -428,7 +435,9 @@ class _Gate:
         scopes = self._scopes
         if scopes is None:  # the turn's first check: its chain and rows, one statement
             view = self._view
-            scopes, found = self._spend.chain_and_rows(view.child_id, view.owner_session)
+            scopes, found = self._fenced(
+                lambda: self._spend.chain_and_rows(view.child_id, view.owner_session)
+            )
             self._scopes, self._unused = scopes, _counts(found)
             return scopes, self._unused
         published = self._spend.view(self._view.child_id, self._seen)
@@ -441,7 +450,7 @@ class _Gate:
                 self._seen, self._unused = published
                 return scopes, viewed
         if self._unused is None:
-            self._unused = _counts(self._spend.read(scopes))
+            self._unused = _counts(self._fenced(lambda: self._spend.read(scopes)))
         return scopes, self._unused
 
     def _warn(self, scopes: tuple[str, ...], index: int, passed: str) -> None:
@@ -456,7 +465,8 @@ class _Gate:
             owner = _child_of(above) if above is not None else self._view.owner_session
             subject = f"subagent {child}" + ("" if index == 0 else " (with its subagents)")
         summary = f"budget notice: {subject} has spent {passed}"
-        self._spend.warn(scope, (owner, self._view.task_id, child, self._label, summary))
+        notice = (owner, self._view.task_id, child, self._label, summary)
+        self._fenced(lambda: self._spend.warn(scope, notice))
 
     def _trip(self, why: str) -> None:
         with self._lock:
@@ -469,6 +479,10 @@ class _Gate:
             ErrorCode.BUDGET_EXHAUSTED, self._exhausted or "budget exhausted",
             child_id=self._view.child_id, task_id=self._view.task_id,
         )  # fmt: skip
+
+
+def _unfenced(call: Callable[[], _R]) -> _R:
+    return call()
 
 
 def _counts(rows: dict[str, ScopeSpend]) -> dict[str, ScopeCounts]:
