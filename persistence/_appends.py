@@ -166,6 +166,7 @@ class Appends:
             # Forwarded steers' answers commit with their records, together or not at all.
             inbox = store.inbox if answer_steered else None  # there: `append` checked
             counted = False  # the spend, by the statement that inserted its event
+            closing: list[tuple[Any, ...]] = []  # events sealed without an open row
             if len(pending) == 1:  # a steer's record, a message: the common case, kept lean
                 p = pending[0]
                 row = (child_id, first, p.turn, p.kind, p.data_json, p.source_json, batch, stamp)
@@ -180,23 +181,42 @@ class Appends:
                         wakeups = inbox.answer_steered(cursor, answer_steered)
                 ends_turn = p.kind == EventKind.TURN_END
             else:
-                cursor.executemany(
-                    sql.insert,
-                    [
-                        (child_id, seq, p.turn, p.kind, p.data_json, p.source_json, batch, stamp)
+                ends_turn = any(p.kind == EventKind.TURN_END for p in pending)
+                if ends_turn and pending[-1].kind == EventKind.TURN_END and also is None:
+                    # The batch ends its turn (a turn's last reply with its end): it goes
+                    # straight into the turn's segment with the turn's open rows, never
+                    # inserted as open rows only to be read back and deleted by the seal
+                    # below in this same transaction. What commits is the same.
+                    closing = [
+                        (seq, p.turn, p.kind, p.data_json, p.source_json, stamp, batch)
                         for seq, p in enumerate(pending, start=first)
-                    ],
-                )
+                    ]
+                else:
+                    cursor.executemany(
+                        sql.insert,
+                        [
+                            (
+                                child_id,
+                                seq,
+                                p.turn,
+                                p.kind,
+                                p.data_json,
+                                p.source_json,
+                                batch,
+                                stamp,
+                            )
+                            for seq, p in enumerate(pending, start=first)
+                        ],
+                    )
                 if inbox is not None:
                     wakeups = inbox.answer_steered(cursor, answer_steered)
-                ends_turn = any(p.kind == EventKind.TURN_END for p in pending)
             # What these events spent, counted for the child and every scope above it in
             # this same transaction (nothing when they record no usage).
             if not counted:
                 store.spend.add(cursor, child_id, pending, seconds=seconds, kept_writer=True)
             if also is not None:
                 also(cursor)
-            sealed = self.seal(cursor, child_id) if ends_turn else None
+            sealed = self.seal(cursor, child_id, closing) if ends_turn else None
             if settle is not None:
                 # The Task's spend, summed from the rows its turn's end just sealed (read
                 # for the seal anyway), goes in with its settlement.
@@ -238,16 +258,23 @@ class Appends:
         store.committed()
         return int(written[0][0])
 
-    def seal(self, cursor: DBAPICursor, child_id: str) -> list[Any]:
-        """Move the child's open rows into segments, inside the append that ended a turn
-        (so under the child's lock): a later load reads one row per turn. Returns the rows
-        it sealed (``seq, turn, kind, data, source, created_at, batch_id``)."""
+    def seal(
+        self, cursor: DBAPICursor, child_id: str, closing: Sequence[Sequence[Any]] = ()
+    ) -> list[Any]:
+        """Move the child's open rows, then ``closing`` (the ending batch's events, in the
+        open rows' form, never inserted as rows), into segments, inside the append that
+        ended a turn (so under the child's lock): a later load reads one row per turn.
+        Returns the rows it sealed (``seq, turn, kind, data, source, created_at,
+        batch_id``)."""
         sql = self._s.sql.children
         cursor.execute(sql.open_rows, (child_id,))
         rows = list(cursor.fetchall())
+        opened = len(rows)
+        rows += closing
         segments = seal_rows(rows)
         cursor.executemany(sql.insert_segment, [(child_id, *segment) for segment in segments])
-        cursor.execute(sql.delete_sealed, (child_id, segments[-1].last_seq))
+        if opened:
+            cursor.execute(sql.delete_sealed, (child_id, rows[opened - 1][0]))
         return rows
 
     def landed(self, cursor: DBAPICursor, child_id: str, batch: str) -> list[SessionEvent]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 import uuid
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -30,6 +31,7 @@ from tests.persistence.conftest import (
     recording,
     transient_error,
 )
+from tests.support import SqliteStatements
 
 USER = MessageSource(kind="user")
 HUMAN = MessageSource(kind="human", sender_session_id="parent-1")
@@ -114,6 +116,45 @@ def test_appends_after_a_seal_continue_the_sequence_and_seal_again_at_the_next_t
     )
     assert [e.seq for e in store.load(meta.child_id).events] == list(range(1, first_turn + 4))
     assert store.append(meta.child_id, [message(9)])[0].seq == first_turn + 4
+
+
+class EventWrites(SqliteStatements):
+    """What committed transactions did to the open rows (SQLite): ``INSERT``, ``DELETE``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[str] = []
+
+    def counts(self, statements: Sequence[str], *, transaction: bool) -> bool:
+        for statement in statements:
+            words = statement.split()
+            if words[0] in ("INSERT", "DELETE") and words[2] == "subagent_events":
+                self.writes.append(words[0])
+        return False
+
+
+def test_a_batch_that_ends_its_turn_is_sealed_without_becoming_open_rows(
+    store_url: str, sqlite_url: str
+) -> None:
+    with EventWrites() as traced, SqlStore(store_url) as store:
+        meta = new_child(store)
+        opened = store.append(meta.child_id, varied()[:2])  # the turn's frame: open rows
+        before = len(traced.writes)
+        ended = store.append(meta.child_id, [*varied()[2:], turn_end()])
+        if store_url == sqlite_url:
+            # The frame's rows are deleted; the ending batch's events were never inserted.
+            assert traced.writes[before:] == ["DELETE"]
+        assert [e.seq for e in ended] == list(range(3, len(varied()) + 2))
+        assert store.load(meta.child_id).events == [*opened, *ended]  # every field as written
+        assert stored_rows(store_url, meta.child_id) == (0, [(1, len(varied()) + 1)])
+        # A whole turn in one batch, no open rows before it: one segment, nothing deleted.
+        before = len(traced.writes)
+        whole = store.append(meta.child_id, [*varied(2), turn_end(2)])
+        if store_url == sqlite_url:
+            assert traced.writes[before:] == []
+        assert store.load(meta.child_id).events[-len(whole) :] == whole
+        assert stored_rows(store_url, meta.child_id)[1][-1] == (whole[0].seq, whole[-1].seq)
+        assert store.append(meta.child_id, [message(9)])[0].seq == whole[-1].seq + 1
 
 
 def test_a_long_turn_is_sealed_into_several_bounded_segments(
