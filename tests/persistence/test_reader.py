@@ -8,6 +8,7 @@ still hold one for the read that follows.
 
 from __future__ import annotations
 
+import multiprocessing
 import sqlite3
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -148,3 +149,84 @@ def test_a_read_only_store_written_before_segments_loads_in_one_statement_too(
     with SqlStore(store_url, read_only=True) as looking:
         assert looking._db.sql.children.load.count("subagent_segments") == 0
         assert looking.load(meta.child_id) == expected
+
+
+@contextmanager
+def checkouts_counted(store: SqlStore) -> Iterator[list[object]]:
+    """Every connection the store's pool hands out while the block runs."""
+    taken: list[object] = []
+
+    def count(dbapi_connection: object, _record: Any, _proxy: Any) -> None:
+        taken.append(dbapi_connection)
+
+    pool = store._db.engine.pool
+    event.listen(pool, "checkout", count)
+    try:
+        yield taken
+    finally:
+        event.remove(pool, "checkout", count)
+
+
+def test_sqlite_reads_reuse_the_connection_the_last_read_left_not_the_pools(
+    sqlite_url: str,
+) -> None:
+    with SqlStore(sqlite_url, retry=RetryPolicy.immediate()) as store:
+        meta = new_child(store)
+        store.append(meta.child_id, [message(1)])
+        store.load(meta.child_id)
+        with checkouts_counted(store) as taken:
+            for n in range(2, 12):
+                store.append(meta.child_id, [message(n)])
+                assert len(store.load(meta.child_id).events) == n
+        assert taken == []  # no checkout, no reset on return: a kept reader each time
+
+
+def test_a_kept_reader_sees_what_another_connection_committed_after_its_last_read(
+    sqlite_url: str,
+) -> None:
+    with SqlStore(sqlite_url) as mine, SqlStore(sqlite_url) as theirs:
+        meta = new_child(mine)
+        mine.append(meta.child_id, [message(1), message(2)])
+        with mine._db.cursor(write=False) as cursor:
+            # A read left unfinished (one row of two): closed before its connection is
+            # kept, its statement holds no snapshot for the next read.
+            cursor.execute("SELECT seq FROM subagent_events ORDER BY seq")
+            assert cursor.fetchone() == (1,)
+        theirs.append(meta.child_id, [message(3)])
+        assert [e.seq for e in mine.load(meta.child_id).events] == [1, 2, 3]
+
+
+def test_a_read_that_fails_in_the_database_gives_up_its_connection(sqlite_url: str) -> None:
+    with SqlStore(sqlite_url) as store:
+        meta = new_child(store)
+        store.load(meta.child_id)  # a reader is kept now
+        failing = store._db.cursor(write=False)
+        with pytest.raises(sqlite3.OperationalError), failing as cursor:
+            cursor.execute("SELECT nothing FROM no_such_table")
+        with checkouts_counted(store) as taken:
+            store.load(meta.child_id)
+        assert len(taken) == 1  # the failed read's connection was not kept: a new checkout
+
+
+def test_a_forked_child_reads_without_the_parents_kept_readers_and_leaves_them_working(
+    sqlite_url: str,
+) -> None:
+    with SqlStore(sqlite_url, retry=RetryPolicy.immediate()) as store:
+        meta = new_child(store)
+        store.append(meta.child_id, [message(1)])
+        assert len(store.load(meta.child_id).events) == 1  # a reader is kept now
+        child = multiprocessing.get_context("fork").Process(
+            target=_load_in_child, args=(store, meta.child_id)
+        )
+        child.start()
+        child.join(timeout=30)
+        assert child.exitcode == 0
+        store.append(meta.child_id, [message(2)])
+        assert len(store.load(meta.child_id).events) == 2
+
+
+def _load_in_child(store: SqlStore, child_id: str) -> None:
+    assert store._db._readers == []  # the parent's connections are not this process's
+    found = store.load(child_id)
+    store.close()  # leaves the parent's kept readers alone
+    raise SystemExit(0 if len(found.events) == 1 else 1)
