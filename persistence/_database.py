@@ -79,7 +79,12 @@ class Database:
             yield conn
 
     def cursor(
-        self, *, write: bool, abandoned: Callable[[], None] | None = None, begin: bool = True
+        self,
+        *,
+        write: bool,
+        abandoned: Callable[[], None] | None = None,
+        begin: bool = True,
+        short: bool = False,
     ) -> AbstractContextManager[DBAPICursor]:
         """A DBAPI cursor, inside a transaction (committed at the end) when ``write``.
 
@@ -95,8 +100,15 @@ class Database:
         ``begin=False`` opens no transaction for a write: the block runs one statement
         that commits on its own (SQLite's autocommit), under the same write lock and on
         the same kept writer connection.
+
+        ``short``: a read of a few rows (a budget check's counters, what a kept transcript
+        lacks). On a SQLite file it runs on the kept writer's connection when no write
+        holds it, never waiting for it: that connection's page cache holds what this
+        process wrote last, where a reader's starts cold after every commit of another
+        connection (a short read there cost ~20 µs more). A write that comes meanwhile
+        waits for the read, which holds the write lock while it runs.
         """
-        return _CursorBlock(self, write, abandoned, begin)
+        return _CursorBlock(self, write, abandoned, begin, short)
 
     def open_reader(self) -> None:
         """Open a second connection now, so that the pool still holds one for reads once
@@ -134,6 +146,16 @@ class Database:
         used or closed here (nor the lock, which a thread of the parent may have held)."""
         self._readers_lock = threading.Lock()
         self._readers = []
+
+    def _borrow_writer(self) -> bool:
+        """Take the write lock for a short read on the kept writer's connection, if no
+        write holds it and the writer exists; whether it was taken."""
+        if self._writer is None or not self._lock.acquire(blocking=False):
+            return False
+        if self._writer is None:  # retired meanwhile: a failed write took it
+            self._lock.release()
+            return False
+        return True
 
     def _take_reader(self) -> PoolProxiedConnection:
         """An idle kept reader (the one kept last), or a connection from the pool."""
@@ -191,6 +213,7 @@ class _CursorBlock:
     __slots__ = (
         "_abandoned",
         "_begin",
+        "_borrowed",
         "_conn",
         "_cursor",
         "_db",
@@ -202,12 +225,18 @@ class _CursorBlock:
     )
 
     def __init__(
-        self, db: Database, write: bool, abandoned: Callable[[], None] | None, begin: bool
+        self,
+        db: Database,
+        write: bool,
+        abandoned: Callable[[], None] | None,
+        begin: bool,
+        short: bool = False,
     ) -> None:
         self._db = db
         self._write = write
         self._abandoned = abandoned
         self._begin = begin
+        self._borrowed = short  # until `__enter__` finds the writer's connection free
         self._cursor: DBAPICursor | None = None
 
     def __enter__(self) -> DBAPICursor:
@@ -217,10 +246,18 @@ class _CursorBlock:
             db._lock if backend.single_connection or (write and backend.serialize_writes) else None
         )
         if guard is not None:
+            self._borrowed = False
             guard.acquire()
+        elif self._borrowed:
+            self._borrowed = db._keeps_readers and db._borrow_writer()
+            if self._borrowed:
+                guard = db._lock
         try:
-            keep = write and backend.serialize_writes and not backend.single_connection
-            reader = not write and db._keeps_readers
+            borrowed = self._borrowed
+            keep = borrowed or (
+                write and backend.serialize_writes and not backend.single_connection
+            )
+            reader = not write and db._keeps_readers and not borrowed
             writer = db._writer
             if keep and writer is not None:
                 conn = writer
@@ -280,6 +317,13 @@ class _CursorBlock:
                 conn.invalidate(exc)  # the pool must not hand this connection out again
         finally:
             try:
+                if self._borrowed and self._cursor is not None:
+                    # Its statement reset before the writer's next transaction: a read
+                    # snapshot held into it could not take the write lock.
+                    try:
+                        self._cursor.close()
+                    except db.errors:
+                        conn.invalidate()
                 if self._keep and conn.is_valid:
                     db._writer = conn
                 elif self._reader and _clean(exc) and conn.is_valid and self._cursor is not None:

@@ -320,7 +320,7 @@ class SpendLedger:
         statement = self._sql.read(len(scopes))
 
         def op(_attempt: int) -> dict[str, ScopeSpend]:
-            with self._db.cursor(write=False) as cursor:
+            with self._db.cursor(write=False, short=True) as cursor:  # a row per scope
                 cursor.execute(statement, tuple(scopes))
                 rows = cursor.fetchall()
             return {str(row[0]): _scope_spend(row) for row in rows}

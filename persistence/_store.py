@@ -553,7 +553,9 @@ class SqlStore:
         # a child this store decoded before, every event after the ones it kept).
         sql = self._db.sql.children
         kept = self._transcripts.get(child_id) if sql.load_after is not None else None
-        with self._db.cursor(write=False) as cursor:
+        # What a kept transcript lacks is short (the turns since its last load, as a rule):
+        # read on the writer's warm connection when it is free; a whole transcript is not.
+        with self._db.cursor(write=False, short=kept is not None) as cursor:
             if kept is None or sql.load_after is None:
                 kept, after = None, 0
                 cursor.execute(sql.load, (child_id,) * sql.load_binds)

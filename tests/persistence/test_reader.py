@@ -230,3 +230,35 @@ def _load_in_child(store: SqlStore, child_id: str) -> None:
     found = store.load(child_id)
     store.close()  # leaves the parent's kept readers alone
     raise SystemExit(0 if len(found.events) == 1 else 1)
+
+
+def test_a_short_read_runs_on_the_writers_connection_when_no_write_holds_it(
+    sqlite_url: str,
+) -> None:
+    with SqlStore(sqlite_url) as store:
+        meta = new_child(store)
+        store.append(meta.child_id, [message(1)])
+        writer = store._db._writer
+        assert writer is not None
+        with store._db.cursor(write=False, short=True) as cursor:
+            assert cursor.connection is writer.dbapi_connection
+        # A write holds the lock (here, this test): the short read does not wait for it.
+        with store._db._lock, store._db.cursor(write=False, short=True) as cursor:
+            assert cursor.connection is not writer.dbapi_connection
+            cursor.execute("SELECT count(*) FROM subagent_events")
+            assert cursor.fetchone() == (1,)
+
+
+def test_a_short_read_left_unfinished_holds_no_snapshot_into_the_next_write(
+    sqlite_url: str,
+) -> None:
+    with SqlStore(sqlite_url) as mine, SqlStore(sqlite_url) as theirs:
+        meta = new_child(mine)
+        mine.append(meta.child_id, [message(1), message(2)])
+        with mine._db.cursor(write=False, short=True) as cursor:
+            cursor.execute("SELECT seq FROM subagent_events ORDER BY seq")
+            assert cursor.fetchone() == (1,)  # one row of two: its statement still open
+        theirs.append(meta.child_id, [message(3)])
+        # The writer's next transaction sees that commit: seq 4, not a second seq 3.
+        assert mine.append(meta.child_id, [message(4)])[0].seq == 4
+        assert [e.seq for e in mine.load(meta.child_id).events] == [1, 2, 3, 4]
