@@ -26,13 +26,15 @@ WAIT_S = 10.0
 
 
 class EventWrites(SqliteStatements):
-    """Counts the write transactions that insert events (housekeeping writes no event, so
-    it is never counted)."""
+    """Counts the write transactions that write events: as open rows, or (a batch that
+    ends its turn) straight into the turn's segment. Housekeeping writes no event, so it
+    is never counted."""
 
     def counts(self, statements: Sequence[str], *, transaction: bool) -> bool:
         heads = (statement.lstrip()[:40].upper() for statement in statements)
         return transaction and any(
-            head.startswith("INSERT") and "SUBAGENT_EVENTS" in head for head in heads
+            head.startswith("INSERT") and ("SUBAGENT_EVENTS" in head or "SUBAGENT_SEGMENTS" in head)
+            for head in heads
         )
 
 
