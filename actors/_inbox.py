@@ -346,19 +346,24 @@ class ActivationInbox:
     def _drain_and_release(self) -> None:
         try:
             self._drain()
-        finally:
+        except BaseException:
             with self._lock:
                 self._draining = False
                 if self._waiting:
                     self._notify()
+            raise
 
     def _drain(self) -> None:
         """Deliver every queued message, batch by batch, until none is left (as the one
-        drainer). Each batch's records are written by its first commit, in one write."""
+        drainer), then let the drainer's role go, under the lock that found none left.
+        Each batch's records are written by its first commit, in one write."""
         while True:
             with self._lock:
                 view = self._view
                 if self._closed is not None or self._stalled() or not self._queue:
+                    self._draining = False
+                    if self._waiting:
+                        self._notify()
                     return
                 batch, self._queue = self._queue, deque()
             assert view is not None

@@ -373,7 +373,8 @@ class ActivationTranscript:
                 has it).
         """
         # Checked and serialised here, once: the store writes it as it is.
-        event = steering_record(self._turn, text_of(message), source, forwarded)
+        text = message[0].text if len(message) == 1 else text_of(message)
+        event = steering_record(self._turn, text, source, forwarded)
         with self._lock:
             if self._state != "open":
                 if self._state == "parked" and self._task_id is not None:
@@ -529,7 +530,9 @@ class ActivationTranscript:
         with self._writers_lock:
             self._writers.add(me)
         try:
-            self._refuse_if_fenced()
+            signal = self._signal
+            if signal is not None and signal.fenced:  # `_refuse_if_fenced`, inline: per write
+                raise self._fenced_error()
             with self._store.abandoning(self._is_fenced):
                 write()
         except SubagentControlError as exc:
