@@ -158,6 +158,8 @@ class Forwarder:
         the rows of the messages this runtime sent."""
         self.stop_listening()
         self._workers.shutdown(wait=True)
+        if self._serving is not None:  # after the takes: each hands its delivery over
+            self._serving.close()
         with self._lock:
             batch, self._decided = self._decided, []
         if batch:
