@@ -126,3 +126,41 @@ def test_close_gives_up_the_heartbeats_store_call_caught_by_a_partition(
     assert ended
     assert ended[0] - began < LEASE_S / 2, f"the sweep ended {ended[0] - began:.1f}s in"
     assert closed_in < LEASE_S * (1 + ATTEMPT_BOUND) + 1.0, f"close took {closed_in:.1f}s"
+
+
+def test_close_gives_up_the_approvals_sweeps_store_call_caught_by_a_partition(
+    pg_server: PostgresServer,
+    tcp_proxy_factory: Callable[[int], TcpProxy],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The approvals' sweep stuck on the silent network went on retrying after close had
+    # returned (its thread left behind, a daemon), for as long as its retries lasted.
+    from persistence._approvals import ApprovalBook
+
+    proxy = tcp_proxy_factory(pg_server.port)
+    sweeping = threading.Event()
+    ended: list[float] = []
+    waiting = ApprovalBook.waiting
+
+    def read_into_the_partition(book: ApprovalBook) -> Any:
+        on_the_sweep = threading.current_thread().name.startswith("subagent-approvals:")
+        if not on_the_sweep or sweeping.is_set():
+            return waiting(book)
+        proxy.hold()  # the partition lands as this read goes out
+        sweeping.set()
+        try:
+            return waiting(book)
+        finally:
+            ended.append(time.monotonic())
+
+    control = SubagentControl.open(proxy.url(pg_server.new_database()), lease_ttl_s=LEASE_S)
+    try:
+        monkeypatch.setattr(ApprovalBook, "waiting", read_into_the_partition)
+        assert sweeping.wait(WAIT_S), "the approvals never swept"
+    finally:
+        began = time.monotonic()
+        control.close()
+        proxy.release()
+    # Given up as close began (before: still retrying when close returned).
+    assert ended
+    assert ended[0] - began < LEASE_S / 2, f"the sweep ended {ended[0] - began:.1f}s in"
