@@ -33,7 +33,7 @@ from persistence._schema import (
     tasks_table,
     utc_time,
 )
-from persistence._spend import ScopeSpend, _scope_spend
+from persistence._scope_spend import ScopeSpend, scope_spend
 from persistence._task_snapshots import snapshot_of, snapshot_of_columns
 
 __all__ = ["ChangeMarker", "KeyedTask", "StoreOverview"]
@@ -194,7 +194,7 @@ class StoreOverview:
         def op(_attempt: int) -> dict[str, ScopeSpend]:
             with self._db.connection(write=False) as conn:
                 rows = conn.execute(self._spend).all()
-            spends = (_scope_spend(tuple(row)) for row in rows)
+            spends = (scope_spend(tuple(row)) for row in rows)
             return {s.scope.removeprefix(_CHILD_SCOPE): s for s in spends}
 
         return self._run("read the spend of every child", op)
