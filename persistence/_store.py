@@ -391,13 +391,15 @@ class SqlStore:
         """The network was out and is back (a lease renewal sent at ``since``, on the
         monotonic clock, was answered): every listener on this store (PostgreSQL's
         notifications: forwarded messages and their answers, admission slots, takeable
-        Tasks) listens again on a new connection, and every wait for the server begun
-        before ``since`` is ended, its call retried on a new connection. A connection that
-        lived through the outage can hold notifications back, or sit in TCP's
-        retransmission, for seconds after the network is back (`persistence._listening`).
+        Tasks) listens again on a new connection, and every wait of this store's for the
+        server begun before ``since`` is ended, its call retried on a new connection
+        (another store of the process, on another network perhaps, keeps its waits). A
+        connection that lived through the outage can hold notifications back, or sit in
+        TCP's retransmission, for seconds after the network is back
+        (`persistence._listening`).
         How many listeners there are."""
         listeners = refresh_listeners(self._db)
-        cut_waits_begun_before(since)
+        cut_waits_begun_before(since, self._db.engine)
         return listeners
 
     def close(self) -> None:
