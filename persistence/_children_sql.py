@@ -39,6 +39,9 @@ __all__ = [
     "child_table",
     "event_table",
     "header_row",
+    "headers",
+    "held_claims",
+    "provider_names",
 ]
 
 child_table: Final = children_table
@@ -444,3 +447,29 @@ class ChildStatements:
     def without_segments(self) -> ChildStatements:
         """These statements for a store written before version 3 (no segments table)."""
         return ChildStatements.build(self.dialect, segments=False)
+
+
+def held_claims() -> Any:
+    """Every claimed child's claim (runtime, child, Task, fencing number), by runtime then
+    child: a cold read (the console's, an operator's), built in Core and run through
+    SQLAlchemy."""
+    c = child_table.c
+    return (
+        select(c.claim_runtime, c.child_id, c.claim_task, c.fence)
+        .where(c.claim_runtime.is_not(None))
+        .order_by(c.claim_runtime, c.child_id)
+    )
+
+
+def headers() -> Any:
+    """Every child's header fields the console lists, oldest first (a cold read)."""
+    c = child_table.c
+    return select(
+        c.child_id, c.parent_session, c.depth, c.seed_length, c.created_at, c.label
+    ).order_by(c.created_at, c.child_id)
+
+
+def provider_names() -> Any:
+    """Every child that names its provider: its id, provider and model (a cold read)."""
+    c = child_table.c
+    return select(c.child_id, c.provider, c.model).where(c.provider.is_not(None))

@@ -17,16 +17,19 @@ from typing import Final
 from sqlalchemy import Column, Select, select
 
 from controlplane.contract import ErrorCode, SubagentControlError
-from persistence._schema import approvals_table, children_table, tasks_table
+from persistence._approval_sql import approval_table
+from persistence._children_sql import child_table
+from persistence._task_sql import task_table
 
 __all__ = ["ID_KINDS", "KEPT_SINCE", "prefix_query"]
 
 ID_KINDS: Final[dict[str, Column[str]]] = {
-    "child": children_table.c.child_id,
-    "task": tasks_table.c.task_id,
-    "request": approvals_table.c.request_id,
+    "child": child_table.c.child_id,
+    "task": task_table.c.task_id,
+    "request": approval_table.c.request_id,
 }
-"""Each kind of id a person may abbreviate, and the primary key that holds it."""
+"""Each kind of id a person may abbreviate, and the primary key that holds it (each table
+as its statements' module names it)."""
 KEPT_SINCE: Final = {"child": 1, "task": 4, "request": 10}
 """The schema version whose store first has each kind's table (an older one, read as it
 is, has none)."""

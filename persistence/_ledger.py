@@ -6,7 +6,7 @@ settlement that ends a published turn is written by `SqlStore.append` in the tur
 transaction (`TaskStatements.settle`), so the transcript and the Task never disagree.
 
 This module holds the operations on those rows; what they are built from lives apart:
-the Task rows' statements the claims and the append share (`_task_sql`), a row as its frozen
+the Task rows' statements (`_task_sql`), the runtime rows' (`_runtime_sql`), a row as its frozen
 snapshot (`_task_snapshots`) and the kept connection of the point reads (`_point_reader`).
 """
 
@@ -17,21 +17,19 @@ from datetime import datetime
 from types import SimpleNamespace
 from typing import Any, TypeVar
 
-from sqlalchemy import delete, exists, func, insert, literal, select, text, update
+from sqlalchemy import func, select
 
 from controlplane.contract import RuntimeInfo, TaskSnapshot, TaskStatus, Usage, utcnow
+from persistence import _runtime_sql as runtime_sql
+from persistence import _task_sql as task_sql
+from persistence._children_sql import held_claims
 from persistence._database import Database
 from persistence._deadlines import unqueued
 from persistence._host_clock import LeaseNow, boot_seconds
 from persistence._point_reader import PointReader
 from persistence._runtime_sql import SUSPECT_COLUMNS
 from persistence._schema import (
-    NOTICE_PENDING,
-    RUNNING_TASK,
-    children_table,
-    runtimes_table,
     sqlite_time,
-    tasks_table,
     utc_time,
 )
 from persistence._task_snapshots import snapshot_of, snapshot_of_columns
@@ -44,13 +42,6 @@ T = TypeVar("T")
 Runner = Callable[[str, Callable[[int], Any]], Any]
 
 _RUNNING = TaskStatus.RUNNING.value
-# The partial indexes' own predicates, as literals: a bound parameter would hide from the
-# planner that a query only wants the rows the index holds.
-_IS_RUNNING = text(RUNNING_TASK)
-_HAS_NOTICE = text(NOTICE_PENDING)
-_C = children_table.c
-_R = runtimes_table.c
-_T = tasks_table.c
 
 
 class TaskLedger:
@@ -63,7 +54,7 @@ class TaskLedger:
         self._settle = settle
         self._server_clock = db.sql.dialect.server_clock
         self._reader = PointReader(db)
-        self._columns = list(tasks_table.columns)
+        self._columns = list(task_sql.task_table.columns)
 
     def without_spend(self) -> None:
         """Read a store older than version 7 as it is: its Task rows have no ``spend``
@@ -95,10 +86,10 @@ class TaskLedger:
                     lease_ttl_s=lease_ttl_s,
                     heartbeat_boot_s=self._boot_now(),
                 )
-                known = select(_R.runtime_id).where(_R.runtime_id == runtime_id)
-                if conn.execute(known).first() is None:  # a retry may find it written
+                if conn.execute(runtime_sql.known(runtime_id)).first() is None:
+                    # A retry may find it written.
                     row = info.model_dump(exclude={"closed_at", "running_tasks"})
-                    conn.execute(insert(runtimes_table).values(row))
+                    conn.execute(runtime_sql.register(row))
             return info
 
         return self._run(f"register runtime {runtime_id}", op)
@@ -112,16 +103,12 @@ class TaskLedger:
 
         def op(_attempt: int) -> bool:
             with unqueued(), self._db.connection(write=True) as conn:
-                now: Any = self._now(conn)
-                if self._server_clock:
-                    # Never back: two renewals in flight may commit out of order, and the
-                    # runtime counts its lease from the later one's send.
-                    now = func.greatest(_R.heartbeat_at, now)
-                result = conn.execute(
-                    update(runtimes_table)
-                    .where(_R.runtime_id == runtime_id, _R.closed_at.is_(None))
-                    .values(heartbeat_at=now, heartbeat_boot_s=self._boot_now())
+                # Never back on the server's clock: two renewals in flight may commit out
+                # of order, and the runtime counts its lease from the later one's send.
+                renew = runtime_sql.renew(
+                    runtime_id, self._now(conn), self._boot_now(), never_back=self._server_clock
                 )
+                result = conn.execute(renew)
                 return bool(result.rowcount)
 
         return self._run(f"renew runtime {runtime_id}", op)
@@ -131,27 +118,13 @@ class TaskLedger:
 
         def op(_attempt: int) -> None:
             with self._db.connection(write=True) as conn:
-                conn.execute(
-                    update(runtimes_table)
-                    .where(_R.runtime_id == runtime_id, _R.closed_at.is_(None))
-                    .values(closed_at=self._now(conn))
-                )
+                conn.execute(runtime_sql.close(runtime_id, self._now(conn)))
 
         self._run(f"close runtime {runtime_id}", op)
 
     def runtimes(self) -> list[RuntimeInfo]:
         """Every runtime the store knows, oldest first, with its count of running Tasks."""
-        running = (
-            select(_T.runtime_id, func.count().label("n"))
-            .where(_IS_RUNNING)
-            .group_by(_T.runtime_id)
-            .subquery()
-        )
-        query = (
-            select(*runtimes_table.c, func.coalesce(running.c.n, 0).label("running"))
-            .outerjoin(running, running.c.runtime_id == _R.runtime_id)
-            .order_by(_R.started_at, _R.runtime_id)
-        )
+        query = runtime_sql.with_running()
 
         def op(_attempt: int) -> list[RuntimeInfo]:
             with self._db.connection(write=False) as conn:
@@ -162,15 +135,7 @@ class TaskLedger:
     def runtime(self, runtime_id: str) -> RuntimeInfo | None:
         """One runtime by id, with its count of running Tasks; None if the store has no
         such runtime (a kill of a Task held elsewhere reads the one it needs)."""
-        running = (
-            select(func.count())
-            .select_from(tasks_table)
-            .where(_IS_RUNNING, _T.runtime_id == runtime_id)
-            .scalar_subquery()
-        )
-        query = select(*runtimes_table.c, running.label("running")).where(
-            _R.runtime_id == runtime_id
-        )
+        query = runtime_sql.one_with_running(runtime_id)
 
         def op(_attempt: int) -> RuntimeInfo | None:
             with self._db.connection(write=False) as conn:
@@ -184,8 +149,7 @@ class TaskLedger:
         statement; None if the store has no such runtime. A forward asks this of its target
         every poll: its cost must not grow with the runtimes the store has known. The
         row's ``running_tasks`` is not counted (0)."""
-        clock = func.now() if self._server_clock else literal(None)
-        query = select(*runtimes_table.c, clock.label("db_now")).where(_R.runtime_id == runtime_id)
+        query = runtime_sql.lease(runtime_id, server_clock=self._server_clock)
 
         def op(_attempt: int) -> tuple[RuntimeInfo, LeaseNow] | None:
             with self._db.connection(write=False) as conn:
@@ -218,15 +182,8 @@ class TaskLedger:
             deleted = 0
             with self._db.connection(write=True) as conn:
                 for runtime in gone:
-                    rid = runtime.runtime_id
-                    running = select(_T.task_id).where(_IS_RUNNING, _T.runtime_id == rid)
-                    result = conn.execute(
-                        delete(runtimes_table).where(
-                            _R.runtime_id == rid,
-                            _R.heartbeat_at <= runtime.heartbeat_at,
-                            ~exists(running),
-                        )
-                    )
+                    expire = runtime_sql.expire(runtime.runtime_id, runtime.heartbeat_at)
+                    result = conn.execute(expire)
                     deleted += result.rowcount
             return deleted
 
@@ -235,11 +192,7 @@ class TaskLedger:
     def claims(self) -> dict[str, list[tuple[str, str | None, int]]]:
         """Which runtime holds which child: runtime id → ``(child id, Task id, fencing
         number)`` for every claimed child."""
-        query = (
-            select(_C.claim_runtime, _C.child_id, _C.claim_task, _C.fence)
-            .where(_C.claim_runtime.is_not(None))
-            .order_by(_C.claim_runtime, _C.child_id)
-        )
+        query = held_claims()
 
         def op(_attempt: int) -> dict[str, list[tuple[str, str | None, int]]]:
             held: dict[str, list[tuple[str, str | None, int]]] = {}
@@ -301,7 +254,7 @@ class TaskLedger:
 
         def op(_attempt: int) -> None:
             with self._db.connection(write=True) as conn:
-                conn.execute(delete(tasks_table).where(_T.task_id == task_id))
+                conn.execute(task_sql.forget(task_id))
 
         self._run(f"forget task {task_id}", op)
 
@@ -317,31 +270,19 @@ class TaskLedger:
 
     def owned_by(self, owner_session: str) -> list[TaskSnapshot]:
         """The owner's Tasks, oldest first."""
-        query = (
-            select(*self._columns)
-            .where(_T.owner_session == owner_session)
-            .order_by(_T.created_at, _T.task_id)
-        )
+        query = task_sql.owned_by(self._columns, owner_session)
         return self._run("list tasks", lambda _attempt: self._select(query))
 
     def recent(
         self, owner_session: str | None = None, *, limit: int | None = None
     ) -> list[TaskSnapshot]:
         """Every Task (of ``owner_session`` when given), newest first, at most ``limit``."""
-        query = select(*self._columns).order_by(_T.created_at.desc(), _T.task_id.desc())
-        if owner_session is not None:
-            query = query.where(_T.owner_session == owner_session)
-        if limit is not None:
-            query = query.limit(limit)
+        query = task_sql.recent(self._columns, owner_session, limit)
         return self._run("list tasks", lambda _attempt: self._select(query))
 
     def running(self, runtime_ids: Sequence[str]) -> list[TaskSnapshot]:
         """The running Tasks of these runtimes, oldest first."""
-        query = (
-            select(*self._columns)
-            .where(_IS_RUNNING, _T.runtime_id.in_(list(runtime_ids)))
-            .order_by(_T.created_at)
-        )
+        query = task_sql.running_in(self._columns, runtime_ids)
         return self._run("list running tasks", lambda _attempt: self._select(query))
 
     def awaiting_provider(self) -> list[TaskSnapshot]:
@@ -361,12 +302,7 @@ class TaskLedger:
     def drain(self, owner_session: str) -> list[TaskSnapshot]:
         """Take the owner's pending completion notices: each settled Task once, across
         every runtime (one UPDATE … RETURNING, so two drains never take the same row)."""
-        statement = (
-            update(tasks_table)
-            .where(_T.owner_session == owner_session, _HAS_NOTICE)
-            .values(notice_pending=None)
-            .returning(*self._columns)
-        )
+        statement = task_sql.take_notices(self._columns, owner_session)
 
         def op(_attempt: int) -> list[TaskSnapshot]:
             with self._db.connection(write=True) as conn:

@@ -5,6 +5,8 @@ Each is one statement however many children and Tasks there are, so a page over 
 thousand children and ten thousand settled Tasks costs a few reads, not one per row. The
 rows are read, never written, here: their writers stay where they are (`TaskLedger`,
 `SpendLedger`, `AdmissionQueue`).
+The statements are their tables' own (`_children_sql`, `_task_sql`, `_spend_sql`,
+`_queue_sql`), built once here where they take no value.
 
 The change marker says whether anything was committed since it was last read, cheaply
 enough to be read several times a second by a process that watches the store: SQLite's
@@ -21,20 +23,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from sqlalchemy import select
-
-from controlplane.contract import ChildMeta, TaskSnapshot, TaskStatus
+from controlplane.contract import ChildMeta, TaskSnapshot
+from persistence import _task_sql as task_sql
+from persistence._children_sql import headers, provider_names
 from persistence._codec import construct
 from persistence._database import Database
-from persistence._schema import (
-    admissions_table,
-    children_table,
-    spend_table,
-    tasks_table,
-    utc_time,
-)
-from persistence._spend import ScopeSpend, _scope_spend
+from persistence._queue_sql import unsettled_by_key
+from persistence._schema import utc_time
+from persistence._scope_spend import ScopeSpend, scope_spend
+from persistence._spend_sql import scopes_like
 from persistence._task_snapshots import snapshot_of, snapshot_of_columns
+from persistence._task_sql import task_table
 
 __all__ = ["ChangeMarker", "KeyedTask", "StoreOverview"]
 
@@ -42,15 +41,6 @@ T = TypeVar("T")
 Runner = Callable[[str, Callable[[int], Any]], Any]
 
 _CHILD_SCOPE = "child:"
-_UNSETTLED = (
-    TaskStatus.RUNNING.value,
-    TaskStatus.QUEUED.value,
-    TaskStatus.INPUT_REQUIRED.value,
-)
-_A = admissions_table.c
-_T = tasks_table.c
-_S = spend_table.c
-_C = children_table.c
 _BATCH = 5000
 """Task ids per ``IN (…)`` list (a bound on the statement's parameters)."""
 
@@ -76,31 +66,13 @@ class StoreOverview:
     def __init__(self, db: Database, run: Runner) -> None:
         self._db = db
         self._runner = run
-        columns = list(tasks_table.columns)
-        self._columns = columns
+        self._columns = list(task_table.columns)
         self._indexed = True
-        self._names = select(_C.child_id, _C.provider, _C.model).where(_C.provider.is_not(None))
+        self._names = provider_names()
         self._named = True
-        self._children = select(
-            _C.child_id, _C.parent_session, _C.depth, _C.seed_length, _C.created_at, _C.label
-        ).order_by(_C.created_at, _C.child_id)
-        self._of_child = select(*columns).order_by(_T.created_at.desc(), _T.task_id.desc())
-        self._spend = select(
-            _S.scope,
-            _S.tokens,
-            _S.cost,
-            _S.model_calls,
-            _S.tool_calls,
-            _S.seconds,
-            _S.budget,
-            _S.warned,
-        ).where(_S.scope.like(f"{_CHILD_SCOPE}%"))
-        self._keyed = (
-            select(_A.key, _A.task_id, _A.state, _A.seq, _T.status, _T.label, _T.child_id)
-            .join(tasks_table, _T.task_id == _A.task_id)
-            .where(_T.status.in_(_UNSETTLED))
-            .order_by(_A.key, _A.seq)
-        )
+        self._children = headers()
+        self._spend = scopes_like(_CHILD_SCOPE)
+        self._keyed = unsettled_by_key()
 
     def children(self) -> list[ChildMeta]:
         """Every child's header, oldest first (`SqlStore.list_children` without the ORM:
@@ -171,7 +143,7 @@ class StoreOverview:
             with self._db.connection(write=False) as conn:
                 for start in range(0, len(ids), _BATCH):
                     batch = ids[start : start + _BATCH]
-                    rows += conn.execute(select(*self._columns).where(_T.task_id.in_(batch)))
+                    rows += conn.execute(task_sql.by_ids(self._columns, batch))
             snapshots = (snapshot_of(row) for row in rows)
             return {s.child_id: s for s in snapshots if s.child_id is not None}
 
@@ -179,7 +151,7 @@ class StoreOverview:
 
     def tasks_of(self, child_id: str) -> list[TaskSnapshot]:
         """The Tasks of one child, newest first."""
-        query = self._of_child.where(_T.child_id == child_id)
+        query = task_sql.of_child(self._columns, child_id)
 
         def op(_attempt: int) -> list[TaskSnapshot]:
             with self._db.connection(write=False) as conn:
@@ -194,7 +166,7 @@ class StoreOverview:
         def op(_attempt: int) -> dict[str, ScopeSpend]:
             with self._db.connection(write=False) as conn:
                 rows = conn.execute(self._spend).all()
-            spends = (_scope_spend(tuple(row)) for row in rows)
+            spends = (scope_spend(tuple(row)) for row in rows)
             return {s.scope.removeprefix(_CHILD_SCOPE): s for s in spends}
 
         return self._run("read the spend of every child", op)

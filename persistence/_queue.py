@@ -27,14 +27,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import Enum
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
-from sqlalchemy import and_, delete, func, select
 from sqlalchemy.engine.interfaces import DBAPICursor
 
 from controlplane.contract import TaskSnapshot, TaskStatus, utcnow
+from persistence import _queue_sql as queue_sql
 from persistence._queue_sql import CHANNEL
-from persistence._schema import admissions_table, tasks_table
 
 if TYPE_CHECKING:
     from persistence._port import StorePort
@@ -49,8 +48,6 @@ T = TypeVar("T")
 _LOCK_SPACE = 0x5AB_AD31  # the advisory locks' first key: any constant every process shares
 _QUEUED = TaskStatus.QUEUED.value
 _RUNNING = TaskStatus.RUNNING.value
-_A = admissions_table.c
-_T = tasks_table.c
 
 
 class Admitted(Enum):
@@ -201,9 +198,7 @@ class AdmissionQueue:
         ids = list(task_ids)
         if not ids:
             return {}
-        mine = select(_A.task_id, _A.key, _A.seq, _A.state, _A.queued_at, _A.admitted_at).where(
-            _A.task_id.in_(ids)
-        )
+        mine = queue_sql.places_of(ids)
 
         def op(_attempt: int) -> dict[str, QueuePlace]:
             found: dict[str, QueuePlace] = {}
@@ -211,7 +206,7 @@ class AdmissionQueue:
                 for row in conn.execute(mine).all():
                     position = None
                     if row.state == _QUEUED:
-                        position = int(conn.execute(self._ahead(row.key, row.seq)).scalar_one())
+                        position = int(conn.execute(queue_sql.ahead(row.key, row.seq)).scalar_one())
                     earlier = found.get(row.task_id)
                     if (
                         earlier is not None
@@ -248,16 +243,7 @@ class AdmissionQueue:
 
     def heads(self) -> list[QueueHead]:
         """The first waiting Task of every key (its Task still queued)."""
-        first = (
-            select(_A.key, func.min(_A.seq).label("seq"))
-            .join(tasks_table, _T.task_id == _A.task_id)
-            .where(_A.state == _QUEUED, _T.status == _QUEUED)
-            .group_by(_A.key)
-            .subquery()
-        )
-        query = select(_A.task_id, _A.key, _A.runtime_id, _A.child_id, _A.plan, _A.seq).join(
-            first, and_(first.c.key == _A.key, first.c.seq == _A.seq)
-        )
+        query = queue_sql.heads()
 
         def op(_attempt: int) -> list[QueueHead]:
             with self._db.connection(write=False) as conn:
@@ -268,11 +254,7 @@ class AdmissionQueue:
     def stranded(self, runtime_id: str) -> list[tuple[str, str]]:
         """``(task id, runtime id)`` of every Task queued by another runtime than
         ``runtime_id`` (the admission table is small: no scan of the Task rows)."""
-        query = (
-            select(_A.task_id, _A.runtime_id)
-            .where(_A.state == _QUEUED, _A.runtime_id != runtime_id)
-            .distinct()
-        )
+        query = queue_sql.stranded(runtime_id)
 
         def op(_attempt: int) -> list[tuple[str, str]]:
             with self._db.connection(write=False) as conn:
@@ -283,13 +265,10 @@ class AdmissionQueue:
     def sweep(self) -> int:
         """Delete the rows of Tasks that settled without releasing them (their runtime
         died); how many went. They take no slot and hold no place already (joined)."""
-        settled = select(_T.task_id).where(_T.status.not_in([_RUNNING, _QUEUED]))
 
         def op(_attempt: int) -> int:
             with self._db.connection(write=True) as conn:
-                return int(
-                    conn.execute(delete(admissions_table).where(_A.task_id.in_(settled))).rowcount
-                )
+                return int(conn.execute(queue_sql.sweep()).rowcount)
 
         return self._run("sweep the admission queue", op)
 
@@ -342,16 +321,6 @@ class AdmissionQueue:
         cursor.execute(sql.admit, (self._s.stamp(utcnow()), task_id))
         cursor.execute(self._db.sql.tasks.running, (task_id,))
         return Admitted.NOW
-
-    @staticmethod
-    def _ahead(key: str, seq: int) -> Any:
-        """The 1-based place of the row ``seq`` among ``key``'s waiting Tasks."""
-        return (
-            select(func.count())
-            .select_from(admissions_table)
-            .join(tasks_table, _T.task_id == _A.task_id)
-            .where(_A.key == key, _A.state == _QUEUED, _A.seq <= seq, _T.status == _QUEUED)
-        )
 
     def _lock(self, cursor: DBAPICursor, keys: Iterable[str]) -> None:
         """PostgreSQL: the keys' advisory locks, in key order (no deadlock). SQLite's

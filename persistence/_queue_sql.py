@@ -1,20 +1,32 @@
 """The statements of the admission queue's rows (`admissions_table`), compiled per database
 and run on the raw cursor by `persistence._queue` (a few statements per decision: the ORM
-cost more than the statements here, measured)."""
+cost more than the statements here, measured); and the queue's cold reads, built in Core on
+each call and run through SQLAlchemy."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
-from sqlalchemy import bindparam, func, select, update
+from sqlalchemy import Select, and_, bindparam, delete, func, select, update
 
 from controlplane.contract import TaskStatus
 from persistence._dialect import SqlDialect, constant, params
 from persistence._schema import admissions_table
 from persistence._task_sql import task_table
 
-__all__ = ["CHANNEL", "QueueStatements", "admission_table"]
+__all__ = [
+    "CHANNEL",
+    "QueueStatements",
+    "admission_table",
+    "ahead",
+    "heads",
+    "places_of",
+    "stranded",
+    "sweep",
+    "unsettled_by_key",
+]
 
 admission_table: Final = admissions_table
 
@@ -116,3 +128,71 @@ class QueueStatements:
             ),
             released=None if notify is None else compile_(select(notify), "channel"),
         )
+
+
+# -- cold reads, built in Core ------------------------------------------------------------
+# Run through SQLAlchemy (rows by name): the console's and a queue's reads of places and
+# heads, each joined with the Task rows (`task_table`) whose status decides whether a row
+# still waits; none is on an admission's path.
+
+_A: Final = admission_table.c
+_T: Final = task_table.c
+_UNSETTLED: Final = (_RUNNING, _QUEUED, TaskStatus.INPUT_REQUIRED.value)
+
+
+def unsettled_by_key() -> Select[Any]:
+    """Every unsettled Task's admission row with the Task's status, label and child, by key
+    then place."""
+    return (
+        select(_A.key, _A.task_id, _A.state, _A.seq, _T.status, _T.label, _T.child_id)
+        .join(task_table, _T.task_id == _A.task_id)
+        .where(_T.status.in_(_UNSETTLED))
+        .order_by(_A.key, _A.seq)
+    )
+
+
+def places_of(task_ids: Sequence[str]) -> Select[Any]:
+    """These Tasks' admission rows: their key, place, state and times."""
+    return select(_A.task_id, _A.key, _A.seq, _A.state, _A.queued_at, _A.admitted_at).where(
+        _A.task_id.in_(list(task_ids))
+    )
+
+
+def ahead(key: str, seq: int) -> Select[Any]:
+    """The 1-based place of the row ``seq`` among ``key``'s waiting Tasks."""
+    return (
+        select(func.count())
+        .select_from(admission_table)
+        .join(task_table, _T.task_id == _A.task_id)
+        .where(_A.key == key, _A.state == _QUEUED, _A.seq <= seq, _T.status == _QUEUED)
+    )
+
+
+def heads() -> Select[Any]:
+    """The first waiting row of every key whose Task is still queued."""
+    first = (
+        select(_A.key, func.min(_A.seq).label("seq"))
+        .join(task_table, _T.task_id == _A.task_id)
+        .where(_A.state == _QUEUED, _T.status == _QUEUED)
+        .group_by(_A.key)
+        .subquery()
+    )
+    return select(_A.task_id, _A.key, _A.runtime_id, _A.child_id, _A.plan, _A.seq).join(
+        first, and_(first.c.key == _A.key, first.c.seq == _A.seq)
+    )
+
+
+def stranded(runtime_id: str) -> Select[Any]:
+    """``(task id, runtime id)`` of every Task queued by another runtime than
+    ``runtime_id``."""
+    return (
+        select(_A.task_id, _A.runtime_id)
+        .where(_A.state == _QUEUED, _A.runtime_id != runtime_id)
+        .distinct()
+    )
+
+
+def sweep() -> Any:
+    """Delete the admission rows of Tasks that settled without releasing them."""
+    settled = select(_T.task_id).where(_T.status.not_in([_RUNNING, _QUEUED]))
+    return delete(admission_table).where(_A.task_id.in_(settled))

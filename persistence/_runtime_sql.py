@@ -1,20 +1,46 @@
 """The raw-cursor statements of the runtime rows (`runtimes_table`) that a claim reads under
 a child's lock (`persistence._claims`), and those of the wake-ups for work another runtime
-can take (`persistence._takeable`); the runtimes' own writes are the Task ledger's
-(`persistence._ledger`, through SQLAlchemy)."""
+can take (`persistence._takeable`); and, built in Core on each call, the runtimes' own
+reads and writes, which the Task ledger (`persistence._ledger`) runs through SQLAlchemy."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
-from sqlalchemy import bindparam, func, select, text, union_all
+from sqlalchemy import (
+    Select,
+    bindparam,
+    delete,
+    exists,
+    func,
+    insert,
+    literal,
+    select,
+    text,
+    union_all,
+    update,
+)
 
 from controlplane.contract import TaskStatus
 from persistence._dialect import SqlDialect, constant
 from persistence._schema import RUNNING_TASK, runtimes_table, tasks_table
+from persistence._task_sql import running_count, running_counts, running_of
 
-__all__ = ["SUSPECT_COLUMNS", "TAKEABLE_CHANNEL", "RuntimeStatements", "runtime_table"]
+__all__ = [
+    "SUSPECT_COLUMNS",
+    "TAKEABLE_CHANNEL",
+    "RuntimeStatements",
+    "close",
+    "expire",
+    "known",
+    "lease",
+    "one_with_running",
+    "register",
+    "renew",
+    "runtime_table",
+    "with_running",
+]
 
 runtime_table: Final = runtimes_table
 
@@ -90,3 +116,76 @@ class RuntimeStatements:
                 )
             ),
         )
+
+
+# -- the runtime rows' own reads and writes ----------------------------------------------
+# Built in Core on each call and run through SQLAlchemy by the Task ledger
+# (`persistence._ledger`): a registration, a heartbeat, a close, the runtimes' lists; none
+# is on a turn's path.
+
+_R: Final = runtime_table.c
+
+
+def known(runtime_id: str) -> Select[Any]:
+    """One runtime's id, if the store has its row."""
+    return select(_R.runtime_id).where(_R.runtime_id == runtime_id)
+
+
+def register(row: dict[str, Any]) -> Any:
+    """Insert a runtime's row (``row``: its columns by name)."""
+    return insert(runtime_table).values(row)
+
+
+def renew(runtime_id: str, now: Any, boot_s: float | None, *, never_back: bool) -> Any:
+    """Renew an open runtime's heartbeat to ``now``; ``never_back``: to the later of the
+    stored one and ``now`` (two renewals in flight may commit out of order, and the
+    runtime counts its lease from the later one's send)."""
+    at = func.greatest(_R.heartbeat_at, now) if never_back else now
+    return (
+        update(runtime_table)
+        .where(_R.runtime_id == runtime_id, _R.closed_at.is_(None))
+        .values(heartbeat_at=at, heartbeat_boot_s=boot_s)
+    )
+
+
+def close(runtime_id: str, now: Any) -> Any:
+    """Mark an open runtime closed at ``now``."""
+    return (
+        update(runtime_table)
+        .where(_R.runtime_id == runtime_id, _R.closed_at.is_(None))
+        .values(closed_at=now)
+    )
+
+
+def with_running() -> Select[Any]:
+    """Every runtime, oldest first, with its count of running Tasks (``running``)."""
+    running = running_counts()
+    return (
+        select(*runtime_table.c, func.coalesce(running.c.n, 0).label("running"))
+        .outerjoin(running, running.c.runtime_id == _R.runtime_id)
+        .order_by(_R.started_at, _R.runtime_id)
+    )
+
+
+def one_with_running(runtime_id: str) -> Select[Any]:
+    """One runtime, with its count of running Tasks (``running``)."""
+    return select(*runtime_table.c, running_count(runtime_id).label("running")).where(
+        _R.runtime_id == runtime_id
+    )
+
+
+def lease(runtime_id: str, *, server_clock: bool) -> Select[Any]:
+    """One runtime's row by its key and the database's clock (``db_now``; NULL where each
+    host judges by its own), in one statement."""
+    clock = func.now() if server_clock else literal(None)
+    return select(*runtime_table.c, clock.label("db_now")).where(_R.runtime_id == runtime_id)
+
+
+def expire(runtime_id: str, heartbeat_at: Any) -> Any:
+    """Delete a dead runtime's row, unless it renewed since ``heartbeat_at`` or a running
+    Task still names it."""
+    return delete(runtime_table).where(
+        _R.runtime_id == runtime_id,
+        _R.heartbeat_at <= heartbeat_at,
+        ~exists(running_of(runtime_id)),
+    )

@@ -24,30 +24,38 @@ runtimes' calls spent since, which is the overshoot the guide states.
 from __future__ import annotations
 
 import itertools
-import json
 import threading
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final, TypeVar
 
 from sqlalchemy.engine import Connection
 
 from controlplane.contract import (
-    USAGE,
     EventKind,
-    Spent,
     TaskNotice,
     TaskStatus,
     spent_in,
-    usage_counts,
     utcnow,
 )
 from persistence._children_sql import EVENT_INSERT, EVENT_NAMES
 from persistence._codec import PendingEvent
 from persistence._database import Database
 from persistence._schema import sqlite_time, utc_time
+from persistence._scope_spend import (
+    CACHE,
+    Cursor,
+    OnConnection,
+    ScopeCounts,
+    ScopeSpend,
+    child_scope,
+    counted,
+    dump_limits,
+    limits_of,
+    scope_spend,
+    session_scope,
+)
 
 __all__ = [
     "ScopeCounts",
@@ -62,39 +70,6 @@ Runner = Callable[[str, Callable[[int], Any]], Any]
 
 _MAX_DEPTH: Final = 64
 """A chain longer than this is cut (a cycle in hand-written headers must not loop)."""
-_CACHE: Final = 4096
-
-
-def child_scope(child_id: str) -> str:
-    """The scope of a child with everything it started."""
-    return f"child:{child_id}"
-
-
-def session_scope(session_id: str) -> str:
-    """The scope of a top-level parent session."""
-    return f"session:{session_id}"
-
-
-Cursor = Any
-"""A DBAPI cursor, or `_OnConnection` over a SQLAlchemy connection: ``execute``,
-``executemany``, ``fetchone``, ``rowcount``."""
-
-
-ScopeCounts = tuple[int, float, int, int, float, Any, Any]
-"""One scope's row as a gate checks it: its counters (`Spent`'s fields, in order), its
-budget (its decoded JSON limits, shared: never changed; None for none) and whether its
-soft notice was sent (truthy)."""
-
-
-@dataclass(frozen=True, slots=True)
-class ScopeSpend:
-    """One scope's row: its spend, its budget (JSON limits, or None) and whether its soft
-    notice was sent."""
-
-    scope: str
-    spent: Spent
-    budget: dict[str, float] | None
-    warned: bool
 
 
 class SpendLedger:
@@ -149,7 +124,7 @@ class SpendLedger:
         else (another runtime's or connection's commit, a scope not known yet, a budget or
         notice written) takes them from ``RETURNING``.
         """
-        row = _counted(pending, seconds)
+        row = counted(pending, seconds)
         if row is None:
             return
         scopes = self._chain(cursor, child_id)
@@ -188,7 +163,7 @@ class SpendLedger:
             return rows
         cursor.execute(self._sql.add_all(len(scopes)), params)
         returned: Sequence[Any] = cursor.fetchall()
-        if len(mirror) >= _CACHE:
+        if len(mirror) >= CACHE:
             mirror.clear()
         for found in returned:
             mirror[found[0]] = tuple(found)
@@ -231,7 +206,7 @@ class SpendLedger:
     @staticmethod
     def records_spend(pending: Sequence[PendingEvent], seconds: float = 0.0) -> bool:
         """Whether `add` would count anything for ``pending`` and ``seconds``."""
-        return _counted(pending, seconds) is not None
+        return counted(pending, seconds) is not None
 
     def published(self, cursor: Cursor) -> None:
         """The append that ran on ``cursor`` has committed: the rows its `add` (or
@@ -247,7 +222,7 @@ class SpendLedger:
             return
         number = next(self._published)
         with self._lock:
-            if len(self._views) >= _CACHE and child_id not in self._views:
+            if len(self._views) >= CACHE and child_id not in self._views:
                 self._views.clear()  # a gate without a view reads the counters
             self._views[child_id] = (number, rows)
 
@@ -266,7 +241,7 @@ class SpendLedger:
             return None
         number, rows = found
         return number, {
-            row[0]: (row[1], row[2], row[3], row[4], row[5], _limits(row[6]), row[7])
+            row[0]: (row[1], row[2], row[3], row[4], row[5], limits_of(row[6]), row[7])
             for row in rows
         }
 
@@ -277,12 +252,14 @@ class SpendLedger:
             if event.kind == EventKind.DESCRIPTOR and isinstance(event.data, dict):
                 budget = event.data.get("budget")
                 if isinstance(budget, dict) and budget:
-                    cursor.execute(self._sql.set_budget, (child_scope(child_id), _dumps(budget)))
+                    cursor.execute(
+                        self._sql.set_budget, (child_scope(child_id), dump_limits(budget))
+                    )
 
     @staticmethod
     def on_connection(conn: Connection) -> Cursor:
         """A cursor over a SQLAlchemy connection's transaction (`SqlStore.create_child`)."""
-        return _OnConnection(conn)
+        return OnConnection(conn)
 
     # -- the gate's reads and writes -----------------------------------------------------
 
@@ -323,7 +300,7 @@ class SpendLedger:
             with self._db.cursor(write=False, short=True) as cursor:  # a row per scope
                 cursor.execute(statement, tuple(scopes))
                 rows = cursor.fetchall()
-            return {str(row[0]): _scope_spend(row) for row in rows}
+            return {str(row[0]): scope_spend(row) for row in rows}
 
         return self._run("read the spend", op)
 
@@ -354,7 +331,7 @@ class SpendLedger:
             found: dict[str, ScopeSpend] = {}
             for depth, name, is_child, *spend in rows:
                 if spend[0] is not None:
-                    found[str(spend[0])] = _scope_spend(spend)
+                    found[str(spend[0])] = scope_spend(spend)
                 if not is_child:
                     if depth > 0:  # the top: a session (a child not stored has none)
                         scopes.append(session_scope(str(name)))
@@ -370,7 +347,7 @@ class SpendLedger:
     def set_budget(self, child_id: str, limits: dict[str, float] | None) -> None:
         """Replace a child's budget (None: no budget); its spend stays, and its soft
         notice may be sent again."""
-        params = (child_scope(child_id), None if limits is None else _dumps(limits))
+        params = (child_scope(child_id), None if limits is None else dump_limits(limits))
 
         def op(_attempt: int) -> None:
             with self._db.cursor(write=True) as cursor:
@@ -477,83 +454,10 @@ class SpendLedger:
 
     def _remember(self, child_id: str, chain: tuple[str, ...]) -> None:
         with self._lock:
-            if len(self._chains) >= _CACHE:
+            if len(self._chains) >= CACHE:
                 self._chains.clear()  # rebuilt on demand: a header never changes
             self._chains[child_id] = chain
 
     def _run(self, action: str, operation: Callable[[int], T]) -> T:
         result: T = self._runner(action, operation)
         return result
-
-
-def _counted(pending: Sequence[PendingEvent], seconds: float) -> tuple[Any, ...] | None:
-    """What ``pending`` and ``seconds`` add to each scope (`Spent`'s fields, in order), as
-    `spent_in` counts it; None for nothing. One event (a model call's reply, a tool's
-    result: every call's append) is read here without building a `Spent`."""
-    if len(pending) != 1:
-        spent = spent_in([event.data for event in pending], seconds)
-        if spent is None:
-            return None
-        return (spent.tokens, spent.cost, spent.model_calls, spent.tool_calls, spent.seconds)
-    data = pending[0].data
-    counts = usage_counts(data.get(USAGE)) if isinstance(data, dict) else None
-    if counts is None:
-        return (0, 0.0, 0, 0, float(seconds)) if seconds else None
-    cost = 0.0 if counts[6] is None else 0.0 + counts[6]
-    return (counts[0] + counts[1], cost, counts[4], counts[5], float(seconds))
-
-
-_LIMITS: dict[str, Any] = {}
-"""Stored budgets decoded, by their JSON: a gate decodes its scopes' rows before each call,
-and a budget is rarely replaced. The dicts are shared: read them, never change them."""
-
-
-def _limits(budget: str | None) -> Any:
-    if not budget:
-        return None
-    found = _LIMITS.get(budget)
-    if found is None:
-        if len(_LIMITS) >= _CACHE:
-            _LIMITS.clear()
-        found = _LIMITS[budget] = json.loads(budget)
-    return found
-
-
-def _scope_spend(row: Sequence[Any]) -> ScopeSpend:
-    scope, tokens, cost, model_calls, tool_calls, seconds, budget, warned = row
-    limits = _limits(budget)
-    return ScopeSpend(
-        scope=str(scope),
-        spent=Spent(int(tokens), float(cost), int(model_calls), int(tool_calls), float(seconds)),
-        budget=limits if isinstance(limits, dict) else None,
-        warned=bool(warned),
-    )
-
-
-def _dumps(limits: dict[str, Any]) -> str:
-    return json.dumps(limits, sort_keys=True)
-
-
-class _OnConnection:
-    """`Cursor` over a SQLAlchemy `Connection` (the driver's own SQL and placeholders)."""
-
-    def __init__(self, conn: Connection) -> None:
-        self._conn = conn
-        self._result: Any = None
-
-    def execute(self, sql: str, params: Sequence[Any] = (), /) -> Any:
-        self._result = self._conn.exec_driver_sql(sql, tuple(params))
-        return self._result
-
-    def executemany(self, sql: str, rows: Sequence[Sequence[Any]], /) -> Any:
-        return self._conn.exec_driver_sql(sql, [tuple(row) for row in rows])
-
-    def fetchone(self) -> Any:
-        return self._result.fetchone()
-
-    def fetchall(self) -> Any:
-        return self._result.fetchall()
-
-    @property
-    def rowcount(self) -> int:
-        return int(self._result.rowcount)

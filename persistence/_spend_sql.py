@@ -14,7 +14,7 @@ from persistence._dialect import SqlDialect, constant, params
 from persistence._schema import children_table, spend_notices_table
 from persistence._schema import spend_table as _spend_table
 
-__all__ = ["SpendStatements", "spend_table"]
+__all__ = ["SpendStatements", "scopes_like", "spend_table"]
 
 spend_table: Final = _spend_table
 notice_table: Final = spend_notices_table
@@ -189,3 +189,13 @@ class SpendStatements:
             for i in range(count)
             for name in (f"scope_{i}", *(f"{counter}_{i}" for counter in _COUNTERS))
         )
+
+
+def scopes_like(prefix: str) -> Any:
+    """Every scope row whose name starts with ``prefix`` (``child:``: every child's), its
+    counters, budget and warned flag, as `persistence._scope_spend.scope_spend` decodes
+    it: a cold read (the console's), built in Core and run through SQLAlchemy."""
+    s = spend_table.c
+    return select(
+        s.scope, s.tokens, s.cost, s.model_calls, s.tool_calls, s.seconds, s.budget, s.warned
+    ).where(s.scope.like(f"{prefix}%"))

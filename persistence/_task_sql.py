@@ -6,22 +6,34 @@ settlement, the queue's ``queued``/``running`` (`persistence._queue`), an approv
 (`persistence._claims`). They are written once in SQLAlchemy Core and compiled per
 database (`TaskStatements.build`); a new child's start, a resume's admission and a
 published turn's settlement run them on a raw cursor (the ORM costs several times the
-statement, measured).
+statement, measured). The cold reads and writes of the rows (the ledger's lists, the
+console's reads) are here too, built in Core on each call (see the section below).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Final
 
-from sqlalchemy import bindparam, insert, literal_column, null, select, text, update
+from sqlalchemy import (
+    Select,
+    bindparam,
+    delete,
+    func,
+    insert,
+    literal_column,
+    null,
+    select,
+    text,
+    update,
+)
 from sqlalchemy.engine.interfaces import DBAPICursor
 
 from controlplane.contract import TaskOutcome, TaskSnapshot, TaskStatus
 from persistence._dialect import SqlDialect, constant, params
-from persistence._schema import RUNNING_TASK, children_table, tasks_table
+from persistence._schema import NOTICE_PENDING, RUNNING_TASK, children_table, tasks_table
 from persistence._task_snapshots import (
     TASK_COLUMNS,
     TASK_COLUMNS_BEFORE_RECOVERIES,
@@ -29,12 +41,23 @@ from persistence._task_snapshots import (
 )
 
 __all__ = [
+    "IS_RUNNING",
     "Fence",
     "Settlement",
     "TaskStatements",
     "TxStep",
     "admit_params",
+    "by_ids",
+    "forget",
+    "of_child",
+    "owned_by",
+    "recent",
+    "running_count",
+    "running_counts",
+    "running_in",
+    "running_of",
     "settle_params",
+    "take_notices",
     "task_table",
 ]
 
@@ -258,3 +281,100 @@ def settle_params(
     code = outcome.code.value if outcome.code is not None else None
     return (outcome.status.value, outcome.output, outcome.detail, code, stamp, True, spend,
             task_id, _RUNNING)  # fmt: skip
+
+
+# -- cold-path statements ----------------------------------------------------------------
+# Built in Core on each call and run through SQLAlchemy (rows read by name, stored times
+# converted by the dialect): each takes a value that changes per call (a list of ids, a
+# limit, the columns a store's version has) and none is on a hot path, so compiling it to
+# text once would save nothing measured. ``columns`` is the reader's `Column` list (fewer
+# for a store older than the ``spend`` or ``recoveries`` columns).
+
+IS_RUNNING: Final = text(RUNNING_TASK)
+"""The running Tasks' partial index's own predicate, as a literal: a bound parameter would
+hide from the planner that a query only wants the rows the index holds."""
+_HAS_NOTICE: Final = text(NOTICE_PENDING)
+_T: Final = task_table.c
+
+
+def owned_by(columns: Sequence[Any], owner_session: str) -> Select[Any]:
+    """The owner's Tasks, oldest first."""
+    return (
+        select(*columns)
+        .where(_T.owner_session == owner_session)
+        .order_by(_T.created_at, _T.task_id)
+    )
+
+
+def recent(columns: Sequence[Any], owner_session: str | None, limit: int | None) -> Select[Any]:
+    """Every Task (of ``owner_session`` when given), newest first, at most ``limit``."""
+    query = select(*columns).order_by(_T.created_at.desc(), _T.task_id.desc())
+    if owner_session is not None:
+        query = query.where(_T.owner_session == owner_session)
+    if limit is not None:
+        query = query.limit(limit)
+    return query
+
+
+def running_in(columns: Sequence[Any], runtime_ids: Sequence[str]) -> Select[Any]:
+    """The running Tasks of these runtimes, oldest first (through the partial index)."""
+    return (
+        select(*columns)
+        .where(IS_RUNNING, _T.runtime_id.in_(list(runtime_ids)))
+        .order_by(_T.created_at)
+    )
+
+
+def take_notices(columns: Sequence[Any], owner_session: str) -> Any:
+    """Take the owner's pending completion notices, returning their Tasks: one UPDATE …
+    RETURNING, so two drains never take the same row."""
+    return (
+        update(task_table)
+        .where(_T.owner_session == owner_session, _HAS_NOTICE)
+        .values(notice_pending=None)
+        .returning(*columns)
+    )
+
+
+def forget(task_id: str) -> Any:
+    """Delete one Task's row."""
+    return delete(task_table).where(_T.task_id == task_id)
+
+
+def by_ids(columns: Sequence[Any], task_ids: Sequence[str]) -> Select[Any]:
+    """These Tasks (a bounded list of ids: the caller batches)."""
+    return select(*columns).where(_T.task_id.in_(list(task_ids)))
+
+
+def of_child(columns: Sequence[Any], child_id: str) -> Select[Any]:
+    """One child's Tasks, newest first."""
+    return (
+        select(*columns)
+        .where(_T.child_id == child_id)
+        .order_by(_T.created_at.desc(), _T.task_id.desc())
+    )
+
+
+def running_of(runtime_id: str) -> Select[Any]:
+    """The ids of one runtime's running Tasks (through the partial index)."""
+    return select(_T.task_id).where(IS_RUNNING, _T.runtime_id == runtime_id)
+
+
+def running_counts() -> Any:
+    """Each runtime's count of running Tasks (``runtime_id``, ``n``), as a subquery."""
+    return (
+        select(_T.runtime_id, func.count().label("n"))
+        .where(IS_RUNNING)
+        .group_by(_T.runtime_id)
+        .subquery()
+    )
+
+
+def running_count(runtime_id: str) -> Any:
+    """One runtime's count of running Tasks, as a scalar subquery."""
+    return (
+        select(func.count())
+        .select_from(task_table)
+        .where(IS_RUNNING, _T.runtime_id == runtime_id)
+        .scalar_subquery()
+    )

@@ -32,8 +32,10 @@ _FRONT_ENDS = ("controlplane.fronts._mcp_server", "controlplane.fronts._a2a", "a
 _HELP_LOADS = {
     "controlplane",
     "controlplane.cli",
+    "controlplane.cli._arguments",
     "controlplane.cli._exit_status",
     "controlplane.cli._main",
+    "controlplane.cli._serve_commands",
     "controlplane.contract",
     "controlplane.contract._errors",
     "controlplane.contract._lazy",

@@ -18,14 +18,16 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import IO, Any, Final, TextIO
+from typing import IO, Any, Final
 
+from controlplane.cli._arguments import SEE_EPILOG, positive_float, positive_int
 from controlplane.cli._exit_status import (
     EXIT_OK,
     EXIT_USAGE,
     CommandExit,
     status_of,
 )
+from controlplane.cli._serve_commands import add_a2a, add_console, add_mcp
 from controlplane.contract import SubagentControlError
 from controlplane.fronts import add_db_argument
 
@@ -46,15 +48,6 @@ exit status:
      denied, or the database server cannot be reached
   5  the admin socket answered with an error, or with something that is not a tree
 """
-
-_SEE_EPILOG: Final = "exit status: see subagent-control --help"
-
-_A2A_PACKAGES: Final = frozenset({"a2a", "uvicorn", "starlette", "sse_starlette", "google"})
-"""What the ``a2a`` extra brings: a missing one is reported as the extra to install."""
-
-
-_CONSOLE_PACKAGES: Final = frozenset({"uvicorn", "starlette", "anyio", "h11"})
-"""What the ``console`` extra brings: a missing one is reported as the extra to install."""
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -109,7 +102,7 @@ def _parser() -> argparse.ArgumentParser:
         help="print the live actor tree of a process serving an admin socket",
         description="Ask a running process for its actor tree over the admin socket it "
         "serves (control.serve_admin(PATH)).",
-        epilog=_SEE_EPILOG,
+        epilog=SEE_EPILOG,
         formatter_class=formatter,
         parents=[common],
     )
@@ -117,7 +110,7 @@ def _parser() -> argparse.ArgumentParser:
     tree.add_argument("--json", action="store_true", help="print the ActorTree as JSON")
     tree.add_argument(
         "--timeout",
-        type=_positive_float,
+        type=positive_float,
         default=5.0,
         metavar="SECONDS",
         help="give up after this long, connect to the reply's last byte (default: %(default)s)",
@@ -132,27 +125,27 @@ def _parser() -> argparse.ArgumentParser:
         "terminal: ids shrink to a unique prefix (which every id argument accepts), the "
         "parent session is clipped; --wide shows them whole. When stdout is not a "
         "terminal, prints --iterations plain, uncut frames (default 1) and exits.",
-        epilog=_SEE_EPILOG,
+        epilog=SEE_EPILOG,
         formatter_class=formatter,
         parents=[common],
     )
     top.add_argument("--socket", required=True, metavar="PATH", help="the admin socket")
     top.add_argument(
         "--interval",
-        type=_positive_float,
+        type=positive_float,
         default=1.0,
         metavar="SECONDS",
         help="refresh every this long (default: %(default)s)",
     )
     top.add_argument(
         "--iterations",
-        type=_positive_int,
+        type=positive_int,
         metavar="N",
         help="stop after N frames (default: until q on a terminal, else 1)",
     )
     top.add_argument(
         "--timeout",
-        type=_positive_float,
+        type=positive_float,
         default=5.0,
         metavar="SECONDS",
         help="give up on one request after this long (default: %(default)s)",
@@ -169,7 +162,7 @@ def _parser() -> argparse.ArgumentParser:
             name,
             help=help,
             description=f"{description} Reads the store only; starts nothing.",
-            epilog=_SEE_EPILOG,
+            epilog=SEE_EPILOG,
             formatter_class=formatter,
             parents=[common],
         )
@@ -211,7 +204,7 @@ def _parser() -> argparse.ArgumentParser:
         help="print the transcript of one child",
         description="Print every event of one child, oldest first. Reads the store only; "
         "starts nothing.",
-        epilog=_SEE_EPILOG,
+        epilog=SEE_EPILOG,
         formatter_class=formatter,
         parents=[common],
     )
@@ -228,7 +221,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     transcript.add_argument(
         "--interval",
-        type=_positive_float,
+        type=positive_float,
         default=0.5,
         metavar="SECONDS",
         help="with --follow, look for new events this often (default: %(default)s)",
@@ -236,15 +229,15 @@ def _parser() -> argparse.ArgumentParser:
     transcript.set_defaults(run=_command("_store", "run_transcript"))
     _add_answer(commands, formatter, common)
     _add_acts(commands, formatter, common)
-    _add_mcp(commands, formatter, common)
-    _add_a2a(commands, formatter, common)
-    _add_console(commands, formatter, common)
+    add_mcp(commands, formatter, common)
+    add_a2a(commands, formatter, common)
+    add_console(commands, formatter, common)
     completion = commands.add_parser(
         "completion",
         help="print a shell completion script (bash or zsh)",
         description="Print a completion script for bash or zsh; load it with "
         "'source <(subagent-control completion bash)' (in ~/.bashrc or ~/.zshrc).",
-        epilog=_SEE_EPILOG,
+        epilog=SEE_EPILOG,
         formatter_class=formatter,
         parents=[common],
     )
@@ -253,77 +246,17 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _add_console(commands: Any, formatter: type[argparse.HelpFormatter], common: Any) -> None:
-    from controlplane.fronts import add_provider_arguments
-
-    console = commands.add_parser(
-        "console",
-        help="serve a web page where a person watches and answers every child",
-        description="Serve the console on HOST:PORT: every child grouped under 'Needs you', "
-        "'Working' and 'Completed', each child's transcript as it grows, its approval "
-        "requests (Allow/Deny), Kill, and a Message box that sends as a person; the runtimes "
-        "and queues; the same as JSON under /api/. Reads the store, so any process on it "
-        "may serve it. Says on stderr which providers it serves (they run the turns a "
-        "message resumes here), prints http://HOST:PORT/ once listening; serves until "
-        "SIGINT or SIGTERM; -v logs one line per request. Loopback by default; any other "
-        "address requires a token. Needs the 'console' extra.",
-        epilog=_SEE_EPILOG,
-        formatter_class=formatter,
-        parents=[common],
-    )
-    add_db_argument(console)
-    console.add_argument(
-        "--http",
-        default="127.0.0.1:8765",
-        metavar="HOST:PORT",
-        help="where to listen (default: %(default)s; port 0: any)",
-    )
-    console.add_argument(
-        "--token",
-        metavar="T",
-        help="the token a browser shows (open /?token=T once) or a script sends as a bearer "
-        "token; else $SUBAGENT_CONTROL_TOKEN; generated into a 0600 file when the address "
-        "is not loopback",
-    )
-    # The providers as every front takes them: they run the turns a message resumes here.
-    add_provider_arguments(console, openai=True)
-    console.set_defaults(run=_run_console)
-
-
-def _run_console(args: argparse.Namespace, out: Any) -> None:
-    # Imported here: the other commands load neither the runtime nor the web server.
-    from controlplane.fronts import FrontOptions
-
-    options = FrontOptions(
-        db=args.db,
-        parent="",  # the console acts as each child's own parent session
-        setup=args.setup,
-        openai_model=args.openai_model,
-        openai_base_url=args.openai_base_url,
-        openai_api_key_env=args.openai_api_key_env,
-        demo=args.demo,
-    )
-    serve_console = _from_extra("controlplane.fronts._console", "serve_console", "console",
-                                _CONSOLE_PACKAGES)  # fmt: skip
-    try:
-        serve_console(options, http=args.http, token=args.token, out=out)
-    except ImportError as exc:  # --openai-model without the openai extra: it names it
-        raise CommandExit(EXIT_USAGE, str(exc)) from None
-    except KeyboardInterrupt:
-        pass  # Ctrl-C ends a server: not an error
-
-
 def _add_refresh(parser: argparse.ArgumentParser, what: str) -> None:
     parser.add_argument(
         "--interval",
-        type=_positive_float,
+        type=positive_float,
         default=1.0,
         metavar="SECONDS",
         help=f"with --watch, {what} again this often (default: %(default)s)",
     )
     parser.add_argument(
         "--iterations",
-        type=_positive_int,
+        type=positive_int,
         metavar="N",
         help="with --watch, stop after N frames (default: until Ctrl-C on a terminal, else 1)",
     )
@@ -342,7 +275,7 @@ def _add_acts(commands: Any, formatter: type[argparse.HelpFormatter], common: An
         "resumed. With the child's provider (--setup or --demo) a resumed turn runs in this "
         "command, which waits for it to settle; without it the message is durable all the "
         "same, and the turn waits (queued) for a runtime with the provider, which runs it.",
-        epilog=_SEE_EPILOG,
+        epilog=SEE_EPILOG,
         formatter_class=formatter,
         parents=[common],
     )
@@ -365,7 +298,7 @@ def _add_acts(commands: Any, formatter: type[argparse.HelpFormatter], common: An
         "running in another live process is killed there on PostgreSQL; on SQLite that "
         "refuses OWNERSHIP_CONFLICT, naming the process. A dead runtime's Task reads "
         "interrupted.",
-        epilog=_SEE_EPILOG,
+        epilog=SEE_EPILOG,
         formatter_class=formatter,
         parents=[common],
     )
@@ -381,7 +314,7 @@ def _add_acts(commands: Any, formatter: type[argparse.HelpFormatter], common: An
 def _add_timeout(parser: argparse.ArgumentParser, what: str, default: float) -> None:
     parser.add_argument(
         "--timeout",
-        type=_positive_float,
+        type=positive_float,
         default=default,
         metavar="SECONDS",
         help=f"wait at most this long {what} (default: %(default)s)",
@@ -396,7 +329,7 @@ def _add_answer(commands: Any, formatter: type[argparse.HelpFormatter], common: 
         "input_required; 'tasks --db' shows it with request=ID). The run waiting for it "
         "takes the answer; a parked Task is continued by a live runtime that has its "
         "child's provider. Writes the answer only.",
-        epilog=_SEE_EPILOG,
+        epilog=SEE_EPILOG,
         formatter_class=formatter,
         parents=[common],
     )
@@ -415,102 +348,6 @@ def _add_answer(commands: Any, formatter: type[argparse.HelpFormatter], common: 
         "--as", dest="who", metavar="NAME", help="who answers (default: cli:<your user name>)"
     )
     answer.set_defaults(run=_command("_answer", "run_answer"))
-
-
-def _add_a2a(commands: Any, formatter: type[argparse.HelpFormatter], common: Any) -> None:
-    from controlplane.fronts import MAX_BODY_BYTES, add_front_arguments
-
-    a2a = commands.add_parser(
-        "a2a",
-        help="serve the control plane to A2A clients (HTTP JSON-RPC)",
-        description="Serve A2A on HOST:PORT: a context is a child, a task one of its Tasks; "
-        "a message to a working task steers it. Prints 'ready URL' once listening; serves "
-        "until SIGINT or SIGTERM. Loopback by default; any other address requires a bearer "
-        "token. Needs the 'a2a' extra.",
-        epilog=_SEE_EPILOG,
-        formatter_class=formatter,
-        parents=[common],
-    )
-    add_front_arguments(a2a, default_parent="a2a")
-    a2a.add_argument(
-        "--http", required=True, metavar="HOST:PORT", help="where to listen (port 0: any)"
-    )
-    a2a.add_argument(
-        "--max-body",
-        type=_positive_int,
-        default=MAX_BODY_BYTES,
-        metavar="BYTES",
-        help="refuse larger request bodies with 413 (default: %(default)s)",
-    )
-    a2a.set_defaults(run=_run_a2a)
-
-
-def _run_a2a(args: argparse.Namespace, out: Any) -> None:
-    # Imported here: the other commands load neither the runtime nor the A2A SDK.
-    from controlplane.fronts import FrontOptions
-
-    serve_a2a = _from_extra("controlplane.fronts._a2a", "serve_a2a", "a2a", _A2A_PACKAGES)
-    serve_a2a(
-        FrontOptions.from_args(args),
-        http=args.http,
-        token=args.token,
-        max_body=args.max_body,
-        out=out,
-    )
-
-
-def _add_mcp(commands: Any, formatter: type[argparse.HelpFormatter], common: Any) -> None:
-    # The front is imported only when the command runs: the other commands never load
-    # the facade, and the `mcp` extra may be missing.
-    from controlplane.fronts import add_front_arguments
-
-    mcp = commands.add_parser(
-        "mcp",
-        help="serve the subagent tools over MCP (stdio, or streamable HTTP)",
-        description="Serve the subagent tools (subagent, send_message, task_output, ...) "
-        "as an MCP server whose clients act as one parent session. stdio by default; "
-        "--http serves streamable HTTP at HOST:PORT/mcp (loopback by default; any other "
-        "address requires a bearer token). Needs the mcp extra: "
-        "pip install 'subagent-control[mcp]'.",
-        epilog=_SEE_EPILOG,
-        formatter_class=formatter,
-        parents=[common],
-    )
-    add_front_arguments(mcp, default_parent="mcp")
-    transport = mcp.add_mutually_exclusive_group()
-    transport.add_argument(
-        "--stdio", action="store_true", help="serve one client over stdin/stdout (the default)"
-    )
-    transport.add_argument(
-        "--http", metavar="HOST:PORT", help="serve streamable HTTP at http://HOST:PORT/mcp"
-    )
-    mcp.set_defaults(run=_run_mcp)
-
-
-def _run_mcp(args: argparse.Namespace, out: TextIO) -> None:
-    from controlplane.fronts import FrontOptions, serve_mcp
-
-    try:
-        serve_mcp(FrontOptions.from_args(args), http=args.http, token=args.token, out=out)
-    except ImportError as exc:
-        raise CommandExit(EXIT_USAGE, str(exc)) from None
-    except KeyboardInterrupt:
-        pass  # Ctrl-C ends a server: not an error
-
-
-def _from_extra(module: str, name: str, extra: str, packages: frozenset[str]) -> Any:
-    """``module.name``, imported only now (the other commands load neither the runtime nor
-    a web server); a missing package of the optional ``extra`` is a usage error naming it."""
-    try:
-        return getattr(importlib.import_module(module), name)
-    except ImportError as exc:
-        if (exc.name or "").split(".")[0] not in packages:
-            raise
-        raise CommandExit(
-            EXIT_USAGE,
-            f"the {extra} command needs the optional {exc.name!r} package: "
-            f"pip install 'subagent-control[{extra}]'",
-        ) from exc
 
 
 def _command(module: str, name: str) -> Callable[[argparse.Namespace, IO[str]], None]:
@@ -557,26 +394,6 @@ def _version() -> str:
         return importlib.metadata.version("subagent-control")
     except importlib.metadata.PackageNotFoundError:  # run from a checkout, not installed
         return "unknown"
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be positive: {text!r}")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1: {text!r}")
-    return value
 
 
 def _configure_logging(*, verbose: bool) -> None:

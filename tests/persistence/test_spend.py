@@ -228,7 +228,7 @@ def test_the_rows_an_append_leaves_for_its_gate_are_the_stored_ones_whoever_else
 def test_what_an_append_counts_is_what_spent_in_reads(datas: list[object], seconds: float) -> None:
     from controlplane.contract import spent_in
     from persistence._codec import prepare_events
-    from persistence._spend import _counted
+    from persistence._scope_spend import counted as _counted
 
     pending = prepare_events([NewEvent(kind="x", turn=1, data=data) for data in datas])
     expected = spent_in(datas, seconds)
