@@ -2,7 +2,7 @@
 
 Usage::
 
-    .venv/bin/python -m benchmarks                  # everything (~5 minutes on 2 cores)
+    .venv/bin/python -m benchmarks                  # everything (~17 minutes on 2 shared cores)
     .venv/bin/python -m benchmarks --quick          # smoke run (~40 s), numbers not citable
     .venv/bin/python -m benchmarks --sections routing,resume
     .venv/bin/python -m benchmarks --against ../base --rounds 3 --sections hops,resume
