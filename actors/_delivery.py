@@ -38,10 +38,13 @@ def deliver(
     (`ParkedTask`: never delivered; the park is known when it is sent again).
 
     Raises:
-        SubagentControlError: the supervisor's refusal, as it raised it; ``CLOSED`` once
-            the root is gone; ``INTERNAL`` for a failure inside the actor system.
+        SubagentControlError: the supervisor's refusal, as it raised it (`ParkedTask`
+            when the last try was refused so); ``CLOSED`` once the root is gone;
+            ``INTERNAL`` for a failure inside the actor system.
     """
+    parked: ParkedTask | None = None  # the last attempt's refusal, when it was one
     for _ in range(_REDIRECTS):
+        parked = None
         route = table.get(child_id)
         try:
             if route is not None:
@@ -50,17 +53,20 @@ def deliver(
                 reply = root.route_send(child_id, send)
             if reply is not None:
                 return reply.result()
-        except ParkedTask:
+        except ParkedTask as exc:
             # Refused by the parked run after its supervisor took its messages back (a
             # drainer held it then): never delivered, and the park is known now, so sent
             # again it goes into the parked Task's continued turn.
             check_open()
+            parked = exc
             continue
         except SubagentControlError:
             raise
         except Exception as exc:
             raise _translated(exc) from exc
         check_open()
+    if parked is not None:
+        raise parked  # the refusal that ended the tries names its cause: the parked Task
     raise SubagentControlError(
         ErrorCode.NOT_DELIVERED,
         f"child {child_id}: its supervisor kept retiring; the message was not delivered",

@@ -25,34 +25,33 @@ ask, another message) while the store works.
 The table (``*``: any of ``claiming``, ``admitted``, ``published``, ``settling``,
 ``parking``):
 
-=========== ================================ =========== ==========================================
-phase       event                            next        effects
-=========== ================================ =========== ==========================================
-claiming    MessageHeld                      claiming    hold
-claiming    Claimed                          admitted    make_inbox, release_held
-claiming    ClaimFailed                      refused     refuse_claim, redecide, close_inbox, drop
-claiming    ClaimFailed:parked               refused     continue_parked, close_inbox, drop
-claiming    ClaimFailed:child_not_found      refused     refuse_claim, refuse_held, close_inbox,
-                                                         drop
-admitted    RunPublished                     published   open_inbox
-admitted    RunSettling                      settling
-admitted    RunEnded:ended                   ended       redecide, close_inbox, drop,
-                                                         notify_ledger
-published   RunSettling                      settling
-published   RunSettling:input_required       parking     notify_ledger
-published   Parking                          parking     notify_ledger
-published   RunEnded:ended                   ended       (as above)
-settling    MessageHeld                      settling    hold
-settling    RunEnded:ended                   ended       (as above)
-settling    RunEnded:handed_over             handed_over redecide, close_inbox, drop,
-                                                         notify_ledger
-parking     RunSettling, Parking             parking
-parking     MessageHeld                      parking     hold
-parking     RunEnded:parked                  parked      hand_back, close_inbox, drop,
-                                                         notify_ledger
-parking     RunEnded:ended / :handed_over    ended / handed_over (as above)
-``*``       Broke                            (same)      close_inbox
-=========== ================================ =========== ==========================================
+========= =========================== =========== ============================================
+phase     event                       next        effects
+========= =========================== =========== ============================================
+claiming  MessageHeld                 claiming    hold
+claiming  Claimed                     admitted    make_inbox, release_held
+claiming  ClaimFailed                 refused     refuse_claim, redecide, close_inbox, drop
+claiming  ClaimFailed:parked          refused     continue_parked, close_inbox, drop
+claiming  ClaimFailed:child_not_found refused     refuse_claim, refuse_held, close_inbox, drop
+admitted  RunPublished                published   open_inbox
+admitted  RunSettling                 settling
+admitted  RunEnded:ended              ended       redecide, close_inbox, drop, notify_ledger
+published RunSettling                 settling
+published RunSettling:input_required  parking     notify_ledger
+published Parking                     parking     notify_ledger
+published RunEnded:ended              ended       redecide, close_inbox, drop, notify_ledger
+settling  MessageHeld                 settling    hold
+settling  RunEnded:ended              ended       redecide, close_inbox, drop, notify_ledger
+settling  RunEnded:handed_over        handed_over redecide, close_inbox, drop, notify_ledger
+parking   RunSettling                 parking
+parking   RunSettling:input_required  parking
+parking   Parking                     parking
+parking   MessageHeld                 parking     hold
+parking   RunEnded:parked             parked      hand_back, close_inbox, drop, notify_ledger
+parking   RunEnded:ended              ended       redecide, close_inbox, drop, notify_ledger
+parking   RunEnded:handed_over        handed_over redecide, close_inbox, drop, notify_ledger
+``*``     Broke                       (same)      close_inbox
+========= =========================== =========== ============================================
 
 After every change the record publishes a frozen `ActivationView` (one attribute swap, so
 a reader on any thread sees a whole snapshot, never a half-made one); the tree dump and

@@ -30,6 +30,8 @@ class ActorContext:
     tasks: TaskService
     agents: AgentRegistry
     providers: ProviderRegistry
+    telemetry: Telemetry
+    """The control plane's spans, metrics and lifecycle logs."""
     runtime_id: str = ""
     """This runtime's id: the claims it takes on children name it."""
     prices: Prices = field(default_factory=Prices)
@@ -46,8 +48,3 @@ class ActorContext:
     """Closing hands running turns over: a run stopped by
     `close` leaves its Task ``running`` in the store, its turn open, for a live runtime
     with its provider to recover; False: it is settled ``killed``."""
-
-    @property
-    def telemetry(self) -> Telemetry:
-        """The control plane's spans, metrics and lifecycle logs (kept by its Task service)."""
-        return self.tasks.telemetry

@@ -12,10 +12,11 @@ sees every Python call in the process; it records only inside a window:
   (its runtime row, sweep and actors' start) to ``provider.resume``.
 
 In the window it keeps the module of every function called in ``controlplane``, ``actors``
-or ``persistence``; the name of each thread that ran such a function (numbers and ids cut,
-so that two runs' names compare); and each *call up a layer*: a function of a lower layer
-calling into a function of a higher layer's module (a callback, a listener, a port the
-runtime implements). The caller is the nearest project frame below the callee on the
+or ``persistence``; each thread that ran such a function, by its name (numbers and ids cut,
+so that two runs' names compare; a pooled thread is one thread, named by the loops it ran,
+not also by its pool's idle name between them); and each *call up a layer*: a function of
+a lower layer calling into a function of a higher layer's module (a callback, a listener, a
+port the runtime implements). The caller is the nearest project frame below the callee on the
 thread's stack, so a callback handed through pykka, tenacity or the standard library
 counts for the project code that made the call. Layers, lowest first: the contract,
 persistence, actors, the runtime, the fronts, with the providers and the telemetry beside
@@ -115,8 +116,21 @@ class _Window:
     """What one recording window saw."""
 
     modules: set[str] = field(default_factory=set)
-    threads: set[str] = field(default_factory=set)
+    named: dict[int, set[str]] = field(default_factory=dict)
+    """Each thread that ran project code (by its id) → the names it bore doing so."""
     up_calls: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def threads(self) -> set[str]:
+        """The threads that ran project code, one name each: a pooled thread renamed
+        between loops (a pool's idle name, then an actor's) is one thread, named by the
+        loops it ran (joined with ``+`` when it ran several)."""
+        return {_thread_label(names) for names in self.named.values()}
+
+
+def _thread_label(names: set[str]) -> str:
+    busy = {name for name in names if "-idle" not in name} or names
+    return "+".join(sorted(busy))
 
 
 class _Profiler:
@@ -133,7 +147,8 @@ class _Profiler:
         if not _is_ours(module):
             return
         window.modules.add(module)
-        window.threads.add(thread_kind(threading.current_thread().name))
+        thread = threading.current_thread()
+        window.named.setdefault(thread.ident or 0, set()).add(thread_kind(thread.name))
         caller = frame.f_back
         while caller is not None and not _is_ours(caller.f_globals.get("__name__") or ""):
             caller = caller.f_back

@@ -45,11 +45,26 @@ class SqlDialect(ABC):
         placeholder: The driver's positional placeholder.
         row_locks: Whether writers lock rows (PostgreSQL) rather than the database admitting
             one writer at a time (SQLite, from ``BEGIN IMMEDIATE``).
+        notifies: Whether one session can wake another (LISTEN/NOTIFY): a store watches by
+            listening rather than polling, and forwards messages between runtimes.
+        server_clock: Whether leases are judged on the database's clock, one for every
+            host (else on this host's wall and boot clocks: one host shares the store).
+        round_trips: Whether each statement is a round trip over the network, so that one
+            data-modifying statement beats two (SQLite's cost none).
+        named_sessions: Whether a session is a server process that can bear a name and be
+            ended by another (``application_name``, ``pg_terminate_backend``).
+        blob_segments: Whether a sealed segment's ``events`` are read as bytes (the JSON
+            decoder takes them as stored, where the driver would first decode TEXT).
     """
 
     name: ClassVar[str]
     placeholder: ClassVar[str]
     row_locks: ClassVar[bool]
+    notifies: ClassVar[bool]
+    server_clock: ClassVar[bool]
+    round_trips: ClassVar[bool]
+    named_sessions: ClassVar[bool]
+    blob_segments: ClassVar[bool]
 
     def __init__(self, compiler: Dialect) -> None:
         self._compiler = compiler
@@ -92,6 +107,11 @@ class SqliteSql(SqlDialect):
     name = "sqlite"
     placeholder = "?"
     row_locks = False
+    notifies = False
+    server_clock = False
+    round_trips = False
+    named_sessions = False
+    blob_segments = True
 
     def __init__(self) -> None:
         super().__init__(SQLiteDialect_pysqlite())
@@ -110,6 +130,11 @@ class PostgresSql(SqlDialect):
     name = "postgresql"
     placeholder = "%s"
     row_locks = True
+    notifies = True
+    server_clock = True
+    round_trips = True
+    named_sessions = True
+    blob_segments = False
 
     def __init__(self) -> None:
         # Imported here, not with the module: a process on SQLite alone never pays for

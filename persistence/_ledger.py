@@ -61,7 +61,7 @@ class TaskLedger:
         self._db = db
         self._runner = run
         self._settle = settle
-        self._postgres = db.sql.dialect.name == "postgresql"
+        self._server_clock = db.sql.dialect.server_clock
         self._reader = PointReader(db)
         self._columns = list(tasks_table.columns)
 
@@ -113,7 +113,7 @@ class TaskLedger:
         def op(_attempt: int) -> bool:
             with unqueued(), self._db.connection(write=True) as conn:
                 now: Any = self._now(conn)
-                if self._postgres:
+                if self._server_clock:
                     # Never back: two renewals in flight may commit out of order, and the
                     # runtime counts its lease from the later one's send.
                     now = func.greatest(_R.heartbeat_at, now)
@@ -184,7 +184,7 @@ class TaskLedger:
         statement; None if the store has no such runtime. A forward asks this of its target
         every poll: its cost must not grow with the runtimes the store has known. The
         row's ``running_tasks`` is not counted (0)."""
-        clock = func.now() if self._postgres else literal(None)
+        clock = func.now() if self._server_clock else literal(None)
         query = select(*runtimes_table.c, clock.label("db_now")).where(_R.runtime_id == runtime_id)
 
         def op(_attempt: int) -> tuple[RuntimeInfo, LeaseNow] | None:
@@ -192,7 +192,7 @@ class TaskLedger:
                 row = conn.execute(query).first()
                 if row is None:
                     return None
-                now = utc_time(row.db_now) if self._postgres else self._now(conn)
+                now = utc_time(row.db_now) if self._server_clock else self._now(conn)
             return _runtime(row, 0), self.lease_now(now)
 
         return self._run(f"read runtime {runtime_id}", op)
@@ -414,15 +414,15 @@ class TaskLedger:
         """Now for judging leases, ``wall`` being the database's clock (PostgreSQL: that
         alone) or this host's (SQLite: with the host's boot clock, which every process on
         it shares and no wall clock moves)."""
-        return LeaseNow(wall=wall) if self._postgres else LeaseNow.here(wall)
+        return LeaseNow(wall=wall) if self._server_clock else LeaseNow.here(wall)
 
     def _boot_now(self) -> float | None:
-        return None if self._postgres else boot_seconds()
+        return None if self._server_clock else boot_seconds()
 
     def _now(self, conn: Any) -> datetime:
         """The database's clock on PostgreSQL (hosts' clocks may drift apart; the shared
         server's is one for all); this host's on SQLite, which only one host shares."""
-        if self._postgres:
+        if self._server_clock:
             return utc_time(conn.execute(select(func.now())).scalar_one())
         return utcnow()
 

@@ -59,13 +59,13 @@ class StoreSql:
     def build(cls, dialect: SqlDialect) -> StoreSql:
         return cls(
             dialect=dialect,
-            children=ChildStatements.build(dialect, blob_segments=dialect.name == "sqlite"),
+            children=ChildStatements.build(dialect, blob_segments=dialect.blob_segments),
             tasks=TaskStatements.build(dialect),
             runtimes=RuntimeStatements.build(dialect),
             approvals=ApprovalStatements.build(dialect),
             queue=QueueStatements.build(dialect),
             spend=SpendStatements.build(dialect),
-            inbox=InboxStatements.build(dialect) if dialect.name == "postgresql" else None,
+            inbox=InboxStatements.build(dialect) if dialect.notifies else None,
         )
 
     def before(self, *, segments: bool, spend: bool, recoveries: bool = True) -> StoreSql:

@@ -89,7 +89,7 @@ class AdmissionQueue:
     def __init__(self, port: StorePort) -> None:
         self._s = port
         self._db = port.db
-        self._postgres = port.dialect.name == "postgresql"
+        self._notifies = port.dialect.notifies
 
     # -- decisions ---------------------------------------------------------------------
 
@@ -297,7 +297,7 @@ class AdmissionQueue:
         """Hear every release on the store (PostgreSQL; None on SQLite, which polls)."""
         from persistence._queue_listener import AdmissionListener
 
-        return AdmissionListener(self._db, on_release) if self._postgres else None
+        return AdmissionListener(self._db, on_release) if self._notifies else None
 
     # -- plumbing ----------------------------------------------------------------------
 

@@ -54,7 +54,7 @@ def name_sessions(db: Database, runtime_id: str) -> None:
     """Name every session ``db`` opens from now on after ``runtime_id`` (the URL's own
     ``application_name``, if it has one, followed by the runtime's tag), and close the idle
     ones opened before (the next use opens a named one)."""
-    if db.sql.dialect.name != "postgresql":
+    if not db.sql.dialect.named_sessions:
         return
     given = db.engine.url.query.get("application_name", "")
     name = _application_name(
@@ -75,7 +75,7 @@ def name_sessions(db: Database, runtime_id: str) -> None:
 
 def end_sessions_of(db: Database, runtime_ids: Sequence[str]) -> int:
     """End every session of the runtimes ``runtime_ids`` that this role may end; how many."""
-    if db.sql.dialect.name != "postgresql" or not runtime_ids:
+    if not db.sql.dialect.named_sessions or not runtime_ids:
         return 0
     tags = [session_name(runtime_id) for runtime_id in runtime_ids]
     with db.cursor(write=False) as cursor:

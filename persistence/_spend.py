@@ -110,7 +110,7 @@ class SpendLedger:
         self._text_times = db.backend.text_times
         self._lock = threading.Lock()
         self._chains: dict[str, tuple[str, ...]] = {}
-        self._one_trip = dialect.name == "postgresql"
+        self._one_trip = dialect.round_trips
         # The rows the last counting upsert returned, per thread, until its append
         # commits (`published`); then per child, with the publication's number.
         self._returned = threading.local()

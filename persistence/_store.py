@@ -159,7 +159,7 @@ class SqlStore:
         )
         self._appends = port.appends = Appends(port)
         self._claims = Claims(port)
-        self.inbox = port.inbox = Inbox(port) if self._db.sql.dialect.name == "postgresql" else None
+        self.inbox = port.inbox = Inbox(port) if self._db.sql.dialect.notifies else None
         """Messages forwarded between runtimes (PostgreSQL; None on SQLite, which forwards none)."""
         self.ledger = port.ledger = TaskLedger(self._db, self._run, self._claims.settle)
         """The store's Tasks and runtimes."""

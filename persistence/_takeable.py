@@ -54,7 +54,7 @@ class Takeable:
 
     def __init__(self, port: StorePort) -> None:
         self._s = port
-        self._postgres = port.dialect.name == "postgresql"
+        self._notifies = port.dialect.notifies
 
     def announce(self) -> None:
         """Tell every watching runtime that a Task can be taken, once the write that left
@@ -73,7 +73,7 @@ class Takeable:
         """Call ``on_takeable()`` (it must not block) whenever a Task may have become
         takeable: on each announcement (PostgreSQL), or when a poll finds a takeable Task
         it had not seen (SQLite)."""
-        if self._postgres:
+        if self._notifies:
             from persistence._queue_listener import AdmissionListener
 
             return AdmissionListener(self._s.db, on_takeable, channel=TAKEABLE_CHANNEL)

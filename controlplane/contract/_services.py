@@ -232,24 +232,6 @@ class TaskService(Protocol):
     `controlplane.runtime.tasks._tasks.TaskService`; callers see it through the smaller
     `control.tasks`)."""
 
-    @property
-    def telemetry(self) -> Telemetry:
-        """The control plane's telemetry (the actors reach it here)."""
-        ...
-
-    def start(
-        self,
-        *,
-        label: str,
-        owner: Requester,
-        child_id: str | None,
-        signal: CancelSignal,
-        queued: bool = False,
-    ) -> TaskSnapshot:
-        """Register a running Task (and write it to the store); ``queued``: it reads
-        ``queued`` until its admission decides."""
-        ...
-
     def claim(
         self,
         *,
@@ -260,10 +242,11 @@ class TaskService(Protocol):
         queued: bool = False,
         opening: Callable[[TaskSnapshot], Sequence[NewEvent]] | None = None,
     ) -> tuple[TaskSnapshot, int | None]:
-        """Register a resume's Task as `start` does, admitted with the claim on its child
-        and ``opening``, the events that open its turn (durable before ``started``);
-        returns its snapshot and the claim's fencing number, which the activation's plan
-        carries from then on."""
+        """Register a resume's Task (``running``, or ``queued`` until its admission
+        decides) and write it to the store, admitted with the claim on its child and
+        ``opening``, the events that open its turn (durable before ``started``); returns
+        its snapshot and the claim's fencing number, which the activation's plan carries
+        from then on."""
         ...
 
     def discard(self, task_id: str) -> None:

@@ -292,7 +292,8 @@ class SubagentControl(HandleApi, SpendApi, ApprovalApi):
             adopts = self._admission is not None
             self._heartbeat = Heartbeat(self._runtime, store, self._tasks, adopts=adopts)
             context = ActorContext(
-                store, self._tasks, self.agents, self.providers, runtime_id=self._runtime_id,
+                store, self._tasks, self.agents, self.providers, self._telemetry,
+                runtime_id=self._runtime_id,
                 prices=self._prices,
                 budgets=self._budgets,
                 admission=self._admission,

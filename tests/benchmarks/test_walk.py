@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -105,3 +106,21 @@ def test_a_one_run_walk_of_a_steer_and_a_cold_resume_names_sane_modules_and_thre
     beside = render(list(walks.values()), list(walks.values()))
     assert "| steer, before | " in beside
     assert "| steer, after | " in beside
+
+
+def test_a_pooled_thread_renamed_between_loops_counts_once_by_its_loops_name() -> None:
+    probe = _module("actors._walk_probe", "def step():\n    return 1\n")
+    thread = threading.current_thread()
+    name = thread.name
+
+    def renamed_between_calls() -> None:
+        try:
+            for current in ("actor-pool-idle", "ChildSupervisor-7", "actor-pool-idle"):
+                thread.name = current
+                probe["step"]()
+        finally:
+            thread.name = name
+
+    window = _profiled_call(renamed_between_calls)
+
+    assert window.threads == {"ChildSupervisor-#"}

@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import re
 from collections.abc import Callable, Collection, Sequence
 from typing import Any, cast
 
 import pytest
 
+import actors._record
 from actors._inbox import ActivationInbox, Held
 from actors._record import (
+    _TABLE,
     Activation,
     ActivationEvent,
     ActivationSlot,
@@ -159,6 +162,31 @@ def test_every_legal_transition_moves_to_its_phase_with_its_effects(
         assert record.apply(event) == effect, (event, record.phase)
         assert record.phase == phase
         assert record.publish_view().phase == phase  # the published view follows
+
+
+def _documented_table() -> dict[tuple[str, str], tuple[str, tuple[str, ...]]]:
+    """The transition table as `actors._record`'s docstring draws it: its ``*`` row for
+    every phase the line above the table names, ``(same)`` for the phase itself."""
+    doc = actors._record.__doc__ or ""
+    lines = doc.splitlines()
+    rules = [n for n, line in enumerate(lines) if line.startswith("=====")]
+    assert len(rules) == 3, "the docstring's table: a header and one body"
+    spans = [(m.start(), m.end()) for m in re.finditer(r"=+", lines[rules[0]])]
+    spans[-1] = (spans[-1][0], 1000)  # the last column runs to the line's end
+    above = "\n".join(lines[: rules[0]]).rsplit("(``*``:", 1)[1]
+    anywhere = re.findall(r"``(\w+)``", above)
+    table: dict[tuple[str, str], tuple[str, tuple[str, ...]]] = {}
+    for line in lines[rules[1] + 1 : rules[2]]:
+        phase, event, after, effects = (line[a:b].strip() for a, b in spans)
+        moves = tuple(e.strip() for e in effects.split(",") if e.strip())
+        for start in anywhere if phase == "``*``" else [phase]:
+            assert (start, event) not in table, f"{(start, event)} drawn twice"
+            table[start, event] = (start if after == "(same)" else after, moves)
+    return table
+
+
+def test_the_docstring_draws_the_transition_table_the_code_runs() -> None:
+    assert _documented_table() == _TABLE
 
 
 ILLEGAL = [

@@ -113,3 +113,29 @@ def test_an_older_store_reads_without_segments() -> None:
     sql = ChildStatements.build(SqliteSql(), segments=False)
     assert "subagent_segments" not in sql.load
     assert sql.load_binds == 2
+
+
+NAME_TESTED = re.compile(r"dialect\.name\s*[!=]=")
+OWN_DIALECT = {"_schema.py", "_migrations.py"}
+"""Modules that read SQLAlchemy's own dialect (a column type's conversion, a migration's
+connection), not the store's `SqlDialect`."""
+
+
+def test_no_persistence_module_tells_the_databases_apart_by_name() -> None:
+    told = {
+        path.name: [n for n, line in enumerate(text.splitlines(), 1) if NAME_TESTED.search(line)]
+        for path in sorted(PACKAGE.glob("*.py"))
+        if path.name != "_dialect.py" and path.name not in OWN_DIALECT
+        for text in [path.read_text(encoding="utf-8")]
+    }
+    told = {name: lines for name, lines in told.items() if lines}
+    assert not told, f"ask the SqlDialect what the database can do instead: {told}"
+
+
+def test_the_dialects_say_what_each_database_can_do() -> None:
+    sqlite, postgres = SqliteSql(), PostgresSql()
+    for capability in ("notifies", "server_clock", "round_trips", "named_sessions", "row_locks"):
+        assert getattr(postgres, capability), capability
+        assert not getattr(sqlite, capability), capability
+    assert sqlite.blob_segments
+    assert not postgres.blob_segments

@@ -152,7 +152,7 @@ class Runtime:
         no server timer releases until the network heals (`persistence._sessions`)."""
         try:
             self._store.end_sessions_of(dead)
-        except SubagentControlError as exc:  # the takeover waits for the locks, as before
+        except SubagentControlError as exc:  # the takeover then waits for the locks
             log.warning("runtime %s: could not end the sessions of %s: %s", self.id, dead, exc)
 
     def sweep_queued(self) -> int:
