@@ -157,8 +157,8 @@ def _idle(figures: Figures) -> Reading:
     threads = figures["threads per idle child"]
     count = figures["idle children measured"]
     return Reading(
-        f"{kib:.1f} KiB and {threads:.3f} threads per idle child ({count:,.0f} idle children "
-        "in one process)",
+        f"{kib:.1f} KiB and {threads:.3f} threads per idle child: {count:,.0f} idle children "
+        f"in one process, {threads * count:+,.0f} threads",
         kib <= 16 and threads <= 0,
     )
 
@@ -354,7 +354,10 @@ GOALS: tuple[Goal, ...] = (
         ("soak",),
         _idle,
         "an idle supervisor's pykka loop gives its worker back whenever its mailbox is empty "
-        "(`actors._parking`); a thread per idle child means a loop no longer parks.",
+        "(`actors._parking`), and the pool's idle workers end; a thread left once the "
+        "children are idle is a loop that did not park, or a thread of the process's own "
+        "that started while they ran ([Idle children and soak](#idle-children-and-soak) "
+        "counts them before and after).",
     ),
     Goal(
         "RSS flat within 10% after the warm-up, under churn, default options",
