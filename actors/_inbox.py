@@ -161,9 +161,18 @@ class ActivationInbox:
         # from publication until the supervisor's next step.
         self._direct = False
         self.last_direct_s = 0.0  # when a sender last did (wall clock), for the tree dump
+        self._steered: SendResult | None = None
         # A kill refuses what is still queued at once: its senders need not wait for a
         # drainer stuck in the provider's steer or a store write to tell them.
         signal.add_callback(self._on_abort)
+
+    def steered(self, task_id: str) -> SendResult:
+        """The answer ``steered`` into ``task_id`` (this activation's Task): one frozen
+        value, made once and given to each of its steers."""
+        result = self._steered
+        if result is None or result.task_id != task_id:
+            result = self._steered = SendResult(route="steered", task_id=task_id)
+        return result
 
     @property
     def pending(self) -> int:
@@ -337,19 +346,24 @@ class ActivationInbox:
     def _drain_and_release(self) -> None:
         try:
             self._drain()
-        finally:
+        except BaseException:
             with self._lock:
                 self._draining = False
                 if self._waiting:
                     self._notify()
+            raise
 
     def _drain(self) -> None:
         """Deliver every queued message, batch by batch, until none is left (as the one
-        drainer). Each batch's records are written by its first commit, in one write."""
+        drainer), then let the drainer's role go, under the lock that found none left.
+        Each batch's records are written by its first commit, in one write."""
         while True:
             with self._lock:
                 view = self._view
                 if self._closed is not None or self._stalled() or not self._queue:
+                    self._draining = False
+                    if self._waiting:
+                        self._notify()
                     return
                 batch, self._queue = self._queue, deque()
             assert view is not None

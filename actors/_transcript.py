@@ -22,10 +22,11 @@ from controlplane.contract import (
     spent_in,
     text_of,
 )
+from persistence import steering_record
 
 if TYPE_CHECKING:
     from actors._spend import TurnSpend
-    from persistence import Fence, Settlement, SqlStore, TxStep
+    from persistence import Fence, Settlement, SqlStore, SteeringRecord, TxStep
 
 _R = TypeVar("_R")
 
@@ -73,7 +74,7 @@ class SteeringReceipt:
     def __init__(
         self,
         transcript: ActivationTranscript,
-        event: NewEvent,
+        event: SteeringRecord,
         task_id: str,
         forwarded: str | None = None,
     ) -> None:
@@ -367,16 +368,13 @@ class ActivationTranscript:
         by the transaction that writes its record, whichever write of the turn that is.
 
         Raises:
-            SubagentControlError: ``NOT_DELIVERED`` if the run refuses it (nothing queued).
+            SubagentControlError: ``NOT_DELIVERED`` if the run refuses it (nothing queued);
+                ``INVALID_INPUT`` if the store could not keep its record (the run never
+                has it).
         """
-        event = NewEvent(
-            kind=EventKind.STEERING_MESSAGE,
-            turn=self._turn,
-            data=message_data(message)
-            if forwarded is None
-            else {**message_data(message), "forwarded": forwarded},
-            source=source,
-        )
+        # Checked and serialised here, once: the store writes it as it is.
+        text = message[0].text if len(message) == 1 else text_of(message)
+        event = steering_record(self._turn, text, source, forwarded)
         with self._lock:
             if self._state != "open":
                 if self._state == "parked" and self._task_id is not None:
@@ -468,7 +466,15 @@ class ActivationTranscript:
             return
         steered = [(r.forwarded, r.task_id) for r in queued if r.forwarded is not None]
         try:
-            self._write([receipt.event for receipt in queued], answer_steered=steered)
+            # No spend to count: a steering record carries only its text.
+            self._fenced(
+                lambda: self._store.append(
+                    self._child_id,
+                    [receipt.event for receipt in queued],
+                    fence=self._fence,
+                    answer_steered=steered,
+                )
+            )
         except BaseException as exc:
             # Whatever escapes (a store error, a bug, KeyboardInterrupt in the committing
             # thread), every receipt taken off the queue ends failed, never "written" by
@@ -485,14 +491,8 @@ class ActivationTranscript:
         for receipt in queued:
             receipt._settle(None)
 
-    def _write(
-        self, events: list[NewEvent], *, answer_steered: Sequence[tuple[str, str]] = ()
-    ) -> None:
-        self._fenced(
-            lambda: self._store.append(
-                self._child_id, events, fence=self._fence, answer_steered=answer_steered
-            )
-        )
+    def _write(self, events: list[NewEvent]) -> None:
+        self._fenced(lambda: self._store.append(self._child_id, events, fence=self._fence))
         if self._spend is not None:
             self._spend.written(events)
 
@@ -530,7 +530,9 @@ class ActivationTranscript:
         with self._writers_lock:
             self._writers.add(me)
         try:
-            self._refuse_if_fenced()
+            signal = self._signal
+            if signal is not None and signal.fenced:  # `_refuse_if_fenced`, inline: per write
+                raise self._fenced_error()
             with self._store.abandoning(self._is_fenced):
                 write()
         except SubagentControlError as exc:

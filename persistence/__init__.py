@@ -13,6 +13,7 @@ from controlplane.contract import loaded_on_first_use
 if TYPE_CHECKING:
     from persistence._approvals import Answered, ApprovalBook, StoredRequest, WaitingRequest
     from persistence._claims import Recovered, TaskInRecovery
+    from persistence._codec import SteeringRecord, steering_record
     from persistence._host_clock import LeaseNow, boot_id, host_name, is_expired
     from persistence._inbox import Inbox, InboxItem, Listener
     from persistence._ledger import TaskLedger
@@ -48,6 +49,7 @@ __all__ = [
     "Settlement",
     "SpendLedger",
     "SqlStore",
+    "SteeringRecord",
     "StoreOverview",
     "StoredRequest",
     "Takeable",
@@ -60,6 +62,7 @@ __all__ = [
     "host_name",
     "is_expired",
     "sqlite_recent_tasks",
+    "steering_record",
 ]
 
 # Each name is imported from its module on first use: the store's modules build on
@@ -68,6 +71,7 @@ __all__ = [
 _HOMES: dict[str, str] = {
     **dict.fromkeys(["Answered", "ApprovalBook", "StoredRequest", "WaitingRequest"], "_approvals"),
     **dict.fromkeys(["Recovered", "TaskInRecovery"], "_claims"),
+    **dict.fromkeys(["SteeringRecord", "steering_record"], "_codec"),
     **dict.fromkeys(["LeaseNow", "boot_id", "host_name", "is_expired"], "_host_clock"),
     **dict.fromkeys(["Inbox", "InboxItem", "Listener"], "_inbox"),
     **dict.fromkeys(["TaskLedger"], "_ledger"),

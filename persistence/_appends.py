@@ -29,7 +29,7 @@ from controlplane.contract import (
 )
 from persistence._child_names import descriptor_names
 from persistence._children_sql import header_row
-from persistence._codec import PendingEvent, decode_events, stored_events
+from persistence._codec import PendingEvent, SteeringRecord, decode_events, stored_events
 from persistence._schema import children_table, events_table
 from persistence._segments import batch_range, decode_segment
 from persistence._segments import seal as seal_rows
@@ -140,8 +140,12 @@ class Appends:
             and not answer_steered
             and also is None
             and not seconds
-            and pending[0].kind != EventKind.TURN_END
-            and not store.spend.records_spend(pending)
+            and (
+                pending[0].__class__ is SteeringRecord  # its text only: nothing spent
+                or (
+                    pending[0].kind != EventKind.TURN_END and not store.spend.records_spend(pending)
+                )
+            )
         ):
             # A steer's record, a message: one statement, nothing else in its transaction.
             first = self._append_next(child_id, pending[0], batch, created_at, fence)

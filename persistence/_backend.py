@@ -212,7 +212,8 @@ def _postgresql(url: URL, settings: ConnectionSettings) -> tuple[Engine, Backend
     )
     # A silent network that still acknowledges bytes (a proxy holding them) escapes the
     # TCP bounds: every wait for the server is bounded on the client too (_deadlines).
-    bounded = bounded_connection_class(settings.statement_timeout_s + SILENCE_GRACE_S)
+    # Its waits are this engine's: the store's `network_back` cuts only its own.
+    bounded = bounded_connection_class(settings.statement_timeout_s + SILENCE_GRACE_S, scope=engine)
 
     @event.listens_for(engine, "do_connect")
     def connect(_dialect: Any, _record: Any, cargs: Any, cparams: Any) -> Any:

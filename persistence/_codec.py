@@ -33,6 +33,7 @@ __all__ = [
     "EXACT_MARK",
     "PendingEvent",
     "RowCursor",
+    "SteeringRecord",
     "Transcript",
     "check_child_id",
     "construct",
@@ -42,6 +43,7 @@ __all__ = [
     "prepare_events",
     "prepare_meta",
     "session_event",
+    "steering_record",
     "stored_events",
     "to_json",
 ]
@@ -90,13 +92,16 @@ def prepare_meta(meta: object) -> ChildMeta:
 
 
 def prepare_events(events: object) -> list[PendingEvent]:
-    """Check and serialise a batch; any bad event refuses the whole batch.
+    """Check and serialise a batch; any bad event refuses the whole batch. A record
+    `steering_record` made is taken as it is: it was checked when it was made.
 
     Raises:
         SubagentControlError: ``INVALID_INPUT`` naming the first bad event: not a
             `NewEvent` or mapping, a wrong key or type, or data that is not plain JSON.
     """
     if events.__class__ is list:  # the usual batch: skip the ABC checks below (~1 us)
+        if len(events) == 1 and events[0].__class__ is SteeringRecord:
+            return events
         return [_prepare(item, index) for index, item in enumerate(events)]
     if isinstance(events, str | bytes | bytearray | Mapping | NewEvent) or not isinstance(
         events, Iterable
@@ -107,7 +112,64 @@ def prepare_events(events: object) -> list[PendingEvent]:
     return [_prepare(item, index) for index, item in enumerate(events)]
 
 
+class SteeringRecord(PendingEvent):
+    """A ``steering/message`` record as `steering_record` checked and serialised it."""
+
+    __slots__ = ()
+
+
+def steering_record(
+    turn: int, text: str, source: MessageSource, forwarded: str | None = None
+) -> SteeringRecord:
+    """The ``steering/message`` record of a steer (``data``: its ``text``, and the inbox id
+    of a ``forwarded`` message), checked and serialised once, where the steer is taken:
+    `SqlStore.append` then writes it as it is.
+
+    It is refused as `prepare_events` refuses the same `NewEvent`, with the same error,
+    but checks only what a record of this shape can get wrong (every value is text the
+    record itself was built from, so there is no deep copy to make): the text and the
+    inbox id must have a UTF-8 form (orjson refuses a lone surrogate), the source must
+    be storable, the turn must fit the column.
+
+    Raises:
+        SubagentControlError: ``INVALID_INPUT``, as `SqlStore.append` would raise it.
+    """
+    data: dict[str, Any] = (
+        {"text": text} if forwarded is None else {"text": text, "forwarded": forwarded}
+    )
+    if (
+        text.__class__ is not str
+        or (forwarded is not None and forwarded.__class__ is not str)
+        or source.__class__ is not MessageSource
+        or turn.__class__ is not int
+        or not 0 <= turn <= MAX_INT
+    ):
+        return _refused_record(turn, data, source)
+    try:
+        data_json = orjson.dumps(data).decode()
+    except orjson.JSONEncodeError:
+        return _refused_record(turn, data, source)
+    return SteeringRecord(
+        EventKind.STEERING_MESSAGE, turn, data, source, data_json, _source_json(source)
+    )
+
+
+def _refused_record(turn: object, data: dict[str, Any], source: object) -> SteeringRecord:
+    """What `prepare_events` makes of the record `steering_record` could not vouch for:
+    its refusal, worded as for any batch (or, should it pass, its checked record)."""
+    try:
+        event = NewEvent.model_validate(
+            {"kind": EventKind.STEERING_MESSAGE, "turn": turn, "data": data, "source": source},
+            strict=True,
+        )
+    except ValidationError as exc:
+        raise _invalid(f"event 0 is invalid: {_first_error(exc)}") from exc
+    return SteeringRecord(*_prepare(event, 0))
+
+
 def _prepare(item: object, index: int) -> PendingEvent:
+    if item.__class__ is SteeringRecord:
+        return item
     if isinstance(item, NewEvent):
         event = item
     elif isinstance(item, Mapping):

@@ -145,12 +145,15 @@ def abandon_waits(thread_ids: Collection[int]) -> None:
     _REAPER.cut(thread_ids)
 
 
-def cut_waits_begun_before(moment: float) -> int:
+def cut_waits_begun_before(moment: float, scope: object) -> int:
     """End at once every wait for the server begun before ``moment`` (the monotonic
-    clock) that is still waiting: the network was out, and a connection that was sending
-    when it went can sit in TCP's retransmission for seconds after it is back; its call
-    fails as a lost connection, and the store's retry goes on a new one. How many."""
-    return _REAPER.cut_begun_before(moment)
+    clock) on a connection of ``scope`` (the one given to `bounded_connection_class`: a
+    store's engine) that is still waiting: that store's network was out, and a
+    connection that was sending when it went can sit in TCP's retransmission for seconds
+    after it is back; its call fails as a lost connection, and the store's retry goes on a
+    new one. Another store's waits are left alone: its network may never have been out.
+    How many."""
+    return _REAPER.cut_begun_before(moment, scope)
 
 
 class _Reaper:
@@ -158,8 +161,8 @@ class _Reaper:
 
     def __init__(self) -> None:
         self._cond = threading.Condition(threading.Lock())
-        # ticket -> (until, socket fd, the waiting thread, when the wait began)
-        self._waits: dict[int, tuple[float, int, int, float]] = {}
+        # ticket -> (until, socket fd, the waiting thread, when the wait began, its scope)
+        self._waits: dict[int, tuple[float, int, int, float, object]] = {}
         self._reaped: set[int] = set()
         self._tickets = iter(range(1, 1 << 62))
         self._thread: threading.Thread | None = None
@@ -171,12 +174,12 @@ class _Reaper:
         self.wakes = 0
         """How many times a watch woke the reaper (for tests)."""
 
-    def watch(self, fd: int, bound: float) -> int:
+    def watch(self, fd: int, bound: float, scope: object = None) -> int:
         now = time.monotonic()
         until = now + bound
         with self._cond:
             ticket = next(self._tickets)
-            self._waits[ticket] = (until, fd, threading.get_ident(), now)
+            self._waits[ticket] = (until, fd, threading.get_ident(), now, scope)
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, name="subagent-store-deadlines", daemon=True
@@ -201,13 +204,18 @@ class _Reaper:
     def cut(self, thread_ids: Collection[int]) -> None:
         """Shut down now the sockets that the threads ``thread_ids`` wait on."""
         with self._cond:
-            cut = [(t, fd) for t, (_u, fd, tid, _b) in self._waits.items() if tid in thread_ids]
+            cut = [(t, w[1]) for t, w in self._waits.items() if w[2] in thread_ids]
             self._shut(cut)
 
-    def cut_begun_before(self, moment: float) -> int:
-        """Shut down now the sockets of the waits begun before ``moment``; how many."""
+    def cut_begun_before(self, moment: float, scope: object) -> int:
+        """Shut down now the sockets of the waits of ``scope`` begun before ``moment``;
+        how many."""
         with self._cond:
-            cut = [(t, fd) for t, (_u, fd, _tid, began) in self._waits.items() if began < moment]
+            cut = [
+                (t, fd)
+                for t, (_u, fd, _tid, began, of) in self._waits.items()
+                if began < moment and of is scope
+            ]
             self._shut(cut)
         return len(cut)
 
@@ -220,15 +228,13 @@ class _Reaper:
             _shut_down(fd)
 
     def _next_until(self) -> float:
-        return min((until for until, _fd, _tid, _b in self._waits.values()), default=float("inf"))
+        return min((wait[0] for wait in self._waits.values()), default=float("inf"))
 
     def _run(self) -> None:
         while True:
             with self._cond:
                 now = time.monotonic()
-                overdue = [
-                    (t, fd) for t, (until, fd, _t, _b) in self._waits.items() if until <= now
-                ]
+                overdue = [(t, w[1]) for t, w in self._waits.items() if w[0] <= now]
                 self._shut(overdue)
                 if not overdue:
                     next_until = self._next_until()
@@ -272,9 +278,10 @@ def connect_bounded(connection_class: Any, cargs: Any, cparams: dict[str, Any]) 
     return connection_class.connect(*cargs, **cparams)
 
 
-def bounded_connection_class(silence_s: float) -> Any:
+def bounded_connection_class(silence_s: float, scope: object = None) -> Any:
     """A psycopg ``Connection`` subclass whose every wait for the server fails after
-    ``silence_s`` seconds (or when this thread's `call_deadline` ends, if sooner)."""
+    ``silence_s`` seconds (or when this thread's `call_deadline` ends, if sooner). Its
+    waits belong to ``scope`` (a store's engine), the one `cut_waits_begun_before` names."""
     import psycopg
 
     class BoundedConnection(psycopg.Connection[Any]):
@@ -290,7 +297,7 @@ def bounded_connection_class(silence_s: float) -> Any:
                 fd = self.pgconn.socket
             except psycopg.OperationalError:  # lost already: the wait fails on its own
                 return super().wait(*args, **kwargs)
-            ticket = _REAPER.watch(fd, bound)
+            ticket = _REAPER.watch(fd, bound, scope)
             try:
                 return super().wait(*args, **kwargs)
             except psycopg.OperationalError as exc:

@@ -26,6 +26,7 @@ from persistence._approvals import ApprovalBook
 from persistence._backend import LOCK_TIMEOUT_S, STATEMENT_TIMEOUT_S, ConnectionSettings
 from persistence._claims import Claims, IsDead, Recoverable, Recovered
 from persistence._codec import (
+    SteeringRecord,
     check_child_id,
     construct,
     decode_events,
@@ -241,7 +242,7 @@ class SqlStore:
     def append(
         self,
         child_id: str,
-        events: Iterable[NewEvent | Mapping[str, Any]],
+        events: Iterable[NewEvent | Mapping[str, Any] | SteeringRecord],
         *,
         settle: Settlement | None = None,
         fence: Fence | None = None,
@@ -252,8 +253,10 @@ class SqlStore:
         """Append a batch of events to a child's transcript, all or nothing.
 
         ``events`` are `NewEvent` values or mappings with ``kind``, ``turn``, ``data``
-        and optional ``source``. Concurrent appends to one child are serialized: ``seq``
-        stays gapless and each batch stays contiguous.
+        and optional ``source``, or the records `persistence.steering_record` made (a
+        steer's, checked and serialised where the steer was taken: written as they
+        are). Concurrent appends to one child are serialized: ``seq`` stays gapless and
+        each batch stays contiguous.
 
         ``settle`` writes a running Task's settlement in the same transaction (the turn's
         ``turn/end`` and its Task's outcome are never apart), and releases the claim.
@@ -391,13 +394,15 @@ class SqlStore:
         """The network was out and is back (a lease renewal sent at ``since``, on the
         monotonic clock, was answered): every listener on this store (PostgreSQL's
         notifications: forwarded messages and their answers, admission slots, takeable
-        Tasks) listens again on a new connection, and every wait for the server begun
-        before ``since`` is ended, its call retried on a new connection. A connection that
-        lived through the outage can hold notifications back, or sit in TCP's
-        retransmission, for seconds after the network is back (`persistence._listening`).
+        Tasks) listens again on a new connection, and every wait of this store's for the
+        server begun before ``since`` is ended, its call retried on a new connection
+        (another store of the process, on another network perhaps, keeps its waits). A
+        connection that lived through the outage can hold notifications back, or sit in
+        TCP's retransmission, for seconds after the network is back
+        (`persistence._listening`).
         How many listeners there are."""
         listeners = refresh_listeners(self._db)
-        cut_waits_begun_before(since)
+        cut_waits_begun_before(since, self._db.engine)
         return listeners
 
     def close(self) -> None:

@@ -11,9 +11,9 @@ import os
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, NamedTuple, Self
 
 from controlplane.contract import (
     CancelSignal,
@@ -469,32 +469,25 @@ class SubagentControl(HandleApi, SpendApi, ApprovalApi):
     ) -> tuple[Router, SendMessage]:
         """A send's checks (no I/O: an event loop runs them too, `controlplane.runtime._asend`)
         and the router and message it goes through."""
-        from controlplane.contract import MessageSource
-
+        wired = _wiring()
         self._check_open()
         router = self._require_router()
         self._check_parent(parent)
         check_child_id(child_id)
         blocks = message_blocks(message)
         source = check_source(
-            source or MessageSource(kind="coordinator", sender_session_id=parent.session_id)
+            source or wired.MessageSource(kind="coordinator", sender_session_id=parent.session_id)
         )
-        from actors import SendMessage
-
-        send = SendMessage(
-            parent=parent,
-            message=blocks,
-            source=source,
-            origin=op.message(blocks, source) if op is not None else None,
+        # Every value was checked just above: built without pydantic checking it again.
+        send = wired.SendMessage.checked(
+            parent, blocks, source, op.message(blocks, source) if op is not None else None
         )
         return router, send
 
     def _route(self, child_id: str, send: SendMessage) -> SendResult:
         """Hand ``send`` to the child's supervisor here and return what it did."""
-        from actors import deliver
-
         root = self._require_store()
-        return deliver(self._routes, root, child_id, send, check_open=self._check_open)
+        return _wiring().deliver(self._routes, root, child_id, send, check_open=self._check_open)
 
     # -- inspection ------------------------------------------------------------------
 
@@ -649,9 +642,7 @@ class SubagentControl(HandleApi, SpendApi, ApprovalApi):
         return self._router
 
     def _check_parent(self, parent: object) -> None:
-        from controlplane.contract import AgentHandle
-
-        if not isinstance(parent, AgentHandle):
+        if not isinstance(parent, _wiring().AgentHandle):
             raise SubagentControlError(
                 ErrorCode.UNAUTHORIZED, "the parent must be a live AgentHandle from agents.register"
             )
@@ -693,3 +684,27 @@ class SubagentControl(HandleApi, SpendApi, ApprovalApi):
 
     def _kill_tasks_of(self, agent: AgentHandle) -> None:
         self._tasks.kill_owned_by(agent.session_id, f"owner session {agent.session_id} disposed")
+
+
+class _Wired(NamedTuple):
+    """What a send uses from the contract and the actors, imported on first use."""
+
+    AgentHandle: type[AgentHandle]
+    MessageSource: type[MessageSource]
+    SendMessage: type[SendMessage]
+    deliver: Callable[..., SendResult]
+
+
+_wired: list[_Wired] = []
+
+
+def _wiring() -> _Wired:
+    """The classes and functions a send uses, imported once: this module imports neither
+    at load (what `from controlplane import SubagentControl` pays), and an import
+    statement in a function costs a lookup per call, several per steer."""
+    if not _wired:
+        from actors import SendMessage, deliver
+        from controlplane.contract import AgentHandle, MessageSource
+
+        _wired.append(_Wired(AgentHandle, MessageSource, SendMessage, deliver))
+    return _wired[0]

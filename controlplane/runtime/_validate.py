@@ -148,12 +148,24 @@ def _snapshot_descriptor(spec: ContinuableStartSpec, budget: Budget | None) -> D
 
 def check_child_id(child_id: object) -> str:
     """A send's child id, if it could name a child (``INVALID_INPUT`` if not)."""
+    if (
+        child_id.__class__ is str
+        and 0 < len(child_id) <= _ID_CHARS
+        and child_id.isascii()
+        and "\x00" not in child_id
+    ):
+        return child_id  # the usual id: what the checks below pass
     if not isinstance(child_id, str) or not child_id:
         raise SubagentControlError(
             ErrorCode.INVALID_INPUT, f"{child_id!r} is not a child id; use the id you started"
         )
-    storable_text(child_id, code=ErrorCode.INVALID_INPUT, what="child id", max_chars=200, nul=False)
+    storable_text(
+        child_id, code=ErrorCode.INVALID_INPUT, what="child id", max_chars=_ID_CHARS, nul=False
+    )
     return child_id
+
+
+_ID_CHARS = 200
 
 
 def message_blocks(message: object) -> tuple[TextBlock, ...]:
@@ -162,6 +174,17 @@ def message_blocks(message: object) -> tuple[TextBlock, ...]:
     A ``str`` is one text block (text is the only block type); an empty or blank one is
     refused, as the model tools refuse it: it is a mistake, not a message. A list of
     `TextBlock` is taken as it is (an empty follow-up included)."""
+    text_block = _models().TextBlock
+    if message.__class__ is list or message.__class__ is tuple:
+        # The usual message, `TextBlock` s of ASCII text: what the checks below pass.
+        for item in message:
+            if item.__class__ is not text_block:
+                break
+            text = item.text
+            if text.__class__ is not str or not text.isascii():
+                break
+        else:
+            return tuple(message)
     from pydantic import ValidationError
 
     from controlplane.contract import TextBlock
@@ -196,6 +219,19 @@ def message_blocks(message: object) -> tuple[TextBlock, ...]:
 
 def check_source(source: object) -> MessageSource:
     """A message's source, if the store can keep it (``INVALID_INPUT`` if not)."""
+    message_source = _models().MessageSource
+    if source.__class__ is message_source:
+        kind, sender = source.kind, source.sender_session_id
+        if (
+            kind.__class__ is str
+            and kind.isascii()
+            and "\x00" not in kind
+            and (
+                sender is None
+                or (sender.__class__ is str and sender.isascii() and "\x00" not in sender)
+            )
+        ):
+            return source  # ASCII text: what the checks below pass
     from controlplane.contract import MessageSource
 
     if not isinstance(source, MessageSource):
@@ -206,6 +242,24 @@ def check_source(source: object) -> MessageSource:
             source.sender_session_id, code=ErrorCode.INVALID_INPUT, what="sender id", nul=False
         )
     return source
+
+
+class _Models(NamedTuple):
+    TextBlock: type[TextBlock]
+    MessageSource: type[MessageSource]
+
+
+_loaded: list[_Models] = []
+
+
+def _models() -> _Models:
+    """The contract's models a send's checks compare classes with, imported once (a
+    function-level import costs a lookup per call, and a steer makes several)."""
+    if not _loaded:
+        from controlplane.contract import MessageSource, TextBlock
+
+        _loaded.append(_Models(TextBlock, MessageSource))
+    return _loaded[0]
 
 
 def check_timeout(timeout: float | None) -> None:

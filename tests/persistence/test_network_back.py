@@ -122,3 +122,43 @@ def test_a_call_waiting_since_before_the_network_came_back_is_retried_on_a_new_c
             proxy.release()
             reader.join(WAIT_S)
         assert answers == [None]
+
+
+def test_the_waits_of_another_store_of_the_process_are_left_alone(pg_url: str) -> None:
+    # Two stores in one process, each on a network of its own: one's network coming back
+    # says nothing of the other's, whose call may be waiting on a healthy connection.
+    from persistence._deadlines import _REAPER
+    from tests.reliability.pg_fault import TcpProxy
+
+    with (
+        TcpProxy(5432) as ours_proxy, TcpProxy(5432) as theirs_proxy,
+        SqlStore(ours_proxy.url(pg_url)) as ours, SqlStore(theirs_proxy.url(pg_url)) as theirs,
+    ):  # fmt: skip
+        assert ours.ledger.get("warm-up") is None
+        assert theirs.ledger.get("warm-up") is None
+        answers: list[object] = []
+        readers = {
+            name: threading.Thread(target=lambda s=store: answers.append(s.ledger.get("task-1")))
+            for name, store in (("ours", ours), ("theirs", theirs))
+        }
+        ours_proxy.hold()
+        theirs_proxy.hold()
+        try:
+            for reader in readers.values():
+                reader.start()
+
+            def waits(name: str) -> set[int]:
+                return {t for t, w in list(_REAPER._waits.items()) if w[2] == readers[name].ident}
+
+            eventually(lambda: bool(waits("ours") and waits("theirs")), "both reads waiting")
+            ours_wait, theirs_wait = waits("ours"), waits("theirs")
+            ours.network_back(time.monotonic())
+            assert not ours_wait & set(_REAPER._waits)  # cut: tried again on a new connection
+            # Before: cut too, although its network never went.
+            assert theirs_wait <= set(_REAPER._waits)
+        finally:
+            ours_proxy.release()
+            theirs_proxy.release()
+            for reader in readers.values():
+                reader.join(WAIT_S)
+        assert answers == [None, None]

@@ -116,7 +116,8 @@ class Reachability:
                 time.sleep(RETRY_S)  # a caller's retry pace
                 continue
             sent.route, sent.task_id = result.route, result.task_id
-            story.append(f"{result.route} in {time.monotonic() - began:.2f}s")
+            took = time.monotonic() - began
+            story.append(f"{result.route} in {took:.2f}s into task {result.task_id[:8]}")
             return time.monotonic() - healed_at, story
         return None, story
 

@@ -30,6 +30,7 @@ from controlplane import (
     TextBlock,
 )
 from controlplane.models import ModelReply, ToolCall
+from controlplane.runtime.lease._renewer import ATTEMPT_BOUND
 from persistence._spend import SpendLedger
 from tests.reliability.pg_fault import PostgresServer, TcpProxy
 from tests.support import WAIT_S
@@ -84,3 +85,82 @@ def test_a_gate_read_caught_by_a_partition_is_abandoned_when_the_runtime_fences(
         closed_in = time.monotonic() - began
         proxy.release()
     assert closed_in < CLOSE_S, f"close took {closed_in:.1f}s"
+
+
+def test_close_gives_up_the_heartbeats_store_call_caught_by_a_partition(
+    pg_server: PostgresServer,
+    tcp_proxy_factory: Callable[[int], TcpProxy],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Close waited for the heartbeat thread's store call stuck on the silent network to
+    # run to its deadline (a lease), then spent a lease more on its own writes: close
+    # took two leases and more (8.7 s once in this file's first test, bound 8 s).
+    from controlplane.runtime.lease._runtime import Runtime
+
+    proxy = tcp_proxy_factory(pg_server.port)
+    sweeping = threading.Event()
+    ended: list[float] = []
+    sweep = Runtime.sweep
+
+    def sweep_into_the_partition(runtime: Runtime) -> int:
+        on_the_heartbeat = threading.current_thread().name.startswith("subagent-runtime:")
+        if not on_the_heartbeat or sweeping.is_set():
+            return sweep(runtime)
+        proxy.hold()  # the partition lands as this sweep goes out
+        sweeping.set()
+        try:
+            return sweep(runtime)
+        finally:
+            ended.append(time.monotonic())
+
+    control = SubagentControl.open(proxy.url(pg_server.new_database()), lease_ttl_s=LEASE_S)
+    try:
+        monkeypatch.setattr(Runtime, "sweep", sweep_into_the_partition)
+        assert sweeping.wait(WAIT_S), "the heartbeat never swept"
+    finally:
+        began = time.monotonic()
+        control.close()
+        closed_in = time.monotonic() - began
+        proxy.release()
+    # Given up as close began (before: it ran to its deadline, a lease after it began).
+    assert ended
+    assert ended[0] - began < LEASE_S / 2, f"the sweep ended {ended[0] - began:.1f}s in"
+    assert closed_in < LEASE_S * (1 + ATTEMPT_BOUND) + 1.0, f"close took {closed_in:.1f}s"
+
+
+def test_close_gives_up_the_approvals_sweeps_store_call_caught_by_a_partition(
+    pg_server: PostgresServer,
+    tcp_proxy_factory: Callable[[int], TcpProxy],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The approvals' sweep stuck on the silent network went on retrying after close had
+    # returned (its thread left behind, a daemon), for as long as its retries lasted.
+    from persistence._approvals import ApprovalBook
+
+    proxy = tcp_proxy_factory(pg_server.port)
+    sweeping = threading.Event()
+    ended: list[float] = []
+    waiting = ApprovalBook.waiting
+
+    def read_into_the_partition(book: ApprovalBook) -> Any:
+        on_the_sweep = threading.current_thread().name.startswith("subagent-approvals:")
+        if not on_the_sweep or sweeping.is_set():
+            return waiting(book)
+        proxy.hold()  # the partition lands as this read goes out
+        sweeping.set()
+        try:
+            return waiting(book)
+        finally:
+            ended.append(time.monotonic())
+
+    control = SubagentControl.open(proxy.url(pg_server.new_database()), lease_ttl_s=LEASE_S)
+    try:
+        monkeypatch.setattr(ApprovalBook, "waiting", read_into_the_partition)
+        assert sweeping.wait(WAIT_S), "the approvals never swept"
+    finally:
+        began = time.monotonic()
+        control.close()
+        proxy.release()
+    # Given up as close began (before: still retrying when close returned).
+    assert ended
+    assert ended[0] - began < LEASE_S / 2, f"the sweep ended {ended[0] - began:.1f}s in"

@@ -1,6 +1,8 @@
 """The holder's side of forwarding (`controlplane.runtime.routing._forward_serving`): a
 message taken here that cannot be delivered is answered ``NOT_DELIVERED`` at once, never
-left ``taken`` and unanswered for its sender to wait out its bound (issue 36 break 5).
+left ``taken`` and unanswered for its sender to wait out its bound (issue 36 break 5); a
+message is taken while the deliveries of as many others as there are workers wait for
+their child.
 
 Driven against an inbox of the test's own that keeps its rows in memory, so each path (a
 take that raises after it committed, an answer the store refuses while closing) is made
@@ -18,6 +20,7 @@ import pytest
 from controlplane import ErrorCode, SendResult, SubagentControlError
 from controlplane.runtime.routing._forward_serving import Serving
 from persistence import InboxItem
+from tests.support import WAIT_S
 
 HOLDER = "holder-runtime"
 
@@ -111,6 +114,7 @@ def test_an_answer_the_store_refuses_once_close_has_begun_is_tried_again() -> No
         serving._take("m-1", _item())
     finally:
         workers.shutdown(wait=True)
+        serving.close()
     assert refusing.is_set()
     assert inbox.answer_calls == 3
     assert inbox.state["m-1"] == "answered"
@@ -133,5 +137,50 @@ def test_an_answer_the_store_keeps_refusing_once_close_has_begun_is_given_up_in_
         serving._take("m-1", _item())
     finally:
         workers.shutdown(wait=True)
+        serving.close()
     assert inbox.state["m-1"] == "taken"
     assert 2 <= inbox.answer_calls <= 4
+
+
+def test_a_message_is_taken_and_delivered_while_every_worker_would_be_waiting_for_its_child(
+) -> None:  # fmt: skip
+    # A holder's workers took each forwarded message and then delivered it, waiting for
+    # its child (the run's publication, the record's write). On a loaded holder as many
+    # deliveries as workers waited at once and the next message's take queued behind
+    # them: its sender's bound to have it taken (3 s) passed, `NOT_DELIVERED` (a kernel
+    # stress run: a holder took messages 1-2.5 s after they were heard, children were
+    # reached 5.2-6.7 s after a heal, bound 5 s).
+    from controlplane.runtime.routing._forwarding import _WORKERS
+
+    inbox = MemoryInbox()
+    release = threading.Event()
+    delivered: list[str] = []
+    quick_delivered = threading.Event()
+
+    def serve(item: InboxItem) -> SendResult:
+        if item.child_id == "slow-child":
+            assert release.wait(3 * WAIT_S)  # its run not yet published, say
+        delivered.append(item.inbox_id)
+        if item.inbox_id == "quick":
+            quick_delivered.set()
+        return SendResult(route="steered", task_id="task-1")
+
+    workers = ThreadPoolExecutor(_WORKERS)  # as many as a runtime's forwarder has
+    serving = Serving(HOLDER, inbox, workers, serve, lambda _task, _why: False)  # type: ignore[arg-type]
+    try:
+        for n in range(_WORKERS):
+            item = InboxItem(f"slow-{n}", "send", "slow-child", "s", "p", [], {"kind": "human"})
+            serving.on_message(item.inbox_id, item)
+        quick = InboxItem("quick", "send", "other-child", "s", "p", [], {"kind": "human"})
+        serving.on_message("quick", quick)
+        # Before: still queued for a worker (every one waiting for the slow child).
+        assert quick_delivered.wait(WAIT_S)
+        assert inbox.state["quick"] == "taken"  # a steer is answered by its record
+        assert all(inbox.state[f"slow-{n}"] == "taken" for n in range(_WORKERS))
+    finally:
+        release.set()
+        workers.shutdown(wait=True)
+        close = getattr(serving, "close", None)
+        if close is not None:
+            close()
+    assert len(delivered) == _WORKERS + 1

@@ -118,11 +118,13 @@ class Approvals:
     def close(self) -> None:
         """Stop sweeping (the activations' signals were aborted: their desks returned).
 
-        Not waited for long: a sweep stuck in a store call (a partition) ends at its
-        deadline on its own, a daemon thread that acts on nothing once stopped, and
-        `close` must not take that long."""
+        Not waited for long: a sweep's store call is given up once stopped (a wait cut
+        at once, a connection attempt or a retry within the store's poll), so that a
+        sweep stuck on a silent network ends with close, not at its retries' end."""
         self._stopped.set()
         if self._thread is not None:
+            if self._thread.ident is not None:
+                self._store.abandon_waits([self._thread.ident])
             self._thread.join(_CLOSE_JOIN_S)
 
     # -- the actors' side (ApprovalPort) ------------------------------------------------
@@ -262,6 +264,10 @@ class Approvals:
     # -- the sweep ---------------------------------------------------------------------------
 
     def _run(self) -> None:
+        with self._store.abandoning(self._stopped.is_set):
+            self._sweep_until_stopped()
+
+    def _sweep_until_stopped(self) -> None:
         while not self._stopped.wait(_SWEEP_EVERY_S):
             try:
                 self._sweep()

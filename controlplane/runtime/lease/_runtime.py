@@ -343,18 +343,26 @@ class Heartbeat:
         self.lease.start()
         self._renewer.start()
         self._thread = threading.Thread(
-            target=self._run, name=f"subagent-runtime:{self._runtime.id}", daemon=True
+            target=self._beat, name=f"subagent-runtime:{self._runtime.id}", daemon=True
         )
         self._thread.start()
+
+    def _beat(self) -> None:
+        # Its store calls are given up once close has begun (a wait cut at once by
+        # `_close`, a connection attempt or a retry within the store's poll): close writes
+        # the settlements and its row itself, and would otherwise wait for a call stuck on a
+        # silent network to run to its deadline, a lease, before its own got a lease more.
+        with self._store.abandoning(self._stopped.is_set):
+            self._run()
 
     def close(self) -> None:
         """Stop the threads and give the runtime's claims up at once (closed in the store).
 
-        The heartbeat thread may be in a store call that waits out its deadline (a
-        partition): close waits for it a lease at most, then leaves it (a daemon) and
-        records nothing more, as a crash would leave it: its lease lapses, and any Task it
-        could not record is settled by another runtime or by the next to open the store.
-        Its own store calls are bounded by a lease too.
+        The heartbeat thread may be in a store call (a partition): that call is given up
+        at once; should the thread still not end within a lease, close leaves it (a
+        daemon) and records nothing more, as a crash would leave it: its lease lapses,
+        and any Task it could not record is settled by another runtime or by the next to
+        open the store. Its own store calls are bounded by a lease too.
         """
         try:
             self._close()
@@ -371,6 +379,8 @@ class Heartbeat:
         self._stopped.set()
         self._wake.set()
         self.lease.stop()
+        if self._thread is not None and self._thread.ident is not None:
+            self._store.abandon_waits([self._thread.ident])
         self._renewer.stop(self._lease_ttl_s * ATTEMPT_BOUND)
         if self._thread is not None:
             self._thread.join(self._lease_ttl_s)

@@ -37,6 +37,13 @@ _CLOSING_ANSWER_S = 2.0
 row left ``taken`` unanswered keeps its sender waiting until it sees this runtime closed
 (or its own bound, when the close cannot be recorded either), so a blip is ridden
 through, but close is not held by an outage."""
+_SLOW_S = 1.0
+"""A forwarded message served here slower than this (from its notification to its
+answer) is logged with where the time went: its sender's bound is `TAKE_S` to be taken,
+and a child should be reachable within its lease after a fault heals."""
+_DELIVERERS = 64
+"""Forwarded messages delivered here at once at most (each waits on its own thread for its
+child: its run's publication, its record's write), apart from the workers that take them."""
 _REMEMBERED = 4096
 """How many taken messages' ids a runtime remembers (a duplicate notification comes
 within moments of the first)."""
@@ -65,7 +72,9 @@ class Serving:
     Args:
         runtime_id: This runtime's id.
         inbox: The store's inbox.
-        workers: Where messages are served (the listener must never block).
+        workers: Where messages are taken (the listener must never block); they are
+            delivered on threads of this object's own, so that a delivery waiting for its
+            child never holds up the take of a message to another.
         serve: Delivers a message forwarded here to the child's supervisor, steer only.
         kill_here: Kills a Task of this runtime whose kill was forwarded here.
     """
@@ -89,12 +98,18 @@ class Serving:
         self._serving: dict[str, InFlight] = {}  # inbox id -> where it came from
         self._taken: OrderedDict[str, None] = OrderedDict()  # taken here, newest last
         self._closing = threading.Event()  # answers still owed stop waiting for the store
+        self._deliverers = ThreadPoolExecutor(_DELIVERERS, thread_name_prefix="subagent-delivering")
 
     def closing(self) -> None:
         """Close has begun: an answer the store refuses is tried again for
         `_CLOSING_ANSWER_S` at most (then its sender decides from the transcript once this
         runtime is closed)."""
         self._closing.set()
+
+    def close(self) -> None:
+        """Wait for the messages taken here to be delivered and answered (call it once
+        nothing takes any more: the workers that take them have shut down)."""
+        self._deliverers.shutdown(wait=True)
 
     def in_flight(self) -> dict[str, InFlight]:
         """The messages being served here, by inbox id."""
@@ -105,15 +120,19 @@ class Serving:
         # On a worker: taking and delivering wait for the database and the supervisor,
         # and the listener must keep hearing answers meanwhile.
         with contextlib.suppress(RuntimeError):  # closing: its sender takes it back
-            self._workers.submit(self._take, inbox_id, carried)
+            self._workers.submit(self._take, inbox_id, carried, time.monotonic())
 
-    def _take(self, inbox_id: str, carried: InboxItem | None) -> None:
+    def _take(self, inbox_id: str, carried: InboxItem | None, heard: float | None = None) -> None:
+        """Take a message notified at ``heard`` (`time.monotonic`) and hand it over to be
+        delivered."""
         with self._lock:
             if inbox_id in self._taken:
                 return  # notified again (its sender's post was retried): taken once here
             self._taken[inbox_id] = None
             while len(self._taken) > _REMEMBERED:
                 self._taken.popitem(last=False)
+        began = time.monotonic()
+        heard = began if heard is None else heard
         try:
             item = self._inbox.take(inbox_id, self._runtime_id, carried)
         except SubagentControlError as exc:
@@ -138,9 +157,23 @@ class Serving:
             # to forget it.
             self._forget(inbox_id)
             return
+        taken = time.monotonic()
+        try:
+            # Delivered apart from the takes: a delivery waits for its child (the run's
+            # publication, its record's write), and a take queued behind such waits
+            # missed its sender's bound to be taken (`TAKE_S`) on a loaded holder.
+            self._deliverers.submit(self._serve_taken, inbox_id, item, heard, began, taken)
+        except RuntimeError:  # shut down (closing): served here, it is taken already
+            self._serve_taken(inbox_id, item, heard, began, taken)
+
+    def _serve_taken(
+        self, inbox_id: str, item: InboxItem, heard: float, began: float, taken: float
+    ) -> None:
+        """Deliver a message taken here and answer it (a steer is answered by its record)."""
         flight = InFlight(item.child_id, item.sender_runtime, time.monotonic())
         with self._lock:
             self._serving[inbox_id] = flight
+        reply: dict[str, Any] = {}
         try:
             with (  # continues the sender's trace
                 self._delivering(item.kind, item.child_id, item.source)
@@ -157,6 +190,15 @@ class Serving:
         finally:
             with self._lock:
                 self._serving.pop(inbox_id, None)
+        done = time.monotonic()
+        if done - heard > _SLOW_S:
+            log.warning(
+                "forwarded message %s to child %s: served in %.2fs (waited %.2fs to be "
+                "taken, taken in %.2fs, waited %.2fs to be delivered, %s in %.2fs)",
+                inbox_id, item.child_id, done - heard, began - heard, taken - began,
+                flight.since - taken,
+                reply.get("route") or reply.get("code") or "unanswered", done - flight.since,
+            )  # fmt: skip
 
     def _forget(self, inbox_id: str) -> None:
         try:

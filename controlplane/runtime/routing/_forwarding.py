@@ -4,7 +4,8 @@ is forwarded to it through the database.
 The sender (runtime B) writes the message to the store's inbox and notifies the holder
 (runtime A) in one transaction, then waits for A's answer. A's listener hands the message to
 a worker, which takes it (compare-and-set: once taken, B can no longer take it back, only
-give it up when A is dead) and sends it to the child's supervisor as a steer-only message.
+give it up when A is dead) and hands it to a thread of its own that sends it to the child's
+supervisor as a steer-only message (a delivery waits for its child; a take must not).
 The steering record, which names the inbox id, is committed as a local steer's is, and that
 same transaction answers the message (``steered`` with A's Task id: the inbox row becomes
 ``answered``) and notifies B, at commit (`persistence.SqlStore.append`'s
@@ -158,6 +159,8 @@ class Forwarder:
         the rows of the messages this runtime sent."""
         self.stop_listening()
         self._workers.shutdown(wait=True)
+        if self._serving is not None:  # after the takes: each hands its delivery over
+            self._serving.close()
         with self._lock:
             batch, self._decided = self._decided, []
         if batch:
