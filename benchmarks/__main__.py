@@ -2,7 +2,7 @@
 
 Usage::
 
-    .venv/bin/python -m benchmarks                  # everything (~5 minutes on 2 cores)
+    .venv/bin/python -m benchmarks                  # everything (~17 minutes on 2 shared cores)
     .venv/bin/python -m benchmarks --quick          # smoke run (~40 s), numbers not citable
     .venv/bin/python -m benchmarks --sections routing,resume
     .venv/bin/python -m benchmarks --against ../base --rounds 3 --sections hops,resume
@@ -52,7 +52,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     pg_url, pg_note = (None, "disabled with --no-postgres") if args.no_postgres else pg_server()
     pg_version = pg_note if pg_url else None
     sections: list[Section] = []
+    ran: dict[str, Section] = {}  # by --sections name: what the goals table reads
     started, load_before = time.monotonic(), load_average()
+    at = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime())
     with scratch_dir(keep=args.keep_scratch) as workdir:
         runners = _runners(args.quick, workdir, pg_url, pg_note, args.plot)
         for name in chosen:
@@ -63,11 +65,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 _log(f"{name}: skipped (its module is not available); kept the old section")
                 continue
             sections.append(result)
+            ran[name] = result
             _log(f"{name}: done in {time.monotonic() - t0:.0f} s")
         if args.profile:
             from benchmarks._hotpaths import profile_hot_paths
 
             print(profile_hot_paths(workdir))
+    if ran:
+        sections.append(_goals(args, chosen, at, ran))
     load = f"{load_before} at the start, {load_average()} at the end"
     header = _header(args.quick, chosen, pg_version, time.monotonic() - started, load)
     write_report(args.out, header, sections)
@@ -212,6 +217,22 @@ def _runners(
     }
 
 
+def _goals(
+    args: argparse.Namespace, chosen: list[str], at: str, ran: dict[str, Section]
+) -> Section:
+    """The goals table: this run's figures kept beside the report, over the last run's of
+    the sections it did not run (`benchmarks._goals`)."""
+    from benchmarks._goals import FIGURES_FILE, goals_section, record_figures
+
+    command = "python -m benchmarks" + (" --quick" if args.quick else "")
+    if chosen != list(SECTIONS):
+        command += f" --sections {','.join(chosen)}"
+    kept = record_figures(
+        args.out.with_name(FIGURES_FILE), at=at, command=command, quick=args.quick, ran=ran
+    )
+    return goals_section(kept, at=at)
+
+
 def _against(args: argparse.Namespace, chosen: list[str]) -> int:
     """``--against PATH``: the comparison section, written into the report."""
     from benchmarks._against import run_against
@@ -254,6 +275,10 @@ def _header(
 Written by `{command}` (took {took_s:.0f} s); re-run it rather than editing this file.
 {warning}{refreshed}
 {machine}
+
+The sections this command does not write (*Against another tree*, from an `--against` run;
+*Console*, *Recovery and handover* and *Walk of a steer and a cold resume*, from their own
+commands) are kept from their runs, each naming its command.
 
 Method: every figure is the median over several runs, with the runs' min–max in
 brackets; a ratio is computed inside each run, where both sides were measured back to back

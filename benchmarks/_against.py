@@ -27,7 +27,7 @@ from pathlib import Path
 from benchmarks._report import Section, table
 from benchmarks._stats import Spread, fmt_ratio, fmt_s, spread
 
-__all__ = ["FIGURES_OPTION", "run_against", "write_figures"]
+__all__ = ["FIGURES_OPTION", "flat_figures", "run_against", "write_figures"]
 
 FIGURES_OPTION = "--figures-out"
 """The option a side's process writes its sections' figures with (a JSON file)."""
@@ -173,6 +173,11 @@ def write_figures(path: Path, sections: Sequence[Section]) -> None:
         if isinstance(raw, dict):
             found |= dict(_flat("", raw))
     path.write_text(json.dumps(found), encoding="utf-8")
+
+
+def flat_figures(figures: dict[str, object]) -> Iterator[tuple[str, float]]:
+    """A section's ``data["figures"]`` as named numbers (see `_flat`)."""
+    return _flat("", figures)
 
 
 def _flat(prefix: str, value: object) -> Iterator[tuple[str, float]]:

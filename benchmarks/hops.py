@@ -251,6 +251,7 @@ def run_hops(config: HopsConfig, workdir: Path) -> Section:
         figures[f"actor messages per {t.name}"] = (t.counts.tells + t.counts.asks) / t.ops
         figures[f"cross-thread hops per {t.name}"] = t.counts.hops / t.ops
         figures[f"store transactions per {t.name}"] = t.counts.total_transactions / t.ops
+        figures[f"write transactions per {t.name}"] = t.counts.writes / t.ops
     for name, (cpu, wall) in timing.items():
         figures[f"CPU s per {name}"] = cpu
         figures[f"wall p50 s of {name}"] = wall

@@ -240,6 +240,10 @@ SPEC §8 goal — {goal}.
         for n in config.lengths
     }
     figures |= {f"cold resume / faster rival, {n:,} messages": r.median for n, r in ratios.items()}
+    figures |= {
+        f"store.load p50, {n:,} messages (SQLite)": series[LOAD_ONLY][n].median
+        for n in config.lengths
+    }
     data: dict[str, object] = {
         "series": series,
         "goal": beats_all and beats_at_longest,

@@ -199,4 +199,8 @@ own child, so readiness must not grow with the number of stored children:
 Ready time with {large:,} stored children / with {small:,}, per run: {fmt_ratio(growth)} —
 {verdict}.
 """
-    return Section("Scale", body, {"growth": growth})
+    figures = {  # for `--against` (benchmarks._against) and the goals (benchmarks._goals)
+        "KiB per live child": per_rss.median / 1024,
+        "threads per live child": per_thread.median,
+    }
+    return Section("Scale", body, {"growth": growth, "figures": figures})

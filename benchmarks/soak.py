@@ -315,7 +315,19 @@ the warm-up — {_met(flat)}.
     return Section(
         "Idle children and soak",
         body,
-        {"per_idle_rss": per_rss.median, "per_idle_threads": per_threads.median, "growth": growth},
+        {
+            "per_idle_rss": per_rss.median,
+            "per_idle_threads": per_threads.median,
+            "growth": growth,
+            "figures": {  # for `--against` and the goals (benchmarks._goals)
+                "KiB per idle child": per_rss.median / 1024,
+                "threads per idle child": per_threads.median,
+                "idle children measured": float(n),
+                "soak turns": float(soak["turns"]),
+                "soak RSS highest after warm-up / at warm-up": growth,
+                "soak RSS at warm-up MiB": warm["rss"] / 1024 / 1024,
+            },
+        },
     )
 
 

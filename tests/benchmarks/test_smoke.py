@@ -43,6 +43,25 @@ def test_quick_benchmark_run_writes_a_report_with_every_section_table(tmp_path: 
     assert "Quick smoke run" in report
     if importlib.util.find_spec("matplotlib") is not None:
         assert plot.stat().st_size > 0
+    # The goals table, written from this run's figures (kept beside the report).
+    assert "## Issue 39 goals" in report
+    assert "| goal | figure | verdict | cause of a miss | from |" in report
+    goals = report.split("## Issue 39 goals", 1)[1].split("\n## ", 1)[0]
+    for goal in (
+        "`from controlplane import SubagentControl` ≤ 250 ms",
+        "warm resume ≤ 4 transactions, cold ≤ 4, steer 1",
+        "a whole scripted turn ≤ 1.5 ms p50 on SQLite",
+        "an idle live child ≤ 16 KiB and 0 threads",
+        "memory per live child ≤ 64 KiB",
+        "RSS flat within 10% after the warm-up",
+        "budget gate ≤ 1.1× the bare model-call append, SQLite",
+    ):
+        row = next(line for line in goals.splitlines() if line.startswith(f"| {goal}"))
+        assert "not measured" not in row, row
+        assert row.endswith("| this run (quick) |"), row
+    # A quick run steers no 1,000 live children: the row says so rather than guess.
+    assert "| steer throughput ≥ 0.5× the lock+dict router at 1,000 live | not measured" in goals
+    assert (tmp_path / "benchmark-figures.json").exists()
     if importlib.util.find_spec("opentelemetry") and importlib.util.find_spec("opentelemetry.sdk"):
         assert "| path | off p50 | off again / off | api p50 |" in report
 
