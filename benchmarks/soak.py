@@ -117,13 +117,17 @@ class _Turns:
 
     def quiet(self) -> None:
         """Wait until no actor loop holds a worker (every supervisor parked), then end the
-        pool's idle workers (shared, at most `LoopPool.max_idle`): the threads left are
-        those something holds."""
+        idle workers of the actors' pool and of the agent loops' pool (shared by the
+        process, each at most its ``max_idle``; how many are idle at a moment depends on
+        whether a turn's loop thread was back before the next turn asked for one): the
+        threads left are those something holds."""
         from actors._pool import actor_threads
+        from controlplane.providers._loop_threads import IDLE_NAME, loop_threads
 
         _wait_until(lambda: not _named("ChildSupervisor-", "ActivationActor-"), "loops parked")
         actor_threads.drain()
-        _wait_until(lambda: not _named("actor-pool-idle"), "idle workers ended")
+        loop_threads.drain()
+        _wait_until(lambda: not _named("actor-pool-idle", IDLE_NAME), "idle workers ended")
 
     def supervisors(self) -> int:
         return len(self.control._routes)
