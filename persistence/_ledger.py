@@ -101,6 +101,16 @@ class TaskLedger:
         network hold the pool until their deadlines, and the renewal that would ride the
         outage through must go out the moment it heals."""
 
+        one_statement = self._db.sql.runtimes.renew
+        if one_statement is not None:
+
+            def on_server_clock(_attempt: int) -> bool:
+                with unqueued(), self._db.cursor(write=True, begin=False) as cursor:
+                    cursor.execute(one_statement, (runtime_id,))
+                    return bool(cursor.rowcount)
+
+            return self._run(f"renew runtime {runtime_id}", on_server_clock)
+
         def op(_attempt: int) -> bool:
             with unqueued(), self._db.connection(write=True) as conn:
                 # Never back on the server's clock: two renewals in flight may commit out

@@ -16,6 +16,7 @@ from sqlalchemy import (
     func,
     insert,
     literal,
+    null,
     select,
     text,
     union_all,
@@ -78,6 +79,12 @@ class RuntimeStatements:
     """Wake the listening runtimes: a Task can be taken (PostgreSQL; takes the channel)."""
     suspects: str
     """Every runtime that has a running Task, its `SUSPECT_COLUMNS` (no parameters)."""
+    renew: str | None
+    """Renew an open runtime's heartbeat to the database's clock, never back, in one
+    statement that commits on its own (takes runtime id); None where each host judges by
+    its own clock (SQLite: `renew`, through SQLAlchemy). One round trip: the renewal that
+    rides an outage through goes out at the heal, and every round trip on a slow link
+    (BEGIN, reading the clock, COMMIT) is taken from the margin before the fence."""
 
     @classmethod
     def build(cls, dialect: SqlDialect) -> RuntimeStatements:
@@ -115,6 +122,14 @@ class RuntimeStatements:
                     r.runtime_id.in_(select(t.runtime_id).where(text(RUNNING_TASK)).distinct())
                 )
             ),
+            renew=(
+                dialect.compile(
+                    renew_to(bindparam("runtime_id"), func.now(), null(), never_back=True),
+                    "runtime_id",
+                )
+                if dialect.server_clock
+                else None
+            ),
         )
 
 
@@ -140,6 +155,12 @@ def renew(runtime_id: str, now: Any, boot_s: float | None, *, never_back: bool) 
     """Renew an open runtime's heartbeat to ``now``; ``never_back``: to the later of the
     stored one and ``now`` (two renewals in flight may commit out of order, and the
     runtime counts its lease from the later one's send)."""
+    return renew_to(runtime_id, now, boot_s, never_back=never_back)
+
+
+def renew_to(runtime_id: Any, now: Any, boot_s: Any, *, never_back: bool) -> Any:
+    """`renew` with the runtime's id as any SQL value (a bound parameter, to compile it
+    once)."""
     at = func.greatest(_R.heartbeat_at, now) if never_back else now
     return (
         update(runtime_table)

@@ -18,9 +18,9 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from sqlalchemy import event
+from persistence._backend import SESSION_NAMES
 
 if TYPE_CHECKING:
     from persistence._database import Database
@@ -61,15 +61,9 @@ def name_sessions(db: Database, runtime_id: str) -> None:
         given if isinstance(given, str) else " ".join(given), session_name(runtime_id)
     )
 
-    def named(dbapi_connection: Any, _record: Any) -> None:
-        # Once per new connection, before the pool hands it out (as `_backend` sets the
-        # time zone): the pool keeps its connections, so this is rare.
-        autocommit = dbapi_connection.autocommit
-        dbapi_connection.autocommit = True
-        dbapi_connection.execute("SELECT set_config('application_name', %s, false)", (name,))
-        dbapi_connection.autocommit = autocommit
-
-    event.listen(db.engine, "connect", named)
+    # In each new connection's startup packet (`_backend` connects with it): no round
+    # trip of its own.
+    SESSION_NAMES[db.engine] = name
     db.engine.pool.dispose()
 
 
