@@ -2,18 +2,15 @@
 
 Its spend and limits (prices, budgets, usage, concurrency) are
 `controlplane.runtime.spend._spend_api`, a mixin it inherits, and the options that configure them
-are checked there."""
+are checked there; how it closes is `controlplane.runtime._closing`, another."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
-import time
 import uuid
 from collections.abc import Callable, Mapping
-from types import TracebackType
-from typing import TYPE_CHECKING, Any, NamedTuple, Self
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from controlplane.contract import (
     CancelSignal,
@@ -21,13 +18,14 @@ from controlplane.contract import (
     SubagentControlError,
     seconds_problem,
 )
+from controlplane.runtime._closing import ClosingApi
 from controlplane.runtime._defaults import (
     DEFAULT_MAX_RECOVERIES,
     DEFAULT_MAX_TOOL_ROUNDS,
     DEFAULT_NOTICE_AT,
     PROVIDER_WAIT_S,
 )
-from controlplane.runtime._exit import close_at_exit, closed
+from controlplane.runtime._exit import close_at_exit
 from controlplane.runtime._handle import HandleApi
 from controlplane.runtime._validate import (
     check_child_id,
@@ -96,12 +94,9 @@ STORE_OPTIONS = (
     "pause_gc_on_load",
 )
 """The options `SubagentControl.open` hands to `SqlStore`."""
-_ROOT_TIMEOUT_S = 30.0
-_STOP_TIMEOUT_S = 30.0
-"""How long `close` waits, by default, for the activations it stopped to end."""
 
 
-class SubagentControl(HandleApi, SpendApi, ApprovalApi):
+class SubagentControl(HandleApi, SpendApi, ApprovalApi, ClosingApi):
     """The control plane: start continuable children, steer or resume them, watch their Tasks.
 
     Example:
@@ -533,84 +528,6 @@ class SubagentControl(HandleApi, SpendApi, ApprovalApi):
         with self._lock:
             self._admin_servers.append(server)
         return server
-
-    # -- lifecycle -------------------------------------------------------------------
-
-    def close(self, *, timeout_s: float | None = None) -> None:
-        """Stop taking work, let running turns go on for at most ``close_timeout_s``, then
-        stop the rest (handed over) and wait for them, then stop actors and store.
-
-        Idempotent. Activations that have not ended within ``timeout_s`` (default 30 s) of
-        being stopped are abandoned (their daemon threads cannot keep the process alive). A
-        control plane still open when the interpreter exits is closed then, within a bound
-        (`controlplane.runtime._exit`), with no grace.
-        """
-        budget = _STOP_TIMEOUT_S if timeout_s is None else timeout_s
-        self._close(budget, abandon=True, grace_s=self._close_timeout_s)
-
-    def _close_at_exit(self, timeout_s: float) -> None:
-        """`close` at interpreter exit. Past the deadline, a Task whose activation has not
-        settled is left running in the store, as a crash leaves it (the next runtime settles
-        it ``interrupted`` and closes its turn), not settled ``killed`` over an open turn:
-        after the exit nobody here can read it, and the store must stay consistent."""
-        self._close(timeout_s, abandon=False)
-
-    def _close(self, budget: float, *, abandon: bool, grace_s: float = 0.0) -> None:
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            servers, self._admin_servers = self._admin_servers, []
-        closed(self)
-        for server in servers:
-            server.close()
-        if self._router is not None:
-            self._router.stop_serving()
-        if self._passivator is not None:
-            self._passivator.stop()
-        if self._root is not None:
-            import pykka
-
-            with contextlib.suppress(pykka.ActorDeadError, pykka.Timeout):
-                self._root.stop_accepting(_ROOT_TIMEOUT_S)
-        if grace_s > 0:
-            # No new work from here on; the running turns may still end by themselves.
-            grace_end = time.monotonic() + grace_s
-            for task_id in self._tasks.refuse("control plane closed"):
-                self._tasks.wait_released(task_id, max(0.0, grace_end - time.monotonic()))
-        deadline = time.monotonic() + budget
-        for task_id in self._tasks.close("control plane closed"):
-            self._tasks.wait_released(task_id, max(0.0, deadline - time.monotonic()))
-        if abandon:
-            # Past the deadline: what has not settled is killed here, so no Task reads
-            # `running` after close (its daemon thread may still end later; it writes nothing).
-            self._tasks.abandon("killed: the control plane closed before the run stopped")
-        if self._admission is not None:
-            self._admission.close()
-        if self._approvals is not None:
-            self._approvals.close()
-        if self._root is not None:
-            import pykka
-
-            with contextlib.suppress(pykka.ActorDeadError, pykka.Timeout):
-                self._root.shutdown(max(1.0, deadline - time.monotonic()))
-        if self._router is not None:
-            self._router.close()
-        if self._heartbeat is not None:
-            self._heartbeat.close()
-        if self._store is not None:
-            self._store.close()
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     # -- helpers ---------------------------------------------------------------------
 
