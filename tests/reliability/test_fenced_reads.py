@@ -87,6 +87,45 @@ def test_a_gate_read_caught_by_a_partition_is_abandoned_when_the_runtime_fences(
     assert closed_in < CLOSE_S, f"close took {closed_in:.1f}s"
 
 
+def _close_during_a_held_call(
+    pg_server: PostgresServer,
+    tcp_proxy_factory: Callable[[int], TcpProxy],
+    monkeypatch: pytest.MonkeyPatch,
+    owner: Any,
+    method: str,
+    thread_prefix: str,
+) -> tuple[float, list[float], float]:
+    """Open a plane through a proxy, hold the proxy (a silent network) as ``owner.method``
+    next goes out on a thread named ``thread_prefix…``, then close the plane: when close
+    began, when that call ended (if it did), how long close took."""
+    proxy = tcp_proxy_factory(pg_server.port)
+    calling = threading.Event()
+    ended: list[float] = []
+    call = getattr(owner, method)
+
+    def into_the_partition(self: Any) -> Any:
+        on_its_thread = threading.current_thread().name.startswith(thread_prefix)
+        if not on_its_thread or calling.is_set():
+            return call(self)
+        proxy.hold()  # the partition lands as this call goes out
+        calling.set()
+        try:
+            return call(self)
+        finally:
+            ended.append(time.monotonic())
+
+    control = SubagentControl.open(proxy.url(pg_server.new_database()), lease_ttl_s=LEASE_S)
+    try:
+        monkeypatch.setattr(owner, method, into_the_partition)
+        assert calling.wait(WAIT_S), f"{owner.__name__}.{method} never ran on its thread"
+    finally:
+        began = time.monotonic()
+        control.close()
+        closed_in = time.monotonic() - began
+        proxy.release()
+    return began, ended, closed_in
+
+
 def test_close_gives_up_the_heartbeats_store_call_caught_by_a_partition(
     pg_server: PostgresServer,
     tcp_proxy_factory: Callable[[int], TcpProxy],
@@ -97,31 +136,9 @@ def test_close_gives_up_the_heartbeats_store_call_caught_by_a_partition(
     # took two leases and more (8.7 s once in this file's first test, bound 8 s).
     from controlplane.runtime.lease._runtime import Runtime
 
-    proxy = tcp_proxy_factory(pg_server.port)
-    sweeping = threading.Event()
-    ended: list[float] = []
-    sweep = Runtime.sweep
-
-    def sweep_into_the_partition(runtime: Runtime) -> int:
-        on_the_heartbeat = threading.current_thread().name.startswith("subagent-runtime:")
-        if not on_the_heartbeat or sweeping.is_set():
-            return sweep(runtime)
-        proxy.hold()  # the partition lands as this sweep goes out
-        sweeping.set()
-        try:
-            return sweep(runtime)
-        finally:
-            ended.append(time.monotonic())
-
-    control = SubagentControl.open(proxy.url(pg_server.new_database()), lease_ttl_s=LEASE_S)
-    try:
-        monkeypatch.setattr(Runtime, "sweep", sweep_into_the_partition)
-        assert sweeping.wait(WAIT_S), "the heartbeat never swept"
-    finally:
-        began = time.monotonic()
-        control.close()
-        closed_in = time.monotonic() - began
-        proxy.release()
+    began, ended, closed_in = _close_during_a_held_call(
+        pg_server, tcp_proxy_factory, monkeypatch, Runtime, "sweep", "subagent-runtime:"
+    )
     # Given up as close began (before: it ran to its deadline, a lease after it began).
     assert ended
     assert ended[0] - began < LEASE_S / 2, f"the sweep ended {ended[0] - began:.1f}s in"
@@ -137,30 +154,9 @@ def test_close_gives_up_the_approvals_sweeps_store_call_caught_by_a_partition(
     # returned (its thread left behind, a daemon), for as long as its retries lasted.
     from persistence._approvals import ApprovalBook
 
-    proxy = tcp_proxy_factory(pg_server.port)
-    sweeping = threading.Event()
-    ended: list[float] = []
-    waiting = ApprovalBook.waiting
-
-    def read_into_the_partition(book: ApprovalBook) -> Any:
-        on_the_sweep = threading.current_thread().name.startswith("subagent-approvals:")
-        if not on_the_sweep or sweeping.is_set():
-            return waiting(book)
-        proxy.hold()  # the partition lands as this read goes out
-        sweeping.set()
-        try:
-            return waiting(book)
-        finally:
-            ended.append(time.monotonic())
-
-    control = SubagentControl.open(proxy.url(pg_server.new_database()), lease_ttl_s=LEASE_S)
-    try:
-        monkeypatch.setattr(ApprovalBook, "waiting", read_into_the_partition)
-        assert sweeping.wait(WAIT_S), "the approvals never swept"
-    finally:
-        began = time.monotonic()
-        control.close()
-        proxy.release()
+    began, ended, _ = _close_during_a_held_call(
+        pg_server, tcp_proxy_factory, monkeypatch, ApprovalBook, "waiting", "subagent-approvals:"
+    )
     # Given up as close began (before: still retrying when close returned).
     assert ended
     assert ended[0] - began < LEASE_S / 2, f"the sweep ended {ended[0] - began:.1f}s in"
