@@ -8,24 +8,21 @@ before any Task of this activation exists, and ends in an answer rather than an 
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pykka
 
+from actors._activation_part import ActivationPart
 from actors._answer import NO_ANSWER, answer_of
 from actors._outcomes import error_text, not_delivered
 from actors._parking import ask_here
 from actors._transcript import turn_frame
-from actors.context import ActorContext
 from actors.messages import (
-    ActivationEnded,
     ActivationPlan,
     ClaimCommitted,
     ClaimRefused,
-    Published,
     Reply,
     ResumeClaim,
-    Settling,
 )
 from controlplane.contract import (
     ErrorCode,
@@ -39,19 +36,11 @@ __all__ = ["ResumeClaimStep"]
 log = logging.getLogger(__name__)
 
 
-class ResumeClaimStep:
+class ResumeClaimStep(ActivationPart):
     """The claim half of `actors.activation.ActivationActor`, which holds the state named
     here (set in its ``__init__``)."""
 
-    _ctx: ActorContext
-    _plan: ActivationPlan
     _supervisor: pykka.ActorRef[Any]
-
-    if TYPE_CHECKING:
-
-        def _tell(
-            self, message: ClaimCommitted | Published | Settling | ActivationEnded
-        ) -> None: ...
 
     def _claimed(self, claim: ResumeClaim) -> bool:
         """Run the claim, its supervisor's effect: a resume's (the budget check, then the

@@ -9,16 +9,12 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime
-from typing import TYPE_CHECKING
 
+from actors._activation_part import ActivationPart
 from actors._outcomes import aborted, error_text, failed, unrecorded
 from actors._turn_preparing import HandOver, Prepared, Settle
-from actors.context import ActorContext
 from actors.messages import (
     ActivationEnded,
-    ActivationPlan,
-    ClaimCommitted,
-    Published,
     Settling,
 )
 from controlplane.contract import (
@@ -38,18 +34,9 @@ __all__ = ["TurnEndings"]
 log = logging.getLogger(__name__)
 
 
-class TurnEndings:
+class TurnEndings(ActivationPart):
     """The ending half of `actors.activation.ActivationActor`, which holds the state named
     here (set in its ``__init__``)."""
-
-    _ctx: ActorContext
-    _plan: ActivationPlan
-
-    if TYPE_CHECKING:
-
-        def _tell(
-            self, message: ClaimCommitted | Published | Settling | ActivationEnded
-        ) -> None: ...
 
     def _park(self, run: SubagentRun, prepared: Prepared) -> None:
         """The run parked on an approval request (its desk gave the child's claim up):

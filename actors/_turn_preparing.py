@@ -11,14 +11,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from actors._activation_part import ActivationPart
 from actors._outcomes import failed
 from actors._record import ActivationView
 from actors._spend import TurnSpend
 from actors._transcript import ActivationTranscript, message_data, turn_frame
-from actors.context import ActorContext
-from actors.messages import (
-    ActivationPlan,
-)
 from controlplane.contract import (
     ApprovalDesk,
     Budget,
@@ -75,12 +72,10 @@ class Prepared:
     gate: TurnGate | None
 
 
-class TurnPreparation:
+class TurnPreparation(ActivationPart):
     """The preparing half of `actors.activation.ActivationActor`, which holds the state
     named here (set in its ``__init__``)."""
 
-    _ctx: ActorContext
-    _plan: ActivationPlan
     _loaded: bool
     _view: ActivationView
 
