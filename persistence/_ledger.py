@@ -101,25 +101,17 @@ class TaskLedger:
         network hold the pool until their deadlines, and the renewal that would ride the
         outage through must go out the moment it heals."""
 
-        one_statement = self._db.sql.runtimes.renew
-        if one_statement is not None:
-
-            def on_server_clock(_attempt: int) -> bool:
-                with unqueued(), self._db.cursor(write=True, begin=False) as cursor:
-                    cursor.execute(one_statement, (runtime_id,))
-                    return bool(cursor.rowcount)
-
-            return self._run(f"renew runtime {runtime_id}", on_server_clock)
+        on_server_clock = self._db.sql.runtimes.renew  # one statement, never back
 
         def op(_attempt: int) -> bool:
+            if on_server_clock is not None:
+                with unqueued(), self._db.cursor(write=True, begin=False) as cursor:
+                    cursor.execute(on_server_clock, (runtime_id,))
+                    return bool(cursor.rowcount)
+            # This host's clock (SQLite: one host shares the file), under the write lock.
             with unqueued(), self._db.connection(write=True) as conn:
-                # Never back on the server's clock: two renewals in flight may commit out
-                # of order, and the runtime counts its lease from the later one's send.
-                renew = runtime_sql.renew(
-                    runtime_id, self._now(conn), self._boot_now(), never_back=self._server_clock
-                )
-                result = conn.execute(renew)
-                return bool(result.rowcount)
+                renew = runtime_sql.renew(runtime_id, utcnow(), boot_seconds(), never_back=False)
+                return bool(conn.execute(renew).rowcount)
 
         return self._run(f"renew runtime {runtime_id}", op)
 

@@ -124,7 +124,7 @@ class RuntimeStatements:
             ),
             renew=(
                 dialect.compile(
-                    renew_to(bindparam("runtime_id"), func.now(), null(), never_back=True),
+                    renew(bindparam("runtime_id"), func.now(), null(), never_back=True),
                     "runtime_id",
                 )
                 if dialect.server_clock
@@ -151,16 +151,11 @@ def register(row: dict[str, Any]) -> Any:
     return insert(runtime_table).values(row)
 
 
-def renew(runtime_id: str, now: Any, boot_s: float | None, *, never_back: bool) -> Any:
+def renew(runtime_id: Any, now: Any, boot_s: Any, *, never_back: bool) -> Any:
     """Renew an open runtime's heartbeat to ``now``; ``never_back``: to the later of the
     stored one and ``now`` (two renewals in flight may commit out of order, and the
-    runtime counts its lease from the later one's send)."""
-    return renew_to(runtime_id, now, boot_s, never_back=never_back)
-
-
-def renew_to(runtime_id: Any, now: Any, boot_s: Any, *, never_back: bool) -> Any:
-    """`renew` with the runtime's id as any SQL value (a bound parameter, to compile it
-    once)."""
+    runtime counts its lease from the later one's send). Each argument a value or any SQL
+    expression (a bound parameter, to compile it once)."""
     at = func.greatest(_R.heartbeat_at, now) if never_back else now
     return (
         update(runtime_table)
